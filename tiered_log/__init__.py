@@ -1,0 +1,68 @@
+"""tiered_log: a segmented, append-only commit log with an S3-compatible remote tier.
+
+The public API (everything else is internal and may change)::
+
+    from tiered_log import Log, LogConfig, ProducerRecord
+
+    with Log.open("/var/lib/mylog", LogConfig(segment_bytes=64 << 20)) as log:
+        first, last = log.append_batch([b"hello", ProducerRecord(b"v", key=b"k")])
+        for rec in log.read_range(first, max_records=100):
+            print(rec.offset, rec.timestamp, rec.key, rec.value, rec.headers)
+
+:class:`AsyncLog` wraps a Log for asyncio code. Every error derives from
+:class:`TieredLogError` (see :mod:`tiered_log.errors` for the tree).
+"""
+
+from .errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    DataLossError,
+    InvalidArgumentError,
+    InvalidOffsetError,
+    InvalidTopicNameError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    RemoteCorruptionError,
+    RemoteObjectNotFoundError,
+    RemoteStorageError,
+    TieredLogError,
+    TopicError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
+from .format.records import Headers, ProducerRecord, Record
+from .local.aio import AsyncLog
+from .local.log import Log, LogBounds, LogConfig, RecoveryReport
+from .local.segment import SegmentInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncLog",
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "DataLossError",
+    "Headers",
+    "InvalidArgumentError",
+    "InvalidOffsetError",
+    "InvalidTopicNameError",
+    "Log",
+    "LogBounds",
+    "LogClosedError",
+    "LogConfig",
+    "OffsetOutOfRangeError",
+    "ProducerRecord",
+    "Record",
+    "RecordTooLargeError",
+    "RecoveryReport",
+    "RemoteCorruptionError",
+    "RemoteObjectNotFoundError",
+    "RemoteStorageError",
+    "SegmentInfo",
+    "TieredLogError",
+    "TopicError",
+    "TopicExistsError",
+    "TopicNotFoundError",
+    "__version__",
+]

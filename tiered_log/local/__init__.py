@@ -1,0 +1,1 @@
+"""The local tier: segments on disk, the segmented log, crash recovery, async access."""

@@ -1,0 +1,497 @@
+"""The local segmented log: a directory of segments, one of them active.
+
+A log is a directory of segments named by their 20-digit base offsets. Invariants::
+
+    segments[i+1].base_offset == segments[i].next_offset     (no gaps, no overlap)
+    segments[:-1] are sealed; segments[-1] is the one active (write) segment
+    log_start_offset == segments[0].base_offset;  next_offset == segments[-1].next_offset
+
+Reads resolve an offset to a segment by binary search (``bisect``) over base offsets.
+The active segment rolls (is sealed, and a new one started) when an append would take
+it past ``segment_bytes`` or when it is older than ``segment_ms``.
+
+Crash recovery on open: leftover ``.tmp`` files are removed; every sealed segment's index
+files are checked for size (and fully validated on first load), and rebuilt from the
+store when missing or damaged; the last segment is scanned frame by frame, its torn or
+damaged tail cut at the last verified record, its indexes rebuilt in memory. Records that
+reached the OS (written, even if not fsynced) survive a process kill; records that were
+flushed (fsynced) survive a machine crash too.
+
+Thread-safety: :class:`Log` is safe to share between threads. Mutations (append, roll,
+flush, truncate, retention, close) serialize on one lock; reads take no lock: they work on
+a snapshot of the segment list and ``pread`` their own descriptors, so a reader of a
+sealed segment never blocks a producer. A read racing a truncation of the same range may
+fail with :class:`~tiered_log.errors.OffsetOutOfRangeError` or return records the
+truncation then removes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import (
+    InvalidArgumentError,
+    InvalidOffsetError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    TieredLogError,
+)
+from ..format import naming
+from ..format.records import ProducerRecord, Record, encode_batch
+from .segment import IndexCache, Segment, SegmentInfo, fsync_dir
+
+DEFAULT_SEGMENT_BYTES = 64 << 20
+MAX_SEGMENT_BYTES = (1 << 31) - 1
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Per-log settings. Immutable; validated on construction (InvalidArgumentError).
+
+    ``None`` (or -1, as in Kafka) for a retention or flush setting means "no limit".
+    """
+
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    segment_ms: int | None = 7 * 24 * 3600 * 1000
+    index_interval_bytes: int = 4096
+    append_threshold: int = 8 << 20
+    flush_messages: int | None = None
+    flush_ms: int | None = None
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    num_index_cached_read_segments: int = 64
+
+    def __post_init__(self) -> None:
+        def positive(name: str, v: int | None, *, optional: bool = False, lo: int = 1) -> None:
+            if v is None and optional:
+                return
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise InvalidArgumentError(f"{name} must be an integer >= {lo}, got {v!r}")
+
+        for name in ("segment_ms", "flush_messages", "flush_ms", "retention_ms", "retention_bytes"):
+            if getattr(self, name) == -1:
+                object.__setattr__(self, name, None)
+        positive("segment_bytes", self.segment_bytes, lo=64)
+        if self.segment_bytes > MAX_SEGMENT_BYTES:
+            raise InvalidArgumentError(f"segment_bytes must be at most {MAX_SEGMENT_BYTES}")
+        positive("segment_ms", self.segment_ms, optional=True)
+        positive("index_interval_bytes", self.index_interval_bytes)
+        positive("append_threshold", self.append_threshold)
+        positive("flush_messages", self.flush_messages, optional=True)
+        positive("flush_ms", self.flush_ms, optional=True, lo=0)
+        positive("retention_ms", self.retention_ms, optional=True, lo=0)
+        positive("retention_bytes", self.retention_bytes, optional=True, lo=0)
+        positive("num_index_cached_read_segments", self.num_index_cached_read_segments)
+
+
+@dataclass(frozen=True, slots=True)
+class LogBounds:
+    """Offsets that bound a log: ``[log_start_offset, next_offset)`` is readable."""
+
+    log_start_offset: int
+    next_offset: int
+    flushed_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What opening the log had to repair."""
+
+    segments: int
+    truncated_bytes: int
+    rebuilt_indexes: int
+    removed_files: int
+
+
+class Log:
+    """A local segmented log in one directory. See the module docstring.
+
+    Use :meth:`open` (or the constructor, which does the same) and :meth:`close` (or a
+    ``with`` block).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], config: LogConfig | None = None) -> None:
+        self.directory = Path(directory)
+        self.config = config or LogConfig()
+        self._lock = threading.RLock()
+        self._cache = IndexCache(self.config.num_index_cached_read_segments)
+        self._closed = False
+        self._unflushed = 0
+        self._last_flush_ms = now_ms()
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.recovery = self._open()
+        self._flushed_offset = self.next_offset
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str], config: LogConfig | None = None) -> Log:
+        """Open (creating if needed) the log in ``directory``, recovering it after a crash."""
+        return cls(directory, config)
+
+    # ---- opening / recovery ------------------------------------------------------------
+
+    def _open(self) -> RecoveryReport:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot create log directory {self.directory}: {exc}") from exc
+        if not self.directory.is_dir():
+            raise InvalidArgumentError(f"{self.directory} is not a directory")
+        removed = 0
+        for p in self.directory.iterdir():
+            if p.name.endswith(naming.TMP_SUFFIX) or ".tmp-" in p.name:
+                p.unlink(missing_ok=True)
+                removed += 1
+        bases = naming.list_segment_bases(self.directory)
+        # Index files without a store are leftovers of a deleted segment.
+        for suffix in (naming.INDEX_SUFFIX, naming.TIMEINDEX_SUFFIX):
+            for p in self.directory.glob("*" + suffix):
+                b = naming.parse_offset_name(p.name, suffix)
+                if b is not None and b not in bases:
+                    p.unlink(missing_ok=True)
+                    removed += 1
+        cfg = self.config
+        kw = {"index_interval_bytes": cfg.index_interval_bytes, "cache": self._cache}
+        segments: list[Segment] = []
+        rebuilt = 0
+        cut = 0
+        for i, base in enumerate(bases[:-1]):
+            seg = Segment.open_sealed(self.directory, base, bases[i + 1], **kw)  # type: ignore[arg-type]
+            segments.append(seg)
+        if bases:
+            last, cut = Segment.open_active(self.directory, bases[-1], **kw)  # type: ignore[arg-type]
+            segments.append(last)
+        else:
+            segments.append(Segment.create(self.directory, 0, **kw))  # type: ignore[arg-type]
+        self._set_segments(segments)
+        return RecoveryReport(len(segments), cut, rebuilt, removed)
+
+    def _set_segments(self, segments: list[Segment]) -> None:
+        # Replace both lists whole: readers take a consistent-enough snapshot.
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    # ---- bounds --------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """Offsets below this were fsynced (sealed segments always are)."""
+        return self._flushed_offset
+
+    def bounds(self) -> LogBounds:
+        return LogBounds(self.log_start_offset, self.next_offset, self._flushed_offset)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def segments(self) -> list[SegmentInfo]:
+        """Snapshots of every segment, oldest first (the last one is active)."""
+        return [s.info() for s in self._segments]
+
+    @property
+    def index_cache(self) -> IndexCache:
+        return self._cache
+
+    # ---- appending -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
+    def append(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+        timestamp: int | None = None,
+    ) -> int:
+        """Append one record; returns its offset."""
+        rec = ProducerRecord(value, key, tuple(headers), timestamp)
+        return self.append_batch([rec])[0]
+
+    def append_batch(self, records: Sequence[ProducerRecord | bytes]) -> tuple[int, int]:
+        """Append records in one write; returns ``(first_offset, last_offset)``.
+
+        All or nothing: bad input raises before anything is written. A bare ``bytes``
+        item is a value with no key or headers, timestamped now.
+        """
+        if not records:
+            raise InvalidArgumentError("a batch needs at least one record")
+        with self._lock:
+            self._check_open()
+            cfg = self.config
+            ts_now = now_ms()
+            active = self._segments[-1]
+            batch = encode_batch(active.next_offset, records, ts_now, cfg.append_threshold)
+            if active.size and (
+                active.size + len(batch.data) > cfg.segment_bytes
+                or (cfg.segment_ms is not None and ts_now - active.created_ms >= cfg.segment_ms)
+            ):
+                active = self._roll()
+            try:
+                active.append(batch)
+            except OSError as exc:
+                raise TieredLogError(f"write to {active.store_path} failed: {exc}", retriable=True) from exc
+            self._unflushed += batch.count
+            if (cfg.flush_messages is not None and self._unflushed >= cfg.flush_messages) or (
+                cfg.flush_ms is not None and ts_now - self._last_flush_ms >= cfg.flush_ms
+            ):
+                self._flush_locked()
+            return batch.base_offset, batch.next_offset - 1
+
+    def _roll(self) -> Segment:
+        """Seal the active segment and start a new one at the next offset (lock held)."""
+        old = self._segments[-1]
+        old.seal()
+        new = Segment.create(self.directory, old.next_offset,
+                             index_interval_bytes=self.config.index_interval_bytes,
+                             cache=self._cache)
+        self._set_segments([*self._segments, new])
+        return new
+
+    def roll(self) -> None:
+        """Seal the active segment now if it holds any record (e.g. before shipping)."""
+        with self._lock:
+            self._check_open()
+            if self._segments[-1].size:
+                self._roll()
+                self._flushed_offset = max(self._flushed_offset, self._segments[-1].base_offset)
+
+    def maybe_roll_by_age(self) -> bool:
+        """Roll the active segment if ``segment_ms`` has passed; for a periodic task."""
+        cfg = self.config
+        with self._lock:
+            self._check_open()
+            active = self._segments[-1]
+            if active.size and cfg.segment_ms is not None and now_ms() - active.created_ms >= cfg.segment_ms:
+                self._roll()
+                self._flushed_offset = max(self._flushed_offset, self._segments[-1].base_offset)
+                return True
+            return False
+
+    def flush(self) -> int:
+        """fsync everything appended so far; returns the new flushed offset."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked()
+            return self._flushed_offset
+
+    def maybe_flush(self) -> None:
+        """Flush if ``flush_ms`` has elapsed with unflushed records; for a periodic task."""
+        cfg = self.config
+        with self._lock:
+            if self._closed or not self._unflushed or cfg.flush_ms is None:
+                return
+            if now_ms() - self._last_flush_ms >= cfg.flush_ms:
+                self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self._segments[-1].flush()
+        self._unflushed = 0
+        self._last_flush_ms = now_ms()
+        self._flushed_offset = self.next_offset
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def _segment_for(self, offset: int) -> tuple[list[Segment], int]:
+        segs, bases = self._segments, self._bases
+        i = bisect_right(bases, offset) - 1
+        return segs, i
+
+    def _check_offset(self, offset: int) -> None:
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidOffsetError(f"offset must be an integer, got {offset!r}")
+        if offset < 0:
+            raise InvalidOffsetError(f"offset must not be negative, got {offset}")
+
+    def read(self, offset: int) -> Record:
+        """The record at ``offset``; OffsetOutOfRangeError outside the log's bounds."""
+        recs = self.read_range(offset, max_records=1)
+        if not recs:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is not in the log [{self.log_start_offset}, {self.next_offset})",
+                log_start=self.log_start_offset, next_offset=self.next_offset,
+            )
+        return recs[0]
+
+    def read_range(self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20) -> list[Record]:
+        """Records from ``offset`` on, at most ``max_records`` and about ``max_bytes``.
+
+        Returns at least one record when ``offset`` is below the next offset (even one
+        larger than ``max_bytes``), and ``[]`` at exactly the next offset.
+        """
+        self._check_offset(offset)
+        if max_records < 1 or max_bytes < 1:
+            raise InvalidArgumentError("max_records and max_bytes must be at least 1")
+        self._check_open()
+        segs, i = self._segment_for(offset)
+        start, nxt = segs[0].base_offset, segs[-1].next_offset
+        if offset < start or offset > nxt or i < 0:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is not in the log [{start}, {nxt})", log_start=start, next_offset=nxt
+            )
+        out: list[Record] = []
+        budget = max_bytes
+        while i < len(segs) and len(out) < max_records and budget > 0:
+            recs, used = segs[i].read(offset, max_records - len(out), budget)
+            if recs and out and used > budget:
+                break  # past the first record, never exceed max_bytes
+            out.extend(recs)
+            budget -= used
+            if recs:
+                offset = recs[-1].offset + 1
+            if offset < segs[i].next_offset:
+                break  # a limit was reached inside this segment
+            i += 1
+        return out
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """First offset whose record timestamp is >= ``timestamp``; None if there is none."""
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+            raise InvalidArgumentError(f"timestamp must be an integer (ms), got {timestamp!r}")
+        self._check_open()
+        for seg in list(self._segments):
+            if seg.max_timestamp >= timestamp:
+                found = seg.offset_for_timestamp(timestamp)
+                if found is not None:
+                    return found
+        return None
+
+    def segment_for(self, offset: int) -> Segment:
+        """The segment holding ``offset`` (for raw reads by the service and shipper)."""
+        self._check_offset(offset)
+        segs, i = self._segment_for(offset)
+        if i < 0 or offset >= segs[-1].next_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is not in the log [{segs[0].base_offset}, {segs[-1].next_offset})",
+                log_start=segs[0].base_offset, next_offset=segs[-1].next_offset,
+            )
+        return segs[i]
+
+    # ---- truncation and retention --------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Remove every record at and after ``offset``, across segments.
+
+        ``offset == next_offset`` is a no-op; ``offset == log_start_offset`` empties the
+        log (its next offset stays ``offset``). Offsets outside
+        ``[log_start_offset, next_offset]`` raise OffsetOutOfRangeError.
+        """
+        self._check_offset(offset)
+        with self._lock:
+            self._check_open()
+            start, nxt = self.log_start_offset, self.next_offset
+            if offset < start or offset > nxt:
+                raise OffsetOutOfRangeError(
+                    f"cannot truncate to {offset}: the log holds [{start}, {nxt})",
+                    log_start=start, next_offset=nxt,
+                )
+            if offset == nxt:
+                return
+            segs = self._segments
+            i = bisect_right(self._bases, offset) - 1
+            keep = segs[: i + 1]
+            for seg in reversed(segs[i + 1 :]):
+                seg.delete_files()
+            target = keep[-1]
+            target.truncate_to(offset)
+            self._set_segments(keep)
+            fsync_dir(self.directory)
+            self._unflushed = 0
+            self._flushed_offset = min(self._flushed_offset, offset)
+
+    def delete_segments_before(self, base_offset: int) -> list[SegmentInfo]:
+        """Delete whole sealed segments that end at or before ``base_offset``.
+
+        Never deletes the active segment. Moves the log start offset. Returns what was
+        deleted.
+        """
+        with self._lock:
+            self._check_open()
+            segs = self._segments
+            doomed = [s for s in segs[:-1] if s.next_offset <= base_offset]
+            if not doomed:
+                return []
+            self._set_segments(segs[len(doomed) :])
+            infos = [s.info() for s in doomed]
+            for s in doomed:
+                s.delete_files()
+            fsync_dir(self.directory)
+            return infos
+
+    def retention_candidates(
+        self,
+        retention_ms: int | None,
+        retention_bytes: int | None,
+        now: int | None = None,
+    ) -> list[SegmentInfo]:
+        """Oldest sealed segments that time or size retention would remove, in order.
+
+        Time: every record in the segment is older than ``retention_ms``. Bytes: while the
+        log would still be at least ``retention_bytes`` without the oldest segment.
+        """
+        now = now_ms() if now is None else now
+        segs = self._segments[:-1]
+        total = sum(s.size for s in self._segments)
+        out: list[SegmentInfo] = []
+        for s in segs:
+            by_time = retention_ms is not None and s.max_timestamp < now - retention_ms
+            by_size = retention_bytes is not None and total - s.size >= retention_bytes
+            if not (by_time or by_size):
+                break
+            out.append(s.info())
+            total -= s.size
+        return out
+
+    def enforce_retention(self, now: int | None = None) -> list[SegmentInfo]:
+        """Apply the config's ``retention_ms`` / ``retention_bytes``; returns deleted segments."""
+        cands = self.retention_candidates(self.config.retention_ms, self.config.retention_bytes, now)
+        if not cands:
+            return []
+        return self.delete_segments_before(cands[-1].next_offset)
+
+    # ---- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush and release every file. Idempotent; later calls raise LogClosedError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._flush_locked()
+            for s in self._segments:
+                s.close()
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Log({str(self.directory)!r}, [{self.log_start_offset}, {self.next_offset}))"

@@ -1,0 +1,543 @@
+"""One local segment: a store file of record frames plus its sparse offset and time indexes.
+
+Files (names from :mod:`tiered_log.format.naming`): ``<base>.log`` holds frames in offset
+order (layout in :mod:`tiered_log.format.records`); ``<base>.index`` and
+``<base>.timeindex`` hold sparse index entries (layout in :mod:`tiered_log.format.index`).
+
+Invariants:
+- frames in the store have consecutive offsets ``base_offset .. next_offset-1``;
+- ``size`` is the byte length of complete, verified frames; readers never look past it;
+- an *active* segment keeps its indexes in memory only (rebuilt from the store after a
+  crash); a *sealed* segment is read-only, its store fsynced and its index files written
+  whole (tmp, fsync, rename) at seal time.
+
+Thread-safety: one writer at a time (the owning :class:`~tiered_log.local.log.Log` holds
+its lock around append, seal, truncate); any number of concurrent readers, which use
+``os.pread`` on their own descriptor and take no lock, so reads never block appends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from threading import Lock
+
+from ..errors import CorruptIndexError, CorruptRecordError
+from ..format import naming
+from ..format.index import SegmentIndex
+from ..format.records import (
+    HEADER_SIZE,
+    EncodedBatch,
+    FrameInfo,
+    Record,
+    decode_frames,
+    frame_header,
+    scan_frames,
+)
+
+_READ_CHUNK = 256 * 1024
+_UIDS = itertools.count()
+
+
+class _Fd:
+    """An owned read-only file descriptor, closed when the last reference goes away.
+
+    Readers hold a reference while they read, so evicting a segment from the cache (or
+    deleting its files) never closes a descriptor under a reader's feet.
+    """
+
+    __slots__ = ("fd",)
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def pread(self, n: int, pos: int) -> bytes:
+        return os.pread(self.fd, n, pos)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory so that a create, rename or unlink in it is durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: ``path.tmp``, fsync, rename, fsync the dir."""
+    tmp = path.with_name(path.name + naming.TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class IndexCache:
+    """LRU of the indexes and read descriptors of sealed segments.
+
+    Bounds memory and open files for logs of thousands of segments (laminarmq's
+    ``num_index_cached_read_segments``). Thread-safe: a lock guards the ordered dict.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._entries: OrderedDict[int, tuple[SegmentIndex, _Fd]] = OrderedDict()
+        self._lock = Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: int) -> tuple[SegmentIndex, _Fd] | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+
+    def put(self, key: int, entry: tuple[SegmentIndex, _Fd]) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+
+    def drop(self, key: int) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """A snapshot of one segment's extent, for listing, shipping and retention."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    max_timestamp: int
+    sealed: bool
+    store_path: Path
+
+    @property
+    def last_offset(self) -> int:
+        return self.next_offset - 1
+
+    @property
+    def record_count(self) -> int:
+        return self.next_offset - self.base_offset
+
+
+class Segment:
+    """One segment of a log; see the module docstring for files, invariants and threading."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        cache: IndexCache,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self._cache = cache
+        self._uid = next(_UIDS)
+        self.store_path = naming.segment_path(directory, base_offset, naming.LOG_SUFFIX)
+        self.index_path = naming.segment_path(directory, base_offset, naming.INDEX_SUFFIX)
+        self.timeindex_path = naming.segment_path(directory, base_offset, naming.TIMEINDEX_SUFFIX)
+        self.next_offset = base_offset
+        self.size = 0
+        self.max_timestamp = -1
+        self.sealed = False
+        self.created_ms = 0  # wall clock of the first append (0 = empty), for segment_ms
+        # Active-segment state (None once sealed).
+        self._index: SegmentIndex | None = None
+        self._wfd: int | None = None
+        self._rfd: _Fd | None = None
+        self._since_index = 0
+        self._max_ts_rel = 0
+
+    # ---- opening -------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
+               cache: IndexCache) -> Segment:
+        """A new, empty, active segment (creates its store file)."""
+        seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes, cache=cache)
+        seg._open_active(truncate=True)
+        fsync_dir(directory)
+        return seg
+
+    @classmethod
+    def open_active(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
+                    cache: IndexCache) -> tuple[Segment, int]:
+        """Reopen the last segment as the active one, recovering it from its store.
+
+        Scans every frame verifying checksums and the offset sequence, truncates a torn
+        or damaged tail, and rebuilds the in-memory indexes. Returns the segment and the
+        number of bytes cut from the tail.
+        """
+        seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes, cache=cache)
+        data = seg.store_path.read_bytes()
+        idx, end, max_ts, max_rel, nxt = _build_index(data, base_offset, index_interval_bytes)
+        cut = len(data) - end
+        if cut:
+            os.truncate(seg.store_path, end)
+        for p in (seg.index_path, seg.timeindex_path):
+            p.unlink(missing_ok=True)
+        seg._index = idx
+        seg.size = end
+        seg.next_offset = nxt
+        seg.max_timestamp = max_ts
+        seg._max_ts_rel = max_rel
+        seg._since_index = end - (idx.positions[-1] if len(idx.positions) else 0)
+        seg.created_ms = int(time.time() * 1000) if end else 0
+        seg._open_active(truncate=False)
+        return seg, cut
+
+    @classmethod
+    def open_sealed(cls, directory: Path, base_offset: int, next_offset: int, *,
+                    index_interval_bytes: int, cache: IndexCache) -> Segment:
+        """Open a sealed segment lazily: its indexes load on first read via the cache.
+
+        Reads only the store size and the last time-index entry (the segment's max
+        timestamp); a missing or damaged index is rebuilt from the store right away.
+        """
+        seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes, cache=cache)
+        seg.sealed = True
+        seg.next_offset = next_offset
+        seg.size = seg.store_path.stat().st_size
+        try:
+            tsize = seg.timeindex_path.stat().st_size
+            isize = seg.index_path.stat().st_size
+            if tsize % 12 or isize % 8 or (seg.size and (tsize == 0 or isize == 0)):
+                raise CorruptIndexError("index files of the wrong size")
+            if tsize:
+                with open(seg.timeindex_path, "rb") as f:
+                    f.seek(tsize - 12)
+                    seg.max_timestamp = int.from_bytes(f.read(8), "little", signed=True)
+        except (OSError, CorruptIndexError):
+            seg.rebuild_index()
+        return seg
+
+    def _open_active(self, *, truncate: bool) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+        self._wfd = os.open(self.store_path, flags, 0o644)
+        if self._index is None:
+            self._index = SegmentIndex()
+        self._rfd = _Fd(self.store_path)
+
+    # ---- index access --------------------------------------------------------------
+
+    def _reader(self) -> tuple[SegmentIndex, _Fd]:
+        if not self.sealed:
+            idx, fd = self._index, self._rfd
+            if idx is not None and fd is not None:
+                return idx, fd
+        entry = self._cache.get(self._uid)
+        if entry is not None:
+            return entry
+        idx = self._load_index()
+        entry = (idx, _Fd(self.store_path))
+        self._cache.put(self._uid, entry)
+        return entry
+
+    def _load_index(self) -> SegmentIndex:
+        try:
+            return SegmentIndex.decode(
+                self.index_path.read_bytes(), self.timeindex_path.read_bytes(), self.size
+            )
+        except (OSError, CorruptIndexError):
+            return self.rebuild_index()
+
+    def rebuild_index(self) -> SegmentIndex:
+        """Rebuild a sealed segment's index files from its store (after damage)."""
+        data = self.store_path.read_bytes()
+        idx, end, max_ts, max_rel, nxt = _build_index(
+            data, self.base_offset, self.index_interval_bytes
+        )
+        if end != len(data) or nxt != self.next_offset:
+            raise CorruptRecordError(
+                f"sealed segment {self.store_path.name} is damaged at byte {end} "
+                f"(store has {len(data)} bytes)"
+            )
+        if end and (not len(idx.time_max) or idx.time_max[-1] < max_ts):
+            idx.add_time(max_ts, max_rel)
+        self.max_timestamp = max_ts
+        write_atomic(self.index_path, idx.encode_offsets())
+        write_atomic(self.timeindex_path, idx.encode_times())
+        self._cache.drop(self._uid)
+        return idx
+
+    def index_entries(self) -> SegmentIndex:
+        """The segment's indexes (loading them through the cache if sealed)."""
+        return self._reader()[0]
+
+    # ---- writing (caller holds the log's lock) ---------------------------------------
+
+    def append(self, batch: EncodedBatch) -> None:
+        """Write a batch's frames in one write and index them. Active segments only."""
+        assert self._wfd is not None and self._index is not None, "segment is sealed"
+        data = batch.data
+        view = memoryview(data)
+        written = 0
+        while written < len(data):
+            written += os.write(self._wfd, view[written:])
+        idx = self._index
+        pos = self.size
+        rel = batch.base_offset - self.base_offset
+        since = self._since_index
+        interval = self.index_interval_bytes
+        max_ts = self.max_timestamp
+        max_rel = self._max_ts_rel
+        for size, ts in zip(batch.sizes, batch.timestamps, strict=True):
+            if ts > max_ts:
+                max_ts, max_rel = ts, rel
+            if pos == 0 or since >= interval:
+                idx.add_offset(rel, pos)
+                if not idx.time_max or max_ts > idx.time_max[-1]:
+                    idx.add_time(max_ts, max_rel)
+                since = 0
+            since += size
+            pos += size
+            rel += 1
+        self._since_index = since
+        self._max_ts_rel = max_rel
+        self.max_timestamp = max_ts
+        if self.created_ms == 0:
+            self.created_ms = int(time.time() * 1000)
+        self.size = pos
+        self.next_offset = batch.next_offset
+
+    def flush(self) -> None:
+        """fsync the store file (active segments; sealed ones are already durable)."""
+        if self._wfd is not None:
+            os.fsync(self._wfd)
+
+    def seal(self) -> None:
+        """Make the segment read-only: fsync the store, write its index files whole."""
+        if self.sealed:
+            return
+        assert self._index is not None and self._wfd is not None
+        os.fsync(self._wfd)
+        os.close(self._wfd)
+        self._wfd = None
+        idx = self._index
+        if self.size and (not idx.time_max or idx.time_max[-1] < self.max_timestamp):
+            idx.add_time(self.max_timestamp, self._max_ts_rel)
+        write_atomic(self.index_path, idx.encode_offsets())
+        write_atomic(self.timeindex_path, idx.encode_times())
+        self.sealed = True
+        self._cache.put(self._uid, (idx, self._rfd or _Fd(self.store_path)))
+        self._index = None
+        self._rfd = None
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset`` (within this segment); reopen active."""
+        idx = self._reader()[0]
+        if offset >= self.next_offset:
+            return
+        pos = self.position_of(offset) if offset > self.base_offset else 0
+        self._cache.drop(self._uid)
+        if self._wfd is not None:
+            os.close(self._wfd)
+            self._wfd = None
+        os.truncate(self.store_path, pos)
+        for p in (self.index_path, self.timeindex_path):
+            p.unlink(missing_ok=True)
+        data = self.store_path.read_bytes()
+        idx, end, max_ts, max_rel, _ = _build_index(data, self.base_offset, self.index_interval_bytes)
+        self._index = idx
+        self.sealed = False
+        self.size = end
+        self.next_offset = offset
+        self.max_timestamp = max_ts
+        self._max_ts_rel = max_rel
+        self._since_index = end - (idx.positions[-1] if len(idx.positions) else 0)
+        if end == 0:
+            self.created_ms = 0
+        self._open_active(truncate=False)
+        os.fsync(self._wfd)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Release descriptors. The segment must not be used afterwards."""
+        if self._wfd is not None:
+            os.fsync(self._wfd)
+            os.close(self._wfd)
+            self._wfd = None
+        self._rfd = None
+        self._cache.drop(self._uid)
+
+    def delete_files(self) -> None:
+        """Close and remove all of this segment's files."""
+        self.close()
+        for p in (self.store_path, self.index_path, self.timeindex_path):
+            p.unlink(missing_ok=True)
+
+    # ---- reading (any thread, no lock) -------------------------------------------------
+
+    def info(self) -> SegmentInfo:
+        return SegmentInfo(self.base_offset, self.next_offset, self.size, self.max_timestamp,
+                           self.sealed, self.store_path)
+
+    def position_of(self, offset: int) -> int:
+        """Byte position of the frame of ``offset`` in the store (scans from the index floor)."""
+        idx, fd = self._reader()
+        rel0, pos = idx.floor_position(offset - self.base_offset)
+        end = self.size
+        cur = self.base_offset + rel0
+        while pos < end:
+            if cur == offset:
+                return pos
+            hdr = fd.pread(HEADER_SIZE, pos)
+            off, fsize, _ = frame_header(hdr)
+            if off != cur:
+                raise CorruptIndexError(f"index of {self.store_path.name} points at the wrong record")
+            pos += fsize
+            cur += 1
+        return end
+
+    def read(self, offset: int, max_records: int, max_bytes: int) -> tuple[list[Record], int]:
+        """Verified records from ``offset`` on, within this segment and the given limits.
+
+        Returns the records (at least one if ``offset`` is in the segment) and the bytes
+        their frames take.
+        """
+        try:
+            return self._read(offset, max_records, max_bytes)
+        except CorruptIndexError:
+            if not self.sealed:
+                raise
+            self.rebuild_index()
+            return self._read(offset, max_records, max_bytes)
+
+    def _read(self, offset: int, max_records: int, max_bytes: int) -> tuple[list[Record], int]:
+        idx, fd = self._reader()
+        end = self.size
+        last = self.next_offset
+        if offset >= last:
+            return [], 0
+        rel0, pos = idx.floor_position(offset - self.base_offset)
+        # Read about what the limits will take (by the segment's mean frame size), plus
+        # the scan from the index entry; too little costs another pread, too much a copy.
+        count = max(1, last - self.base_offset)
+        guess = (min(max_records, last - offset) * end) // count
+        want = min(end - pos, max_bytes, guess + guess // 8) + 2 * self.index_interval_bytes
+        want = min(end - pos, max(want, 4096))
+        buf = fd.pread(want, pos)
+        if len(buf) >= HEADER_SIZE:
+            first_off = frame_header(buf)[0]
+            if first_off != self.base_offset + rel0:
+                raise CorruptIndexError(f"index of {self.store_path.name} points at the wrong record")
+        while True:
+            recs, consumed, used = decode_frames(buf, 0, len(buf), start_offset=offset,
+                                                 max_records=max_records, max_bytes=max_bytes)
+            if recs:
+                if recs[0].offset != offset:
+                    raise CorruptRecordError(
+                        f"expected offset {offset} in {self.store_path.name}, found {recs[0].offset}"
+                    )
+                return recs, used
+            pos += consumed
+            if pos >= end:
+                raise CorruptRecordError(f"offset {offset} missing from {self.store_path.name}")
+            # The next frame did not fit in the buffer: read at least all of it.
+            hdr = fd.pread(HEADER_SIZE, pos)
+            if len(hdr) < HEADER_SIZE:
+                raise CorruptRecordError(f"truncated frame in {self.store_path.name} at byte {pos}")
+            fsize = frame_header(hdr)[1]
+            if pos + fsize > end:
+                raise CorruptRecordError(f"frame past the end of {self.store_path.name} at byte {pos}")
+            buf = fd.pread(max(fsize, min(end - pos, max_bytes)), pos)
+
+    def read_raw(self, offset: int, max_bytes: int) -> tuple[int, int, int]:
+        """Locate whole frames from ``offset`` on: ``(position, length, next_offset)``.
+
+        ``length`` covers at least one frame and otherwise at most ``max_bytes``; the bytes
+        can be sent as they are (sendfile) since disk format == wire format.
+        """
+        _idx, fd = self._reader()
+        pos = self.position_of(offset)
+        start = pos
+        end = self.size
+        cur = offset
+        while pos < end:
+            hdr = fd.pread(HEADER_SIZE, pos)
+            fsize = frame_header(hdr)[1]
+            if pos > start and pos + fsize - start > max_bytes:
+                break
+            pos += fsize
+            cur += 1
+        return start, pos - start, cur
+
+    def read_bytes(self, position: int, length: int) -> bytes:
+        """Raw bytes of the store (any thread)."""
+        return self._reader()[1].pread(length, position)
+
+    def offset_for_timestamp(self, ts: int) -> int | None:
+        """First offset in this segment whose timestamp is >= ``ts``, or None."""
+        if self.max_timestamp < ts or self.next_offset == self.base_offset:
+            return None
+        idx = self._reader()[0]
+        rel = idx.time_floor_rel(ts)
+        offset = self.base_offset + (rel if rel is not None else 0)
+        while offset < self.next_offset:
+            recs, _ = self.read(offset, 1000, 4 << 20)
+            for r in recs:
+                if r.timestamp >= ts:
+                    return r.offset
+            offset = recs[-1].offset + 1
+        return None
+
+    def frames(self) -> Iterator[FrameInfo]:
+        """Every verified frame of the store (for verify and dump tools)."""
+        data = self.store_path.read_bytes()[: self.size]
+        yield from scan_frames(data, 0, len(data), self.base_offset)
+
+
+def _build_index(
+    data: bytes, base_offset: int, interval: int
+) -> tuple[SegmentIndex, int, int, int, int]:
+    """Scan a store's bytes and rebuild its sparse indexes.
+
+    Returns ``(index, valid_end, max_timestamp, rel_of_max, next_offset)`` where
+    ``valid_end`` is the position after the last verified frame in sequence (the
+    torn-tail cut point).
+    """
+    idx = SegmentIndex()
+    since = 0
+    max_ts = -1
+    max_rel = 0
+    end = 0
+    nxt = base_offset
+    for fr in scan_frames(data, 0, len(data), base_offset):
+        rel = fr.offset - base_offset
+        if fr.timestamp > max_ts:
+            max_ts, max_rel = fr.timestamp, rel
+        if fr.position == 0 or since >= interval:
+            idx.add_offset(rel, fr.position)
+            if not idx.time_max or max_ts > idx.time_max[-1]:
+                idx.add_time(max_ts, max_rel)
+            since = 0
+        since += fr.size
+        end = fr.position + fr.size
+        nxt = fr.offset + 1
+    return idx, end, max_ts, max_rel, nxt
