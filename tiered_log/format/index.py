@@ -124,6 +124,8 @@ class SegmentIndex:
             if idx.time_max and (t <= idx.time_max[-1] or r <= idx.time_rel[-1]):
                 raise CorruptIndexError("time index entries are not increasing")
             idx.add_time(t, r)
+        if idx.time_rel and (idx.time_rel[0] != 0 or idx.time_max[0] < 0):
+            raise CorruptIndexError("time index does not start at the segment's first record")
         return idx
 
 

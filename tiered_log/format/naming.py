@@ -50,3 +50,78 @@ def list_segment_bases(directory: Path) -> list[int]:
         if b is not None:
             bases.append(b)
     return sorted(bases)
+
+
+# ---- the remote tier -------------------------------------------------------------------
+#
+# Local remote-index files live in ``<log dir>/remote/``, named by the first offset they
+# cover: ``<first>.remoteLogIndex``, ``<first>.remoteOffsetIndex``, ``<first>.remoteTimeIndex``
+# (layouts in :mod:`.remote_index`); the copy state journal is ``segments.jsonl`` and the
+# log's remote metadata ``meta.json`` (both in :mod:`tiered_log.remote.metadata`).
+#
+# Objects in the bucket, for a log with id ``L`` (topic-partition, e.g. ``orders-3``)::
+#
+#     <prefix>/<h>/<L>/segments/<base>-<segment id>.log        segment data (record frames)
+#     <prefix>/<h>/<L>/segments/<base>-<segment id>.index      its offset index
+#     <prefix>/<h>/<L>/segments/<base>-<segment id>.timeindex  its time index
+#     <prefix>/<h>/<L>/segments/<base>-<segment id>.rli        manifest + remoteLogIndex entries
+#     <prefix>/<h>/<L>/meta.json                               log start offset, truncations
+#
+# ``<h>`` is 4 hex digits of a hash of ``L``: different logs spread over the key space (and
+# so over the store's partitions), while one log's objects share one prefix and list
+# cheaply. ``.rli`` is written last and is the commit point of a copy: an attempt without
+# it is incomplete and is cleaned up.
+
+REMOTE_DIR = "remote"
+REMOTE_LOG_INDEX_SUFFIX = ".remoteLogIndex"
+REMOTE_OFFSET_INDEX_SUFFIX = ".remoteOffsetIndex"
+REMOTE_TIME_INDEX_SUFFIX = ".remoteTimeIndex"
+REMOTE_INDEX_SUFFIXES = (REMOTE_LOG_INDEX_SUFFIX, REMOTE_OFFSET_INDEX_SUFFIX, REMOTE_TIME_INDEX_SUFFIX)
+RLI_SUFFIX = ".rli"
+SEGMENT_OBJECT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, RLI_SUFFIX)
+
+_LOG_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def validate_log_id(log_id: str) -> str:
+    """Return ``log_id`` if it is safe in a path and an object key; else raise."""
+    from ..errors import InvalidArgumentError
+
+    if not log_id or len(log_id) > 249 or log_id in (".", "..") or not set(log_id) <= _LOG_ID_OK:
+        raise InvalidArgumentError(
+            f"log id {log_id!r} must be 1-249 characters of letters, digits, '.', '_', '-'"
+        )
+    return log_id
+
+
+def log_prefix(log_id: str) -> str:
+    """Key prefix (no store prefix, no trailing slash) of all objects of one log."""
+    import xxhash
+
+    h = xxhash.xxh3_64_hexdigest(log_id.encode())[:4]
+    return f"{h}/{log_id}"
+
+
+def segment_object_key(log_id: str, base_offset: int, segment_id: str, suffix: str) -> str:
+    """Object key of one file of one copied segment."""
+    return f"{log_prefix(log_id)}/segments/{offset_name(base_offset)}-{segment_id}{suffix}"
+
+
+def segment_objects_prefix(log_id: str) -> str:
+    return f"{log_prefix(log_id)}/segments/"
+
+
+def meta_object_key(log_id: str) -> str:
+    return f"{log_prefix(log_id)}/meta.json"
+
+
+def parse_segment_object_key(key: str) -> tuple[int, str, str] | None:
+    """``(base_offset, segment_id, suffix)`` of a segment object key, or None."""
+    name = key.rsplit("/", 1)[-1]
+    for suffix in SEGMENT_OBJECT_SUFFIXES:
+        if name.endswith(suffix):
+            stem = name[: -len(suffix)]
+            base, sep, seg_id = stem.partition("-")
+            if sep and len(base) == OFFSET_DIGITS and base.isdigit() and seg_id:
+                return int(base), seg_id, suffix
+    return None

@@ -89,10 +89,20 @@ class ProducerRecord:
 def encode_headers(headers: Iterable[tuple[str, bytes | None]]) -> bytes:
     """Encode headers as ``u16 name_len, name, i32 value_len (-1 null), value`` each."""
     parts: list[bytes] = []
-    for name, value in headers:
+    try:
+        items = list(headers)
+    except TypeError as exc:
+        raise InvalidArgumentError("headers must be a sequence of (name, value) pairs") from exc
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise InvalidArgumentError(f"a header must be a (name, value) pair, not {item!r:.80}")
+        name, value = item
         if not isinstance(name, str):
             raise InvalidArgumentError(f"header name must be str, not {type(name).__name__}")
-        nb = name.encode("utf-8")
+        try:
+            nb = name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(f"header name {name!r:.80} is not valid UTF-8 text") from exc
         if len(nb) > 0xFFFF:
             raise InvalidArgumentError("header name longer than 65535 bytes")
         parts.append(_HNAME.pack(len(nb)))

@@ -121,8 +121,10 @@ class Log:
     ``with`` block).
     """
 
-    def __init__(self, directory: str | os.PathLike[str], config: LogConfig | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike[str], config: LogConfig | None = None,
+                 *, initial_offset: int = 0) -> None:
         self.directory = Path(directory)
+        self._initial_offset = initial_offset
         self.config = config or LogConfig()
         self._lock = threading.RLock()
         self._cache = IndexCache(self.config.num_index_cached_read_segments)
@@ -131,6 +133,7 @@ class Log:
         self._last_flush_ms = now_ms()
         self._segments: list[Segment] = []
         self._bases: list[int] = []
+        self._view: tuple[list[Segment], list[int]] = ([], [])
         self.recovery = self._open()
         self._flushed_offset = self.next_offset
 
@@ -168,19 +171,25 @@ class Log:
         cut = 0
         for i, base in enumerate(bases[:-1]):
             seg = Segment.open_sealed(self.directory, base, bases[i + 1], **kw)  # type: ignore[arg-type]
+            rebuilt += seg.index_rebuilds
             segments.append(seg)
         if bases:
             last, cut = Segment.open_active(self.directory, bases[-1], **kw)  # type: ignore[arg-type]
             segments.append(last)
         else:
-            segments.append(Segment.create(self.directory, 0, **kw))  # type: ignore[arg-type]
+            segments.append(Segment.create(self.directory, self._initial_offset, **kw))  # type: ignore[arg-type]
         self._set_segments(segments)
         return RecoveryReport(len(segments), cut, rebuilt, removed)
 
     def _set_segments(self, segments: list[Segment]) -> None:
-        # Replace both lists whole: readers take a consistent-enough snapshot.
+        # Replace both lists whole. Lock-free readers take their snapshot from ``_view``,
+        # one attribute holding both: reading ``_segments`` and ``_bases`` one after the
+        # other could pair the lists of two different moments (around a retention or a
+        # truncation: the wrong segment for an offset, and false corruption errors).
+        bases = [s.base_offset for s in segments]
+        self._view = (segments, bases)
         self._segments = segments
-        self._bases = [s.base_offset for s in segments]
+        self._bases = bases
 
     # ---- bounds --------------------------------------------------------------------------
 
@@ -227,7 +236,11 @@ class Log:
         timestamp: int | None = None,
     ) -> int:
         """Append one record; returns its offset."""
-        rec = ProducerRecord(value, key, tuple(headers), timestamp)
+        try:
+            hdrs = tuple(headers)
+        except TypeError as exc:
+            raise InvalidArgumentError("headers must be a sequence of (name, value) pairs") from exc
+        rec = ProducerRecord(value, key, hdrs, timestamp)
         return self.append_batch([rec])[0]
 
     def append_batch(self, records: Sequence[ProducerRecord | bytes]) -> tuple[int, int]:
@@ -264,6 +277,7 @@ class Log:
         """Seal the active segment and start a new one at the next offset (lock held)."""
         old = self._segments[-1]
         old.seal()
+        self._flushed_offset = max(self._flushed_offset, old.next_offset)
         new = Segment.create(self.directory, old.next_offset,
                              index_interval_bytes=self.config.index_interval_bytes,
                              cache=self._cache)
@@ -315,7 +329,7 @@ class Log:
     # ---- reading -------------------------------------------------------------------------
 
     def _segment_for(self, offset: int) -> tuple[list[Segment], int]:
-        segs, bases = self._segments, self._bases
+        segs, bases = self._view
         i = bisect_right(bases, offset) - 1
         return segs, i
 
@@ -342,8 +356,10 @@ class Log:
         larger than ``max_bytes``), and ``[]`` at exactly the next offset.
         """
         self._check_offset(offset)
-        if max_records < 1 or max_bytes < 1:
-            raise InvalidArgumentError("max_records and max_bytes must be at least 1")
+        for limit in (max_records, max_bytes):
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+                raise InvalidArgumentError(
+                    f"max_records and max_bytes must be integers >= 1, got {limit!r}")
         self._check_open()
         segs, i = self._segment_for(offset)
         start, nxt = segs[0].base_offset, segs[-1].next_offset
@@ -354,7 +370,13 @@ class Log:
         out: list[Record] = []
         budget = max_bytes
         while i < len(segs) and len(out) < max_records and budget > 0:
-            recs, used = segs[i].read(offset, max_records - len(out), budget)
+            try:
+                recs, used = segs[i].read(offset, max_records - len(out), budget)
+            except OffsetOutOfRangeError:  # the segment was deleted under this reader
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} was removed from the log [{self.log_start_offset}, "
+                    f"{self.next_offset})", log_start=self.log_start_offset,
+                    next_offset=self.next_offset) from None
             if recs and out and used > budget:
                 break  # past the first record, never exceed max_bytes
             out.extend(recs)
@@ -373,7 +395,10 @@ class Log:
         self._check_open()
         for seg in list(self._segments):
             if seg.max_timestamp >= timestamp:
-                found = seg.offset_for_timestamp(timestamp)
+                try:
+                    found = seg.offset_for_timestamp(timestamp)
+                except OffsetOutOfRangeError:
+                    continue  # deleted meanwhile (retention): look in the later segments
                 if found is not None:
                     return found
         return None
@@ -420,6 +445,24 @@ class Log:
             fsync_dir(self.directory)
             self._unflushed = 0
             self._flushed_offset = min(self._flushed_offset, offset)
+
+    def reset(self, offset: int) -> None:
+        """Delete every segment and restart the log empty at ``offset``.
+
+        For the tiered log: truncation below the local start, or a local disk that fell
+        behind the remote tier.
+        """
+        self._check_offset(offset)
+        with self._lock:
+            self._check_open()
+            for seg in self._segments:
+                seg.delete_files()
+            new = Segment.create(self.directory, offset,
+                                 index_interval_bytes=self.config.index_interval_bytes,
+                                 cache=self._cache)
+            self._set_segments([new])
+            self._unflushed = 0
+            self._flushed_offset = offset
 
     def delete_segments_before(self, base_offset: int) -> list[SegmentInfo]:
         """Delete whole sealed segments that end at or before ``base_offset``.

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from threading import Lock
 
-from ..errors import CorruptIndexError, CorruptRecordError
+from ..errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError, TieredLogError
 from ..format import naming
-from ..format.index import SegmentIndex
+from ..format.index import TIME_ENTRY, TIME_ENTRY_SIZE, SegmentIndex
 from ..format.records import (
+    FRAME_OVERHEAD,
     HEADER_SIZE,
     EncodedBatch,
     FrameInfo,
@@ -61,8 +62,10 @@ class _Fd:
         return os.pread(self.fd, n, pos)
 
     def __del__(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+        fd = getattr(self, "fd", None)  # unset if os.open failed
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -167,7 +170,9 @@ class Segment:
         self.size = 0
         self.max_timestamp = -1
         self.sealed = False
+        self.deleted = False  # set by delete_files; readers holding the segment then fail
         self.created_ms = 0  # wall clock of the first append (0 = empty), for segment_ms
+        self.index_rebuilds = 0  # times rebuild_index ran (reported by the log's recovery)
         # Active-segment state (None once sealed).
         self._index: SegmentIndex | None = None
         self._wfd: int | None = None
@@ -218,8 +223,10 @@ class Segment:
                     index_interval_bytes: int, cache: IndexCache) -> Segment:
         """Open a sealed segment lazily: its indexes load on first read via the cache.
 
-        Reads only the store size and the last time-index entry (the segment's max
-        timestamp); a missing or damaged index is rebuilt from the store right away.
+        Reads only the store size and the first and last time-index entries (the last
+        holds the segment's max timestamp, which retention and timestamp lookups trust
+        before the index is loaded, so both entries are sanity-checked); a missing or
+        damaged index is rebuilt from the store right away.
         """
         seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes, cache=cache)
         seg.sealed = True
@@ -228,12 +235,19 @@ class Segment:
         try:
             tsize = seg.timeindex_path.stat().st_size
             isize = seg.index_path.stat().st_size
-            if tsize % 12 or isize % 8 or (seg.size and (tsize == 0 or isize == 0)):
+            if tsize % TIME_ENTRY_SIZE or isize % 8 or (seg.size and (tsize == 0 or isize == 0)):
                 raise CorruptIndexError("index files of the wrong size")
             if tsize:
                 with open(seg.timeindex_path, "rb") as f:
-                    f.seek(tsize - 12)
-                    seg.max_timestamp = int.from_bytes(f.read(8), "little", signed=True)
+                    first_ts, first_rel = TIME_ENTRY.unpack(f.read(TIME_ENTRY_SIZE))
+                    f.seek(tsize - TIME_ENTRY_SIZE)
+                    max_ts, max_rel = TIME_ENTRY.unpack(f.read(TIME_ENTRY_SIZE))
+                # The first entry is the first record's; entries strictly increase; the
+                # last one names a record of the segment; timestamps are never negative.
+                if (first_rel != 0 or first_ts < 0 or max_rel >= next_offset - base_offset
+                        or (tsize > TIME_ENTRY_SIZE and (max_ts <= first_ts or max_rel == 0))):
+                    raise CorruptIndexError("time index entries are implausible")
+                seg.max_timestamp = max_ts
         except (OSError, CorruptIndexError):
             seg.rebuild_index()
         return seg
@@ -285,6 +299,7 @@ class Segment:
         write_atomic(self.index_path, idx.encode_offsets())
         write_atomic(self.timeindex_path, idx.encode_times())
         self._cache.drop(self._uid)
+        self.index_rebuilds += 1
         return idx
 
     def index_entries(self) -> SegmentIndex:
@@ -388,6 +403,7 @@ class Segment:
 
     def delete_files(self) -> None:
         """Close and remove all of this segment's files."""
+        self.deleted = True
         self.close()
         for p in (self.store_path, self.index_path, self.timeindex_path):
             p.unlink(missing_ok=True)
@@ -419,54 +435,95 @@ class Segment:
         """Verified records from ``offset`` on, within this segment and the given limits.
 
         Returns the records (at least one if ``offset`` is in the segment) and the bytes
-        their frames take.
+        their frames take. A reader that raced the deletion of the segment (retention,
+        truncation) gets OffsetOutOfRangeError.
         """
         try:
-            return self._read(offset, max_records, max_bytes)
-        except CorruptIndexError:
-            if not self.sealed:
-                raise
-            self.rebuild_index()
-            return self._read(offset, max_records, max_bytes)
+            try:
+                return self._read(offset, max_records, max_bytes)
+            except CorruptIndexError:
+                if not self.sealed:
+                    raise
+                self.rebuild_index()
+                return self._read(offset, max_records, max_bytes)
+        except OSError as exc:
+            raise self._read_error(exc) from exc
+
+    def _read_error(self, exc: OSError) -> TieredLogError:
+        """Our error for an OSError met while reading (the files may have been deleted)."""
+        if self.deleted:
+            return OffsetOutOfRangeError(f"segment {self.store_path.name} was deleted")
+        return TieredLogError(f"cannot read {self.store_path}: {exc}", retriable=True)
 
     def _read(self, offset: int, max_records: int, max_bytes: int) -> tuple[list[Record], int]:
         idx, fd = self._reader()
-        end = self.size
+        # next_offset before size: an append sets size first, so every offset below
+        # ``last`` has its frame below ``end``. (The other order could see an offset whose
+        # frame lies past the size this reader saw, and report it missing.)
         last = self.next_offset
+        end = self.size
         if offset >= last:
             return [], 0
-        rel0, pos = idx.floor_position(offset - self.base_offset)
-        # Read about what the limits will take (by the segment's mean frame size), plus
-        # the scan from the index entry; too little costs another pread, too much a copy.
+        # Frames past ``last`` may already be in the store (a racing append); they are not
+        # part of the log until next_offset says so.
+        max_records = min(max_records, last - offset)
         count = max(1, last - self.base_offset)
-        guess = (min(max_records, last - offset) * end) // count
-        want = min(end - pos, max_bytes, guess + guess // 8) + 2 * self.index_interval_bytes
-        want = min(end - pos, max(want, 4096))
-        buf = fd.pread(want, pos)
+
+        def guess(n: int, budget: int) -> int:
+            # About what ``n`` records take, by the segment's mean frame size.
+            g = (n * end) // count
+            return min(budget, g + g // 8)
+
+        rel0, pos = idx.floor_position(offset - self.base_offset)
+        # Read about what the limits will take, plus the scan from the index entry; too
+        # little costs another pread, too much a copy.
+        want = guess(max_records, max_bytes) + 2 * self.index_interval_bytes
+        buf = fd.pread(min(end - pos, max(want, 4096)), pos)
+        buf_pos = pos
         if len(buf) >= HEADER_SIZE:
             first_off = frame_header(buf)[0]
             if first_off != self.base_offset + rel0:
                 raise CorruptIndexError(f"index of {self.store_path.name} points at the wrong record")
+        out: list[Record] = []
+        used_total = 0
+        bpos = 0
         while True:
-            recs, consumed, used = decode_frames(buf, 0, len(buf), start_offset=offset,
-                                                 max_records=max_records, max_bytes=max_bytes)
+            recs, bpos, used = decode_frames(buf, bpos, len(buf), start_offset=offset,
+                                             max_records=max_records - len(out),
+                                             max_bytes=max_bytes - used_total)
             if recs:
-                if recs[0].offset != offset:
+                if recs[0].offset != offset or recs[-1].offset != offset + len(recs) - 1:
                     raise CorruptRecordError(
-                        f"expected offset {offset} in {self.store_path.name}, found {recs[0].offset}"
+                        f"expected offsets from {offset} in {self.store_path.name}, found "
+                        f"{recs[0].offset}..{recs[-1].offset}"
                     )
-                return recs, used
-            pos += consumed
+                out.extend(recs)
+                used_total += used
+                offset += len(recs)
+                if len(out) >= max_records or used_total >= max_bytes:
+                    return out, used_total
+            pos = buf_pos + bpos
             if pos >= end:
+                if out:
+                    return out, used_total
                 raise CorruptRecordError(f"offset {offset} missing from {self.store_path.name}")
-            # The next frame did not fit in the buffer: read at least all of it.
-            hdr = fd.pread(HEADER_SIZE, pos)
-            if len(hdr) < HEADER_SIZE:
-                raise CorruptRecordError(f"truncated frame in {self.store_path.name} at byte {pos}")
-            fsize = frame_header(hdr)[1]
-            if pos + fsize > end:
-                raise CorruptRecordError(f"frame past the end of {self.store_path.name} at byte {pos}")
-            buf = fd.pread(max(fsize, min(end - pos, max_bytes)), pos)
+            # The buffer ended before the limits did (or inside the wanted frame): look at
+            # the next frame, and read on if it is wanted and fits.
+            if bpos + HEADER_SIZE <= len(buf):
+                fsize = frame_header(buf, bpos)[1]
+            else:
+                hdr = fd.pread(HEADER_SIZE, pos)
+                if len(hdr) < HEADER_SIZE:
+                    raise CorruptRecordError(f"truncated frame in {self.store_path.name} at byte {pos}")
+                fsize = frame_header(hdr)[1]
+            if fsize < FRAME_OVERHEAD or pos + fsize > end:
+                raise CorruptRecordError(f"bad frame length in {self.store_path.name} at byte {pos}")
+            if out and used_total + fsize > max_bytes:
+                return out, used_total
+            n_left = max_records - len(out)
+            buf = fd.pread(max(fsize, min(end - pos, max(4096, guess(n_left, max_bytes - used_total)))),
+                           pos)
+            buf_pos, bpos = pos, 0
 
     def read_raw(self, offset: int, max_bytes: int) -> tuple[int, int, int]:
         """Locate whole frames from ``offset`` on: ``(position, length, next_offset)``.
@@ -496,7 +553,10 @@ class Segment:
         """First offset in this segment whose timestamp is >= ``ts``, or None."""
         if self.max_timestamp < ts or self.next_offset == self.base_offset:
             return None
-        idx = self._reader()[0]
+        try:
+            idx = self._reader()[0]
+        except OSError as exc:
+            raise self._read_error(exc) from exc
         rel = idx.time_floor_rel(ts)
         offset = self.base_offset + (rel if rel is not None else 0)
         while offset < self.next_offset:
