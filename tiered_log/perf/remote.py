@@ -1,0 +1,294 @@
+"""Benchmarks of the remote tier, each with its baseline measured in the same run.
+
+- ``ship``: copying sealed segments with the shipper vs a plain boto3 ``upload_file`` of
+  the same files to the same endpoint (target >= 0.8x).
+- ``remote-read``: a consumer reading the whole archive from offset 0 through
+  ``TieredLog.read_range`` (cold cache) vs a plain boto3 download of the same objects
+  (target >= 0.7x).
+- ``produce-latency``: p50/p99 of acknowledged (flushed) single-record appends with
+  tiering off, with shipping running, and with shipping plus a catch-up reader on
+  remote data (targets: p99 <= 1.2x and <= 1.3x of off).
+
+Without ``--endpoint`` they start moto's S3 server on 127.0.0.1 in this process (a real
+HTTP endpoint); with it, they use that endpoint (MinIO, AWS). Each run prints progress to
+stderr and returns one JSON-able dict. Not thread-safe: one benchmark at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..local.log import LogConfig
+from ..remote.s3 import S3Storage
+from ..remote.tier import TierConfig
+from ..tiered import TieredLog
+
+
+@dataclass
+class S3Target:
+    """Where the benchmarks send objects."""
+
+    endpoint: str
+    bucket: str
+    access_key: str | None
+    secret_key: str | None
+    region: str
+
+
+def _say(msg: str) -> None:
+    print(f"[perf] {msg}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def s3_target(endpoint: str | None = None, bucket: str | None = None) -> Iterator[S3Target]:
+    """An S3 endpoint to benchmark against: the given one, or moto's server on loopback."""
+    server = None
+    if endpoint is None:
+        from moto.server import ThreadedMotoServer
+
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        endpoint = f"http://127.0.0.1:{port}"
+    target = S3Target(endpoint, bucket or f"perf-{uuid.uuid4().hex[:12]}",
+                      os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"),
+                      os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+    try:
+        yield target
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _storage(t: S3Target, prefix: str) -> S3Storage:
+    st = S3Storage(t.bucket, prefix=prefix, endpoint_url=t.endpoint, region=t.region,
+                   access_key=t.access_key, secret_key=t.secret_key)
+    st.ensure_bucket()
+    return st
+
+
+def _boto(t: S3Target) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=t.endpoint, region_name=t.region,
+                        aws_access_key_id=t.access_key, aws_secret_access_key=t.secret_key,
+                        config=Config(s3={"addressing_style": "path"}))
+
+
+def _fill(tlog: TieredLog, total_bytes: int, record_bytes: int) -> int:
+    payload = [os.urandom(record_bytes) for _ in range(1000)]
+    n = 0
+    last_report = 0.0
+    while n * record_bytes < total_bytes:
+        tlog.append_batch(payload)
+        n += len(payload)
+        if time.monotonic() - last_report > 1:
+            _say(f"filling: {n * record_bytes >> 20} / {total_bytes >> 20} MiB")
+            last_report = time.monotonic()
+    tlog.flush()
+    tlog.roll()
+    return n
+
+
+def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = None) -> dict[str, Any]:
+    """Segment shipping throughput vs plain boto3 uploads of the same files."""
+    work = Path(tempfile.mkdtemp(prefix="tl-perf-ship-"))
+    try:
+        with s3_target(endpoint) as t:
+            storage = _storage(t, "ship")
+            tlog = TieredLog(work / "log", log_id="perf-0", storage=storage,
+                             config=LogConfig(segment_bytes=segment_mib << 20),
+                             tier=TierConfig(), start_shipper=False)
+            _fill(tlog, total_mib << 20, 1024)
+            segs = tlog.eligible_segments()
+            size = sum(s.size for s in segs)
+            _say(f"baseline: boto3 upload_file of {len(segs)} segment files ({size >> 20} MiB)")
+            client = _boto(t)
+            t0 = time.perf_counter()
+            for s in segs:
+                client.upload_file(str(s.store_path), t.bucket, f"baseline/{s.store_path.name}")
+            base_s = time.perf_counter() - t0
+            _say("shipping the same segments with the shipper")
+            t0 = time.perf_counter()
+            copied = tlog.tier_once()
+            ours_s = time.perf_counter() - t0
+            tlog.close()
+            storage.close()
+        ratio = base_s / ours_s
+        return {
+            "benchmark": "ship", "segments": copied, "bytes": size,
+            "ship_mb_s": round(size / ours_s / 1e6, 1),
+            "baseline_boto3_upload_mb_s": round(size / base_s / 1e6, 1),
+            "ratio_vs_boto3": round(ratio, 3), "target": 0.8, "met": ratio >= 0.8,
+            "endpoint": "moto" if endpoint is None else endpoint,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_remote_read(total_mib: int = 64, segment_mib: int = 8,
+                    endpoint: str | None = None) -> dict[str, Any]:
+    """A consumer reading the whole archive from offset 0 vs plain boto3 downloads."""
+    work = Path(tempfile.mkdtemp(prefix="tl-perf-rread-"))
+    try:
+        with s3_target(endpoint) as t:
+            storage = _storage(t, "rread")
+            tier = TierConfig(local_retention_bytes=0)
+            tlog = TieredLog(work / "log", log_id="perf-0", storage=storage,
+                             config=LogConfig(segment_bytes=segment_mib << 20), tier=tier,
+                             start_shipper=False)
+            n = _fill(tlog, total_mib << 20, 1024)
+            _say("shipping the archive")
+            tlog.tier_once()
+            assert tlog.bounds().local_start_offset == n, "local copies were not dropped"
+            assert tlog.remote is not None
+            shipped = tlog.remote.finished_segments
+            keys = [f"rread/{_data_key(s.base_offset, s.id)}" for s in shipped]
+            size = sum(s.size for s in shipped)
+            tlog.close()
+            client = _boto(t)
+            _say(f"baseline: boto3 get_object of {len(keys)} objects ({size >> 20} MiB)")
+            t0 = time.perf_counter()
+            got = 0
+            for k in keys:
+                got += len(client.get_object(Bucket=t.bucket, Key=k)["Body"].read())
+            base_s = time.perf_counter() - t0
+            # A fresh open with an empty chunk cache: a cold catch-up reader.
+            shutil.rmtree(work / "log" / "remote" / "cache", ignore_errors=True)
+            tlog = TieredLog(work / "log", log_id="perf-0", storage=storage,
+                             config=LogConfig(segment_bytes=segment_mib << 20), tier=tier,
+                             start_shipper=False)
+            _say(f"consumer reading {n} records from offset 0")
+            t0 = time.perf_counter()
+            o = 0
+            count = 0
+            while o < n:
+                recs = tlog.read_range(o, 5000, 8 << 20)
+                count += len(recs)
+                o = recs[-1].offset + 1
+            ours_s = time.perf_counter() - t0
+            d = tlog.describe()
+            tlog.close()
+            storage.close()
+        ratio = base_s / ours_s
+        return {
+            "benchmark": "remote-read", "records": count, "bytes": size, "baseline_bytes": got,
+            "remote_read_mb_s": round(size / ours_s / 1e6, 1),
+            "remote_read_records_s": round(count / ours_s),
+            "baseline_boto3_download_mb_s": round(size / base_s / 1e6, 1),
+            "ratio_vs_boto3": round(ratio, 3), "target": 0.7, "met": ratio >= 0.7,
+            "remote_fetch_requests": d["remote_fetch_requests"],
+            "endpoint": "moto" if endpoint is None else endpoint,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _data_key(base: int, seg_id: str) -> str:
+    from ..format import naming
+
+    return naming.segment_object_key("perf-0", base, seg_id, naming.LOG_SUFFIX)
+
+
+def _latencies(tlog: TieredLog, n: int, value: bytes) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        tlog.append(value)
+        tlog.flush()  # acknowledged = durable
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000
+
+
+def run_produce_latency(appends: int = 2000, endpoint: str | None = None) -> dict[str, Any]:
+    """p50/p99 of acknowledged single-record appends: tiering off, shipping, + catch-up reader."""
+    work = Path(tempfile.mkdtemp(prefix="tl-perf-lat-"))
+    value = os.urandom(1024)
+    try:
+        with s3_target(endpoint) as t:
+            storage = _storage(t, "lat")
+            cfg = LogConfig(segment_bytes=1 << 20)
+            phases: dict[str, list[float]] = {}
+            # Off: no remote tier at all.
+            off = TieredLog(work / "off", config=cfg, start_shipper=False)
+            _fill(off, 8 << 20, 1024)
+            _say("phase 1/3: tiering off")
+            phases["off"] = _latencies(off, appends, value)
+            off.close()
+            # Shipping: a shipper copying a backlog of segments while we append.
+            # A cache smaller than the archive: the catch-up reader keeps fetching remotely.
+            tier = TierConfig(ship_interval_ms=10, local_retention_bytes=4 << 20,
+                              cache_bytes=4 << 20)
+            on = TieredLog(work / "on", log_id="lat-0", storage=storage, config=cfg, tier=tier,
+                           start_shipper=False)
+            _fill(on, 32 << 20, 1024)
+            assert on.shipper is None
+            from ..remote.shipper import Shipper
+
+            on.shipper = Shipper(on, tier.ship_interval_ms)
+            on.shipper.start()
+            _say("phase 2/3: shipping running")
+            phases["shipping"] = _latencies(on, appends, value)
+            # Catch-up reader: wait for the archive, then read it from 0 in a loop.
+            deadline = time.monotonic() + 120
+            while on.bounds().local_start_offset == 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            stop = threading.Event()
+            read_records = 0
+
+            def reader() -> None:
+                nonlocal read_records
+                while not stop.is_set():
+                    o = on.log_start_offset
+                    while not stop.is_set() and o < on.bounds().local_start_offset:
+                        recs = on.read_range(o, 2000, 4 << 20)
+                        read_records += len(recs)
+                        o = recs[-1].offset + 1
+
+            th = threading.Thread(target=reader, daemon=True)
+            th.start()
+            _say("phase 3/3: shipping + catch-up reader on remote data")
+            phases["shipping_and_catchup_reader"] = _latencies(on, appends, value)
+            stop.set()
+            th.join()
+            on.close()
+            storage.close()
+        p = {k: {"p50_ms": round(_pct(v, 0.50), 3), "p99_ms": round(_pct(v, 0.99), 3),
+                 "mean_ms": round(statistics.fmean(v) * 1000, 3)} for k, v in phases.items()}
+        r_ship = p["shipping"]["p99_ms"] / p["off"]["p99_ms"]
+        r_read = p["shipping_and_catchup_reader"]["p99_ms"] / p["off"]["p99_ms"]
+        return {
+            "benchmark": "produce-latency", "appends_per_phase": appends, "phases": p,
+            "p99_ratio_shipping_vs_off": round(r_ship, 3),
+            "p99_ratio_catchup_vs_off": round(r_read, 3),
+            "catchup_records_read": read_records,
+            "targets": {"shipping": 1.2, "catchup": 1.3},
+            "met": {"shipping": r_ship <= 1.2, "catchup": r_read <= 1.3},
+            "endpoint": "moto" if endpoint is None else endpoint,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
