@@ -1,0 +1,117 @@
+"""A bounded on-disk cache of fetched remote chunks, LRU by bytes.
+
+Each cached chunk is one file named by a hash of ``(object key, position, length)``,
+written atomically (tmp, rename). The LRU order lives in memory and is rebuilt from the
+files' access times on open; the total size never exceeds ``max_bytes`` (a chunk larger
+than the whole cache is not cached).
+
+Thread-safety: all methods are safe from any thread (a lock guards the LRU map; file
+writes go to unique temp names first).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+
+import xxhash
+
+
+class ChunkCache:
+    """See the module docstring."""
+
+    def __init__(self, directory: Path, max_bytes: int) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._lru: OrderedDict[str, int] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+        self.misses = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        found = []
+        for p in directory.iterdir():
+            if p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+                continue
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            found.append((st.st_atime, p.name, st.st_size))
+        for _, name, size in sorted(found):
+            self._lru[name] = size
+            self._bytes += size
+        self._evict()
+
+    @staticmethod
+    def _name(key: str, position: int, length: int) -> str:
+        return xxhash.xxh3_128_hexdigest(f"{key}\0{position}\0{length}".encode())
+
+    def get(self, key: str, position: int, length: int) -> bytes | None:
+        name = self._name(key, position, length)
+        with self._lock:
+            if name not in self._lru:
+                self.misses += 1
+                return None
+            self._lru.move_to_end(name)
+        try:
+            data = (self.directory / name).read_bytes()
+        except OSError:
+            data = b""
+        if len(data) != length:
+            self.discard(key, position, length)
+            with self._lock:
+                self.misses += 1
+            return None
+        with self._lock:
+            self.hits += 1
+        return data
+
+    def contains(self, key: str, position: int, length: int) -> bool:
+        return self._name(key, position, length) in self._lru
+
+    def put(self, key: str, position: int, data: bytes) -> None:
+        if len(data) > self.max_bytes:
+            return
+        name = self._name(key, position, len(data))
+        tmp = self.directory / f"{name}.{uuid.uuid4().hex}.tmp"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, self.directory / name)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            return
+        with self._lock:
+            old = self._lru.pop(name, None)
+            if old is not None:
+                self._bytes -= old
+            self._lru[name] = len(data)
+            self._bytes += len(data)
+            self._evict()
+
+    def discard(self, key: str, position: int, length: int) -> None:
+        name = self._name(key, position, length)
+        with self._lock:
+            size = self._lru.pop(name, None)
+            if size is not None:
+                self._bytes -= size
+        (self.directory / name).unlink(missing_ok=True)
+
+    def _evict(self) -> None:
+        while self._bytes > self.max_bytes and self._lru:
+            name, size = self._lru.popitem(last=False)
+            self._bytes -= size
+            (self.directory / name).unlink(missing_ok=True)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0

@@ -1,0 +1,167 @@
+"""Persisted remote-tier state of one log: the copy journal and the log's remote metadata.
+
+**Copy journal** (``<log dir>/remote/segments.jsonl``): one JSON object per line, appended
+and fsynced at every state change of a copy attempt; the last line for an attempt id
+wins. Each attempt of copying a segment has its own unique id, which is also part of its
+object keys, so retries never overwrite each other and cleanup knows exactly what to
+delete. States (as in Kafka's RemoteLogSegmentState)::
+
+    COPY_STARTED -> COPY_FINISHED -> DELETE_STARTED -> DELETE_FINISHED
+          \\-> DELETE_STARTED (a failed or interrupted copy being cleaned up)
+
+A torn last line (crash mid-append) is ignored: the state it would have recorded is
+re-derived (a copy without COPY_FINISHED is cleaned up and retried). The journal is
+compacted (rewritten atomically with one line per live attempt) on open.
+
+**Remote metadata** (``meta.json`` locally, ``<log>/meta.json`` in the bucket): the log
+start offset as moved by remote retention and truncation, and per-segment clip offsets
+(a segment truncated in the middle serves only offsets below its clip).
+
+Thread-safety: :class:`CopyJournal` serializes writers with a lock; reads of its
+in-memory map take a snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+
+from ..errors import CorruptIndexError
+from ..local.segment import write_atomic
+
+
+class CopyState(StrEnum):
+    COPY_STARTED = "COPY_STARTED"
+    COPY_FINISHED = "COPY_FINISHED"
+    DELETE_STARTED = "DELETE_STARTED"
+    DELETE_FINISHED = "DELETE_FINISHED"
+
+
+def new_segment_id() -> str:
+    """A unique id for one copy attempt (URL- and key-safe)."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegment:
+    """One copy attempt of one segment, and where it stands."""
+
+    id: str
+    base_offset: int
+    next_offset: int
+    size: int
+    first_timestamp: int
+    max_timestamp: int
+    state: CopyState
+    updated_ms: int = 0
+    chunks: int = 0
+
+    @property
+    def last_offset(self) -> int:
+        return self.next_offset - 1
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["state"] = str(self.state)
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> RemoteSegment:
+        try:
+            return cls(
+                id=str(d["id"]), base_offset=int(d["base_offset"]),  # type: ignore[call-overload]
+                next_offset=int(d["next_offset"]), size=int(d["size"]),  # type: ignore[call-overload]
+                first_timestamp=int(d["first_timestamp"]),  # type: ignore[call-overload]
+                max_timestamp=int(d["max_timestamp"]),  # type: ignore[call-overload]
+                state=CopyState(str(d["state"])), updated_ms=int(d.get("updated_ms", 0)),  # type: ignore[call-overload]
+                chunks=int(d.get("chunks", 0)),  # type: ignore[call-overload]
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CorruptIndexError(f"bad remote segment record: {exc}") from exc
+
+
+class CopyJournal:
+    """The append-only copy-state journal; see the module docstring."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._segments: dict[str, RemoteSegment] = {}
+        if path.exists():
+            for line in path.read_bytes().splitlines():
+                try:
+                    seg = RemoteSegment.from_dict(json.loads(line))
+                except (ValueError, CorruptIndexError):
+                    continue  # a torn last line
+                self._segments[seg.id] = seg
+        self.compact()
+
+    def record(self, seg: RemoteSegment, state: CopyState) -> RemoteSegment:
+        """Persist ``seg`` in ``state`` (fsynced before returning); returns the new record."""
+        new = replace(seg, state=state, updated_ms=int(time.time() * 1000))
+        with self._lock:
+            with open(self.path, "ab") as f:
+                f.write(new.to_json().encode() + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            self._segments[new.id] = new
+        return new
+
+    def forget(self, ids: list[str]) -> None:
+        """Drop finished deletions from memory (and from the file at the next compaction)."""
+        with self._lock:
+            for i in ids:
+                self._segments.pop(i, None)
+
+    def compact(self) -> None:
+        """Rewrite the journal with one line per attempt that still matters."""
+        with self._lock:
+            live = {k: v for k, v in self._segments.items() if v.state != CopyState.DELETE_FINISHED}
+            self._segments = live
+            data = "".join(s.to_json() + "\n" for s in sorted(live.values(), key=lambda s: s.base_offset))
+            write_atomic(self.path, data.encode())
+
+    def segments(self) -> list[RemoteSegment]:
+        """Every attempt not yet fully deleted, by base offset."""
+        return sorted(self._segments.values(), key=lambda s: (s.base_offset, s.updated_ms))
+
+    def finished(self) -> list[RemoteSegment]:
+        """Copies that finished and are not being deleted, by base offset."""
+        return [s for s in self.segments() if s.state == CopyState.COPY_FINISHED]
+
+
+@dataclass
+class RemoteMeta:
+    """The log's remote metadata: start offset and truncation clips (see module doc)."""
+
+    log_start_offset: int = 0
+    clips: dict[str, int] = field(default_factory=dict)
+    version: int = 1
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RemoteMeta:
+        try:
+            d = json.loads(data)
+            return cls(int(d.get("log_start_offset", 0)),
+                       {str(k): int(v) for k, v in d.get("clips", {}).items()},
+                       int(d.get("version", 1)))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise CorruptIndexError(f"bad remote metadata: {exc}") from exc
+
+    def save(self, path: Path) -> None:
+        write_atomic(path, self.to_bytes())
+
+    @classmethod
+    def load(cls, path: Path) -> RemoteMeta:
+        if not path.exists():
+            return cls()
+        return cls.from_bytes(path.read_bytes())

@@ -1,0 +1,628 @@
+"""The remote tier of one log: copying sealed segments, remote indexes, reads, retention.
+
+:class:`RemoteTier` is the *mechanism* (each step idempotent, each state change journaled
+before the next); the background loop that decides when to run it is
+:class:`tiered_log.remote.shipper.Shipper`, and the read resolution between tiers is
+:class:`tiered_log.tiered.TieredLog`.
+
+Copying a segment (KIP-405's RemoteLogSegmentState machine, one unique id per attempt)::
+
+    journal COPY_STARTED(id)
+    scan the store, verifying every frame; cut it into chunks of ~chunk_bytes
+    PUT <base>-<id>.log, .index, .timeindex       (rate-limited, multipart when large)
+    PUT <base>-<id>.rli                           (manifest + entries: the commit point)
+    journal COPY_FINISHED(id)
+    append the entries to the local remote-index files
+
+A failed attempt is journaled DELETE_STARTED and its objects deleted (DELETE_FINISHED);
+an attempt interrupted by a crash is found as COPY_STARTED on the next open and cleaned
+up the same way before it is retried under a new id. So each segment ends with exactly
+one copy and no orphaned objects.
+
+Reads of remote offsets look up the chunk in the remote-index files and fetch it with a
+ranged GET, coalescing consecutive chunks of one object into one request of up to
+``fetch_bytes`` and prefetching ahead of a sequential reader; chunks go through a
+bounded on-disk LRU cache. Every record's checksum is verified; a corrupt chunk raises
+RemoteCorruptionError and is dropped from the cache.
+
+Thread-safety: copy, delete, truncate and rebuild run under one lock (the shipper and
+the owning log's control calls); reads are lock-free and may run from any thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    DataLossError,
+    RemoteCorruptionError,
+    RemoteObjectNotFoundError,
+    RemoteStorageError,
+)
+from ..format import naming
+from ..format.records import Record, decode_frames, frame_header, scan_frames
+from ..format.remote_index import RemoteLogIndexEntry, decode_entries
+from ..local.segment import SegmentInfo
+from .cache import ChunkCache
+from .index_files import RemoteIndexFiles
+from .metadata import CopyJournal, CopyState, RemoteMeta, RemoteSegment, new_segment_id
+from .storage import RemoteStorage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """Settings of a log's remote tier. ``None`` (or -1) retention means forever."""
+
+    remote_enabled: bool = True
+    local_retention_bytes: int | None = None
+    local_retention_ms: int | None = None
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    chunk_bytes: int = 1 << 20
+    fetch_bytes: int = 8 << 20
+    prefetch_bytes: int = 16 << 20
+    cache_bytes: int = 256 << 20
+    fetch_workers: int = 4
+    upload_bytes_per_sec: int | None = None
+    ship_interval_ms: int = 500
+    index_rotate_bytes: int = 16 << 20
+    index_rotate_ms: int = 7 * 24 * 3600 * 1000
+
+    def __post_init__(self) -> None:
+        from ..errors import InvalidArgumentError
+
+        for name in ("local_retention_bytes", "local_retention_ms", "retention_bytes",
+                     "retention_ms", "upload_bytes_per_sec"):
+            v = getattr(self, name)
+            if v == -1:
+                object.__setattr__(self, name, None)
+            elif v is not None and (not isinstance(v, int) or v < 0):
+                raise InvalidArgumentError(f"{name} must be -1 or a non-negative integer, got {v!r}")
+        for name in ("chunk_bytes", "fetch_bytes", "prefetch_bytes", "cache_bytes",
+                     "fetch_workers", "ship_interval_ms", "index_rotate_bytes", "index_rotate_ms"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
+
+
+class RateLimiter:
+    """A token bucket of bytes per second; ``consume(n)`` sleeps as needed. Thread-safe."""
+
+    def __init__(self, bytes_per_sec: int | None) -> None:
+        self.rate = bytes_per_sec
+        self._lock = threading.Lock()
+        self._tokens = float(bytes_per_sec or 0)
+        self._last = time.monotonic()
+
+    def consume(self, n: int) -> None:
+        if not self.rate or n <= 0:
+            return
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(float(self.rate), self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            self._tokens -= n
+            wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
+        if wait > 0:
+            time.sleep(wait)
+
+
+@dataclass
+class TierStats:
+    """Counters of one remote tier (read by describe and /metrics)."""
+
+    uploaded_bytes: int = 0
+    uploaded_segments: int = 0
+    copy_failures: int = 0
+    remote_fetch_bytes: int = 0
+    remote_fetch_requests: int = 0
+    remote_fetch_errors: int = 0
+    deleted_segments: int = 0
+
+
+def chunk_entries(data: bytes, base_offset: int, expected_next: int, object_key: str,
+                  chunk_bytes: int) -> list[RemoteLogIndexEntry]:
+    """Cut a sealed store's bytes into chunks of whole frames and describe each one.
+
+    Verifies every frame; CorruptRecordError if the store is damaged anywhere (a damaged
+    segment is never shipped).
+    """
+    entries: list[RemoteLogIndexEntry] = []
+    start_pos = 0
+    first = first_ts = max_ts = -1
+    last = base_offset - 1
+    end = 0
+    for fr in scan_frames(data, 0, len(data), base_offset):
+        if first < 0:
+            first, first_ts, max_ts, start_pos = fr.offset, fr.timestamp, fr.timestamp, fr.position
+        max_ts = max(max_ts, fr.timestamp)
+        last = fr.offset
+        end = fr.position + fr.size
+        if end - start_pos >= chunk_bytes:
+            entries.append(RemoteLogIndexEntry(first, last, first_ts, max_ts, end - start_pos,
+                                               object_key, start_pos))
+            first = -1
+    if first >= 0:
+        entries.append(RemoteLogIndexEntry(first, last, first_ts, max_ts, end - start_pos,
+                                           object_key, start_pos))
+    if end != len(data) or last + 1 != expected_next:
+        raise CorruptRecordError(
+            f"segment {naming.offset_name(base_offset)} is damaged at byte {end}; not shipping it"
+        )
+    return entries
+
+
+class RemoteTier:
+    """The remote tier of one log; see the module docstring."""
+
+    def __init__(self, log_dir: Path, log_id: str, storage: RemoteStorage, config: TierConfig) -> None:
+        self.log_id = naming.validate_log_id(log_id)
+        self.storage = storage
+        self.config = config
+        self.dir = log_dir / naming.REMOTE_DIR
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self.stats = TierStats()
+        self.journal = CopyJournal(self.dir / "segments.jsonl")
+        self.meta = RemoteMeta.load(self.dir / "meta.json")
+        self.index = RemoteIndexFiles(self.dir / "index", rotate_bytes=config.index_rotate_bytes,
+                                      rotate_ms=config.index_rotate_ms)
+        self.cache = ChunkCache(self.dir / "cache", config.cache_bytes)
+        self.limiter = RateLimiter(config.upload_bytes_per_sec)
+        self._pool = ThreadPoolExecutor(max_workers=config.fetch_workers,
+                                        thread_name_prefix=f"fetch-{log_id}")
+        self._inflight: dict[tuple[str, int], Future[None]] = {}
+        self._inflight_lock = threading.RLock()  # re-entered by done callbacks of finished futures
+        self._finished: list[RemoteSegment] = []
+        self._refresh()
+        self.needs_index_rebuild = bool(self.index.problems()) or (
+            self.index.last_offset != self._expected_index_last()
+        )
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        self._finished = self.journal.finished()
+
+    def _expected_index_last(self) -> int:
+        fin = self._finished
+        if not fin:
+            return -1
+        last = fin[-1]
+        return min(last.last_offset, self.meta.clips.get(last.id, last.next_offset) - 1)
+
+    @property
+    def finished_segments(self) -> list[RemoteSegment]:
+        return list(self._finished)
+
+    @property
+    def has_data(self) -> bool:
+        return self.remote_end > self.start_offset
+
+    @property
+    def start_offset(self) -> int:
+        """First offset the remote tier serves (log start as moved by retention)."""
+        fin = self._finished
+        if not fin:
+            return self.meta.log_start_offset
+        return max(self.meta.log_start_offset, fin[0].base_offset)
+
+    @property
+    def remote_end(self) -> int:
+        """One past the last offset the remote tier serves (0 if it holds nothing)."""
+        fin = self._finished
+        if not fin:
+            return self.meta.log_start_offset
+        last = fin[-1]
+        return min(last.next_offset, self.meta.clips.get(last.id, last.next_offset))
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._finished)
+
+    @property
+    def max_timestamp(self) -> int:
+        return max((s.max_timestamp for s in self._finished), default=-1)
+
+    def _keys(self, seg: RemoteSegment) -> list[str]:
+        return [naming.segment_object_key(self.log_id, seg.base_offset, seg.id, sfx)
+                for sfx in naming.SEGMENT_OBJECT_SUFFIXES]
+
+    def _save_meta(self) -> None:
+        self.meta.save(self.dir / "meta.json")
+        self.storage.put(naming.meta_object_key(self.log_id), self.meta.to_bytes())
+
+    # ---- copying -------------------------------------------------------------------------
+
+    def copy_segment(self, seg: SegmentInfo, progress: Callable[[int], None] | None = None) -> RemoteSegment:
+        """Copy one sealed local segment (see the module docstring for the steps)."""
+        with self._lock:
+            data = seg.store_path.read_bytes()[: seg.size]
+            first_ts = -1
+            if data:
+                recs, _, _ = decode_frames(data, 0, len(data), max_records=1)
+                first_ts = recs[0].timestamp if recs else -1
+            rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
+                               first_ts, seg.max_timestamp, CopyState.COPY_STARTED)
+            data_key, index_key, time_key, rli_key = self._keys(rs)
+            entries = chunk_entries(data, seg.base_offset, seg.next_offset, data_key,
+                                    self.config.chunk_bytes)
+            rs = self.journal.record(rs, CopyState.COPY_STARTED)
+            sent = 0
+
+            def on_progress(n: int) -> None:
+                nonlocal sent
+                self.limiter.consume(n - sent)
+                sent = n
+                if progress is not None:
+                    progress(n)
+
+            try:
+                self.storage.put_file(data_key, seg.store_path, progress=on_progress)
+                if sent < seg.size:
+                    self.limiter.consume(seg.size - sent)
+                index_path = seg.store_path.with_suffix(naming.INDEX_SUFFIX)
+                time_path = seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX)
+                self.storage.put(index_key, index_path.read_bytes())
+                self.storage.put(time_key, time_path.read_bytes())
+                rs = RemoteSegment(rs.id, rs.base_offset, rs.next_offset, rs.size, rs.first_timestamp,
+                                   rs.max_timestamp, rs.state, rs.updated_ms, len(entries))
+                manifest = rs.to_json().encode() + b"\n" + b"".join(e.encode() for e in entries)
+                self.storage.put(rli_key, manifest)
+            except BaseException:
+                self.stats.copy_failures += 1
+                self._cleanup_attempt(rs)
+                raise
+            rs = self.journal.record(rs, CopyState.COPY_FINISHED)
+            self.index.append(entries)
+            self._refresh()
+            self.stats.uploaded_bytes += seg.size
+            self.stats.uploaded_segments += 1
+            return rs
+
+    def _cleanup_attempt(self, rs: RemoteSegment) -> None:
+        """Delete an attempt's objects; stays DELETE_STARTED (retried later) if that fails."""
+        try:
+            rs = self.journal.record(rs, CopyState.DELETE_STARTED)
+            self.storage.delete(self._keys(rs))
+            self.journal.record(rs, CopyState.DELETE_FINISHED)
+            self.journal.forget([rs.id])
+        except (RemoteStorageError, OSError) as exc:
+            log.warning("cleanup of copy attempt %s of %s deferred: %s", rs.id, self.log_id, exc)
+
+    def cleanup_pending(self) -> int:
+        """Finish interrupted attempts: COPY_STARTED (crashed copy) and DELETE_STARTED.
+
+        Returns how many attempts were cleaned up. Raises RemoteStorageError if the
+        bucket is unreachable (the journal keeps them for the next try).
+        """
+        with self._lock:
+            done = 0
+            for rs in self.journal.segments():
+                if rs.state == CopyState.COPY_STARTED:
+                    rs = self.journal.record(rs, CopyState.DELETE_STARTED)
+                if rs.state == CopyState.DELETE_STARTED:
+                    self.storage.delete(self._keys(rs))
+                    self.journal.record(rs, CopyState.DELETE_FINISHED)
+                    self.journal.forget([rs.id])
+                    done += 1
+            if done:
+                self.journal.compact()
+            return done
+
+    # ---- retention and truncation ----------------------------------------------------------
+
+    def delete_before(self, offset: int) -> list[RemoteSegment]:
+        """Delete remote segments that end at or before ``offset``; move the log start."""
+        with self._lock:
+            doomed = [s for s in self._finished if s.next_offset <= offset]
+            if not doomed:
+                return []
+            new_start = max(self.meta.log_start_offset, doomed[-1].next_offset)
+            # Record the intent first: readers stop at the new start at once.
+            marked = [self.journal.record(s, CopyState.DELETE_STARTED) for s in doomed]
+            self.meta.log_start_offset = new_start
+            for s in doomed:
+                self.meta.clips.pop(s.id, None)
+            self._refresh()
+            self._save_meta()
+            for s in marked:
+                self.storage.delete(self._keys(s))
+                self.journal.record(s, CopyState.DELETE_FINISHED)
+            self.journal.forget([s.id for s in marked])
+            self.journal.compact()
+            self.index.drop_files_below(new_start)
+            self.stats.deleted_segments += len(marked)
+            return doomed
+
+    def retention_cutoff(self, local_unshipped_bytes: int, now_ms: int) -> int | None:
+        """The offset remote retention would move the log start to, or None."""
+        cfg = self.config
+        total = self.size_bytes + local_unshipped_bytes
+        cut: int | None = None
+        for s in self._finished:
+            by_time = cfg.retention_ms is not None and s.max_timestamp < now_ms - cfg.retention_ms
+            by_size = cfg.retention_bytes is not None and total - s.size >= cfg.retention_bytes
+            if not (by_time or by_size):
+                break
+            cut = s.next_offset
+            total -= s.size
+        return cut
+
+    def truncate(self, offset: int, local_start: int) -> None:
+        """Make offsets >= ``offset`` unreadable remotely and delete what lies above it.
+
+        A remote segment wholly at or above ``offset`` is deleted; the one holding
+        ``offset`` is deleted too if its data is still local (it will be shipped again),
+        and otherwise clipped (the clip is recorded in the remote metadata).
+        """
+        with self._lock:
+            doomed: list[RemoteSegment] = []
+            clipped: RemoteSegment | None = None
+            for s in self._finished:
+                if s.base_offset >= offset or (s.next_offset > offset and s.base_offset >= local_start):
+                    doomed.append(s)
+                elif s.next_offset > offset:
+                    clipped = s
+            if not doomed and clipped is None:
+                return
+            marked = [self.journal.record(s, CopyState.DELETE_STARTED) for s in doomed]
+            if clipped is not None:
+                self.meta.clips[clipped.id] = offset
+            if self.meta.log_start_offset > offset:
+                self.meta.log_start_offset = offset
+            self._refresh()
+            self._save_meta()
+            gone = {naming.segment_object_key(self.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
+                    for s in doomed}
+            keep = [e for e in self.index.all_entries()
+                    if e.object_key not in gone and e.first_offset < offset]
+            self.index.rewrite(keep)
+            for s in marked:
+                self.storage.delete(self._keys(s))
+                self.journal.record(s, CopyState.DELETE_FINISHED)
+            self.journal.forget([s.id for s in marked])
+            self.journal.compact()
+
+    # ---- rebuilding ----------------------------------------------------------------------
+
+    def _read_manifest(self, key: str) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
+        blob = self.storage.get(key)
+        head, sep, rest = blob.partition(b"\n")
+        if not sep:
+            raise RemoteCorruptionError(f"manifest {key} has no header line")
+        try:
+            rs = RemoteSegment.from_dict(json.loads(head))
+            entries = [e for _, e in decode_entries(rest)]
+        except (ValueError, CorruptIndexError) as exc:
+            raise RemoteCorruptionError(f"manifest {key} is damaged: {exc}") from exc
+        if len(entries) != rs.chunks:
+            raise RemoteCorruptionError(f"manifest {key} holds {len(entries)} of {rs.chunks} entries")
+        return rs, entries
+
+    def rebuild_index_files(self) -> int:
+        """Rewrite the local remote-index files from the ``.rli`` objects of finished copies."""
+        with self._lock:
+            entries: list[RemoteLogIndexEntry] = []
+            for rs in self._finished:
+                key = naming.segment_object_key(self.log_id, rs.base_offset, rs.id, naming.RLI_SUFFIX)
+                _, ents = self._read_manifest(key)
+                clip = self.meta.clips.get(rs.id)
+                entries.extend(e for e in ents if clip is None or e.first_offset < clip)
+            self.index.rewrite(entries)
+            self.needs_index_rebuild = False
+            return len(entries)
+
+    def rebuild_from_bucket(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Rebuild journal, metadata and remote-index files from the bucket alone.
+
+        Lists the log's objects once, reads only the small ``.rli`` manifests (never
+        segment data), deletes incomplete attempts (objects without a manifest) and
+        segments below the log start. Returns the number of segments recovered.
+        """
+        with self._lock:
+            try:
+                self.meta = RemoteMeta.from_bytes(self.storage.get(naming.meta_object_key(self.log_id)))
+            except RemoteObjectNotFoundError:
+                self.meta = RemoteMeta()
+            groups: dict[tuple[int, str], set[str]] = {}
+            for info in self.storage.list(naming.segment_objects_prefix(self.log_id)):
+                parsed = naming.parse_segment_object_key(info.key)
+                if parsed is not None:
+                    groups.setdefault((parsed[0], parsed[1]), set()).add(info.key)
+            complete = sorted(k for k, keys in groups.items()
+                              if any(x.endswith(naming.RLI_SUFFIX) for x in keys))
+            orphans = [key for k, keys in groups.items() if k not in complete for key in keys]
+            segs: list[tuple[RemoteSegment, list[RemoteLogIndexEntry]]] = []
+            expect = None
+            for n, (base, seg_id) in enumerate(complete):
+                key = naming.segment_object_key(self.log_id, base, seg_id, naming.RLI_SUFFIX)
+                rs, ents = self._read_manifest(key)
+                if progress is not None:
+                    progress(n + 1, len(complete))
+                if rs.next_offset <= self.meta.log_start_offset or (
+                    expect is not None and rs.base_offset < expect
+                ):
+                    orphans.extend(groups[(base, seg_id)])  # deleted, or a duplicate copy
+                    continue
+                segs.append((rs, ents))
+                expect = rs.next_offset
+            if orphans:
+                self.storage.delete(orphans)
+            for rs, _ in segs:
+                self.journal.record(rs, CopyState.COPY_FINISHED)
+            self.meta.save(self.dir / "meta.json")
+            self._refresh()
+            entries = [e for rs, ents in segs for e in ents
+                       if rs.id not in self.meta.clips or e.first_offset < self.meta.clips[rs.id]]
+            self.index.rewrite(entries)
+            self.needs_index_rebuild = False
+            return len(segs)
+
+    # ---- reading (any thread) ------------------------------------------------------------
+
+    def _fetch_group(self, group: Sequence[RemoteLogIndexEntry]) -> None:
+        """One ranged GET covering consecutive chunks of one object; caches each chunk."""
+        first, last = group[0], group[-1]
+        start, end = first.position, last.position + last.data_length
+        try:
+            blob = self.storage.get(first.object_key, start, end)
+        except RemoteStorageError:
+            self.stats.remote_fetch_errors += 1
+            raise
+        self.stats.remote_fetch_requests += 1
+        self.stats.remote_fetch_bytes += len(blob)
+        if len(blob) != end - start:
+            self.stats.remote_fetch_errors += 1
+            raise RemoteCorruptionError(
+                f"{first.object_key}: asked for {end - start} bytes at {start}, got {len(blob)}"
+            )
+        for e in group:
+            self.cache.put(e.object_key, e.position, blob[e.position - start : e.position - start + e.data_length])
+
+    def _schedule(self, entries: Sequence[RemoteLogIndexEntry]) -> dict[tuple[str, int], Future[None]]:
+        """Start fetches for the entries not cached or in flight, coalesced by object."""
+        futs: dict[tuple[str, int], Future[None]] = {}
+        with self._inflight_lock:
+            group: list[RemoteLogIndexEntry] = []
+
+            def flush() -> None:
+                if not group:
+                    return
+                g = list(group)
+                fut = self._pool.submit(self._fetch_group, g)
+                for e in g:
+                    self._inflight[(e.object_key, e.position)] = fut
+                    futs[(e.object_key, e.position)] = fut
+
+                def done(_: Future[None], g: list[RemoteLogIndexEntry] = g) -> None:
+                    with self._inflight_lock:
+                        for e in g:
+                            self._inflight.pop((e.object_key, e.position), None)
+
+                fut.add_done_callback(done)
+                group.clear()
+
+            size = 0
+            for e in entries:
+                k = (e.object_key, e.position)
+                if k in self._inflight:
+                    flush()
+                    size = 0
+                    futs[k] = self._inflight[k]
+                    continue
+                if self.cache.contains(e.object_key, e.position, e.data_length):
+                    flush()
+                    size = 0
+                    continue
+                contiguous = group and group[-1].object_key == e.object_key and (
+                    group[-1].position + group[-1].data_length == e.position)
+                if group and (not contiguous or size + e.data_length > self.config.fetch_bytes):
+                    flush()
+                    size = 0
+                group.append(e)
+                size += e.data_length
+            flush()
+        return futs
+
+    def _chunk(self, entry: RemoteLogIndexEntry) -> bytes:
+        """The bytes of one chunk: from the cache, an in-flight fetch, or a new fetch.
+
+        Also prefetches the following chunks (up to ``prefetch_bytes``) in the background.
+        """
+        data = self.cache.get(entry.object_key, entry.position, entry.data_length)
+        ahead: list[RemoteLogIndexEntry] = []
+        budget = self.config.prefetch_bytes
+        for e in self.index.entries_from(entry.last_offset + 1):
+            if budget <= 0:
+                break
+            ahead.append(e)
+            budget -= e.data_length
+        if data is None:
+            futs = self._schedule([entry, *ahead])
+            fut = futs.get((entry.object_key, entry.position))
+            if fut is not None:
+                fut.result()
+            data = self.cache.get(entry.object_key, entry.position, entry.data_length)
+            if data is None:  # evicted at once (a tiny cache): fetch directly
+                blob = self.storage.get(entry.object_key, entry.position,
+                                        entry.position + entry.data_length)
+                self.stats.remote_fetch_bytes += len(blob)
+                data = blob
+        elif ahead:
+            self._schedule(ahead)
+        if len(data) >= 20 and frame_header(data)[0] != entry.first_offset:
+            self.cache.discard(entry.object_key, entry.position, entry.data_length)
+            raise RemoteCorruptionError(
+                f"chunk at {entry.position} of {entry.object_key} does not start at offset "
+                f"{entry.first_offset}"
+            )
+        return data
+
+    def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
+        """Verified records from the remote tier, from ``offset`` to at most the remote end."""
+        end = self.remote_end
+        if offset < self.start_offset or offset >= end:
+            raise DataLossError(
+                f"offset {offset} is not in the remote tier [{self.start_offset}, {end})"
+            )
+        out: list[Record] = []
+        budget = max_bytes
+        for entry in self.index.entries_from(offset):
+            if entry.last_offset < offset:
+                continue
+            if entry.first_offset > offset:
+                raise DataLossError(f"offset {offset} is missing from the remote index")
+            data = self._chunk(entry)
+            try:
+                recs, _, used = decode_frames(data, 0, len(data), start_offset=offset,
+                                              max_records=max_records - len(out),
+                                              max_bytes=budget if out else max_bytes)
+            except CorruptRecordError as exc:
+                self.cache.discard(entry.object_key, entry.position, entry.data_length)
+                self.stats.remote_fetch_errors += 1
+                raise RemoteCorruptionError(f"{entry.object_key}: {exc}") from exc
+            recs = [r for r in recs if r.offset < end]
+            if out and used > budget:
+                break
+            out.extend(recs)
+            budget -= used
+            if not recs or len(out) >= max_records or budget <= 0 or recs[-1].offset + 1 >= end:
+                break
+            offset = recs[-1].offset + 1
+            if offset <= entry.last_offset:
+                break  # a limit stopped us inside the chunk
+        return out
+
+    def offset_for_timestamp(self, ts: int) -> int | None:
+        """First remote offset (>= start, < remote end) whose timestamp is >= ``ts``."""
+        start, end = self.start_offset, self.remote_end
+        if start >= end:
+            return None
+        entry = self.index.first_entry_at_or_after_time(ts)
+        if entry is None:
+            return None
+        offset = max(entry.first_offset, start)
+        while offset < end:
+            recs = self.read_range(offset, 10_000, 8 << 20)
+            if not recs:
+                return None
+            for r in recs:
+                if r.timestamp >= ts:
+                    return r.offset
+            offset = recs[-1].offset + 1
+        return None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,353 @@
+"""TieredLog: a local segmented log plus its remote tier, with transparent reads.
+
+Offsets are laid out over the two tiers like this::
+
+    log_start          local_start                     remote_end         next_offset
+       |---- remote only ----|==== local and remote ====|---- local only ----|
+                              (shipped, kept locally until local retention drops them)
+
+A read at ``offset >= local_start`` is served from disk; a lower one from the bucket via
+the remote-index files and ranged GETs (:class:`~tiered_log.remote.tier.RemoteTier`).
+Appends only ever touch the local log. A background :class:`~tiered_log.remote.shipper.Shipper`
+copies sealed, flushed segments, drops local copies past local retention (only once
+copied), and deletes remote segments past total retention, moving the log start.
+
+Opening a TieredLog on an empty directory whose bucket holds the log's segments rebuilds
+the remote state from the bucket alone (manifests, never segment data) and continues
+the log at the remote end.
+
+Thread-safety: as :class:`~tiered_log.local.log.Log`: appends serialize, reads take no
+lock and never wait for the shipper; control operations (truncate, retention, close)
+serialize with shipping on the remote tier's lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import (
+    DataLossError,
+    InvalidArgumentError,
+    InvalidOffsetError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+)
+from .format import naming
+from .format.records import ProducerRecord, Record
+from .local.log import Log, LogConfig, now_ms
+from .local.segment import Segment, SegmentInfo
+from .remote.shipper import Shipper
+from .remote.storage import RemoteStorage
+from .remote.tier import RemoteTier, TierConfig
+
+
+@dataclass(frozen=True, slots=True)
+class TieredBounds:
+    """Offsets bounding a tiered log (see the module docstring's picture)."""
+
+    log_start_offset: int
+    local_start_offset: int
+    remote_end_offset: int
+    high_watermark: int
+    next_offset: int
+    flushed_offset: int
+
+
+class TieredLog:
+    """A log whose old segments live in object storage; see the module docstring.
+
+    ``storage=None`` (or ``tier.remote_enabled=False``) makes it a plain local log that
+    applies ``retention_ms``/``retention_bytes`` locally.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        log_id: str | None = None,
+        storage: RemoteStorage | None = None,
+        config: LogConfig | None = None,
+        tier: TierConfig | None = None,
+        start_shipper: bool = True,
+        rebuild_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.log_id = naming.validate_log_id(log_id or self.directory.name)
+        self.config = config or LogConfig()
+        self.tier_config = tier or TierConfig()
+        self._closed = False
+        self._ctl = threading.Lock()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fresh = not naming.list_segment_bases(self.directory)
+        self.remote: RemoteTier | None = None
+        if storage is not None and self.tier_config.remote_enabled:
+            self.remote = RemoteTier(self.directory, self.log_id, storage, self.tier_config)
+            if fresh and not self.remote.finished_segments:
+                self.remote.rebuild_from_bucket(rebuild_progress)
+            elif self.remote.needs_index_rebuild:
+                self.remote.rebuild_index_files()
+        initial = self.remote.remote_end if self.remote is not None else 0
+        self.local = Log(self.directory, self.config, initial_offset=initial)
+        if self.remote is not None and self.local.next_offset < self.remote.remote_end:
+            # The local disk lost data the bucket holds: continue after the bucket.
+            self.local.reset(self.remote.remote_end)
+        self.shipper: Shipper | None = None
+        if self.remote is not None and start_shipper:
+            self.shipper = Shipper(self, self.tier_config.ship_interval_ms)
+            self.shipper.start()
+
+    # ---- bounds ------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        local_start = self.local.log_start_offset
+        r = self.remote
+        if r is not None and r.has_data and r.start_offset < local_start:
+            return r.start_offset
+        return local_start
+
+    @property
+    def next_offset(self) -> int:
+        return self.local.next_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.local.flushed_offset
+
+    def bounds(self) -> TieredBounds:
+        nxt = self.local.next_offset
+        remote_end = self.remote.remote_end if self.remote is not None else self.local.log_start_offset
+        return TieredBounds(self.log_start_offset, self.local.log_start_offset, remote_end, nxt,
+                            nxt, self.local.flushed_offset)
+
+    # ---- appending (local only) ----------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.log_id} is closed")
+
+    def append(self, value: bytes, *, key: bytes | None = None,
+               headers: Sequence[tuple[str, bytes | None]] = (),
+               timestamp: int | None = None) -> int:
+        self._check_open()
+        return self.local.append(value, key=key, headers=headers, timestamp=timestamp)
+
+    def append_batch(self, records: Sequence[ProducerRecord | bytes]) -> tuple[int, int]:
+        self._check_open()
+        return self.local.append_batch(records)
+
+    def flush(self) -> int:
+        return self.local.flush()
+
+    def roll(self) -> None:
+        """Seal the active segment (if not empty) and wake the shipper."""
+        self.local.roll()
+        if self.shipper is not None:
+            self.shipper.wake()
+
+    # ---- reading (either tier) -----------------------------------------------------------
+
+    def read(self, offset: int) -> Record:
+        recs = self.read_range(offset, max_records=1)
+        if not recs:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is not in the log [{self.log_start_offset}, {self.next_offset})",
+                log_start=self.log_start_offset, next_offset=self.next_offset)
+        return recs[0]
+
+    def read_range(self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20) -> list[Record]:
+        """Records from ``offset`` on, from whichever tier holds them (see module doc)."""
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
+        if max_records < 1 or max_bytes < 1:
+            raise InvalidArgumentError("max_records and max_bytes must be at least 1")
+        self._check_open()
+        local_start = self.local.log_start_offset
+        if offset >= local_start or self.remote is None:
+            return self.local.read_range(offset, max_records, max_bytes)
+        start, nxt = self.log_start_offset, self.next_offset
+        if offset < start:
+            raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {nxt})",
+                                        log_start=start, next_offset=nxt)
+        if offset >= self.remote.remote_end:
+            raise DataLossError(f"offset {offset} is in neither tier (remote ends at "
+                                f"{self.remote.remote_end}, local starts at {local_start})")
+        return self.remote.read_range(offset, max_records, max_bytes)
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """First offset whose timestamp is >= ``timestamp`` in either tier, or None."""
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+            raise InvalidArgumentError(f"timestamp must be an integer (ms), got {timestamp!r}")
+        self._check_open()
+        r = self.remote
+        if r is not None and r.has_data and r.start_offset < self.local.log_start_offset:
+            found = r.offset_for_timestamp(timestamp)
+            if found is not None and found >= self.log_start_offset:
+                return found
+        return self.local.offset_for_timestamp(timestamp)
+
+    def segment_for(self, offset: int) -> Segment:
+        """The local segment holding ``offset`` (OffsetOutOfRangeError if not local)."""
+        return self.local.segment_for(offset)
+
+    # ---- truncation ---------------------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Remove every record at and after ``offset`` in both tiers.
+
+        Below the local start the local log restarts empty at ``offset`` and the remote
+        tier records the truncation in its metadata; readers never see truncated records.
+        """
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
+        with self._ctl:
+            self._check_open()
+            start, nxt = self.log_start_offset, self.next_offset
+            if offset < start or offset > nxt:
+                raise OffsetOutOfRangeError(f"cannot truncate to {offset}: the log holds [{start}, {nxt})",
+                                            log_start=start, next_offset=nxt)
+            local_start = self.local.log_start_offset
+            if self.remote is not None:
+                self.remote.truncate(offset, local_start)
+            if offset >= local_start:
+                self.local.truncate(offset)
+            else:
+                self.local.reset(offset)
+
+    # ---- tiering (the shipper's round) -----------------------------------------------------
+
+    def eligible_segments(self) -> list[SegmentInfo]:
+        """Sealed, flushed local segments not yet in the remote tier, oldest first."""
+        if self.remote is None:
+            return []
+        end = self.remote.remote_end
+        flushed = self.local.flushed_offset
+        return [s for s in self.local.segments()
+                if s.sealed and s.base_offset >= end and s.next_offset <= flushed]
+
+    def tier_once(self, stop: threading.Event | None = None) -> int:
+        """One round: clean up, copy eligible segments, apply both retentions.
+
+        Returns the number of segments copied. Raises RemoteStorageError when the bucket
+        fails (the shipper backs off and retries).
+        """
+        with self._ctl:
+            if self._closed:
+                return 0
+            copied = 0
+            r = self.remote
+            if r is not None:
+                r.cleanup_pending()
+                if r.needs_index_rebuild:
+                    r.rebuild_index_files()
+                for seg in self.eligible_segments():
+                    if stop is not None and stop.is_set():
+                        break
+                    r.copy_segment(seg)
+                    copied += 1
+            self._apply_retention()
+            return copied
+
+    def _apply_retention(self) -> None:
+        now = now_ms()
+        r = self.remote
+        tc = self.tier_config
+        if r is None:
+            cands = self.local.retention_candidates(tc.retention_ms, tc.retention_bytes, now)
+            if cands:
+                self.local.delete_segments_before(cands[-1].next_offset)
+            return
+        # Remote (total) retention: moves the log start, in both tiers.
+        unshipped = sum(s.size for s in self.local.segments() if s.base_offset >= r.remote_end)
+        cut = r.retention_cutoff(unshipped, now)
+        if cut is not None:
+            r.delete_before(cut)
+            self.local.delete_segments_before(cut)
+        # Local retention: only segments whose copy is finished.
+        end = r.remote_end
+        cands = self.local.retention_candidates(tc.local_retention_ms, tc.local_retention_bytes, now)
+        shipped = [s for s in cands if s.next_offset <= end]
+        if shipped:
+            self.local.delete_segments_before(shipped[-1].next_offset)
+
+    # ---- visibility ---------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """Local and remote segments, copy lag, cache and fetch counters (JSON-able)."""
+        b = self.bounds()
+        end = b.remote_end_offset
+        local = [{"base_offset": s.base_offset, "next_offset": s.next_offset, "size": s.size,
+                  "sealed": s.sealed, "copied": self.remote is not None and s.next_offset <= end}
+                 for s in self.local.segments()]
+        lag = [s for s in self.local.segments() if s.sealed and self.remote is not None
+               and s.base_offset >= end]
+        out: dict[str, Any] = {
+            "log_id": self.log_id,
+            "bounds": {"log_start_offset": b.log_start_offset,
+                       "local_start_offset": b.local_start_offset,
+                       "remote_end_offset": b.remote_end_offset,
+                       "high_watermark": b.high_watermark, "next_offset": b.next_offset,
+                       "flushed_offset": b.flushed_offset},
+            "local_segments": local,
+            "local_bytes": sum(s["size"] for s in local),
+            "copy_lag_segments": len(lag),
+            "copy_lag_bytes": sum(s.size for s in lag),
+            "remote_enabled": self.remote is not None,
+        }
+        r = self.remote
+        if r is not None:
+            st = r.stats
+            out.update({
+                "remote_url": r.storage.url,
+                "remote_segments": [{"id": s.id, "base_offset": s.base_offset,
+                                     "next_offset": min(s.next_offset, r.meta.clips.get(s.id, s.next_offset)),
+                                     "size": s.size, "state": str(s.state)}
+                                    for s in r.journal.segments()],
+                "remote_bytes": r.size_bytes,
+                "cache_hits": r.cache.hits, "cache_misses": r.cache.misses,
+                "cache_hit_rate": round(r.cache.hit_rate, 4), "cache_bytes": r.cache.size_bytes,
+                "uploaded_bytes": st.uploaded_bytes, "uploaded_segments": st.uploaded_segments,
+                "copy_failures": st.copy_failures, "remote_fetch_bytes": st.remote_fetch_bytes,
+                "remote_fetch_requests": st.remote_fetch_requests,
+                "remote_fetch_errors": st.remote_fetch_errors,
+                "remote_deleted_segments": st.deleted_segments,
+                "shipper_error": self.shipper.last_error if self.shipper else None,
+            })
+        return out
+
+    def stats(self) -> dict[str, float]:
+        """Numeric counters and gauges for /metrics."""
+        d = self.describe()
+        keys = ("copy_lag_bytes", "copy_lag_segments", "local_bytes", "remote_bytes", "cache_hits",
+                "cache_misses", "uploaded_bytes", "uploaded_segments", "copy_failures",
+                "remote_fetch_bytes", "remote_fetch_requests", "remote_fetch_errors")
+        return {k: float(d.get(k, 0) or 0) for k in keys}
+
+    # ---- closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the shipper (after its current step), flush and close. Idempotent."""
+        if self._closed:
+            return
+        if self.shipper is not None:
+            self.shipper.stop()
+        with self._ctl:
+            self._closed = True
+            self.local.close()
+            if self.remote is not None:
+                self.remote.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> TieredLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
