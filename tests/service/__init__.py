@@ -1,0 +1,1 @@
+"""Tests of the HTTP service, the client and the service CLI commands."""

@@ -1,0 +1,235 @@
+"""The sync and async clients and the service CLI commands, against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiered_log import (
+    InvalidTopicNameError,
+    OffsetOutOfRangeError,
+    ProducerRecord,
+    RecordTooLargeError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
+from tiered_log.client import AsyncClient, Client, ConnectionFailedError, PartitionBounds
+from tiered_log.service.auth import AuthenticationError, PermissionDeniedError
+
+from .conftest import ADMIN, READER, ServerProcess, free_port, service_env
+
+
+def test_sync_client_round_trip(server: ServerProcess, topic_name: str) -> None:
+    with Client(server.url, token=ADMIN) as c:
+        d = c.create_topic(topic_name, 2, {"segment_bytes": 2048})
+        assert d["partitions"] == 2 and d["config"]["segment_bytes"] == 2048
+        assert topic_name in [t["name"] for t in c.list_topics()]
+        assert c.describe_topic(topic_name)["topic_id"] == d["topic_id"]
+        offsets = c.produce(topic_name, 1, [b"bytes\xff", "text", ProducerRecord(
+            b"v", key=b"k", headers=(("h", b"\x00"), ("n", None)), timestamp=42)])
+        assert offsets == [0, 1, 2]
+        assert c.produce_raw(topic_name, 1, [b"chunk1-", b"chunk2"], key="rk") == 3
+        assert c.produce_raw(topic_name, 1, b"plain", timestamp=43) == 4
+        r = c.fetch(topic_name, 1, 0)
+        assert [x.value for x in r.records] == [b"bytes\xff", b"text", b"v", b"chunk1-chunk2", b"plain"]
+        assert r.records[2].key == b"k" and r.records[2].headers == (("h", b"\x00"), ("n", None))
+        assert r.records[2].timestamp == 42 and r.records[3].key == b"rk"
+        assert (r.next_offset, r.high_watermark, r.log_start_offset) == (5, 5, 0)
+        assert r.records[4].timestamp == 43
+        r = c.fetch(topic_name, 1, 1, max_records=2)
+        assert [x.offset for x in r.records] == [1, 2] and r.next_offset == 3
+        assert c.fetch(topic_name, 1, 5).records == []
+        assert c.offset_for_timestamp(topic_name, 1, 0) == 0
+        assert c.offset_for_timestamp(topic_name, 1, r.records[0].timestamp) == 0
+        assert c.offset_for_timestamp(topic_name, 1, 1 << 50) is None
+        b = c.bounds(topic_name, 1)
+        assert isinstance(b, PartitionBounds) and b.next_offset == 5
+        assert c.truncate(topic_name, 1, 3).next_offset == 3
+        assert "tiered_log_append_records_total" in c.metrics()
+        assert c.health()["status"] == "ok"
+        c.delete_topic(topic_name)
+        with pytest.raises(TopicNotFoundError):
+            c.describe_topic(topic_name)
+
+
+def test_client_errors_map_to_the_library_tree(server: ServerProcess, topic_name: str) -> None:
+    with Client(server.url, token=ADMIN) as c:
+        c.create_topic(topic_name, config={"append_threshold": 100})
+        c.produce(topic_name, 0, [b"a", b"b"])
+        with pytest.raises(TopicExistsError):
+            c.create_topic(topic_name)
+        with pytest.raises(InvalidTopicNameError):
+            c.create_topic("../etc")
+        with pytest.raises(TopicNotFoundError):
+            c.fetch("no-such-topic", 0, 0)
+        with pytest.raises(OffsetOutOfRangeError) as ei:
+            c.fetch(topic_name, 0, 10)
+        assert (ei.value.log_start, ei.value.next_offset) == (0, 2)
+        with pytest.raises(RecordTooLargeError):
+            c.produce_raw(topic_name, 0, b"x" * 101)
+        with pytest.raises(RecordTooLargeError):
+            c.produce(topic_name, 0, [b"y" * 101])
+    with Client(server.url) as c, pytest.raises(AuthenticationError):
+        c.list_topics()
+    with Client(server.url, token=READER) as c, pytest.raises(PermissionDeniedError):
+        c.fetch(topic_name, 0, 0)
+    with Client(f"http://127.0.0.1:{free_port()}") as c, pytest.raises(ConnectionFailedError) as ce:
+        c.health()
+    assert ce.value.retriable
+
+
+def test_async_client_round_trip(server: ServerProcess, topic_name: str) -> None:
+    async def main() -> None:
+        async with AsyncClient(server.url, token=ADMIN) as c:
+            await c.create_topic(topic_name)
+            offsets = await asyncio.gather(*(c.produce(topic_name, 0, [f"m{i}".encode()])
+                                             for i in range(20)))
+            assert sorted(o[0] for o in offsets) == list(range(20))
+
+            async def gen() -> Any:
+                for i in range(3):
+                    yield bytes([65 + i]) * 10
+
+            assert await c.produce_raw(topic_name, 0, gen()) == 20
+            r = await c.fetch(topic_name, 0, 0, max_records=100)
+            assert len(r.records) == 21 and r.records[-1].value == b"A" * 10 + b"B" * 10 + b"C" * 10
+            assert {x.value for x in r.records[:20]} == {f"m{i}".encode() for i in range(20)}
+            assert (await c.bounds(topic_name, 0)).next_offset == 21
+            assert await c.offset_for_timestamp(topic_name, 0, 0) == 0
+            assert (await c.truncate(topic_name, 0, 20)).next_offset == 20
+            assert (await c.describe_topic(topic_name))["name"] == topic_name
+            assert topic_name in [t["name"] for t in await c.list_topics()]
+            with pytest.raises(OffsetOutOfRangeError):
+                await c.fetch(topic_name, 0, 99)
+            await c.delete_topic(topic_name)
+            with pytest.raises(TopicNotFoundError):
+                await c.bounds(topic_name, 0)
+
+    asyncio.run(main())
+
+
+# ---- CLI -----------------------------------------------------------------------------------
+
+def _cli(server: ServerProcess, *args: str, input: bytes | None = None,
+         token: str | None = ADMIN, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+    env = service_env()
+    env["TIERED_LOG_URL"] = server.url
+    if token:
+        env["TIERED_LOG_TOKEN"] = token
+    return subprocess.run([sys.executable, "-m", "tiered_log.service.cli_commands", *args],
+                          env=env, input=input, capture_output=True, timeout=timeout)
+
+
+def test_cli_topics(server: ServerProcess, topic_name: str) -> None:
+    p = _cli(server, "topics", "create", topic_name, "--partitions", "2",
+             "--config", "flush_messages=10", "--config", "retention_ms=null")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().strip() == f"created topic {topic_name} with 2 partition(s)"
+    p = _cli(server, "topics", "list")
+    assert f"{topic_name}\t2" in p.stdout.decode().splitlines()
+    p = _cli(server, "topics", "describe", topic_name)
+    d = json.loads(p.stdout)
+    assert d["config"]["flush_messages"] == 10 and d["config"]["retention_ms"] is None
+    p = _cli(server, "topics", "create", topic_name)
+    assert p.returncode == 1
+    assert p.stderr.decode().strip().splitlines() == [
+        f"tiered-log: topic_exists: topic {topic_name!r} exists already"]
+    p = _cli(server, "topics", "delete", topic_name)
+    assert p.returncode == 0
+    p = _cli(server, "topics", "describe", topic_name)
+    assert p.returncode == 1 and len(p.stderr.decode().strip().splitlines()) == 1
+    p = _cli(server, "topics", "list", token=None)
+    assert p.returncode == 1 and b"unauthenticated" in p.stderr
+    p = _cli(server, "topics", "create", "x", "--config", "flush_messages")
+    assert p.returncode == 2
+
+
+def test_cli_produce_and_consume(server: ServerProcess, topic_name: str, tmp_path: Path) -> None:
+    assert _cli(server, "topics", "create", topic_name).returncode == 0
+    lines = [f"line {i} ✓" for i in range(1200)]
+    f = tmp_path / "in.txt"
+    f.write_text("\n".join(lines[:1000]) + "\n\n", encoding="utf-8")
+    p = _cli(server, "produce", topic_name, "--file", str(f), "--batch-size", "300", "--progress")
+    assert p.returncode == 0, p.stderr
+    assert "produced 1000 record(s)" in p.stderr.decode() and "skipped 1 empty line" in p.stderr.decode()
+    before_stdin = int(time.time() * 1000)
+    time.sleep(0.01)
+    p = _cli(server, "produce", topic_name, input=("\r\n".join(lines[1000:]) + "\r\n").encode())
+    assert p.returncode == 0, p.stderr
+
+    p = _cli(server, "consume", topic_name)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().splitlines() == lines
+    p = _cli(server, "consume", topic_name, "--offset", "1195")
+    assert p.stdout.decode().splitlines() == lines[1195:]
+    p = _cli(server, "consume", topic_name, "--offset", "10", "-n", "3", "--format", "json")
+    recs = [json.loads(x) for x in p.stdout.decode().splitlines()]
+    assert [r["offset"] for r in recs] == [10, 11, 12] and recs[0]["value"] == lines[10]
+    p = _cli(server, "consume", topic_name, "--timestamp", str(before_stdin))
+    assert p.stdout.decode().splitlines() == lines[1000:]
+    p = _cli(server, "consume", topic_name, "--offset", "5000")
+    assert p.returncode == 1 and b"offset_out_of_range" in p.stderr
+
+
+def test_cli_consume_follow_stops_on_sigterm(server: ServerProcess, topic_name: str) -> None:
+    assert _cli(server, "topics", "create", topic_name).returncode == 0
+    env = service_env()
+    env.update(TIERED_LOG_URL=server.url, TIERED_LOG_TOKEN=ADMIN)
+    proc = subprocess.Popen([sys.executable, "-m", "tiered_log.service.cli_commands", "consume",
+                             topic_name, "--follow"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        with Client(server.url, token=ADMIN) as c:
+            time.sleep(1.0)
+            c.produce(topic_name, 0, [b"first", b"second"])
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"first\n"
+            assert proc.stdout.readline() == b"second\n"
+            c.produce(topic_name, 0, [b"third"])
+            assert proc.stdout.readline() == b"third\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_cli_follow_with_max_records_ends(server: ServerProcess, topic_name: str) -> None:
+    with Client(server.url, token=ADMIN) as c:
+        c.create_topic(topic_name)
+        c.produce(topic_name, 0, [b"a", b"b", b"c"])
+    p = _cli(server, "consume", topic_name, "--follow", "-n", "2")
+    assert p.returncode == 0 and p.stdout == b"a\nb\n"
+
+
+def test_cli_serve_invalid_settings(tmp_path: Path) -> None:
+    env = service_env(port="nope")
+    p = subprocess.run([sys.executable, "-m", "tiered_log.service.cli_commands", "serve",
+                        "--data-dir", str(tmp_path)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "tiered-log: invalid setting port: Input should be a valid integer, unable to parse "
+        "string as an integer"]
+
+
+def test_cli_main_in_process(server: ServerProcess, topic_name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tiered_log.service.cli_commands import main
+
+    base = ["--url", server.url, "--token", ADMIN]
+    assert main(["topics", "create", topic_name, *base]) == 0
+    assert main(["topics", "list", "--json", *base]) == 0
+    out = capsys.readouterr().out
+    assert topic_name in out
+    assert main(["topics", "delete", topic_name, *base]) == 0
+    assert main(["topics", "delete", topic_name, *base]) == 1
+    assert "topic_not_found" in capsys.readouterr().err

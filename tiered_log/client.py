@@ -1,0 +1,390 @@
+"""HTTP clients of the tiered_log service: :class:`Client` (sync) and :class:`AsyncClient`.
+
+Both speak the service's API (see :mod:`tiered_log.service.app`) with httpx. Fetches use
+the binary form: the body is the records' frames exactly as stored, decoded here with
+:func:`tiered_log.format.records.decode_frames`, which verifies every checksum (a
+damaged record raises :class:`~tiered_log.errors.CorruptRecordError`, never returns).
+Produce sends JSON batches (text values as text, binary ones as base64), or one raw
+streamed body with :meth:`Client.produce_raw`.
+
+Errors: the service's JSON errors are raised as the matching
+:class:`~tiered_log.errors.TieredLogError` subclass, found by the error's ``code``
+(``topic_not_found`` -> TopicNotFoundError, ``offset_out_of_range`` ->
+OffsetOutOfRangeError with ``log_start``/``next_offset``, ...); an unreachable server
+raises :class:`ConnectionFailedError` (retriable).
+
+Thread-safety: a :class:`Client` may be shared between threads (httpx.Client is); an
+:class:`AsyncClient` belongs to the event loop it is first used on.
+
+Example::
+
+    with Client("http://127.0.0.1:8080", token="s3cret") as c:
+        c.create_topic("orders", partitions=3)
+        offsets = c.produce("orders", 0, [b"one", "two", ProducerRecord(b"3", key=b"k")])
+        batch = c.fetch("orders", 0, offsets[0])
+        for rec in batch.records:
+            print(rec.offset, rec.value)
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import AsyncIterable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from . import errors as E
+from .format.records import ProducerRecord, Record, decode_frames
+
+_BINARY = "application/octet-stream"
+_JSON = "application/json"
+
+
+class ConnectionFailedError(E.TieredLogError):
+    """The service could not be reached or the connection broke (retriable)."""
+
+    code = "connection_failed"
+    retriable = True
+
+
+class ServiceError(E.TieredLogError):
+    """An error the client does not know by code; ``status`` is the HTTP status."""
+
+    code = "service_error"
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        super().__init__(message, retriable=status >= 500)
+        self.status = status
+        self.code = code
+
+
+def _error_classes() -> dict[str, type[E.TieredLogError]]:
+    from .service.auth import AuthenticationError, PermissionDeniedError
+    from .service.wire import (
+        InvalidRequestError,
+        RequestTooLargeError,
+        ShuttingDownError,
+        UnsupportedMediaTypeError,
+    )
+
+    classes: list[type[E.TieredLogError]] = [
+        E.InvalidArgumentError, E.InvalidOffsetError, E.RecordTooLargeError,
+        E.OffsetOutOfRangeError, E.CorruptRecordError, E.CorruptIndexError, E.LogClosedError,
+        E.TopicError, E.TopicNotFoundError, E.TopicExistsError, E.InvalidTopicNameError,
+        E.RemoteStorageError, E.RemoteObjectNotFoundError, E.RemoteCorruptionError,
+        E.DataLossError, AuthenticationError, PermissionDeniedError, InvalidRequestError,
+        RequestTooLargeError, ShuttingDownError, UnsupportedMediaTypeError,
+    ]
+    return {c.code: c for c in classes}
+
+
+_CLASSES: dict[str, type[E.TieredLogError]] | None = None
+
+
+def error_from_response(status: int, body: bytes) -> E.TieredLogError:
+    """The library error for an HTTP error response (by its JSON ``code``)."""
+    global _CLASSES
+    if _CLASSES is None:
+        _CLASSES = _error_classes()
+    try:
+        err = json.loads(body)["error"]
+        code = str(err["code"])
+        message = str(err.get("message", ""))
+        retriable = bool(err.get("retriable", False))
+        details = err.get("details") or {}
+    except (ValueError, KeyError, TypeError):
+        return ServiceError(f"HTTP {status} from the service", status=status, code="http_error")
+    cls = _CLASSES.get(code)
+    exc: E.TieredLogError
+    if cls is E.OffsetOutOfRangeError:
+        exc = E.OffsetOutOfRangeError(message, log_start=int(details.get("log_start_offset", 0)),
+                                      next_offset=int(details.get("next_offset", 0)))
+    elif cls is None:
+        exc = ServiceError(message, status=status, code=code)
+    else:
+        exc = cls(message)
+    exc.retriable = retriable
+    return exc
+
+
+def _check(resp: httpx.Response) -> httpx.Response:
+    if resp.status_code >= 400:
+        raise error_from_response(resp.status_code, resp.content)
+    return resp
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Records of one fetch and where to continue."""
+
+    records: list[Record]
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBounds:
+    """Offsets of a partition (see ``GET .../bounds``)."""
+
+    log_start_offset: int
+    local_start_offset: int
+    high_watermark: int
+    next_offset: int
+    flushed_offset: int
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PartitionBounds:
+        return cls(int(d["log_start_offset"]), int(d["local_start_offset"]),
+                   int(d["high_watermark"]), int(d["next_offset"]), int(d["flushed_offset"]))
+
+
+def _topic_path(topic: str) -> str:
+    return f"/v1/topics/{quote(topic, safe='')}"
+
+
+def _part_path(topic: str, partition: int) -> str:
+    return f"{_topic_path(topic)}/partitions/{int(partition)}"
+
+
+def _records_json(records: Iterable[ProducerRecord | bytes | str]) -> dict[str, Any]:
+    from .service.wire import producer_record_to_json
+
+    return {"records": [producer_record_to_json(r) for r in records]}
+
+
+def _parse_fetch(resp: httpx.Response) -> FetchResult:
+    body = resp.content
+    recs, pos, _ = decode_frames(body)
+    if pos != len(body):
+        raise E.CorruptRecordError(f"fetch response ends inside a frame (byte {pos} of {len(body)})")
+    h = resp.headers
+    try:
+        count = int(h["x-record-count"])
+        nxt = int(h["x-next-offset"])
+        hw = int(h["x-high-watermark"])
+        start = int(h["x-log-start-offset"])
+    except (KeyError, ValueError):
+        raise ServiceError("fetch response lacks its offset headers", status=resp.status_code,
+                           code="bad_response") from None
+    if count != len(recs):
+        raise E.CorruptRecordError(f"fetch response holds {len(recs)} records, not {count}")
+    return FetchResult(recs, nxt, hw, start)
+
+
+def _fetch_params(offset: int, max_records: int, max_bytes: int, wait_ms: int) -> dict[str, int]:
+    return {"offset": offset, "max_records": max_records, "max_bytes": max_bytes, "wait_ms": wait_ms}
+
+
+def _raw_params(key: bytes | str | None, timestamp: int | None) -> dict[str, str | int]:
+    params: dict[str, str | int] = {}
+    if key is not None:
+        params["key"] = key.decode("utf-8") if isinstance(key, bytes) else key
+    if timestamp is not None:
+        params["timestamp"] = timestamp
+    return params
+
+
+def _verify(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
+    """httpx's ``verify``: a CA bundle path becomes an SSL context."""
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return verify
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class Client:
+    """Synchronous client; see the module docstring. Use as a context manager or
+    call :meth:`close`."""
+
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 60.0,
+                 verify: bool | str | ssl.SSLContext = True, transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, headers=_headers(token),
+                                  timeout=timeout, verify=_verify(verify), transport=transport)
+
+    def _req(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            return _check(self._http.request(method, path, **kw))
+        except httpx.TransportError as exc:
+            raise ConnectionFailedError(f"cannot reach {self.base_url}: {exc}") from exc
+
+    # topics
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Create a topic; returns its description. TopicExistsError if it exists."""
+        body = {"name": name, "partitions": partitions, "config": config or {}}
+        result: dict[str, Any] = self._req("POST", "/v1/topics", json=body).json()
+        return result
+
+    def list_topics(self) -> list[dict[str, Any]]:
+        topics: list[dict[str, Any]] = self._req("GET", "/v1/topics").json()["topics"]
+        return topics
+
+    def describe_topic(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._req("GET", _topic_path(name)).json()
+        return result
+
+    def delete_topic(self, name: str) -> None:
+        self._req("DELETE", _topic_path(name))
+
+    # records
+    def produce(self, topic: str, partition: int,
+                records: Iterable[ProducerRecord | bytes | str]) -> list[int]:
+        """Append a batch (all or nothing); returns each record's offset."""
+        resp = self._req("POST", f"{_part_path(topic, partition)}/records",
+                         json=_records_json(records))
+        offsets: list[int] = resp.json()["offsets"]
+        return offsets
+
+    def produce_raw(self, topic: str, partition: int, value: bytes | Iterable[bytes], *,
+                    key: bytes | str | None = None, timestamp: int | None = None) -> int:
+        """Append ONE record whose value is streamed as the body (an iterable is sent
+        chunked). RecordTooLargeError past the topic's append threshold."""
+        resp = self._req("POST", f"{_part_path(topic, partition)}/records", content=value,
+                         params=_raw_params(key, timestamp), headers={"Content-Type": _BINARY})
+        return int(resp.json()["offsets"][0])
+
+    def fetch(self, topic: str, partition: int, offset: int, max_records: int = 500,
+              max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
+        """Records from ``offset`` on (binary form, checksums verified)."""
+        resp = self._req("GET", f"{_part_path(topic, partition)}/records",
+                         params=_fetch_params(offset, max_records, max_bytes, wait_ms),
+                         headers={"Accept": _BINARY})
+        return _parse_fetch(resp)
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
+        """First offset with a timestamp >= ``timestamp``; None if there is none."""
+        d = self._req("GET", f"{_part_path(topic, partition)}/offsets",
+                      params={"timestamp": timestamp}).json()
+        return None if d["offset"] is None else int(d["offset"])
+
+    def bounds(self, topic: str, partition: int) -> PartitionBounds:
+        return PartitionBounds.from_json(self._req("GET", f"{_part_path(topic, partition)}/bounds").json())
+
+    def truncate(self, topic: str, partition: int, offset: int) -> PartitionBounds:
+        """Remove every record at and after ``offset``; returns the new bounds."""
+        return PartitionBounds.from_json(self._req(
+            "POST", f"{_part_path(topic, partition)}/truncate", json={"offset": offset}).json())
+
+    # service
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._req("GET", "/healthz").json()
+        return result
+
+    def metrics(self) -> str:
+        return self._req("GET", "/metrics").text
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """Asynchronous client with the same methods as :class:`Client`, as coroutines."""
+
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 60.0,
+                 verify: bool | str | ssl.SSLContext = True,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=_headers(token),
+                                       timeout=timeout, verify=_verify(verify), transport=transport)
+
+    async def _req(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            return _check(await self._http.request(method, path, **kw))
+        except httpx.TransportError as exc:
+            raise ConnectionFailedError(f"cannot reach {self.base_url}: {exc}") from exc
+
+    async def create_topic(self, name: str, partitions: int = 1,
+                           config: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = {"name": name, "partitions": partitions, "config": config or {}}
+        result: dict[str, Any] = (await self._req("POST", "/v1/topics", json=body)).json()
+        return result
+
+    async def list_topics(self) -> list[dict[str, Any]]:
+        topics: list[dict[str, Any]] = (await self._req("GET", "/v1/topics")).json()["topics"]
+        return topics
+
+    async def describe_topic(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = (await self._req("GET", _topic_path(name))).json()
+        return result
+
+    async def delete_topic(self, name: str) -> None:
+        await self._req("DELETE", _topic_path(name))
+
+    async def produce(self, topic: str, partition: int,
+                      records: Iterable[ProducerRecord | bytes | str]) -> list[int]:
+        resp = await self._req("POST", f"{_part_path(topic, partition)}/records",
+                               json=_records_json(records))
+        offsets: list[int] = resp.json()["offsets"]
+        return offsets
+
+    async def produce_raw(self, topic: str, partition: int,
+                          value: bytes | AsyncIterable[bytes] | Sequence[bytes], *,
+                          key: bytes | str | None = None, timestamp: int | None = None) -> int:
+        content = value if isinstance(value, bytes | AsyncIterable) else b"".join(value)
+        resp = await self._req("POST", f"{_part_path(topic, partition)}/records", content=content,
+                               params=_raw_params(key, timestamp),
+                               headers={"Content-Type": _BINARY})
+        return int(resp.json()["offsets"][0])
+
+    async def fetch(self, topic: str, partition: int, offset: int, max_records: int = 500,
+                    max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
+        resp = await self._req("GET", f"{_part_path(topic, partition)}/records",
+                               params=_fetch_params(offset, max_records, max_bytes, wait_ms),
+                               headers={"Accept": _BINARY})
+        return _parse_fetch(resp)
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
+        d = (await self._req("GET", f"{_part_path(topic, partition)}/offsets",
+                             params={"timestamp": timestamp})).json()
+        return None if d["offset"] is None else int(d["offset"])
+
+    async def bounds(self, topic: str, partition: int) -> PartitionBounds:
+        resp = await self._req("GET", f"{_part_path(topic, partition)}/bounds")
+        return PartitionBounds.from_json(resp.json())
+
+    async def truncate(self, topic: str, partition: int, offset: int) -> PartitionBounds:
+        resp = await self._req("POST", f"{_part_path(topic, partition)}/truncate",
+                               json={"offset": offset})
+        return PartitionBounds.from_json(resp.json())
+
+    async def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = (await self._req("GET", "/healthz")).json()
+        return result
+
+    async def metrics(self) -> str:
+        return (await self._req("GET", "/metrics")).text
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ConnectionFailedError",
+    "FetchResult",
+    "PartitionBounds",
+    "ServiceError",
+    "error_from_response",
+]

@@ -1,0 +1,431 @@
+"""Settings of the tiered_log service: environment, an optional config file, defaults.
+
+Where a setting comes from, highest priority first:
+
+1. explicit overrides (``tiered-log serve --host/--port/--data-dir``);
+2. environment variables ``TIERED_LOG_<FIELD>`` (nested fields with ``__``, e.g.
+   ``TIERED_LOG_TOPIC_DEFAULTS__FLUSH_MESSAGES=1``; mappings and lists as JSON, e.g.
+   ``TIERED_LOG_AUTH_TOKENS='{"s3cret": {"*": ["admin"]}}'``);
+3. a config file, TOML (``.toml``) or JSON (any other name), named by ``--config`` or
+   ``TIERED_LOG_CONFIG_FILE``; its keys are the field names below;
+4. the defaults below.
+
+:func:`load_settings` turns every problem (a bad value, an unreadable file, unknown
+keys) into a :class:`ConfigError` whose text is one line,
+``invalid setting <name>: <why>``, that never contains a secret (bearer tokens and the
+S3 secret key are kept out of error messages, ``repr`` and :meth:`Settings.redacted`).
+
+The remote tier: ``remote_url`` is ``s3://bucket/prefix`` (with ``s3_endpoint_url``,
+``s3_region``, ``s3_access_key``, ``s3_secret_key``, ``s3_path_style`` for S3-compatible
+stores), ``file:///path`` or a plain directory path; unset means the local directory
+``<data_dir>/remote``.
+
+Topic configuration (:class:`TopicConfig`) is the per-topic set of log settings; the
+service's ``topic_defaults`` supply every value a topic does not override. The default
+flush policy is ``flush_messages=1``: every append batch is fsynced before the service
+acknowledges it, so an acknowledged record survives a machine crash. Raising it (or
+using ``flush_ms``) trades that guarantee for throughput: acknowledged records then
+survive a killed process (they reached the OS) but may be lost with the machine.
+
+Settings objects are immutable pydantic models: safe to share between threads and tasks.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import fnmatch
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from .errors import InvalidArgumentError
+from .local.log import MAX_SEGMENT_BYTES, LogConfig
+
+Grant = Literal["read", "write", "admin"]
+"""A permission on a topic: ``read`` (fetch, offsets, bounds, describe), ``write``
+(append), ``admin`` (create, delete, truncate; implies read and write)."""
+
+GRANTS: tuple[Grant, ...] = ("read", "write", "admin")
+MAX_INT = (1 << 62) - 1
+_DAY_MS = 24 * 3600 * 1000
+_TOPIC_PATTERN_RE = re.compile(r"^[A-Za-z0-9._*?-]{1,200}$")
+_OPTIONAL_LIMITS = (
+    "segment_ms",
+    "flush_messages",
+    "flush_ms",
+    "local_retention_bytes",
+    "local_retention_ms",
+    "retention_bytes",
+    "retention_ms",
+)
+
+
+class ConfigError(Exception):
+    """Invalid settings. ``str(err)`` is one line: ``invalid setting <name>: <why>``."""
+
+    def __init__(self, name: str, why: str) -> None:
+        self.name = name
+        self.why = why
+        super().__init__(f"invalid setting {name}: {why}")
+
+
+class TopicConfig(BaseModel):
+    """The log settings of one topic (all of its partitions). Immutable.
+
+    ``None`` (or ``-1`` on input, as in Kafka) for a flush or retention limit means "no
+    limit". ``local_retention_*`` bound what stays on local disk once a segment is in the
+    remote tier; ``retention_*`` bound the whole log (both tiers). Without a remote tier
+    (``remote_enabled=false``) only ``retention_*`` applies.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    segment_bytes: int = Field(
+        64 << 20, ge=64, le=MAX_SEGMENT_BYTES, description="Roll a segment at this size (bytes)."
+    )
+    segment_ms: int | None = Field(
+        7 * _DAY_MS, ge=1, le=MAX_INT, description="Roll a segment at this age (ms); null: never."
+    )
+    flush_messages: int | None = Field(
+        1,
+        ge=1,
+        le=MAX_INT,
+        description="fsync after this many records; 1 (the default) = every append is durable "
+        "before it is acknowledged; null: only by flush_ms, segment rolls and shutdown.",
+    )
+    flush_ms: int | None = Field(
+        None, ge=0, le=MAX_INT, description="fsync when this many ms passed since the last fsync."
+    )
+    local_retention_bytes: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Local bytes to keep of segments already copied."
+    )
+    local_retention_ms: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Keep copied segments locally this long (ms)."
+    )
+    retention_bytes: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Total retention (both tiers), bytes; null: forever."
+    )
+    retention_ms: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Total retention (both tiers), ms; null: forever."
+    )
+    remote_enabled: bool = Field(True, description="Copy sealed segments to the remote tier.")
+    append_threshold: int = Field(
+        8 << 20, ge=1, le=1 << 30, description="Largest record value accepted (bytes)."
+    )
+
+    @field_validator(*_OPTIONAL_LIMITS, mode="before")
+    @classmethod
+    def _minus_one_is_none(cls, v: object) -> object:
+        if isinstance(v, bool):
+            return v
+        return None if v == -1 or (isinstance(v, str) and v.strip() == "-1") else v
+
+    def log_config(self) -> LogConfig:
+        """The local :class:`LogConfig` of a partition of this topic.
+
+        Retention here is the total retention: it is what a log without a remote tier
+        applies (the tiered log applies both retentions itself).
+        """
+        return LogConfig(
+            segment_bytes=self.segment_bytes,
+            segment_ms=self.segment_ms,
+            append_threshold=self.append_threshold,
+            flush_messages=self.flush_messages,
+            flush_ms=self.flush_ms,
+            retention_ms=self.retention_ms,
+            retention_bytes=self.retention_bytes,
+        )
+
+    def with_overrides(self, overrides: dict[str, Any]) -> TopicConfig:
+        """These settings with ``overrides`` applied and validated (ValidationError)."""
+        return TopicConfig.model_validate({**self.model_dump(), **overrides})
+
+
+def _check_log_config(cfg: TopicConfig) -> TopicConfig:
+    try:
+        cfg.log_config()
+    except InvalidArgumentError as exc:
+        raise ValueError(str(exc)) from exc
+    return cfg
+
+
+def validate_topic_pattern(pattern: str) -> str:
+    """A grant's topic pattern: a topic name, or a glob of topic-name characters and ``*?``."""
+    if not _TOPIC_PATTERN_RE.match(pattern) or pattern in (".", ".."):
+        raise ValueError(
+            "topic patterns are 1-200 letters, digits, '.', '_', '-', '*' or '?'"
+        )
+    return pattern
+
+
+# The config file's content for the Settings being built (set by load_settings).
+_FILE_DATA: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "tiered_log_config_file_data", default=None
+)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """Values from the config file that :func:`load_settings` read (lower than env)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        data = _FILE_DATA.get() or {}
+        return data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_DATA.get() or {})
+
+
+class Settings(BaseSettings):
+    """Every setting of the service; see the module docstring for sources and priority."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TIERED_LOG_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+    data_dir: Path = Field(Path("./data"), description="Where topics and their logs live.")
+    host: str = Field("127.0.0.1", min_length=1, description="Listen address.")
+    port: int = Field(8080, ge=0, le=65535, description="Listen port (0: any free port).")
+    remote_url: str | None = Field(
+        None, description="s3://bucket/prefix, file:///dir or a directory; unset: <data_dir>/remote."
+    )
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    s3_access_key: SecretStr | None = None
+    s3_secret_key: SecretStr | None = None
+    s3_path_style: bool = True
+    remote_cache_bytes: int = Field(256 << 20, ge=0, description="Remote chunk cache size.")
+    ship_interval_ms: int = Field(500, ge=1, description="How often the shipper looks for work.")
+    topic_defaults: TopicConfig = Field(default_factory=lambda: TopicConfig.model_validate({}))
+    auth_tokens: dict[str, dict[str, list[Grant]]] = Field(
+        default_factory=dict,
+        repr=False,
+        description='Bearer token -> {topic pattern -> grants}, e.g. {"t0k": {"*": ["admin"]}}. '
+        "Empty: authentication is off.",
+    )
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    max_request_bytes: int = Field(
+        32 << 20, ge=1024, le=1 << 31, description="Largest request body accepted (bytes)."
+    )
+    max_fetch_bytes: int = Field(
+        64 << 20, ge=1024, le=1 << 31, description="Cap on a fetch's max_bytes."
+    )
+    max_total_partitions: int = Field(
+        10_000, ge=1, le=1_000_000, description="Partitions (over all topics) one server holds."
+    )
+    maintenance_interval_ms: int = Field(
+        1000, ge=10, le=3_600_000, description="Time-based flush, roll and retention period."
+    )
+    shutdown_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="How long SIGTERM waits for in-flight requests."
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    access_log: bool = True
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileSource(settings_cls))
+
+    @field_validator("topic_defaults")
+    @classmethod
+    def _topic_defaults_valid(cls, v: TopicConfig) -> TopicConfig:
+        return _check_log_config(v)
+
+    @field_validator("remote_url")
+    @classmethod
+    def _remote_url_valid(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        if v.startswith("s3://"):
+            bucket = v[5:].split("/", 1)[0]
+            if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
+                raise ValueError("s3://bucket/prefix needs a valid bucket name")
+            return v
+        if v.startswith("file://"):
+            if not v[7:].startswith("/"):
+                raise ValueError("file:// URLs need an absolute path (file:///dir)")
+            return v
+        if "://" in v:
+            raise ValueError("must be s3://bucket/prefix, file:///dir or a directory path")
+        return v
+
+    @field_validator("auth_tokens")
+    @classmethod
+    def _tokens_valid(cls, v: dict[str, dict[str, list[Grant]]]) -> dict[str, dict[str, list[Grant]]]:
+        for i, (token, grants) in enumerate(v.items()):
+            if not token or any(c.isspace() for c in token) or not token.isprintable():
+                raise ValueError(f"token #{i + 1} is empty or has whitespace or control characters")
+            for pattern in grants:
+                try:
+                    validate_topic_pattern(pattern)
+                except ValueError as exc:
+                    raise ValueError(f"token #{i + 1}: {exc}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_keyfile: tls_certfile and tls_keyfile must be set together")
+        for name in ("tls_certfile", "tls_keyfile"):
+            p = getattr(self, name)
+            if p is not None and not Path(p).is_file():
+                raise ValueError(f"{name}: {p} is not a readable file")
+        return self
+
+    # ---- derived values ------------------------------------------------------------------
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_tokens)
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_certfile is not None
+
+    def remote_storage_url(self) -> str:
+        """Where the remote tier lives: ``remote_url`` or ``file://<data_dir>/remote``."""
+        if self.remote_url:
+            return self.remote_url
+        return (self.data_dir.resolve() / "remote").as_uri()
+
+    def s3_options(self) -> dict[str, Any]:
+        """Keyword arguments for the S3 backend (secrets revealed: pass them, never log)."""
+        return {
+            "endpoint_url": self.s3_endpoint_url,
+            "region": self.s3_region,
+            "access_key": self.s3_access_key.get_secret_value() if self.s3_access_key else None,
+            "secret_key": self.s3_secret_key.get_secret_value() if self.s3_secret_key else None,
+            "path_style": self.s3_path_style,
+        }
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as JSON-able data with every secret replaced, for logs."""
+        out = self.model_dump(mode="json", exclude={"auth_tokens"})
+        for name in ("s3_access_key", "s3_secret_key"):
+            if out.get(name):
+                out[name] = "**********"
+        out["auth_tokens"] = f"<{len(self.auth_tokens)} token(s)>"
+        return out
+
+    def grants_match(self, pattern: str, topic: str) -> bool:
+        """Whether a grant's topic pattern covers ``topic`` (exact name or glob)."""
+        return pattern == topic or fnmatch.fnmatchcase(topic, pattern)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError("config_file", f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        if path.suffix.lower() == ".toml":
+            data: Any = tomllib.loads(raw.decode("utf-8"))
+        else:
+            data = json.loads(raw)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
+        raise ConfigError("config_file", f"{path} is not valid {kind}: {msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("config_file", f"{path} must hold a table/object of settings")
+    return data
+
+
+def _error_name(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for i, p in enumerate(loc):
+        if i == 1 and loc[0] == "auth_tokens":
+            parts.append("<token>")  # never print a token, even a malformed one
+        elif isinstance(p, int):
+            parts.append(f"[{p}]")
+        else:
+            parts.append(str(p))
+    return ".".join(parts).replace(".[", "[")
+
+
+def _from_validation_error(exc: ValidationError) -> ConfigError:
+    errors = exc.errors(include_url=False, include_input=False)
+    first = errors[0]
+    loc = tuple(first.get("loc", ()))
+    msg = str(first.get("msg", "invalid"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix) :]
+    name = _error_name(loc)
+    if not name:
+        name, sep, rest = msg.partition(": ")
+        if not sep:
+            name, rest = "settings", msg
+        msg = rest
+    if first.get("type") == "extra_forbidden":
+        msg = "unknown setting"
+    more = len(errors) - 1
+    if more:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ConfigError(name, " ".join(msg.split()))
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build :class:`Settings` from overrides, the environment and the config file.
+
+    ``config_file`` defaults to ``$TIERED_LOG_CONFIG_FILE``. Raises :class:`ConfigError`
+    (one line, no secrets) on any problem. Overrides whose value is None are ignored.
+    Safe from any thread (the file's content is passed through a context variable).
+    """
+    import os
+
+    path = config_file if config_file is not None else os.environ.get("TIERED_LOG_CONFIG_FILE")
+    data = _read_config_file(Path(path)) if path else {}
+    token = _FILE_DATA.set(data)
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise _from_validation_error(exc) from None
+    except SettingsError as exc:
+        # pydantic-settings' parse errors name the field and source, never the value.
+        m = re.search(r'field "([^"]+)"', str(exc))
+        name = m.group(1) if m else "environment"
+        raise ConfigError(name, "cannot parse the value from the environment (expected JSON)") from None
+    finally:
+        _FILE_DATA.reset(token)
+
+
+__all__ = [
+    "GRANTS",
+    "ConfigError",
+    "Grant",
+    "Settings",
+    "TopicConfig",
+    "load_settings",
+    "validate_topic_pattern",
+]

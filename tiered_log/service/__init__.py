@@ -1,0 +1,30 @@
+"""The tiered_log HTTP service: topics of partition logs behind a FastAPI app.
+
+Modules: :mod:`.app` (endpoints, error mapping), :mod:`.topics` (topic state and the one
+place partition logs are opened), :mod:`.auth` (bearer tokens and grants), :mod:`.wire`
+(JSON and binary forms), :mod:`.fetch` (zero-copy frame reads), :mod:`.metrics`
+(Prometheus text), :mod:`.server` (running it), :mod:`.cli_commands` (CLI commands).
+
+Run it with ``python -m tiered_log.service [--config FILE] [--port N] ...``.
+
+The package imports nothing heavy by itself (the client imports :mod:`.wire` and
+:mod:`.auth` without pulling in FastAPI); ``create_app`` and ``serve_main`` load lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["create_app", "run_server", "serve_main"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "create_app":
+        from .app import create_app
+
+        return create_app
+    if name in ("run_server", "serve_main"):
+        from . import server
+
+        return getattr(server, name)
+    raise AttributeError(name)

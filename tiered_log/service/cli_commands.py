@@ -1,0 +1,425 @@
+"""Service commands of the ``tiered-log`` CLI: serve, topics, produce, consume.
+
+:func:`add_commands` registers them on argparse subparsers; each command sets
+``func``, called with the parsed arguments, returning the exit status (0 ok, 1 failed,
+2 bad usage or settings; errors are one line on stderr). :data:`COMMANDS` lists the
+same commands (path, help, argument adder, runner) for CLIs with their own command
+registry. :func:`main` runs them alone::
+
+    python -m tiered_log.service.cli_commands topics create orders --partitions 3
+    python -m tiered_log.service.cli_commands produce orders --file lines.txt
+    python -m tiered_log.service.cli_commands consume orders --offset 0 --follow
+
+Client commands talk to ``--url`` (default ``$TIERED_LOG_URL`` or
+``http://127.0.0.1:8080``) with ``--token`` (default ``$TIERED_LOG_TOKEN``). Long runs
+of ``produce``/``consume`` show progress on stderr (when it is a terminal, or with
+``--progress``). ``consume --follow`` stops cleanly on SIGTERM or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import FrameType
+from typing import IO, Any
+
+from ..client import Client
+from ..errors import TieredLogError
+from ..format.records import Record
+from .wire import record_to_json
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _fail(msg: str) -> int:
+    print(f"tiered-log: {msg}", file=sys.stderr)
+    return 1
+
+
+def _client(args: argparse.Namespace) -> Client:
+    verify: bool | str = True
+    if getattr(args, "cacert", None):
+        verify = str(args.cacert)
+    elif getattr(args, "insecure", False):
+        verify = False
+    return Client(args.url, token=args.token or None, verify=verify)
+
+
+def _client_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=os.environ.get("TIERED_LOG_URL", "http://127.0.0.1:8080"),
+                   help="service URL (default $TIERED_LOG_URL or http://127.0.0.1:8080)")
+    p.add_argument("--token", default=os.environ.get("TIERED_LOG_TOKEN"),
+                   help="bearer token (default $TIERED_LOG_TOKEN)")
+    p.add_argument("--cacert", help="CA bundle to verify the server's TLS certificate")
+    p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+
+
+class Progress:
+    """A one-line progress report on stderr, at most every ``interval`` seconds, shown
+    only once a run lasts longer than ``after`` seconds. Single-threaded use."""
+
+    def __init__(self, verb: str, enabled: bool, *, after: float = 1.0,
+                 interval: float = 0.5, stream: IO[str] | None = None) -> None:
+        self.verb = verb
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self.after = after
+        self.interval = interval
+        self.last = 0.0
+        self.shown = False
+
+    def update(self, count: int, extra: str = "") -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.start < self.after or now - self.last < self.interval:
+            return
+        self.last = now
+        rate = count / max(now - self.start, 1e-9)
+        self.stream.write(f"\r{self.verb} {count} records ({rate:,.0f}/s){extra}   ")
+        self.stream.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _progress_enabled(args: argparse.Namespace) -> bool:
+    if args.progress is not None:
+        return bool(args.progress)
+    return sys.stderr.isatty()
+
+
+# ---- serve -----------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .server import serve_from_args
+
+    return serve_from_args(args)
+
+
+# ---- topics ----------------------------------------------------------------------------------
+
+
+def _parse_config_items(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--config takes NAME=VALUE, got {item!r}")
+        low = raw.strip().lower()
+        value: Any
+        if low in ("null", "none"):
+            value = None
+        elif low in ("true", "false"):
+            value = low == "true"
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ValueError(f"--config {name}: {raw!r} is not an integer, true/false or null") from None
+        out[name.strip()] = value
+    return out
+
+
+def cmd_topics_create(args: argparse.Namespace) -> int:
+    try:
+        config = _parse_config_items(args.config or [])
+    except ValueError as exc:
+        print(f"tiered-log: {exc}", file=sys.stderr)
+        return 2
+    with _client(args) as c:
+        d = c.create_topic(args.name, args.partitions, config)
+    print(json.dumps(d, indent=2) if args.json else f"created topic {d['name']} "
+          f"with {d['partitions']} partition(s)")
+    return 0
+
+
+def cmd_topics_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        topics = c.list_topics()
+    if args.json:
+        print(json.dumps(topics, indent=2))
+    else:
+        for t in topics:
+            print(f"{t['name']}\t{t['partitions']}")
+    return 0
+
+
+def cmd_topics_describe(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        d = c.describe_topic(args.name)
+    print(json.dumps(d, indent=2))
+    return 0
+
+
+def cmd_topics_delete(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        c.delete_topic(args.name)
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+# ---- produce ---------------------------------------------------------------------------------
+
+
+def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+    for line in stream:
+        if line.endswith(b"\n"):
+            line = line[:-1]
+            if line.endswith(b"\r"):
+                line = line[:-1]
+        yield line
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    if args.batch_size < 1:
+        print("tiered-log: --batch-size must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        stream: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
+    except OSError as exc:
+        return _fail(f"cannot read {args.file}: {exc.strerror or exc}")
+    progress = Progress("produced", _progress_enabled(args))
+    produced = 0
+    skipped = 0
+    first: int | None = None
+    last: int | None = None
+    try:
+        with _client(args) as c:
+            batch: list[bytes] = []
+
+            def send() -> None:
+                nonlocal produced, first, last
+                offsets = c.produce(args.topic, args.partition, batch)
+                produced += len(offsets)
+                first = offsets[0] if first is None else first
+                last = offsets[-1]
+                batch.clear()
+                progress.update(produced)
+
+            for line in _lines(stream):
+                if not line:
+                    skipped += 1
+                    continue
+                batch.append(line)
+                if len(batch) >= args.batch_size:
+                    send()
+            if batch:
+                send()
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+        progress.done()
+    where = f" (offsets {first}..{last})" if produced else ""
+    note = f", skipped {skipped} empty line(s)" if skipped else ""
+    print(f"produced {produced} record(s) to {args.topic}/{args.partition}{where}{note}",
+          file=sys.stderr)
+    return 0
+
+
+# ---- consume ---------------------------------------------------------------------------------
+
+
+def _write_record(out: IO[bytes], rec: Record, fmt: str) -> None:
+    if fmt == "json":
+        out.write(json.dumps(record_to_json(rec)).encode() + b"\n")
+    else:
+        out.write(rec.value + b"\n")
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    stop = False
+
+    def on_term(sig: int, frame: FrameType | None) -> None:
+        nonlocal stop
+        stop = True
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    progress = Progress("consumed", _progress_enabled(args))
+    out = sys.stdout.buffer
+    count = 0
+    offset: int | None = None
+    limit = args.max_records
+    try:
+        with _client(args) as c:
+            if args.timestamp is not None:
+                found = c.offset_for_timestamp(args.topic, args.partition, args.timestamp)
+                offset = found if found is not None else c.bounds(args.topic, args.partition).next_offset
+            elif args.offset is not None:
+                offset = args.offset
+            else:
+                offset = c.bounds(args.topic, args.partition).log_start_offset
+            while not stop and (limit is None or count < limit):
+                want = 1000 if limit is None else min(1000, limit - count)
+                r = c.fetch(args.topic, args.partition, offset, max_records=want,
+                            wait_ms=1000 if args.follow else 0)
+                for rec in r.records:
+                    _write_record(out, rec, args.format)
+                count += len(r.records)
+                offset = r.next_offset
+                out.flush()
+                progress.update(count, f", at offset {offset}")
+                if not r.records and not args.follow:
+                    break
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        # The reader went away (``| head``): exit quietly, without a flush error at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        progress.done()
+    if args.progress:
+        print(f"consumed {count} record(s), next offset {offset}", file=sys.stderr)
+    return 0
+
+
+# ---- registration ----------------------------------------------------------------------------
+
+
+def _guard(fn: Command) -> Command:
+    """Turn library and connection errors into one line on stderr and exit 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except TieredLogError as exc:
+            return _fail(f"{exc.code}: {exc.message if hasattr(exc, 'message') else exc}")
+
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    from .server import add_serve_arguments
+
+    add_serve_arguments(p)
+
+
+def _topics_create_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--config", action="append", metavar="NAME=VALUE",
+                   help="override a topic default, e.g. flush_messages=100, retention_ms=null")
+    p.add_argument("--json", action="store_true", help="print the description as JSON")
+    _client_options(p)
+
+
+def _topics_list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+    _client_options(p)
+
+
+def _topic_name_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+    _client_options(p)
+
+
+def _produce_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("-p", "--partition", type=int, default=0)
+    p.add_argument("-f", "--file", help="read lines from this file instead of stdin")
+    p.add_argument("--batch-size", type=int, default=500, help="records per request")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show progress on stderr (default: when stderr is a terminal)")
+    _client_options(p)
+
+
+def _consume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("-p", "--partition", type=int, default=0)
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--offset", type=int, help="first offset (default: the log start)")
+    start.add_argument("--timestamp", type=int, metavar="MS",
+                       help="start at the first record at or after this time (ms)")
+    p.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    p.add_argument("-n", "--max-records", type=int, help="stop after this many records")
+    p.add_argument("--format", choices=["value", "json"], default="value")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show progress on stderr (default: when stderr is a terminal)")
+    _client_options(p)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """One command for any CLI registry: its path (``("topics", "create")``), help, a
+    function adding its arguments, and the function running it (``args -> exit code``;
+    library errors already turned into one line on stderr and exit 1)."""
+
+    path: tuple[str, ...]
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Command
+
+
+COMMANDS: tuple[CommandSpec, ...] = (
+    CommandSpec(("serve",), "run the HTTP service", _serve_args, cmd_serve),
+    CommandSpec(("topics", "create"), "create a topic", _topics_create_args,
+                _guard(cmd_topics_create)),
+    CommandSpec(("topics", "list"), "list topics", _topics_list_args, _guard(cmd_topics_list)),
+    CommandSpec(("topics", "describe"), "describe a topic (JSON)", _topic_name_args,
+                _guard(cmd_topics_describe)),
+    CommandSpec(("topics", "delete"), "delete a topic and its records", _topic_name_args,
+                _guard(cmd_topics_delete)),
+    CommandSpec(("produce",), "append lines (stdin or --file) as records", _produce_args,
+                _guard(cmd_produce)),
+    CommandSpec(("consume",), "print records (values, one per line)", _consume_args,
+                _guard(cmd_consume)),
+)
+"""Every service command, for CLIs that register commands their own way."""
+
+GROUP_HELP = {"topics": "create, list, describe, delete topics"}
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register ``serve``, ``topics create|list|describe|delete``, ``produce`` and
+    ``consume`` on ``subparsers`` (what ``ArgumentParser.add_subparsers()`` returns);
+    each parser gets ``func`` (``args -> exit code``) as a default."""
+    groups: dict[str, Any] = {}
+    for spec in COMMANDS:
+        target = subparsers
+        if len(spec.path) == 2:
+            group = spec.path[0]
+            if group not in groups:
+                gp = subparsers.add_parser(group, help=GROUP_HELP.get(group))
+                groups[group] = gp.add_subparsers(dest=f"{group}_command", required=True,
+                                                  metavar="ACTION")
+            target = groups[group]
+        p = target.add_parser(spec.path[-1], help=spec.help, description=spec.help)
+        spec.add_arguments(p)
+        p.set_defaults(func=spec.run)
+
+
+def build_parser(prog: str = "tiered-log") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="tiered-log service commands")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one service command; returns its exit status."""
+    args = build_parser().parse_args(argv)
+    func: Command = args.func
+    return func(args)
+
+
+__all__ = ["COMMANDS", "CommandSpec", "add_commands", "build_parser", "main"]
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,182 @@
+"""Running the service: ``tiered-log serve`` / ``python -m tiered_log.service``.
+
+Start-up order, each step failing with one line on stderr and a non-zero exit:
+settings (exit 2: ``tiered-log: invalid setting <name>: <why>``), the listening socket
+(exit 1), the data directory (locked against a second server, every topic opened and
+recovered; exit 1), then uvicorn serves the app on the socket.
+
+Shutdown on SIGTERM or SIGINT (graceful): stop accepting connections, wake long polls,
+let in-flight requests finish (up to ``shutdown_timeout_s``), then flush and close every
+log (which stops the tiered log's shipper after its current step). Exit status 0.
+Every record acknowledged before the signal is on disk afterwards.
+
+Secrets: the settings are logged redacted (:meth:`Settings.redacted`); tokens and keys
+never reach the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import socket
+import sys
+from types import FrameType
+
+from ..config import ConfigError, Settings, load_settings
+from ..errors import TieredLogError
+
+log = logging.getLogger("tiered_log.service")
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``serve`` (shared by ``python -m tiered_log.service`` and the CLI)."""
+    parser.add_argument("--config", metavar="FILE",
+                        help="settings file (TOML or JSON); default $TIERED_LOG_CONFIG_FILE")
+    parser.add_argument("--data-dir", metavar="DIR", help="data directory (TIERED_LOG_DATA_DIR)")
+    parser.add_argument("--host", help="listen address (TIERED_LOG_HOST)")
+    parser.add_argument("--port", type=int, help="listen port, 0 = any free one (TIERED_LOG_PORT)")
+    parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"],
+                        help="log level (TIERED_LOG_LOG_LEVEL)")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Settings from parsed ``serve`` arguments, the environment and the config file."""
+    return load_settings(
+        config_file=args.config,
+        data_dir=args.data_dir,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def run_server(settings: Settings) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit status (see the module docstring).
+
+    Must run in the main thread (signal handlers).
+    """
+    import uvicorn
+
+    from .app import ServiceState, create_app
+    from .topics import TopicManager
+
+    pending: list[int] = []
+
+    def on_early_signal(sig: int, frame: FrameType | None) -> None:
+        pending.append(sig)  # before serving: stop right after start-up; after: ignored
+
+    old = {s: signal.signal(s, on_early_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    _setup_logging(settings.log_level)
+    try:
+        try:
+            sock = _bind(settings.host, settings.port)
+        except OSError as exc:
+            print(f"tiered-log: cannot listen on {settings.host}:{settings.port}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            return 1
+        topics = TopicManager(settings)
+        try:
+            topics.load()
+        except (TieredLogError, OSError) as exc:
+            sock.close()
+            topics.close()
+            msg = exc.message if isinstance(exc, TieredLogError) else str(exc)
+            print(f"tiered-log: cannot open the data directory: {msg}", file=sys.stderr)
+            return 1
+        try:
+            app = create_app(settings, topics)
+            state: ServiceState = app.state.service
+            config = uvicorn.Config(
+                app,
+                log_config=None,
+                log_level=settings.log_level,
+                access_log=settings.access_log,
+                ssl_certfile=str(settings.tls_certfile) if settings.tls_certfile else None,
+                ssl_keyfile=str(settings.tls_keyfile) if settings.tls_keyfile else None,
+                timeout_graceful_shutdown=int(max(1, settings.shutdown_timeout_s)),
+                server_header=False,
+                proxy_headers=False,
+                lifespan="on",
+            )
+
+            class _Server(uvicorn.Server):
+                def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                    super().handle_exit(sig, frame)
+                    state.begin_shutdown()
+
+                async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                    await super().startup(sockets)
+                    if pending:
+                        self.should_exit = True
+
+            server = _Server(config)
+            host, port = sock.getsockname()[:2]
+            scheme = "https" if settings.tls_enabled else "http"
+            shown = f"[{host}]" if ":" in host else host
+            log.info("settings: %s", json.dumps(settings.redacted(), sort_keys=True))
+            log.info("listening on %s://%s:%d (auth %s)", scheme, shown, port,
+                     "on" if settings.auth_enabled else "off")
+            print(f"tiered-log: listening on {scheme}://{shown}:{port}", file=sys.stderr,
+                  flush=True)
+            server.run(sockets=[sock])
+        finally:
+            topics.close()
+            sock.close()
+        return 0
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    """``tiered-log serve [--config FILE] [--data-dir DIR] [--host H] [--port P]``."""
+    parser = argparse.ArgumentParser(prog="tiered-log serve",
+                                     description="Run the tiered-log HTTP service.")
+    add_serve_arguments(parser)
+    args = parser.parse_args(argv)
+    return serve_from_args(args)
+
+
+def serve_from_args(args: argparse.Namespace) -> int:
+    """Run the server from parsed ``serve`` arguments (for the CLI's subcommand)."""
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"tiered-log: {exc}", file=sys.stderr)
+        return 2
+    return run_server(settings)
+
+
+__all__ = ["add_serve_arguments", "run_server", "serve_from_args", "serve_main",
+           "settings_from_args"]
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(serve_main(sys.argv[1:]))

@@ -1,0 +1,522 @@
+"""Topics: named sets of partition logs, their on-disk state and their lifecycle.
+
+Layout under the data directory::
+
+    <data_dir>/.lock                          held (flock) by the one server using the dir
+    <data_dir>/topics/<topic>/topic.json      the topic's metadata: the commit point
+    <data_dir>/topics/<topic>/<partition>/    one log directory per partition (0, 1, ...)
+    <data_dir>/trash/                         deleted topics on their way out
+
+``topic.json`` is written atomically (tmp file, fsync, rename, fsync of the directory)
+after every partition log exists, so a topic either exists whole or not at all: a topic
+directory without ``topic.json`` is a creation that crashed half way (it never
+acknowledged a record) and is removed on the next start. Deleting a topic renames its
+directory into ``trash/`` (atomic) before removing the files, so a crash mid-delete never
+leaves a half topic behind.
+
+Every partition log is created by :func:`open_partition_log`, the one place that decides
+what a partition log is (a local :class:`~tiered_log.local.log.Log` today; the tiered
+log, with the same read/append API, is swapped in there).
+
+Thread-safety: :class:`TopicManager` is safe to use from several threads. Creating and
+deleting topics serialize on one lock; lookups take no lock (they read an immutable
+snapshot of the topic table). Every method may block on disk: call them from worker
+threads (``asyncio.to_thread``), never on an event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from ..config import Settings, TopicConfig
+from ..errors import (
+    InvalidArgumentError,
+    InvalidTopicNameError,
+    LogClosedError,
+    TieredLogError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
+from ..format.records import ProducerRecord, Record
+from ..local.log import Log
+from ..local.segment import Segment, fsync_dir, write_atomic
+
+log = logging.getLogger("tiered_log.service.topics")
+
+TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+MAX_TOPIC_NAME = 200
+MAX_PARTITIONS = 1000
+TOPIC_FILE = "topic.json"
+
+
+class BoundsLike(Protocol):
+    """What the service reads from a partition log's ``bounds()``."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def flushed_offset(self) -> int: ...
+
+
+class PartitionLog(Protocol):
+    """The log API the service uses; :class:`Log` and the tiered log both provide it."""
+
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def flushed_offset(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def bounds(self) -> BoundsLike: ...
+    def append_batch(self, records: Sequence[ProducerRecord | bytes]) -> tuple[int, int]: ...
+    def read_range(self, offset: int, max_records: int = 500,
+                   max_bytes: int = 1 << 20) -> list[Record]: ...
+    def offset_for_timestamp(self, timestamp: int) -> int | None: ...
+    def segment_for(self, offset: int) -> Segment: ...
+    def truncate(self, offset: int) -> None: ...
+    def flush(self) -> int: ...
+    def close(self) -> None: ...
+
+
+def open_partition_log(
+    directory: Path, config: TopicConfig, settings: Settings, *, log_id: str
+) -> PartitionLog:
+    """Open (creating if needed) the log of one partition: the ONE place that does it.
+
+    ``log_id`` names the log in the remote tier (``<topic>-<partition>``, unique per
+    server). ``config`` carries the topic's segment, flush and both retention settings
+    and ``remote_enabled``; ``settings`` the remote tier (``remote_storage_url()``,
+    ``s3_options()``, cache size, ship interval). Today: a local log, whose retention is
+    the topic's total retention (applied by :func:`maintain_partition_log`).
+    """
+    del settings, log_id  # used by the tiered log
+    return Log.open(directory, config.log_config())
+
+
+def maintain_partition_log(plog: PartitionLog) -> None:
+    """Time-based upkeep of one log, run periodically: flush by ``flush_ms``, roll by
+    ``segment_ms``, apply retention. A tiered log (which has ``local``) applies retention
+    in its own shipper, so only the local flush and roll run here for it."""
+    local = getattr(plog, "local", plog)
+    if not isinstance(local, Log) or local.closed:
+        return
+    local.maybe_flush()
+    local.maybe_roll_by_age()
+    if local is plog:
+        local.enforce_retention()
+
+
+_STAT_KEYS = (
+    "copy_lag_bytes",
+    "copy_lag_segments",
+    "local_bytes",
+    "remote_bytes",
+    "cache_hits",
+    "cache_misses",
+    "uploaded_bytes",
+    "uploaded_segments",
+    "copy_failures",
+    "remote_fetch_bytes",
+    "remote_fetch_requests",
+    "remote_fetch_errors",
+)
+
+
+def partition_stats(plog: PartitionLog) -> dict[str, float]:
+    """Counters and gauges of one log for /metrics: the log's own ``stats()`` when it has
+    one (the tiered log), zeros otherwise (``local_bytes`` from the local log)."""
+    out = dict.fromkeys(_STAT_KEYS, 0.0)
+    stats = getattr(plog, "stats", None)
+    if callable(stats):
+        got = stats()
+        if isinstance(got, dict):
+            for k, v in got.items():
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    out[str(k)] = float(v)
+    elif isinstance(plog, Log):
+        out["local_bytes"] = float(plog.size_bytes)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBounds:
+    """Offsets of one partition as the API reports them."""
+
+    log_start_offset: int
+    local_start_offset: int
+    high_watermark: int
+    next_offset: int
+    flushed_offset: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "log_start_offset": self.log_start_offset,
+            "local_start_offset": self.local_start_offset,
+            "high_watermark": self.high_watermark,
+            "next_offset": self.next_offset,
+            "flushed_offset": self.flushed_offset,
+        }
+
+
+def partition_bounds(plog: PartitionLog) -> PartitionBounds:
+    """Bounds of any partition log (a local log's local start is its log start)."""
+    b = plog.bounds()
+    start = b.log_start_offset
+    nxt = b.next_offset
+    local_start = getattr(b, "local_start_offset", start)
+    hw = getattr(b, "high_watermark", nxt)
+    return PartitionBounds(start, int(local_start), int(hw), nxt, b.flushed_offset)
+
+
+def validate_topic_name(name: object) -> str:
+    """Return ``name`` if it is a valid topic name, else raise InvalidTopicNameError.
+
+    1-200 characters of ``A-Z a-z 0-9 . _ -``, and not ``.`` or ``..``: a name is a
+    directory name, so nothing that could leave the topics directory is accepted.
+    """
+    if not isinstance(name, str):
+        raise InvalidTopicNameError("topic name must be a string")
+    if not TOPIC_NAME_RE.fullmatch(name) or name in (".", ".."):
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise InvalidTopicNameError(
+            f"invalid topic name {shown!r}: use 1-{MAX_TOPIC_NAME} letters, digits, '.', '_' "
+            "or '-' (not '.' or '..')"
+        )
+    return name
+
+
+def validate_partitions(partitions: object) -> int:
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or not (
+        1 <= partitions <= MAX_PARTITIONS
+    ):
+        raise InvalidArgumentError(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
+    return partitions
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    """What ``topic.json`` holds. Immutable."""
+
+    name: str
+    topic_id: str
+    partitions: int
+    config: TopicConfig
+    created_ms: int
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "version": 1,
+                "name": self.name,
+                "topic_id": self.topic_id,
+                "partitions": self.partitions,
+                "created_ms": self.created_ms,
+                "config": self.config.model_dump(mode="json"),
+            },
+            indent=2,
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TopicMeta:
+        d = json.loads(data)
+        return cls(
+            name=validate_topic_name(d["name"]),
+            topic_id=str(d["topic_id"]),
+            partitions=validate_partitions(d["partitions"]),
+            config=TopicConfig.model_validate(d["config"]),
+            created_ms=int(d["created_ms"]),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "topic_id": self.topic_id,
+            "partitions": self.partitions,
+            "created_ms": self.created_ms,
+            "config": self.config.model_dump(mode="json"),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    """An open topic: its metadata and one open log per partition."""
+
+    meta: TopicMeta
+    logs: tuple[PartitionLog, ...]
+    directory: Path
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    def partition(self, index: int) -> PartitionLog:
+        if not 0 <= index < len(self.logs):
+            raise TopicNotFoundError(
+                f"topic {self.name!r} has no partition {index} (it has {len(self.logs)})"
+            )
+        return self.logs[index]
+
+
+def log_id_of(topic: str, partition: int) -> str:
+    """Name of a partition's log in the remote tier."""
+    return f"{topic}-{partition}"
+
+
+class DataDirLockedError(TieredLogError):
+    """Another process holds the data directory."""
+
+    code = "data_dir_locked"
+
+
+class TopicManager:
+    """Creates, opens, lists and deletes topics under ``settings.data_dir``.
+
+    Call :meth:`load` once (it takes the data-dir lock and opens every topic), and
+    :meth:`close` at shutdown (flushes and closes every log, releases the lock). See the
+    module docstring for the layout and thread-safety.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data_dir = Path(settings.data_dir)
+        self.root = self.data_dir / "topics"
+        self.trash = self.data_dir / "trash"
+        self._lock = threading.RLock()
+        self._topics: dict[str, Topic] = {}
+        self._lock_fd: int | None = None
+        self._closed = False
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Lock the data directory and open every committed topic; remove leftovers."""
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(exist_ok=True)
+            self.trash.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"cannot create the data directory {self.data_dir}: {exc.strerror or exc}"
+            ) from None
+        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise DataDirLockedError(
+                f"the data directory {self.data_dir} is in use by another process"
+            ) from None
+        self._lock_fd = fd
+        for p in self.trash.iterdir():
+            shutil.rmtree(p, ignore_errors=True)
+        topics: dict[str, Topic] = {}
+        for d in sorted(self.root.iterdir()):
+            if not d.is_dir():
+                continue
+            meta_path = d / TOPIC_FILE
+            if not meta_path.exists():
+                log.warning("removing %s: a topic creation that never completed", d.name)
+                self._discard_dir(d)
+                continue
+            try:
+                meta = TopicMeta.from_json(meta_path.read_bytes())
+            except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
+                log.error("skipping topic directory %s: unreadable %s (%s)", d.name, TOPIC_FILE,
+                          type(exc).__name__)
+                continue
+            if meta.name != d.name:
+                log.error("skipping topic directory %s: %s names %r", d.name, TOPIC_FILE, meta.name)
+                continue
+            topics[meta.name] = self._open_topic(meta, d)
+        self._topics = topics
+        log.info("loaded %d topic(s) from %s", len(topics), self.root)
+
+    def _open_topic(self, meta: TopicMeta, directory: Path) -> Topic:
+        logs: list[PartitionLog] = []
+        try:
+            for p in range(meta.partitions):
+                logs.append(open_partition_log(directory / str(p), meta.config, self.settings,
+                                               log_id=log_id_of(meta.name, p)))
+        except BaseException:
+            for plog in logs:
+                with contextlib.suppress(Exception):
+                    plog.close()
+            raise
+        return Topic(meta, tuple(logs), directory)
+
+    def close(self) -> None:
+        """Flush and close every log; release the data-dir lock. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for topic in self._topics.values():
+                for plog in topic.logs:
+                    try:
+                        plog.close()
+                    except Exception:
+                        log.exception("closing a log of topic %s failed", topic.name)
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ---- lookups (no lock) ---------------------------------------------------------------
+
+    def list(self) -> list[Topic]:
+        """Every topic, by name."""
+        return sorted(self._topics.values(), key=lambda t: t.name)
+
+    def get(self, name: str) -> Topic:
+        """The topic named ``name``; TopicNotFoundError if there is none."""
+        validate_topic_name(name)
+        topic = self._topics.get(name)
+        if topic is None:
+            raise TopicNotFoundError(f"topic {name!r} does not exist")
+        return topic
+
+    def exists(self, name: str) -> bool:
+        return name in self._topics
+
+    def partition(self, name: str, index: int) -> PartitionLog:
+        """The log of partition ``index`` of topic ``name`` (TopicNotFoundError if none)."""
+        return self.get(name).partition(index)
+
+    @property
+    def total_partitions(self) -> int:
+        return sum(t.meta.partitions for t in self._topics.values())
+
+    # ---- create / delete -------------------------------------------------------------------
+
+    def create(self, name: str, partitions: int, overrides: dict[str, Any] | None = None) -> Topic:
+        """Create a topic; TopicExistsError if it exists, InvalidArgumentError if bad input.
+
+        ``overrides`` are TopicConfig fields replacing the server's ``topic_defaults``.
+        """
+        validate_topic_name(name)
+        validate_partitions(partitions)
+        try:
+            config = self.settings.topic_defaults.with_overrides(overrides or {})
+            config.log_config()
+        except ValidationError as exc:
+            err = exc.errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or "config"
+            raise InvalidArgumentError(f"invalid topic config {where}: {err['msg']}") from None
+        with self._lock:
+            if self._closed:
+                raise LogClosedError("the service is shutting down")
+            if name in self._topics:
+                raise TopicExistsError(f"topic {name!r} exists already")
+            limit = self.settings.max_total_partitions
+            if self.total_partitions + partitions > limit:
+                raise InvalidArgumentError(
+                    f"creating {partitions} partition(s) would pass this server's limit of "
+                    f"{limit} partitions"
+                )
+            directory = self.root / name
+            if directory.exists():
+                self._discard_dir(directory)  # an earlier creation that crashed half way
+            meta = TopicMeta(name, uuid.uuid4().hex, partitions, config, time.time_ns() // 1_000_000)
+            try:
+                directory.mkdir()
+                topic = self._open_topic(meta, directory)
+            except BaseException:
+                self._discard_dir(directory)
+                raise
+            try:
+                write_atomic(directory / TOPIC_FILE, meta.to_json())
+                fsync_dir(self.root)
+            except BaseException:
+                for plog in topic.logs:
+                    with contextlib.suppress(Exception):
+                        plog.close()
+                self._discard_dir(directory)
+                raise
+            self._topics = {**self._topics, name: topic}
+            log.info("created topic %s with %d partition(s)", name, partitions)
+            return topic
+
+    def delete(self, name: str) -> None:
+        """Delete a topic and every record in it; TopicNotFoundError if there is none.
+
+        Requests racing the delete see either the topic or TopicNotFoundError (an append
+        caught in between fails with LogClosedError and is not acknowledged).
+        """
+        validate_topic_name(name)
+        with self._lock:
+            topic = self._topics.get(name)
+            if topic is None:
+                raise TopicNotFoundError(f"topic {name!r} does not exist")
+            self._topics = {k: v for k, v in self._topics.items() if k != name}
+            for plog in topic.logs:
+                try:
+                    plog.close()
+                except Exception:
+                    log.exception("closing a log of topic %s failed", name)
+            self._discard_dir(topic.directory)
+            log.info("deleted topic %s", name)
+
+    def _discard_dir(self, directory: Path) -> None:
+        """Move a topic directory into the trash (atomic), then remove it."""
+        target = self.trash / f"{uuid.uuid4().hex}"
+        try:
+            os.rename(directory, target)
+            fsync_dir(self.root)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(target, ignore_errors=True)
+
+    # ---- upkeep --------------------------------------------------------------------------
+
+    def maintain(self) -> None:
+        """One round of :func:`maintain_partition_log` over every open log."""
+        for topic in list(self._topics.values()):
+            for plog in topic.logs:
+                if plog.closed:
+                    continue
+                try:
+                    maintain_partition_log(plog)
+                except LogClosedError:
+                    pass
+                except Exception:
+                    log.exception("maintenance of a log of topic %s failed", topic.name)
+
+
+__all__ = [
+    "MAX_PARTITIONS",
+    "TOPIC_NAME_RE",
+    "DataDirLockedError",
+    "PartitionBounds",
+    "PartitionLog",
+    "Topic",
+    "TopicManager",
+    "TopicMeta",
+    "log_id_of",
+    "maintain_partition_log",
+    "open_partition_log",
+    "partition_bounds",
+    "partition_stats",
+    "validate_topic_name",
+]

@@ -1,0 +1,429 @@
+"""What goes over HTTP: JSON request/response models, record <-> JSON, binary framing.
+
+**JSON records.** Record bytes (value, key, header values) are either text or binary.
+In a request each byte field is given as text (``"value": "hello"``, UTF-8 encoded by
+the server) or as base64 (``"value_b64": "aGVsbG8="``), never both. In a response every
+record has the same shape: ``value`` holds the text when the bytes are valid UTF-8 and
+``value_b64`` is null; otherwise ``value`` is null and ``value_b64`` holds base64. Keys
+and header values follow the same rule (both null = no key / a null header value).
+
+**Binary fetch.** With ``Accept: application/octet-stream`` the body is the records'
+frames exactly as stored (layout in :mod:`tiered_log.format.records`; decode and verify
+them with :func:`tiered_log.format.records.decode_frames`), and the headers
+``X-Next-Offset``, ``X-High-Watermark``, ``X-Log-Start-Offset``, ``X-Record-Count``
+carry what the JSON form has in its body.
+
+Everything here is pure: safe from any thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+
+from ..config import MAX_INT, TopicConfig
+from ..errors import InvalidArgumentError, LogClosedError
+from ..format.records import ProducerRecord, Record
+
+MAX_OFFSET = (1 << 63) - 1
+MAX_BATCH_RECORDS = 10_000
+BINARY = "application/octet-stream"
+JSON = "application/json"
+
+H_NEXT_OFFSET = "X-Next-Offset"
+H_HIGH_WATERMARK = "X-High-Watermark"
+H_LOG_START = "X-Log-Start-Offset"
+H_RECORD_COUNT = "X-Record-Count"
+
+
+def _b64(s: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(s.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise ValueError(f"{what} is not valid base64") from None
+
+
+def _utf8(s: str, what: str) -> bytes:
+    try:
+        return s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not encodable as UTF-8 (lone surrogate?)") from None
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+
+class InvalidRequestError(InvalidArgumentError):
+    """The request is malformed (bad JSON, wrong types, out-of-range parameters): 400."""
+
+    code = "invalid_request"
+
+
+class UnsupportedMediaTypeError(InvalidArgumentError):
+    """The request body's Content-Type is not one the endpoint takes: 415."""
+
+    code = "unsupported_media_type"
+
+
+class RequestTooLargeError(InvalidArgumentError):
+    """The request body is over the server's ``max_request_bytes``: 413."""
+
+    code = "request_too_large"
+
+
+class ShuttingDownError(LogClosedError):
+    """The server is shutting down; try again (elsewhere, or after the restart): 503."""
+
+    code = "shutting_down"
+    retriable = True
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="Stable machine-readable error name, e.g. topic_not_found.")
+    message: str = Field(description="What went wrong, for people.")
+    retriable: bool = Field(False, description="Whether repeating the request later may succeed.")
+    details: dict[str, Any] | None = Field(
+        None, description="Extra data, e.g. log_start_offset and next_offset for 416."
+    )
+
+
+class ErrorResponse(BaseModel):
+    """Every error the API returns has this shape."""
+
+    error: ErrorBody
+
+
+def error_json(code: str, message: str, *, retriable: bool = False,
+               details: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message, "retriable": retriable}
+    if details:
+        body["details"] = details
+    return {"error": body}
+
+
+# ---- topics -------------------------------------------------------------------------------
+
+
+class TopicConfigOverrides(BaseModel):
+    """Per-topic overrides of the server's topic defaults; omitted fields take the default.
+
+    ``null`` or ``-1`` for a flush or retention limit means "no limit".
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    segment_bytes: Annotated[int | None, WithJsonSchema({"type": "integer", "minimum": 64})] = Field(
+        None, description="Roll a segment at this size (bytes, >= 64).")
+    segment_ms: int | None = Field(None, description="Roll a segment at this age (ms).")
+    flush_messages: int | None = Field(
+        None, description="fsync after this many records (1 = every append durable before the ack)."
+    )
+    flush_ms: int | None = Field(None, description="fsync when this many ms passed since the last.")
+    local_retention_bytes: int | None = Field(None, description="Local bytes kept of copied segments.")
+    local_retention_ms: int | None = Field(None, description="How long copied segments stay local (ms).")
+    retention_bytes: int | None = Field(None, description="Total retention over both tiers (bytes).")
+    retention_ms: int | None = Field(None, description="Total retention over both tiers (ms).")
+    remote_enabled: Annotated[bool | None, WithJsonSchema({"type": "boolean"})] = Field(
+        None, description="Copy sealed segments to the remote tier.")
+    append_threshold: Annotated[int | None, WithJsonSchema({"type": "integer", "minimum": 1})] = Field(
+        None, description="Largest record value accepted (bytes).")
+
+    @model_validator(mode="after")
+    def _null_only_for_limits(self) -> TopicConfigOverrides:
+        for name in ("segment_bytes", "remote_enabled", "append_threshold"):
+            if name in self.model_fields_set and getattr(self, name) is None:
+                raise ValueError(f"{name} cannot be null")
+        return self
+
+
+class CreateTopicRequest(BaseModel):
+    """``POST /v1/topics``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        description="1-200 characters of A-Z a-z 0-9 . _ - (not '.' or '..').",
+        json_schema_extra={"pattern": r"^[A-Za-z0-9._-]{1,200}$"},
+    )
+    partitions: int = Field(1, ge=1, le=1000, description="Number of partitions, 1-1000.")
+    config: TopicConfigOverrides = Field(default_factory=lambda: TopicConfigOverrides.model_validate({}))
+
+
+class PartitionInfo(BaseModel):
+    partition: int
+    log_start_offset: int
+    local_start_offset: int
+    high_watermark: int
+    next_offset: int
+    flushed_offset: int
+
+
+class TopicSummary(BaseModel):
+    name: str
+    topic_id: str
+    partitions: int
+    created_ms: int
+    config: TopicConfig
+
+
+class TopicDescription(TopicSummary):
+    partition_info: list[PartitionInfo]
+
+
+class TopicList(BaseModel):
+    topics: list[TopicSummary]
+
+
+# ---- records ------------------------------------------------------------------------------
+
+
+class HeaderIn(BaseModel):
+    """One record header: a name and a text or base64 value (both absent = null value)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    value: str | None = None
+    value_b64: str | None = None
+
+    @model_validator(mode="after")
+    def _one_value(self) -> HeaderIn:
+        if self.value is not None and self.value_b64 is not None:
+            raise ValueError("give a header's value or value_b64, not both")
+        return self
+
+    def to_pair(self) -> tuple[str, bytes | None]:
+        _utf8(self.name, "header name")
+        if self.value_b64 is not None:
+            return self.name, _b64(self.value_b64, "header value_b64")
+        if self.value is not None:
+            return self.name, _utf8(self.value, "header value")
+        return self.name, None
+
+
+class RecordIn(BaseModel):
+    """A record to append. Exactly one of ``value`` (text) / ``value_b64`` (base64, for
+    binary values); at most one of ``key`` / ``key_b64``; ``headers`` as an object of
+    text values or a list of ``{name, value | value_b64}``; ``timestamp`` in ms since
+    the epoch (default: the server's clock)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"required": ["value"], "not": {"required": ["value_b64"]}},
+        {"required": ["value_b64"], "not": {"required": ["value"]}},
+    ]})
+
+    value: Annotated[str | None, WithJsonSchema({"type": "string", "minLength": 1})] = Field(
+        None, description="The value as text (stored UTF-8 encoded).")
+    value_b64: Annotated[str | None, WithJsonSchema(
+        {"type": "string", "format": "byte", "minLength": 4})] = Field(
+        None, description="The value as base64 (binary values).")
+    key: Annotated[str | None, WithJsonSchema({"type": "string"})] = Field(
+        None, description="The key as text.")
+    key_b64: Annotated[str | None, WithJsonSchema({"type": "string", "format": "byte"})] = Field(
+        None, description="The key as base64.")
+    headers: dict[str, str | None] | list[HeaderIn] | None = Field(
+        None, description='{"name": "text value", ...} or [{"name": ..., "value_b64": ...}, ...]'
+    )
+    timestamp: int | None = Field(None, ge=0, le=MAX_INT, description="Milliseconds since the epoch.")
+
+    @field_validator("value_b64", "key_b64")
+    @classmethod
+    def _valid_b64(cls, v: str | None) -> str | None:
+        if v is not None:
+            _b64(v, "base64 field")
+        return v
+
+    @model_validator(mode="after")
+    def _one_value(self) -> RecordIn:
+        if (self.value is None) == (self.value_b64 is None):
+            raise ValueError("each record needs exactly one of value or value_b64")
+        if self.key is not None and self.key_b64 is not None:
+            raise ValueError("give a record's key or key_b64, not both")
+        return self
+
+    def to_producer_record(self) -> ProducerRecord:
+        """The record to append; InvalidArgumentError for undecodable bytes."""
+        try:
+            value = (_b64(self.value_b64, "value_b64") if self.value_b64 is not None
+                     else _utf8(self.value or "", "value"))
+            key: bytes | None = None
+            if self.key_b64 is not None:
+                key = _b64(self.key_b64, "key_b64")
+            elif self.key is not None:
+                key = _utf8(self.key, "key")
+            headers: list[tuple[str, bytes | None]] = []
+            if isinstance(self.headers, dict):
+                for name, hv in self.headers.items():
+                    _utf8(name, "header name")
+                    headers.append((name, None if hv is None else _utf8(hv, "header value")))
+            elif self.headers is not None:
+                headers = [h.to_pair() for h in self.headers]
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+        return ProducerRecord(value, key, tuple(headers), self.timestamp)
+
+
+class ProduceRequest(BaseModel):
+    """A JSON batch of records, appended all-or-nothing, at consecutive offsets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    records: list[RecordIn] = Field(min_length=1, max_length=MAX_BATCH_RECORDS)
+
+
+class ProduceResponse(BaseModel):
+    offsets: list[int] = Field(description="The offset of each record, in request order.")
+    first_offset: int
+    last_offset: int
+    durable: bool = Field(
+        description="Whether the records were fsynced before this answer (the topic's "
+        "flush policy; always true with flush_messages=1)."
+    )
+
+
+class HeaderOut(BaseModel):
+    name: str
+    value: str | None = Field(description="The value as text, when it is valid UTF-8.")
+    value_b64: str | None = Field(description="The value as base64, when it is not text.")
+
+
+class RecordOut(BaseModel):
+    offset: int
+    timestamp: int
+    key: str | None = Field(description="The key as text when it is valid UTF-8.")
+    key_b64: str | None = Field(description="The key as base64 when it is not text.")
+    value: str | None = Field(description="The value as text when it is valid UTF-8.")
+    value_b64: str | None = Field(description="The value as base64 when it is not text.")
+    headers: list[HeaderOut]
+
+
+class FetchResponse(BaseModel):
+    records: list[RecordOut]
+    next_offset: int = Field(description="The offset to fetch next.")
+    high_watermark: int = Field(description="One past the last readable record.")
+    log_start_offset: int = Field(description="The first offset still in the log.")
+
+
+class OffsetForTimestamp(BaseModel):
+    timestamp: int
+    offset: int | None = Field(description="First offset with a timestamp >= the given one; "
+                               "null when there is none (consume from next_offset).")
+    next_offset: int
+
+
+class Bounds(BaseModel):
+    log_start_offset: int = Field(description="First offset in the log (either tier).")
+    local_start_offset: int = Field(description="First offset on local disk.")
+    high_watermark: int = Field(description="One past the last readable record.")
+    next_offset: int = Field(description="Offset the next append gets.")
+    flushed_offset: int = Field(description="Offsets below this are fsynced.")
+
+
+class TruncateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    offset: int = Field(ge=0, le=MAX_OFFSET, strict=True,
+                        description="Remove every record at and after it.")
+
+
+class Health(BaseModel):
+    status: str
+    topics: int
+
+
+def _text_or_b64(b: bytes | None) -> tuple[str | None, str | None]:
+    if b is None:
+        return None, None
+    try:
+        return b.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, base64.b64encode(b).decode("ascii")
+
+
+def record_to_json(rec: Record) -> dict[str, Any]:
+    """One record in the response shape described in the module docstring."""
+    key, key_b64 = _text_or_b64(rec.key)
+    value, value_b64 = _text_or_b64(rec.value)
+    headers = []
+    for name, hv in rec.headers:
+        t, b = _text_or_b64(hv)
+        headers.append({"name": name, "value": t, "value_b64": b})
+    return {"offset": rec.offset, "timestamp": rec.timestamp, "key": key, "key_b64": key_b64,
+            "value": value, "value_b64": value_b64, "headers": headers}
+
+
+def record_from_json(d: dict[str, Any]) -> Record:
+    """Inverse of :func:`record_to_json` (for clients reading the JSON form)."""
+    def get(text: str | None, b64: str | None) -> bytes | None:
+        if b64 is not None:
+            return base64.b64decode(b64)
+        return None if text is None else text.encode("utf-8")
+
+    value = get(d.get("value"), d.get("value_b64")) or b""
+    headers = tuple((h["name"], get(h.get("value"), h.get("value_b64"))) for h in d.get("headers", ()))
+    return Record(int(d["offset"]), int(d["timestamp"]), get(d.get("key"), d.get("key_b64")),
+                  value, headers)
+
+
+def producer_record_to_json(rec: ProducerRecord | bytes | str) -> dict[str, Any]:
+    """A record for a JSON produce request (text where possible, base64 otherwise)."""
+    if isinstance(rec, str):
+        return {"value": rec}
+    if isinstance(rec, bytes | bytearray | memoryview):
+        rec = ProducerRecord(bytes(rec))
+    out: dict[str, Any] = {}
+    v, vb = _text_or_b64(bytes(rec.value))
+    if v is not None:
+        out["value"] = v
+    else:
+        out["value_b64"] = vb
+    if rec.key is not None:
+        k, kb = _text_or_b64(bytes(rec.key))
+        if k is not None:
+            out["key"] = k
+        else:
+            out["key_b64"] = kb
+    if rec.headers:
+        hs: list[dict[str, Any]] = []
+        for name, hv in rec.headers:
+            if hv is None:
+                hs.append({"name": name})
+            else:
+                hs.append({"name": name, "value_b64": base64.b64encode(bytes(hv)).decode("ascii")})
+        out["headers"] = hs
+    if rec.timestamp is not None:
+        out["timestamp"] = rec.timestamp
+    return out
+
+
+__all__ = [
+    "BINARY",
+    "H_HIGH_WATERMARK",
+    "H_LOG_START",
+    "H_NEXT_OFFSET",
+    "H_RECORD_COUNT",
+    "JSON",
+    "MAX_BATCH_RECORDS",
+    "MAX_OFFSET",
+    "Bounds",
+    "CreateTopicRequest",
+    "ErrorResponse",
+    "FetchResponse",
+    "InvalidRequestError",
+    "ProduceRequest",
+    "ProduceResponse",
+    "RecordIn",
+    "RequestTooLargeError",
+    "ShuttingDownError",
+    "TopicConfigOverrides",
+    "TopicDescription",
+    "TopicList",
+    "UnsupportedMediaTypeError",
+    "error_json",
+    "producer_record_to_json",
+    "record_from_json",
+    "record_to_json",
+]
