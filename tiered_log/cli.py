@@ -833,8 +833,37 @@ def cmd_perf_read(args: argparse.Namespace) -> int:
 # ---- entry point ------------------------------------------------------------------------------
 
 
+COMMAND_MODULES: tuple[str, ...] = ()
+"""Modules that register more commands on :data:`COMMANDS` / :data:`PERF` when imported."""
+
+_installed = False
+
+
+def _install_command_modules() -> None:
+    """Import :data:`COMMAND_MODULES` and register the service commands, once."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    import importlib
+
+    from .service.cli_commands import COMMANDS as SERVICE_COMMANDS
+    from .service.cli_commands import GROUP_HELP
+
+    for spec in SERVICE_COMMANDS:
+        group = COMMANDS
+        for part in spec.path[:-1]:
+            found = group.entries.get(part)
+            group = found if isinstance(found, CommandGroup) else group.group(
+                part, GROUP_HELP.get(part, part))
+        group.command(spec.path[-1], spec.help, spec.add_arguments)(spec.run)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``tiered-log`` parser, from the registry."""
+    _install_command_modules()
     parser = _Parser(prog=PROG, description="A segmented, append-only commit log: tools.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     COMMANDS.install(parser)

@@ -218,6 +218,13 @@ class Settings(BaseSettings):
     s3_path_style: bool = True
     remote_cache_bytes: int = Field(256 << 20, ge=0, description="Remote chunk cache size.")
     ship_interval_ms: int = Field(500, ge=1, description="How often the shipper looks for work.")
+    remote_upload_bytes_per_sec: int | None = Field(
+        None, ge=1, description="Upload rate limit per partition (bytes/s); null: unlimited."
+    )
+    remote_chunk_bytes: int = Field(
+        1 << 20, ge=4096, le=1 << 30,
+        description="A shipped segment gets one remoteLogIndex entry per chunk of this size.",
+    )
     topic_defaults: TopicConfig = Field(default_factory=lambda: TopicConfig.model_validate({}))
     auth_tokens: dict[str, dict[str, list[Grant]]] = Field(
         default_factory=dict,

@@ -62,7 +62,9 @@ class TieredLog:
     """A log whose old segments live in object storage; see the module docstring.
 
     ``storage=None`` (or ``tier.remote_enabled=False``) makes it a plain local log that
-    applies ``retention_ms``/``retention_bytes`` locally.
+    applies ``retention_ms``/``retention_bytes`` locally (in :meth:`tier_once`).
+    ``rebuild=False`` skips the rebuild from the bucket of a log opened on an empty
+    directory (a log created just now, whose id is new, has nothing in the bucket).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class TieredLog:
         config: LogConfig | None = None,
         tier: TierConfig | None = None,
         start_shipper: bool = True,
+        rebuild: bool = True,
         rebuild_progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
@@ -87,7 +90,7 @@ class TieredLog:
         self.remote: RemoteTier | None = None
         if storage is not None and self.tier_config.remote_enabled:
             self.remote = RemoteTier(self.directory, self.log_id, storage, self.tier_config)
-            if fresh and not self.remote.finished_segments:
+            if fresh and rebuild and not self.remote.finished_segments:
                 self.remote.rebuild_from_bucket(rebuild_progress)
             elif self.remote.needs_index_rebuild:
                 self.remote.rebuild_index_files()
@@ -327,6 +330,21 @@ class TieredLog:
                 "cache_misses", "uploaded_bytes", "uploaded_segments", "copy_failures",
                 "remote_fetch_bytes", "remote_fetch_requests", "remote_fetch_errors")
         return {k: float(d.get(k, 0) or 0) for k in keys}
+
+    def delete_remote_objects(self) -> int:
+        """Delete every object of this log from the remote tier (for a deleted topic).
+
+        Call on a closed log. Returns the number of objects deleted; raises
+        RemoteStorageError if the bucket fails (what is left is found again by listing
+        the log's prefix).
+        """
+        if self.remote is None:
+            return 0
+        storage = self.remote.storage
+        keys = [o.key for o in storage.list(naming.log_prefix(self.log_id) + "/")]
+        for i in range(0, len(keys), 1000):
+            storage.delete(keys[i : i + 1000])
+        return len(keys)
 
     # ---- closing ------------------------------------------------------------------------
 

@@ -124,7 +124,7 @@ def _cli(server: ServerProcess, *args: str, input: bytes | None = None,
     env["TIERED_LOG_URL"] = server.url
     if token:
         env["TIERED_LOG_TOKEN"] = token
-    return subprocess.run([sys.executable, "-m", "tiered_log.service.cli_commands", *args],
+    return subprocess.run([sys.executable, "-m", "tiered_log.cli", *args],
                           env=env, input=input, capture_output=True, timeout=timeout)
 
 
@@ -183,7 +183,7 @@ def test_cli_consume_follow_stops_on_sigterm(server: ServerProcess, topic_name: 
     assert _cli(server, "topics", "create", topic_name).returncode == 0
     env = service_env()
     env.update(TIERED_LOG_URL=server.url, TIERED_LOG_TOKEN=ADMIN)
-    proc = subprocess.Popen([sys.executable, "-m", "tiered_log.service.cli_commands", "consume",
+    proc = subprocess.Popen([sys.executable, "-m", "tiered_log.cli", "consume",
                              topic_name, "--follow"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     try:
@@ -213,7 +213,7 @@ def test_cli_follow_with_max_records_ends(server: ServerProcess, topic_name: str
 
 def test_cli_serve_invalid_settings(tmp_path: Path) -> None:
     env = service_env(port="nope")
-    p = subprocess.run([sys.executable, "-m", "tiered_log.service.cli_commands", "serve",
+    p = subprocess.run([sys.executable, "-m", "tiered_log.cli", "serve",
                         "--data-dir", str(tmp_path)], env=env, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 2
@@ -223,7 +223,7 @@ def test_cli_serve_invalid_settings(tmp_path: Path) -> None:
 
 
 def test_cli_main_in_process(server: ServerProcess, topic_name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from tiered_log.service.cli_commands import main
+    from tiered_log.cli import main
 
     base = ["--url", server.url, "--token", ADMIN]
     assert main(["topics", "create", topic_name, *base]) == 0

@@ -1,14 +1,12 @@
 """Service commands of the ``tiered-log`` CLI: serve, topics, produce, consume.
 
-:func:`add_commands` registers them on argparse subparsers; each command sets
-``func``, called with the parsed arguments, returning the exit status (0 ok, 1 failed,
-2 bad usage or settings; errors are one line on stderr). :data:`COMMANDS` lists the
-same commands (path, help, argument adder, runner) for CLIs with their own command
-registry. :func:`main` runs them alone::
+:data:`COMMANDS` lists them (path, help, argument adder, runner);
+:mod:`tiered_log.cli` registers them. A runner returns the exit status (0 ok, 1 failed,
+2 bad usage or settings; errors are one line on stderr)::
 
-    python -m tiered_log.service.cli_commands topics create orders --partitions 3
-    python -m tiered_log.service.cli_commands produce orders --file lines.txt
-    python -m tiered_log.service.cli_commands consume orders --offset 0 --follow
+    tiered-log topics create orders --partitions 3
+    tiered-log produce orders --file lines.txt
+    tiered-log consume orders --offset 0 --follow
 
 Client commands talk to ``--url`` (default ``$TIERED_LOG_URL`` or
 ``http://127.0.0.1:8080``) with ``--token`` (default ``$TIERED_LOG_TOKEN``). Long runs
@@ -386,40 +384,4 @@ COMMANDS: tuple[CommandSpec, ...] = (
 GROUP_HELP = {"topics": "create, list, describe, delete topics"}
 
 
-def add_commands(subparsers: Any) -> None:
-    """Register ``serve``, ``topics create|list|describe|delete``, ``produce`` and
-    ``consume`` on ``subparsers`` (what ``ArgumentParser.add_subparsers()`` returns);
-    each parser gets ``func`` (``args -> exit code``) as a default."""
-    groups: dict[str, Any] = {}
-    for spec in COMMANDS:
-        target = subparsers
-        if len(spec.path) == 2:
-            group = spec.path[0]
-            if group not in groups:
-                gp = subparsers.add_parser(group, help=GROUP_HELP.get(group))
-                groups[group] = gp.add_subparsers(dest=f"{group}_command", required=True,
-                                                  metavar="ACTION")
-            target = groups[group]
-        p = target.add_parser(spec.path[-1], help=spec.help, description=spec.help)
-        spec.add_arguments(p)
-        p.set_defaults(func=spec.run)
-
-
-def build_parser(prog: str = "tiered-log") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="tiered-log service commands")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_commands(sub)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run one service command; returns its exit status."""
-    args = build_parser().parse_args(argv)
-    func: Command = args.func
-    return func(args)
-
-
-__all__ = ["COMMANDS", "CommandSpec", "add_commands", "build_parser", "main"]
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+__all__ = ["COMMANDS", "GROUP_HELP", "CommandSpec"]

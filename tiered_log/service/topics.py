@@ -15,8 +15,15 @@ directory into ``trash/`` (atomic) before removing the files, so a crash mid-del
 leaves a half topic behind.
 
 Every partition log is created by :func:`open_partition_log`, the one place that decides
-what a partition log is (a local :class:`~tiered_log.local.log.Log` today; the tiered
-log, with the same read/append API, is swapped in there).
+what a partition log is: a :class:`~tiered_log.tiered.TieredLog` whose remote tier is the
+server's one shared store (``Settings.remote_storage_url()``). A partition's log id in
+the store is ``<topic>-<topic id, 12 hex>-<partition>``, so a topic deleted and created
+again never sees the old topic's objects.
+
+The store also holds every topic's metadata (``topics/<topic>.json``, written when the
+topic is created, deleted first when it is deleted). A server started on an empty data
+directory restores the topics it finds there and their logs rebuild from the bucket:
+a lost broker disk comes back from the bucket alone.
 
 Thread-safety: :class:`TopicManager` is safe to use from several threads. Creating and
 deleting topics serialize on one lock; lookups take no lock (they read an immutable
@@ -55,6 +62,9 @@ from ..errors import (
 from ..format.records import ProducerRecord, Record
 from ..local.log import Log
 from ..local.segment import Segment, fsync_dir, write_atomic
+from ..remote.storage import RemoteStorage, open_storage
+from ..remote.tier import TierConfig
+from ..tiered import TieredLog
 
 log = logging.getLogger("tiered_log.service.topics")
 
@@ -97,31 +107,49 @@ class PartitionLog(Protocol):
     def close(self) -> None: ...
 
 
+def tier_config_of(config: TopicConfig, settings: Settings) -> TierConfig:
+    """The remote-tier settings of a partition of a topic with ``config``."""
+    return TierConfig(
+        remote_enabled=config.remote_enabled,
+        local_retention_bytes=config.local_retention_bytes,
+        local_retention_ms=config.local_retention_ms,
+        retention_bytes=config.retention_bytes,
+        retention_ms=config.retention_ms,
+        chunk_bytes=settings.remote_chunk_bytes,
+        cache_bytes=max(1, settings.remote_cache_bytes),
+        upload_bytes_per_sec=settings.remote_upload_bytes_per_sec,
+        ship_interval_ms=settings.ship_interval_ms,
+    )
+
+
 def open_partition_log(
-    directory: Path, config: TopicConfig, settings: Settings, *, log_id: str
-) -> PartitionLog:
+    directory: Path, config: TopicConfig, settings: Settings, *, log_id: str,
+    storage: RemoteStorage | None, rebuild: bool = True,
+) -> TieredLog:
     """Open (creating if needed) the log of one partition: the ONE place that does it.
 
-    ``log_id`` names the log in the remote tier (``<topic>-<partition>``, unique per
-    server). ``config`` carries the topic's segment, flush and both retention settings
-    and ``remote_enabled``; ``settings`` the remote tier (``remote_storage_url()``,
-    ``s3_options()``, cache size, ship interval). Today: a local log, whose retention is
-    the topic's total retention (applied by :func:`maintain_partition_log`).
+    ``log_id`` names the log in the remote tier (see the module docstring); ``storage``
+    is the server's shared store (``None``: no remote tier). ``config`` carries the
+    topic's segment, flush and both retention settings and ``remote_enabled``.
+    ``rebuild=False`` for a partition created just now (nothing to rebuild from).
     """
-    del settings, log_id  # used by the tiered log
-    return Log.open(directory, config.log_config())
+    return TieredLog(directory, log_id=log_id, storage=storage, config=config.log_config(),
+                     tier=tier_config_of(config, settings), rebuild=rebuild)
 
 
 def maintain_partition_log(plog: PartitionLog) -> None:
     """Time-based upkeep of one log, run periodically: flush by ``flush_ms``, roll by
-    ``segment_ms``, apply retention. A tiered log (which has ``local``) applies retention
-    in its own shipper, so only the local flush and roll run here for it."""
+    ``segment_ms``; retention of a log without a shipper (remote tier off). A log with a
+    remote tier applies both retentions in its shipper."""
     local = getattr(plog, "local", plog)
     if not isinstance(local, Log) or local.closed:
         return
     local.maybe_flush()
     local.maybe_roll_by_age()
-    if local is plog:
+    if isinstance(plog, TieredLog):
+        if plog.shipper is None:
+            plog.tier_once()
+    elif local is plog:
         local.enforce_retention()
 
 
@@ -276,9 +304,14 @@ class Topic:
         return self.logs[index]
 
 
-def log_id_of(topic: str, partition: int) -> str:
-    """Name of a partition's log in the remote tier."""
-    return f"{topic}-{partition}"
+def log_id_of(meta: TopicMeta, partition: int) -> str:
+    """Name of a partition's log in the remote tier: ``<topic>-<id12>-<partition>``."""
+    return f"{meta.name}-{meta.topic_id[:12]}-{partition}"
+
+
+def topic_object_key(name: str) -> str:
+    """Key of a topic's metadata in the remote store."""
+    return f"topics/{name}.json"
 
 
 class DataDirLockedError(TieredLogError):
@@ -304,6 +337,8 @@ class TopicManager:
         self._topics: dict[str, Topic] = {}
         self._lock_fd: int | None = None
         self._closed = False
+        self.storage: RemoteStorage | None = None
+        self._deleters: set[threading.Thread] = set()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -326,6 +361,12 @@ class TopicManager:
                 f"the data directory {self.data_dir} is in use by another process"
             ) from None
         self._lock_fd = fd
+        try:
+            self.storage = open_storage(self.settings.remote_storage_url(),
+                                        **self.settings.s3_options())
+        except BaseException:
+            self._release_lock()
+            raise
         for p in self.trash.iterdir():
             shutil.rmtree(p, ignore_errors=True)
         topics: dict[str, Topic] = {}
@@ -348,14 +389,56 @@ class TopicManager:
                 continue
             topics[meta.name] = self._open_topic(meta, d)
         self._topics = topics
-        log.info("loaded %d topic(s) from %s", len(topics), self.root)
+        self._sync_with_store()
+        log.info("loaded %d topic(s) from %s", len(self._topics), self.root)
 
-    def _open_topic(self, meta: TopicMeta, directory: Path) -> Topic:
+    def _sync_with_store(self) -> None:
+        """Restore topics the store has and the disk lacks (a lost disk); publish the
+        metadata of topics the store lacks. A store that cannot be reached is logged and
+        skipped: the server runs on local data and ships once the store is back."""
+        if self.storage is None:
+            return
+        try:
+            stored = {info.key for info in self.storage.list("topics/")}
+        except TieredLogError as exc:
+            log.warning("remote store unreachable at start, topics not synced: %s", exc)
+            return
+        for key in sorted(stored):
+            name = key[len("topics/"):].removesuffix(".json")
+            if name in self._topics or not TOPIC_NAME_RE.fullmatch(name):
+                continue
+            try:
+                meta = TopicMeta.from_json(self.storage.get(key))
+                if meta.name != name:
+                    raise ValueError(f"it names {meta.name!r}")
+                self._topics = {**self._topics, name: self._commit_topic(meta, rebuild=True)}
+                log.info("restored topic %s (%d partition(s)) from the remote store",
+                         name, meta.partitions)
+            except (TieredLogError, OSError, ValueError, KeyError, TypeError,
+                    ValidationError) as exc:
+                log.error("cannot restore topic %s from the remote store: %s", name, exc)
+        for name, topic in self._topics.items():
+            if topic_object_key(name) not in stored:
+                self._publish(topic.meta)
+
+    def _publish(self, meta: TopicMeta) -> None:
+        """Put a topic's metadata into the store (best effort: logged on failure, and
+        published again at the next start)."""
+        if self.storage is None:
+            return
+        try:
+            self.storage.put(topic_object_key(meta.name), meta.to_json())
+        except TieredLogError as exc:
+            log.warning("topic %s: metadata not written to the remote store: %s",
+                        meta.name, exc)
+
+    def _open_topic(self, meta: TopicMeta, directory: Path, *, rebuild: bool = True) -> Topic:
         logs: list[PartitionLog] = []
         try:
             for p in range(meta.partitions):
                 logs.append(open_partition_log(directory / str(p), meta.config, self.settings,
-                                               log_id=log_id_of(meta.name, p)))
+                                               log_id=log_id_of(meta, p), storage=self.storage,
+                                               rebuild=rebuild))
         except BaseException:
             for plog in logs:
                 with contextlib.suppress(Exception):
@@ -375,9 +458,16 @@ class TopicManager:
                         plog.close()
                     except Exception:
                         log.exception("closing a log of topic %s failed", topic.name)
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+            for t in list(self._deleters):
+                t.join(timeout=self.settings.shutdown_timeout_s)
+            if self.storage is not None:
+                self.storage.close()
+            self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     @property
     def closed(self) -> bool:
@@ -435,28 +525,34 @@ class TopicManager:
                     f"creating {partitions} partition(s) would pass this server's limit of "
                     f"{limit} partitions"
                 )
-            directory = self.root / name
-            if directory.exists():
-                self._discard_dir(directory)  # an earlier creation that crashed half way
             meta = TopicMeta(name, uuid.uuid4().hex, partitions, config, time.time_ns() // 1_000_000)
-            try:
-                directory.mkdir()
-                topic = self._open_topic(meta, directory)
-            except BaseException:
-                self._discard_dir(directory)
-                raise
-            try:
-                write_atomic(directory / TOPIC_FILE, meta.to_json())
-                fsync_dir(self.root)
-            except BaseException:
-                for plog in topic.logs:
-                    with contextlib.suppress(Exception):
-                        plog.close()
-                self._discard_dir(directory)
-                raise
+            topic = self._commit_topic(meta, rebuild=False)
+            self._publish(meta)
             self._topics = {**self._topics, name: topic}
             log.info("created topic %s with %d partition(s)", name, partitions)
             return topic
+
+    def _commit_topic(self, meta: TopicMeta, *, rebuild: bool) -> Topic:
+        """Create the topic's directory and partition logs, then commit ``topic.json``."""
+        directory = self.root / meta.name
+        if directory.exists():
+            self._discard_dir(directory)  # an earlier creation that crashed half way
+        try:
+            directory.mkdir()
+            topic = self._open_topic(meta, directory, rebuild=rebuild)
+        except BaseException:
+            self._discard_dir(directory)
+            raise
+        try:
+            write_atomic(directory / TOPIC_FILE, meta.to_json())
+            fsync_dir(self.root)
+        except BaseException:
+            for plog in topic.logs:
+                with contextlib.suppress(Exception):
+                    plog.close()
+            self._discard_dir(directory)
+            raise
+        return topic
 
     def delete(self, name: str) -> None:
         """Delete a topic and every record in it; TopicNotFoundError if there is none.
@@ -469,6 +565,12 @@ class TopicManager:
             topic = self._topics.get(name)
             if topic is None:
                 raise TopicNotFoundError(f"topic {name!r} does not exist")
+            if self.storage is not None:
+                try:  # first, so a restart on an empty disk never restores it
+                    self.storage.delete([topic_object_key(name)])
+                except TieredLogError as exc:
+                    log.warning("topic %s: metadata not deleted from the remote store: %s",
+                                name, exc)
             self._topics = {k: v for k, v in self._topics.items() if k != name}
             for plog in topic.logs:
                 try:
@@ -477,6 +579,23 @@ class TopicManager:
                     log.exception("closing a log of topic %s failed", name)
             self._discard_dir(topic.directory)
             log.info("deleted topic %s", name)
+            t = threading.Thread(target=self._delete_remote, args=(topic,),
+                                 name=f"delete-{name}", daemon=True)
+            self._deleters.add(t)
+            t.start()
+
+    def _delete_remote(self, topic: Topic) -> None:
+        """Delete a deleted topic's objects from the remote store (in the background)."""
+        try:
+            n = 0
+            for plog in topic.logs:
+                if isinstance(plog, TieredLog):
+                    n += plog.delete_remote_objects()
+            log.info("deleted %d remote object(s) of topic %s", n, topic.name)
+        except Exception as exc:  # the bucket failed: the objects stay, named by a dead id
+            log.warning("topic %s: remote objects not all deleted: %s", topic.name, exc)
+        finally:
+            self._deleters.discard(threading.current_thread())
 
     def _discard_dir(self, directory: Path) -> None:
         """Move a topic directory into the trash (atomic), then remove it."""
