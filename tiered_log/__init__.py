@@ -9,6 +9,8 @@ The public API (everything else is internal and may change)::
         for rec in log.read_range(first, max_records=100):
             print(rec.offset, rec.timestamp, rec.key, rec.value, rec.headers)
 
+:class:`TieredLog` is a Log with a remote tier (``open_storage("s3://bucket/prefix")`` or a
+local directory): sealed segments are shipped, reads resolve to either tier.
 :class:`AsyncLog` wraps a Log for asyncio code. Every error derives from
 :class:`TieredLogError` (see :mod:`tiered_log.errors` for the tree).
 """
@@ -21,6 +23,7 @@ from .errors import (
     InvalidOffsetError,
     InvalidTopicNameError,
     LogClosedError,
+    LogInUseError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     RemoteCorruptionError,
@@ -35,6 +38,9 @@ from .format.records import Headers, ProducerRecord, Record
 from .local.aio import AsyncLog
 from .local.log import Log, LogBounds, LogConfig, RecoveryReport
 from .local.segment import SegmentInfo
+from .remote.storage import RemoteStorage, open_storage
+from .remote.tier import TierConfig
+from .tiered import TieredBounds, TieredLog
 
 __version__ = "0.1.0"
 
@@ -51,6 +57,7 @@ __all__ = [
     "LogBounds",
     "LogClosedError",
     "LogConfig",
+    "LogInUseError",
     "OffsetOutOfRangeError",
     "ProducerRecord",
     "Record",
@@ -58,11 +65,16 @@ __all__ = [
     "RecoveryReport",
     "RemoteCorruptionError",
     "RemoteObjectNotFoundError",
+    "RemoteStorage",
     "RemoteStorageError",
     "SegmentInfo",
+    "TierConfig",
+    "TieredBounds",
+    "TieredLog",
     "TieredLogError",
     "TopicError",
     "TopicExistsError",
     "TopicNotFoundError",
     "__version__",
+    "open_storage",
 ]

@@ -12,6 +12,7 @@ boundary where they occur (``raise X(...) from exc``) so callers catch ours only
     ├── CorruptRecordError              a checksum or framing check failed on read
     ├── CorruptIndexError               an index file is damaged (recovery rebuilds it)
     ├── LogClosedError                  the log (or service) was closed
+    ├── LogInUseError                   another open Log holds the directory
     ├── TopicError                      topic management (service layer)
     │   ├── TopicNotFoundError
     │   ├── TopicExistsError
@@ -93,6 +94,13 @@ class LogClosedError(TieredLogError):
     """The log was closed; no further operations are accepted."""
 
     code = "log_closed"
+
+
+class LogInUseError(TieredLogError):
+    """Another open :class:`~tiered_log.local.log.Log` (in this or another process) holds
+    the log's directory."""
+
+    code = "log_in_use"
 
 
 class TopicError(TieredLogError):

@@ -44,6 +44,7 @@ EXPECTED_ALL = [
     "LogBounds",
     "LogClosedError",
     "LogConfig",
+    "LogInUseError",
     "OffsetOutOfRangeError",
     "ProducerRecord",
     "Record",
@@ -51,13 +52,18 @@ EXPECTED_ALL = [
     "RecoveryReport",
     "RemoteCorruptionError",
     "RemoteObjectNotFoundError",
+    "RemoteStorage",
     "RemoteStorageError",
     "SegmentInfo",
+    "TierConfig",
+    "TieredBounds",
+    "TieredLog",
     "TieredLogError",
     "TopicError",
     "TopicExistsError",
     "TopicNotFoundError",
     "__version__",
+    "open_storage",
 ]
 
 
@@ -409,3 +415,23 @@ def test_context_manager_closes(tmp_path: Path) -> None:
     assert log.closed
     with pytest.raises(LogClosedError):
         log.append(b"y")
+
+
+def test_one_open_log_per_directory(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tiered_log import LogInUseError
+
+    log = Log.open(tmp_path / "l")
+    log.append(b"x")
+    with pytest.raises(LogInUseError):
+        Log.open(tmp_path / "l")
+    # Another process is refused too, with the library's error.
+    code = ("import sys\nfrom tiered_log import Log, LogInUseError\n"
+            "try:\n    Log.open(sys.argv[1])\nexcept LogInUseError:\n    sys.exit(3)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "l")], timeout=60)
+    assert p.returncode == 3
+    log.close()
+    with Log.open(tmp_path / "l") as again:
+        assert again.read(0).value == b"x"

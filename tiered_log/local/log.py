@@ -27,6 +27,7 @@ truncation then removes.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 import time
@@ -39,12 +40,16 @@ from ..errors import (
     InvalidArgumentError,
     InvalidOffsetError,
     LogClosedError,
+    LogInUseError,
     OffsetOutOfRangeError,
     TieredLogError,
 )
 from ..format import naming
 from ..format.records import ProducerRecord, Record, encode_batch
 from .segment import IndexCache, Segment, SegmentInfo, fsync_dir
+
+LOCK_FILE = ".lock"
+"""Held (flock) by the one open Log of a directory."""
 
 DEFAULT_SEGMENT_BYTES = 64 << 20
 MAX_SEGMENT_BYTES = (1 << 31) - 1
@@ -134,7 +139,12 @@ class Log:
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._view: tuple[list[Segment], list[int]] = ([], [])
-        self.recovery = self._open()
+        self._lock_fd = self._lock_directory()
+        try:
+            self.recovery = self._open()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         self._flushed_offset = self.next_offset
 
     @classmethod
@@ -144,13 +154,28 @@ class Log:
 
     # ---- opening / recovery ------------------------------------------------------------
 
-    def _open(self) -> RecoveryReport:
+    def _lock_directory(self) -> int:
+        """Create the directory and take its ``.lock`` (flock, held until close): one
+        open Log per directory, across threads and processes. Returns the lock's fd."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise InvalidArgumentError(f"cannot create log directory {self.directory}: {exc}") from exc
         if not self.directory.is_dir():
             raise InvalidArgumentError(f"{self.directory} is not a directory")
+        try:
+            fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot open {self.directory / LOCK_FILE}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise LogInUseError(f"the log in {self.directory} is open elsewhere "
+                                "(another process, or an unclosed Log)") from None
+        return fd
+
+    def _open(self) -> RecoveryReport:
         removed = 0
         for p in self.directory.iterdir():
             if p.name.endswith(naming.TMP_SUFFIX) or ".tmp-" in p.name:
@@ -525,6 +550,7 @@ class Log:
             for s in self._segments:
                 s.close()
             self._closed = True
+            os.close(self._lock_fd)
 
     @property
     def closed(self) -> bool:
