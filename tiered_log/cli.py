@@ -55,7 +55,6 @@ from .errors import InvalidArgumentError, OffsetOutOfRangeError, TieredLogError
 from .format import naming
 
 if TYPE_CHECKING:
-    from .format.records import Record
     from .local.log import LogConfig
     from .tools import StoreScan
 
@@ -255,31 +254,6 @@ def text_field(b: bytes | None) -> str:
     return "base64:" + base64.b64encode(b).decode("ascii")
 
 
-def _text_or_b64(b: bytes | None) -> tuple[str | None, str | None]:
-    if b is None:
-        return None, None
-    try:
-        return b.decode("utf-8"), None
-    except UnicodeDecodeError:
-        return None, base64.b64encode(b).decode("ascii")
-
-
-def record_json(rec: Record) -> dict[str, Any]:
-    """A record as JSON, in the same shape as the HTTP API's JSON records.
-
-    ``value`` holds the text when the bytes are UTF-8 (``value_b64`` null), else
-    ``value_b64`` holds base64 (``value`` null); keys and header values likewise.
-    """
-    key, key_b64 = _text_or_b64(rec.key)
-    value, value_b64 = _text_or_b64(rec.value)
-    headers = []
-    for name, hv in rec.headers:
-        t, b = _text_or_b64(hv)
-        headers.append({"name": name, "value": t, "value_b64": b})
-    return {"offset": rec.offset, "timestamp": rec.timestamp, "key": key, "key_b64": key_b64,
-            "value": value, "value_b64": value_b64, "headers": headers}
-
-
 def _plural(n: int, word: str, plural: str | None = None) -> str:
     """``"1 record"``, ``"2 records"``."""
     return f"{n:,} {word if n == 1 else (plural or word + 's')}"
@@ -292,7 +266,7 @@ def _headers_text(headers: Iterable[tuple[str, bytes | None]]) -> str:
 # ---- append / read / demo ----------------------------------------------------------------
 
 
-def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+def input_lines(stream: IO[bytes]) -> Iterator[bytes]:
     """Lines of a binary stream without their line ending (``\\n`` or ``\\r\\n``)."""
     for line in stream:
         if line.endswith(b"\n"):
@@ -344,7 +318,7 @@ def cmd_append(args: argparse.Namespace) -> int:
                 count += len(batch)
                 batch.clear()
 
-            for line in _lines(stream):
+            for line in input_lines(stream):
                 progress.advance(len(line) + 1 if from_file else 1)
                 if not line:
                     skipped += 1
@@ -414,6 +388,8 @@ def cmd_read(args: argparse.Namespace) -> int:
         if not start <= offset <= end:
             raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {end})",
                                         log_start=start, next_offset=end)
+        from .service.wire import record_to_json  # the HTTP API's JSON shape
+
         limit = args.max_records if args.max_records is not None else 1 << 62
         printed = 0
         while offset < end and printed < limit:
@@ -423,7 +399,7 @@ def cmd_read(args: argparse.Namespace) -> int:
             lines = []
             for r in recs:
                 if args.json:
-                    lines.append(json.dumps(record_json(r), ensure_ascii=False))
+                    lines.append(json.dumps(record_to_json(r), ensure_ascii=False))
                 else:
                     lines.append(f"{r.offset}\t{r.timestamp}\t{text_field(r.key)}\t{text_field(r.value)}")
             out.write("\n".join(lines) + "\n")

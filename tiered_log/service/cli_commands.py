@@ -22,11 +22,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any
 
+from ..cli import input_lines
 from ..client import Client
 from ..errors import TieredLogError
 from ..format.records import Record
@@ -171,15 +172,6 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
 # ---- produce ---------------------------------------------------------------------------------
 
 
-def _lines(stream: IO[bytes]) -> Iterator[bytes]:
-    for line in stream:
-        if line.endswith(b"\n"):
-            line = line[:-1]
-            if line.endswith(b"\r"):
-                line = line[:-1]
-        yield line
-
-
 def cmd_produce(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         print("tiered-log: --batch-size must be at least 1", file=sys.stderr)
@@ -206,7 +198,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 batch.clear()
                 progress.update(produced)
 
-            for line in _lines(stream):
+            for line in input_lines(stream):
                 if not line:
                     skipped += 1
                     continue
