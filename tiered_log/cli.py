@@ -809,7 +809,7 @@ def cmd_perf_read(args: argparse.Namespace) -> int:
 # ---- entry point ------------------------------------------------------------------------------
 
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("tiered_log.perf.http",)
 """Modules that register more commands on :data:`COMMANDS` / :data:`PERF` when imported."""
 
 _installed = False

@@ -19,7 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import CorruptRecordError, OffsetOutOfRangeError
-from ..format.records import HEADER_SIZE, ProducerRecord, Record, encode_batch, frame_header
+from ..format.records import (
+    HEADER,
+    HEADER_SIZE,
+    ProducerRecord,
+    Record,
+    encode_batch,
+    frame_header,
+)
+from ..local.segment import Segment
 from .topics import PartitionBounds, PartitionLog, partition_bounds
 
 
@@ -65,7 +73,7 @@ def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: i
         nxt = recs[-1].offset + 1 if recs else offset
         return FrameBatch(frame_records(recs), len(recs), offset, nxt, partition_bounds(plog))
 
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     total = 0
     count = 0
     cur = offset
@@ -82,19 +90,7 @@ def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: i
         if pos >= end:
             break
         want = min(end - pos, max(max_bytes - total, 0))
-        buf = seg.read_bytes(pos, want) if want >= HEADER_SIZE else b""
-        walked = 0
-        n = 0
-        while walked + HEADER_SIZE <= len(buf) and count + n < max_records:
-            off, fsize, _ = frame_header(buf, walked)
-            if off != cur + n:
-                if count + n == 0:
-                    raise CorruptRecordError(f"expected offset {cur} at byte {pos} of {seg.store_path.name}")
-                break  # a racing truncation rewrote the tail: stop here
-            if walked + fsize > len(buf):
-                break
-            walked += fsize
-            n += 1
+        buf, walked, n = _walk_segment(seg, pos, want, cur, max_records - count, count == 0)
         if n == 0:
             if count:
                 break  # the next frame does not fit in max_bytes
@@ -109,14 +105,62 @@ def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: i
             if len(buf) < fsize:
                 raise CorruptRecordError(f"truncated frame at byte {pos} of {seg.store_path.name}")
             walked, n = fsize, 1
-        parts.append(buf if walked == len(buf) else buf[:walked])
+        parts.append(buf if walked == len(buf) else memoryview(buf)[:walked])  # no copy
         total += walked
         count += n
         cur += n
         if pos + walked < end or total >= max_bytes:
             break  # a limit was reached inside this segment
-    data: bytes = parts[0] if len(parts) == 1 else b"".join(parts)
+    data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)
     return FrameBatch(data, count, offset, cur, partition_bounds(plog))
+
+
+_READ_SLACK = 64 << 10
+"""Bytes read beyond the estimate of what a page needs (one read is the aim)."""
+
+
+def _walk_segment(seg: Segment, pos: int, want: int, cur: int, records: int,
+                  first: bool) -> tuple[bytes, int, int]:
+    """Read frames of ``seg`` from byte ``pos`` (offset ``cur``): at most ``want`` bytes
+    and ``records`` frames. Returns the bytes read, how many of them are whole frames
+    taken, and how many frames that is.
+
+    Reads no more than the page needs: a first guess from the segment's average frame
+    size (plus slack), grown geometrically when it falls short, never past ``want``. Only
+    the 20-byte frame headers are looked at; the client verifies the checksums.
+    """
+    if want < HEADER_SIZE:
+        return b"", 0, 0
+    count = seg.next_offset - seg.base_offset
+    avg = seg.size // count if count > 0 else HEADER_SIZE
+    guess = min(want, avg * records + avg + _READ_SLACK)
+    unpack = HEADER.unpack_from
+    while True:
+        buf = seg.read_bytes(pos, guess)
+        size = len(buf)
+        walked = 0
+        n = 0
+        complete = False  # stopped for a reason other than the end of buf
+        while n < records:
+            if walked + HEADER_SIZE > size:
+                break
+            off, blen, _ = unpack(buf, walked)
+            if off != cur + n:
+                if first and n == 0:
+                    raise CorruptRecordError(
+                        f"expected offset {cur} at byte {pos} of {seg.store_path.name}")
+                complete = True  # a racing truncation rewrote the tail: stop here
+                break
+            fsize = HEADER_SIZE + blen
+            if walked + fsize > size:
+                break
+            walked += fsize
+            n += 1
+        else:
+            complete = True
+        if complete or size < guess or guess >= want:
+            return buf, walked, n
+        guess = min(want, guess * 4)
 
 
 def fetch_records(plog: PartitionLog, offset: int, max_records: int,

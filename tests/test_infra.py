@@ -1,0 +1,247 @@
+"""Static checks of infra/: the compose file, the Dockerfile and its ignore file.
+
+There is no Docker engine here, so nothing is built or started. Instead: the compose file
+parses and has the services, dependencies and healthchecks the local MinIO setup needs;
+every ``TIERED_LOG_*`` variable it (or the Dockerfile) sets names a real setting, and the
+whole set loads with :func:`tiered_log.config.load_settings` in a fresh process to the
+values written; the bucket the one-shot ``mc`` job creates is the bucket of the remote
+URL, with the same credentials and endpoint; the Dockerfile installs the package and
+runs ``tiered-log serve`` on the port it exposes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from tiered_log.config import Settings, TopicConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+INFRA = ROOT / "infra"
+PREFIX = "TIERED_LOG_"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((INFRA / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def service_env(service: dict[str, Any]) -> dict[str, str]:
+    """A service's environment as a dict (compose allows a mapping or KEY=VALUE list)."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): "" if v is None else str(v) for k, v in env.items()}
+
+
+def command_text(service: dict[str, Any]) -> str:
+    """entrypoint + command of a service as one shell-ish string."""
+    parts: list[str] = []
+    for key in ("entrypoint", "command"):
+        v = service.get(key)
+        if isinstance(v, list):
+            parts.extend(str(x) for x in v)
+        elif v:
+            parts.append(str(v))
+    return " ".join(parts)
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments), continuations joined."""
+    text = (INFRA / "Dockerfile").read_text()
+    text = re.sub(r"\\\n", " ", text)
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def dockerfile_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in dockerfile():
+        if word == "ENV":
+            for item in shlex.split(rest):
+                k, _, v = item.partition("=")
+                env[k] = v
+    return env
+
+
+def setting_path(name: str) -> tuple[str, ...]:
+    """The Settings field path a ``TIERED_LOG_*`` variable names; AssertionError if none."""
+    assert name.startswith(PREFIX), name
+    parts = tuple(p.lower() for p in name[len(PREFIX):].split("__"))
+    assert parts[0] in Settings.model_fields, f"{name}: no setting {parts[0]!r}"
+    if len(parts) > 1:
+        assert parts[0] == "topic_defaults" and len(parts) == 2, f"{name}: not a nested setting"
+        assert parts[1] in TopicConfig.model_fields, f"{name}: no topic setting {parts[1]!r}"
+    return parts
+
+
+def load_in_subprocess(env: dict[str, str]) -> dict[str, Any]:
+    """``load_settings()`` in a fresh process whose only TIERED_LOG_* variables are ``env``;
+    returns the settings as JSON data (secrets revealed, for comparison)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+    code = (
+        "import json\n"
+        "from tiered_log.config import load_settings\n"
+        "s = load_settings()\n"
+        "d = s.model_dump(mode='json')\n"
+        "for k in ('s3_access_key', 's3_secret_key'):\n"
+        "    v = getattr(s, k)\n"
+        "    d[k] = v.get_secret_value() if v is not None else None\n"
+        "print(json.dumps(d))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    data: dict[str, Any] = json.loads(p.stdout)
+    return data
+
+
+def expected_value(raw: str, current: Any) -> Any:
+    """``raw`` (an env string) in the type of the loaded value ``current``."""
+    if isinstance(current, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(current, int):
+        return int(raw)
+    if isinstance(current, float):
+        return float(raw)
+    return raw
+
+
+# ---- compose -----------------------------------------------------------------------------
+
+
+def test_compose_has_the_three_services(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"minio", "create-bucket", "tiered-log"} <= set(services)
+    assert services["minio"]["image"].startswith("minio/minio")
+    assert services["create-bucket"]["image"].startswith("minio/mc")
+    build = services["tiered-log"]["build"]
+    assert (INFRA / build["context"] / build["dockerfile"]).resolve() == INFRA / "Dockerfile"
+
+
+def test_compose_start_order_and_healthchecks(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("minio", "tiered-log"):
+        hc = services[name]["healthcheck"]
+        assert hc["test"][0] in ("CMD", "CMD-SHELL") and len(hc["test"]) > 1, name
+        assert hc.get("retries", 0) >= 1, name
+    assert services["create-bucket"]["depends_on"]["minio"]["condition"] == "service_healthy"
+    deps = services["tiered-log"]["depends_on"]
+    assert deps["minio"]["condition"] == "service_healthy"
+    assert deps["create-bucket"]["condition"] == "service_completed_successfully"
+    # The healthcheck probes the port the service listens on.
+    env = service_env(services["tiered-log"])
+    assert f":{env['TIERED_LOG_PORT']}/healthz" in " ".join(services["tiered-log"]["healthcheck"]["test"])
+
+
+def test_every_tiered_log_variable_is_a_setting(compose: dict[str, Any]) -> None:
+    names = [k for s in compose["services"].values() for k in service_env(s) if k.startswith(PREFIX)]
+    names += [k for k in dockerfile_env() if k.startswith(PREFIX)]
+    assert len(names) >= 8
+    for name in names:
+        setting_path(name)
+
+
+def test_service_environment_loads_with_the_values_written(compose: dict[str, Any]) -> None:
+    env = {k: v for k, v in service_env(compose["services"]["tiered-log"]).items()
+           if k.startswith(PREFIX)}
+    for required in ("TIERED_LOG_REMOTE_URL", "TIERED_LOG_S3_ENDPOINT_URL", "TIERED_LOG_S3_ACCESS_KEY",
+                     "TIERED_LOG_S3_SECRET_KEY", "TIERED_LOG_S3_REGION", "TIERED_LOG_HOST",
+                     "TIERED_LOG_PORT", "TIERED_LOG_DATA_DIR"):
+        assert required in env, required
+    loaded = load_in_subprocess(env)
+    for name, raw in env.items():
+        path = setting_path(name)
+        got: Any = loaded
+        for p in path:
+            got = got[p]
+        assert got == expected_value(raw, got), (name, raw, got)
+    assert loaded["remote_url"] == env["TIERED_LOG_REMOTE_URL"]
+    assert loaded["topic_defaults"]["segment_bytes"] != TopicConfig.model_validate({}).segment_bytes
+
+
+def test_dockerfile_environment_loads(compose: dict[str, Any]) -> None:
+    env = {k: v for k, v in dockerfile_env().items() if k.startswith(PREFIX)}
+    loaded = load_in_subprocess(env)
+    assert loaded["host"] == "0.0.0.0"
+    assert loaded["data_dir"] == "/data"
+    assert str(loaded["port"]) == env["TIERED_LOG_PORT"]
+
+
+def test_bucket_created_is_the_remote_tier_bucket(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    env = service_env(services["tiered-log"])
+    url = urlsplit(env["TIERED_LOG_REMOTE_URL"])
+    assert url.scheme == "s3" and url.netloc and url.path.strip("/")
+    script = command_text(services["create-bucket"])
+    made = re.findall(r"\bmc mb\b[^&;|]*?\s(\w+)/([a-z0-9][a-z0-9.-]+)", script)
+    assert made, script
+    aliases = {a: (u, k, s) for a, u, k, s in
+               re.findall(r"\bmc alias set (\w+) (\S+) (\S+) (\S+)", script)}
+    alias, bucket = made[0]
+    assert bucket == url.netloc
+    # mc talks to the same MinIO, with the same credentials, as the service.
+    mc_url, mc_key, mc_secret = aliases[alias]
+    assert mc_url == env["TIERED_LOG_S3_ENDPOINT_URL"]
+    minio_env = service_env(services["minio"])
+    assert mc_key == env["TIERED_LOG_S3_ACCESS_KEY"] == minio_env["MINIO_ROOT_USER"]
+    assert mc_secret == env["TIERED_LOG_S3_SECRET_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
+    assert len(minio_env["MINIO_ROOT_PASSWORD"]) >= 8  # MinIO refuses shorter ones
+    # The endpoint is the minio service on its API port.
+    ep = urlsplit(env["TIERED_LOG_S3_ENDPOINT_URL"])
+    assert ep.hostname == "minio" and ep.port == 9000
+
+
+def test_ports_agree(compose: dict[str, Any]) -> None:
+    svc = compose["services"]["tiered-log"]
+    port = service_env(svc)["TIERED_LOG_PORT"]
+    published = [str(p).rsplit(":", 1)[-1] for p in svc["ports"]]
+    assert port in published
+    exposed = [rest.split()[0].split("/")[0] for word, rest in dockerfile() if word == "EXPOSE"]
+    assert exposed == [port]
+
+
+# ---- Dockerfile ----------------------------------------------------------------------------
+
+
+def test_dockerfile_instructions() -> None:
+    steps = dockerfile()
+    words = [w for w, _ in steps]
+    assert words[0] == "FROM" and steps[0][1].startswith("python:3.11-slim")
+    assert "COPY" in words
+    copies = " ".join(rest for w, rest in steps if w == "COPY")
+    assert "pyproject.toml" in copies and "tiered_log" in copies
+    runs = [rest for w, rest in steps if w == "RUN"]
+    assert any(re.search(r"\bpip install\b.*\s\.(\s|$)", r) for r in runs), runs
+    # pip install comes after the sources are copied.
+    assert words.index("RUN") > max(i for i, w in enumerate(words) if w == "COPY")
+    cmd = [rest for w, rest in steps if w == "CMD"]
+    assert len(cmd) == 1
+    assert json.loads(cmd[0]) == ["tiered-log", "serve"]
+    # tiered-log is the package's console script.
+    assert 'tiered-log = "tiered_log.cli:main"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_dockerignore_keeps_the_sources() -> None:
+    lines = [ln.strip() for ln in (INFRA / "Dockerfile.dockerignore").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    for needed in ("pyproject.toml", "README.md", "tiered_log/**"):
+        assert f"!{needed}" in lines
