@@ -740,6 +740,65 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         b = await _run(state, topic, partition_bounds, plog)
         return b.as_dict()
 
+    # ---- remote segments (for readers that fetch archived segments from the bucket) ----
+
+    def _remote_segments(plog: PartitionLog) -> dict[str, Any]:
+        """The body of ``GET .../remote-segments`` (in a worker thread: reads index files).
+
+        Segments are a snapshot of the finished copies, clipped to ``[log_start_offset,
+        remote_end_offset)``; a log without a remote tier has none.
+        """
+        from ..format import naming
+        from ..tiered import TieredLog
+
+        b = partition_bounds(plog)
+        remote = plog.remote if isinstance(plog, TieredLog) else None
+        out: dict[str, Any] = {
+            "log_id": getattr(plog, "log_id", None),
+            "remote_url": remote.storage.url if remote is not None else None,
+            "log_start_offset": b.log_start_offset,
+            "local_start_offset": b.local_start_offset,
+            "remote_end_offset": remote.remote_end if remote is not None else b.log_start_offset,
+            "high_watermark": b.high_watermark,
+            "next_offset": b.next_offset,
+            "segments": [],
+        }
+        if remote is None:
+            return out
+        clips = dict(remote.meta.clips)
+        start = b.log_start_offset
+        segs = []
+        for s in remote.finished_segments:
+            nxt = min(s.next_offset, clips.get(s.id, s.next_offset))
+            if nxt <= start or nxt <= s.base_offset:
+                continue
+            key = naming.segment_object_key(remote.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
+            chunks = []
+            for e in remote.index.entries_from(s.base_offset):
+                if e.last_offset < s.base_offset:
+                    continue
+                if e.first_offset >= nxt or e.object_key != key:
+                    break
+                chunks.append([e.first_offset, e.last_offset, e.first_timestamp, e.last_timestamp,
+                               e.position, e.data_length])
+            segs.append({"base_offset": s.base_offset, "last_offset": nxt - 1, "next_offset": nxt,
+                         "first_timestamp": s.first_timestamp, "max_timestamp": s.max_timestamp,
+                         "object_key": key, "size": s.size, "chunks": chunks})
+        out["segments"] = segs
+        return out
+
+    @app.get("/v1/topics/{topic}/partitions/{partition}/remote-segments", tags=["records"],
+             responses=_errs(400, 401, 403, 404, 503))
+    async def remote_segments(topic: TopicPath, partition: PartitionPath,
+                              _: ReadGrant) -> dict[str, Any]:
+        """The partition's bounds and its finished remote segments, each with its ``.log``
+        object key and its remoteLogIndex chunks ``[first_offset, last_offset,
+        first_timestamp, last_timestamp, position, length]``: what a reader (the Spark
+        source) needs to fetch archived records from the bucket itself with ranged GETs,
+        without listing it. Object keys are relative to ``remote_url``."""
+        plog = manager.partition(topic, partition)
+        return await _run(state, topic, _remote_segments, plog)
+
     @app.post("/v1/topics/{topic}/partitions/{partition}/truncate", response_model=Bounds,
               tags=["records"], responses=_errs(400, 401, 403, 404, 416, 503))
     async def truncate(body: TruncateRequest, topic: TopicPath, partition: PartitionPath,

@@ -1,0 +1,81 @@
+"""The Spark examples, run as scripts against the session's service and bucket."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiered_log.client import Client
+
+from .conftest import ADMIN, new_topic, wait_for
+from .test_batch_read import produce
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, str(ROOT / "examples" / script), *args],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
+
+
+def _common(service: Any, spark_bucket: str, s3_target: Any, topic: str) -> list[str]:
+    return ["--service-url", service.url, "--bucket-url", f"s3://{spark_bucket}/log",
+            "--topic", topic, "--token", ADMIN, "--s3-endpoint-url", s3_target.endpoint,
+            "--s3-region", s3_target.region, "--s3-access-key", s3_target.access_key or "x",
+            "--s3-secret-key", s3_target.secret_key or "x"]
+
+
+def test_history_example(client: Client, service: Any, spark_bucket: str,
+                                     s3_target: Any, tmp_path: Path) -> None:
+    topic = new_topic(client, partitions=2, segment_bytes=16384)
+    day = 86_400_000
+    for p in (0, 1):  # three days of records, 100 a day
+        produce(client, topic, p, 300, ts=lambda i: 1_700_000_000_000 + (i // 100) * day + i)
+    wait_for(lambda: client.bounds(topic, 1).local_start_offset > 0, "shipping")
+    common = _common(service, spark_bucket, s3_target, topic)
+    p = _run("spark_history.py", *common, "--out", str(tmp_path / "parquet"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    assert re.search(r"planned \d+ split\(s\)", out)
+    assert "2023-11-14: 200 records" in out and "2023-11-16: 200 records" in out
+    assert "partition 0: 300 records, offsets 0..299" in out
+    assert "summary: 600 records over 3 day(s)" in out
+    assert out.rstrip().endswith("spark_history OK")
+    dates = sorted(d.name for d in (tmp_path / "parquet").iterdir() if d.name.startswith("date="))
+    assert dates == ["date=2023-11-14", "date=2023-11-15", "date=2023-11-16"]
+
+
+
+def test_follow_example(spark: Any, client: Client, service: Any, spark_bucket: str,
+                        s3_target: Any, tmp_path: Path,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    """spark_follow's query, run twice on the test session (a restart in between)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import spark_follow
+    finally:
+        sys.path.pop(0)
+    topic = new_topic(client, segment_bytes=16384)
+    produce(client, topic, 0, 300)
+    common = _common(service, spark_bucket, s3_target, topic)
+    ckpt = str(tmp_path / "ckpt")
+    args = spark_follow.parse_args([*common, "--checkpoint", ckpt, "--available-now",
+                                    "--max-offsets-per-trigger", "200"])
+    assert spark_follow.follow(spark, args) == 0
+    out = capsys.readouterr().out
+    assert "summary: 300 records in 2 batch(es)" in out
+    produce(client, topic, 0, 25, start=300)
+    assert spark_follow.follow(spark, args) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"batch \d+: 25 records \(p0 300\.\.324\)", out)
+    assert out.rstrip().endswith("spark_follow OK")
