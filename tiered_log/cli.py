@@ -809,7 +809,9 @@ def cmd_perf_read(args: argparse.Namespace) -> int:
 # ---- entry point ------------------------------------------------------------------------------
 
 
-COMMAND_MODULES: tuple[str, ...] = ("tiered_log.perf.http",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "tiered_log.perf.http", "tiered_log.perf.remote_cli", "tiered_log.perf.spark",
+)
 """Modules that register more commands on :data:`COMMANDS` / :data:`PERF` when imported."""
 
 _installed = False
@@ -898,4 +900,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # ``python -m tiered_log.cli`` runs this file as ``__main__``, a second copy of the
+    # module; COMMAND_MODULES register on ``tiered_log.cli``'s registry, so run that one's.
+    from tiered_log.cli import main as _main
+
+    raise SystemExit(_main())

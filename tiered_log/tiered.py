@@ -99,6 +99,10 @@ class TieredLog:
         if self.remote is not None and self.local.next_offset < self.remote.remote_end:
             # The local disk lost data the bucket holds: continue after the bucket.
             self.local.reset(self.remote.remote_end)
+        if self.remote is not None:
+            # A crash between moving the remote log start (retention) and deleting the
+            # local segments below it left them here: never serve them again.
+            self.local.delete_segments_before(self.remote.meta.log_start_offset)
         self.shipper: Shipper | None = None
         if self.remote is not None and start_shipper:
             self.shipper = Shipper(self, self.tier_config.ship_interval_ms)
@@ -270,7 +274,9 @@ class TieredLog:
         cut = r.retention_cutoff(unshipped, now)
         if cut is not None:
             r.delete_before(cut)
-            self.local.delete_segments_before(cut)
+        # Local segments below the log start go too: those just cut, and any a crash
+        # left behind after the start had moved (then ``cut`` is None on the retry).
+        self.local.delete_segments_before(max(cut or 0, r.meta.log_start_offset))
         # Local retention: only segments whose copy is finished.
         end = r.remote_end
         cands = self.local.retention_candidates(tc.local_retention_ms, tc.local_retention_bytes, now)

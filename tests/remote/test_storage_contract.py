@@ -507,3 +507,22 @@ def test_fs_object_without_checksum_is_served(tmp_path: Path) -> None:
     (tmp_path / "dropped-in").write_bytes(b"from elsewhere")
     assert st.get("dropped-in") == b"from elsewhere"
     assert list(st.list("")) == [ObjectInfo("dropped-in", 14, None)]
+
+
+# ---- discard_partial ---------------------------------------------------------------------
+
+
+def test_discard_partial_keeps_stored_objects(store: RemoteStorage, tmp_path: Path) -> None:
+    """Cleanup after a crashed writer never touches what is stored; missing keys are fine.
+    (What it does remove, a killed writer's leftovers, is shown by test_crash_shipping.)"""
+    store.put("dp/a.log", b"kept")
+    src = tmp_path / "src"
+    data = write_file(src, 3000)
+    store.put_file("dp/b.log", src)
+    store.discard_partial(["dp/a.log", "dp/b.log", "dp/never-written.log"])
+    store.discard_partial([])
+    assert store.get("dp/a.log") == b"kept"
+    assert store.get("dp/b.log") == data
+    assert [o.key for o in store.list("dp/")] == ["dp/a.log", "dp/b.log"]
+    with pytest.raises(InvalidArgumentError):
+        store.discard_partial(["../escape"])

@@ -258,3 +258,31 @@ def test_background_shipper_ships(tmp_path: Path, storage: RemoteStorage) -> Non
         time.sleep(0.05)
     assert tlog.bounds().remote_end_offset == 600
     tlog.close()
+
+
+def test_damaged_local_segment_is_never_shipped(tmp_path: Path, storage: RemoteStorage) -> None:
+    """The frames are verified while the data uploads; a damaged segment's attempt is
+    cleaned up (no objects, no journal entry) and nothing past it is shipped."""
+    from tiered_log import CorruptRecordError
+
+    tlog = open_log(tmp_path / "log", storage)
+    produce(tlog, 600)
+    tlog.roll()
+    segs = tlog.eligible_segments()
+    assert len(segs) >= 3
+    victim = segs[1]
+    with open(victim.store_path, "r+b") as f:  # flip a byte inside a record's value
+        f.seek(victim.size // 2)
+        b = f.read(1)
+        f.seek(victim.size // 2)
+        f.write(bytes([b[0] ^ 0x01]))
+    with pytest.raises(CorruptRecordError):
+        tlog.tier_once()
+    assert tlog.remote is not None
+    assert [s.base_offset for s in tlog.remote.finished_segments] == [segs[0].base_offset]
+    assert [s.state for s in tlog.remote.journal.segments()] == ["COPY_FINISHED"]
+    keys = [i.key for i in storage.list(naming.segment_objects_prefix("orders-0"))]
+    assert len(keys) == 4 and all(segs[0].base_offset == naming.parse_segment_object_key(k)[0]  # type: ignore[index]
+                                  for k in keys)
+    assert tlog.bounds().remote_end_offset == segs[0].next_offset
+    tlog.close()

@@ -189,7 +189,9 @@ def encode_batch(
 ) -> EncodedBatch:
     """Encode ``records`` as frames with offsets ``base_offset, base_offset+1, ...``.
 
-    A bare ``bytes`` item is a value with no key, no headers and timestamp ``now_ms``.
+    A bare ``bytes`` item is a value with no key, no headers and timestamp ``now_ms``, as
+    is a record whose ``timestamp`` is None. ``now_ms`` is not validated: a client may
+    pass ``-1`` ("the server's clock", see :func:`frames_to_producer_records`).
     Validates every record first; raises before producing anything on bad input.
     """
     parts: list[bytes] = []
@@ -226,8 +228,10 @@ def encode_batch(
                 if not isinstance(key, bytes | bytearray | memoryview):
                     raise InvalidArgumentError(f"record key must be bytes, not {type(key).__name__}")
                 key = bytes(key)
-            ts = now_ms if rec.timestamp is None else rec.timestamp
-            if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0 or ts >= 1 << 62:
+            ts = rec.timestamp
+            if ts is None:
+                ts = now_ms
+            elif not isinstance(ts, int) or isinstance(ts, bool) or ts < 0 or ts >= 1 << 62:
                 raise InvalidArgumentError(f"record timestamp must be a non-negative int (ms), got {ts!r}")
             hdrs = encode_headers(rec.headers) if rec.headers else b""
             nh = len(rec.headers) if rec.headers else 0
@@ -368,6 +372,97 @@ def decode_frames(
     return out, pos, used
 
 
+def frames_to_producer_records(
+    buf: bytes | memoryview,
+    append_threshold: int,
+    *,
+    max_records: int | None = None,
+) -> list[ProducerRecord | bytes]:
+    """The records to append from a body of frames (the binary produce request).
+
+    Every frame is checked whole before anything is returned: its lengths, its checksum
+    (against the offset the frame carries, as :func:`encode_batch` computed it), its
+    value (not empty, at most ``append_threshold`` bytes) and its timestamp. Apart from
+    the checksum the frames' offsets are ignored: the log assigns new ones. A negative
+    timestamp means "the appending log's clock" (``timestamp=None``).
+
+    No :class:`Record` is built: each value and key is sliced (copied once) from ``buf``
+    into what is returned (a ``buf`` that is not ``bytes`` is copied first). A frame with
+    no key, no headers and a negative timestamp comes back as its bare value (``bytes``,
+    the cheapest item for :func:`encode_batch`), any other as a :class:`ProducerRecord`.
+
+    Raises CorruptRecordError naming the first bad frame (index, byte position, offset),
+    also when ``buf`` ends inside a frame; RecordTooLargeError for a value over
+    ``append_threshold``; InvalidArgumentError for an empty ``buf``, more than
+    ``max_records`` frames, an empty value or a timestamp past the 2**62 ms range.
+    """
+    data = bytes(buf) if not isinstance(buf, bytes) else buf  # slices of bytes: one copy
+    end = len(data)
+    if end == 0:
+        raise InvalidArgumentError("the body holds no record frames")
+    limit = max_records if max_records is not None else 1 << 62
+    out: list[ProducerRecord | bytes] = []
+    append = out.append
+    unpack = _FRAME_FIXED.unpack_from
+    h64 = _h64
+    fixed_end = HEADER_SIZE + BODY_FIXED_SIZE
+    pos = 0
+    i = 0
+
+    def where(off: int | None = None) -> str:
+        return f"frame {i} (at byte {pos}" + ("" if off is None else f", offset {off}") + ")"
+
+    while pos < end:
+        if i >= limit:
+            raise InvalidArgumentError(f"more than {limit} record frames in one batch")
+        if pos + FRAME_OVERHEAD > end:
+            raise CorruptRecordError(f"{where()}: the body ends inside it")
+        off, blen, cs, ts, klen, vlen, nh = unpack(data, pos)
+        b = pos + HEADER_SIZE
+        fend = b + blen
+        if fend > end:
+            raise CorruptRecordError(f"{where(off)}: the body ends inside it")
+        if klen == -1 and nh == 0 and blen == BODY_FIXED_SIZE + vlen:
+            # The common frame: no key, no headers; meta is the fixed body fields.
+            value = data[pos + fixed_end : fend]
+            if h64(value, h64(data[b : pos + fixed_end], off)) != cs:
+                raise CorruptRecordError(f"{where(off)}: checksum mismatch")
+            if 0 < vlen <= append_threshold and ts < 0:
+                append(value)
+                pos = fend
+                i += 1
+                continue
+            key: bytes | None = None
+            headers: Headers = ()
+        else:
+            k0 = b + BODY_FIXED_SIZE
+            k1 = k0 + (klen if klen > 0 else 0)
+            v1 = k1 + vlen
+            if blen < BODY_FIXED_SIZE or klen < -1 or v1 > fend or (nh == 0 and v1 != fend):
+                raise CorruptRecordError(f"{where(off)}: its lengths do not add up")
+            value = data[k1:v1]
+            if h64(value, h64(data[b:k1] + data[v1:fend], off)) != cs:
+                raise CorruptRecordError(f"{where(off)}: checksum mismatch")
+            try:
+                headers = decode_headers(data, v1, nh, fend) if nh else ()
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(f"{where(off)}: {exc}") from None
+            key = data[k0:k1] if klen >= 0 else None
+        if vlen > append_threshold:
+            raise RecordTooLargeError(
+                f"{where(off)}: a value of {vlen} bytes exceeds the append threshold of "
+                f"{append_threshold} bytes"
+            )
+        if vlen == 0:
+            raise InvalidArgumentError(f"{where(off)}: the record value must not be empty")
+        if ts >= 1 << 62:
+            raise InvalidArgumentError(f"{where(off)}: timestamp {ts} is out of range")
+        append(ProducerRecord(value, key, headers, ts if ts >= 0 else None))
+        pos = fend
+        i += 1
+    return out
+
+
 def scan_frames(
     buf: bytes | memoryview, pos: int, end: int, expect_offset: int | None = None
 ) -> Iterator[FrameInfo]:
@@ -377,16 +472,32 @@ def scan_frames(
     the offset sequence (``expect_offset``, then +1 each); the caller compares the last
     position reached with ``end`` to find a torn or damaged tail.
     """
+    mv = memoryview(buf)
+    unpack = _FRAME_FIXED.unpack_from
+    h64 = _h64
     while pos < end:
-        try:
-            rec, nxt = _decode_at(buf, pos, end)
-        except (_Incomplete, CorruptRecordError, struct.error):
-            return
+        # Fast path for a frame without headers (the common case): verify its checksum
+        # on views of the buffer, without building a Record (copying key and value).
+        off = -1
+        if pos + FRAME_OVERHEAD <= end:
+            off, blen, cs, ts, klen, vlen, nh = unpack(buf, pos)
+            b = pos + HEADER_SIZE
+            k1 = b + BODY_FIXED_SIZE + (klen if klen > 0 else 0)
+            nxt = b + blen
+            if not (nh == 0 and klen >= -1 and blen >= BODY_FIXED_SIZE and k1 + vlen == nxt
+                    and nxt <= end and h64(mv[k1:nxt], h64(mv[b:k1], off)) == cs):
+                off = -1  # anything else (or a mismatch): the full check decides
+        if off < 0:
+            try:
+                rec, nxt = _decode_at(buf, pos, end)
+            except (_Incomplete, CorruptRecordError, struct.error):
+                return
+            off, ts = rec.offset, rec.timestamp
         if expect_offset is not None:
-            if rec.offset != expect_offset:
+            if off != expect_offset:
                 return
             expect_offset += 1
-        yield FrameInfo(rec.offset, pos, nxt - pos, rec.timestamp)
+        yield FrameInfo(off, pos, nxt - pos, ts)
         pos = nxt
 
 
@@ -409,6 +520,7 @@ __all__ = [
     "encode_batch",
     "encode_headers",
     "frame_header",
+    "frames_to_producer_records",
     "scan_frames",
     "validate_value",
 ]

@@ -378,6 +378,40 @@ class LocalDirStorage:
             except OSError as exc:
                 raise RemoteStorageError(f"fsync of {d} failed: {exc}") from exc
 
+    def discard_partial(self, keys: Sequence[str]) -> None:
+        """Delete the temp files that interrupted puts of ``keys`` left (``<name>.tmp-<hex>``
+        and the digest sidecar's); each directory involved is scanned once. Call only when
+        no put of these keys is running. Thread-safe."""
+        self._check_open()
+        by_dir: dict[Path, set[str]] = {}
+        for key in check_keys(keys):
+            path = self._path(key)
+            by_dir.setdefault(path.parent, set()).update(
+                (path.name, self._sidecar(path).name))
+        for directory, names in by_dir.items():
+            try:
+                entries = builtins.list(os.scandir(directory))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as exc:
+                raise RemoteStorageError(f"listing {directory} failed: {exc}") from exc
+            removed = False
+            for entry in entries:
+                m = _TMP_RE.search(entry.name)
+                if m is not None and entry.name[: m.start()] in names:
+                    try:
+                        os.unlink(entry.path)
+                        removed = True
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        raise RemoteStorageError(f"delete of {entry.path} failed: {exc}") from exc
+            if removed:
+                try:
+                    _fsync_dir(directory)
+                except OSError as exc:
+                    raise RemoteStorageError(f"fsync of {directory} failed: {exc}") from exc
+
     def close(self) -> None:
         """Mark the store closed (it holds no resources); later calls raise. Idempotent."""
         self._closed = True

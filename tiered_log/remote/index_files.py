@@ -39,6 +39,7 @@ from ..format.remote_index import (
 from ..local.segment import fsync_dir
 
 _ENTRY_READ = 1024
+_BLOCK_READ = 64 << 10
 
 
 @dataclass
@@ -66,6 +67,32 @@ class _IndexFile:
             buf = os.pread(fd, 1 << 16, position)
             entry, end = RemoteLogIndexEntry.decode_from(buf, 0)
             return entry, position + end
+        finally:
+            os.close(fd)
+
+    def iter_entries(self, j: int) -> Iterator[RemoteLogIndexEntry]:
+        """Entries ``j``, ``j+1``, ... of this file in order, read through one descriptor in
+        blocks of ``_BLOCK_READ`` bytes (a sequential reader looks up many entries, and
+        opening the file for each one cost more than the decoding)."""
+        fd = os.open(self.log_path, os.O_RDONLY)
+        try:
+            buf = b""
+            buf_pos = 0  # file position of buf[0]
+            while j < len(self.positions):
+                pos = self.positions[j]
+                rel = pos - buf_pos
+                try:
+                    if rel < 0 or rel >= len(buf):
+                        raise CorruptIndexError("outside the block")
+                    entry, _ = RemoteLogIndexEntry.decode_from(buf, rel)
+                except CorruptIndexError:
+                    # Not (wholly) in the block read: read the next block from here. An
+                    # entry damaged on disk fails again here and is raised.
+                    buf = os.pread(fd, _BLOCK_READ, pos)
+                    buf_pos = pos
+                    entry, _ = RemoteLogIndexEntry.decode_from(buf, 0)
+                yield entry
+                j += 1
         finally:
             os.close(fd)
 
@@ -269,9 +296,8 @@ class RemoteIndexFiles:
         i, j = (0, 0) if loc is None else loc
         while i < len(files):
             f = files[i]
-            while j < len(f.positions):
-                yield f.read_entry(f.positions[j])[0]
-                j += 1
+            if j < len(f.positions):
+                yield from f.iter_entries(j)
             i += 1
             j = 0
 

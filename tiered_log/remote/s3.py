@@ -28,7 +28,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -376,7 +376,10 @@ class S3Storage:
             if not inflight:
                 return
             if block:
-                wait(inflight, return_when=FIRST_COMPLETED)
+                # Wait for the oldest part (results are taken in order): waiting for the
+                # first of any to complete would spin, holding the GIL, once a later part
+                # is done before the oldest one.
+                wait([inflight[0]])
             while inflight and inflight[0].done():
                 number, n, part = inflight.popleft().result()
                 done[number] = part
@@ -525,6 +528,36 @@ class S3Storage:
                     f"delete of {len(errors)} object(s) in {self._where} failed, e.g. "
                     f"{e.get('Key', '')[len(self._key_prefix):]!r}: {code}: {e.get('Message', '')}",
                     retriable=code in _RETRIABLE_CODES)
+
+    def discard_partial(self, keys: Sequence[str]) -> None:
+        """Abort the unfinished multipart uploads of ``keys`` (a crashed writer's parts
+        otherwise stay billed until a lifecycle rule removes them). One
+        ListMultipartUploads on the keys' common prefix, then one abort per upload found.
+        Call only when no put of these keys is running. Thread-safe."""
+        self._check_open()
+        fulls = {self._full_key(k) for k in check_keys(keys)}
+        if not fulls:
+            return
+        common = os.path.commonprefix(builtins.list(fulls))  # noqa: RUF071 - a string prefix is meant
+        found: builtins.list[tuple[str, str]] = []
+        params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": common}
+        while True:
+            with self._boundary("list multipart uploads", common[len(self._key_prefix):]):
+                resp = self.client.list_multipart_uploads(**params)
+            found.extend((u["Key"], u["UploadId"]) for u in resp.get("Uploads", [])
+                         if u.get("Key") in fulls and u.get("UploadId"))
+            if not resp.get("IsTruncated"):
+                break
+            params["KeyMarker"] = resp.get("NextKeyMarker", "")
+            params["UploadIdMarker"] = resp.get("NextUploadIdMarker", "")
+        for full, upload_id in found:
+            with self._boundary("abort multipart upload", full[len(self._key_prefix):]):
+                try:
+                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=full,
+                                                       UploadId=upload_id)
+                except bex.ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                        raise
 
     def ensure_bucket(self) -> None:
         """Create the bucket if it does not exist (for tests and development). Thread-safe."""

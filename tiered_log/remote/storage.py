@@ -106,6 +106,15 @@ class RemoteStorage(Protocol):
         """Delete the objects; keys that do not exist are not an error."""
         ...
 
+    def discard_partial(self, keys: Sequence[str]) -> None:
+        """Remove what interrupted puts of ``keys`` left behind, never visible as objects:
+        temp files (local directory), unfinished multipart uploads (S3).
+
+        For cleaning up after a crashed writer: call it only when no put of these keys is
+        running (a running one would fail). Stored objects are not touched.
+        """
+        ...
+
     def close(self) -> None:
         """Release connections; later calls raise RemoteStorageError. Idempotent."""
         ...

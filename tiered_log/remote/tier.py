@@ -8,13 +8,15 @@ before the next); the background loop that decides when to run it is
 Copying a segment (KIP-405's RemoteLogSegmentState machine, one unique id per attempt)::
 
     journal COPY_STARTED(id)
-    scan the store, verifying every frame; cut it into chunks of ~chunk_bytes
-    PUT <base>-<id>.log, .index, .timeindex       (rate-limited, multipart when large)
+    PUT <base>-<id>.log                           (rate-limited, multipart when large)
+      meanwhile, in helper threads: scan the store, verifying every frame, and cut it
+      into chunks of ~chunk_bytes; PUT <base>-<id>.index, .timeindex
     PUT <base>-<id>.rli                           (manifest + entries: the commit point)
     journal COPY_FINISHED(id)
     append the entries to the local remote-index files
 
-A failed attempt is journaled DELETE_STARTED and its objects deleted (DELETE_FINISHED);
+A failed attempt (including a damaged local segment, found by the scan) is journaled
+DELETE_STARTED and its objects deleted (DELETE_FINISHED);
 an attempt interrupted by a crash is found as COPY_STARTED on the next open and cleaned
 up the same way before it is retried under a new id. So each segment ends with exactly
 one copy and no orphaned objects.
@@ -36,9 +38,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import (
     CorruptIndexError,
@@ -51,7 +54,7 @@ from ..errors import (
 from ..format import naming
 from ..format.records import Record, decode_frames, frame_header, scan_frames
 from ..format.remote_index import RemoteLogIndexEntry, decode_entries
-from ..local.segment import SegmentInfo
+from ..local.segment import SegmentInfo, write_atomic
 from .cache import ChunkCache
 from .index_files import RemoteIndexFiles
 from .metadata import CopyJournal, CopyState, RemoteMeta, RemoteSegment, new_segment_id
@@ -163,6 +166,24 @@ def chunk_entries(data: bytes, base_offset: int, expected_next: int, object_key:
     return entries
 
 
+LOCATION_FILE = "location.json"
+"""In ``<log dir>/remote/``: the log id and the remote tier's URL (see :func:`read_location`)."""
+
+
+def read_location(log_dir: Path) -> dict[str, str | None] | None:
+    """What a log directory records about its remote tier: ``log_id``, ``url`` (e.g.
+    ``s3://bucket/prefix``), ``endpoint_url`` and ``region`` (None for a local directory
+    store); None if nothing (or nothing readable) is recorded."""
+    try:
+        d = json.loads((log_dir / naming.REMOTE_DIR / LOCATION_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or not isinstance(d.get("url"), str):
+        return None
+    return {k: (str(d[k]) if d.get(k) is not None else None)
+            for k in ("log_id", "url", "endpoint_url", "region")}
+
+
 class RemoteTier:
     """The remote tier of one log; see the module docstring."""
 
@@ -182,15 +203,27 @@ class RemoteTier:
         self.limiter = RateLimiter(config.upload_bytes_per_sec)
         self._pool = ThreadPoolExecutor(max_workers=config.fetch_workers,
                                         thread_name_prefix=f"fetch-{log_id}")
+        self._copy_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"copy-{log_id}")
         self._inflight: dict[tuple[str, int], Future[None]] = {}
         self._inflight_lock = threading.RLock()  # re-entered by done callbacks of finished futures
         self._finished: list[RemoteSegment] = []
         self._refresh()
+        self._record_location()
         self.needs_index_rebuild = bool(self.index.problems()) or (
             self.index.last_offset != self._expected_index_last()
         )
 
     # ---- state ---------------------------------------------------------------------------
+
+    def _record_location(self) -> None:
+        """Remember the log id and where its remote tier lives (``remote/location.json``),
+        so tools opening the directory later (``tiered-log describe``) find the bucket.
+        Written only when it changes; no credentials are ever recorded."""
+        loc = {"log_id": self.log_id, "url": self.storage.url,
+               "endpoint_url": getattr(self.storage, "endpoint_url", None),
+               "region": getattr(self.storage, "region", None)}
+        if read_location(self.dir.parent) != loc:
+            write_atomic(self.dir / LOCATION_FILE, json.dumps(loc, sort_keys=True).encode())
 
     def _refresh(self) -> None:
         self._finished = self.journal.finished()
@@ -256,8 +289,6 @@ class RemoteTier:
             rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
                                first_ts, seg.max_timestamp, CopyState.COPY_STARTED)
             data_key, index_key, time_key, rli_key = self._keys(rs)
-            entries = chunk_entries(data, seg.base_offset, seg.next_offset, data_key,
-                                    self.config.chunk_bytes)
             rs = self.journal.record(rs, CopyState.COPY_STARTED)
             sent = 0
 
@@ -268,19 +299,29 @@ class RemoteTier:
                 if progress is not None:
                     progress(n)
 
+            def put_indexes() -> None:
+                self.storage.put(index_key, seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes())
+                self.storage.put(time_key, seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes())
+
+            # Verifying every frame (CPU) and the small index uploads run while this thread
+            # uploads the data; all must succeed before the manifest (the commit point).
+            helpers: list[Future[Any]] = []
             try:
+                helpers.append(self._copy_pool.submit(
+                    chunk_entries, data, seg.base_offset, seg.next_offset, data_key,
+                    self.config.chunk_bytes))
+                helpers.append(self._copy_pool.submit(put_indexes))
                 self.storage.put_file(data_key, seg.store_path, progress=on_progress)
                 if sent < seg.size:
                     self.limiter.consume(seg.size - sent)
-                index_path = seg.store_path.with_suffix(naming.INDEX_SUFFIX)
-                time_path = seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX)
-                self.storage.put(index_key, index_path.read_bytes())
-                self.storage.put(time_key, time_path.read_bytes())
+                entries: list[RemoteLogIndexEntry] = helpers[0].result()
+                helpers[1].result()
                 rs = RemoteSegment(rs.id, rs.base_offset, rs.next_offset, rs.size, rs.first_timestamp,
                                    rs.max_timestamp, rs.state, rs.updated_ms, len(entries))
                 manifest = rs.to_json().encode() + b"\n" + b"".join(e.encode() for e in entries)
                 self.storage.put(rli_key, manifest)
             except BaseException:
+                wait(helpers)  # nothing of this attempt may be put after its cleanup
                 self.stats.copy_failures += 1
                 self._cleanup_attempt(rs)
                 raise
@@ -313,6 +354,9 @@ class RemoteTier:
                 if rs.state == CopyState.COPY_STARTED:
                     rs = self.journal.record(rs, CopyState.DELETE_STARTED)
                 if rs.state == CopyState.DELETE_STARTED:
+                    # A crashed put leaves a temp file (directory store) or an unfinished
+                    # multipart upload (S3) that no listing shows: discard those too.
+                    self.storage.discard_partial(self._keys(rs))
                     self.storage.delete(self._keys(rs))
                     self.journal.record(rs, CopyState.DELETE_FINISHED)
                     self.journal.forget([rs.id])
@@ -536,6 +580,17 @@ class RemoteTier:
             flush()
         return futs
 
+    def _covered(self, entries: Sequence[RemoteLogIndexEntry]) -> int:
+        """Bytes of the leading ``entries`` already cached or being fetched."""
+        n = 0
+        with self._inflight_lock:
+            for e in entries:
+                if (e.object_key, e.position) not in self._inflight and not self.cache.contains(
+                        e.object_key, e.position, e.data_length):
+                    break
+                n += e.data_length
+        return n
+
     def _chunk(self, entry: RemoteLogIndexEntry) -> bytes:
         """The bytes of one chunk: from the cache, an in-flight fetch, or a new fetch.
 
@@ -560,7 +615,11 @@ class RemoteTier:
                                         entry.position + entry.data_length)
                 self.stats.remote_fetch_bytes += len(blob)
                 data = blob
-        elif ahead:
+        elif ahead and self._covered(ahead) < self.config.prefetch_bytes // 2:
+            # Top the window up only once half of it is consumed: then the uncached tail
+            # goes out as a few requests of up to fetch_bytes, not one small request per
+            # chunk read (on stores that read the whole object per ranged GET, as moto's
+            # server does, many small requests cost far more than few large ones).
             self._schedule(ahead)
         if len(data) >= 20 and frame_header(data)[0] != entry.first_offset:
             self.cache.discard(entry.object_key, entry.position, entry.data_length)
@@ -626,3 +685,4 @@ class RemoteTier:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._copy_pool.shutdown(wait=True, cancel_futures=True)
