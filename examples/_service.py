@@ -107,3 +107,15 @@ def wait_until(what: str, check: Callable[[], object], timeout: float = 30.0,
             return
         time.sleep(interval)
     raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def run_main(main: Callable[[], int], script: str) -> None:
+    """Exit with ``main()``'s status; a library error (the service unreachable, a refused
+    token, ...) becomes one line on stderr and exit status 1, never a traceback."""
+    from tiered_log.errors import TieredLogError
+
+    try:
+        sys.exit(main())
+    except TieredLogError as exc:
+        print(f"{Path(script).name}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(1)

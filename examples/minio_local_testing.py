@@ -36,7 +36,6 @@ import boto3
 from botocore.config import Config
 
 from tiered_log.client import Client
-from tiered_log.errors import TieredLogError
 
 
 @contextlib.contextmanager
@@ -206,8 +205,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except TieredLogError as exc:  # e.g. the service is unreachable or refuses the token
-        print(f"{Path(__file__).name}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(1)
+    from _service import run_main
+
+    run_main(main, __file__)

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tiered_log.client import Client
-from tiered_log.errors import TieredLogError
 from tiered_log.format.records import ProducerRecord
 
 
@@ -110,8 +109,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except TieredLogError as exc:  # e.g. the service is unreachable or refuses the token
-        print(f"{Path(__file__).name}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(1)
+    from _service import run_main
+
+    run_main(main, __file__)
