@@ -4,8 +4,11 @@ Both speak the service's API (see :mod:`tiered_log.service.app`) with httpx. Fet
 the binary form: the body is the records' frames exactly as stored, decoded here with
 :func:`tiered_log.format.records.decode_frames`, which verifies every checksum (a
 damaged record raises :class:`~tiered_log.errors.CorruptRecordError`, never returns).
-Produce sends JSON batches (text values as text, binary ones as base64), or one raw
-streamed body with :meth:`Client.produce_raw`.
+Produce sends binary batches (``Content-Type: application/vnd.tiered-log.frames``): the
+records encoded here as frames in the stored layout with
+:func:`tiered_log.format.records.encode_batch` (no JSON, no base64; timestamps left to
+the server's clock unless a record gives one), or one raw streamed body with
+:meth:`Client.produce_raw`.
 
 Errors: the service's JSON errors are raised as the matching
 :class:`~tiered_log.errors.TieredLogError` subclass, found by the error's ``code``
@@ -38,10 +41,14 @@ from urllib.parse import quote
 import httpx
 
 from . import errors as E
-from .format.records import ProducerRecord, Record, decode_frames
+from .format.records import MAX_BODY_BYTES, ProducerRecord, Record, decode_frames, encode_batch
 
 _BINARY = "application/octet-stream"
 _JSON = "application/json"
+_FRAMES = "application/vnd.tiered-log.frames"
+_FRAMES_HEADERS = {"Content-Type": _FRAMES}
+_SERVER_CLOCK = -1
+"""A frame timestamp the server replaces with its own clock."""
 
 
 class ConnectionFailedError(E.TieredLogError):
@@ -151,10 +158,31 @@ def _part_path(topic: str, partition: int) -> str:
     return f"{_topic_path(topic)}/partitions/{int(partition)}"
 
 
-def _records_json(records: Iterable[ProducerRecord | bytes | str]) -> dict[str, Any]:
-    from .service.wire import producer_record_to_json
+def encode_produce_body(records: Iterable[ProducerRecord | bytes | str]) -> bytes:
+    """The body of a binary produce request: ``records`` as frames.
 
-    return {"records": [producer_record_to_json(r) for r in records]}
+    ``str`` values are UTF-8 encoded; a record without a timestamp gets the server's
+    clock. The offsets in the frames are 0, 1, ... (the server assigns the real ones);
+    value sizes are checked by the server (against the topic's append threshold).
+    InvalidArgumentError for records no log accepts (empty value, wrong types).
+    """
+    items: list[ProducerRecord | bytes] = []
+    for r in records:
+        if isinstance(r, bytes | ProducerRecord):
+            items.append(r)
+        elif isinstance(r, str):
+            try:
+                items.append(r.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise E.InvalidArgumentError("a text value is not encodable as UTF-8") from None
+        elif isinstance(r, bytearray | memoryview):
+            items.append(bytes(r))
+        else:
+            raise E.InvalidArgumentError(
+                f"records must be ProducerRecord, bytes or str, not {type(r).__name__}")
+    if not items:
+        raise E.InvalidArgumentError("a batch needs at least one record")
+    return encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES).data
 
 
 def _parse_fetch(resp: httpx.Response) -> FetchResult:
@@ -238,9 +266,9 @@ class Client:
     # records
     def produce(self, topic: str, partition: int,
                 records: Iterable[ProducerRecord | bytes | str]) -> list[int]:
-        """Append a batch (all or nothing); returns each record's offset."""
+        """Append a batch (all or nothing, binary frames); returns each record's offset."""
         resp = self._req("POST", f"{_part_path(topic, partition)}/records",
-                         json=_records_json(records))
+                         content=encode_produce_body(records), headers=_FRAMES_HEADERS)
         offsets: list[int] = resp.json()["offsets"]
         return offsets
 
@@ -327,8 +355,9 @@ class AsyncClient:
 
     async def produce(self, topic: str, partition: int,
                       records: Iterable[ProducerRecord | bytes | str]) -> list[int]:
+        """Append a batch (all or nothing, binary frames); returns each record's offset."""
         resp = await self._req("POST", f"{_part_path(topic, partition)}/records",
-                               json=_records_json(records))
+                               content=encode_produce_body(records), headers=_FRAMES_HEADERS)
         offsets: list[int] = resp.json()["offsets"]
         return offsets
 
@@ -386,5 +415,6 @@ __all__ = [
     "FetchResult",
     "PartitionBounds",
     "ServiceError",
+    "encode_produce_body",
     "error_from_response",
 ]

@@ -164,7 +164,8 @@ def test_openapi_document(server: ServerProcess) -> None:
         assert p in paths, p
     produce = paths["/v1/topics/{topic}/partitions/{partition}/records"]["post"]
     content = produce["requestBody"]["content"]
-    assert set(content) == {"application/json", "application/octet-stream"}
+    assert set(content) == {"application/json", "application/octet-stream",
+                            "application/vnd.tiered-log.frames"}
     assert "ProduceRequest" in doc["components"]["schemas"]
     assert "value_b64" in doc["components"]["schemas"]["RecordIn"]["properties"]
     fetch = paths["/v1/topics/{topic}/partitions/{partition}/records"]["get"]

@@ -405,7 +405,7 @@ def frames_to_producer_records(
     append = out.append
     unpack = _FRAME_FIXED.unpack_from
     h64 = _h64
-    fixed_end = HEADER_SIZE + BODY_FIXED_SIZE
+    hsize, fsize, overhead = HEADER_SIZE, BODY_FIXED_SIZE, FRAME_OVERHEAD
     pos = 0
     i = 0
 
@@ -415,17 +415,18 @@ def frames_to_producer_records(
     while pos < end:
         if i >= limit:
             raise InvalidArgumentError(f"more than {limit} record frames in one batch")
-        if pos + FRAME_OVERHEAD > end:
+        if pos + overhead > end:
             raise CorruptRecordError(f"{where()}: the body ends inside it")
         off, blen, cs, ts, klen, vlen, nh = unpack(data, pos)
-        b = pos + HEADER_SIZE
+        b = pos + hsize
         fend = b + blen
         if fend > end:
             raise CorruptRecordError(f"{where(off)}: the body ends inside it")
-        if klen == -1 and nh == 0 and blen == BODY_FIXED_SIZE + vlen:
+        if klen == -1 and nh == 0 and blen == fsize + vlen:
             # The common frame: no key, no headers; meta is the fixed body fields.
-            value = data[pos + fixed_end : fend]
-            if h64(value, h64(data[b : pos + fixed_end], off)) != cs:
+            v0 = pos + overhead
+            value = data[v0:fend]
+            if h64(value, h64(data[b:v0], off)) != cs:
                 raise CorruptRecordError(f"{where(off)}: checksum mismatch")
             if 0 < vlen <= append_threshold and ts < 0:
                 append(value)
@@ -435,10 +436,10 @@ def frames_to_producer_records(
             key: bytes | None = None
             headers: Headers = ()
         else:
-            k0 = b + BODY_FIXED_SIZE
+            k0 = b + fsize
             k1 = k0 + (klen if klen > 0 else 0)
             v1 = k1 + vlen
-            if blen < BODY_FIXED_SIZE or klen < -1 or v1 > fend or (nh == 0 and v1 != fend):
+            if blen < fsize or klen < -1 or v1 > fend or (nh == 0 and v1 != fend):
                 raise CorruptRecordError(f"{where(off)}: its lengths do not add up")
             value = data[k1:v1]
             if h64(value, h64(data[b:k1] + data[v1:fend], off)) != cs:

@@ -3,10 +3,12 @@
 ``tiered-log perf http-produce`` (:func:`run_http_produce`) appends ``N`` records of
 1 KiB in batches of 1,000:
 
-- **http**: ``tiered_log.client.Client.produce`` of each batch (a JSON batch, values as
-  base64: they are random bytes) to a real server process (``python -m
-  tiered_log.service``) on a loopback port, one request at a time; the clock covers the
-  client's encoding, the request, the server's parsing and append, and the answer;
+- **http**: ``tiered_log.client.Client.produce`` of each batch to a real server process
+  (``python -m tiered_log.service``) on a loopback port, one request at a time. The
+  client sends the binary batch form (``Content-Type: application/vnd.tiered-log.frames``:
+  the records as stored frames, no JSON, no base64); the clock covers the client's
+  encoding, the request, the server's checksum verification, decoding and append, and
+  the answer;
 - **library**: ``append_batch`` of the same batches on a partition log opened in this
   process exactly as the server opens its partitions
   (:func:`tiered_log.service.topics.open_partition_log`, same topic config).
@@ -339,7 +341,8 @@ def run_http_produce(
         "http-produce", records, batch, repeat, durable, results,
         ("produce_vs_library", PRODUCE_TARGET),
         "best of repeat runs; MB = 10**6 bytes of record values; ratio = http / library; "
-        "http = Client.produce of JSON batches to a server process on loopback; library = "
+        "http = Client.produce of binary frame batches (application/vnd.tiered-log.frames) to "
+        "a server process on loopback; library = "
         "append_batch in process on a log opened as the server opens partitions; latency = "
         "one record per request, one request at a time",
         {"latency": latency} if single else None)
