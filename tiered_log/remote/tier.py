@@ -664,6 +664,33 @@ class RemoteTier:
                 break  # a limit stopped us inside the chunk
         return out
 
+    def archived_segments(self, log_start: int) -> list[dict[str, Any]]:
+        """Finished remote segments holding offsets at or above ``log_start``, clipped by
+        truncation, each with its ``.log`` object key (relative to the store) and its
+        remoteLogIndex chunks ``[first_offset, last_offset, first_timestamp,
+        last_timestamp, position, length]`` (JSON-able): what a reader that fetches from
+        the bucket itself (the Spark source) plans from. Reads the index files; any thread.
+        """
+        clips = dict(self.meta.clips)
+        out: list[dict[str, Any]] = []
+        for s in self.finished_segments:
+            nxt = min(s.next_offset, clips.get(s.id, s.next_offset))
+            if nxt <= log_start or nxt <= s.base_offset:
+                continue
+            key = naming.segment_object_key(self.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
+            chunks = []
+            for e in self.index.entries_from(s.base_offset):
+                if e.last_offset < s.base_offset:
+                    continue
+                if e.first_offset >= nxt or e.object_key != key:
+                    break
+                chunks.append([e.first_offset, e.last_offset, e.first_timestamp, e.last_timestamp,
+                               e.position, e.data_length])
+            out.append({"base_offset": s.base_offset, "last_offset": nxt - 1, "next_offset": nxt,
+                        "first_timestamp": s.first_timestamp, "max_timestamp": s.max_timestamp,
+                        "object_key": key, "size": s.size, "chunks": chunks})
+        return out
+
     def offset_for_timestamp(self, ts: int) -> int | None:
         """First remote offset (>= start, < remote end) whose timestamp is >= ``ts``."""
         start, end = self.start_offset, self.remote_end

@@ -792,7 +792,6 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         Segments are a snapshot of the finished copies, clipped to ``[log_start_offset,
         remote_end_offset)``; a log without a remote tier has none.
         """
-        from ..format import naming
         from ..tiered import TieredLog
 
         b = partition_bounds(plog)
@@ -809,26 +808,7 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         }
         if remote is None:
             return out
-        clips = dict(remote.meta.clips)
-        start = b.log_start_offset
-        segs = []
-        for s in remote.finished_segments:
-            nxt = min(s.next_offset, clips.get(s.id, s.next_offset))
-            if nxt <= start or nxt <= s.base_offset:
-                continue
-            key = naming.segment_object_key(remote.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
-            chunks = []
-            for e in remote.index.entries_from(s.base_offset):
-                if e.last_offset < s.base_offset:
-                    continue
-                if e.first_offset >= nxt or e.object_key != key:
-                    break
-                chunks.append([e.first_offset, e.last_offset, e.first_timestamp, e.last_timestamp,
-                               e.position, e.data_length])
-            segs.append({"base_offset": s.base_offset, "last_offset": nxt - 1, "next_offset": nxt,
-                         "first_timestamp": s.first_timestamp, "max_timestamp": s.max_timestamp,
-                         "object_key": key, "size": s.size, "chunks": chunks})
-        out["segments"] = segs
+        out["segments"] = remote.archived_segments(b.log_start_offset)
         return out
 
     @app.get("/v1/topics/{topic}/partitions/{partition}/remote-segments", tags=["records"],
