@@ -792,12 +792,10 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         Segments are a snapshot of the finished copies, clipped to ``[log_start_offset,
         remote_end_offset)``; a log without a remote tier has none.
         """
-        from ..tiered import TieredLog
-
         b = partition_bounds(plog)
-        remote = plog.remote if isinstance(plog, TieredLog) else None
+        remote = plog.remote
         out: dict[str, Any] = {
-            "log_id": getattr(plog, "log_id", None),
+            "log_id": plog.log_id,
             "remote_url": remote.storage.url if remote is not None else None,
             "log_start_offset": b.log_start_offset,
             "local_start_offset": b.local_start_offset,

@@ -43,10 +43,9 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -59,9 +58,7 @@ from ..errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
-from ..format.records import ProducerRecord, Record
-from ..local.log import Log
-from ..local.segment import Segment, fsync_dir, write_atomic
+from ..local.segment import fsync_dir, write_atomic
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig
 from ..tiered import TieredLog
@@ -74,37 +71,8 @@ MAX_PARTITIONS = 1000
 TOPIC_FILE = "topic.json"
 
 
-class BoundsLike(Protocol):
-    """What the service reads from a partition log's ``bounds()``."""
-
-    @property
-    def log_start_offset(self) -> int: ...
-    @property
-    def next_offset(self) -> int: ...
-    @property
-    def flushed_offset(self) -> int: ...
-
-
-class PartitionLog(Protocol):
-    """The log API the service uses; :class:`Log` and the tiered log both provide it."""
-
-    @property
-    def next_offset(self) -> int: ...
-    @property
-    def log_start_offset(self) -> int: ...
-    @property
-    def flushed_offset(self) -> int: ...
-    @property
-    def closed(self) -> bool: ...
-    def bounds(self) -> BoundsLike: ...
-    def append_batch(self, records: Sequence[ProducerRecord | bytes]) -> tuple[int, int]: ...
-    def read_range(self, offset: int, max_records: int = 500,
-                   max_bytes: int = 1 << 20) -> list[Record]: ...
-    def offset_for_timestamp(self, timestamp: int) -> int | None: ...
-    def segment_for(self, offset: int) -> Segment: ...
-    def truncate(self, offset: int) -> None: ...
-    def flush(self) -> int: ...
-    def close(self) -> None: ...
+PartitionLog = TieredLog
+"""What the service holds per partition (every partition is a tiered log)."""
 
 
 def tier_config_of(config: TopicConfig, settings: Settings) -> TierConfig:
@@ -141,48 +109,17 @@ def maintain_partition_log(plog: PartitionLog) -> None:
     """Time-based upkeep of one log, run periodically: flush by ``flush_ms``, roll by
     ``segment_ms``; retention of a log without a shipper (remote tier off). A log with a
     remote tier applies both retentions in its shipper."""
-    local = getattr(plog, "local", plog)
-    if not isinstance(local, Log) or local.closed:
+    if plog.closed:
         return
-    local.maybe_flush()
-    local.maybe_roll_by_age()
-    if isinstance(plog, TieredLog):
-        if plog.shipper is None:
-            plog.tier_once()
-    elif local is plog:
-        local.enforce_retention()
-
-
-_STAT_KEYS = (
-    "copy_lag_bytes",
-    "copy_lag_segments",
-    "local_bytes",
-    "remote_bytes",
-    "cache_hits",
-    "cache_misses",
-    "uploaded_bytes",
-    "uploaded_segments",
-    "copy_failures",
-    "remote_fetch_bytes",
-    "remote_fetch_requests",
-    "remote_fetch_errors",
-)
+    plog.local.maybe_flush()
+    plog.local.maybe_roll_by_age()
+    if plog.shipper is None:
+        plog.tier_once()
 
 
 def partition_stats(plog: PartitionLog) -> dict[str, float]:
-    """Counters and gauges of one log for /metrics: the log's own ``stats()`` when it has
-    one (the tiered log), zeros otherwise (``local_bytes`` from the local log)."""
-    out = dict.fromkeys(_STAT_KEYS, 0.0)
-    stats = getattr(plog, "stats", None)
-    if callable(stats):
-        got = stats()
-        if isinstance(got, dict):
-            for k, v in got.items():
-                if isinstance(v, int | float) and not isinstance(v, bool):
-                    out[str(k)] = float(v)
-    elif isinstance(plog, Log):
-        out["local_bytes"] = float(plog.size_bytes)
-    return out
+    """Counters and gauges of one log for /metrics (see :meth:`TieredLog.stats`)."""
+    return plog.stats()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,13 +143,10 @@ class PartitionBounds:
 
 
 def partition_bounds(plog: PartitionLog) -> PartitionBounds:
-    """Bounds of any partition log (a local log's local start is its log start)."""
+    """Bounds of a partition log, as the API reports them."""
     b = plog.bounds()
-    start = b.log_start_offset
-    nxt = b.next_offset
-    local_start = getattr(b, "local_start_offset", start)
-    hw = getattr(b, "high_watermark", nxt)
-    return PartitionBounds(start, int(local_start), int(hw), nxt, b.flushed_offset)
+    return PartitionBounds(b.log_start_offset, b.local_start_offset, b.high_watermark,
+                           b.next_offset, b.flushed_offset)
 
 
 def validate_topic_name(name: object) -> str:
@@ -589,8 +523,7 @@ class TopicManager:
         try:
             n = 0
             for plog in topic.logs:
-                if isinstance(plog, TieredLog):
-                    n += plog.delete_remote_objects()
+                n += plog.delete_remote_objects()
             log.info("deleted %d remote object(s) of topic %s", n, topic.name)
         except Exception as exc:  # the bucket failed: the objects stay, named by a dead id
             log.warning("topic %s: remote objects not all deleted: %s", topic.name, exc)
