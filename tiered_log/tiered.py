@@ -348,8 +348,7 @@ class TieredLog:
             return 0
         storage = self.remote.storage
         keys = [o.key for o in storage.list(naming.log_prefix(self.log_id) + "/")]
-        for i in range(0, len(keys), 1000):
-            storage.delete(keys[i : i + 1000])
+        storage.delete(keys)  # the store batches (S3: 1,000 keys per request)
         return len(keys)
 
     # ---- closing ------------------------------------------------------------------------
