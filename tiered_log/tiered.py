@@ -286,15 +286,41 @@ class TieredLog:
 
     # ---- visibility ---------------------------------------------------------------------
 
+    def stats(self) -> dict[str, float]:
+        """Numeric counters and gauges, for /metrics: one pass over the local segments,
+        no per-segment lists (a scrape touches every partition)."""
+        r = self.remote
+        end = r.remote_end if r is not None else 0
+        local_bytes = lag_bytes = lag_segments = 0
+        for s in self.local.segments():
+            local_bytes += s.size
+            if r is not None and s.sealed and s.base_offset >= end:
+                lag_bytes += s.size
+                lag_segments += 1
+        out = {"local_bytes": float(local_bytes), "copy_lag_bytes": float(lag_bytes),
+               "copy_lag_segments": float(lag_segments), "remote_bytes": 0.0, "cache_hits": 0.0,
+               "cache_misses": 0.0, "uploaded_bytes": 0.0, "uploaded_segments": 0.0,
+               "copy_failures": 0.0, "remote_fetch_bytes": 0.0, "remote_fetch_requests": 0.0,
+               "remote_fetch_errors": 0.0}
+        if r is not None:
+            st = r.stats
+            out.update({
+                "remote_bytes": float(r.size_bytes), "cache_hits": float(r.cache.hits),
+                "cache_misses": float(r.cache.misses),
+                "uploaded_bytes": float(st.uploaded_bytes),
+                "uploaded_segments": float(st.uploaded_segments),
+                "copy_failures": float(st.copy_failures),
+                "remote_fetch_bytes": float(st.remote_fetch_bytes),
+                "remote_fetch_requests": float(st.remote_fetch_requests),
+                "remote_fetch_errors": float(st.remote_fetch_errors),
+            })
+        return out
+
     def describe(self) -> dict[str, Any]:
         """Local and remote segments, copy lag, cache and fetch counters (JSON-able)."""
         b = self.bounds()
         end = b.remote_end_offset
-        local = [{"base_offset": s.base_offset, "next_offset": s.next_offset, "size": s.size,
-                  "sealed": s.sealed, "copied": self.remote is not None and s.next_offset <= end}
-                 for s in self.local.segments()]
-        lag = [s for s in self.local.segments() if s.sealed and self.remote is not None
-               and s.base_offset >= end]
+        st = self.stats()
         out: dict[str, Any] = {
             "log_id": self.log_id,
             "bounds": {"log_start_offset": b.log_start_offset,
@@ -302,40 +328,32 @@ class TieredLog:
                        "remote_end_offset": b.remote_end_offset,
                        "high_watermark": b.high_watermark, "next_offset": b.next_offset,
                        "flushed_offset": b.flushed_offset},
-            "local_segments": local,
-            "local_bytes": sum(s["size"] for s in local),
-            "copy_lag_segments": len(lag),
-            "copy_lag_bytes": sum(s.size for s in lag),
+            "local_segments": [{"base_offset": s.base_offset, "next_offset": s.next_offset,
+                                "size": s.size, "sealed": s.sealed,
+                                "copied": self.remote is not None and s.next_offset <= end}
+                               for s in self.local.segments()],
+            "local_bytes": int(st["local_bytes"]),
+            "copy_lag_segments": int(st["copy_lag_segments"]),
+            "copy_lag_bytes": int(st["copy_lag_bytes"]),
             "remote_enabled": self.remote is not None,
         }
         r = self.remote
         if r is not None:
-            st = r.stats
+            out.update({k: int(st[k]) for k in (
+                "remote_bytes", "cache_hits", "cache_misses", "uploaded_bytes",
+                "uploaded_segments", "copy_failures", "remote_fetch_bytes",
+                "remote_fetch_requests", "remote_fetch_errors")})
             out.update({
                 "remote_url": r.storage.url,
                 "remote_segments": [{"id": s.id, "base_offset": s.base_offset,
                                      "next_offset": min(s.next_offset, r.meta.clips.get(s.id, s.next_offset)),
                                      "size": s.size, "state": str(s.state)}
                                     for s in r.journal.segments()],
-                "remote_bytes": r.size_bytes,
-                "cache_hits": r.cache.hits, "cache_misses": r.cache.misses,
                 "cache_hit_rate": round(r.cache.hit_rate, 4), "cache_bytes": r.cache.size_bytes,
-                "uploaded_bytes": st.uploaded_bytes, "uploaded_segments": st.uploaded_segments,
-                "copy_failures": st.copy_failures, "remote_fetch_bytes": st.remote_fetch_bytes,
-                "remote_fetch_requests": st.remote_fetch_requests,
-                "remote_fetch_errors": st.remote_fetch_errors,
-                "remote_deleted_segments": st.deleted_segments,
+                "remote_deleted_segments": r.stats.deleted_segments,
                 "shipper_error": self.shipper.last_error if self.shipper else None,
             })
         return out
-
-    def stats(self) -> dict[str, float]:
-        """Numeric counters and gauges for /metrics."""
-        d = self.describe()
-        keys = ("copy_lag_bytes", "copy_lag_segments", "local_bytes", "remote_bytes", "cache_hits",
-                "cache_misses", "uploaded_bytes", "uploaded_segments", "copy_failures",
-                "remote_fetch_bytes", "remote_fetch_requests", "remote_fetch_errors")
-        return {k: float(d.get(k, 0) or 0) for k in keys}
 
     def delete_remote_objects(self) -> int:
         """Delete every object of this log from the remote tier (for a deleted topic).
