@@ -131,7 +131,7 @@ def test_local_retention_waits_for_copy_and_total_retention_moves_start(
         check_record(tlog.read(o), o)
     # Deleted segments left no objects behind.
     keys = [i.key for i in storage.list(naming.segment_objects_prefix("orders-0"))]
-    assert len(keys) == 4 * len(tlog.remote.finished_segments)  # type: ignore[union-attr]
+    assert len(keys) == len(naming.SEGMENT_OBJECT_SUFFIXES) * len(tlog.remote.finished_segments)  # type: ignore[union-attr]
     tlog.close()
     # Total retention by time: everything is old (timestamps near 1970).
     tlog = open_log(tmp_path / "log", storage, local_retention_bytes=0, retention_ms=1000)
@@ -195,6 +195,44 @@ def test_rebuild_from_bucket_into_empty_directory(tmp_path: Path, storage: Remot
     # The rebuilt log keeps going.
     produce(rebuilt, 10)
     check_record(rebuilt.read(1205), 1205)
+    rebuilt.close()
+
+
+def test_manifest_carries_indexes_and_a_copy_needs_both_objects(
+        tmp_path: Path, storage: RemoteStorage) -> None:
+    """The ``.rli`` manifest holds the segment's own offset and time index files; a copy
+    whose data object is missing (or whose manifest is) does not count at rebuild, and
+    its leftover object is deleted."""
+    from tiered_log.remote.tier import decode_manifest
+
+    tlog = open_log(tmp_path / "a", storage)
+    produce(tlog, 900)
+    tlog.roll()
+    tlog.tier_once()
+    assert tlog.remote is not None
+    finished = tlog.remote.finished_segments
+    assert len(finished) >= 3
+    local = {s.base_offset: s for s in tlog.local.segments()}
+    for rs in finished:
+        key = naming.segment_object_key("orders-0", rs.base_offset, rs.id, naming.RLI_SUFFIX)
+        got, entries, index, timeindex = decode_manifest(storage.get(key), key)
+        seg = local[rs.base_offset]
+        assert (got.id, got.base_offset, got.next_offset, got.chunks) == (
+            rs.id, rs.base_offset, rs.next_offset, len(entries))
+        assert index == seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes()
+        assert timeindex == seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes()
+        assert index and timeindex
+    tlog.close()
+    last = finished[-1]
+    storage.delete([naming.segment_object_key("orders-0", last.base_offset, last.id,
+                                              naming.LOG_SUFFIX)])
+    rebuilt = open_log(tmp_path / "b", storage)
+    assert rebuilt.remote is not None
+    assert [s.id for s in rebuilt.remote.finished_segments] == [s.id for s in finished[:-1]]
+    assert rebuilt.next_offset == last.base_offset
+    keys = [i.key for i in storage.list(naming.segment_objects_prefix("orders-0"))]
+    assert not any(last.id in k for k in keys)  # the lone manifest was cleaned up
+    check_record(rebuilt.read(last.base_offset - 1), last.base_offset - 1)
     rebuilt.close()
 
 
@@ -282,7 +320,7 @@ def test_damaged_local_segment_is_never_shipped(tmp_path: Path, storage: RemoteS
     assert [s.base_offset for s in tlog.remote.finished_segments] == [segs[0].base_offset]
     assert [s.state for s in tlog.remote.journal.segments()] == ["COPY_FINISHED"]
     keys = [i.key for i in storage.list(naming.segment_objects_prefix("orders-0"))]
-    assert len(keys) == 4 and all(segs[0].base_offset == naming.parse_segment_object_key(k)[0]  # type: ignore[index]
+    assert len(keys) == len(naming.SEGMENT_OBJECT_SUFFIXES) and all(segs[0].base_offset == naming.parse_segment_object_key(k)[0]  # type: ignore[index]
                                   for k in keys)
     assert tlog.bounds().remote_end_offset == segs[0].next_offset
     tlog.close()

@@ -61,16 +61,15 @@ def list_segment_bases(directory: Path) -> list[int]:
 #
 # Objects in the bucket, for a log with id ``L`` (topic-partition, e.g. ``orders-3``)::
 #
-#     <prefix>/<h>/<L>/segments/<base>-<segment id>.log        segment data (record frames)
-#     <prefix>/<h>/<L>/segments/<base>-<segment id>.index      its offset index
-#     <prefix>/<h>/<L>/segments/<base>-<segment id>.timeindex  its time index
-#     <prefix>/<h>/<L>/segments/<base>-<segment id>.rli        manifest + remoteLogIndex entries
-#     <prefix>/<h>/<L>/meta.json                               log start offset, truncations
+#     <prefix>/<h>/<L>/segments/<base>-<segment id>.log   segment data (record frames)
+#     <prefix>/<h>/<L>/segments/<base>-<segment id>.rli   manifest: the segment's offset and
+#                                                         time indexes + remoteLogIndex entries
+#     <prefix>/<h>/<L>/meta.json                          log start offset, truncations
 #
 # ``<h>`` is 4 hex digits of a hash of ``L``: different logs spread over the key space (and
 # so over the store's partitions), while one log's objects share one prefix and list
-# cheaply. ``.rli`` is written last and is the commit point of a copy: an attempt without
-# it is incomplete and is cleaned up.
+# cheaply. The two objects of a copy go up at the same time; a copy is complete when both
+# exist (an attempt with only one of them is incomplete and is cleaned up).
 
 REMOTE_DIR = "remote"
 REMOTE_LOG_INDEX_SUFFIX = ".remoteLogIndex"
@@ -78,7 +77,7 @@ REMOTE_OFFSET_INDEX_SUFFIX = ".remoteOffsetIndex"
 REMOTE_TIME_INDEX_SUFFIX = ".remoteTimeIndex"
 REMOTE_INDEX_SUFFIXES = (REMOTE_LOG_INDEX_SUFFIX, REMOTE_OFFSET_INDEX_SUFFIX, REMOTE_TIME_INDEX_SUFFIX)
 RLI_SUFFIX = ".rli"
-SEGMENT_OBJECT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, RLI_SUFFIX)
+SEGMENT_OBJECT_SUFFIXES = (LOG_SUFFIX, RLI_SUFFIX)
 
 _LOG_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -125,3 +124,9 @@ def parse_segment_object_key(key: str) -> tuple[int, str, str] | None:
             if sep and len(base) == OFFSET_DIGITS and base.isdigit() and seg_id:
                 return int(base), seg_id, suffix
     return None
+
+
+def suffix_of(key: str) -> str | None:
+    """The segment-object suffix of ``key`` (``.log``, ``.rli``), or None if it is not one."""
+    parsed = parse_segment_object_key(key)
+    return None if parsed is None else parsed[2]

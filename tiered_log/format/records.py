@@ -257,9 +257,9 @@ def encode_batch(
     return EncodedBatch(base_offset, b"".join(parts), sizes, timestamps)
 
 
-@dataclass(frozen=True, slots=True)
-class FrameInfo:
-    """Where one verified frame lies in a buffer: for index rebuilds and recovery."""
+class FrameInfo(NamedTuple):
+    """Where one verified frame lies in a buffer: for index rebuilds, recovery and cutting
+    chunks to ship (a NamedTuple: the scans build one per record)."""
 
     offset: int
     position: int
@@ -476,6 +476,7 @@ def scan_frames(
     mv = memoryview(buf)
     unpack = _FRAME_FIXED.unpack_from
     h64 = _h64
+    new, info_t = tuple.__new__, FrameInfo
     while pos < end:
         # Fast path for a frame without headers (the common case): verify its checksum
         # on views of the buffer, without building a Record (copying key and value).
@@ -498,7 +499,7 @@ def scan_frames(
             if off != expect_offset:
                 return
             expect_offset += 1
-        yield FrameInfo(off, pos, nxt - pos, ts)
+        yield new(info_t, (off, pos, nxt - pos, ts))
         pos = nxt
 
 

@@ -161,6 +161,7 @@ def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = N
             for r in range(repeat):
                 _say(f"round {r + 1}/{repeat}: boto3 upload_file of {len(segs)} segment files "
                      f"({size >> 20} MiB)")
+                os.sync()  # each side starts with no writeback pending (moto spools to disk)
                 t0 = time.perf_counter()
                 for s in segs:
                     client.upload_file(str(s.store_path), t.bucket, f"baseline/{r}/{s.store_path.name}")
@@ -170,6 +171,7 @@ def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = N
                 shutil.copytree(work / "log", copy_dir, ignore=shutil.ignore_patterns(".lock"))
                 tl = TieredLog(copy_dir, log_id=f"perf-{r + 1}", storage=storage, config=cfg,
                                tier=TierConfig(), start_shipper=False, rebuild=False)
+                os.sync()  # the copy just made is not written back while we measure
                 t0 = time.perf_counter()
                 copied = tl.tier_once()
                 ours_runs.append(time.perf_counter() - t0)

@@ -139,7 +139,7 @@ class S3Storage:
         access_key: str | None = None,
         secret_key: str | None = None,
         path_style: bool = True,
-        multipart_threshold: int = 8 << 20,
+        multipart_threshold: int = 16 << 20,
         part_size: int = 8 << 20,
         max_pool_connections: int = 16,
         connect_timeout: float = 5,

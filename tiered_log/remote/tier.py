@@ -9,11 +9,23 @@ Copying a segment (KIP-405's RemoteLogSegmentState machine, one unique id per at
 
     journal COPY_STARTED(id)
     PUT <base>-<id>.log                           (rate-limited, multipart when large)
-      meanwhile, in helper threads: scan the store, verifying every frame, and cut it
-      into chunks of ~chunk_bytes; PUT <base>-<id>.index, .timeindex
-    PUT <base>-<id>.rli                           (manifest + entries: the commit point)
-    journal COPY_FINISHED(id)
+      meanwhile, in a helper thread: scan the store, verifying every frame, cut it into
+      chunks of ~chunk_bytes, and PUT <base>-<id>.rli (the manifest, see below)
+    journal COPY_FINISHED(id)                     (once both PUTs succeeded)
     append the entries to the local remote-index files
+
+The two objects go up at the same time, so a copy costs one data upload plus nothing
+on its critical path but the scan. A copy is complete when *both* exist: rebuilding from
+the bucket treats a manifest without its ``.log`` (or the reverse) as an interrupted
+attempt. The manifest (``.rli``) is::
+
+    one line of JSON: the segment (id, base/next offset, size, first/max timestamp,
+                      chunks) and "index_bytes", "timeindex_bytes"; then b"\n"
+    index_bytes       the segment's offset index file, as on local disk
+    timeindex_bytes   its time index file
+    the rest          ``chunks`` remoteLogIndex entries (the remote-index layout)
+
+so the segment's own indexes travel with it and the bucket alone is enough to rebuild.
 
 A failed attempt (including a damaged local segment, found by the scan) is journaled
 DELETE_STARTED and its objects deleted (DELETE_FINISHED);
@@ -146,12 +158,12 @@ def chunk_entries(data: bytes, base_offset: int, expected_next: int, object_key:
     first = first_ts = max_ts = -1
     last = base_offset - 1
     end = 0
-    for fr in scan_frames(data, 0, len(data), base_offset):
+    for last, pos, size, ts in scan_frames(data, 0, len(data), base_offset):
         if first < 0:
-            first, first_ts, max_ts, start_pos = fr.offset, fr.timestamp, fr.timestamp, fr.position
-        max_ts = max(max_ts, fr.timestamp)
-        last = fr.offset
-        end = fr.position + fr.size
+            first, first_ts, max_ts, start_pos = last, ts, ts, pos
+        elif ts > max_ts:
+            max_ts = ts
+        end = pos + size
         if end - start_pos >= chunk_bytes:
             entries.append(RemoteLogIndexEntry(first, last, first_ts, max_ts, end - start_pos,
                                                object_key, start_pos))
@@ -164,6 +176,40 @@ def chunk_entries(data: bytes, base_offset: int, expected_next: int, object_key:
             f"segment {naming.offset_name(base_offset)} is damaged at byte {end}; not shipping it"
         )
     return entries
+
+
+_COMMITTED = frozenset((naming.LOG_SUFFIX, naming.RLI_SUFFIX))
+"""The objects a copy must have in the bucket to count as complete."""
+
+
+def encode_manifest(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], index: bytes,
+                    timeindex: bytes) -> bytes:
+    """The ``.rli`` object of a copied segment (layout in the module docstring)."""
+    head = json.loads(rs.to_json())
+    head["index_bytes"], head["timeindex_bytes"] = len(index), len(timeindex)
+    return b"".join([json.dumps(head, separators=(",", ":")).encode(), b"\n", index, timeindex,
+                     *(e.encode() for e in entries)])
+
+
+def decode_manifest(blob: bytes, key: str) -> tuple[RemoteSegment, list[RemoteLogIndexEntry],
+                                                    bytes, bytes]:
+    """``(segment, entries, offset index, time index)`` of a manifest; RemoteCorruptionError
+    (naming ``key``) when it is damaged in any way."""
+    head, sep, rest = blob.partition(b"\n")
+    if not sep:
+        raise RemoteCorruptionError(f"manifest {key} has no header line")
+    try:
+        fields = json.loads(head)
+        rs = RemoteSegment.from_dict(fields)
+        n1, n2 = int(fields.get("index_bytes", 0)), int(fields.get("timeindex_bytes", 0))
+        if n1 < 0 or n2 < 0 or n1 + n2 > len(rest):
+            raise ValueError(f"index lengths {n1}, {n2} do not fit in {len(rest)} bytes")
+        entries = [e for _, e in decode_entries(memoryview(rest)[n1 + n2:])]
+    except (ValueError, TypeError, AttributeError, CorruptIndexError) as exc:
+        raise RemoteCorruptionError(f"manifest {key} is damaged: {exc}") from exc
+    if len(entries) != rs.chunks:
+        raise RemoteCorruptionError(f"manifest {key} holds {len(entries)} of {rs.chunks} entries")
+    return rs, entries, rest[:n1], rest[n1:n1 + n2]
 
 
 LOCATION_FILE = "location.json"
@@ -288,7 +334,7 @@ class RemoteTier:
                 first_ts = recs[0].timestamp if recs else -1
             rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
                                first_ts, seg.max_timestamp, CopyState.COPY_STARTED)
-            data_key, index_key, time_key, rli_key = self._keys(rs)
+            data_key, rli_key = self._keys(rs)
             rs = self.journal.record(rs, CopyState.COPY_STARTED)
             sent = 0
 
@@ -299,27 +345,25 @@ class RemoteTier:
                 if progress is not None:
                     progress(n)
 
-            def put_indexes() -> None:
-                self.storage.put(index_key, seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes())
-                self.storage.put(time_key, seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes())
+            def put_manifest() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
+                entries = chunk_entries(data, seg.base_offset, seg.next_offset, data_key,
+                                        self.config.chunk_bytes)
+                done = RemoteSegment(rs.id, rs.base_offset, rs.next_offset, rs.size,
+                                     rs.first_timestamp, rs.max_timestamp, rs.state,
+                                     rs.updated_ms, len(entries))
+                self.storage.put(rli_key, encode_manifest(
+                    done, entries, seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes(),
+                    seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes()))
+                return done, entries
 
-            # Verifying every frame (CPU) and the small index uploads run while this thread
-            # uploads the data; all must succeed before the manifest (the commit point).
+            # The scan (CPU) and the manifest upload run while this thread uploads the data.
             helpers: list[Future[Any]] = []
             try:
-                helpers.append(self._copy_pool.submit(
-                    chunk_entries, data, seg.base_offset, seg.next_offset, data_key,
-                    self.config.chunk_bytes))
-                helpers.append(self._copy_pool.submit(put_indexes))
+                helpers.append(self._copy_pool.submit(put_manifest))
                 self.storage.put_file(data_key, seg.store_path, progress=on_progress)
                 if sent < seg.size:
                     self.limiter.consume(seg.size - sent)
-                entries: list[RemoteLogIndexEntry] = helpers[0].result()
-                helpers[1].result()
-                rs = RemoteSegment(rs.id, rs.base_offset, rs.next_offset, rs.size, rs.first_timestamp,
-                                   rs.max_timestamp, rs.state, rs.updated_ms, len(entries))
-                manifest = rs.to_json().encode() + b"\n" + b"".join(e.encode() for e in entries)
-                self.storage.put(rli_key, manifest)
+                rs, entries = helpers[0].result()
             except BaseException:
                 wait(helpers)  # nothing of this attempt may be put after its cleanup
                 self.stats.copy_failures += 1
@@ -442,17 +486,7 @@ class RemoteTier:
     # ---- rebuilding ----------------------------------------------------------------------
 
     def _read_manifest(self, key: str) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
-        blob = self.storage.get(key)
-        head, sep, rest = blob.partition(b"\n")
-        if not sep:
-            raise RemoteCorruptionError(f"manifest {key} has no header line")
-        try:
-            rs = RemoteSegment.from_dict(json.loads(head))
-            entries = [e for _, e in decode_entries(rest)]
-        except (ValueError, CorruptIndexError) as exc:
-            raise RemoteCorruptionError(f"manifest {key} is damaged: {exc}") from exc
-        if len(entries) != rs.chunks:
-            raise RemoteCorruptionError(f"manifest {key} holds {len(entries)} of {rs.chunks} entries")
+        rs, entries, _, _ = decode_manifest(self.storage.get(key), key)
         return rs, entries
 
     def rebuild_index_files(self) -> int:
@@ -472,8 +506,9 @@ class RemoteTier:
         """Rebuild journal, metadata and remote-index files from the bucket alone.
 
         Lists the log's objects once, reads only the small ``.rli`` manifests (never
-        segment data), deletes incomplete attempts (objects without a manifest) and
+        segment data), deletes incomplete attempts (a data object or a manifest alone) and
         segments below the log start. Returns the number of segments recovered.
+        A copy is complete when both its data object and its manifest are there.
         """
         with self._lock:
             try:
@@ -486,7 +521,7 @@ class RemoteTier:
                 if parsed is not None:
                     groups.setdefault((parsed[0], parsed[1]), set()).add(info.key)
             complete = sorted(k for k, keys in groups.items()
-                              if any(x.endswith(naming.RLI_SUFFIX) for x in keys))
+                              if {naming.suffix_of(x) for x in keys} >= _COMMITTED)
             orphans = [key for k, keys in groups.items() if k not in complete for key in keys]
             segs: list[tuple[RemoteSegment, list[RemoteLogIndexEntry]]] = []
             expect = None
