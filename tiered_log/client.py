@@ -27,13 +27,18 @@ Example::
         batch = c.fetch("orders", 0, offsets[0])
         for rec in batch.records:
             print(rec.offset, rec.value)
+        for page in c.consume("orders", 0, 0):  # every page to the end, pipelined
+            ...
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import ssl
-from collections.abc import AsyncIterable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -185,23 +190,43 @@ def encode_produce_body(records: Iterable[ProducerRecord | bytes | str]) -> byte
     return encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES).data
 
 
+def _fetch_headers(resp: httpx.Response) -> tuple[int, int, int, int]:
+    """``(record count, next offset, high watermark, log start)`` of a binary fetch response."""
+    h = resp.headers
+    try:
+        return (int(h["x-record-count"]), int(h["x-next-offset"]), int(h["x-high-watermark"]),
+                int(h["x-log-start-offset"]))
+    except (KeyError, ValueError):
+        raise ServiceError("fetch response lacks its offset headers", status=resp.status_code,
+                           code="bad_response") from None
+
+
 def _parse_fetch(resp: httpx.Response) -> FetchResult:
+    count, nxt, hw, start = _fetch_headers(resp)
     body = resp.content
     recs, pos, _ = decode_frames(body)
     if pos != len(body):
         raise E.CorruptRecordError(f"fetch response ends inside a frame (byte {pos} of {len(body)})")
-    h = resp.headers
-    try:
-        count = int(h["x-record-count"])
-        nxt = int(h["x-next-offset"])
-        hw = int(h["x-high-watermark"])
-        start = int(h["x-log-start-offset"])
-    except (KeyError, ValueError):
-        raise ServiceError("fetch response lacks its offset headers", status=resp.status_code,
-                           code="bad_response") from None
     if count != len(recs):
         raise E.CorruptRecordError(f"fetch response holds {len(recs)} records, not {count}")
     return FetchResult(recs, nxt, hw, start)
+
+
+def _check_consume(offset: int, end_offset: int | None, max_records: int) -> None:
+    if offset < 0 or (end_offset is not None and end_offset < offset) or max_records < 1:
+        raise E.InvalidArgumentError(
+            f"consume needs 0 <= offset <= end_offset and max_records >= 1 (got offset "
+            f"{offset}, end_offset {end_offset}, max_records {max_records})")
+
+
+def _page_plan(offset: int, end_offset: int | None, max_records: int) -> int:
+    """Records to ask for at ``offset``: a page, never past ``end_offset``."""
+    return max_records if end_offset is None else min(max_records, end_offset - offset)
+
+
+def _consume_done(count: int, nxt: int, end_offset: int | None, follow: bool) -> bool:
+    """Whether a consume ends after a page of ``count`` records continuing at ``nxt``."""
+    return (end_offset is not None and nxt >= end_offset) or (count == 0 and not follow)
 
 
 def _fetch_params(offset: int, max_records: int, max_bytes: int, wait_ms: int) -> dict[str, int]:
@@ -287,6 +312,45 @@ class Client:
                          params=_fetch_params(offset, max_records, max_bytes, wait_ms),
                          headers={"Accept": _BINARY})
         return _parse_fetch(resp)
+
+    def consume(self, topic: str, partition: int, offset: int, *, end_offset: int | None = None,
+                max_records: int = 1000, max_bytes: int = 1 << 20, follow: bool = False,
+                wait_ms: int = 1000) -> Iterator[FetchResult]:
+        """Fetch pages from ``offset`` on, one :class:`FetchResult` per page, pipelined.
+
+        While the caller holds page N (and this thread verifies it), page N+1 is already
+        being fetched in a background thread: its offset is in page N's headers, so the
+        request goes out before page N is decoded, as a Kafka consumer's fetcher does.
+        Stops before ``end_offset`` (exclusive) if given, else at the end of the log (an
+        empty page); with ``follow`` it waits for new records (long-polls of ``wait_ms``)
+        instead and runs until the caller stops iterating. Closing the iterator early
+        waits for the one request in flight. Use one iterator from one thread.
+        """
+        _check_consume(offset, end_offset, max_records)
+        if end_offset is not None and offset >= end_offset:
+            return
+        path = f"{_part_path(topic, partition)}/records"
+        wait = wait_ms if follow else 0
+
+        def get(off: int) -> httpx.Response:
+            want = _page_plan(off, end_offset, max_records)
+            return self._req("GET", path, params=_fetch_params(off, want, max_bytes, wait),
+                             headers={"Accept": _BINARY})
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tl-consume")
+        try:
+            fut = pool.submit(get, offset)
+            while True:
+                resp = fut.result()
+                count, nxt, _, _ = _fetch_headers(resp)
+                done = _consume_done(count, nxt, end_offset, follow)
+                if not done:
+                    fut = pool.submit(get, nxt)
+                yield _parse_fetch(resp)
+                if done:
+                    return
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         """First offset with a timestamp >= ``timestamp``; None if there is none."""
@@ -376,6 +440,40 @@ class AsyncClient:
                                params=_fetch_params(offset, max_records, max_bytes, wait_ms),
                                headers={"Accept": _BINARY})
         return _parse_fetch(resp)
+
+    async def consume(self, topic: str, partition: int, offset: int, *,
+                      end_offset: int | None = None, max_records: int = 1000,
+                      max_bytes: int = 1 << 20, follow: bool = False,
+                      wait_ms: int = 1000) -> AsyncIterator[FetchResult]:
+        """:meth:`Client.consume` for asyncio: the next page's request runs as a task on
+        this loop while the caller handles the current page."""
+        _check_consume(offset, end_offset, max_records)
+        if end_offset is not None and offset >= end_offset:
+            return
+        path = f"{_part_path(topic, partition)}/records"
+        wait = wait_ms if follow else 0
+
+        async def get(off: int) -> httpx.Response:
+            want = _page_plan(off, end_offset, max_records)
+            return await self._req("GET", path, params=_fetch_params(off, want, max_bytes, wait),
+                                   headers={"Accept": _BINARY})
+
+        task = asyncio.ensure_future(get(offset))
+        try:
+            while True:
+                resp = await task
+                count, nxt, _, _ = _fetch_headers(resp)
+                done = _consume_done(count, nxt, end_offset, follow)
+                if not done:
+                    task = asyncio.ensure_future(get(nxt))
+                yield _parse_fetch(resp)
+                if done:
+                    return
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, E.TieredLogError):
+                    await task
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         d = (await self._req("GET", f"{_part_path(topic, partition)}/offsets",

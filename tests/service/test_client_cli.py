@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tiered_log import (
+    InvalidArgumentError,
     InvalidTopicNameError,
     OffsetOutOfRangeError,
     ProducerRecord,
@@ -112,6 +113,60 @@ def test_async_client_round_trip(server: ServerProcess, topic_name: str) -> None
             await c.delete_topic(topic_name)
             with pytest.raises(TopicNotFoundError):
                 await c.bounds(topic_name, 0)
+
+    asyncio.run(main())
+
+
+def test_consume_pages_every_record_once(server: ServerProcess, topic_name: str) -> None:
+    """Pipelined consume: every offset once and in order, pages honour max_records, the
+    end_offset is exclusive, follow picks up records appended meanwhile."""
+    import threading
+
+    with Client(server.url, token=ADMIN) as c:
+        c.create_topic(topic_name)
+        for i in range(0, 250, 50):
+            c.produce(topic_name, 0, [f"r{j}".encode() for j in range(i, i + 50)])
+        pages = list(c.consume(topic_name, 0, 0, max_records=40))
+        got = [r.offset for p in pages for r in p.records]
+        assert got == list(range(250))
+        assert all(len(p.records) <= 40 for p in pages) and pages[-1].next_offset == 250
+        assert [r.value for p in pages for r in p.records][7] == b"r7"
+        # end_offset is exclusive and never overshot, even inside a page.
+        got = [r.offset for p in c.consume(topic_name, 0, 13, end_offset=101, max_records=40)
+               for r in p.records]
+        assert got == list(range(13, 101))
+        assert list(c.consume(topic_name, 0, 5, end_offset=5)) == []
+        # Breaking out early is fine (the request in flight is waited for).
+        it = c.consume(topic_name, 0, 0, max_records=10)
+        assert [r.offset for r in next(it).records] == list(range(10))
+        it.close()
+        # follow: records produced after the consumer reached the end arrive too.
+        def later() -> None:
+            time.sleep(0.3)
+            c.produce(topic_name, 0, [b"late-1", b"late-2"])
+
+        th = threading.Thread(target=later)
+        th.start()
+        seen: list[bytes] = []
+        for p in c.consume(topic_name, 0, 248, follow=True, wait_ms=200):
+            seen.extend(r.value for r in p.records)
+            if len(seen) >= 4:
+                break
+        th.join()
+        assert seen == [b"r248", b"r249", b"late-1", b"late-2"]
+        with pytest.raises(InvalidArgumentError):
+            list(c.consume(topic_name, 0, 10, end_offset=5))
+        with pytest.raises(OffsetOutOfRangeError):
+            list(c.consume(topic_name, 0, 999))
+
+    async def main() -> None:
+        async with AsyncClient(server.url, token=ADMIN) as ac:
+            offs = [r.offset async for p in ac.consume(topic_name, 0, 3, max_records=64)
+                    for r in p.records]
+            assert offs == list(range(3, 252))
+            offs = [r.offset async for p in ac.consume(topic_name, 0, 0, end_offset=70,
+                                                      max_records=64) for r in p.records]
+            assert offs == list(range(70))
 
     asyncio.run(main())
 

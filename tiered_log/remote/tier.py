@@ -86,7 +86,7 @@ class TierConfig:
     retention_ms: int | None = None
     chunk_bytes: int = 1 << 20
     fetch_bytes: int = 8 << 20
-    prefetch_bytes: int = 16 << 20
+    prefetch_bytes: int = 32 << 20
     cache_bytes: int = 256 << 20
     fetch_workers: int = 4
     upload_bytes_per_sec: int | None = None

@@ -250,18 +250,18 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 offset = args.offset
             else:
                 offset = c.bounds(args.topic, args.partition).log_start_offset
-            while not stop and (limit is None or count < limit):
-                want = 1000 if limit is None else min(1000, limit - count)
-                r = c.fetch(args.topic, args.partition, offset, max_records=want,
-                            wait_ms=1000 if args.follow else 0)
+            pages = c.consume(args.topic, args.partition, offset, follow=args.follow,
+                              end_offset=None if limit is None else offset + limit)
+            for r in pages:
                 for rec in r.records:
                     _write_record(out, rec, args.format)
                 count += len(r.records)
                 offset = r.next_offset
                 out.flush()
                 progress.update(count, f", at offset {offset}")
-                if not r.records and not args.follow:
+                if stop:
                     break
+            pages.close()
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:
