@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import json
 import ssl
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -315,7 +315,7 @@ class Client:
 
     def consume(self, topic: str, partition: int, offset: int, *, end_offset: int | None = None,
                 max_records: int = 1000, max_bytes: int = 1 << 20, follow: bool = False,
-                wait_ms: int = 1000) -> Iterator[FetchResult]:
+                wait_ms: int = 1000) -> Generator[FetchResult, None, None]:
         """Fetch pages from ``offset`` on, one :class:`FetchResult` per page, pipelined.
 
         While the caller holds page N (and this thread verifies it), page N+1 is already
@@ -444,7 +444,7 @@ class AsyncClient:
     async def consume(self, topic: str, partition: int, offset: int, *,
                       end_offset: int | None = None, max_records: int = 1000,
                       max_bytes: int = 1 << 20, follow: bool = False,
-                      wait_ms: int = 1000) -> AsyncIterator[FetchResult]:
+                      wait_ms: int = 1000) -> AsyncGenerator[FetchResult, None]:
         """:meth:`Client.consume` for asyncio: the next page's request runs as a task on
         this loop while the caller handles the current page."""
         _check_consume(offset, end_offset, max_records)
