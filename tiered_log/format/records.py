@@ -372,6 +372,68 @@ def decode_frames(
     return out, pos, used
 
 
+class FrameColumns(NamedTuple):
+    """The verified frames of a buffer as columns (what :func:`decode_columns` returns).
+
+    ``values[i]`` is a zero-copy ``memoryview`` into the decoded buffer for a frame with
+    no key and no headers (the common one), else ``bytes``; either joins with
+    ``b"".join``. ``end`` is the position after the last complete frame.
+    """
+
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | memoryview]
+    headers: list[Headers]
+    end: int
+
+
+def decode_columns(buf: bytes | memoryview) -> FrameColumns:
+    """Every complete frame of ``buf``, checksums verified, as columns, without building a
+    :class:`Record` or copying a value: for consumers that build columnar batches (the
+    Spark source's Arrow batches). Stops at the first incomplete frame (see ``end``);
+    raises CorruptRecordError on a bad one, like :func:`decode_frames`.
+    """
+    mv = memoryview(buf)
+    end = len(mv)
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | memoryview] = []
+    headers: list[Headers] = []
+    add_o, add_t, add_k, add_v, add_h = (offsets.append, timestamps.append, keys.append,
+                                         values.append, headers.append)
+    unpack = _FRAME_FIXED.unpack_from
+    h64 = _h64
+    pos = 0
+    while pos + FRAME_OVERHEAD <= end:
+        off, blen, cs, ts, klen, vlen, nh = unpack(mv, pos)
+        fend = pos + HEADER_SIZE + blen
+        if fend > end:
+            break
+        if klen == -1 and nh == 0 and blen == BODY_FIXED_SIZE + vlen:
+            value = mv[pos + FRAME_OVERHEAD : fend]
+            if h64(value, h64(mv[pos + HEADER_SIZE : pos + FRAME_OVERHEAD], off)) != cs:
+                raise CorruptRecordError(f"checksum mismatch for the record at offset {off}")
+            add_o(off)
+            add_t(ts)
+            add_k(None)
+            add_v(value)
+            add_h(())
+        else:
+            try:
+                rec, _ = _decode_at(mv, pos, end)
+            except _Incomplete:
+                break
+            add_o(off)
+            add_t(rec.timestamp)
+            add_k(rec.key)
+            add_v(rec.value)
+            add_h(rec.headers)
+        pos = fend
+    return FrameColumns(offsets, timestamps, keys, values, headers, pos)
+
+
 def frames_to_producer_records(
     buf: bytes | memoryview,
     append_threshold: int,
@@ -513,11 +575,13 @@ __all__ = [
     "FRAME_OVERHEAD",
     "HEADER_SIZE",
     "EncodedBatch",
+    "FrameColumns",
     "FrameInfo",
     "Headers",
     "ProducerRecord",
     "Record",
     "checksum_of",
+    "decode_columns",
     "decode_frames",
     "encode_batch",
     "encode_headers",

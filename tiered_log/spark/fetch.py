@@ -3,7 +3,9 @@
 An :class:`~tiered_log.spark.planning.ArchiveSplit` is read straight from the bucket:
 its chunks are coalesced into ranged GETs of up to ``fetch_bytes`` (the next GET runs in
 a background thread while the current one is decoded), and every frame is decoded with
-:func:`~tiered_log.format.records.decode_frames`, which verifies its xxh3 checksum; a
+:func:`~tiered_log.format.records.decode_columns`, which verifies its xxh3 checksum and
+hands back columns whose values are views of the fetched bytes (each value is copied once,
+into the Arrow batch; no per-record object is built); a
 range whose bytes do not hold exactly the chunks the index promised raises
 RemoteCorruptionError. A :class:`~tiered_log.spark.planning.TailSplit` is read through
 the service's binary fetch (:class:`~tiered_log.client.Client`, checksums verified too).
@@ -21,11 +23,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..client import Client
 from ..errors import (
@@ -34,7 +39,7 @@ from ..errors import (
     RemoteCorruptionError,
     RemoteObjectNotFoundError,
 )
-from ..format.records import Record, decode_frames
+from ..format.records import FrameColumns, Record, decode_columns
 from ..remote.storage import RemoteStorage, open_storage
 from .options import ReadOptions
 from .planning import ArchiveSplit, Chunk, TailSplit
@@ -57,25 +62,52 @@ def store_for(url: str, s3: tuple[tuple[str, Any], ...]) -> RemoteStorage:
         return st
 
 
-def records_to_batch(records: Sequence[Record], topic: str, partition: int,
+def _int64s(values: Iterable[int]) -> pa.Array:
+    """An int64 Arrow array over a C array of ``values`` (no per-item Python conversion)."""
+    buf = array("q", values)
+    return pa.Array.from_buffers(pa.int64(), len(buf), [None, pa.py_buffer(buf)])
+
+
+def _binaries(values: Sequence[bytes | memoryview]) -> pa.Array:
+    """A binary Arrow array of ``values``: one join into the data buffer and the offsets
+    summed in C, instead of converting item by item."""
+    ends = array("q", accumulate(map(len, values), initial=0))
+    if ends[-1] >= 1 << 31:  # past int32 offsets: let Arrow convert (and complain) itself
+        return pa.array([bytes(v) for v in values], pa.binary())
+    return pa.Array.from_buffers(pa.binary(), len(values), [
+        None, pa.py_buffer(array("i", ends)), pa.py_buffer(b"".join(values))])
+
+
+def columns_to_batch(cols: FrameColumns, lo: int, hi: int, topic: str, partition: int,
                      schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
-    """One Arrow batch in the source's schema (see :mod:`tiered_log.spark.source`)."""
-    n = len(records)
-    keys = [r.key for r in records]
-    dense = n > 0 and records[-1].offset - records[0].offset + 1 == n
-    cols: list[pa.Array] = [
+    """Rows ``lo:hi`` of ``cols`` as one Arrow batch in the source's schema (see
+    :mod:`tiered_log.spark.source`). Values are copied once, into Arrow's buffer."""
+    n = hi - lo
+    keys = cols.keys[lo:hi]
+    offsets = cols.offsets
+    dense = n > 0 and offsets[hi - 1] - offsets[lo] + 1 == n
+    ts = pc.multiply(_int64s(cols.timestamps[lo:hi]), 1000)
+    arrays: list[pa.Array] = [
         pa.array(keys, pa.binary()) if any(k is not None for k in keys) else pa.nulls(n, pa.binary()),
-        pa.array([r.value for r in records], pa.binary()),
+        _binaries(cols.values[lo:hi]),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(range(records[0].offset, records[0].offset + n), pa.int64()) if dense
-        else pa.array([r.offset for r in records], pa.int64()),
-        pa.array([r.timestamp * 1000 for r in records], pa.int64()).cast(schema.field("timestamp").type),
+        _int64s(range(offsets[lo], offsets[lo] + n) if dense else offsets[lo:hi]),
+        ts.cast(schema.field("timestamp").type),
     ]
     if include_headers:
-        cols.append(pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in records],
-                             HEADER_TYPE))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
+        arrays.append(pa.array([[{"key": k, "value": v} for k, v in h]
+                                for h in cols.headers[lo:hi]], HEADER_TYPE))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def records_to_batch(records: Sequence[Record], topic: str, partition: int,
+                     schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+    """Decoded records (a tail read through the service) as one Arrow batch."""
+    cols = FrameColumns([r.offset for r in records], [r.timestamp for r in records],
+                        [r.key for r in records], [r.value for r in records],
+                        [r.headers for r in records], 0)
+    return columns_to_batch(cols, 0, len(records), topic, partition, schema, include_headers)
 
 
 def _groups(chunks: Sequence[Chunk], fetch_bytes: int) -> list[list[Chunk]]:
@@ -103,16 +135,20 @@ def _get(store: RemoteStorage, key: str, group: list[Chunk]) -> bytes:
     return blob
 
 
-def _decode_group(key: str, group: list[Chunk], blob: bytes, start: int, end: int) -> list[Record]:
-    recs, pos, _ = decode_frames(blob)
-    if pos != len(blob) or not recs or recs[0].offset != group[0][0] or (
-            recs[-1].offset != group[-1][1]) or recs[-1].offset - recs[0].offset + 1 != len(recs):
+def _decode_group(key: str, group: list[Chunk], blob: bytes, start: int,
+                  end: int) -> tuple[FrameColumns, int, int]:
+    """The verified frames of one GET and the row range ``lo:hi`` of them in ``[start, end)``."""
+    cols = decode_columns(blob)
+    offs = cols.offsets
+    if cols.end != len(blob) or not offs or offs[0] != group[0][0] or (
+            offs[-1] != group[-1][1]) or offs[-1] - offs[0] + 1 != len(offs):
         raise RemoteCorruptionError(
             f"{key}: bytes [{group[0][4]}, {group[0][4] + len(blob)}) do not hold offsets "
             f"{group[0][0]}..{group[-1][1]} as the remote index says")
-    if recs[0].offset < start or recs[-1].offset >= end:
-        recs = [r for r in recs if start <= r.offset < end]
-    return recs
+    first = offs[0]  # offsets are dense (checked above): row i holds offset first + i
+    lo = min(max(start - first, 0), len(offs))
+    hi = max(min(end - first, len(offs)), lo)
+    return cols, lo, hi
 
 
 def read_archive(split: ArchiveSplit, opts: ReadOptions,
@@ -138,9 +174,9 @@ def read_archive(split: ArchiveSplit, opts: ReadOptions,
                 return
             if i + 1 < len(groups):
                 pending = pool.submit(_get, store, split.object_key, groups[i + 1])
-            recs = _decode_group(split.object_key, group, blob, split.start, split.end)
-            if recs:
-                yield records_to_batch(recs, split.topic, split.partition, schema,
+            cols, lo, hi = _decode_group(split.object_key, group, blob, split.start, split.end)
+            if hi > lo:
+                yield columns_to_batch(cols, lo, hi, split.topic, split.partition, schema,
                                        opts.include_headers)
 
 
