@@ -565,6 +565,42 @@ def scan_frames(
         pos = nxt
 
 
+def frame_table(buf: bytes | memoryview, expect_offset: int) -> tuple[list[int], list[int], int]:
+    """Verify the frames of ``buf`` from byte 0, which must hold offsets ``expect_offset``,
+    +1, ...: ``(positions, timestamps, end)`` of the verified frames, where ``end`` is the
+    position after the last one. Stops (without raising) where :func:`scan_frames` would;
+    the same checks, in one tight loop that returns lists, for cutting a segment into
+    chunks to ship."""
+    mv = memoryview(buf)
+    end = len(mv)
+    positions: list[int] = []
+    timestamps: list[int] = []
+    add_p, add_t = positions.append, timestamps.append
+    unpack = _FRAME_FIXED.unpack_from
+    h64 = _h64
+    pos = 0
+    expect = expect_offset
+    while pos + FRAME_OVERHEAD <= end:
+        off, blen, cs, ts, klen, vlen, nh = unpack(mv, pos)
+        nxt = pos + HEADER_SIZE + blen
+        if off != expect or nxt > end:
+            break
+        if klen == -1 and nh == 0 and blen == BODY_FIXED_SIZE + vlen:
+            if h64(mv[pos + FRAME_OVERHEAD : nxt], h64(mv[pos + HEADER_SIZE : pos + FRAME_OVERHEAD],
+                                                        off)) != cs:
+                break
+        else:
+            try:
+                _decode_at(mv, pos, end)
+            except (_Incomplete, CorruptRecordError, struct.error):
+                break
+        add_p(pos)
+        add_t(ts)
+        expect += 1
+        pos = nxt
+    return positions, timestamps, pos
+
+
 def frame_header(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
     """``(offset, frame_size, checksum)`` of the frame at ``pos`` without verifying it."""
     off, blen, cs = HEADER.unpack_from(buf, pos)
@@ -586,6 +622,7 @@ __all__ = [
     "encode_batch",
     "encode_headers",
     "frame_header",
+    "frame_table",
     "frames_to_producer_records",
     "scan_frames",
     "validate_value",

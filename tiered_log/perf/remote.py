@@ -158,14 +158,18 @@ def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = N
             base_runs: list[float] = []
             ours_runs: list[float] = []
             copied = 0
-            for r in range(repeat):
+            def baseline(r: int) -> None:
                 _say(f"round {r + 1}/{repeat}: boto3 upload_file of {len(segs)} segment files "
                      f"({size >> 20} MiB)")
                 os.sync()  # each side starts with no writeback pending (moto spools to disk)
+                keys = [f"baseline/{r}/{s.store_path.name}" for s in segs]
                 t0 = time.perf_counter()
-                for s in segs:
-                    client.upload_file(str(s.store_path), t.bucket, f"baseline/{r}/{s.store_path.name}")
+                for s, key in zip(segs, keys, strict=True):
+                    client.upload_file(str(s.store_path), t.bucket, key)
                 base_runs.append(time.perf_counter() - t0)
+                client.delete_objects(Bucket=t.bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+
+            def ours(r: int) -> int:
                 _say(f"round {r + 1}/{repeat}: shipping the same segments with the shipper")
                 copy_dir = work / f"log-{r}"
                 shutil.copytree(work / "log", copy_dir, ignore=shutil.ignore_patterns(".lock"))
@@ -173,10 +177,22 @@ def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = N
                                tier=TierConfig(), start_shipper=False, rebuild=False)
                 os.sync()  # the copy just made is not written back while we measure
                 t0 = time.perf_counter()
-                copied = tl.tier_once()
+                n = tl.tier_once()
                 ours_runs.append(time.perf_counter() - t0)
                 tl.close()
+                tl.delete_remote_objects()
                 shutil.rmtree(copy_dir, ignore_errors=True)
+                return n
+
+            for r in range(repeat):
+                # Taking turns at going first; each side's objects are deleted after it,
+                # so neither uploads into a fuller server than the other.
+                if r % 2 == 0:
+                    baseline(r)
+                    copied = ours(r)
+                else:
+                    copied = ours(r)
+                    baseline(r)
             storage.close()
         base_s, ours_s = min(base_runs), min(ours_runs)
         ratio = base_s / ours_s

@@ -49,6 +49,7 @@ import json
 import logging
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ from ..errors import (
     RemoteStorageError,
 )
 from ..format import naming
-from ..format.records import Record, decode_frames, frame_header, scan_frames
+from ..format.records import Record, decode_frames, frame_header, frame_table
 from ..format.remote_index import RemoteLogIndexEntry, decode_entries
 from ..local.segment import SegmentInfo, write_atomic
 from .cache import ChunkCache
@@ -151,30 +152,24 @@ def chunk_entries(data: bytes, base_offset: int, expected_next: int, object_key:
     """Cut a sealed store's bytes into chunks of whole frames and describe each one.
 
     Verifies every frame; CorruptRecordError if the store is damaged anywhere (a damaged
-    segment is never shipped).
+    segment is never shipped). A chunk ends with the first frame that takes it to
+    ``chunk_bytes`` or more.
     """
-    entries: list[RemoteLogIndexEntry] = []
-    start_pos = 0
-    first = first_ts = max_ts = -1
-    last = base_offset - 1
-    end = 0
-    for last, pos, size, ts in scan_frames(data, 0, len(data), base_offset):
-        if first < 0:
-            first, first_ts, max_ts, start_pos = last, ts, ts, pos
-        elif ts > max_ts:
-            max_ts = ts
-        end = pos + size
-        if end - start_pos >= chunk_bytes:
-            entries.append(RemoteLogIndexEntry(first, last, first_ts, max_ts, end - start_pos,
-                                               object_key, start_pos))
-            first = -1
-    if first >= 0:
-        entries.append(RemoteLogIndexEntry(first, last, first_ts, max_ts, end - start_pos,
-                                           object_key, start_pos))
-    if end != len(data) or last + 1 != expected_next:
+    positions, timestamps, end = frame_table(data, base_offset)
+    if end != len(data) or base_offset + len(positions) != expected_next:
         raise CorruptRecordError(
             f"segment {naming.offset_name(base_offset)} is damaged at byte {end}; not shipping it"
         )
+    entries: list[RemoteLogIndexEntry] = []
+    i, n = 0, len(positions)
+    while i < n:
+        start = positions[i]
+        # The first frame starting at or past start + chunk_bytes begins the next chunk.
+        j = max(bisect_left(positions, start + chunk_bytes, i + 1), i + 1)
+        stop = positions[j] if j < n else end
+        entries.append(RemoteLogIndexEntry(base_offset + i, base_offset + j - 1, timestamps[i],
+                                           max(timestamps[i:j]), stop - start, object_key, start))
+        i = j
     return entries
 
 
