@@ -174,7 +174,7 @@ class RemoteIndexFiles:
     # ---- writing (the shipper) -----------------------------------------------------------
 
     def append(self, entries: Sequence[RemoteLogIndexEntry]) -> None:
-        """Append one segment's entries (in offset order) and fsync the three files."""
+        """Append one segment's entries (in offset order) to the three files."""
         if not entries:
             return
         with self._lock:
@@ -198,12 +198,15 @@ class RemoteIndexFiles:
                     tblob += TIME_ENTRY.pack(running, pos)
                 new_pos.append(pos)
                 pos += len(enc)
+            # Written, not fsynced: the files are derived data (see the module docstring).
+            # After a machine crash a lost or torn tail is found on open (entries out of
+            # step with the journal, a bad crc, or the three files disagreeing) and the
+            # files are rebuilt from the manifests; an fsync here would only make the
+            # producer's own fsyncs wait on the shipper's.
             for path, data in ((cur.log_path, blob), (cur.offset_path, oblob), (cur.time_path, tblob)):
                 with open(path, "ab") as fh:
                     fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            # Publish to readers only after the bytes are on disk.
+            # Publish to readers only after the bytes are in the files.
             running = cur.time_max[-1] if len(cur.time_max) else -1
             for e, p in zip(entries, new_pos, strict=True):
                 cur.first_offsets.append(e.first_offset)
