@@ -419,6 +419,27 @@ def test_crash_in_the_middle_of_deleting_a_segment(tmp_path: Path) -> None:
     assert not stores[0].with_suffix(naming.INDEX_SUFFIX).exists()
 
 
+@pytest.mark.parametrize("which", [1, -2])
+def test_a_missing_middle_segment_fails_open_naming_the_gap(tmp_path: Path, which: int) -> None:
+    """A segment deleted by hand from the middle is a gap no recovery may paper over:
+    opening says which offsets are missing (reads would otherwise fail one by one)."""
+    stores = build(tmp_path)
+    assert len(stores) >= 4
+    gone = stores[which]
+    lo = int(gone.name[: naming.OFFSET_DIGITS])
+    hi = int(stores[stores.index(gone) + 1].name[: naming.OFFSET_DIGITS])
+    for suffix in naming.SEGMENT_SUFFIXES:
+        gone.with_suffix(suffix).unlink()
+    with pytest.raises(CorruptRecordError, match=f"offsets {lo}..{hi - 1} are missing"):
+        Log.open(tmp_path, CFG)
+    # The oldest segment going (retention's way) is no gap.
+    stores = build(tmp_path / "b")
+    for suffix in naming.SEGMENT_SUFFIXES:
+        stores[0].with_suffix(suffix).unlink()
+    with Log.open(tmp_path / "b", CFG) as log:
+        check_log(log, 120, start=int(stores[1].name[: naming.OFFSET_DIGITS]))
+
+
 def test_crash_in_the_middle_of_a_truncation(tmp_path: Path) -> None:
     """Truncation deletes later segments newest first; a crash part way leaves a shorter
     but consistent log, which can then be truncated again."""

@@ -30,7 +30,13 @@ from threading import Lock
 
 from ..errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError, TieredLogError
 from ..format import naming
-from ..format.index import TIME_ENTRY, TIME_ENTRY_SIZE, SegmentIndex
+from ..format.index import (
+    OFFSET_ENTRY,
+    OFFSET_ENTRY_SIZE,
+    TIME_ENTRY,
+    TIME_ENTRY_SIZE,
+    SegmentIndex,
+)
 from ..format.records import (
     FRAME_OVERHEAD,
     HEADER_SIZE,
@@ -250,7 +256,47 @@ class Segment:
                 seg.max_timestamp = max_ts
         except (OSError, CorruptIndexError):
             seg.rebuild_index()
+        seg._check_ends_at_next()
         return seg
+
+    def _check_ends_at_next(self) -> None:
+        """Raise CorruptRecordError if this sealed segment's store is whole and consistent
+        but its records end before ``next_offset`` (the next segment's base): records are
+        missing between them, e.g. a segment file was deleted by hand.
+
+        Walks only the frame headers after the last offset-index entry (about one index
+        interval of bytes). A header that does not follow (damage inside the store) is
+        left for reads to report, as before: this check only names a gap it is sure of.
+        """
+        last = -1
+        try:
+            isize = self.index_path.stat().st_size
+            with open(self.index_path, "rb") as f:
+                if isize >= OFFSET_ENTRY_SIZE:
+                    f.seek(isize - OFFSET_ENTRY_SIZE)
+                    rel, pos = OFFSET_ENTRY.unpack(f.read(OFFSET_ENTRY_SIZE))
+                else:
+                    rel, pos = 0, 0
+            if pos > self.size or (self.size and pos == self.size):
+                return  # a damaged index (found and rebuilt when it is loaded)
+            with open(self.store_path, "rb") as f:
+                f.seek(pos)
+                buf = f.read(self.size - pos)
+        except OSError:
+            return
+        expect, at = self.base_offset + rel, 0
+        while at + HEADER_SIZE <= len(buf):
+            off, fsize, _ = frame_header(buf, at)
+            if off != expect or at + fsize > len(buf):
+                return  # damaged, not a gap
+            last, expect, at = off, expect + 1, at + fsize
+        if at != len(buf) or (last < 0 and self.size):
+            return
+        if expect < self.next_offset:
+            raise CorruptRecordError(
+                f"offsets {expect}..{self.next_offset - 1} are missing from {self.directory}: "
+                f"segment {self.store_path.name} ends at offset {expect - 1} but the next "
+                f"segment starts at {self.next_offset} (was a segment file deleted?)")
 
     def _open_active(self, *, truncate: bool) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
