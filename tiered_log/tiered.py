@@ -142,11 +142,19 @@ class TieredLog:
                headers: Sequence[tuple[str, bytes | None]] = (),
                timestamp: int | None = None) -> int:
         self._check_open()
-        return self.local.append(value, key=key, headers=headers, timestamp=timestamp)
+        active = self.local.active_base_offset
+        offset = self.local.append(value, key=key, headers=headers, timestamp=timestamp)
+        if self.shipper is not None and self.local.active_base_offset != active:
+            self.shipper.wake()  # the append rolled a segment: there may be one to ship
+        return offset
 
     def append_batch(self, records: Sequence[ProducerRecord | bytes]) -> tuple[int, int]:
         self._check_open()
-        return self.local.append_batch(records)
+        active = self.local.active_base_offset
+        first_last = self.local.append_batch(records)
+        if self.shipper is not None and self.local.active_base_offset != active:
+            self.shipper.wake()
+        return first_last
 
     def flush(self) -> int:
         return self.local.flush()
@@ -225,6 +233,8 @@ class TieredLog:
                 self.local.truncate(offset)
             else:
                 self.local.reset(offset)
+        if self.shipper is not None:
+            self.shipper.wake()  # truncated remote segments are deleted by the next round
 
     # ---- tiering (the shipper's round) -----------------------------------------------------
 
@@ -236,6 +246,17 @@ class TieredLog:
         flushed = self.local.flushed_offset
         return [s for s in self.local.segments()
                 if s.sealed and s.base_offset >= end and s.next_offset <= flushed]
+
+    def tiering_state(self) -> tuple[int, ...]:
+        """What a tiering round depends on, besides the clock: the shipper skips a round
+        when this has not changed since the last one. Cheap (no I/O, no lock); a racing
+        append at worst causes one more round."""
+        loc, r = self.local, self.remote
+        state = (loc.next_offset, loc.flushed_offset, loc.log_start_offset,
+                 loc.active_base_offset)
+        if r is None:
+            return state
+        return (*state, r.remote_end, r.start_offset, int(r.needs_index_rebuild))
 
     def tier_once(self, stop: threading.Event | None = None) -> int:
         """One round: clean up, copy eligible segments, apply both retentions.

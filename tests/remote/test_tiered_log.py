@@ -324,3 +324,50 @@ def test_damaged_local_segment_is_never_shipped(tmp_path: Path, storage: RemoteS
                                   for k in keys)
     assert tlog.bounds().remote_end_offset == segs[0].next_offset
     tlog.close()
+
+
+def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
+        tmp_path: Path, storage: RemoteStorage) -> None:
+    """Every shipper runs on one scheduler's workers (not a thread per log); a log whose
+    state does not change gets no rounds; an append that rolls a segment wakes shipping
+    at once; stop() waits for a running round and no round runs after it."""
+    import threading
+    import time
+
+    from tiered_log.remote.shipper import TieringScheduler
+
+    sched = TieringScheduler(workers=2)
+    before = threading.active_count()
+    logs = []
+    for i in range(30):
+        t = TieredLog(tmp_path / f"l{i}", log_id=f"many-{i}", storage=storage, config=SMALL,
+                      tier=TierConfig(ship_interval_ms=10), start_shipper=False)
+        from tiered_log.remote.shipper import Shipper
+
+        t.shipper = Shipper(t, 10, sched)
+        t.shipper.start()
+        logs.append(t)
+    assert threading.active_count() - before <= 2
+    time.sleep(0.5)
+    # Idle: after the first round, nothing changes, so no more rounds (the skips back
+    # off; a full round comes only every FULL_ROUND_S).
+    rounds = [t.shipper.rounds for t in logs]  # type: ignore[union-attr]
+    assert all(r >= 1 for r in rounds)
+    time.sleep(0.5)
+    assert [t.shipper.rounds for t in logs] == rounds  # type: ignore[union-attr]
+    # Appends that roll segments wake shipping: everything sealed and flushed ships
+    # without waiting out the idle back-off.
+    busy = logs[7]
+    produce(busy, 600)
+    busy.flush()
+    deadline = time.monotonic() + 30
+    sealed_end = busy.local.active_base_offset
+    assert sealed_end > 0
+    while busy.bounds().remote_end_offset < sealed_end and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert busy.bounds().remote_end_offset == sealed_end
+    for t in logs:
+        t.close()
+    after = [t.shipper.rounds for t in logs]  # type: ignore[union-attr]
+    time.sleep(0.2)
+    assert [t.shipper.rounds for t in logs] == after  # type: ignore[union-attr]

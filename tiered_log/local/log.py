@@ -227,6 +227,11 @@ class Log:
         return self._segments[-1].next_offset
 
     @property
+    def active_base_offset(self) -> int:
+        """Base offset of the active (write) segment: it changes when the log rolls."""
+        return self._segments[-1].base_offset
+
+    @property
     def flushed_offset(self) -> int:
         """Offsets below this were fsynced (sealed segments always are)."""
         return self._flushed_offset

@@ -1,21 +1,38 @@
-"""The background loop that ships a tiered log's sealed segments and applies retention.
+"""The background tiering of tiered logs: when to ship sealed segments and apply retention.
 
-:class:`Shipper` is policy only: every ``ship_interval_ms`` (or at once when woken by a
-roll) it asks its :class:`~tiered_log.tiered.TieredLog` to run one round of
+:class:`Shipper` is the policy for one :class:`~tiered_log.tiered.TieredLog`: every
+``ship_interval_ms`` (or at once when woken by a roll) it runs one round of
 :meth:`~tiered_log.tiered.TieredLog.tier_once` (clean up interrupted attempts, copy
 eligible segments, apply local and remote retention). A round that fails because the
 bucket is unreachable is retried with exponential backoff (0.5 s doubling to 30 s);
 appends go on meanwhile and unshipped segments stay on disk.
 
-Thread-safety: ``start``/``stop``/``wake`` may be called from any thread. One thread per
-shipper; it is a daemon so a crashed process never hangs on it.
+An idle log costs almost nothing: a round whose log has not changed since the last one
+(same next, flushed and start offsets, same active segment, same remote end, no repair
+pending; see :meth:`~tiered_log.tiered.TieredLog.tiering_state`) is skipped, and the
+next look comes later and later (doubling up to :data:`FULL_ROUND_S`); a full round runs
+at least every :data:`FULL_ROUND_S` seconds so that time-based retention still applies
+(as Kafka checks retention every ``log.retention.check.interval.ms``). A roll wakes the
+shipper at once.
+
+The rounds of every shipper in a process run on one :class:`TieringScheduler`: a few
+worker threads (:data:`DEFAULT_WORKERS`) and a queue ordered by due time, so a node with
+thousands of partitions has a bounded number of tiering threads and copies, not one per
+partition (as Kafka's remote log manager has a bounded thread pool). One log never has
+two rounds at once.
+
+Thread-safety: ``Shipper.start``/``stop``/``wake`` and the scheduler may be used from
+any thread. Worker threads are daemons, so a crashed process never hangs on them.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TieredLogError
 
@@ -26,54 +43,160 @@ log = logging.getLogger(__name__)
 
 MIN_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
+FULL_ROUND_S = 30.0
+"""An unchanged log still gets a full round this often (time-based retention)."""
+DEFAULT_WORKERS = 4
+
+
+class TieringScheduler:
+    """Runs the rounds of many :class:`Shipper` s on ``workers`` threads (started on first
+    use), each round when it is due; see the module docstring."""
+
+    def __init__(self, workers: int = DEFAULT_WORKERS) -> None:
+        if workers < 1:
+            raise ValueError("a tiering scheduler needs at least one worker")
+        self.workers = workers
+        self._cv = threading.Condition()
+        self._queue: list[tuple[float, int, int, Shipper]] = []  # (due, seq, generation, shipper)
+        self._seq = itertools.count()
+        self._threads: list[threading.Thread] = []
+
+    def _push(self, sh: Shipper, due: float) -> None:
+        """Queue ``sh`` for ``due`` (monotonic seconds), replacing any earlier entry.
+        Call with ``_cv`` held."""
+        sh._generation += 1
+        entry = (due, next(self._seq), sh._generation, sh)
+        heapq.heappush(self._queue, entry)
+        if len(self._threads) < self.workers:
+            t = threading.Thread(target=self._work, name=f"tiering-{len(self._threads)}",
+                                 daemon=True)
+            self._threads.append(t)
+            t.start()
+        if self._queue[0] is entry:
+            self._cv.notify()  # the new first entry: a waiting worker must look at it
+
+    def _next(self) -> Shipper:
+        """Wait for the first due shipper and mark it running. Call with ``_cv`` held."""
+        while True:
+            q = self._queue
+            while q and (q[0][2] != q[0][3]._generation or q[0][3]._stopping):
+                heapq.heappop(q)  # replaced by a later schedule, or stopped
+            if not q:
+                self._cv.wait()
+                continue
+            due = q[0][0]
+            now = time.monotonic()
+            if due > now:
+                self._cv.wait(due - now)
+                continue
+            sh = heapq.heappop(q)[3]
+            sh._generation += 1
+            sh._running = True
+            sh._idle.clear()
+            sh._wake_pending, sh._woken = sh._woken, False
+            return sh
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                sh = self._next()
+            delay = sh.interval
+            try:
+                delay = sh._round()
+            finally:
+                with self._cv:
+                    sh._running = False
+                    sh._idle.set()  # stop() may be waiting for this round
+                    if not sh._stopping:
+                        self._push(sh, time.monotonic() + (0.0 if sh._woken else delay))
+
+
+_default: TieringScheduler | None = None
+_default_lock = threading.Lock()
+
+
+def default_scheduler() -> TieringScheduler:
+    """The process-wide scheduler shippers use unless given another."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = TieringScheduler()
+        return _default
 
 
 class Shipper:
-    """Background tiering loop for one log; see the module docstring."""
+    """Background tiering of one log; see the module docstring."""
 
-    def __init__(self, tlog: TieredLog, interval_ms: int) -> None:
+    def __init__(self, tlog: TieredLog, interval_ms: int,
+                 scheduler: TieringScheduler | None = None) -> None:
         self.tlog = tlog
         self.interval = interval_ms / 1000
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.scheduler = scheduler or default_scheduler()
         self.backoff = 0.0
         self.last_error: str | None = None
         self.rounds = 0
+        """Rounds run (skipped rounds of an unchanged log do not count)."""
+        self._stop = threading.Event()  # passed to tier_once: stop between segments
+        self._started = False
+        self._stopping = False
+        self._running = False
+        self._idle = threading.Event()  # set while no round of this log runs
+        self._idle.set()
+        self._skip_delay = 0.0
+        self._woken = False  # woken since this round started: run again at once
+        self._wake_pending = False  # this round was asked for by a wake: never skip it
+        self._generation = 0
+        self._last_state: Any = None
+        self._last_full = 0.0
 
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name=f"shipper-{self.tlog.log_id}",
-                                        daemon=True)
-        self._thread.start()
+        with self.scheduler._cv:
+            if self._started or self._stopping:
+                return
+            self._started = True
+            self.scheduler._push(self, time.monotonic())
 
     def wake(self) -> None:
-        self._wake.set()
+        """Run a round as soon as a worker is free (after the current one, if running)."""
+        with self.scheduler._cv:
+            if not self._started or self._stopping:
+                return
+            self._woken = True
+            if not self._running:
+                self.scheduler._push(self, time.monotonic())
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Ask the loop to stop after the step in progress and wait for it."""
+        """Ask the log's tiering to stop after the step in progress and wait for it."""
         self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        with self.scheduler._cv:
+            self._stopping = True
+        self._idle.wait(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.tlog.tier_once(stop=self._stop)
-                self.backoff = 0.0
-                self.last_error = None
-            except TieredLogError as exc:
-                self.backoff = min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.backoff * 2))
-                self.last_error = str(exc)
-                log.warning("tiering %s failed, retrying in %.1fs: %s", self.tlog.log_id,
-                            self.backoff, exc)
-            except Exception as exc:  # keep the loop alive whatever happens
-                self.backoff = min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.backoff * 2))
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("tiering %s failed unexpectedly", self.tlog.log_id)
-            self.rounds += 1
-            self._wake.wait(self.backoff or self.interval)
-            self._wake.clear()
+    def _round(self) -> float:
+        """One round (or a skip) in a worker thread; the seconds until the next one."""
+        now = time.monotonic()
+        try:
+            state = self.tlog.tiering_state()
+            if (state == self._last_state and not self._wake_pending and not self.backoff
+                    and now - self._last_full < FULL_ROUND_S):
+                # Nothing changed: nothing to ship, nothing to drop. Look again later and
+                # later (up to FULL_ROUND_S) while the log stays idle.
+                self._skip_delay = min(FULL_ROUND_S, max(self.interval, 2 * self._skip_delay))
+                return self._skip_delay
+            self._skip_delay = 0.0
+            self.tlog.tier_once(stop=self._stop)
+            self._last_state = self.tlog.tiering_state()
+            self._last_full = now
+            self.backoff = 0.0
+            self.last_error = None
+        except TieredLogError as exc:
+            self.backoff = min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.backoff * 2))
+            self.last_error = str(exc)
+            log.warning("tiering %s failed, retrying in %.1fs: %s", self.tlog.log_id,
+                        self.backoff, exc)
+        except Exception as exc:  # keep the tiering alive whatever happens
+            self.backoff = min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.backoff * 2))
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("tiering %s failed unexpectedly", self.tlog.log_id)
+        self.rounds += 1
+        return self.backoff or self.interval

@@ -112,9 +112,11 @@ def maintain_partition_log(plog: PartitionLog) -> None:
     if plog.closed:
         return
     plog.local.maybe_flush()
-    plog.local.maybe_roll_by_age()
+    rolled = plog.local.maybe_roll_by_age()
     if plog.shipper is None:
         plog.tier_once()
+    elif rolled:
+        plog.shipper.wake()  # a segment to ship
 
 
 def partition_stats(plog: PartitionLog) -> dict[str, float]:
