@@ -371,3 +371,30 @@ def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
     after = [t.shipper.rounds for t in logs]  # type: ignore[union-attr]
     time.sleep(0.2)
     assert [t.shipper.rounds for t in logs] == after  # type: ignore[union-attr]
+
+
+def test_fetch_and_copy_threads_are_shared_by_all_logs(tmp_path: Path,
+                                                       storage: RemoteStorage) -> None:
+    """Twenty logs shipping and reading back from the bucket use the process's shared
+    pools, not threads of their own."""
+    import threading
+
+    from tiered_log.remote.tier import COPY_THREADS, FETCH_THREADS
+
+    logs = [TieredLog(tmp_path / f"s{i}", log_id=f"shared-{i}", storage=storage, config=SMALL,
+                      tier=TierConfig(chunk_bytes=2048, fetch_bytes=4096, prefetch_bytes=8192,
+                                      local_retention_bytes=0), start_shipper=False)
+            for i in range(20)]
+    for t in logs:
+        produce(t, 300)
+        t.roll()
+        t.tier_once()
+        assert t.bounds().local_start_offset == 300  # everything is remote now
+        for o in range(0, 300, 41):
+            check_record(t.read(o), o)
+    names = [th.name for th in threading.enumerate()]
+    assert not any("shared-" in n for n in names), names
+    pooled = [n for n in names if n.startswith(("remote-fetch", "remote-copy"))]
+    assert 0 < len(pooled) <= FETCH_THREADS + COPY_THREADS
+    for t in logs:
+        t.close()

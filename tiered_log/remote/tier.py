@@ -41,6 +41,8 @@ RemoteCorruptionError and is dropped from the cache.
 
 Thread-safety: copy, delete, truncate and rebuild run under one lock (the shipper and
 the owning log's control calls); reads are lock-free and may run from any thread.
+Fetches and copy helpers run on thread pools shared by every log of the process
+(:func:`shared_pool`), so threads stay bounded however many partitions a node holds.
 """
 
 from __future__ import annotations
@@ -89,7 +91,6 @@ class TierConfig:
     fetch_bytes: int = 8 << 20
     prefetch_bytes: int = 32 << 20
     cache_bytes: int = 256 << 20
-    fetch_workers: int = 4
     upload_bytes_per_sec: int | None = None
     ship_interval_ms: int = 500
     index_rotate_bytes: int = 16 << 20
@@ -106,10 +107,31 @@ class TierConfig:
             elif v is not None and (not isinstance(v, int) or v < 0):
                 raise InvalidArgumentError(f"{name} must be -1 or a non-negative integer, got {v!r}")
         for name in ("chunk_bytes", "fetch_bytes", "prefetch_bytes", "cache_bytes",
-                     "fetch_workers", "ship_interval_ms", "index_rotate_bytes", "index_rotate_ms"):
+                     "ship_interval_ms", "index_rotate_bytes", "index_rotate_ms"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
+
+
+FETCH_THREADS = 16
+"""Threads fetching remote chunks, shared by every log of the process (a log's own GETs in
+flight are bounded by its prefetch window: ``prefetch_bytes / fetch_bytes`` + 1)."""
+COPY_THREADS = 8
+"""Threads that scan a segment and upload its manifest beside the data upload, shared
+(the tiering scheduler runs at most a few copies at once)."""
+
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """The process-wide thread pool ``name`` (created on first use; its threads start as
+    work arrives and live as long as the process). Thread-safe."""
+    with _pools_lock:
+        pool = _pools.get(name)
+        if pool is None:
+            pool = _pools[name] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        return pool
 
 
 class RateLimiter:
@@ -242,9 +264,9 @@ class RemoteTier:
                                       rotate_ms=config.index_rotate_ms)
         self.cache = ChunkCache(self.dir / "cache", config.cache_bytes)
         self.limiter = RateLimiter(config.upload_bytes_per_sec)
-        self._pool = ThreadPoolExecutor(max_workers=config.fetch_workers,
-                                        thread_name_prefix=f"fetch-{log_id}")
-        self._copy_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"copy-{log_id}")
+        self._pool = shared_pool("remote-fetch", FETCH_THREADS)
+        self._copy_pool = shared_pool("remote-copy", COPY_THREADS)
+        self._copy_helpers: set[Future[Any]] = set()  # this log's, for close()
         self._inflight: dict[tuple[str, int], Future[None]] = {}
         self._inflight_lock = threading.RLock()  # re-entered by done callbacks of finished futures
         self._finished: list[RemoteSegment] = []
@@ -355,6 +377,7 @@ class RemoteTier:
             helpers: list[Future[Any]] = []
             try:
                 helpers.append(self._copy_pool.submit(put_manifest))
+                self._copy_helpers = set(helpers)
                 self.storage.put_file(data_key, seg.store_path, progress=on_progress)
                 if sent < seg.size:
                     self.limiter.consume(seg.size - sent)
@@ -741,5 +764,11 @@ class RemoteTier:
         return None
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._copy_pool.shutdown(wait=True, cancel_futures=True)
+        """Cancel this log's queued fetches and wait for its running ones (the thread
+        pools are shared by every log of the process and stay up)."""
+        with self._inflight_lock:
+            futs: set[Future[Any]] = set(self._inflight.values())
+        futs |= self._copy_helpers
+        for f in futs:
+            f.cancel()
+        wait(futs)
