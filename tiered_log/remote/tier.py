@@ -264,6 +264,8 @@ class RemoteTier:
                                       rotate_ms=config.index_rotate_ms)
         self.cache = ChunkCache(self.dir / "cache", config.cache_bytes)
         self.limiter = RateLimiter(config.upload_bytes_per_sec)
+        self._prefetch_window = max(config.chunk_bytes, min(config.prefetch_bytes,
+                                                            config.cache_bytes // 2))
         self._pool = shared_pool("remote-fetch", FETCH_THREADS)
         self._copy_pool = shared_pool("remote-copy", COPY_THREADS)
         self._copy_helpers: set[Future[Any]] = set()  # this log's, for close()
@@ -647,11 +649,15 @@ class RemoteTier:
     def _chunk(self, entry: RemoteLogIndexEntry) -> bytes:
         """The bytes of one chunk: from the cache, an in-flight fetch, or a new fetch.
 
-        Also prefetches the following chunks (up to ``prefetch_bytes``) in the background.
+        Also prefetches the following chunks in the background: up to ``prefetch_bytes``,
+        but never more than half the chunk cache (prefetched chunks wait there to be read:
+        a window larger than the cache would evict them before the reader gets to them
+        and fetch them twice).
         """
         data = self.cache.get(entry.object_key, entry.position, entry.data_length)
         ahead: list[RemoteLogIndexEntry] = []
-        budget = self.config.prefetch_bytes
+        window = self._prefetch_window
+        budget = window
         for e in self.index.entries_from(entry.last_offset + 1):
             if budget <= 0:
                 break
@@ -668,7 +674,7 @@ class RemoteTier:
                                         entry.position + entry.data_length)
                 self.stats.remote_fetch_bytes += len(blob)
                 data = blob
-        elif ahead and self._covered(ahead) < self.config.prefetch_bytes // 2:
+        elif ahead and self._covered(ahead) < window // 2:
             # Top the window up only once half of it is consumed: then the uncached tail
             # goes out as a few requests of up to fetch_bytes, not one small request per
             # chunk read (on stores that read the whole object per ranged GET, as moto's
