@@ -398,3 +398,23 @@ def test_fetch_and_copy_threads_are_shared_by_all_logs(tmp_path: Path,
     assert 0 < len(pooled) <= FETCH_THREADS + COPY_THREADS
     for t in logs:
         t.close()
+
+
+def test_prefetch_never_outgrows_the_cache(tmp_path: Path, storage: RemoteStorage) -> None:
+    """With a prefetch window configured larger than the chunk cache, a sequential reader
+    still fetches every archived byte once: the window is capped at half the cache."""
+    tlog = open_log(tmp_path / "log", storage, local_retention_bytes=0, cache_bytes=16 * 1024,
+                    prefetch_bytes=256 * 1024, fetch_bytes=8192)
+    produce(tlog, 1500)
+    tlog.roll()
+    tlog.tier_once()
+    assert tlog.remote is not None
+    archived = tlog.remote.size_bytes
+    o = 0
+    while o < 1500:
+        recs = tlog.read_range(o, max_records=50, max_bytes=1 << 20)
+        for r in recs:
+            check_record(r, r.offset)
+        o = recs[-1].offset + 1
+    assert archived <= tlog.remote.stats.remote_fetch_bytes <= archived * 1.1
+    tlog.close()
