@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import urllib3
 
 from . import errors as E
 from .format.records import MAX_BODY_BYTES, ProducerRecord, Record, decode_frames, encode_batch
@@ -253,15 +254,68 @@ def _headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+class _RecordsGetter:
+    """The sync client's record fetches (large binary GET responses) over urllib3.
+
+    httpx receives a body through h11, in Python: ~4.5 ms per 1 MiB page on the project's
+    VM against ~1.8 ms for urllib3 (``http.client``'s C-level reads), which is most of a
+    fetch's cost. Everything else (small JSON requests, produce bodies) stays on httpx.
+    The answer is wrapped as an ``httpx.Response`` so errors map the same way. With
+    ``verify=False`` urllib3 warns (InsecureRequestWarning) on each fetch over https.
+    Thread-safe (urllib3's pool manager is).
+    """
+
+    def __init__(self, base_url: str, headers: dict[str, str], timeout: float,
+                 verify: bool | str | ssl.SSLContext) -> None:
+        self.base_url = base_url
+        self.headers = headers
+        kw: dict[str, Any] = {}
+        if base_url.startswith("https:"):
+            if verify is False:
+                ctx = ssl.create_default_context()
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                kw["cert_reqs"] = "CERT_NONE"
+            elif isinstance(verify, ssl.SSLContext):
+                ctx = verify
+            else:
+                ctx = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+            kw["ssl_context"] = ctx
+        self.pool = urllib3.PoolManager(maxsize=4, retries=False,
+                                        timeout=urllib3.Timeout(connect=timeout, read=timeout), **kw)
+
+    def get(self, path: str, params: dict[str, int]) -> httpx.Response:
+        url = self.base_url + path
+        try:
+            r = self.pool.request("GET", url, fields={k: str(v) for k, v in params.items()},
+                                  redirect=False,
+                                  headers={**self.headers, "Accept": _BINARY})
+        except urllib3.exceptions.HTTPError as exc:
+            raise ConnectionFailedError(f"cannot reach {self.base_url}: {exc}") from exc
+        resp = httpx.Response(r.status, headers=list(r.headers.items()), content=r.data,
+                              request=httpx.Request("GET", url, params=params))
+        return _check(resp)
+
+    def close(self) -> None:
+        self.pool.clear()
+
+
 class Client:
     """Synchronous client; see the module docstring. Use as a context manager or
-    call :meth:`close`."""
+    call :meth:`close`. With a ``transport`` every request goes through it."""
 
     def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 60.0,
                  verify: bool | str | ssl.SSLContext = True, transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(base_url=self.base_url, headers=_headers(token),
                                   timeout=timeout, verify=_verify(verify), transport=transport)
+        self._records = (None if transport is not None else
+                         _RecordsGetter(self.base_url, _headers(token), timeout, verify))
+
+    def _get_records(self, path: str, params: dict[str, int]) -> httpx.Response:
+        if self._records is not None:
+            return self._records.get(path, params)
+        return self._req("GET", path, params=params, headers={"Accept": _BINARY})
 
     def _req(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
@@ -308,19 +362,21 @@ class Client:
     def fetch(self, topic: str, partition: int, offset: int, max_records: int = 500,
               max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
         """Records from ``offset`` on (binary form, checksums verified)."""
-        resp = self._req("GET", f"{_part_path(topic, partition)}/records",
-                         params=_fetch_params(offset, max_records, max_bytes, wait_ms),
-                         headers={"Accept": _BINARY})
+        resp = self._get_records(f"{_part_path(topic, partition)}/records",
+                                 _fetch_params(offset, max_records, max_bytes, wait_ms))
         return _parse_fetch(resp)
 
     def consume(self, topic: str, partition: int, offset: int, *, end_offset: int | None = None,
                 max_records: int = 1000, max_bytes: int = 1 << 20, follow: bool = False,
-                wait_ms: int = 1000) -> Generator[FetchResult, None, None]:
-        """Fetch pages from ``offset`` on, one :class:`FetchResult` per page, pipelined.
+                wait_ms: int = 1000, prefetch: bool = True) -> Generator[FetchResult, None, None]:
+        """Fetch pages from ``offset`` on, one :class:`FetchResult` per page.
 
-        While the caller holds page N (and this thread verifies it), page N+1 is already
-        being fetched in a background thread: its offset is in page N's headers, so the
-        request goes out before page N is decoded, as a Kafka consumer's fetcher does.
+        With ``prefetch`` (the default), while the caller holds page N (and this thread
+        verifies it) page N+1 is already being fetched in a background thread: its offset
+        is in page N's headers, so the request goes out before page N is decoded, as a
+        Kafka consumer's fetcher does; this hides the network's round trip. Over loopback
+        there is none to hide and the two threads only contend for the interpreter, so
+        ``prefetch=False`` (one page after the other) is ~10 % faster there.
         Stops before ``end_offset`` (exclusive) if given, else at the end of the log (an
         empty page); with ``follow`` it waits for new records (long-polls of ``wait_ms``)
         instead and runs until the caller stops iterating. Closing the iterator early
@@ -334,8 +390,15 @@ class Client:
 
         def get(off: int) -> httpx.Response:
             want = _page_plan(off, end_offset, max_records)
-            return self._req("GET", path, params=_fetch_params(off, want, max_bytes, wait),
-                             headers={"Accept": _BINARY})
+            return self._get_records(path, _fetch_params(off, want, max_bytes, wait))
+
+        if not prefetch:
+            while True:
+                page = _parse_fetch(get(offset))
+                yield page
+                if _consume_done(len(page.records), page.next_offset, end_offset, follow):
+                    return
+                offset = page.next_offset
 
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tl-consume")
         try:
@@ -376,6 +439,8 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+        if self._records is not None:
+            self._records.close()
 
     def __enter__(self) -> Client:
         return self

@@ -131,6 +131,9 @@ def test_consume_pages_every_record_once(server: ServerProcess, topic_name: str)
         assert got == list(range(250))
         assert all(len(p.records) <= 40 for p in pages) and pages[-1].next_offset == 250
         assert [r.value for p in pages for r in p.records][7] == b"r7"
+        plain = list(c.consume(topic_name, 0, 0, max_records=40, prefetch=False))
+        assert [[r.offset for r in p.records] for p in plain] == [
+            [r.offset for r in p.records] for p in pages]
         # end_offset is exclusive and never overshot, even inside a page.
         got = [r.offset for p in c.consume(topic_name, 0, 13, end_offset=101, max_records=40)
                for r in p.records]

@@ -237,6 +237,7 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # verify=False
 def test_tls(server_factory: Any, tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
     cert, key = _self_signed(tmp_path)
@@ -253,3 +254,7 @@ def test_tls(server_factory: Any, tmp_path: Path) -> None:
         httpx.get(f"http://127.0.0.1:{srv.port}/healthz", timeout=5)
     with Client(srv.url) as c, pytest.raises(ConnectionFailedError):  # untrusted certificate
         c.health()
+    with Client(srv.url) as c, pytest.raises(ConnectionFailedError):  # the records path too
+        c.fetch("secure", 0, 0)
+    with Client(srv.url, verify=False) as c:  # asked for: no verification
+        assert [r.value for p in c.consume("secure", 0, 0) for r in p.records] == [b"over tls"]

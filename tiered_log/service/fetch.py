@@ -2,9 +2,11 @@
 
 :func:`fetch_frames` serves the binary form. Where the records are on local disk it
 never decodes or re-encodes them: it finds the first frame through the segment's index
-(:meth:`~tiered_log.local.segment.Segment.position_of`), reads the byte range with one
-``pread`` per segment and walks only the 20-byte frame headers to honour
-``max_records``/``max_bytes``; the bytes go to the client as they were on disk (disk
+(:meth:`~tiered_log.local.segment.Segment.position_of`), and the end of a page that
+stops inside the segment the same way (so a page is one ``pread`` and no frame walk);
+otherwise it reads the byte range with one ``pread`` per segment and walks only the
+20-byte frame headers to honour ``max_records``/``max_bytes``; the bytes go to the
+client as they were on disk (disk
 format == wire format; the client verifies checksums). Records only in the remote tier
 come back decoded from the tiered log and are framed again (identical bytes: framing is
 deterministic).
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import CorruptRecordError, OffsetOutOfRangeError
+from ..errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError
 from ..format.records import (
     HEADER,
     HEADER_SIZE,
@@ -89,6 +91,13 @@ def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: i
         pos = seg.position_of(cur)
         if pos >= end:
             break
+        quick = _page_by_index(seg, pos, end, cur, max_records - count, max_bytes - total)
+        if quick is not None:  # the page ends inside this segment, found through its index
+            parts.append(quick)
+            total += len(quick)
+            cur += max_records - count
+            count = max_records
+            break
         want = min(end - pos, max(max_bytes - total, 0))
         buf, walked, n = _walk_segment(seg, pos, want, cur, max_records - count, count == 0)
         if n == 0:
@@ -113,6 +122,30 @@ def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: i
             break  # a limit was reached inside this segment
     data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)
     return FrameBatch(data, count, offset, cur, partition_bounds(plog))
+
+
+def _page_by_index(seg: Segment, pos: int, end: int, cur: int, records: int,
+                   budget: int) -> bytes | None:
+    """The frames of offsets ``cur .. cur + records - 1`` of ``seg`` (from byte ``pos``)
+    in one read, when the offset after them is in the segment and the bytes fit in
+    ``budget``: its position comes from the segment's index (a few frame headers from
+    the nearest entry), so the frames in between are not walked. None when that does
+    not apply (the page reaches the segment's end, or does not fit, or a racing
+    truncation changed the file): the caller walks the frames instead.
+    """
+    stop = cur + records
+    if stop >= seg.next_offset:
+        return None
+    try:
+        stop_pos = seg.position_of(stop)
+    except (CorruptIndexError, OffsetOutOfRangeError, OSError):
+        return None
+    if not pos < stop_pos <= end or stop_pos - pos > budget:
+        return None
+    buf = seg.read_bytes(pos, stop_pos - pos)
+    if len(buf) != stop_pos - pos or frame_header(buf)[0] != cur:
+        return None
+    return buf
 
 
 _READ_SLACK = 64 << 10
