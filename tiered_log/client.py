@@ -281,7 +281,9 @@ class _RecordsGetter:
             else:
                 ctx = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
             kw["ssl_context"] = ctx
-        self.pool = urllib3.PoolManager(maxsize=4, retries=False,
+        # GETs are idempotent: retry twice on connection errors (e.g. a kept-alive
+        # connection the server closed just as it was reused); never follow redirects.
+        self.pool = urllib3.PoolManager(maxsize=4, retries=urllib3.Retry(total=2, redirect=False),
                                         timeout=urllib3.Timeout(connect=timeout, read=timeout), **kw)
 
     def get(self, path: str, params: dict[str, int]) -> httpx.Response:

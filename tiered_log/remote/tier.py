@@ -54,7 +54,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -367,9 +367,7 @@ class RemoteTier:
             def put_manifest() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
                 entries = chunk_entries(data, seg.base_offset, seg.next_offset, data_key,
                                         self.config.chunk_bytes)
-                done = RemoteSegment(rs.id, rs.base_offset, rs.next_offset, rs.size,
-                                     rs.first_timestamp, rs.max_timestamp, rs.state,
-                                     rs.updated_ms, len(entries))
+                done = replace(rs, chunks=len(entries))
                 self.storage.put(rli_key, encode_manifest(
                     done, entries, seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes(),
                     seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes()))
