@@ -28,7 +28,7 @@ Example::
         for rec in batch.records:
             print(rec.offset, rec.value)
         for page in c.consume("orders", 0, 0):  # every page to the end, pipelined
-            ...
+            print(page.next_offset, len(page.records))
 """
 
 from __future__ import annotations
