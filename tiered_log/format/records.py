@@ -526,51 +526,29 @@ def frames_to_producer_records(
     return out
 
 
-def scan_frames(
-    buf: bytes | memoryview, pos: int, end: int, expect_offset: int | None = None
-) -> Iterator[FrameInfo]:
-    """Yield the verified frames of ``buf[pos:end]`` in order, for recovery and index rebuilds.
+def scan_frames(buf: bytes | memoryview, expect_offset: int) -> Iterator[FrameInfo]:
+    """The verified frames of ``buf`` from byte 0, holding offsets ``expect_offset``, +1,
+    ..., in order: for recovery, index rebuilds and the verify/dump tools.
 
     Stops silently at the first frame that is incomplete, fails its checksum, or breaks
-    the offset sequence (``expect_offset``, then +1 each); the caller compares the last
-    position reached with ``end`` to find a torn or damaged tail.
+    the offset sequence (the checks of :func:`frame_table`, which does the work); the
+    caller compares the last position reached with the buffer's end to find a torn or
+    damaged tail.
     """
-    mv = memoryview(buf)
-    unpack = _FRAME_FIXED.unpack_from
-    h64 = _h64
+    positions, timestamps, end = frame_table(buf, expect_offset)
     new, info_t = tuple.__new__, FrameInfo
-    while pos < end:
-        # Fast path for a frame without headers (the common case): verify its checksum
-        # on views of the buffer, without building a Record (copying key and value).
-        off = -1
-        if pos + FRAME_OVERHEAD <= end:
-            off, blen, cs, ts, klen, vlen, nh = unpack(buf, pos)
-            b = pos + HEADER_SIZE
-            k1 = b + BODY_FIXED_SIZE + (klen if klen > 0 else 0)
-            nxt = b + blen
-            if not (nh == 0 and klen >= -1 and blen >= BODY_FIXED_SIZE and k1 + vlen == nxt
-                    and nxt <= end and h64(mv[k1:nxt], h64(mv[b:k1], off)) == cs):
-                off = -1  # anything else (or a mismatch): the full check decides
-        if off < 0:
-            try:
-                rec, nxt = _decode_at(buf, pos, end)
-            except (_Incomplete, CorruptRecordError, struct.error):
-                return
-            off, ts = rec.offset, rec.timestamp
-        if expect_offset is not None:
-            if off != expect_offset:
-                return
-            expect_offset += 1
-        yield new(info_t, (off, pos, nxt - pos, ts))
-        pos = nxt
+    ends = [*positions[1:], end] if positions else []
+    for i, (pos, nxt, ts) in enumerate(zip(positions, ends, timestamps, strict=True)):
+        yield new(info_t, (expect_offset + i, pos, nxt - pos, ts))
 
 
 def frame_table(buf: bytes | memoryview, expect_offset: int) -> tuple[list[int], list[int], int]:
     """Verify the frames of ``buf`` from byte 0, which must hold offsets ``expect_offset``,
     +1, ...: ``(positions, timestamps, end)`` of the verified frames, where ``end`` is the
-    position after the last one. Stops (without raising) where :func:`scan_frames` would;
-    the same checks, in one tight loop that returns lists, for cutting a segment into
-    chunks to ship."""
+    position after the last one. Stops (without raising) at the first frame that is
+    incomplete, fails its checksum or breaks the offset sequence. One tight loop that
+    returns lists: for cutting a segment into chunks to ship, and under
+    :func:`scan_frames`."""
     mv = memoryview(buf)
     end = len(mv)
     positions: list[int] = []

@@ -571,26 +571,6 @@ class Segment:
                            pos)
             buf_pos, bpos = pos, 0
 
-    def read_raw(self, offset: int, max_bytes: int) -> tuple[int, int, int]:
-        """Locate whole frames from ``offset`` on: ``(position, length, next_offset)``.
-
-        ``length`` covers at least one frame and otherwise at most ``max_bytes``; the bytes
-        can be sent as they are (sendfile) since disk format == wire format.
-        """
-        _idx, fd = self._reader()
-        pos = self.position_of(offset)
-        start = pos
-        end = self.size
-        cur = offset
-        while pos < end:
-            hdr = fd.pread(HEADER_SIZE, pos)
-            fsize = frame_header(hdr)[1]
-            if pos > start and pos + fsize - start > max_bytes:
-                break
-            pos += fsize
-            cur += 1
-        return start, pos - start, cur
-
     def read_bytes(self, position: int, length: int) -> bytes:
         """Raw bytes of the store (any thread)."""
         return self._reader()[1].pread(length, position)
@@ -616,7 +596,7 @@ class Segment:
     def frames(self) -> Iterator[FrameInfo]:
         """Every verified frame of the store (for verify and dump tools)."""
         data = self.store_path.read_bytes()[: self.size]
-        yield from scan_frames(data, 0, len(data), self.base_offset)
+        yield from scan_frames(data, self.base_offset)
 
 
 def _build_index(
@@ -634,7 +614,7 @@ def _build_index(
     max_rel = 0
     end = 0
     nxt = base_offset
-    for fr in scan_frames(data, 0, len(data), base_offset):
+    for fr in scan_frames(data, base_offset):
         rel = fr.offset - base_offset
         if fr.timestamp > max_ts:
             max_ts, max_rel = fr.timestamp, rel
