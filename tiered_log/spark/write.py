@@ -125,43 +125,41 @@ def produce_rows(opts: WriteOptions, partitions: int, rows: Iterator[Any]) -> Wr
     return WriteCommit(done, requests)
 
 
-class TieredLogWriter(DataSourceWriter):
+class _RowProducer:
+    """What the batch and the streaming writer share: the topic's partition count, looked
+    up once on the driver, and a task's rows produced through the service."""
+
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        check_columns(schema)
+        self.opts = opts
+        with Client(opts.service_url, opts.token) as client:
+            self.partitions = int(client.describe_topic(opts.topic)["partitions"])
+
+    def write(self, iterator: Iterator[Any]) -> WriteCommit:
+        return produce_rows(self.opts, self.partitions, iterator)
+
+
+def _written(messages: list[WriterCommitMessage | None]) -> int:
+    return sum(m.records for m in messages if isinstance(m, WriteCommit))
+
+
+class TieredLogWriter(_RowProducer, DataSourceWriter):
     """Batch writer: each task produces its rows (at least once; see the module doc)."""
 
-    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
-        check_columns(schema)
-        self.opts = opts
-        with Client(opts.service_url, opts.token) as client:
-            self.partitions = int(client.describe_topic(opts.topic)["partitions"])
-
-    def write(self, iterator: Iterator[Any]) -> WriteCommit:
-        return produce_rows(self.opts, self.partitions, iterator)
-
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        n = sum(m.records for m in messages if isinstance(m, WriteCommit))
-        log.info("wrote %d record(s) to topic %s", n, self.opts.topic)
+        log.info("wrote %d record(s) to topic %s", _written(messages), self.opts.topic)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        n = sum(m.records for m in messages if isinstance(m, WriteCommit))
         log.warning("write to topic %s aborted; %d record(s) already appended stay",
-                    self.opts.topic, n)
+                    self.opts.topic, _written(messages))
 
 
-class TieredLogStreamWriter(DataSourceStreamWriter):
+class TieredLogStreamWriter(_RowProducer, DataSourceStreamWriter):
     """Streaming writer: each micro-batch's tasks produce their rows (at least once)."""
 
-    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
-        check_columns(schema)
-        self.opts = opts
-        with Client(opts.service_url, opts.token) as client:
-            self.partitions = int(client.describe_topic(opts.topic)["partitions"])
-
-    def write(self, iterator: Iterator[Any]) -> WriteCommit:
-        return produce_rows(self.opts, self.partitions, iterator)
-
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        n = sum(m.records for m in messages if isinstance(m, WriteCommit))
-        log.info("micro-batch %d: wrote %d record(s) to topic %s", batchId, n, self.opts.topic)
+        log.info("micro-batch %d: wrote %d record(s) to topic %s", batchId,
+                 _written(messages), self.opts.topic)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("micro-batch %d to topic %s aborted; records already appended stay "
