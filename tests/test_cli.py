@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +21,13 @@ import pytest
 
 from tiered_log import Log, LogConfig, ProducerRecord
 from tiered_log.format import naming
+from tiered_log.format.records import HEADER_SIZE
+from tiered_log.tools import BatchEntry, StoreDamage, iter_store, scan_store
 
 SMALL = LogConfig(segment_bytes=16 * 1024, index_interval_bytes=512)
 RECORDS = 600
+BATCH = 50
+"""Records per ``append_batch`` of ``base_log``: each is one batch in the store."""
 TS0 = 1_700_000_000_000
 
 
@@ -60,14 +65,15 @@ def snapshot(d: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def base_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A closed log of several small segments (keys, headers, increasing timestamps)."""
+    """A closed log of several small segments (keys, headers, increasing timestamps), each
+    holding a few batches of ``BATCH`` records."""
     d = tmp_path_factory.mktemp("base") / "log"
     with Log.open(d, SMALL) as log:
-        for start in range(0, RECORDS, 50):
+        for start in range(0, RECORDS, BATCH):
             log.append_batch([
                 ProducerRecord(value_for(i), key=f"k{i % 5}".encode(),
                                headers=(("n", str(i).encode()),), timestamp=TS0 + i)
-                for i in range(start, start + 50)
+                for i in range(start, start + BATCH)
             ])
     assert len(naming.list_segment_bases(d)) >= 4
     return d
@@ -172,13 +178,43 @@ def test_dump_store(base_log: Path) -> None:
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0].startswith(f"Dumping {store}")
-    assert lines[1].startswith("offset: 0 position: 0 size: ")
-    assert f"timestamp: {TS0} key_length: 2 " in lines[1]
-    assert "header_count: 1 checksum: 0x" in lines[1] and lines[1].endswith("valid: true")
-    assert "value: " not in lines[1]
-    assert lines[-1].startswith("Summary: ") and "all records verify" in lines[-1]
+    # A header line per batch, then a "| " line per record of it.
+    assert lines[1].startswith(f"base_offset: 0 last_offset: {BATCH - 1} count: {BATCH} "
+                               f"position: 0 size: ")
+    assert f" first_timestamp: {TS0} max_timestamp: {TS0 + BATCH - 1} checksum: 0x" in lines[1]
+    assert lines[1].endswith("valid: true")
+    assert lines[2] == (f"| offset: 0 timestamp: {TS0} key_length: 2 "
+                        f"value_length: {len(value_for(0))} header_count: 1")
+    assert lines[1 + BATCH].startswith(f"| offset: {BATCH - 1} timestamp: {TS0 + BATCH - 1} ")
+    assert lines[2 + BATCH].startswith(f"base_offset: {BATCH} last_offset: {2 * BATCH - 1} ")
+    assert not any("value: " in line for line in lines)
+    headers = [line for line in lines[1:-1] if not line.startswith("| ")]
+    records = [line for line in lines[1:-1] if line.startswith("| ")]
+    assert len(records) == BATCH * len(headers)
+    last = records[-1].split()[2]
+    assert lines[-1].startswith(f"Summary: {len(headers)} batches, {len(records)} readable "
+                                f"records, offsets 0..{last}, ")
+    assert lines[-1].endswith("; all batches verify")
     p = run("dump", store, "--print-data")
-    assert f"key: k0 value: {value_for(0).decode()} headers: n=0" in p.stdout.splitlines()[1]
+    assert p.stdout.splitlines()[2].endswith(
+        f"header_count: 1 key: k0 value: {value_for(0).decode()} headers: n=0")
+
+
+def test_dump_store_with_a_damaged_batch(log_copy: Path) -> None:
+    """A batch failing its checksum is listed without its records; the walk goes on."""
+    store = seg(log_copy, 0, naming.LOG_SUFFIX)
+    data = bytearray(store.read_bytes())
+    data[HEADER_SIZE + 8 * BATCH + 1] ^= 0x01  # in the key-length column of batch 0
+    store.write_bytes(bytes(data))
+    p = run("dump", store)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[1].startswith(f"base_offset: 0 last_offset: {BATCH - 1} count: {BATCH} ")
+    assert lines[1].endswith("valid: false (checksum mismatch for the batch at offset 0)")
+    assert lines[2].startswith(f"base_offset: {BATCH} ") and lines[2].endswith("valid: true")
+    assert lines[3].startswith(f"| offset: {BATCH} ")
+    assert "1 batch failing their checksum" in lines[-1]
+    assert "out of sequence" not in lines[-1]
 
 
 def test_dump_indexes(base_log: Path) -> None:
@@ -187,7 +223,9 @@ def test_dump_indexes(base_log: Path) -> None:
     lines = p.stdout.splitlines()
     assert "offset index" in lines[0]
     assert lines[1] == "entry: 0 offset: 0 relative_offset: 0 position: 0 ok"
-    assert len(lines) > 4 and all(line.endswith(" ok") for line in lines[1:-1])
+    # Entries point at batch starts (each batch passes the 512-byte interval).
+    assert lines[2].startswith(f"entry: 1 offset: {BATCH} relative_offset: {BATCH} position: ")
+    assert len(lines) > 3 and all(line.endswith(" ok") for line in lines[1:-1])
     assert "0 bad; checked against" in lines[-1]
 
     p = run("dump", seg(base_log, 1, naming.TIMEINDEX_SUFFIX))
@@ -195,6 +233,7 @@ def test_dump_indexes(base_log: Path) -> None:
     lines = p.stdout.splitlines()
     assert "time index" in lines[0]
     base = naming.list_segment_bases(base_log)[1]
+    # Time entries are added at batch starts; the first is the segment's first record.
     assert lines[1] == f"entry: 0 max_timestamp: {TS0 + base} offset: {base} relative_offset: 0 ok"
 
 
@@ -217,7 +256,7 @@ def test_dump_garbage_reports_where_damage_starts(tmp_path: Path, log_copy: Path
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert "DAMAGE at byte 0:" in p.stdout
 
-    # Good frames, then garbage: the good ones are listed, the damage located after them.
+    # Good batches, then garbage: the good ones are listed, the damage located after them.
     store = seg(log_copy, 0, naming.LOG_SUFFIX)
     good = store.read_bytes()
     store.write_bytes(good + b"\x07" * 100)
@@ -268,9 +307,12 @@ def test_verify_flipped_byte_in_a_record(log_copy: Path) -> None:
     store.write_bytes(bytes(data))
     problems, report = _verify_damaged(log_copy)
     assert len(problems) == 1
-    assert problems[0].startswith(f"{store.name}: record at byte ")
+    assert problems[0].startswith(f"{store.name}: batch at byte 0 (offset ")
     assert "checksum" in problems[0]
     assert report["problems"][0]["kind"] == "checksum"  # type: ignore[index]
+    # The damaged batch's records still count (its header is plausible), as do its batches.
+    assert report["records"] == RECORDS
+    assert report["batches"] == RECORDS // BATCH
 
 
 def test_verify_truncated_index(log_copy: Path) -> None:
@@ -290,10 +332,62 @@ def test_verify_index_pointing_at_the_wrong_record(log_copy: Path) -> None:
     tdata[12] += 1  # entry 1's max timestamp
     timeindex.write_bytes(bytes(tdata))
     problems, _ = _verify_damaged(log_copy)
-    assert any(p.startswith(f"{index.name}: entry 1: ") and "points at the record with offset" in p
-               for p in problems)
+    assert any(p.startswith(f"{index.name}: entry 1: ")
+               and f"points at the batch with base offset {BATCH}" in p for p in problems)
     assert any(p.startswith(f"{timeindex.name}: entry 1: ") and "largest timestamp" in p
                for p in problems)
+
+
+def test_verify_index_entry_inside_a_batch(log_copy: Path) -> None:
+    """Offset-index entries must point at a batch's first byte, not at a record inside it."""
+    index = seg(log_copy, 0, naming.INDEX_SUFFIX)
+    data = bytearray(index.read_bytes())
+    rel, pos = struct.unpack_from("<II", data, 8)
+    struct.pack_into("<II", data, 8, rel + 1, pos + HEADER_SIZE)  # entry 1, one record on
+    index.write_bytes(bytes(data))
+    problems, report = _verify_damaged(log_copy)
+    assert problems == [f"{index.name}: entry 1: entry (offset {rel + 1}, position "
+                        f"{pos + HEADER_SIZE}) points not at the start of a batch"]
+    assert report["problems"][0]["kind"] == "offset_index"  # type: ignore[index]
+
+
+def test_iter_store_and_scan_store(log_copy: Path) -> None:
+    """The tools in-process: one BatchEntry per batch, records with ``with_data``; a
+    damaged batch is reported and the walk goes on; its records keep their rows."""
+    store = seg(log_copy, 0, naming.LOG_SUFFIX)
+    good = store.read_bytes()
+    entries = list(iter_store(good))
+    assert all(isinstance(e, BatchEntry) and e.valid and not e.records for e in entries)
+    batches = [e for e in entries if isinstance(e, BatchEntry)]
+    assert [e.base_offset for e in batches] == [BATCH * i for i in range(len(batches))]
+    assert all(e.count == BATCH and len(e.timestamps) == BATCH for e in batches)
+    assert batches[0].position == 0 and batches[1].position == batches[0].size
+    assert batches[-1].position + batches[-1].size == len(good)
+    assert (batches[0].first_timestamp, batches[0].max_timestamp) == (TS0, TS0 + BATCH - 1)
+    full = next(iter_store(good, with_data=True))
+    assert isinstance(full, BatchEntry) and len(full.records) == BATCH
+    assert full.records[3].value == value_for(3) and full.records[3].key == b"k3"
+    assert full.records[3].headers == (("n", b"3"),)
+
+    damaged = bytearray(good)
+    damaged[HEADER_SIZE + 8 * BATCH + 1] ^= 0x01  # batch 0's key-length column
+    store.write_bytes(bytes(damaged))
+    first = next(iter_store(bytes(damaged), with_data=True))
+    assert isinstance(first, BatchEntry) and not first.valid and first.records == ()
+    assert "checksum" in (first.error or "")
+    found: list[tuple[str, int | None]] = []
+    scan = scan_store(store, 0, lambda kind, _m, pos, _o: found.append((kind, pos)))
+    assert found == [("checksum", 0)]
+    assert scan.bad_batches == 1 and scan.damage is None
+    assert scan.records == BATCH * len(batches) and scan.next_offset == BATCH * len(batches)
+    assert scan.batch_at(batches[1].position) == 1 and scan.batch_at(1) is None
+    assert scan.row_of(BATCH + 7) == BATCH + 7
+
+    # The next batch damaged too: the walk stops with a StoreDamage at the first one.
+    damaged[batches[1].position + HEADER_SIZE + 8 * BATCH + 1] ^= 0x01
+    tail = list(iter_store(bytes(damaged)))
+    assert len(tail) == 1 and isinstance(tail[0], StoreDamage) and tail[0].position == 0
+    assert "do not parse as batches" in tail[0].reason
 
 
 def test_verify_deleted_index_of_a_sealed_segment(log_copy: Path) -> None:
@@ -333,7 +427,7 @@ def test_verify_torn_tail_of_the_active_segment(log_copy: Path) -> None:
     store.write_bytes(data[:-7])
     problems, report = _verify_damaged(log_copy)
     assert len(problems) == 1 and problems[0].startswith(f"{store.name}: damage starts at byte ")
-    assert report["next_offset"] == RECORDS - 1
+    assert report["next_offset"] == RECORDS - BATCH  # the whole torn batch is lost
 
 
 def test_verify_warnings_are_not_damage(log_copy: Path) -> None:
@@ -406,7 +500,7 @@ def test_closed_pipe_is_not_a_traceback(base_log: Path) -> None:
 
 
 def test_verify_zero_filled_tail(log_copy: Path) -> None:
-    """A crash can leave preallocated zeros after the last frame: located, not a crash."""
+    """A crash can leave preallocated zeros after the last batch: located, not a crash."""
     store = seg(log_copy, -1, naming.LOG_SUFFIX)
     size = store.stat().st_size
     with open(store, "ab") as f:

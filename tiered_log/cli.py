@@ -518,53 +518,65 @@ def _sealed(directory: Path, base: int | None) -> bool:
 
 
 def _dump_store(path: Path, base: int | None, print_data: bool, out: TextIO, totals: _DumpTotals) -> None:
+    """Print each batch's header line, then a ``| offset: ...`` line per record of a batch
+    that verifies (with its key, value and headers when ``print_data``), then a summary."""
     from .tools import StoreDamage, iter_store
 
     data = path.read_bytes()
     print(f"Dumping {path} (store, {len(data):,} bytes"
           f"{'' if base is None else f', segment base offset {base}'})", file=out)
-    records = bad = 0
+    batches = records = bad = 0
     first = last = None
     damage: StoreDamage | None = None
     expect = base
     out_of_sequence = 0
-    for item in iter_store(data, with_data=print_data):
+    for item in iter_store(data, with_data=True):
         if isinstance(item, StoreDamage):
             damage = item
             print(f"DAMAGE at byte {item.position}: {item.reason}; the remaining "
-                  f"{item.unreadable_bytes:,} bytes are not readable frames", file=out)
+                  f"{item.unreadable_bytes:,} bytes are not readable batches", file=out)
             break
-        records += 1
-        first = item.offset if first is None else first
-        last = item.offset
+        batches += 1
         note = ""
-        if item.valid and expect is not None and item.offset != expect:
-            out_of_sequence += 1
-            note = f" (expected offset {expect})"
-        expect = (item.offset if item.valid or expect is None else expect) + 1
+        if item.valid:
+            if expect is not None and item.base_offset != expect:
+                out_of_sequence += 1
+                note = f" (expected base offset {expect})"
+            records += item.count
+            first = item.base_offset if first is None else first
+            last = item.last_offset
+            expect = item.next_offset
+        else:
+            bad += 1
+            # The header cannot be trusted: go on by its count if that fits, else resync.
+            expect = expect + len(item.timestamps) if expect is not None and item.timestamps else None
         status = "true" if item.valid else f"false ({item.error})"
-        bad += not item.valid
-        line = (f"offset: {item.offset} position: {item.position} size: {item.size} "
-                f"timestamp: {item.timestamp} key_length: {item.key_length} "
-                f"value_length: {item.value_length} header_count: {item.header_count} "
-                f"checksum: {item.checksum:#018x} valid: {status}{note}")
-        if print_data and item.valid:
-            line += f" key: {text_field(item.key)} value: {text_field(item.value)}"
-            if item.headers:
-                line += f" headers: {_headers_text(item.headers)}"
-        print(line, file=out)
+        print(f"base_offset: {item.base_offset} last_offset: {item.last_offset} "
+              f"count: {item.count} position: {item.position} size: {item.size} "
+              f"first_timestamp: {item.first_timestamp} max_timestamp: {item.max_timestamp} "
+              f"checksum: {item.checksum:#018x} valid: {status}{note}", file=out)
+        for r in item.records:
+            line = (f"| offset: {r.offset} timestamp: {r.timestamp} "
+                    f"key_length: {-1 if r.key is None else len(r.key)} "
+                    f"value_length: {len(r.value)} header_count: {len(r.headers)}")
+            if print_data:
+                line += f" key: {text_field(r.key)} value: {text_field(r.value)}"
+                if r.headers:
+                    line += f" headers: {_headers_text(r.headers)}"
+            print(line, file=out)
     span = "" if first is None else f", offsets {first}..{last}"
     verdict = []
     if bad:
-        verdict.append(f"{bad} failing their checksum")
+        verdict.append(f"{_plural(bad, 'batch', 'batches')} failing their checksum")
     if out_of_sequence:
         verdict.append(f"{out_of_sequence} out of sequence")
     if damage is not None:
         verdict.append(f"damaged from byte {damage.position} ({damage.unreadable_bytes:,} bytes)")
     if verdict:
         totals.damaged_files += 1
-    print(f"Summary: {records} records{span}, {len(data):,} bytes; "
-          f"{'; '.join(verdict) if verdict else 'all records verify'}", file=out)
+    print(f"Summary: {_plural(batches, 'batch', 'batches')}, {_plural(records, 'readable record')}"
+          f"{span}, {len(data):,} bytes; "
+          f"{'; '.join(verdict) if verdict else 'all batches verify'}", file=out)
 
 
 def _store_scan_for(path: Path, base: int | None, totals: _DumpTotals) -> StoreScan | None:
@@ -678,7 +690,7 @@ def _dump_directory(path: Path, print_data: bool, out: TextIO, totals: _DumpTota
 def cmd_dump(args: argparse.Namespace) -> int:
     """Dump a file or every segment file of a directory (like kafka-dump-log).
 
-    Read-only. Exit status 1 when a record fails its check, a store has damaged bytes or
+    Read-only. Exit status 1 when a batch fails its check, a store has damaged bytes or
     an index entry does not match its store; 0 otherwise.
     """
     from .tools import segment_file_kind

@@ -1,11 +1,13 @@
 """HTTP clients of the tiered_log service: :class:`Client` (sync) and :class:`AsyncClient`.
 
 Both speak the service's API (see :mod:`tiered_log.service.app`) with httpx. Fetches use
-the binary form: the body is the records' frames exactly as stored, decoded here with
-:func:`tiered_log.format.records.decode_frames`, which verifies every checksum (a
-damaged record raises :class:`~tiered_log.errors.CorruptRecordError`, never returns).
+the binary form: the body is the record batches exactly as stored, decoded here with
+:func:`tiered_log.format.records.decode_records`, which verifies every checksum (a
+damaged record raises :class:`~tiered_log.errors.CorruptRecordError`, never returns);
+records of the first batch below the asked offset are skipped, and records past
+``max_records`` (a page is whole batches) are dropped by :meth:`Client.fetch`.
 Produce sends binary batches (``Content-Type: application/vnd.tiered-log.frames``): the
-records encoded here as frames in the stored layout with
+records encoded here as batches in the stored layout with
 :func:`tiered_log.format.records.encode_batch` (no JSON, no base64; timestamps left to
 the server's clock unless a record gives one), or one raw streamed body with
 :meth:`Client.produce_raw`.
@@ -37,7 +39,7 @@ import asyncio
 import contextlib
 import json
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -47,14 +49,14 @@ import httpx
 import urllib3
 
 from . import errors as E
-from .format.records import MAX_BODY_BYTES, ProducerRecord, Record, decode_frames, encode_batch
+from .format.records import MAX_BODY_BYTES, ProducerRecord, Record, decode_records, encode_batch
 
 _BINARY = "application/octet-stream"
 _JSON = "application/json"
 _FRAMES = "application/vnd.tiered-log.frames"
 _FRAMES_HEADERS = {"Content-Type": _FRAMES}
 _SERVER_CLOCK = -1
-"""A frame timestamp the server replaces with its own clock."""
+"""A record timestamp the server replaces with its own clock."""
 
 
 class ConnectionFailedError(E.TieredLogError):
@@ -188,7 +190,7 @@ def encode_produce_body(records: Iterable[ProducerRecord | bytes | str]) -> byte
                 f"records must be ProducerRecord, bytes or str, not {type(r).__name__}")
     if not items:
         raise E.InvalidArgumentError("a batch needs at least one record")
-    return encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES).data
+    return bytes(encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES).data)
 
 
 def _fetch_headers(resp: httpx.Response) -> tuple[int, int, int, int]:
@@ -202,14 +204,20 @@ def _fetch_headers(resp: httpx.Response) -> tuple[int, int, int, int]:
                            code="bad_response") from None
 
 
-def _parse_fetch(resp: httpx.Response) -> FetchResult:
+def _parse_fetch(resp: httpx.Response, offset: int, limit: int | None) -> FetchResult:
+    """The records at and after ``offset`` of a binary fetch response, at most ``limit``
+    of them (then ``next_offset`` follows the last one kept)."""
     count, nxt, hw, start = _fetch_headers(resp)
     body = resp.content
-    recs, pos, _ = decode_frames(body)
+    recs, pos, _ = decode_records(body, start_offset=offset)
     if pos != len(body):
-        raise E.CorruptRecordError(f"fetch response ends inside a frame (byte {pos} of {len(body)})")
-    if count != len(recs):
-        raise E.CorruptRecordError(f"fetch response holds {len(recs)} records, not {count}")
+        raise E.CorruptRecordError(f"fetch response ends inside a batch (byte {pos} of {len(body)})")
+    if count != len(recs) or (recs and (recs[0].offset != offset or recs[-1].offset + 1 != nxt)):
+        raise E.CorruptRecordError(
+            f"fetch response holds {len(recs)} records from offset {offset}, not {count} up to {nxt}")
+    if limit is not None and len(recs) > limit:
+        del recs[limit:]
+        nxt = offset + limit
     return FetchResult(recs, nxt, hw, start)
 
 
@@ -218,6 +226,24 @@ def _check_consume(offset: int, end_offset: int | None, max_records: int) -> Non
         raise E.InvalidArgumentError(
             f"consume needs 0 <= offset <= end_offset and max_records >= 1 (got offset "
             f"{offset}, end_offset {end_offset}, max_records {max_records})")
+
+
+def _pages(page: FetchResult, max_records: int) -> Iterator[FetchResult]:
+    """``page`` as pages of at most ``max_records`` records (a fetch brings whole batches,
+    which may hold more)."""
+    recs = page.records
+    if len(recs) <= max_records:
+        yield page
+        return
+    for i in range(0, len(recs), max_records):
+        part = recs[i : i + max_records]
+        nxt = page.next_offset if i + max_records >= len(recs) else part[-1].offset + 1
+        yield FetchResult(part, nxt, page.high_watermark, page.log_start_offset)
+
+
+def _left(offset: int, end_offset: int | None) -> int | None:
+    """Records a consume may still return at ``offset`` (None: no end)."""
+    return None if end_offset is None else end_offset - offset
 
 
 def _page_plan(offset: int, end_offset: int | None, max_records: int) -> int:
@@ -366,7 +392,7 @@ class Client:
         """Records from ``offset`` on (binary form, checksums verified)."""
         resp = self._get_records(f"{_part_path(topic, partition)}/records",
                                  _fetch_params(offset, max_records, max_bytes, wait_ms))
-        return _parse_fetch(resp)
+        return _parse_fetch(resp, offset, max_records)
 
     def consume(self, topic: str, partition: int, offset: int, *, end_offset: int | None = None,
                 max_records: int = 1000, max_bytes: int = 1 << 20, follow: bool = False,
@@ -396,8 +422,8 @@ class Client:
 
         if not prefetch:
             while True:
-                page = _parse_fetch(get(offset))
-                yield page
+                page = _parse_fetch(get(offset), offset, _left(offset, end_offset))
+                yield from _pages(page, max_records)
                 if _consume_done(len(page.records), page.next_offset, end_offset, follow):
                     return
                 offset = page.next_offset
@@ -411,9 +437,10 @@ class Client:
                 done = _consume_done(count, nxt, end_offset, follow)
                 if not done:
                     fut = pool.submit(get, nxt)
-                yield _parse_fetch(resp)
+                yield from _pages(_parse_fetch(resp, offset, _left(offset, end_offset)), max_records)
                 if done:
                     return
+                offset = nxt
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -506,7 +533,7 @@ class AsyncClient:
         resp = await self._req("GET", f"{_part_path(topic, partition)}/records",
                                params=_fetch_params(offset, max_records, max_bytes, wait_ms),
                                headers={"Accept": _BINARY})
-        return _parse_fetch(resp)
+        return _parse_fetch(resp, offset, max_records)
 
     async def consume(self, topic: str, partition: int, offset: int, *,
                       end_offset: int | None = None, max_records: int = 1000,
@@ -533,9 +560,12 @@ class AsyncClient:
                 done = _consume_done(count, nxt, end_offset, follow)
                 if not done:
                     task = asyncio.ensure_future(get(nxt))
-                yield _parse_fetch(resp)
+                for part in _pages(_parse_fetch(resp, offset, _left(offset, end_offset)),
+                                   max_records):
+                    yield part
                 if done:
                     return
+                offset = nxt
         finally:
             if not task.done():
                 task.cancel()

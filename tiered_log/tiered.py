@@ -38,7 +38,7 @@ from .errors import (
     OffsetOutOfRangeError,
 )
 from .format import naming
-from .format.records import ProducerRecord, Record
+from .format.records import EncodedBatch, ProducerRecord, Record
 from .local.log import Log, LogConfig, now_ms
 from .local.segment import Segment, SegmentInfo
 from .remote.shipper import Shipper
@@ -148,7 +148,8 @@ class TieredLog:
             self.shipper.wake()  # the append rolled a segment: there may be one to ship
         return offset
 
-    def append_batch(self, records: Sequence[ProducerRecord | bytes]) -> tuple[int, int]:
+    def append_batch(self, records: Sequence[ProducerRecord | bytes] | EncodedBatch,
+                     ) -> tuple[int, int]:
         self._check_open()
         active = self.local.active_base_offset
         first_last = self.local.append_batch(records)

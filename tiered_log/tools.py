@@ -9,11 +9,16 @@ report the last batch as a torn tail).
 The functions return structured results (dataclasses, ``to_dict`` for JSON); the command
 line only formats them, and the service can reuse them as they are.
 
-- :func:`iter_store` walks the frames of a store file's bytes (layout in
-  :mod:`tiered_log.format.records`), yielding a :class:`FrameEntry` per frame and, where
-  the bytes stop parsing as frames, one final :class:`StoreDamage`.
+- :func:`iter_store` walks the record batches of a store file's bytes (layout in
+  :mod:`tiered_log.format.records`: a 28-byte header ``u64 base_offset, u32 size,
+  u64 checksum, u16 magic, u16 attributes, u32 count``, then the record columns and
+  data), yielding a :class:`BatchEntry` per batch and, where the bytes stop parsing as
+  batches, one final :class:`StoreDamage`.
 - :func:`read_offset_index` / :func:`read_time_index` parse ``.index`` / ``.timeindex``
-  files (layouts in :mod:`tiered_log.format.index`).
+  files (layouts in :mod:`tiered_log.format.index`). Their entries are added at batch
+  granularity: an offset-index entry points at the start of a batch (its base offset and
+  byte position); a time-index entry names a record of the segment (the one where the
+  segment's largest timestamp so far was first reached).
 - :func:`scan_store` summarizes a store for the index checks;
   :func:`check_offset_index` / :func:`check_time_index` check index entries against it.
 - :func:`verify_log` checks a whole directory and returns a :class:`VerifyReport`.
@@ -35,12 +40,12 @@ from .errors import CorruptRecordError, InvalidArgumentError
 from .format import naming
 from .format.index import OFFSET_ENTRY, OFFSET_ENTRY_SIZE, TIME_ENTRY, TIME_ENTRY_SIZE
 from .format.records import (
-    BODY_FIXED,
-    BODY_FIXED_SIZE,
     HEADER,
     HEADER_SIZE,
-    Headers,
-    decode_frames,
+    RECORD_OVERHEAD,
+    Record,
+    batch_table,
+    decode_records,
 )
 
 MAX_PROBLEMS_PER_FILE = 20
@@ -53,36 +58,47 @@ Severity = Literal["error", "warning"]
 
 
 @dataclass(frozen=True, slots=True)
-class FrameEntry:
-    """One frame of a store file as found on disk (header fields as stored).
+class BatchEntry:
+    """One record batch of a store file as found on disk (header fields as stored).
 
-    ``error`` is None when the frame verifies (checksum and framing), else why not; the
-    fields of a frame that does not verify are what its bytes say and may be garbage.
-    ``key``, ``value`` and ``headers`` are filled only when asked for (``with_data``) and
-    the frame verifies.
+    ``error`` is None when the batch verifies (checksum, magic, lengths, header blocks),
+    else why not; the fields of a batch that does not verify are what its bytes say and
+    may be garbage. ``timestamps`` is the batch's timestamp column (one per record, the
+    record with offset ``base_offset + i`` at ``i``), read even from a batch that does not
+    verify as long as its header's ``count`` fits its ``size`` (else empty);
+    ``first_timestamp`` / ``max_timestamp`` come from it (-1 when it is empty).
+    ``records`` holds the decoded records only when asked for (``with_data``) and the
+    batch verifies.
     """
 
-    offset: int
+    base_offset: int
+    count: int
     position: int
     size: int
-    timestamp: int
-    key_length: int
-    value_length: int
-    header_count: int
+    first_timestamp: int
+    max_timestamp: int
     checksum: int
     error: str | None = None
-    key: bytes | None = None
-    value: bytes | None = None
-    headers: Headers = ()
+    timestamps: tuple[int, ...] = ()
+    records: tuple[Record, ...] = ()
 
     @property
     def valid(self) -> bool:
         return self.error is None
 
+    @property
+    def last_offset(self) -> int:
+        """The offset of the batch's last record (as its header says)."""
+        return self.base_offset + self.count - 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.count
+
 
 @dataclass(frozen=True, slots=True)
 class StoreDamage:
-    """Where the bytes of a store file stop being frames: from ``position`` to ``file_size``."""
+    """Where the bytes of a store file stop being batches: from ``position`` to ``file_size``."""
 
     position: int
     file_size: int
@@ -93,89 +109,116 @@ class StoreDamage:
         return self.file_size - self.position
 
 
-def _frame_error(data: bytes, pos: int, fend: int) -> str | None:
-    """Why the (complete) frame ``data[pos:fend]`` fails to verify, or None if it verifies."""
-    try:
-        recs, _, _ = decode_frames(data, pos, fend, max_records=1)
+_UNDECODABLE = (struct.error, ValueError, IndexError, OverflowError)
+"""What a damaged batch might raise besides CorruptRecordError (a dump must never crash)."""
+
+
+def _check_batch(data: bytes, pos: int, bend: int, *,
+                 with_data: bool = False) -> tuple[str | None, tuple[Record, ...]]:
+    """``(why the complete batch data[pos:bend] fails to verify or None, its records)``;
+    the records only when it verifies and ``with_data`` (else ``()``)."""
+    if not with_data:  # verify without building records where the batch allows it
+        base = HEADER.unpack_from(data, pos)[0]
+        try:
+            infos, used = batch_table(memoryview(data)[pos:bend], base)
+        except _UNDECODABLE as exc:
+            return f"undecodable batch: {exc}", ()
+        if infos and used == bend - pos:
+            return None, ()
+    try:  # (without data, batch_table only stops: decode it again for the reason)
+        recs, after, _ = decode_records(data, pos, bend)
     except CorruptRecordError as exc:
-        return str(exc)
-    except (struct.error, ValueError, IndexError) as exc:  # defensive: never crash a dump
-        return f"undecodable frame: {exc}"
-    return None if recs else "frame lengths do not add up"
+        return str(exc), ()
+    except _UNDECODABLE as exc:
+        return f"undecodable batch: {exc}", ()
+    if not recs or after != bend:
+        return "batch lengths do not add up", ()
+    if not with_data:
+        return "the batch does not verify", ()
+    return None, tuple(recs)
 
 
-def _frame_extent(data: bytes, pos: int) -> tuple[int, str | None]:
-    """``(end, None)`` of the frame at ``pos`` if its header fits and its length is
+def _batch_extent(data: bytes, pos: int) -> tuple[int, str | None]:
+    """``(end, None)`` of the batch at ``pos`` if its header fits and its size is
     plausible, else ``(pos, reason)``."""
     end = len(data)
     left = end - pos
     if not any(data[pos : pos + 4096]) and data.count(0, pos) == left:
         return pos, f"the last {left} bytes are all zeros (a torn write, or space the file system preallocated)"
     if left < HEADER_SIZE:
-        return pos, f"the last {left} bytes are too short for a frame header (torn write?)"
-    off, blen, _ = HEADER.unpack_from(data, pos)
-    if blen < BODY_FIXED_SIZE:
-        return pos, f"frame header claims offset {off} and an impossible body length {blen}"
-    fend = pos + HEADER_SIZE + blen
-    if fend > end:
-        return pos, (f"frame header claims offset {off} and {HEADER_SIZE + blen} bytes but only "
-                     f"{left} remain (torn write or damaged length)")
-    return fend, None
+        return pos, f"the last {left} bytes are too short for a batch header (torn write?)"
+    base, size = HEADER.unpack_from(data, pos)[:2]
+    if size < HEADER_SIZE + RECORD_OVERHEAD:
+        return pos, f"batch header claims base offset {base} and an impossible size {size}"
+    bend = pos + size
+    if bend > end:
+        return pos, (f"batch header claims base offset {base} and {size} bytes but only "
+                     f"{left} remain (torn write or damaged size)")
+    return bend, None
 
 
-def iter_store(data: bytes, *, with_data: bool = False) -> Iterator[FrameEntry | StoreDamage]:
-    """Every frame of a store file's bytes, in order; then a StoreDamage if some bytes are left.
+def _timestamp_column(data: bytes, pos: int, size: int, count: int) -> tuple[int, ...]:
+    """The ``i64[count]`` timestamps after the header of the batch at ``pos``, or ``()``
+    when ``count`` does not fit the batch's ``size`` (a damaged header)."""
+    if count < 1 or HEADER_SIZE + RECORD_OVERHEAD * count > size:
+        return ()
+    col = array("q")
+    col.frombytes(data[pos + HEADER_SIZE : pos + HEADER_SIZE + 8 * count])
+    return tuple(col)
 
-    A frame that fails its checksum is yielded (``error`` set) and the walk goes on when
-    the next frame verifies (or the file ends right after it): a damaged record inside
-    an intact sequence. Otherwise the damage is taken to start at that frame and the walk
-    ends with a StoreDamage naming its byte position.
+
+def iter_store(data: bytes, *, with_data: bool = False) -> Iterator[BatchEntry | StoreDamage]:
+    """Every batch of a store file's bytes, in order; then a StoreDamage if some bytes are left.
+
+    A batch that fails its checksum is yielded (``error`` set) and the walk goes on when
+    the next batch verifies (or the file ends right after it): a damaged batch inside an
+    intact sequence. Otherwise the damage is taken to start at that batch and the walk
+    ends with a StoreDamage naming its byte position. ``with_data`` fills each verified
+    batch's ``records``.
     """
     pos = 0
     end = len(data)
     while pos < end:
-        fend, why = _frame_extent(data, pos)
+        bend, why = _batch_extent(data, pos)
         if why is not None:
             yield StoreDamage(pos, end, why)
             return
-        error = _frame_error(data, pos, fend)
-        if error is not None and fend < end:
-            nend, nwhy = _frame_extent(data, fend)
-            if nwhy is not None or _frame_error(data, fend, nend) is not None:
-                yield StoreDamage(pos, end, f"{error}; the bytes after it do not parse as frames")
+        error, records = _check_batch(data, pos, bend, with_data=with_data)
+        if error is not None and bend < end:
+            nend, nwhy = _batch_extent(data, bend)
+            if nwhy is not None or _check_batch(data, bend, nend)[0] is not None:
+                yield StoreDamage(pos, end, f"{error}; the bytes after it do not parse as batches")
                 return
-        off, _, cs = HEADER.unpack_from(data, pos)
-        ts, klen, vlen, nh = BODY_FIXED.unpack_from(data, pos + HEADER_SIZE)
-        if with_data and error is None:
-            recs, _, _ = decode_frames(data, pos, fend, max_records=1)
-            r = recs[0]
-            yield FrameEntry(off, pos, fend - pos, ts, klen, vlen, nh, cs, None,
-                             r.key, r.value, r.headers)
-        else:
-            yield FrameEntry(off, pos, fend - pos, ts, klen, vlen, nh, cs, error)
-        pos = fend
+        base, size, cs, _magic, _attrs, count = HEADER.unpack_from(data, pos)
+        ts = _timestamp_column(data, pos, size, count)
+        first, mx = (ts[0], max(ts)) if ts else (-1, -1)
+        yield BatchEntry(base, count, pos, size, first, mx, cs, error, ts, records)
+        pos = bend
 
 
 @dataclass(slots=True)
 class StoreScan:
     """What the index checks need to know about one store file.
 
-    ``offsets``, ``positions`` and ``timestamps`` are parallel columns, one row per frame
-    in file order (the offset is the one expected in sequence when a frame fails its
-    checksum, since its header cannot be trusted). ``end`` is where readable frames stop.
+    Per batch, in file order: ``positions`` (its first byte) and ``base_offsets`` (the
+    base offset expected in sequence when a batch fails its checksum, since its header
+    cannot be trusted). Per record: ``offsets`` and ``timestamps`` (a batch that fails its
+    checksum contributes the records its header claims, with the timestamps its bytes
+    hold, when that count fits its size; else none). ``end`` is where readable batches stop.
     """
 
     path: Path
     base_offset: int
     file_size: int
-    offsets: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
-    positions: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
-    timestamps: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
-    bad_frames: int = 0
+    positions: array[int] = field(default_factory=lambda: array("q"))
+    base_offsets: array[int] = field(default_factory=lambda: array("q"))
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    timestamps: array[int] = field(default_factory=lambda: array("q"))
+    bad_batches: int = 0
     end: int = 0
     damage: StoreDamage | None = None
     next_offset: int = 0
-    """One past the offset of the last frame (``base_offset`` if there is none)."""
+    """One past the offset of the last record (``base_offset`` if there is none)."""
     _rows: dict[int, int] | None = None
 
     @property
@@ -183,18 +226,22 @@ class StoreScan:
         return len(self.offsets)
 
     @property
+    def batches(self) -> int:
+        return len(self.positions)
+
+    @property
     def max_timestamp(self) -> int:
         return max(self.timestamps) if self.timestamps else -1
 
-    def frame_at(self, position: int) -> int | None:
-        """Row of the frame starting at byte ``position``, or None if no frame starts there."""
+    def batch_at(self, position: int) -> int | None:
+        """Batch row of the batch starting at byte ``position``, or None if none starts there."""
         i = bisect_left(self.positions, position)
         if i < len(self.positions) and self.positions[i] == position:
             return i
         return None
 
     def row_of(self, offset: int) -> int | None:
-        """Row of the frame with ``offset``, or None."""
+        """Record row of the record with ``offset``, or None."""
         i = offset - self.base_offset
         if 0 <= i < len(self.offsets) and self.offsets[i] == offset:
             return i
@@ -213,11 +260,14 @@ def scan_store(path: Path, base_offset: int, report: ProblemSink | None = None) 
     """Walk a store file, checking checksums and the offset sequence from ``base_offset``.
 
     Problems go to ``report`` (kinds ``checksum``, ``base_offset``, ``offset_sequence``,
-    ``store_damaged``); the returned StoreScan feeds the index checks. OSError propagates.
+    ``store_damaged``); the returned StoreScan feeds the index checks. After a batch that
+    fails its checksum the sequence goes on from the count its header claims, or, when
+    that count does not fit its size, from the next batch's base offset. OSError propagates.
     """
     data = path.read_bytes()
     scan = StoreScan(path, base_offset, len(data))
     expect = base_offset
+    resync = False  # the records of the last (bad) batch are unknown: follow the next one
     sink: ProblemSink = report or (lambda *_: None)
     for item in iter_store(data):
         if isinstance(item, StoreDamage):
@@ -227,24 +277,30 @@ def scan_store(path: Path, base_offset: int, report: ProblemSink | None = None) 
                  f"({item.unreadable_bytes} bytes not readable): {item.reason}",
                  item.position, expect)
             break
-        off = item.offset
+        base = item.base_offset
+        n = item.count
         if item.error is not None:
-            scan.bad_frames += 1
-            sink("checksum", f"record at byte {item.position} (offset {expect}) fails its check: "
+            scan.bad_batches += 1
+            sink("checksum", f"batch at byte {item.position} (offset {expect}) fails its check: "
                  f"{item.error}", item.position, expect)
-            off = expect
-        elif off != expect:
-            if not scan.offsets:
-                sink("base_offset", f"the first record has offset {off}, but the file name says "
-                     f"the segment starts at {base_offset}", item.position, off)
-            else:
-                sink("offset_sequence", f"record at byte {item.position} has offset {off}, "
-                     f"expected {expect}", item.position, off)
-        scan.offsets.append(off)
+            base = expect
+            n = len(item.timestamps)
+            resync = not n
+        else:
+            if base != expect and not (resync and base > expect):
+                if not scan.positions:
+                    sink("base_offset", f"the first batch has base offset {base}, but the file "
+                         f"name says the segment starts at {base_offset}", item.position, base)
+                else:
+                    sink("offset_sequence", f"batch at byte {item.position} has base offset "
+                         f"{base}, expected {expect}", item.position, base)
+            resync = False
         scan.positions.append(item.position)
-        scan.timestamps.append(item.timestamp)
+        scan.base_offsets.append(base)
+        scan.offsets.extend(range(base, base + n))
+        scan.timestamps.extend(item.timestamps[:n])
         scan.end = item.position + item.size
-        expect = off + 1
+        expect = base + n
     scan.next_offset = expect
     return scan
 
@@ -254,7 +310,8 @@ def scan_store(path: Path, base_offset: int, report: ProblemSink | None = None) 
 
 @dataclass(frozen=True, slots=True)
 class OffsetIndexEntry:
-    """One ``.index`` entry: ``u32 relative_offset, u32 position`` (8 bytes)."""
+    """One ``.index`` entry: ``u32 relative_offset, u32 position`` (8 bytes): the base
+    offset of a batch (relative to the segment's) and the byte position where it starts."""
 
     index: int
     relative_offset: int
@@ -263,7 +320,9 @@ class OffsetIndexEntry:
 
 @dataclass(frozen=True, slots=True)
 class TimeIndexEntry:
-    """One ``.timeindex`` entry: ``i64 max_timestamp, u32 relative_offset`` (12 bytes)."""
+    """One ``.timeindex`` entry: ``i64 max_timestamp, u32 relative_offset`` (12 bytes): the
+    segment's largest timestamp up to the end of a batch, and the (relative) offset of the
+    record where it was first reached (any record, not only a batch's first)."""
 
     index: int
     max_timestamp: int
@@ -294,8 +353,9 @@ EntryProblem = tuple[int | None, str]
 
 def check_offset_index(entries: list[OffsetIndexEntry], trailing: int, scan: StoreScan,
                        *, sealed: bool) -> list[EntryProblem]:
-    """Check offset-index entries against the store: every entry must point at the frame
-    with its offset; entries start at ``(0, 0)`` and increase in both fields."""
+    """Check offset-index entries against the store: every entry must point at the start
+    of a batch whose base offset is the entry's offset; entries start at ``(0, 0)`` and
+    increase in both fields."""
     out: list[EntryProblem] = []
     if trailing:
         out.append((None, f"{trailing} trailing bytes: the file is not a whole number of "
@@ -318,14 +378,14 @@ def check_offset_index(entries: list[OffsetIndexEntry], trailing: int, scan: Sto
                                  f"on entry {prev.index} (offset {base + prev.relative_offset}, "
                                  f"position {prev.position})"))
         prev = e
-        row = scan.frame_at(e.position)
+        row = scan.batch_at(e.position)
         if row is None:
             where = ("past the end of the store" if e.position >= scan.end
-                     else "not at the start of a frame")
+                     else "not at the start of a batch")
             out.append((e.index, f"entry (offset {off}, position {e.position}) points {where}"))
-        elif scan.offsets[row] != off:
+        elif scan.base_offsets[row] != off:
             out.append((e.index, f"entry (offset {off}, position {e.position}) points at the "
-                                 f"record with offset {scan.offsets[row]}"))
+                                 f"batch with base offset {scan.base_offsets[row]}"))
     if beyond:
         out.append((None, f"{beyond} entries point into the damaged part of the store "
                           f"(from byte {scan.damage.position if scan.damage else 0})"))
@@ -337,8 +397,9 @@ def check_time_index(entries: list[TimeIndexEntry], trailing: int, scan: StoreSc
     """Check time-index entries against the store.
 
     Each entry ``(t, r)`` must say that ``t`` is the largest timestamp of the records up
-    to relative offset ``r`` and that record ``r`` is where it was first reached; entries
-    strictly increase in both fields; a sealed segment's last entry holds its maximum.
+    to relative offset ``r`` and that record ``r`` is where it was first reached (entries
+    are added at batch starts, but ``r`` may be any record); entries strictly increase in
+    both fields; a sealed segment's last entry holds its maximum.
     """
     out: list[EntryProblem] = []
     if trailing:
@@ -424,6 +485,8 @@ class SegmentReport:
     next_offset: int
     """One past the last record found in the store."""
     records: int
+    batches: int
+    """Batches found in the store, those failing their checksum included."""
     size: int
     max_timestamp: int
     sealed: bool
@@ -431,7 +494,7 @@ class SegmentReport:
     """Entries of the ``.index`` file; None when it does not exist."""
     time_index_entries: int | None
     damaged_at: int | None
-    """Byte position where the store stops being readable frames; None if it is whole."""
+    """Byte position where the store stops being readable batches; None if it is whole."""
     problems: int
 
 
@@ -460,6 +523,10 @@ class VerifyReport:
         return sum(s.records for s in self.segments)
 
     @property
+    def batches(self) -> int:
+        return sum(s.batches for s in self.segments)
+
+    @property
     def size(self) -> int:
         return sum(s.size for s in self.segments)
 
@@ -472,12 +539,14 @@ class VerifyReport:
         return self.segments[-1].next_offset if self.segments else None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form: the fields plus ``ok``, ``records``, ``size`` and counts."""
+        """JSON-able form: the fields plus ``ok``, ``records``, ``batches``, ``size`` and
+        counts."""
         return {
             "directory": self.directory,
             "ok": self.ok,
             "segments": [asdict(s) for s in self.segments],
             "records": self.records,
+            "batches": self.batches,
             "size": self.size,
             "log_start_offset": self.log_start_offset,
             "next_offset": self.next_offset,
@@ -549,11 +618,11 @@ def verify_log(directory: str | Path, *,
                on_segment: Callable[[SegmentReport], None] | None = None) -> VerifyReport:
     """Check every segment of the log in ``directory`` without changing anything.
 
-    Checks: every frame's checksum and framing; offsets consecutive within each store
+    Checks: every batch's checksum and framing; offsets consecutive within each store
     and across segments (each base offset equals the previous segment's next offset);
-    every offset-index entry points at the frame with that offset; every time-index
-    entry's max timestamp and offset are right and increasing; index files present for
-    every sealed segment (all but the last). Leftover ``.tmp`` files and index files
+    every offset-index entry points at the start of the batch with that base offset;
+    every time-index entry's max timestamp and offset are right and increasing; index
+    files present for every sealed segment (all but the last). Leftover ``.tmp`` files and index files
     without a store are warnings (``Log.open`` removes them).
 
     ``on_problem`` is called with each problem as it is found, ``on_segment`` after each
@@ -614,6 +683,7 @@ def verify_log(directory: str | Path, *,
             base_offset=base,
             next_offset=scan.next_offset if scan else base,
             records=scan.records if scan else 0,
+            batches=scan.batches if scan else 0,
             size=scan.file_size if scan else 0,
             max_timestamp=scan.max_timestamp if scan else -1,
             sealed=sealed,
@@ -640,7 +710,7 @@ def segment_file_kind(path: Path) -> tuple[str, int | None] | None:
 
 
 __all__ = [
-    "FrameEntry",
+    "BatchEntry",
     "OffsetIndexEntry",
     "Problem",
     "SegmentReport",

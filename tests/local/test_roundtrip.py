@@ -52,7 +52,7 @@ def check_matches(got: list[Record], want: list[ProducerRecord], start: int,
         assert same_content(rec, w), (rec, w)
         if w.timestamp is None:
             assert t0 <= rec.timestamp <= t1
-        assert rec.size == 38 + len(rec.value) + len(rec.key or b"") + sum(
+        assert rec.size == 20 + len(rec.value) + len(rec.key or b"") + sum(
             2 + len(n.encode()) + 4 + len(v or b"") for n, v in rec.headers)
 
 
@@ -136,8 +136,8 @@ def test_timestamp_lookup_matches_brute_force(ts_list: list[int], config: LogCon
 def test_read_range_limits_are_a_greedy_prefix(sizes: list[int], segment_bytes: int,
                                                interval: int, start: int, max_records: int,
                                                max_bytes: int, ascending: bool) -> None:
-    """read_range returns the longest run from ``offset`` within both limits (frames
-    summed), across segment boundaries, and always at least one record. (Ascending
+    """read_range returns the longest run from ``offset`` within both limits (record
+    sizes summed), across segment boundaries, and always at least one record. (Ascending
     sizes: small records then big ones, where a guess from the mean size falls short.)"""
     if ascending:
         sizes = sorted(sizes)
@@ -148,27 +148,27 @@ def test_read_range_limits_are_a_greedy_prefix(sizes: list[int], segment_bytes: 
             log.append(bytes([i]) * n)
         got = log.read_range(start, max_records=max_records, max_bytes=max_bytes)
         want = [start]
-        used = sizes[start] + 38
+        used = sizes[start] + 20
         for off in range(start + 1, len(sizes)):
-            if len(want) >= max_records or used + sizes[off] + 38 > max_bytes:
+            if len(want) >= max_records or used + sizes[off] + 20 > max_bytes:
                 break
             want.append(off)
-            used += sizes[off] + 38
+            used += sizes[off] + 20
         assert [r.offset for r in got] == want
         assert all(r.value == bytes([r.offset]) * sizes[r.offset] for r in got)
 
 
 @settings(max_examples=60, deadline=None)
 @given(records=st.lists(items, min_size=1, max_size=30), cut=st.integers(min_value=0, max_value=60))
-def test_decode_columns_matches_decode_frames(records: list[ProducerRecord | bytes], cut: int) -> None:
+def test_decode_columns_matches_decode_records(records: list[ProducerRecord | bytes], cut: int) -> None:
     """The columnar decoder (Spark's) sees exactly what the record decoder sees: the same
-    fields, the same stop at a torn tail, the same refusal of a damaged frame."""
+    fields, the same stop at a torn tail, the same refusal of a damaged batch."""
     from tiered_log import CorruptRecordError
-    from tiered_log.format.records import decode_columns, decode_frames, encode_batch
+    from tiered_log.format.records import decode_columns, decode_records, encode_batch
 
     data = encode_batch(5, records, 123, 1 << 20).data
     torn = data[: max(0, len(data) - cut)]
-    recs, pos, _ = decode_frames(torn)
+    recs, pos, _ = decode_records(torn)
     cols = decode_columns(torn)
     assert cols.end == pos
     assert cols.offsets == [r.offset for r in recs]
@@ -179,6 +179,67 @@ def test_decode_columns_matches_decode_frames(records: list[ProducerRecord | byt
     damaged = bytearray(data)
     damaged[len(data) - 1] ^= 0x40  # the last byte of the last frame (value or header)
     with pytest.raises(CorruptRecordError):
-        decode_frames(bytes(damaged))
+        decode_records(bytes(damaged))
     with pytest.raises(CorruptRecordError):
         decode_columns(bytes(damaged))
+
+
+@SETTINGS
+@given(records=st.lists(items, min_size=1, max_size=40),
+       limit=st.integers(min_value=1, max_value=3000), base=st.integers(0, 1 << 40))
+def test_batches_are_cut_at_max_batch_bytes(records: list[ProducerRecord | bytes], limit: int,
+                                            base: int) -> None:
+    """encode_batch cuts its input into batches of at most ``max_batch_bytes`` (a larger
+    record alone), consecutive from ``base``, which decode back to the records; a batch
+    moved to another offset (``rebased``) decodes at the new offsets."""
+    from tiered_log.format.records import batch_table, decode_records, encode_batch
+
+    eb = encode_batch(base, records, 7, 1 << 20, max_batch_bytes=limit)
+    data = bytes(eb.data)
+    infos, end = batch_table(data, base)
+    assert end == len(data) and infos == eb.batches
+    assert sum(b.record_count for b in infos) == eb.count == len(records)
+    assert all(b.size <= limit or b.record_count == 1 for b in infos)
+    recs, _, _ = decode_records(data)
+    assert [r.offset for r in recs] == list(range(base, base + len(records)))
+    for r, w in zip(recs, records, strict=True):
+        assert same_content(r, as_producer(w))
+    moved = eb.rebased(base + 1000, 7)
+    again, _, _ = decode_records(bytes(moved.data))
+    assert [r.offset for r in again] == [r.offset + 1000 for r in recs]
+    assert [(r.value, r.key, r.headers, r.timestamp) for r in again] == [
+        (r.value, r.key, r.headers, r.timestamp) for r in recs]
+
+
+@SETTINGS
+@given(sizes=st.lists(st.integers(1, 12), min_size=1, max_size=8),
+       cut=st.integers(min_value=0, max_value=60), reopen=st.booleans())
+def test_truncate_inside_a_batch_keeps_the_records_before_it(sizes: list[int], cut: int,
+                                                             reopen: bool) -> None:
+    """Truncating at an offset inside a batch keeps every record below it (the rest of
+    that batch is written again as a batch of its own), and appends go on from there."""
+    with tempfile.TemporaryDirectory() as d:
+        want: list[ProducerRecord] = []
+        cfg = LogConfig(segment_bytes=600, index_interval_bytes=64)
+        log = Log.open(d, cfg)
+        try:
+            for k, n in enumerate(sizes):
+                batch = [ProducerRecord(bytes([k, i]) * (i + 1), key=b"k" if i % 2 else None,
+                                        headers=(("h", bytes([i])),) if i % 3 == 0 else (),
+                                        timestamp=1_000 + len(want) + i) for i in range(n)]
+                log.append_batch(batch)
+                want.extend(batch)
+            cut = min(cut, len(want))
+            log.truncate(cut)
+            if reopen:
+                log.close()
+                log = Log.open(d, cfg)
+            assert log.next_offset == cut
+            log.append(b"after")
+            got = read_all(log)
+            assert [r.offset for r in got] == list(range(cut + 1))
+            for r, w in zip(got, want[:cut], strict=False):
+                assert same_content(r, w)
+            assert got[-1].value == b"after"
+        finally:
+            log.close()

@@ -25,14 +25,14 @@ def value_for(offset: int) -> bytes:
     return hashlib.sha256(str(offset).encode()).digest() * (1 + offset % 7)
 
 
-def produce(tlog: TieredLog, n: int, ts0: int = 1_000_000) -> None:
+def produce(tlog: TieredLog, n: int, ts0: int = 1_000_000, batch_records: int = 50) -> None:
     start = tlog.next_offset
     batch = []
     for o in range(start, start + n):
         key = f"k{o}".encode() if o % 3 else None
         headers = (("h", str(o).encode()),) if o % 5 == 0 else ()
         batch.append(ProducerRecord(value_for(o), key=key, headers=headers, timestamp=ts0 + o * 10))
-        if len(batch) == 50:
+        if len(batch) == batch_records:
             tlog.append_batch(batch)
             batch = []
     if batch:
@@ -405,7 +405,7 @@ def test_prefetch_never_outgrows_the_cache(tmp_path: Path, storage: RemoteStorag
     still fetches every archived byte once: the window is capped at half the cache."""
     tlog = open_log(tmp_path / "log", storage, local_retention_bytes=0, cache_bytes=16 * 1024,
                     prefetch_bytes=256 * 1024, fetch_bytes=8192)
-    produce(tlog, 1500)
+    produce(tlog, 1500, batch_records=5)  # batches (so chunks) of ~750 bytes, as configured
     tlog.roll()
     tlog.tier_once()
     assert tlog.remote is not None

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tiered_log.format.records import decode_frames
+from tiered_log.format.records import decode_records
 
 from .conftest import ServerProcess
 
@@ -101,7 +101,7 @@ def test_archived_offsets_are_served_from_the_remote_tier(
         r = c.get("/v1/topics/archive/partitions/0/records", params={"offset": 5, "max_records": 50},
                   headers={"Accept": "application/octet-stream"})
         assert r.status_code == 200
-        frames, _, _ = decode_frames(r.content, 0, len(r.content))
+        frames, _, _ = decode_records(r.content, start_offset=5)
         assert [f.offset for f in frames][:3] == [5, 6, 7]
         assert frames[0].value == _records(1, 5)[0]["value"].encode()
         # A timestamp lookup that lands in the archive.

@@ -12,7 +12,7 @@ import pytest
 
 from tiered_log.client import Client
 from tiered_log.errors import DataLossError
-from tiered_log.format.records import ProducerRecord, Record, encode_batch
+from tiered_log.format.records import ProducerRecord, Record
 
 from .conftest import ADMIN, READER, new_topic, wait_for
 
@@ -23,13 +23,15 @@ BASE_TS = 1_700_000_000_000
 
 def produce(client: Client, topic: str, partition: int, n: int, start: int = 0,
             ts: Callable[[int], int] = lambda i: BASE_TS + i * 1000) -> None:
-    """``n`` records with keys, headers and spaced timestamps, in batches of 50."""
-    for lo in range(start, start + n, 50):
+    """``n`` records with keys, headers and spaced timestamps, in batches of 5 (about
+    1.3 KB: a segment holds several, so its chunks, and the splits cut from them, are
+    finer than a segment)."""
+    for lo in range(start, start + n, 5):
         batch = [ProducerRecord(f"value-{partition}-{i:05d}-".encode() + b"x" * 200,
                                 key=f"k{i % 5}".encode() if i % 3 else None,
                                 headers=(("h", f"{i}".encode()), ("null", None)) if i % 2 else (),
                                 timestamp=ts(i))
-                 for i in range(lo, min(lo + 50, start + n))]
+                 for i in range(lo, min(lo + 5, start + n))]
         client.produce(topic, partition, batch)
 
 
@@ -113,10 +115,6 @@ def test_reads_both_tiers_exactly(spark: Any, client: Client, two_tier_topic: st
             headers = tuple((h.key, bytes(h.value) if h.value is not None else None)
                             for h in r.headers)
             assert headers == w.headers
-            # The checksum the row's fields give at its offset is the log's.
-            frame = encode_batch(r.offset, [ProducerRecord(bytes(r.value), w.key, headers,
-                                                           w.timestamp)], 0, 1 << 30)
-            assert frame.data[12:20] == w.checksum.to_bytes(8, "little")
     # Archive splits (one per segment) plus one tail per partition.
     st = [remote_state(client.base_url, two_tier_topic, p) for p in (0, 1)]
     assert df.rdd.getNumPartitions() == sum(len(s["segments"]) for s in st) + 2

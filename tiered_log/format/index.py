@@ -2,13 +2,15 @@
 
 Both files are flat arrays of fixed-size little-endian entries, with no header; they are
 *sparse*: an entry is added for the first record of a segment and then whenever at least
-``index_interval_bytes`` of frames were written since the last entry. A lookup finds the
+``index_interval_bytes`` of batches were written since the last entry (entries are
+added at batch starts only). A lookup finds the
 floor entry by binary search and scans the store forward from its position.
 
 Offset index entry (8 bytes)::
 
     0  u32  relative_offset   offset - segment base offset
-    4  u32  position          byte position of that record's frame in the store file
+    4  u32  position          byte position in the store file of the batch whose base
+                              offset that is
 
 Time index entry (12 bytes)::
 

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterable, Sequence
 
 from ..errors import InvalidArgumentError, RecordTooLargeError
-from ..format.records import ProducerRecord, Record
+from ..format.records import EncodedBatch, ProducerRecord, Record
 from .log import Log, LogBounds
 
 
@@ -32,7 +32,8 @@ class AsyncLog:
             self.log.append, value, key=key, headers=headers, timestamp=timestamp
         )
 
-    async def append_batch(self, records: Sequence[ProducerRecord | bytes]) -> tuple[int, int]:
+    async def append_batch(self, records: Sequence[ProducerRecord | bytes] | EncodedBatch,
+                           ) -> tuple[int, int]:
         return await asyncio.to_thread(self.log.append_batch, records)
 
     async def append_stream(

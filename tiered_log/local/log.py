@@ -12,8 +12,8 @@ it past ``segment_bytes`` or when it is older than ``segment_ms``.
 
 Crash recovery on open: leftover ``.tmp`` files are removed; every sealed segment's index
 files are checked for size (and fully validated on first load), and rebuilt from the
-store when missing or damaged; the last segment is scanned frame by frame, its torn or
-damaged tail cut at the last verified record, its indexes rebuilt in memory. Records that
+store when missing or damaged; the last segment is scanned batch by batch, its torn or
+damaged tail cut at the last verified batch, its indexes rebuilt in memory. Records that
 reached the OS (written, even if not fsynced) survive a process kill; records that were
 flushed (fsynced) survive a machine crash too.
 
@@ -45,7 +45,7 @@ from ..errors import (
     TieredLogError,
 )
 from ..format import naming
-from ..format.records import ProducerRecord, Record, encode_batch
+from ..format.records import EncodedBatch, ProducerRecord, Record, encode_batch
 from .segment import IndexCache, Segment, SegmentInfo, fsync_dir
 
 LOCK_FILE = ".lock"
@@ -273,20 +273,29 @@ class Log:
         rec = ProducerRecord(value, key, hdrs, timestamp)
         return self.append_batch([rec])[0]
 
-    def append_batch(self, records: Sequence[ProducerRecord | bytes]) -> tuple[int, int]:
+    def append_batch(self, records: Sequence[ProducerRecord | bytes] | EncodedBatch,
+                     ) -> tuple[int, int]:
         """Append records in one write; returns ``(first_offset, last_offset)``.
 
         All or nothing: bad input raises before anything is written. A bare ``bytes``
-        item is a value with no key or headers, timestamped now.
+        item is a value with no key or headers, timestamped now. An
+        :class:`~tiered_log.format.records.EncodedBatch` from
+        :func:`~tiered_log.format.records.receive_batches` (a client's verified batches)
+        is appended as it is, moved to the log's next offset.
         """
-        if not records:
+        if isinstance(records, EncodedBatch) and records.count == 0:
+            raise InvalidArgumentError("a batch needs at least one record")
+        if not isinstance(records, EncodedBatch) and not records:
             raise InvalidArgumentError("a batch needs at least one record")
         with self._lock:
             self._check_open()
             cfg = self.config
             ts_now = now_ms()
             active = self._segments[-1]
-            batch = encode_batch(active.next_offset, records, ts_now, cfg.append_threshold)
+            if isinstance(records, EncodedBatch):
+                batch = records.rebased(active.next_offset, ts_now)
+            else:
+                batch = encode_batch(active.next_offset, records, ts_now, cfg.append_threshold)
             if active.size and (
                 active.size + len(batch.data) > cfg.segment_bytes
                 or (cfg.segment_ms is not None and ts_now - active.created_ms >= cfg.segment_ms)

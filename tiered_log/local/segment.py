@@ -1,12 +1,13 @@
-"""One local segment: a store file of record frames plus its sparse offset and time indexes.
+"""One local segment: a store file of record batches plus its sparse offset and time indexes.
 
-Files (names from :mod:`tiered_log.format.naming`): ``<base>.log`` holds frames in offset
+Files (names from :mod:`tiered_log.format.naming`): ``<base>.log`` holds batches in offset
 order (layout in :mod:`tiered_log.format.records`); ``<base>.index`` and
-``<base>.timeindex`` hold sparse index entries (layout in :mod:`tiered_log.format.index`).
+``<base>.timeindex`` hold sparse index entries (layout in :mod:`tiered_log.format.index`),
+which point at batches: an offset inside a batch is found from its batch's entry.
 
 Invariants:
-- frames in the store have consecutive offsets ``base_offset .. next_offset-1``;
-- ``size`` is the byte length of complete, verified frames; readers never look past it;
+- batches in the store hold consecutive offsets ``base_offset .. next_offset-1``;
+- ``size`` is the byte length of complete, verified batches; readers never look past it;
 - an *active* segment keeps its indexes in memory only (rebuilt from the store after a
   crash); a *sealed* segment is read-only, its store fsynced and its index files written
   whole (tmp, fsync, rename) at seal time.
@@ -38,14 +39,15 @@ from ..format.index import (
     SegmentIndex,
 )
 from ..format.records import (
-    FRAME_OVERHEAD,
     HEADER_SIZE,
+    BatchInfo,
     EncodedBatch,
-    FrameInfo,
+    ProducerRecord,
     Record,
-    decode_frames,
-    frame_header,
-    scan_frames,
+    batch_header,
+    decode_records,
+    encode_batch,
+    scan_batches,
 )
 
 _READ_CHUNK = 256 * 1024
@@ -202,7 +204,7 @@ class Segment:
                     cache: IndexCache) -> tuple[Segment, int]:
         """Reopen the last segment as the active one, recovering it from its store.
 
-        Scans every frame verifying checksums and the offset sequence, truncates a torn
+        Scans every batch verifying checksums and the offset sequence, truncates a torn
         or damaged tail, and rebuilds the in-memory indexes. Returns the segment and the
         number of bytes cut from the tail.
         """
@@ -264,8 +266,8 @@ class Segment:
         but its records end before ``next_offset`` (the next segment's base): records are
         missing between them, e.g. a segment file was deleted by hand.
 
-        Walks only the frame headers after the last offset-index entry (about one index
-        interval of bytes). A header that does not follow (damage inside the store) is
+        Walks only the batch headers after the last offset-index entry (about one index
+        interval of bytes, or one batch). A header that does not follow (damage inside the store) is
         left for reads to report, as before: this check only names a gap it is sure of.
         """
         last = -1
@@ -286,10 +288,10 @@ class Segment:
             return
         expect, at = self.base_offset + rel, 0
         while at + HEADER_SIZE <= len(buf):
-            off, fsize, _ = frame_header(buf, at)
-            if off != expect or at + fsize > len(buf):
+            off, bsize, count = batch_header(buf, at)
+            if off != expect or count < 1 or bsize < HEADER_SIZE or at + bsize > len(buf):
                 return  # damaged, not a gap
-            last, expect, at = off, expect + 1, at + fsize
+            last, expect, at = off + count - 1, off + count, at + bsize
         if at != len(buf) or (last < 0 and self.size):
             return
         if expect < self.next_offset:
@@ -355,37 +357,20 @@ class Segment:
     # ---- writing (caller holds the log's lock) ---------------------------------------
 
     def append(self, batch: EncodedBatch) -> None:
-        """Write a batch's frames in one write and index them. Active segments only."""
+        """Write batches in one write and index them. Active segments only."""
         assert self._wfd is not None and self._index is not None, "segment is sealed"
         data = batch.data
         view = memoryview(data)
         written = 0
         while written < len(data):
             written += os.write(self._wfd, view[written:])
-        idx = self._index
-        pos = self.size
-        rel = batch.base_offset - self.base_offset
-        since = self._since_index
-        interval = self.index_interval_bytes
-        max_ts = self.max_timestamp
-        max_rel = self._max_ts_rel
-        for size, ts in zip(batch.sizes, batch.timestamps, strict=True):
-            if ts > max_ts:
-                max_ts, max_rel = ts, rel
-            if pos == 0 or since >= interval:
-                idx.add_offset(rel, pos)
-                if not idx.time_max or max_ts > idx.time_max[-1]:
-                    idx.add_time(max_ts, max_rel)
-                since = 0
-            since += size
-            pos += size
-            rel += 1
-        self._since_index = since
-        self._max_ts_rel = max_rel
-        self.max_timestamp = max_ts
+        start = self.size
+        self._since_index, self.max_timestamp, self._max_ts_rel = _index_batches(
+            self._index, batch.batches, start, self.base_offset, self.index_interval_bytes,
+            self._since_index, self.max_timestamp, self._max_ts_rel)
         if self.created_ms == 0:
             self.created_ms = int(time.time() * 1000)
-        self.size = pos
+        self.size = start + len(data)
         self.next_offset = batch.next_offset
 
     def flush(self) -> None:
@@ -413,10 +398,11 @@ class Segment:
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset`` (within this segment); reopen active."""
-        idx = self._reader()[0]
         if offset >= self.next_offset:
             return
-        pos = self.position_of(offset) if offset > self.base_offset else 0
+        pos, base = self.position_of(offset) if offset > self.base_offset else (0, offset)
+        # Records of the cut batch below ``offset`` are written again as a batch of their own.
+        keep = self.read(base, offset - base, 1 << 62)[0] if base < offset else []
         self._cache.drop(self._uid)
         if self._wfd is not None:
             os.close(self._wfd)
@@ -424,6 +410,11 @@ class Segment:
         os.truncate(self.store_path, pos)
         for p in (self.index_path, self.timeindex_path):
             p.unlink(missing_ok=True)
+        if keep:
+            again = encode_batch(base, [ProducerRecord(r.value, r.key, r.headers, r.timestamp)
+                                        for r in keep], 0, 1 << 62).data
+            with open(self.store_path, "ab") as f:
+                f.write(again)
         data = self.store_path.read_bytes()
         idx, end, max_ts, max_rel, _ = _build_index(data, self.base_offset, self.index_interval_bytes)
         self._index = idx
@@ -460,22 +451,25 @@ class Segment:
         return SegmentInfo(self.base_offset, self.next_offset, self.size, self.max_timestamp,
                            self.sealed, self.store_path)
 
-    def position_of(self, offset: int) -> int:
-        """Byte position of the frame of ``offset`` in the store (scans from the index floor)."""
+    def position_of(self, offset: int) -> tuple[int, int]:
+        """``(position, base offset)`` of the batch holding ``offset`` in the store (scans
+        batch headers from the index floor); ``(size, next_offset)`` past the last one."""
         idx, fd = self._reader()
         rel0, pos = idx.floor_position(offset - self.base_offset)
         end = self.size
         cur = self.base_offset + rel0
         while pos < end:
-            if cur == offset:
-                return pos
             hdr = fd.pread(HEADER_SIZE, pos)
-            off, fsize, _ = frame_header(hdr)
-            if off != cur:
+            if len(hdr) < HEADER_SIZE:
+                break
+            off, bsize, count = batch_header(hdr)
+            if off != cur or count < 1 or bsize < HEADER_SIZE:
                 raise CorruptIndexError(f"index of {self.store_path.name} points at the wrong record")
-            pos += fsize
-            cur += 1
-        return end
+            if offset < off + count:
+                return pos, off
+            pos += bsize
+            cur += count
+        return end, self.next_offset
 
     def read(self, offset: int, max_records: int, max_bytes: int) -> tuple[list[Record], int]:
         """Verified records from ``offset`` on, within this segment and the given limits.
@@ -504,39 +498,31 @@ class Segment:
     def _read(self, offset: int, max_records: int, max_bytes: int) -> tuple[list[Record], int]:
         idx, fd = self._reader()
         # next_offset before size: an append sets size first, so every offset below
-        # ``last`` has its frame below ``end``. (The other order could see an offset whose
-        # frame lies past the size this reader saw, and report it missing.)
+        # ``last`` has its batch below ``end``. (The other order could see an offset whose
+        # batch lies past the size this reader saw, and report it missing.)
         last = self.next_offset
         end = self.size
         if offset >= last:
             return [], 0
-        # Frames past ``last`` may already be in the store (a racing append); they are not
+        # Batches past ``last`` may already be in the store (a racing append); they are not
         # part of the log until next_offset says so.
         max_records = min(max_records, last - offset)
         count = max(1, last - self.base_offset)
-
-        def guess(n: int, budget: int) -> int:
-            # About what ``n`` records take, by the segment's mean frame size.
-            g = (n * end) // count
-            return min(budget, g + g // 8)
-
         rel0, pos = idx.floor_position(offset - self.base_offset)
-        # Read about what the limits will take, plus the scan from the index entry; too
-        # little costs another pread, too much a copy.
-        want = guess(max_records, max_bytes) + 2 * self.index_interval_bytes
+        # Read about what the limits will take (by the segment's mean record size) plus the
+        # scan from the index entry; too little costs another pread, too much a copy.
+        g = (max_records * end) // count
+        want = min(max_bytes, g + g // 8) + 2 * self.index_interval_bytes
         buf = fd.pread(min(end - pos, max(want, 4096)), pos)
-        buf_pos = pos
-        if len(buf) >= HEADER_SIZE:
-            first_off = frame_header(buf)[0]
-            if first_off != self.base_offset + rel0:
-                raise CorruptIndexError(f"index of {self.store_path.name} points at the wrong record")
+        if len(buf) >= HEADER_SIZE and batch_header(buf)[0] != self.base_offset + rel0:
+            raise CorruptIndexError(f"index of {self.store_path.name} points at the wrong record")
         out: list[Record] = []
         used_total = 0
-        bpos = 0
         while True:
-            recs, bpos, used = decode_frames(buf, bpos, len(buf), start_offset=offset,
-                                             max_records=max_records - len(out),
-                                             max_bytes=max_bytes - used_total)
+            recs, bpos, used = decode_records(buf, 0, len(buf), start_offset=offset,
+                                              max_records=max_records - len(out),
+                                              max_bytes=max_bytes - used_total,
+                                              at_least_one=not out)
             if recs:
                 if recs[0].offset != offset or recs[-1].offset != offset + len(recs) - 1:
                     raise CorruptRecordError(
@@ -548,28 +534,24 @@ class Segment:
                 offset += len(recs)
                 if len(out) >= max_records or used_total >= max_bytes:
                     return out, used_total
-            pos = buf_pos + bpos
+            if out and bpos + HEADER_SIZE <= len(buf) and bpos + batch_header(buf, bpos)[1] <= len(buf):
+                return out, used_total  # stopped in a whole batch: the next record does not fit
+            pos += bpos
             if pos >= end:
                 if out:
                     return out, used_total
                 raise CorruptRecordError(f"offset {offset} missing from {self.store_path.name}")
-            # The buffer ended before the limits did (or inside the wanted frame): look at
-            # the next frame, and read on if it is wanted and fits.
-            if bpos + HEADER_SIZE <= len(buf):
-                fsize = frame_header(buf, bpos)[1]
-            else:
+            # The buffer ended inside a batch: read on from it, at least all of it.
+            hdr = buf[bpos : bpos + HEADER_SIZE]
+            if len(hdr) < HEADER_SIZE:
                 hdr = fd.pread(HEADER_SIZE, pos)
-                if len(hdr) < HEADER_SIZE:
-                    raise CorruptRecordError(f"truncated frame in {self.store_path.name} at byte {pos}")
-                fsize = frame_header(hdr)[1]
-            if fsize < FRAME_OVERHEAD or pos + fsize > end:
-                raise CorruptRecordError(f"bad frame length in {self.store_path.name} at byte {pos}")
-            if out and used_total + fsize > max_bytes:
-                return out, used_total
-            n_left = max_records - len(out)
-            buf = fd.pread(max(fsize, min(end - pos, max(4096, guess(n_left, max_bytes - used_total)))),
-                           pos)
-            buf_pos, bpos = pos, 0
+            if len(hdr) < HEADER_SIZE:
+                raise CorruptRecordError(f"truncated batch in {self.store_path.name} at byte {pos}")
+            bsize = batch_header(hdr)[1]
+            if bsize < HEADER_SIZE or pos + bsize > end:
+                raise CorruptRecordError(f"bad batch size in {self.store_path.name} at byte {pos}")
+            g = ((max_records - len(out)) * end) // count
+            buf = fd.pread(max(bsize, min(end - pos, max(4096, g + g // 8))), pos)
 
     def read_bytes(self, position: int, length: int) -> bytes:
         """Raw bytes of the store (any thread)."""
@@ -586,17 +568,41 @@ class Segment:
         rel = idx.time_floor_rel(ts)
         offset = self.base_offset + (rel if rel is not None else 0)
         while offset < self.next_offset:
-            recs, _ = self.read(offset, 1000, 4 << 20)
+            recs, _ = self.read(offset, 4096, 4 << 20)
             for r in recs:
                 if r.timestamp >= ts:
                     return r.offset
             offset = recs[-1].offset + 1
         return None
 
-    def frames(self) -> Iterator[FrameInfo]:
-        """Every verified frame of the store (for verify and dump tools)."""
+    def batches(self) -> Iterator[BatchInfo]:
+        """Every verified batch of the store (for verify and dump tools)."""
         data = self.store_path.read_bytes()[: self.size]
-        yield from scan_frames(data, self.base_offset)
+        yield from scan_batches(data, self.base_offset)
+
+
+def _index_batches(idx: SegmentIndex, batches: list[BatchInfo], start: int, base_offset: int,
+                   interval: int, since: int, max_ts: int, max_rel: int) -> tuple[int, int, int]:
+    """Add index entries for ``batches`` written from byte ``start`` of a segment: an offset
+    entry for a batch once ``interval`` bytes were written since the last one (and for the
+    first), a time entry when the segment's max timestamp grew. Returns the new
+    ``(since, max_timestamp, rel_of_max)``."""
+    for b in batches:
+        pos = start + b.position
+        if pos == 0:  # the first entries are the first record's (the time index's rule)
+            max_ts, max_rel = b.first_timestamp, 0
+            idx.add_offset(0, 0)
+            idx.add_time(max_ts, 0)
+            since = 0
+        if b.max_timestamp > max_ts:
+            max_ts, max_rel = b.max_timestamp, b.max_timestamp_offset - base_offset
+        if pos and since >= interval:
+            idx.add_offset(b.base_offset - base_offset, pos)
+            if not idx.time_max or max_ts > idx.time_max[-1]:
+                idx.add_time(max_ts, max_rel)
+            since = 0
+        since += b.size
+    return since, max_ts, max_rel
 
 
 def _build_index(
@@ -605,25 +611,12 @@ def _build_index(
     """Scan a store's bytes and rebuild its sparse indexes.
 
     Returns ``(index, valid_end, max_timestamp, rel_of_max, next_offset)`` where
-    ``valid_end`` is the position after the last verified frame in sequence (the
+    ``valid_end`` is the position after the last verified batch in sequence (the
     torn-tail cut point).
     """
     idx = SegmentIndex()
-    since = 0
-    max_ts = -1
-    max_rel = 0
-    end = 0
-    nxt = base_offset
-    for fr in scan_frames(data, base_offset):
-        rel = fr.offset - base_offset
-        if fr.timestamp > max_ts:
-            max_ts, max_rel = fr.timestamp, rel
-        if fr.position == 0 or since >= interval:
-            idx.add_offset(rel, fr.position)
-            if not idx.time_max or max_ts > idx.time_max[-1]:
-                idx.add_time(max_ts, max_rel)
-            since = 0
-        since += fr.size
-        end = fr.position + fr.size
-        nxt = fr.offset + 1
+    batches = list(scan_batches(data, base_offset))
+    _, max_ts, max_rel = _index_batches(idx, batches, 0, base_offset, interval, 0, -1, 0)
+    end = batches[-1].position + batches[-1].size if batches else 0
+    nxt = batches[-1].next_offset if batches else base_offset
     return idx, end, max_ts, max_rel, nxt

@@ -9,7 +9,7 @@ Copying a segment (KIP-405's RemoteLogSegmentState machine, one unique id per at
 
     journal COPY_STARTED(id)
     PUT <base>-<id>.log                           (rate-limited, multipart when large)
-      meanwhile, in a helper thread: scan the store, verifying every frame, cut it into
+      meanwhile, in a helper thread: scan the store, verifying every batch, cut it into
       chunks of ~chunk_bytes, and PUT <base>-<id>.rli (the manifest, see below)
     journal COPY_FINISHED(id)                     (once both PUTs succeeded)
     append the entries to the local remote-index files
@@ -67,7 +67,7 @@ from ..errors import (
     RemoteStorageError,
 )
 from ..format import naming
-from ..format.records import Record, decode_frames, frame_header, frame_table
+from ..format.records import Record, batch_header, batch_table, decode_records
 from ..format.remote_index import RemoteLogIndexEntry, decode_entries
 from ..local.segment import SegmentInfo, write_atomic
 from .cache import ChunkCache
@@ -171,26 +171,29 @@ class TierStats:
 
 def chunk_entries(data: bytes, base_offset: int, expected_next: int, object_key: str,
                   chunk_bytes: int) -> list[RemoteLogIndexEntry]:
-    """Cut a sealed store's bytes into chunks of whole frames and describe each one.
+    """Cut a sealed store's bytes into chunks of whole batches and describe each one.
 
-    Verifies every frame; CorruptRecordError if the store is damaged anywhere (a damaged
-    segment is never shipped). A chunk ends with the first frame that takes it to
+    Verifies every batch; CorruptRecordError if the store is damaged anywhere (a damaged
+    segment is never shipped). A chunk ends with the first batch that takes it to
     ``chunk_bytes`` or more.
     """
-    positions, timestamps, end = frame_table(data, base_offset)
-    if end != len(data) or base_offset + len(positions) != expected_next:
+    batches, end = batch_table(data, base_offset)
+    nxt = batches[-1].next_offset if batches else base_offset
+    if end != len(data) or nxt != expected_next:
         raise CorruptRecordError(
             f"segment {naming.offset_name(base_offset)} is damaged at byte {end}; not shipping it"
         )
+    positions = [b.position for b in batches]
     entries: list[RemoteLogIndexEntry] = []
-    i, n = 0, len(positions)
+    i, n = 0, len(batches)
     while i < n:
         start = positions[i]
-        # The first frame starting at or past start + chunk_bytes begins the next chunk.
+        # The first batch starting at or past start + chunk_bytes begins the next chunk.
         j = max(bisect_left(positions, start + chunk_bytes, i + 1), i + 1)
         stop = positions[j] if j < n else end
-        entries.append(RemoteLogIndexEntry(base_offset + i, base_offset + j - 1, timestamps[i],
-                                           max(timestamps[i:j]), stop - start, object_key, start))
+        entries.append(RemoteLogIndexEntry(
+            batches[i].base_offset, batches[j - 1].next_offset - 1, batches[i].first_timestamp,
+            max(b.max_timestamp for b in batches[i:j]), stop - start, object_key, start))
         i = j
     return entries
 
@@ -349,7 +352,7 @@ class RemoteTier:
             data = seg.store_path.read_bytes()[: seg.size]
             first_ts = -1
             if data:
-                recs, _, _ = decode_frames(data, 0, len(data), max_records=1)
+                recs, _, _ = decode_records(data, 0, len(data), max_records=1)
                 first_ts = recs[0].timestamp if recs else -1
             rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
                                first_ts, seg.max_timestamp, CopyState.COPY_STARTED)
@@ -678,7 +681,7 @@ class RemoteTier:
             # chunk read (on stores that read the whole object per ranged GET, as moto's
             # server does, many small requests cost far more than few large ones).
             self._schedule(ahead)
-        if len(data) >= 20 and frame_header(data)[0] != entry.first_offset:
+        if len(data) >= 20 and batch_header(data)[0] != entry.first_offset:
             self.cache.discard(entry.object_key, entry.position, entry.data_length)
             raise RemoteCorruptionError(
                 f"chunk at {entry.position} of {entry.object_key} does not start at offset "
@@ -702,7 +705,7 @@ class RemoteTier:
                 raise DataLossError(f"offset {offset} is missing from the remote index")
             data = self._chunk(entry)
             try:
-                recs, _, used = decode_frames(data, 0, len(data), start_offset=offset,
+                recs, _, used = decode_records(data, 0, len(data), start_offset=offset,
                                               max_records=max_records - len(out),
                                               max_bytes=budget if out else max_bytes)
             except CorruptRecordError as exc:

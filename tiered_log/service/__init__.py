@@ -2,7 +2,7 @@
 
 Modules: :mod:`.app` (endpoints, error mapping), :mod:`.topics` (topic state and the one
 place partition logs are opened), :mod:`.auth` (bearer tokens and grants), :mod:`.wire`
-(JSON and binary forms), :mod:`.fetch` (zero-copy frame reads), :mod:`.metrics`
+(JSON and binary forms), :mod:`.fetch` (zero-copy batch reads), :mod:`.metrics`
 (Prometheus text), :mod:`.server` (running it), :mod:`.cli_commands` (CLI commands).
 
 Run it with ``python -m tiered_log.service [--config FILE] [--port N] ...``.

@@ -71,7 +71,7 @@ from ..errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
-from ..format.records import ProducerRecord, frames_to_producer_records
+from ..format.records import EncodedBatch, ProducerRecord, receive_batches
 from .auth import AuthenticationError, Authenticator, PermissionDeniedError, Principal
 from .fetch import fetch_frames, fetch_records
 from .metrics import CONTENT_TYPE, Family, Registry
@@ -421,7 +421,7 @@ def _validation_message(errors: Iterable[Any]) -> str:
 
 
 def wants_binary(accept: str | None) -> bool:
-    """Whether ``Accept`` prefers the binary frame form over JSON."""
+    """Whether ``Accept`` prefers the binary (record batches) form over JSON."""
     if not accept:
         return False
     q_bin = 0.0
@@ -511,16 +511,15 @@ _PRODUCE_DOC = """Append records to a partition.
 
 Three forms:
 
-* `Content-Type: application/vnd.tiered-log.frames` (the fast binary batch): the body is
-  record frames in the stored layout, the same frames a binary fetch returns (see
-  `tiered_log/format/records.py`: u64 offset, u32 body length, u64 xxh3 checksum, i64
-  timestamp, i32 key length (-1 = none), u32 value length, u16 header count, key,
-  value, headers; little-endian). The offsets in the body are ignored (the log assigns
-  consecutive ones) but every frame's checksum is verified against the offset it
-  carries: a bad or truncated frame is 400 naming it, and nothing is stored. A negative
-  timestamp means the server's clock. At most 10,000 frames; each value bounded by the
-  topic's `append_threshold` (413, nothing stored); an empty body is 400. Appended
-  all-or-nothing as one batch.
+* `Content-Type: application/vnd.tiered-log.frames` (the fast binary form): the body is
+  record batches in the stored layout, the same a binary fetch returns (see
+  `tiered_log/format/records.py`: u64 base offset, u32 size, u64 xxh3 checksum, u16 magic, u16 attributes, u32 count, then columns (i64 timestamps, i32 key lengths, u32 value lengths, u32 header-block lengths) and the keys, values and header blocks; little-endian). The base offsets in the body are
+  ignored (the log assigns consecutive ones) but every batch's checksum is verified
+  against the base offset it carries: a bad or truncated batch is 400 naming it, and
+  nothing is stored. A negative timestamp means the server's clock. At most 10,000
+  records; each value bounded by the topic's `append_threshold` (413, nothing stored);
+  an empty body is 400. Appended all-or-nothing, as sent (offsets and checksums
+  rewritten, nothing else re-encoded).
 * `Content-Type: application/json`: a batch
   `{"records": [{"value": "text"} | {"value_b64": "..."}, ...]}`; each record may also
   have `key` (text) or `key_b64`, `headers` (`{"name": "text"}` or
@@ -539,10 +538,11 @@ about `max_bytes` (at least one record when there is one).
 
 JSON by default: record bytes as text when valid UTF-8 (`value`, `key`, header `value`),
 else base64 (`value_b64`, ...). With `Accept: application/octet-stream` the body is the
-records' frames exactly as stored (see `tiered_log/format/records.py`: u64 offset, u32
-body length, u64 xxh3 checksum, i64 timestamp, i32 key length, u32 value length, u16
-header count, key, value, headers; little-endian) and the headers X-Next-Offset,
-X-High-Watermark, X-Log-Start-Offset, X-Record-Count carry the offsets.
+record batches exactly as stored (see `tiered_log/format/records.py`: u64 base offset, u32 size, u64 xxh3 checksum, u16 magic, u16 attributes, u32 count, then columns (i64 timestamps, i32 key lengths, u32 value lengths, u32 header-block lengths) and the keys, values and header blocks; little-endian)
+and the headers X-Next-Offset, X-High-Watermark, X-Log-Start-Offset, X-Record-Count
+carry the offsets. As in Kafka the body is whole batches: the first may hold records
+below `offset` (skip them) and the last may run past `max_records`; X-Record-Count
+counts the records from `offset` to X-Next-Offset.
 
 At exactly the next offset the answer is empty; `wait_ms` > 0 then waits up to that long
 for new records. An offset below the log start or past the next offset is 416 with
@@ -664,7 +664,7 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         media = _media_type(request)
         # Each form ends in a parse step that runs with the append in ONE worker-thread
         # call (_parse_and_append): decoding costs CPU, and one thread hop is cheaper.
-        parse: Callable[..., list[ProducerRecord | bytes]]
+        parse: Callable[..., list[ProducerRecord | bytes] | EncodedBatch]
         args: tuple[Any, ...]
         if media == BINARY:
             limit = manager.get(topic).meta.config.append_threshold
@@ -679,11 +679,11 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         elif media == FRAMES:
             if key is not None or timestamp is not None:
                 raise InvalidRequestError("key and timestamp query parameters are for raw bodies; "
-                                          "a frame carries its own")
+                                          "a batch carries its own")
             limit = manager.get(topic).meta.config.append_threshold
             body = await _read_body(request)
             if not body:
-                raise InvalidRequestError("the body holds no record frames")
+                raise InvalidRequestError("the body holds no record batches")
             parse, args = _parse_frames, (body, limit)
         elif media in (JSON, "") or media.endswith("+json"):
             if key is not None or timestamp is not None:
@@ -864,11 +864,15 @@ class _Appended:
     durable: bool
 
 
-def _parse_and_append(plog: PartitionLog, parse: Callable[..., list[ProducerRecord | bytes]],
+def _parse_and_append(plog: PartitionLog,
+                      parse: Callable[..., list[ProducerRecord | bytes] | EncodedBatch],
                       *args: Any) -> _Appended:
-    """``parse(*args)`` then append the records as one batch (in a worker thread)."""
+    """``parse(*args)`` then append the records in one write (in a worker thread)."""
     records = parse(*args)
     first, last = plog.append_batch(records)
+    if isinstance(records, EncodedBatch):
+        return _Appended(first, last, records.count, records.payload_bytes,
+                         plog.flushed_offset > last)
     return _Appended(first, last, len(records), _payload_bytes(records),
                      plog.flushed_offset > last)
 
@@ -878,14 +882,14 @@ def _one_record(record: ProducerRecord) -> list[ProducerRecord | bytes]:
     return [record]
 
 
-def _parse_frames(body: bytes, append_threshold: int) -> list[ProducerRecord | bytes]:
-    """The records of a binary (frames) produce body: every frame verified, values
-    bounded by ``append_threshold`` (RecordTooLargeError); a bad frame is
-    InvalidRequestError naming it (the client sent it: 400, not a storage fault)."""
+def _parse_frames(body: bytes, append_threshold: int) -> EncodedBatch:
+    """The batches of a binary produce body, every one verified, values bounded by
+    ``append_threshold`` (RecordTooLargeError); a bad batch is InvalidRequestError naming
+    it (the client sent it: 400, not a storage fault)."""
     try:
-        return frames_to_producer_records(body, append_threshold, max_records=MAX_BATCH_RECORDS)
+        return receive_batches(body, append_threshold, max_records=MAX_BATCH_RECORDS)
     except CorruptRecordError as exc:
-        raise InvalidRequestError(f"bad record frame: {exc}") from None
+        raise InvalidRequestError(f"bad record batch: {exc}") from None
 
 
 def _payload_bytes(records: Iterable[ProducerRecord | bytes]) -> int:

@@ -1,15 +1,15 @@
-"""Reading records for the API: decoded (JSON form) or as raw frames (binary form).
+"""Reading records for the API: decoded (JSON form) or as raw batches (binary form).
 
 :func:`fetch_frames` serves the binary form. Where the records are on local disk it
-never decodes or re-encodes them: it finds the first frame through the segment's index
-(:meth:`~tiered_log.local.segment.Segment.position_of`), and the end of a page that
-stops inside the segment the same way (so a page is one ``pread`` and no frame walk);
-otherwise it reads the byte range with one ``pread`` per segment and walks only the
-20-byte frame headers to honour ``max_records``/``max_bytes``; the bytes go to the
-client as they were on disk (disk
-format == wire format; the client verifies checksums). Records only in the remote tier
-come back decoded from the tiered log and are framed again (identical bytes: framing is
-deterministic).
+never decodes or re-encodes them: it finds the batch holding the first wanted offset
+through the segment's index (:meth:`~tiered_log.local.segment.Segment.position_of`),
+reads from there with one ``pread`` per segment and walks only the 28-byte batch headers
+to honour ``max_records``/``max_bytes``; the bytes go to the client as they were on disk
+(disk format == wire format; the client verifies checksums). As in Kafka, a page is made
+of whole batches: its first batch may begin before the asked offset (the client skips
+those records) and its last may run past ``max_records``. Records only in the remote tier
+come back decoded from the tiered log and are batched again, starting exactly at the
+asked offset.
 
 Both functions block on disk: run them in a worker thread. They take no lock and may
 race appends (they see a consistent prefix) and truncations (they may stop early or
@@ -20,14 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError
+from ..errors import CorruptRecordError, OffsetOutOfRangeError
 from ..format.records import (
-    HEADER,
     HEADER_SIZE,
     ProducerRecord,
     Record,
+    batch_header,
     encode_batch,
-    frame_header,
 )
 from ..local.segment import Segment
 from .topics import PartitionBounds, PartitionLog, partition_bounds
@@ -35,7 +34,8 @@ from .topics import PartitionBounds, PartitionLog, partition_bounds
 
 @dataclass(frozen=True, slots=True)
 class FrameBatch:
-    """Raw frames of ``count`` consecutive records starting at ``first_offset``."""
+    """Raw batches holding ``count`` consecutive records from ``first_offset`` (the asked
+    offset) to ``next_offset``; the first batch may hold records before ``first_offset``."""
 
     data: bytes | memoryview
     count: int
@@ -52,15 +52,17 @@ def _out_of_range(offset: int, b: PartitionBounds) -> OffsetOutOfRangeError:
 
 
 def frame_records(records: list[Record]) -> bytes:
-    """Frame decoded consecutive records again (the same bytes the log stored)."""
+    """Batch decoded consecutive records again (one batch per MiB of records)."""
     if not records:
         return b""
     prs = [ProducerRecord(r.value, r.key, r.headers, r.timestamp) for r in records]
-    return encode_batch(records[0].offset, prs, 0, 1 << 62).data
+    return bytes(encode_batch(records[0].offset, prs, 0, 1 << 62).data)
 
 
 def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: int) -> FrameBatch:
-    """Frames from ``offset`` on: at least one record if any, then within both limits.
+    """Batches from the one holding ``offset`` on: at least one batch if there is a record
+    at ``offset``, then whole batches while fewer than ``max_records`` records from
+    ``offset`` and fewer than ``max_bytes`` bytes were taken.
 
     OffsetOutOfRangeError below the log start or past the next offset; an empty batch at
     exactly the next offset.
@@ -77,123 +79,73 @@ def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: i
 
     parts: list[bytes | memoryview] = []
     total = 0
-    count = 0
     cur = offset
-    while count < max_records:
+    while cur - offset < max_records and total < max_bytes:
         try:
             seg = plog.segment_for(cur)
         except OffsetOutOfRangeError:
-            if count == 0:
+            if not parts:
                 # Retention or truncation moved the bounds since we looked.
                 raise _out_of_range(offset, partition_bounds(plog)) from None
             break
-        end = seg.size  # complete frames only: size grows after a write completes
-        pos = seg.position_of(cur)
+        end = seg.size  # complete batches only: size grows after a write completes
+        pos, base = seg.position_of(cur)
         if pos >= end:
             break
-        quick = _page_by_index(seg, pos, end, cur, max_records - count, max_bytes - total)
-        if quick is not None:  # the page ends inside this segment, found through its index
-            parts.append(quick)
-            total += len(quick)
-            cur += max_records - count
-            count = max_records
+        buf, taken, nxt = _take_batches(seg, pos, end, base, offset + max_records - base,
+                                        max_bytes - total, not parts)
+        if taken == 0:
             break
-        want = min(end - pos, max(max_bytes - total, 0))
-        buf, walked, n = _walk_segment(seg, pos, want, cur, max_records - count, count == 0)
-        if n == 0:
-            if count:
-                break  # the next frame does not fit in max_bytes
-            # The first frame alone is larger than max_bytes: send it whole.
-            hdr = seg.read_bytes(pos, HEADER_SIZE)
-            if len(hdr) < HEADER_SIZE:
-                raise CorruptRecordError(f"truncated frame at byte {pos} of {seg.store_path.name}")
-            off, fsize, _ = frame_header(hdr)
-            if off != cur:
-                raise CorruptRecordError(f"expected offset {cur} at byte {pos} of {seg.store_path.name}")
-            buf = seg.read_bytes(pos, fsize)
-            if len(buf) < fsize:
-                raise CorruptRecordError(f"truncated frame at byte {pos} of {seg.store_path.name}")
-            walked, n = fsize, 1
-        parts.append(buf if walked == len(buf) else memoryview(buf)[:walked])  # no copy
-        total += walked
-        count += n
-        cur += n
-        if pos + walked < end or total >= max_bytes:
+        parts.append(buf if taken == len(buf) else memoryview(buf)[:taken])  # no copy
+        total += taken
+        cur = nxt
+        if pos + taken < end:
             break  # a limit was reached inside this segment
     data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)
-    return FrameBatch(data, count, offset, cur, partition_bounds(plog))
-
-
-def _page_by_index(seg: Segment, pos: int, end: int, cur: int, records: int,
-                   budget: int) -> bytes | None:
-    """The frames of offsets ``cur .. cur + records - 1`` of ``seg`` (from byte ``pos``)
-    in one read, when the offset after them is in the segment and the bytes fit in
-    ``budget``: its position comes from the segment's index (a few frame headers from
-    the nearest entry), so the frames in between are not walked. None when that does
-    not apply (the page reaches the segment's end, or does not fit, or a racing
-    truncation changed the file): the caller walks the frames instead.
-    """
-    stop = cur + records
-    if stop >= seg.next_offset:
-        return None
-    try:
-        stop_pos = seg.position_of(stop)
-    except (CorruptIndexError, OffsetOutOfRangeError, OSError):
-        return None
-    if not pos < stop_pos <= end or stop_pos - pos > budget:
-        return None
-    buf = seg.read_bytes(pos, stop_pos - pos)
-    if len(buf) != stop_pos - pos or frame_header(buf)[0] != cur:
-        return None
-    return buf
+    return FrameBatch(data, cur - offset, offset, cur, partition_bounds(plog))
 
 
 _READ_SLACK = 64 << 10
 """Bytes read beyond the estimate of what a page needs (one read is the aim)."""
 
 
-def _walk_segment(seg: Segment, pos: int, want: int, cur: int, records: int,
+def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, budget: int,
                   first: bool) -> tuple[bytes, int, int]:
-    """Read frames of ``seg`` from byte ``pos`` (offset ``cur``): at most ``want`` bytes
-    and ``records`` frames. Returns the bytes read, how many of them are whole frames
-    taken, and how many frames that is.
+    """Read whole batches of ``seg`` from byte ``pos`` (the batch at offset ``base``)
+    until they hold ``records`` records from ``base`` or take ``budget`` bytes (the first
+    batch always, when ``first``). Returns the bytes read, how many of them are batches
+    taken, and the offset after the last one taken.
 
-    Reads no more than the page needs: a first guess from the segment's average frame
-    size (plus slack), grown geometrically when it falls short, never past ``want``. Only
-    the 20-byte frame headers are looked at; the client verifies the checksums.
+    One ``pread`` of about the budget (at most to the segment's end); a first batch
+    larger than that is read whole on its own. Only the batch headers are looked at;
+    the client verifies the checksums.
     """
-    if want < HEADER_SIZE:
-        return b"", 0, 0
-    count = seg.next_offset - seg.base_offset
-    avg = seg.size // count if count > 0 else HEADER_SIZE
-    guess = min(want, avg * records + avg + _READ_SLACK)
-    unpack = HEADER.unpack_from
-    while True:
-        buf = seg.read_bytes(pos, guess)
-        size = len(buf)
-        walked = 0
-        n = 0
-        complete = False  # stopped for a reason other than the end of buf
-        while n < records:
-            if walked + HEADER_SIZE > size:
-                break
-            off, blen, _ = unpack(buf, walked)
-            if off != cur + n:
-                if first and n == 0:
-                    raise CorruptRecordError(
-                        f"expected offset {cur} at byte {pos} of {seg.store_path.name}")
-                complete = True  # a racing truncation rewrote the tail: stop here
-                break
-            fsize = HEADER_SIZE + blen
-            if walked + fsize > size:
-                break
-            walked += fsize
-            n += 1
-        else:
-            complete = True
-        if complete or size < guess or guess >= want:
-            return buf, walked, n
-        guess = min(want, guess * 4)
+    want = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK)
+    buf = seg.read_bytes(pos, want)
+    walked, nxt = 0, base
+    while nxt - base < records and walked < budget:
+        if walked + HEADER_SIZE > len(buf):
+            if walked == 0:
+                raise CorruptRecordError(f"truncated batch at byte {pos} of {seg.store_path.name}")
+            break
+        off, size, count = batch_header(buf, walked)
+        if off != nxt or size < HEADER_SIZE or count < 1:
+            if walked == 0 and first:
+                raise CorruptRecordError(
+                    f"expected offset {base} at byte {pos} of {seg.store_path.name}")
+            break  # a racing truncation rewrote the tail: stop here
+        if (walked or not first) and walked + size > budget:
+            break
+        if walked + size > len(buf):
+            if walked == 0 and pos + size <= end:
+                # The first batch is larger than the read: take it whole on its own.
+                buf = seg.read_bytes(pos, size)
+                if len(buf) == size:
+                    return buf, size, off + count
+            break
+        walked += size
+        nxt = off + count
+    return buf, walked, nxt
 
 
 def fetch_records(plog: PartitionLog, offset: int, max_records: int,

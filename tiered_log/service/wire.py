@@ -8,20 +8,21 @@ record has the same shape: ``value`` holds the text when the bytes are valid UTF
 and header values follow the same rule (both null = no key / a null header value).
 
 **Binary produce.** ``POST .../records`` with ``Content-Type:
-application/vnd.tiered-log.frames`` (:data:`FRAMES`) takes a body of record frames in
+application/vnd.tiered-log.frames`` (:data:`FRAMES`) takes a body of record batches in
 the stored layout (build it with :func:`tiered_log.format.records.encode_batch`; any
-base offset will do). The server verifies every frame's checksum and ignores the
-offsets otherwise (the log assigns them); a negative timestamp means "the server's
-clock". The frames are decoded straight into the records to append
-(:func:`tiered_log.format.records.frames_to_producer_records`) and appended as one batch,
-all or nothing: a bad frame is 400 naming it, a value over the topic's append threshold
-413, an empty body 400, more than :data:`MAX_BATCH_RECORDS` frames 400; the body is
-bounded by ``max_request_bytes`` (413). The answer is the same JSON as the JSON form's.
-This is the fast form: no JSON, no base64, one copy of each value.
+base offset will do). The server verifies every batch
+(:func:`tiered_log.format.records.receive_batches`: checksum, lengths, values, headers)
+and ignores the base offsets otherwise (the log assigns them); a negative timestamp
+means "the server's clock". The batches are appended as they came, all or nothing, only
+their offsets and checksums rewritten: a bad batch is 400 naming it, a value over the
+topic's append threshold 413, an empty body 400, more than :data:`MAX_BATCH_RECORDS`
+records 400; the body is bounded by ``max_request_bytes`` (413). The answer is the same
+JSON as the JSON form's. This is the fast form: no JSON, no base64, no re-encoding.
 
-**Binary fetch.** With ``Accept: application/octet-stream`` the body is the records'
-frames exactly as stored (layout in :mod:`tiered_log.format.records`; decode and verify
-them with :func:`tiered_log.format.records.decode_frames`), and the headers
+**Binary fetch.** With ``Accept: application/octet-stream`` the body is the record
+batches exactly as stored (layout in :mod:`tiered_log.format.records`; decode and verify
+them with :func:`tiered_log.format.records.decode_records`, skipping records below the
+asked offset: a page is whole batches), and the headers
 ``X-Next-Offset``, ``X-High-Watermark``, ``X-Log-Start-Offset``, ``X-Record-Count``
 carry what the JSON form has in its body.
 

@@ -2,7 +2,7 @@
 
 An :class:`~tiered_log.spark.planning.ArchiveSplit` is read straight from the bucket:
 its chunks are coalesced into ranged GETs of up to ``fetch_bytes`` (the next GET runs in
-a background thread while the current one is decoded), and every frame is decoded with
+a background thread while the current one is decoded), and every batch is decoded with
 :func:`~tiered_log.format.records.decode_columns`, which verifies its xxh3 checksum and
 hands back columns whose values are views of the fetched bytes (each value is copied once,
 into the Arrow batch; no per-record object is built); a
