@@ -116,36 +116,48 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
     batch always, when ``first``). Returns the bytes read, how many of them are batches
     taken, and the offset after the last one taken.
 
-    One ``pread`` of about the budget (at most to the segment's end); a first batch
-    larger than that is read whole on its own. Only the batch headers are looked at;
-    the client verifies the checksums.
+    Reads about what the page needs: a first guess from the segment's mean record size
+    (plus slack), grown when it falls short, never past ``budget`` (except for a first
+    batch larger than it, read whole). Only the batch headers are looked at; the client
+    verifies the checksums.
     """
-    want = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK)
-    buf = seg.read_bytes(pos, want)
-    walked, nxt = 0, base
-    while nxt - base < records and walked < budget:
-        if walked + HEADER_SIZE > len(buf):
-            if walked == 0:
+    count = seg.next_offset - seg.base_offset
+    avg = seg.size // count if count > 0 else HEADER_SIZE
+    guess = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK, avg * (records + 1) + _READ_SLACK)
+    while True:
+        buf = seg.read_bytes(pos, guess)
+        walked, nxt, short = 0, base, False
+        while nxt - base < records and walked < budget:
+            if walked + HEADER_SIZE > len(buf):
+                short = True
+                break
+            off, size, n = batch_header(buf, walked)
+            if off != nxt or size < HEADER_SIZE or n < 1:
+                if walked == 0 and first:
+                    raise CorruptRecordError(
+                        f"expected offset {base} at byte {pos} of {seg.store_path.name}")
+                break  # a racing truncation rewrote the tail: stop here
+            if (walked or not first) and walked + size > budget:
+                break
+            if walked + size > len(buf):
+                short = True
+                break
+            walked += size
+            nxt = off + n
+        grown = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK, guess * 4)
+        if short and len(buf) == guess and grown > guess:
+            guess = grown  # the read fell short of what the limits allow: read more
+            continue
+        if walked == 0 and first:
+            if len(buf) < HEADER_SIZE:
                 raise CorruptRecordError(f"truncated batch at byte {pos} of {seg.store_path.name}")
-            break
-        off, size, count = batch_header(buf, walked)
-        if off != nxt or size < HEADER_SIZE or count < 1:
-            if walked == 0 and first:
-                raise CorruptRecordError(
-                    f"expected offset {base} at byte {pos} of {seg.store_path.name}")
-            break  # a racing truncation rewrote the tail: stop here
-        if (walked or not first) and walked + size > budget:
-            break
-        if walked + size > len(buf):
-            if walked == 0 and pos + size <= end:
-                # The first batch is larger than the read: take it whole on its own.
-                buf = seg.read_bytes(pos, size)
-                if len(buf) == size:
-                    return buf, size, off + count
-            break
-        walked += size
-        nxt = off + count
-    return buf, walked, nxt
+            # The first batch is larger than the budget: take it whole on its own.
+            off, size, n = batch_header(buf)
+            whole = seg.read_bytes(pos, size) if pos + size <= end else b""
+            if off != base or len(whole) != size:
+                raise CorruptRecordError(f"truncated batch at byte {pos} of {seg.store_path.name}")
+            return whole, size, off + n
+        return buf, walked, nxt
 
 
 def fetch_records(plog: PartitionLog, offset: int, max_records: int,
