@@ -36,6 +36,7 @@ Everything here is pure and stateless: safe from any thread.
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
@@ -70,6 +71,7 @@ MAX_BODY_BYTES = (1 << 32) - 1 - HEADER_SIZE - RECORD_OVERHEAD
 Headers = tuple[tuple[str, bytes | None], ...]
 
 _h64 = xxhash.xxh3_64_intdigest
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
 _new = tuple.__new__
 
 
@@ -238,11 +240,10 @@ class EncodedBatch:
         for b in self.batches:
             p, n = b.position, b.record_count
             _BASE.pack_into(data, p, off)
-            ts = array("q")
-            ts.frombytes(mv[p + HEADER_SIZE : p + HEADER_SIZE + 8 * n])
+            ts = _column(mv, p + HEADER_SIZE, "q", n)
             if min(ts) < 0:
                 ts = array("q", [now_ms if t < 0 else t for t in ts])
-                mv[p + HEADER_SIZE : p + HEADER_SIZE + 8 * n] = ts.tobytes()
+                mv[p + HEADER_SIZE : p + HEADER_SIZE + 8 * n] = _le_bytes(ts)
             _BASE.pack_into(data, p + _CHECKSUM_AT, _h64(mv[p + CHECKED_FROM : p + b.size], off))
             mx = max(ts)
             out.append(BatchInfo(off, n, p, b.size, ts[0], mx, off + ts.index(mx)))
@@ -271,7 +272,7 @@ def _assemble(parts: list[bytes | bytearray | memoryview], off: int, count: int,
               ) -> BatchInfo:
     """Append one batch's pieces to ``parts`` (its header last patched by the caller via
     :func:`_seal_batches`); return its info with ``position`` = ``at``."""
-    body = [timestamps.tobytes(), klens.tobytes(), vlens.tobytes(), hlens.tobytes(), *payload]
+    body = [_le_bytes(timestamps), _le_bytes(klens), _le_bytes(vlens), _le_bytes(hlens), *payload]
     size = HEADER_SIZE + sum(map(len, body))
     parts.append(HEADER.pack(off, size, 0, MAGIC, 0, count))
     parts.extend(body)
@@ -422,6 +423,23 @@ class _Parsed(NamedTuple):
     data: int  # position of the first key (or value)
 
 
+def _column(mv: memoryview, pos: int, typecode: str, n: int) -> array[int]:
+    """The ``n`` little-endian integers of type ``typecode`` at ``mv[pos:]`` as an array."""
+    col = array(typecode)
+    col.frombytes(mv[pos : pos + col.itemsize * n])
+    if _BIG_ENDIAN_HOST:
+        col.byteswap()
+    return col
+
+
+def _le_bytes(col: array[int]) -> bytes:
+    """An array's integers as little-endian bytes (the format's byte order)."""
+    if _BIG_ENDIAN_HOST:
+        col = array(col.typecode, col)
+        col.byteswap()
+    return col.tobytes()
+
+
 def _parse(buf: bytes | bytearray | memoryview, pos: int, end: int) -> _Parsed:
     """Verify the batch at ``pos`` (checksum, magic, lengths) and read its columns.
 
@@ -441,18 +459,11 @@ def _parse(buf: bytes | bytearray | memoryview, pos: int, end: int) -> _Parsed:
     if magic != MAGIC or n < 1 or HEADER_SIZE + RECORD_OVERHEAD * n > size:
         raise CorruptRecordError(f"batch at offset {base} has a bad header")
     p = pos + HEADER_SIZE
-    ts = array("q")
-    ts.frombytes(mv[p : p + 8 * n])
-    p += 8 * n
-    kcol = array("i")
-    kcol.frombytes(mv[p : p + 4 * n])
-    p += 4 * n
-    vl = array("I")
-    vl.frombytes(mv[p : p + 4 * n])
-    p += 4 * n
-    hcol = array("I")
-    hcol.frombytes(mv[p : p + 4 * n])
-    p += 4 * n
+    ts = _column(mv, p, "q", n)
+    kcol = _column(mv, p + 8 * n, "i", n)
+    vl = _column(mv, p + 12 * n, "I", n)
+    hcol = _column(mv, p + 16 * n, "I", n)
+    p += RECORD_OVERHEAD * n
     keys_len = 0
     kl: array[int] | None = None
     if kcol.count(-1) != n:
