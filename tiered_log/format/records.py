@@ -39,7 +39,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from typing import NamedTuple, cast
@@ -59,6 +59,7 @@ RECORD_OVERHEAD = 20
 MAX_BATCH_BYTES = 1 << 20
 """:func:`encode_batch` starts a new batch before one would pass this size."""
 _BASE = struct.Struct("<Q")
+_TIMESTAMP = struct.Struct("<q")
 _CHECKSUM_AT = 12
 _HNAME = struct.Struct("<H")
 _HVAL = struct.Struct("<i")
@@ -123,6 +124,13 @@ class BatchInfo(NamedTuple):
     @property
     def next_offset(self) -> int:
         return self.base_offset + self.record_count
+
+
+def _info(base: int, position: int, size: int, timestamps: array[int]) -> BatchInfo:
+    """The :class:`BatchInfo` of a batch whose timestamp column is ``timestamps``."""
+    mx = max(timestamps)
+    return BatchInfo(base, len(timestamps), position, size, timestamps[0], mx,
+                     base + timestamps.index(mx))
 
 
 def encode_headers(headers: Iterable[tuple[str, bytes | None]]) -> bytes:
@@ -245,17 +253,16 @@ class EncodedBatch:
                 ts = array("q", [now_ms if t < 0 else t for t in ts])
                 mv[p + HEADER_SIZE : p + HEADER_SIZE + 8 * n] = _le_bytes(ts)
             _BASE.pack_into(data, p + _CHECKSUM_AT, _h64(mv[p + CHECKED_FROM : p + b.size], off))
-            mx = max(ts)
-            out.append(BatchInfo(off, n, p, b.size, ts[0], mx, off + ts.index(mx)))
+            out.append(_info(off, p, b.size, ts))
             off += n
         mv.release()
         return EncodedBatch(base_offset, data, out, self.count)
 
 
-def _fast_batch_sizes(vlens: Sequence[int], limit: int) -> list[int]:
-    """Record counts of consecutive batches of bare values, each batch at most ``limit``
-    bytes (or one record)."""
-    ends = list(accumulate(v + RECORD_OVERHEAD for v in vlens))
+def _batch_counts(record_sizes: Iterable[int], limit: int) -> list[int]:
+    """Record counts of consecutive batches of records of these sizes, each batch at most
+    ``limit`` bytes (or one record)."""
+    ends = list(accumulate(record_sizes))
     counts: list[int] = []
     i, n, used = 0, len(ends), 0
     while i < n:
@@ -266,7 +273,7 @@ def _fast_batch_sizes(vlens: Sequence[int], limit: int) -> list[int]:
     return counts
 
 
-def _assemble(parts: list[bytes | bytearray | memoryview], off: int, count: int,
+def _assemble(parts: list[bytes | bytearray | memoryview], off: int,
               timestamps: array[int], klens: array[int], vlens: array[int],
               hlens: array[int], payload: Sequence[bytes | memoryview], at: int,
               ) -> BatchInfo:
@@ -274,10 +281,9 @@ def _assemble(parts: list[bytes | bytearray | memoryview], off: int, count: int,
     :func:`_seal_batches`); return its info with ``position`` = ``at``."""
     body = [_le_bytes(timestamps), _le_bytes(klens), _le_bytes(vlens), _le_bytes(hlens), *payload]
     size = HEADER_SIZE + sum(map(len, body))
-    parts.append(HEADER.pack(off, size, 0, MAGIC, 0, count))
+    parts.append(HEADER.pack(off, size, 0, MAGIC, 0, len(timestamps)))
     parts.extend(body)
-    mx = max(timestamps)
-    return BatchInfo(off, count, at, size, timestamps[0], mx, off + timestamps.index(mx))
+    return _info(off, at, size, timestamps)
 
 
 def _seal_batches(parts: list[bytes | bytearray | memoryview], infos: list[BatchInfo]) -> bytearray:
@@ -309,31 +315,17 @@ def encode_batch(
     """
     n = len(records)
     if n and all(type(r) is bytes for r in records):
-        vl: array[int] | None
-        try:
-            vl = array("I", map(len, cast("Sequence[bytes]", records)))
-        except OverflowError:
-            vl = None
-        if vl is not None and min(vl) > 0 and max(vl) <= append_threshold:
-            return _encode_values(base_offset, records, vl, now_ms, max_batch_bytes)  # type: ignore[arg-type]
-    cols = _producer_columns(records, now_ms, append_threshold)
-    return _encode_columns(base_offset, *cols, max_batch_bytes)
-
-
-def _encode_values(base_offset: int, values: Sequence[bytes], vl: array[int], now_ms: int,
-                   max_batch_bytes: int) -> EncodedBatch:
-    """:func:`encode_batch` of bare values (already validated): the columns are built in C."""
-    parts: list[bytes | bytearray | memoryview] = []
-    infos: list[BatchInfo] = []
-    at, i, off = 0, 0, base_offset
-    for cnt in _fast_batch_sizes(vl, max_batch_bytes):
-        info = _assemble(parts, off, cnt, array("q", [now_ms]) * cnt, array("i", [-1]) * cnt,
-                         vl[i : i + cnt], array("I", bytes(4 * cnt)), values[i : i + cnt], at)
-        infos.append(info)
-        at += info.size
-        i += cnt
-        off += cnt
-    return EncodedBatch(base_offset, _seal_batches(parts, infos), infos, len(values))
+        values = cast("Sequence[bytes]", records)
+        lens = list(map(len, values))
+        if min(lens) > 0 and max(lens) <= min(append_threshold, MAX_BODY_BYTES):
+            # Bare values: every column is built in C.
+            return _encode_columns(base_offset, array("q", [now_ms]) * n, array("i", [-1]) * n,
+                                   array("I", lens), array("I", bytes(4 * n)), None, values, None,
+                                   max_batch_bytes)
+    ts_col, keys, values, hdrs = _producer_columns(records, now_ms, append_threshold)
+    return _encode_columns(base_offset, ts_col, array("i", [-1 if k is None else len(k) for k in keys]),
+                           array("I", map(len, values)), array("I", map(len, hdrs)), keys, values,
+                           hdrs, max_batch_bytes)
 
 
 def _producer_columns(records: Sequence[ProducerRecord | bytes], now_ms: int,
@@ -377,29 +369,29 @@ def _producer_columns(records: Sequence[ProducerRecord | bytes], now_ms: int,
     return ts_col, keys, values, hdrs
 
 
-def _encode_columns(base_offset: int, ts_col: array[int], keys: list[bytes | None],
-                    values: list[bytes], hdrs: list[bytes], max_batch_bytes: int) -> EncodedBatch:
-    """Batches of validated columns (see :func:`_producer_columns`)."""
-    n = len(values)
-    kl = array("i", [-1 if k is None else len(k) for k in keys])
-    vl = array("I", map(len, values))
-    hl = array("I", map(len, hdrs))
-    rec_sizes = [RECORD_OVERHEAD + (k if k > 0 else 0) + v + h for k, v, h in zip(kl, vl, hl, strict=True)]
+def _encode_columns(base_offset: int, ts_col: array[int], kl: array[int], vl: array[int],
+                    hl: array[int], keys: Sequence[bytes | None] | None, values: Sequence[bytes],
+                    hdrs: Sequence[bytes] | None, max_batch_bytes: int) -> EncodedBatch:
+    """Batches of validated columns; ``keys``/``hdrs`` None when no record has any."""
+    if keys is None and hdrs is None:
+        sizes: Iterable[int] = (RECORD_OVERHEAD + v for v in vl)
+    else:
+        sizes = (RECORD_OVERHEAD + (k if k > 0 else 0) + v + h
+                 for k, v, h in zip(kl, vl, hl, strict=True))
     parts: list[bytes | bytearray | memoryview] = []
     infos: list[BatchInfo] = []
-    at, i, off = 0, 0, base_offset
-    while i < n:
-        j, used = i, HEADER_SIZE
-        while j < n and (j == i or used + rec_sizes[j] <= max_batch_bytes):
-            used += rec_sizes[j]
-            j += 1
-        payload = [k for k in keys[i:j] if k is not None] + values[i:j] + hdrs[i:j]
-        info = _assemble(parts, off, j - i, ts_col[i:j], kl[i:j], vl[i:j], hl[i:j], payload, at)
+    at, i = 0, 0
+    for cnt in _batch_counts(sizes, max_batch_bytes):
+        j = i + cnt
+        payload: Sequence[bytes | memoryview] = values[i:j]
+        if keys is not None and hdrs is not None:
+            payload = [k for k in keys[i:j] if k is not None] + list(values[i:j]) + list(hdrs[i:j])
+        info = _assemble(parts, base_offset + i, ts_col[i:j], kl[i:j], vl[i:j], hl[i:j],
+                         payload, at)
         infos.append(info)
         at += info.size
-        off += j - i
         i = j
-    return EncodedBatch(base_offset, _seal_batches(parts, infos), infos, n)
+    return EncodedBatch(base_offset, _seal_batches(parts, infos), infos, len(values))
 
 
 # ---- decoding ------------------------------------------------------------------------
@@ -477,8 +469,12 @@ def _parse(buf: bytes | bytearray | memoryview, pos: int, end: int) -> _Parsed:
     return _Parsed(base, n, cs, bend, ts, kl, vl, hl, p)
 
 
-def _records(buf: bytes, b: _Parsed, lo: int, hi: int) -> list[Record]:
-    """Records ``lo .. hi-1`` (indexes within the batch) of a parsed batch of ``buf``."""
+def _fields(buf: bytes | memoryview, b: _Parsed, lo: int, hi: int,
+            ) -> tuple[Iterable[bytes | None], Iterator[bytes | memoryview], Iterable[Headers]]:
+    """Keys, values and headers of records ``lo .. hi-1`` (indexes within the parsed batch
+    ``b`` of ``buf``). Values are slices of ``buf`` (``bytes`` of a ``bytes`` buffer,
+    zero-copy views of a memoryview); keys are ``bytes``. Raises CorruptRecordError on a
+    malformed header block."""
     m = hi - lo
     p = b.data
     keys: Iterable[bytes | None]
@@ -487,9 +483,11 @@ def _records(buf: bytes, b: _Parsed, lo: int, hi: int) -> list[Record]:
     else:
         kpos = list(accumulate((k if k > 0 else 0 for k in b.klens), initial=p))
         p = kpos[-1]
-        keys = [buf[kpos[i] : kpos[i + 1]] if b.klens[i] >= 0 else None for i in range(lo, hi)]
+        keys = [bytes(buf[kpos[i] : kpos[i + 1]]) if b.klens[i] >= 0 else None
+                for i in range(lo, hi)]
     vpos = list(accumulate(b.vlens, initial=p))
-    values = map(buf.__getitem__, map(slice, vpos[lo:hi], vpos[lo + 1 : hi + 1]))
+    cut = cast("Callable[[slice], bytes | memoryview]", buf.__getitem__)
+    values = map(cut, map(slice, vpos[lo:hi], vpos[lo + 1 : hi + 1]))
     headers: Iterable[Headers]
     if b.hlens is None:
         headers = repeat((), m)
@@ -497,9 +495,28 @@ def _records(buf: bytes, b: _Parsed, lo: int, hi: int) -> list[Record]:
         hpos = list(accumulate(b.hlens, initial=vpos[-1]))
         headers = [decode_headers(buf, hpos[i], hpos[i + 1]) if b.hlens[i] else ()
                    for i in range(lo, hi)]
+    return keys, values, headers
+
+
+def _records(buf: bytes, b: _Parsed, lo: int, hi: int) -> list[Record]:
+    """Records ``lo .. hi-1`` (indexes within the batch) of a parsed batch of ``buf``."""
+    m = hi - lo
+    keys, values, headers = _fields(buf, b, lo, hi)
     return list(map(_new, repeat(Record, m), zip(range(b.base + lo, b.base + hi),
                                                    b.timestamps[lo:hi], keys, values, headers,
                                                    repeat(b.checksum, m), strict=True)))
+
+
+def _check_header_blocks(buf: bytes | bytearray | memoryview, b: _Parsed) -> None:
+    """Raise CorruptRecordError if a header block of the parsed batch ``b`` is malformed
+    (the lengths :func:`_parse` checks cannot tell)."""
+    if b.hlens is None:
+        return
+    hpos = list(accumulate(b.hlens, initial=b.end - sum(b.hlens)))
+    mv = memoryview(buf)
+    for i, h in enumerate(b.hlens):
+        if h:
+            decode_headers(mv, hpos[i], hpos[i + 1])
 
 
 def _record_ends(b: _Parsed) -> list[int]:
@@ -607,25 +624,12 @@ def decode_columns(buf: bytes | memoryview) -> FrameColumns:
             b = _parse(mv, pos, end)
         except _Incomplete:
             break
-        n = b.n
-        offsets.extend(range(b.base, b.base + n))
+        keys_i, values_i, headers_i = _fields(mv, b, 0, b.n)
+        offsets.extend(range(b.base, b.base + b.n))
         timestamps.extend(b.timestamps)
-        p = b.data
-        if b.klens is None:
-            keys.extend(repeat(None, n))
-        else:
-            kpos = list(accumulate((k if k > 0 else 0 for k in b.klens), initial=p))
-            p = kpos[-1]
-            keys.extend(bytes(mv[kpos[i] : kpos[i + 1]]) if b.klens[i] >= 0 else None
-                        for i in range(n))
-        vpos = list(accumulate(b.vlens, initial=p))
-        values.extend(map(mv.__getitem__, map(slice, vpos, vpos[1:])))
-        if b.hlens is None:
-            headers.extend(repeat((), n))
-        else:
-            hpos = list(accumulate(b.hlens, initial=vpos[-1]))
-            headers.extend(decode_headers(mv, hpos[i], hpos[i + 1]) if b.hlens[i] else ()
-                           for i in range(n))
+        keys.extend(keys_i)
+        values.extend(values_i)
+        headers.extend(headers_i)
         pos = b.end
     return FrameColumns(offsets, timestamps, keys, values, headers, pos)
 
@@ -678,14 +682,11 @@ def receive_batches(
                 f"{append_threshold} bytes")
         if max(b.timestamps) >= 1 << 62:
             raise InvalidArgumentError(f"{where}: timestamp {max(b.timestamps)} is out of range")
-        if b.hlens is not None:
-            try:
-                _records(bytes(data[pos : b.end]), b._replace(data=b.data - pos), 0, b.n)
-            except CorruptRecordError as exc:
-                raise CorruptRecordError(f"{where}: {exc}") from None
-        mx = max(b.timestamps)
-        infos.append(BatchInfo(b.base, b.n, pos, b.end - pos, b.timestamps[0], mx,
-                               b.base + b.timestamps.index(mx)))
+        try:
+            _check_header_blocks(data, b)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{where}: {exc}") from None
+        infos.append(_info(b.base, pos, b.end - pos, b.timestamps))
         pos = b.end
         i += 1
     return EncodedBatch(infos[0].base_offset, data, infos, total)
@@ -712,14 +713,11 @@ def batch_table(buf: bytes | memoryview, expect_offset: int) -> tuple[list[Batch
             break
         if b.base != expect:
             break
-        if b.hlens is not None or b.klens is not None:
-            try:  # keys and header blocks must decode too
-                _records(bytes(mv[pos : b.end]), b._replace(data=b.data - pos), 0, b.n)
-            except CorruptRecordError:
-                break
-        ts = b.timestamps
-        mx = max(ts)
-        out.append(BatchInfo(b.base, b.n, pos, b.end - pos, ts[0], mx, b.base + ts.index(mx)))
+        try:  # header blocks must decode too
+            _check_header_blocks(mv, b)
+        except CorruptRecordError:
+            break
+        out.append(_info(b.base, pos, b.end - pos, b.timestamps))
         expect += b.n
         pos = b.end
     return out, pos
@@ -728,6 +726,11 @@ def batch_table(buf: bytes | memoryview, expect_offset: int) -> tuple[list[Batch
 def scan_batches(buf: bytes | memoryview, expect_offset: int) -> Iterator[BatchInfo]:
     """The verified batches of ``buf`` (see :func:`batch_table`), one at a time."""
     yield from batch_table(buf, expect_offset)[0]
+
+
+def first_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
+    """The timestamp of the first record of the batch at ``pos``, without verifying it."""
+    return int(_TIMESTAMP.unpack_from(buf, pos + HEADER_SIZE)[0])
 
 
 def batch_header(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
@@ -752,6 +755,7 @@ __all__ = [
     "decode_records",
     "encode_batch",
     "encode_headers",
+    "first_timestamp",
     "receive_batches",
     "scan_batches",
     "validate_value",

@@ -67,7 +67,14 @@ from ..errors import (
     RemoteStorageError,
 )
 from ..format import naming
-from ..format.records import Record, batch_header, batch_table, decode_records
+from ..format.records import (
+    HEADER_SIZE,
+    Record,
+    batch_header,
+    batch_table,
+    decode_records,
+    first_timestamp,
+)
 from ..format.remote_index import RemoteLogIndexEntry, decode_entries
 from ..local.segment import SegmentInfo, write_atomic
 from .cache import ChunkCache
@@ -350,10 +357,8 @@ class RemoteTier:
         """Copy one sealed local segment (see the module docstring for the steps)."""
         with self._lock:
             data = seg.store_path.read_bytes()[: seg.size]
-            first_ts = -1
-            if data:
-                recs, _, _ = decode_records(data, 0, len(data), max_records=1)
-                first_ts = recs[0].timestamp if recs else -1
+            # Unverified here: the manifest's scan verifies every batch before the copy ends.
+            first_ts = first_timestamp(data) if len(data) >= HEADER_SIZE + 8 else -1
             rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
                                first_ts, seg.max_timestamp, CopyState.COPY_STARTED)
             data_key, rli_key = self._keys(rs)
