@@ -165,3 +165,82 @@ def test_sigkill_in_the_middle_of_a_roll(tmp_path: Path, kill_at: str,
     kill(proc)
     _, _, nxt2 = verify(directory, segment_bytes)
     assert nxt2 >= nxt
+
+
+_CUT_CHILD = r'''
+import os, signal, sys
+import tiered_log.local.segment as segmod
+from tiered_log import Log, LogConfig
+
+directory, stage = sys.argv[1], sys.argv[2]
+real_open = open
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+class Dying:
+    """The store opened for the cut; dies at the asked stage (a real SIGKILL)."""
+    def __init__(self, f):
+        self.f = f
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+    def truncate(self, n):
+        self.f.truncate(n)
+        self.f.flush()
+        if stage == "after-cut":
+            die()
+    def seek(self, n):
+        self.f.seek(n)
+    def write(self, b):
+        if stage == "mid-write":
+            self.f.write(b[: len(b) // 2])
+            self.f.flush()
+            die()
+        return self.f.write(b)
+    def flush(self):
+        self.f.flush()
+    def fileno(self):
+        return self.f.fileno()
+
+def store_open(path, mode="r", *args, **kwargs):
+    if mode == "r+b" and str(path).endswith(".log"):
+        if stage == "before-cut":
+            die()
+        return Dying(real_open(path, mode, *args, **kwargs))
+    return real_open(path, mode, *args, **kwargs)
+
+segmod.open = store_open  # the segment module's view of the builtin
+log = Log.open(directory, LogConfig(segment_bytes=1 << 20))
+log.truncate(int(sys.argv[3]))
+print("not killed")
+'''
+
+
+@pytest.mark.parametrize("stage", ["before-cut", "after-cut", "mid-write"])
+def test_kill_during_a_truncation_inside_a_batch_loses_nothing_below_it(tmp_path: Path,
+                                                                        stage: str) -> None:
+    """SIGKILL while a truncation inside a batch rewrites that batch (after the cut was
+    saved, at the store's cut, halfway through writing the kept records): reopening
+    finishes the cut, so every record below the truncation offset is still there."""
+    from tiered_log import LogConfig, ProducerRecord
+    from tiered_log.format import naming
+
+    cfg = LogConfig(segment_bytes=1 << 20)
+    with Log.open(tmp_path, cfg) as log:
+        log.append_batch([ProducerRecord(b"a%d" % i, key=b"k", timestamp=1_000 + i)
+                          for i in range(3)])
+        log.append_batch([ProducerRecord(b"v%d" % i * 40, timestamp=2_000 + i) for i in range(10)])
+    proc = subprocess.run([sys.executable, "-c", _CUT_CHILD, str(tmp_path), stage, "7"],
+                          capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode(errors="replace")
+    assert list(tmp_path.glob("*" + naming.CUT_SUFFIX))  # the cut was saved before dying
+    with Log.open(tmp_path, cfg) as log:
+        assert log.next_offset == 7
+        got = read_all(log)
+        assert [r.value for r in got] == [b"a%d" % i for i in range(3)] + [
+            b"v%d" % i * 40 for i in range(4)]
+        assert [r.timestamp for r in got[3:]] == [2_000 + i for i in range(4)]
+        assert log.append(b"next") == 7
+    assert not list(tmp_path.glob("*" + naming.CUT_SUFFIX))

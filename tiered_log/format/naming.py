@@ -19,6 +19,8 @@ INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
 TMP_SUFFIX = ".tmp"
+CUT_SUFFIX = ".cut"
+"""``<base>.cut``: a truncation inside a batch in progress (see ``Segment.truncate_to``)."""
 OFFSET_DIGITS = 20
 
 

@@ -182,8 +182,8 @@ class Log:
                 p.unlink(missing_ok=True)
                 removed += 1
         bases = naming.list_segment_bases(self.directory)
-        # Index files without a store are leftovers of a deleted segment.
-        for suffix in (naming.INDEX_SUFFIX, naming.TIMEINDEX_SUFFIX):
+        # Index (or cut) files without a store are leftovers of a deleted segment.
+        for suffix in (naming.INDEX_SUFFIX, naming.TIMEINDEX_SUFFIX, naming.CUT_SUFFIX):
             for p in self.directory.glob("*" + suffix):
                 b = naming.parse_offset_name(p.name, suffix)
                 if b is not None and b not in bases:
@@ -283,9 +283,7 @@ class Log:
         :func:`~tiered_log.format.records.receive_batches` (a client's verified batches)
         is appended as it is, moved to the log's next offset.
         """
-        if isinstance(records, EncodedBatch) and records.count == 0:
-            raise InvalidArgumentError("a batch needs at least one record")
-        if not isinstance(records, EncodedBatch) and not records:
+        if (records.count if isinstance(records, EncodedBatch) else len(records)) == 0:
             raise InvalidArgumentError("a batch needs at least one record")
         with self._lock:
             self._check_open()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ from ..format.index import (
 )
 from ..format.records import (
     HEADER_SIZE,
+    MAX_BODY_BYTES,
     BatchInfo,
     EncodedBatch,
     ProducerRecord,
@@ -50,7 +52,7 @@ from ..format.records import (
     scan_batches,
 )
 
-_READ_CHUNK = 256 * 1024
+_CUT_POSITION = struct.Struct("<Q")
 _UIDS = itertools.count()
 
 
@@ -209,6 +211,9 @@ class Segment:
         number of bytes cut from the tail.
         """
         seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes, cache=cache)
+        if seg._cut_path.exists():  # a truncation inside a batch was interrupted: finish it
+            blob = seg._cut_path.read_bytes()
+            seg._apply_cut(_CUT_POSITION.unpack_from(blob)[0], blob[_CUT_POSITION.size :])
         data = seg.store_path.read_bytes()
         idx, end, max_ts, max_rel, nxt = _build_index(data, base_offset, index_interval_bytes)
         cut = len(data) - end
@@ -397,24 +402,31 @@ class Segment:
         self._rfd = None
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every record at or after ``offset`` (within this segment); reopen active."""
+        """Remove every record at or after ``offset`` (within this segment); reopen active.
+
+        An ``offset`` inside a batch cuts the store at that batch and writes the records
+        of it below ``offset`` again as a batch of their own. So that a crash in between
+        loses none of them, the cut is first saved whole in ``<base>.cut`` (position u64
+        little-endian, then the new batch; written atomically): :meth:`open_active`
+        finishes a cut it finds, and it is deleted (durably) once the store holds it.
+        """
         if offset >= self.next_offset:
             return
         pos, base = self.position_of(offset) if offset > self.base_offset else (0, offset)
-        # Records of the cut batch below ``offset`` are written again as a batch of their own.
-        keep = self.read(base, offset - base, 1 << 62)[0] if base < offset else []
+        again = b""
+        if base < offset:
+            keep = self.read(base, offset - base, 1 << 62)[0]
+            again = bytes(encode_batch(base, [ProducerRecord(r.value, r.key, r.headers,
+                                                             r.timestamp) for r in keep],
+                                       0, 1 << 62, max_batch_bytes=MAX_BODY_BYTES).data)
+            write_atomic(self._cut_path, _CUT_POSITION.pack(pos) + again)
         self._cache.drop(self._uid)
         if self._wfd is not None:
             os.close(self._wfd)
             self._wfd = None
-        os.truncate(self.store_path, pos)
         for p in (self.index_path, self.timeindex_path):
             p.unlink(missing_ok=True)
-        if keep:
-            again = encode_batch(base, [ProducerRecord(r.value, r.key, r.headers, r.timestamp)
-                                        for r in keep], 0, 1 << 62).data
-            with open(self.store_path, "ab") as f:
-                f.write(again)
+        self._apply_cut(pos, again)
         data = self.store_path.read_bytes()
         idx, end, max_ts, max_rel, _ = _build_index(data, self.base_offset, self.index_interval_bytes)
         self._index = idx
@@ -426,8 +438,25 @@ class Segment:
         self._since_index = end - (idx.positions[-1] if len(idx.positions) else 0)
         if end == 0:
             self.created_ms = 0
-        self._open_active(truncate=False)
-        os.fsync(self._wfd)  # type: ignore[arg-type]
+        self._open_active(truncate=False)  # the store was fsynced by _apply_cut
+
+    @property
+    def _cut_path(self) -> Path:
+        return naming.segment_path(self.directory, self.base_offset, naming.CUT_SUFFIX)
+
+    def _apply_cut(self, pos: int, again: bytes) -> None:
+        """Cut the store at ``pos``, append ``again``, fsync, then drop ``<base>.cut``
+        (idempotent: a crash anywhere in it is finished by running it again)."""
+        with open(self.store_path, "r+b") as f:
+            f.truncate(pos)
+            if again:
+                f.seek(pos)
+                f.write(again)
+            f.flush()
+            os.fsync(f.fileno())
+        if self._cut_path.exists():
+            self._cut_path.unlink()
+            fsync_dir(self.directory)
 
     def close(self) -> None:
         """Release descriptors. The segment must not be used afterwards."""
