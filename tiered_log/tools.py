@@ -45,6 +45,7 @@ from .format.records import (
     RECORD_OVERHEAD,
     Record,
     batch_table,
+    batch_timestamps,
     decode_records,
 )
 
@@ -162,9 +163,7 @@ def _timestamp_column(data: bytes, pos: int, size: int, count: int) -> tuple[int
     when ``count`` does not fit the batch's ``size`` (a damaged header)."""
     if count < 1 or HEADER_SIZE + RECORD_OVERHEAD * count > size:
         return ()
-    col = array("q")
-    col.frombytes(data[pos + HEADER_SIZE : pos + HEADER_SIZE + 8 * count])
-    return tuple(col)
+    return tuple(batch_timestamps(data, pos, count))
 
 
 def iter_store(data: bytes, *, with_data: bool = False) -> Iterator[BatchEntry | StoreDamage]:

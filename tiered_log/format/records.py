@@ -728,6 +728,11 @@ def scan_batches(buf: bytes | memoryview, expect_offset: int) -> Iterator[BatchI
     yield from batch_table(buf, expect_offset)[0]
 
 
+def batch_timestamps(buf: bytes | memoryview, pos: int, count: int) -> array[int]:
+    """The timestamp column (``count`` records) of the batch at ``pos``, unverified."""
+    return _column(memoryview(buf), pos + HEADER_SIZE, "q", count)
+
+
 def first_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
     """The timestamp of the first record of the batch at ``pos``, without verifying it."""
     return int(_TIMESTAMP.unpack_from(buf, pos + HEADER_SIZE)[0])
@@ -751,6 +756,7 @@ __all__ = [
     "Record",
     "batch_header",
     "batch_table",
+    "batch_timestamps",
     "decode_columns",
     "decode_records",
     "encode_batch",
