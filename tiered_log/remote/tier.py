@@ -356,7 +356,8 @@ class RemoteTier:
     def copy_segment(self, seg: SegmentInfo, progress: Callable[[int], None] | None = None) -> RemoteSegment:
         """Copy one sealed local segment (see the module docstring for the steps)."""
         with self._lock:
-            data = seg.store_path.read_bytes()[: seg.size]
+            with open(seg.store_path, "rb") as f:
+                data = f.read(seg.size)  # (read_bytes()[:size] copied the segment twice)
             # Unverified here: the manifest's scan verifies every batch before the copy ends.
             first_ts = first_timestamp(data) if len(data) >= HEADER_SIZE + 8 else -1
             rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
