@@ -174,6 +174,61 @@ def test_consume_pages_every_record_once(server: ServerProcess, topic_name: str)
     asyncio.run(main())
 
 
+def _fetch_requests(c: Client, topic: str) -> int:
+    """The server's count of binary fetches answered for ``topic`` (from /metrics)."""
+    for line in c.metrics().splitlines():
+        if line.startswith("tiered_log_fetch_requests_total{") and f'topic="{topic}"' in line \
+                and 'format="binary"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def test_consume_sizes_requests_apart_from_pages(server: ServerProcess, topic_name: str) -> None:
+    """As a Kafka consumer: a request brings up to max_bytes of records, handed out
+    max_records at a time, so small pages do not cost a request each."""
+    with Client(server.url, token=ADMIN) as c:
+        c.create_topic(topic_name)
+        for i in range(0, 3000, 500):
+            c.produce(topic_name, 0, [b"v%d" % j for j in range(i, i + 500)])
+        before = _fetch_requests(c, topic_name)
+        pages = list(c.consume(topic_name, 0, 0, max_records=7))
+        assert [r.offset for p in pages for r in p.records] == list(range(3000))
+        assert all(1 <= len(p.records) <= 7 for p in pages[:-1]) and len(pages) >= 3000 // 7
+        # 3,000 records under the 10,000 a request asks for: one request, plus the one
+        # that finds the end of the log.
+        assert _fetch_requests(c, topic_name) - before == 2
+        # max_bytes bounds a request (whole batches): 20 batches of one 20 KB record,
+        # 64 KiB requests -> at least 6 requests.
+        for _ in range(20):
+            c.produce(topic_name, 0, [b"x" * 20_000])
+        before = _fetch_requests(c, topic_name)
+        got = [r.offset for p in c.consume(topic_name, 0, 3000, max_records=1000,
+                                           max_bytes=64 << 10) for r in p.records]
+        assert got == list(range(3000, 3020))
+        assert _fetch_requests(c, topic_name) - before >= 20 * 20_000 // (64 << 10)
+
+
+def test_client_survives_server_restart_on_kept_alive_connections(
+        server_factory: Any, topic_name: str) -> None:
+    """Record GETs and POSTs reuse kept-alive connections; after the server restarts
+    those are dead: the client notices before reuse (or retries a GET) and goes on."""
+    srv = server_factory()
+    with Client(srv.url) as c:
+        c.create_topic(topic_name)
+        assert c.produce(topic_name, 0, [b"a", b"b"]) == [0, 1]
+        assert [r.value for r in c.fetch(topic_name, 0, 0).records] == [b"a", b"b"]
+        srv.restart()
+        assert [r.value for r in c.fetch(topic_name, 0, 0).records] == [b"a", b"b"]
+        srv.restart()
+        assert c.produce(topic_name, 0, [b"c"]) == [2]
+        assert [r.offset for p in c.consume(topic_name, 0, 0) for r in p.records] == [0, 1, 2]
+        srv.stop()
+        with pytest.raises(ConnectionFailedError):
+            c.fetch(topic_name, 0, 0)
+        with pytest.raises(ConnectionFailedError):
+            c.produce(topic_name, 0, [b"d"])
+
+
 # ---- CLI -----------------------------------------------------------------------------------
 
 def _cli(server: ServerProcess, *args: str, input: bytes | None = None,

@@ -69,6 +69,33 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def tune_malloc() -> bool:
+    """glibc only: keep freed heap memory for reuse rather than give it back to the OS
+    after every large request. Whether it applied.
+
+    A request body or fetch page of megabytes is allocated and freed per request; by
+    default glibc returns such memory to the OS at once (``brk``/``munmap``) and the next
+    request faults fresh pages in again. Measured with ``perf http-produce`` on the
+    project's 2-core VM: the server's kernel time per 1 MiB batch fell from 1.5-3.7 ms
+    to 0.7-0.8 ms. Costs up to ``M_TRIM_THRESHOLD`` (128 MiB) of freed memory kept.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
+    ok = mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest on 64-bit
+    ok &= mallopt(m_trim_threshold, 128 << 20)
+    ok &= mallopt(m_top_pad, 16 << 20)
+    return bool(ok)
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(),
@@ -95,6 +122,7 @@ def run_server(settings: Settings) -> int:
 
     old = {s: signal.signal(s, on_early_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     _setup_logging(settings.log_level)
+    tune_malloc()
     try:
         try:
             sock = _bind(settings.host, settings.port)
