@@ -237,7 +237,6 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # verify=False
 def test_tls(server_factory: Any, tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
     cert, key = _self_signed(tmp_path)
