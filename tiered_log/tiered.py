@@ -195,6 +195,28 @@ class TieredLog:
                                 f"{self.remote.remote_end}, local starts at {local_start})")
         return self.remote.read_range(offset, max_records, max_bytes)
 
+    def read_remote_batches(self, offset: int, max_records: int = 500,
+                            max_bytes: int = 1 << 20) -> tuple[bytes, int]:
+        """For a binary fetch below the local start: the stored batches from the one
+        holding ``offset``, verified, not decoded, and the offset after them (see
+        :meth:`RemoteTier.read_batches <tiered_log.remote.tier.RemoteTier.read_batches>`).
+        OffsetOutOfRangeError below the log start; DataLossError at or above the local
+        start (read those from the local segments) or where no tier holds ``offset``."""
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
+        if max_records < 1 or max_bytes < 1:
+            raise InvalidArgumentError("max_records and max_bytes must be at least 1")
+        self._check_open()
+        start, nxt = self.log_start_offset, self.next_offset
+        if offset < start:
+            raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {nxt})",
+                                        log_start=start, next_offset=nxt)
+        local_start = self.local.log_start_offset
+        if self.remote is None or offset >= local_start or offset >= self.remote.remote_end:
+            raise DataLossError(f"offset {offset} is not below the local start {local_start} "
+                                f"in the remote tier")
+        return self.remote.read_batches(offset, max_records, max_bytes)
+
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset whose timestamp is >= ``timestamp`` in either tier, or None."""
         if not isinstance(timestamp, int) or isinstance(timestamp, bool):

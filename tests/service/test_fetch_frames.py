@@ -1,18 +1,24 @@
 """``fetch_frames`` (the binary fetch's page builder) in process: for any offset and
 limits it returns whole stored batches, from the one holding the offset, holding exactly
 the records ``read_range`` decodes from there, and no batch more than the limits need,
-across segment boundaries."""
+across segment boundaries; from the remote tier the same (batches sent as stored,
+verified, never decoded), with truncation inside a batch and damaged chunks."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered_log import LogConfig, TieredLog
-from tiered_log.format.records import batch_header, batch_table, decode_records
+from tiered_log import DataLossError, LogConfig, OffsetOutOfRangeError, TieredLog
+from tiered_log.errors import RemoteCorruptionError
+from tiered_log.format import naming
+from tiered_log.format.records import ProducerRecord, batch_header, batch_table, decode_records
+from tiered_log.remote.fs import LocalDirStorage
+from tiered_log.remote.tier import TierConfig
 from tiered_log.service.fetch import FrameBatch, fetch_frames
 
 
@@ -71,5 +77,89 @@ def test_pages_of_one_big_batch_and_of_small_ones(tmp_path: Path) -> None:
             for max_records, max_bytes in ((10, 1 << 20), (500, 1 << 20), (400, 3000)):
                 check_page(log, fetch_frames(log, offset, max_records, max_bytes), offset,
                            max_records, max_bytes)
+    finally:
+        log.close()
+
+
+# ---- from the remote tier ---------------------------------------------------------------
+
+ARCHIVE_SEGMENTS = LogConfig(segment_bytes=8192, index_interval_bytes=256)
+
+
+def archived_log(root: Path, batches: list[list[int]]) -> tuple[TieredLog, int]:
+    """A log whose every sealed segment is shipped and dropped locally; record ``i`` is
+    ``bytes([i % 251]) * size`` with timestamp ``1000 + i``."""
+    log = TieredLog(root / "log", log_id="t-0", storage=LocalDirStorage(root / "bucket"),
+                    config=ARCHIVE_SEGMENTS, tier=TierConfig(local_retention_bytes=0, chunk_bytes=2048,
+                                                  fetch_bytes=8192, prefetch_bytes=8192),
+                    start_shipper=False)
+    i = 0
+    for sizes in batches:
+        log.append_batch([ProducerRecord(bytes([(i + k) % 251]) * n, timestamp=1000 + i + k)
+                          for k, n in enumerate(sizes)])
+        i += len(sizes)
+    log.flush()
+    log.roll()
+    log.tier_once()
+    return log, i
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches=st.lists(st.lists(st.integers(1, 400), min_size=1, max_size=8), min_size=2,
+                        max_size=40),
+       queries=st.lists(st.tuples(st.integers(0, 250), st.integers(1, 15),
+                                  st.integers(1, 20_000)), min_size=1, max_size=10))
+def test_remote_pages_are_whole_verified_batches(batches: list[list[int]],
+                                                 queries: list[tuple[int, int, int]]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        log, n = archived_log(Path(d), batches)
+        try:
+            local_start = log.bounds().local_start_offset
+            assert local_start == n  # everything is archived
+            for offset, max_records, max_bytes in queries:
+                offset = min(offset, n - 1)
+                page = fetch_frames(log, offset, max_records, max_bytes)
+                check_page(log, page, offset, max_records, max_bytes)
+                recs = decode_records(bytes(page.data), start_offset=offset)[0]
+                assert all(r.timestamp == 1000 + r.offset for r in recs)
+        finally:
+            log.close()
+
+
+def test_truncation_inside_an_archived_batch_is_never_sent(tmp_path: Path) -> None:
+    log, _ = archived_log(tmp_path, [[100] * 30 for _ in range(20)])
+    try:
+        log.truncate(317)  # inside the batch [300, 330)
+        b = log.bounds()
+        assert b.next_offset == 317 and b.local_start_offset == 317
+        data, nxt = log.read_remote_batches(290, 1000, 1 << 20)
+        assert nxt == 317
+        recs = decode_records(data, start_offset=290)[0]
+        assert [r.offset for r in recs] == list(range(290, 317))
+        assert batch_header(data)[0] == 270  # the first batch is sent whole
+        with pytest.raises(OffsetOutOfRangeError):
+            fetch_frames(log, 318, 10, 1 << 20)
+        assert fetch_frames(log, 317, 10, 1 << 20).count == 0
+        with pytest.raises(DataLossError):
+            log.read_remote_batches(317, 10, 1 << 20)  # not in the remote tier
+    finally:
+        log.close()
+
+
+def test_damaged_remote_chunk_raises_and_is_not_cached(tmp_path: Path) -> None:
+    log, _ = archived_log(tmp_path, [[200] * 10 for _ in range(40)])
+    try:
+        seg = log.remote.finished_segments[1]  # type: ignore[union-attr]
+        path = tmp_path / "bucket" / naming.segment_object_key("t-0", seg.base_offset, seg.id,
+                                                               naming.LOG_SUFFIX)
+        data = bytearray(path.read_bytes())
+        data[100] ^= 0x01
+        path.write_bytes(bytes(data))
+        for _ in range(2):  # nothing damaged was kept in the cache
+            with pytest.raises(RemoteCorruptionError):
+                fetch_frames(log, seg.base_offset, 5, 1 << 20)
+        # Pages before the damaged segment are fine.
+        page = fetch_frames(log, 0, 5, 1 << 20)
+        assert page.count >= 5
     finally:
         log.close()

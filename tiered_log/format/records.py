@@ -738,6 +738,15 @@ def first_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
     return int(_TIMESTAMP.unpack_from(buf, pos + HEADER_SIZE)[0])
 
 
+def rebatch(records: Sequence[Record]) -> bytes:
+    """Consecutive decoded records as batches again, from ``records[0].offset`` (a new
+    batch per MiB), timestamps kept: for sending part of a stored batch."""
+    if not records:
+        return b""
+    prs = [ProducerRecord(r.value, r.key, r.headers, r.timestamp) for r in records]
+    return bytes(encode_batch(records[0].offset, prs, 0, 1 << 62).data)
+
+
 def batch_header(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
     """``(base_offset, size, count)`` of the batch at ``pos`` without verifying it."""
     base, size, _cs, _m, _a, n = HEADER.unpack_from(buf, pos)
@@ -762,6 +771,7 @@ __all__ = [
     "encode_batch",
     "encode_headers",
     "first_timestamp",
+    "rebatch",
     "receive_batches",
     "scan_batches",
     "validate_value",

@@ -74,6 +74,7 @@ from ..format.records import (
     batch_table,
     decode_records,
     first_timestamp,
+    rebatch,
 )
 from ..format.remote_index import RemoteLogIndexEntry, decode_entries
 from ..local.segment import SegmentInfo, write_atomic
@@ -729,6 +730,55 @@ class RemoteTier:
             if offset <= entry.last_offset:
                 break  # a limit stopped us inside the chunk
         return out
+
+    def read_batches(self, offset: int, max_records: int, max_bytes: int) -> tuple[bytes, int]:
+        """Stored batches from the remote tier as they are, for a binary fetch: ``(data,
+        next_offset)``. The first batch is the one holding ``offset`` (it may start below
+        it, as a local binary fetch's does); whole batches follow while fewer than
+        ``max_records`` records from ``offset`` and fewer than ``max_bytes`` bytes were
+        taken (the first always). Every batch of a chunk read is verified
+        (RemoteCorruptionError, the chunk dropped from the cache). A batch reaching past
+        the remote end (a truncation inside it) is cut: its records below the end are
+        batched again. Nothing is decoded otherwise: a consumer catching up from the
+        archive costs the server a GET and a checksum pass, not a decode and re-encode.
+        """
+        end = self.remote_end
+        if offset < self.start_offset or offset >= end:
+            raise DataLossError(
+                f"offset {offset} is not in the remote tier [{self.start_offset}, {end})"
+            )
+        parts: list[bytes | memoryview] = []
+        taken = 0
+        cur = offset
+        for entry in self.index.entries_from(offset):
+            if entry.last_offset < cur:
+                continue
+            if entry.first_offset > cur:
+                raise DataLossError(f"offset {cur} is missing from the remote index")
+            data = self._chunk(entry)
+            batches, verified = batch_table(data, entry.first_offset)
+            if verified != len(data) or not batches:
+                self.cache.discard(entry.object_key, entry.position, entry.data_length)
+                self.stats.remote_fetch_errors += 1
+                raise RemoteCorruptionError(
+                    f"{entry.object_key}: the chunk at byte {entry.position} does not verify "
+                    f"past byte {verified} of {len(data)}")
+            for b in batches:
+                after = b.base_offset + b.record_count
+                if after <= cur:
+                    continue
+                if parts and (taken + b.size > max_bytes or cur - offset >= max_records):
+                    return b"".join(parts), cur
+                if after > end:  # cut by a truncation: only the records below the end
+                    recs = decode_records(data, b.position, b.position + b.size)[0]
+                    parts.append(rebatch([r for r in recs if r.offset < end]))
+                    return b"".join(parts), end
+                parts.append(memoryview(data)[b.position : b.position + b.size])
+                taken += b.size
+                cur = after
+                if cur >= end:
+                    return b"".join(parts), cur
+        return b"".join(parts), cur
 
     def archived_segments(self, log_start: int) -> list[dict[str, Any]]:
         """Finished remote segments holding offsets at or above ``log_start``, clipped by

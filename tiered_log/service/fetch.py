@@ -7,9 +7,9 @@ reads from there with one ``pread`` per segment and walks only the 28-byte batch
 to honour ``max_records``/``max_bytes``; the bytes go to the client as they were on disk
 (disk format == wire format; the client verifies checksums). As in Kafka, a page is made
 of whole batches: its first batch may begin before the asked offset (the client skips
-those records) and its last may run past ``max_records``. Records only in the remote tier
-come back decoded from the tiered log and are batched again, starting exactly at the
-asked offset.
+those records) and its last may run past ``max_records``. Below the local start the
+batches come from the remote tier's chunks the same way, verified there and not decoded
+(:meth:`~tiered_log.tiered.TieredLog.read_remote_batches`).
 
 Both functions block on disk: run them in a worker thread. They take no lock and may
 race appends (they see a consistent prefix) and truncations (they may stop early or
@@ -20,14 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import CorruptRecordError, OffsetOutOfRangeError
-from ..format.records import (
-    HEADER_SIZE,
-    ProducerRecord,
-    Record,
-    batch_header,
-    encode_batch,
-)
+from ..errors import CorruptRecordError, DataLossError, OffsetOutOfRangeError
+from ..format.records import HEADER_SIZE, Record, batch_header
 from ..local.segment import Segment
 from .topics import PartitionBounds, PartitionLog, partition_bounds
 
@@ -51,14 +45,6 @@ def _out_of_range(offset: int, b: PartitionBounds) -> OffsetOutOfRangeError:
     )
 
 
-def frame_records(records: list[Record]) -> bytes:
-    """Batch decoded consecutive records again (one batch per MiB of records)."""
-    if not records:
-        return b""
-    prs = [ProducerRecord(r.value, r.key, r.headers, r.timestamp) for r in records]
-    return bytes(encode_batch(records[0].offset, prs, 0, 1 << 62).data)
-
-
 def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: int) -> FrameBatch:
     """Batches from the one holding ``offset`` on: at least one batch if there is a record
     at ``offset``, then whole batches while fewer than ``max_records`` records from
@@ -73,9 +59,18 @@ def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: i
     if offset == b.next_offset:
         return FrameBatch(b"", 0, offset, offset, b)
     if offset < b.local_start_offset:
-        recs = plog.read_range(offset, max_records, max_bytes)
-        nxt = recs[-1].offset + 1 if recs else offset
-        return FrameBatch(frame_records(recs), len(recs), offset, nxt, partition_bounds(plog))
+        try:
+            archived, nxt = plog.read_remote_batches(offset, max_records, max_bytes)
+        except DataLossError:
+            # A truncation raced us: the bounds moved. Out of them now: 416; at or above
+            # the local start now: read locally; else the data is truly missing.
+            now = partition_bounds(plog)
+            if offset < now.log_start_offset or offset > now.next_offset:
+                raise _out_of_range(offset, now) from None
+            if offset >= now.local_start_offset:
+                return fetch_frames(plog, offset, max_records, max_bytes)
+            raise
+        return FrameBatch(archived, nxt - offset, offset, nxt, partition_bounds(plog))
 
     parts: list[bytes | memoryview] = []
     total = 0
@@ -167,4 +162,4 @@ def fetch_records(plog: PartitionLog, offset: int, max_records: int,
     return recs, partition_bounds(plog)
 
 
-__all__ = ["FrameBatch", "fetch_frames", "fetch_records", "frame_records"]
+__all__ = ["FrameBatch", "fetch_frames", "fetch_records"]
