@@ -54,13 +54,16 @@ def test_perf_ship_json() -> None:
 def test_perf_remote_read_json_and_lines(s3_endpoint: str) -> None:
     r = run_json("perf", "remote-read", "--json", "--total-mib", "2", "--segment-mib", "1",
                  "--repeat", "1", "--endpoint", s3_endpoint)
-    assert set(r["runs_seconds"]) == {"remote_read", "baseline"}
+    assert set(r["runs_seconds"]) == {"remote_read", "records_read", "baseline"}
     assert r["benchmark"] == "remote-read" and r["endpoint"] == s3_endpoint
     assert r["records"] * 1024 >= 2 << 20 and r["bytes"] == r["baseline_bytes"]
     assert positive(r["remote_read_mb_s"], r["remote_read_records_s"],
                     r["baseline_boto3_download_mb_s"], r["ratio_vs_boto3"],
                     r["remote_fetch_requests"])
-    assert r["target"] == 0.7 and isinstance(r["met"], bool)
+    assert positive(r["records_read_mb_s"], r["records_read_records_s"],
+                    r["records_ratio_vs_boto3"])
+    assert r["target"] == 0.7 and r["met"] == (r["ratio_vs_boto3"] >= 0.7)
+    assert r["records_met"] == (r["records_ratio_vs_boto3"] >= 0.7)
     # Without --json: one "key: value" line per figure on stdout, progress on stderr.
     proc = cli("perf", "remote-read", "--total-mib", "1", "--segment-mib", "1", "--repeat", "1",
                "--endpoint", s3_endpoint)

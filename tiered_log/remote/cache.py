@@ -5,6 +5,13 @@ written atomically (tmp, rename). The LRU order lives in memory and is rebuilt f
 files' access times on open; the total size never exceeds ``max_bytes`` (a chunk larger
 than the whole cache is not cached).
 
+A fetched chunk enters in two steps. :meth:`ChunkCache.hold` keeps it in memory (up to
+``memory_bytes`` of held chunks, oldest dropped first): readers get it at once, and the
+first :meth:`ChunkCache.get` takes it from there. :meth:`ChunkCache.persist`, later and
+in another thread, writes its file, unless it was discarded meanwhile (a damaged chunk
+never reaches the disk). A catch-up reader therefore never waits for the cache's disk
+writes, nor reads back a chunk just written.
+
 Thread-safety: all methods are safe from any thread (a lock guards the LRU map; file
 writes go to unique temp names first).
 """
@@ -23,12 +30,16 @@ import xxhash
 class ChunkCache:
     """See the module docstring."""
 
-    def __init__(self, directory: Path, max_bytes: int) -> None:
+    def __init__(self, directory: Path, max_bytes: int, memory_bytes: int = 0) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
+        self.memory_bytes = memory_bytes
         self._lock = threading.Lock()
         self._lru: OrderedDict[str, int] = OrderedDict()
         self._bytes = 0
+        self._fresh: OrderedDict[str, bytes] = OrderedDict()  # held, not read yet
+        self._fresh_bytes = 0
+        self._pending: set[str] = set()  # held, file not written yet, not discarded
         self.hits = 0
         self.misses = 0
         directory.mkdir(parents=True, exist_ok=True)
@@ -54,6 +65,10 @@ class ChunkCache:
     def get(self, key: str, position: int, length: int) -> bytes | None:
         name = self._name(key, position, length)
         with self._lock:
+            fresh = self._take_fresh(name)
+            if fresh is not None:
+                self.hits += 1
+                return fresh
             if name not in self._lru:
                 self.misses += 1
                 return None
@@ -72,12 +87,37 @@ class ChunkCache:
         return data
 
     def contains(self, key: str, position: int, length: int) -> bool:
-        return self._name(key, position, length) in self._lru
+        name = self._name(key, position, length)
+        return name in self._lru or name in self._fresh
+
+    def hold(self, key: str, position: int, data: bytes) -> None:
+        """Keep a fetched chunk in memory for its first :meth:`get`; :meth:`persist` it
+        next (without that, it is forgotten once read or pushed out of memory)."""
+        name = self._name(key, position, len(data))
+        with self._lock:
+            self._take_fresh(name)
+            self._pending.add(name)
+            if len(data) <= self.memory_bytes:
+                self._fresh[name] = data
+                self._fresh_bytes += len(data)
+                while self._fresh_bytes > self.memory_bytes:
+                    self._fresh_bytes -= len(self._fresh.popitem(last=False)[1])
+
+    def persist(self, key: str, position: int, data: bytes) -> None:
+        """Write a held chunk's file (atomically), unless it was discarded since."""
+        name = self._name(key, position, len(data))
+        with self._lock:
+            if name not in self._pending:
+                return
+        self.put(key, position, data)
 
     def put(self, key: str, position: int, data: bytes) -> None:
+        """Write ``data``'s file (tmp, rename) and enter it in the LRU."""
+        name = self._name(key, position, len(data))
+        with self._lock:
+            self._pending.discard(name)
         if len(data) > self.max_bytes:
             return
-        name = self._name(key, position, len(data))
         tmp = self.directory / f"{name}.{uuid.uuid4().hex}.tmp"
         try:
             tmp.write_bytes(data)
@@ -93,12 +133,21 @@ class ChunkCache:
             self._bytes += len(data)
             self._evict()
 
+    def _take_fresh(self, name: str) -> bytes | None:
+        """Remove and return the in-memory copy of ``name`` (caller holds the lock)."""
+        data = self._fresh.pop(name, None)
+        if data is not None:
+            self._fresh_bytes -= len(data)
+        return data
+
     def discard(self, key: str, position: int, length: int) -> None:
         name = self._name(key, position, length)
         with self._lock:
             size = self._lru.pop(name, None)
             if size is not None:
                 self._bytes -= size
+            self._take_fresh(name)
+            self._pending.discard(name)
         (self.directory / name).unlink(missing_ok=True)
 
     def _evict(self) -> None:

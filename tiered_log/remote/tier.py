@@ -273,14 +273,18 @@ class RemoteTier:
         self.meta = RemoteMeta.load(self.dir / "meta.json")
         self.index = RemoteIndexFiles(self.dir / "index", rotate_bytes=config.index_rotate_bytes,
                                       rotate_ms=config.index_rotate_ms)
-        self.cache = ChunkCache(self.dir / "cache", config.cache_bytes)
-        self.limiter = RateLimiter(config.upload_bytes_per_sec)
         self._prefetch_window = max(config.chunk_bytes, min(config.prefetch_bytes,
                                                             config.cache_bytes // 2))
+        # Prefetched chunks also wait in memory for their first read (the window and one
+        # group in flight): a sequential reader does not read back what was just written.
+        self.cache = ChunkCache(self.dir / "cache", config.cache_bytes,
+                                memory_bytes=self._prefetch_window + config.fetch_bytes)
+        self.limiter = RateLimiter(config.upload_bytes_per_sec)
         self._pool = shared_pool("remote-fetch", FETCH_THREADS)
         self._copy_pool = shared_pool("remote-copy", COPY_THREADS)
         self._copy_helpers: set[Future[Any]] = set()  # this log's, for close()
         self._inflight: dict[tuple[str, int], Future[None]] = {}
+        self._persisting: set[Future[None]] = set()  # chunk cache file writes
         self._inflight_lock = threading.RLock()  # re-entered by done callbacks of finished futures
         self._finished: list[RemoteSegment] = []
         self._refresh()
@@ -595,8 +599,24 @@ class RemoteTier:
             raise RemoteCorruptionError(
                 f"{first.object_key}: asked for {end - start} bytes at {start}, got {len(blob)}"
             )
-        for e in group:
-            self.cache.put(e.object_key, e.position, blob[e.position - start : e.position - start + e.data_length])
+        chunks = [(e, blob[e.position - start : e.position - start + e.data_length])
+                  for e in group]
+        for e, data in chunks:
+            self.cache.hold(e.object_key, e.position, data)
+        # The files are written after this fetch counts as done: readers take the chunks
+        # from memory and do not wait for the disk.
+        fut = self._pool.submit(self._persist, chunks)
+        with self._inflight_lock:
+            self._persisting.add(fut)
+        fut.add_done_callback(self._persisted)
+
+    def _persisted(self, fut: Future[None]) -> None:
+        with self._inflight_lock:
+            self._persisting.discard(fut)
+
+    def _persist(self, chunks: list[tuple[RemoteLogIndexEntry, bytes]]) -> None:
+        for e, data in chunks:
+            self.cache.persist(e.object_key, e.position, data)
 
     def _schedule(self, entries: Sequence[RemoteLogIndexEntry]) -> dict[tuple[str, int], Future[None]]:
         """Start fetches for the entries not cached or in flight, coalesced by object."""
@@ -827,11 +847,15 @@ class RemoteTier:
         return None
 
     def close(self) -> None:
-        """Cancel this log's queued fetches and wait for its running ones (the thread
-        pools are shared by every log of the process and stay up)."""
+        """Cancel this log's queued fetches and wait for its running ones and for their
+        chunk cache writes (the thread pools are shared by every log of the process and
+        stay up)."""
         with self._inflight_lock:
             futs: set[Future[Any]] = set(self._inflight.values())
         futs |= self._copy_helpers
         for f in futs:
             f.cancel()
         wait(futs)
+        with self._inflight_lock:  # cache writes of finished fetches: let them land
+            writes = set(self._persisting)
+        wait(writes)
