@@ -296,11 +296,7 @@ class TieredLog:
                 r.cleanup_pending()
                 if r.needs_index_rebuild:
                     r.rebuild_index_files()
-                for seg in self.eligible_segments():
-                    if stop is not None and stop.is_set():
-                        break
-                    r.copy_segment(seg)
-                    copied += 1
+                copied = r.copy_segments(self.eligible_segments(), stop)
             self._apply_retention()
             return copied
 

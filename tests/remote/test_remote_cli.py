@@ -49,6 +49,7 @@ def test_perf_ship_json() -> None:
     assert r["ratio_vs_boto3"] == pytest.approx(r["ship_mb_s"] / r["baseline_boto3_upload_mb_s"],
                                                 rel=0.1, abs=0.01)
     assert r["target"] == 0.8 and r["met"] == (r["ratio_vs_boto3"] >= 0.8)
+    assert positive(r["baseline_boto3_two_at_a_time_mb_s"], r["ratio_vs_boto3_two_at_a_time"])
 
 
 def test_perf_remote_read_json_and_lines(s3_endpoint: str) -> None:

@@ -6,11 +6,11 @@ files' access times on open; the total size never exceeds ``max_bytes`` (a chunk
 than the whole cache is not cached).
 
 A fetched chunk enters in two steps. :meth:`ChunkCache.hold` keeps it in memory (up to
-``memory_bytes`` of held chunks, oldest dropped first): readers get it at once, and the
-first :meth:`ChunkCache.get` takes it from there. :meth:`ChunkCache.persist`, later and
-in another thread, writes its file, unless it was discarded meanwhile (a damaged chunk
-never reaches the disk). A catch-up reader therefore never waits for the cache's disk
-writes, nor reads back a chunk just written.
+``memory_bytes`` of held chunks, the oldest already written dropped first; chunks not yet
+written are kept even past the bound): readers get it from there at once.
+:meth:`ChunkCache.persist`, later and in another thread, writes its file, unless it was
+discarded meanwhile (a damaged chunk never stays on disk). A catch-up reader therefore
+never waits for the cache's disk writes, nor reads back a chunk just written.
 
 Thread-safety: all methods are safe from any thread (a lock guards the LRU map; file
 writes go to unique temp names first).
@@ -65,9 +65,11 @@ class ChunkCache:
     def get(self, key: str, position: int, length: int) -> bytes | None:
         name = self._name(key, position, length)
         with self._lock:
-            fresh = self._take_fresh(name)
+            fresh = self._fresh.get(name)
             if fresh is not None:
                 self.hits += 1
+                if name in self._lru:
+                    self._lru.move_to_end(name)
                 return fresh
             if name not in self._lru:
                 self.misses += 1
@@ -91,8 +93,8 @@ class ChunkCache:
         return name in self._lru or name in self._fresh
 
     def hold(self, key: str, position: int, data: bytes) -> None:
-        """Keep a fetched chunk in memory for its first :meth:`get`; :meth:`persist` it
-        next (without that, it is forgotten once read or pushed out of memory)."""
+        """Keep a fetched chunk in memory for :meth:`get`; :meth:`persist` it next
+        (without that, it stays in memory only, and past the bound, for ever)."""
         name = self._name(key, position, len(data))
         with self._lock:
             self._take_fresh(name)
@@ -100,38 +102,55 @@ class ChunkCache:
             if len(data) <= self.memory_bytes:
                 self._fresh[name] = data
                 self._fresh_bytes += len(data)
-                while self._fresh_bytes > self.memory_bytes:
-                    self._fresh_bytes -= len(self._fresh.popitem(last=False)[1])
+                self._trim_fresh()
+
+    def _trim_fresh(self) -> None:
+        """Drop the oldest held chunks past ``memory_bytes``, but only those whose file is
+        written: one not yet persisted stays (briefly over the bound) so that a reader
+        never has to fetch it again (caller holds the lock)."""
+        if self._fresh_bytes <= self.memory_bytes:
+            return
+        for name in [n for n in self._fresh if n not in self._pending]:
+            self._fresh_bytes -= len(self._fresh.pop(name))
+            if self._fresh_bytes <= self.memory_bytes:
+                return
 
     def persist(self, key: str, position: int, data: bytes) -> None:
         """Write a held chunk's file (atomically), unless it was discarded since."""
-        name = self._name(key, position, len(data))
-        with self._lock:
-            if name not in self._pending:
-                return
-        self.put(key, position, data)
+        self._write(self._name(key, position, len(data)), data, held=True)
 
     def put(self, key: str, position: int, data: bytes) -> None:
         """Write ``data``'s file (tmp, rename) and enter it in the LRU."""
-        name = self._name(key, position, len(data))
+        self._write(self._name(key, position, len(data)), data, held=False)
+
+    def _write(self, name: str, data: bytes, *, held: bool) -> None:
+        if held:
+            with self._lock:
+                if name not in self._pending:
+                    return
+        path = self.directory / name
+        ok = len(data) <= self.max_bytes
+        if ok:
+            tmp = self.directory / f"{name}.{uuid.uuid4().hex}.tmp"
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+            except OSError:
+                tmp.unlink(missing_ok=True)
+                ok = False
         with self._lock:
+            if held and name not in self._pending:
+                ok = False  # discarded while being written: it must not stay
+                path.unlink(missing_ok=True)
             self._pending.discard(name)
-        if len(data) > self.max_bytes:
-            return
-        tmp = self.directory / f"{name}.{uuid.uuid4().hex}.tmp"
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, self.directory / name)
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            return
-        with self._lock:
-            old = self._lru.pop(name, None)
-            if old is not None:
-                self._bytes -= old
-            self._lru[name] = len(data)
-            self._bytes += len(data)
-            self._evict()
+            if ok:
+                old = self._lru.pop(name, None)
+                if old is not None:
+                    self._bytes -= old
+                self._lru[name] = len(data)
+                self._bytes += len(data)
+                self._evict()
+            self._trim_fresh()
 
     def _take_fresh(self, name: str) -> bytes | None:
         """Remove and return the in-memory copy of ``name`` (caller holds the lock)."""

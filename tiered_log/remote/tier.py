@@ -14,6 +14,11 @@ Copying a segment (KIP-405's RemoteLogSegmentState machine, one unique id per at
     journal COPY_FINISHED(id)                     (once both PUTs succeeded)
     append the entries to the local remote-index files
 
+A round copies up to two segments at a time (:func:`copy_segments`, when both together
+are at most ``COPY_PIPELINE_BYTES``): the next one's uploads start while the previous
+one's finish; each is *finished* (journaled, indexed) strictly in offset order, and if
+one fails, those started after it are abandoned (cleaned up like a failed attempt).
+
 The two objects go up at the same time, so a copy costs one data upload plus nothing
 on its critical path but the scan. A copy is complete when *both* exist: rebuilding from
 the bucket treats a manifest without its ``.log`` (or the reverse) as an interrupted
@@ -52,6 +57,7 @@ import logging
 import threading
 import time
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -125,8 +131,11 @@ FETCH_THREADS = 16
 """Threads fetching remote chunks, shared by every log of the process (a log's own GETs in
 flight are bounded by its prefetch window: ``prefetch_bytes / fetch_bytes`` + 1)."""
 COPY_THREADS = 8
-"""Threads that scan a segment and upload its manifest beside the data upload, shared
-(the tiering scheduler runs at most a few copies at once)."""
+"""Threads that upload segments and their manifests, shared by every log of the process
+(a log has at most two copies, four uploads, in flight)."""
+COPY_PIPELINE_BYTES = 64 << 20
+"""Two consecutive segments are copied at once only if together at most this large
+(each copy holds its segment in memory while the manifest is built)."""
 
 _pools: dict[str, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
@@ -258,6 +267,19 @@ def read_location(log_dir: Path) -> dict[str, str | None] | None:
             for k in ("log_id", "url", "endpoint_url", "region")}
 
 
+@dataclass(frozen=True, slots=True)
+class CopyAttempt:
+    """One segment's copy in progress (:meth:`RemoteTier.start_copy`): its COPY_STARTED
+    record and the futures of its two uploads."""
+
+    segment: RemoteSegment
+    upload: Future[None]
+    manifest: Future[tuple[RemoteSegment, list[RemoteLogIndexEntry]]]
+
+    def futures(self) -> list[Future[Any]]:
+        return [self.upload, self.manifest]
+
+
 class RemoteTier:
     """The remote tier of one log; see the module docstring."""
 
@@ -360,6 +382,13 @@ class RemoteTier:
 
     def copy_segment(self, seg: SegmentInfo, progress: Callable[[int], None] | None = None) -> RemoteSegment:
         """Copy one sealed local segment (see the module docstring for the steps)."""
+        return self.finish_copy(self.start_copy(seg, progress))
+
+    def start_copy(self, seg: SegmentInfo,
+                   progress: Callable[[int], None] | None = None) -> CopyAttempt:
+        """Journal COPY_STARTED and start the two uploads (data and manifest) in the copy
+        pool; :meth:`finish_copy` (or :meth:`abandon_copy`) must follow. ``progress(n)``
+        is called from the upload thread with the bytes sent so far."""
         with self._lock:
             with open(seg.store_path, "rb") as f:
                 data = f.read(seg.size)  # (read_bytes()[:size] copied the segment twice)
@@ -378,6 +407,11 @@ class RemoteTier:
                 if progress is not None:
                     progress(n)
 
+            def upload() -> None:
+                self.storage.put_file(data_key, seg.store_path, progress=on_progress)
+                if sent < seg.size:
+                    self.limiter.consume(seg.size - sent)
+
             def put_manifest() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
                 entries = chunk_entries(data, seg.base_offset, seg.next_offset, data_key,
                                         self.config.chunk_bytes)
@@ -387,26 +421,69 @@ class RemoteTier:
                     seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes()))
                 return done, entries
 
-            # The scan (CPU) and the manifest upload run while this thread uploads the data.
-            helpers: list[Future[Any]] = []
+            # The scan (CPU) and the manifest upload run beside the data upload.
+            attempt = CopyAttempt(rs, self._copy_pool.submit(upload),
+                                  self._copy_pool.submit(put_manifest))
+            self._copy_helpers |= set(attempt.futures())
+            return attempt
+
+    def finish_copy(self, attempt: CopyAttempt) -> RemoteSegment:
+        """Wait for an attempt's uploads; journal COPY_FINISHED and append its entries to
+        the remote-index files. If an upload failed: clean the attempt up and raise."""
+        wait(attempt.futures())
+        with self._lock:
+            self._copy_helpers -= set(attempt.futures())
             try:
-                helpers.append(self._copy_pool.submit(put_manifest))
-                self._copy_helpers = set(helpers)
-                self.storage.put_file(data_key, seg.store_path, progress=on_progress)
-                if sent < seg.size:
-                    self.limiter.consume(seg.size - sent)
-                rs, entries = helpers[0].result()
+                attempt.upload.result()
+                rs, entries = attempt.manifest.result()
             except BaseException:
-                wait(helpers)  # nothing of this attempt may be put after its cleanup
                 self.stats.copy_failures += 1
-                self._cleanup_attempt(rs)
+                self._cleanup_attempt(attempt.segment)
                 raise
             rs = self.journal.record(rs, CopyState.COPY_FINISHED)
             self.index.append(entries)
             self._refresh()
-            self.stats.uploaded_bytes += seg.size
+            self.stats.uploaded_bytes += rs.size
             self.stats.uploaded_segments += 1
             return rs
+
+    def copy_segments(self, segments: Sequence[SegmentInfo],
+                      stop: threading.Event | None = None) -> int:
+        """Copy ``segments`` (consecutive, oldest first), the next one's uploads running
+        while the previous one's finish (see the module docstring); returns how many
+        were copied. Stops starting new copies once ``stop`` is set. Raises the first
+        failure after abandoning the copies started after the failed one."""
+        pending: deque[CopyAttempt] = deque()
+        sizes: deque[int] = deque()
+        copied = 0
+        try:
+            for seg in segments:
+                if stop is not None and stop.is_set():
+                    break
+                while pending and (len(pending) >= 2
+                                   or sizes[0] + seg.size > COPY_PIPELINE_BYTES):
+                    sizes.popleft()
+                    self.finish_copy(pending.popleft())
+                    copied += 1
+                pending.append(self.start_copy(seg))
+                sizes.append(seg.size)
+            while pending:
+                sizes.popleft()
+                self.finish_copy(pending.popleft())
+                copied += 1
+        except BaseException:
+            for attempt in pending:
+                self.abandon_copy(attempt)
+            raise
+        return copied
+
+    def abandon_copy(self, attempt: CopyAttempt) -> None:
+        """Wait for an attempt's uploads and delete what they put (a copy before it in
+        the log failed: this one may not be finished ahead of it)."""
+        wait(attempt.futures())
+        with self._lock:
+            self._copy_helpers -= set(attempt.futures())
+            self._cleanup_attempt(attempt.segment)
 
     def _cleanup_attempt(self, rs: RemoteSegment) -> None:
         """Delete an attempt's objects; stays DELETE_STARTED (retried later) if that fails."""
