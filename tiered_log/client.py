@@ -290,6 +290,16 @@ def _headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+def _readable(sock: socket.socket) -> bool:
+    """Whether ``sock`` has something to read (or EOF) right now. ``poll``, not
+    ``select``: a descriptor above FD_SETSIZE (1024) is fine."""
+    if not hasattr(select, "poll"):  # Windows
+        return bool(select.select([sock], [], [], 0)[0])
+    p = select.poll()
+    p.register(sock, select.POLLIN)
+    return bool(p.poll(0))
+
+
 class _HTTPConnection(http.client.HTTPConnection):
     """``http.client`` sends a request's headers and body in separate writes: with
     Nagle's algorithm on, the body's tail could wait for the server's delayed ACK."""
@@ -319,9 +329,9 @@ class _RecordTraffic:
     the same way.
 
     An idle connection the server has closed is noticed before reuse (its socket reads
-    as ready) and dropped; a GET that still fails on a connection error is tried twice
-    more on new connections (GETs are idempotent); a POST is never retried (it may have
-    been appended). Thread-safe: a connection serves one request at a time, taken from
+    as ready) and dropped; a GET that still fails on a connection error (not a timeout)
+    is tried twice more on new connections (GETs are idempotent); a POST is never
+    retried (it may have been appended). Thread-safe: a connection serves one request at a time, taken from
     and returned to the pool under a lock.
     """
 
@@ -359,11 +369,9 @@ class _RecordTraffic:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 return self._new()
-            sock = conn.sock
-            # Ready to read while idle means the server closed it (or sent junk): drop it.
-            if sock is not None and not select.select([sock], [], [], 0)[0]:
+            if conn.sock is not None and not _readable(conn.sock):
                 return conn
-            conn.close()
+            conn.close()  # readable while idle: the server closed it (or sent junk)
 
     def request(self, method: str, path: str, *, params: dict[str, int] | None = None,
                 body: bytes | None = None, headers: dict[str, str]) -> httpx.Response:
@@ -378,8 +386,8 @@ class _RecordTraffic:
                 data = r.read()
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
-                if attempt + 1 < tries:
-                    continue
+                if attempt + 1 < tries and not isinstance(exc, TimeoutError):
+                    continue  # a broken connection, not a slow server: try a new one
                 raise ConnectionFailedError(f"cannot reach {self.base_url}: {exc}") from exc
             if r.will_close:
                 conn.close()
