@@ -19,6 +19,9 @@ Modes (each prints one marker line per step on stdout, flushed at once):
   before each copy, ``sent <base> <bytes>`` from the copy's progress callback,
   ``copied <base>`` after it, ``done`` at the end. The test kills it while a copy is
   under way.
+- ``round``: like ``upload`` (same records, same throttle), but ships with one real
+  :meth:`TieredLog.tier_once`, which keeps two copies in flight; markers ``produced``
+  and ``done``. The test kills it while two copies are under way.
 - ``delete``: opens the (already shipped) log with remote retention
   (``retention_bytes`` = :data:`RETAIN_BYTES`) and runs one real
   :meth:`TieredLog.tier_once`, which deletes the oldest remote segments. ``KILL_AT`` = N
@@ -114,6 +117,18 @@ def run_upload(log_dir: Path, storage: RemoteStorage) -> None:
     tlog.close()
 
 
+def run_round(log_dir: Path, storage: RemoteStorage) -> None:
+    tier = TierConfig(upload_bytes_per_sec=SLOW_RATE, chunk_bytes=1024)
+    tlog = TieredLog(log_dir, log_id=LOG_ID, storage=storage, config=log_config(), tier=tier,
+                     start_shipper=False)
+    if tlog.next_offset == 0:
+        produce(tlog, RECORDS)
+    say(f"produced {tlog.next_offset}")
+    tlog.tier_once()
+    say("done")
+    tlog.close()
+
+
 def run_delete(log_dir: Path, storage: RemoteStorage, kill_at: int) -> None:
     seen = 0
     bucket_root = getattr(storage, "root", None)
@@ -151,6 +166,8 @@ def main(argv: list[str]) -> None:
     storage = open_storage(spec)
     if mode == "upload":
         run_upload(Path(log_dir), storage)
+    elif mode == "round":
+        run_round(Path(log_dir), storage)
     elif mode == "delete":
         run_delete(Path(log_dir), storage, int(argv[3]))
     else:

@@ -242,6 +242,35 @@ def test_sigkill_during_upload(tmp_path: Path, target: Target) -> None:
     tlog.close()
 
 
+def test_sigkill_with_two_copies_in_flight(tmp_path: Path, target: Target) -> None:
+    """A tiering round keeps two copies in flight: killed while both are under way, the
+    next round cleans both attempts up and ships every segment exactly once."""
+    log_dir = tmp_path / "log"
+    h = Helper("round", str(log_dir), target.spec)
+    h.wait_for(lambda line: line.startswith("produced "))
+
+    def two_started() -> list[str] | None:
+        ids = [i for i, (_, st) in journal_states(log_dir).items()
+               if st == CopyState.COPY_STARTED]
+        return ids if len(ids) == 2 else None
+
+    attempts: list[str] = wait_until(two_started, "two copies started")
+    wait_until(lambda: all(any(a in k for k in target.raw_keys()) for a in attempts),
+               "bytes of both copies in the bucket")
+    h.kill()
+    states = journal_states(log_dir)
+    assert [states[a][1] for a in attempts] == [CopyState.COPY_STARTED] * 2
+
+    tlog = reopen(log_dir, target, local_retention_bytes=0)
+    tlog.tier_once()
+    assert tlog.bounds().remote_end_offset == RECORDS
+    check_bucket(target, tlog)
+    assert tlog.remote is not None
+    assert not {s.id for s in tlog.remote.finished_segments} & set(attempts)
+    check_records(tlog, 0, RECORDS)
+    tlog.close()
+
+
 def test_sigkill_during_remote_retention_delete(tmp_path: Path, target: Target) -> None:
     log_dir = tmp_path / "log"
     # Set up: ship the whole log (local copies kept), fast, in this process.
