@@ -98,13 +98,19 @@ def produce(tlog: TieredLog, n: int) -> None:
     tlog.roll()
 
 
-def run_upload(log_dir: Path, storage: RemoteStorage) -> None:
+def open_produced(log_dir: Path, storage: RemoteStorage) -> TieredLog:
+    """The log of the ``upload`` and ``round`` modes, throttled, with its records."""
     tier = TierConfig(upload_bytes_per_sec=SLOW_RATE, chunk_bytes=1024)
     tlog = TieredLog(log_dir, log_id=LOG_ID, storage=storage, config=log_config(), tier=tier,
                      start_shipper=False)
     if tlog.next_offset == 0:
         produce(tlog, RECORDS)
     say(f"produced {tlog.next_offset}")
+    return tlog
+
+
+def run_upload(log_dir: Path, storage: RemoteStorage) -> None:
+    tlog = open_produced(log_dir, storage)
     remote = tlog.remote
     assert remote is not None
     remote.cleanup_pending()
@@ -118,12 +124,7 @@ def run_upload(log_dir: Path, storage: RemoteStorage) -> None:
 
 
 def run_round(log_dir: Path, storage: RemoteStorage) -> None:
-    tier = TierConfig(upload_bytes_per_sec=SLOW_RATE, chunk_bytes=1024)
-    tlog = TieredLog(log_dir, log_id=LOG_ID, storage=storage, config=log_config(), tier=tier,
-                     start_shipper=False)
-    if tlog.next_offset == 0:
-        produce(tlog, RECORDS)
-    say(f"produced {tlog.next_offset}")
+    tlog = open_produced(log_dir, storage)
     tlog.tier_once()
     say("done")
     tlog.close()

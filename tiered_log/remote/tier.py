@@ -58,7 +58,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -793,21 +793,34 @@ class RemoteTier:
             )
         return data
 
-    def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
-        """Verified records from the remote tier, from ``offset`` to at most the remote end."""
+    def _remote_end_above(self, offset: int) -> int:
+        """The remote end, if ``offset`` is in the remote tier; else DataLossError."""
         end = self.remote_end
         if offset < self.start_offset or offset >= end:
             raise DataLossError(
                 f"offset {offset} is not in the remote tier [{self.start_offset}, {end})"
             )
+        return end
+
+    def _chunks_from(self, offset: int) -> Iterator[tuple[RemoteLogIndexEntry, bytes]]:
+        """The chunk holding ``offset`` and the ones after it, in order, each with its
+        bytes (fetched when the caller gets to it); DataLossError at a gap in the remote
+        index."""
+        expect = offset
+        for entry in self.index.entries_from(offset):
+            if entry.last_offset < expect:
+                continue
+            if entry.first_offset > expect:
+                raise DataLossError(f"offset {expect} is missing from the remote index")
+            yield entry, self._chunk(entry)
+            expect = entry.last_offset + 1
+
+    def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
+        """Verified records from the remote tier, from ``offset`` to at most the remote end."""
+        end = self._remote_end_above(offset)
         out: list[Record] = []
         budget = max_bytes
-        for entry in self.index.entries_from(offset):
-            if entry.last_offset < offset:
-                continue
-            if entry.first_offset > offset:
-                raise DataLossError(f"offset {offset} is missing from the remote index")
-            data = self._chunk(entry)
+        for entry, data in self._chunks_from(offset):
             try:
                 recs, _, used = decode_records(data, 0, len(data), start_offset=offset,
                                               max_records=max_records - len(out),
@@ -839,20 +852,11 @@ class RemoteTier:
         batched again. Nothing is decoded otherwise: a consumer catching up from the
         archive costs the server a GET and a checksum pass, not a decode and re-encode.
         """
-        end = self.remote_end
-        if offset < self.start_offset or offset >= end:
-            raise DataLossError(
-                f"offset {offset} is not in the remote tier [{self.start_offset}, {end})"
-            )
+        end = self._remote_end_above(offset)
         parts: list[bytes | memoryview] = []
         taken = 0
         cur = offset
-        for entry in self.index.entries_from(offset):
-            if entry.last_offset < cur:
-                continue
-            if entry.first_offset > cur:
-                raise DataLossError(f"offset {cur} is missing from the remote index")
-            data = self._chunk(entry)
+        for entry, data in self._chunks_from(offset):
             batches, verified = batch_table(data, entry.first_offset)
             if verified != len(data) or not batches:
                 self.cache.discard(entry.object_key, entry.position, entry.data_length)
