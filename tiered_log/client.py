@@ -323,16 +323,16 @@ class _RecordTraffic:
 
     Why not httpx: it moves a body through h11 in Python; nor urllib3: its response
     machinery. Measured on the project's 2-core VM against the service over loopback, one
-    request at a time: a 1 MiB fetch took 6.4 ms through urllib3 and 2.0 ms here; an 8 MiB
-    one 17 ms and 6 ms; a 1 MiB POST 3.1-3.5 ms through httpx and 1.8-2.3 ms here. Small
-    JSON requests stay on httpx. Answers are wrapped as ``httpx.Response`` so errors map
-    the same way.
+    request at a time: a 1 MiB fetch took 6.4 ms through urllib3 and ~3 ms here; an 8 MiB
+    one 17 and ~10 ms; a bare 1 MiB POST 3.1-3.5 ms through httpx and 1.8-2.3 ms through
+    ``http.client``. Small JSON requests stay on httpx. Answers are wrapped as
+    ``httpx.Response`` so errors map the same way.
 
     An idle connection the server has closed is noticed before reuse (its socket reads
     as ready) and dropped; a GET that still fails on a connection error (not a timeout)
     is tried twice more on new connections (GETs are idempotent); a POST is never
-    retried (it may have been appended). Thread-safe: a connection serves one request at a time, taken from
-    and returned to the pool under a lock.
+    retried (it may have been appended). Thread-safe: a connection serves one request
+    at a time, taken from and returned to the pool under a lock.
     """
 
     def __init__(self, base_url: str, headers: dict[str, str], timeout: float,
