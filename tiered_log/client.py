@@ -1,7 +1,10 @@
 """HTTP clients of the tiered_log service: :class:`Client` (sync) and :class:`AsyncClient`.
 
-Both speak the service's API (see :mod:`tiered_log.service.app`) with httpx. Fetches use
-the binary form: the body is the record batches exactly as stored, decoded here with
+Both speak the service's API (see :mod:`tiered_log.service.app`): small JSON requests
+through httpx, record bodies (binary fetch and produce) through ``http.client`` with a
+pool of kept-alive connections (in a worker thread for :class:`AsyncClient`), which is
+2-3x cheaper per MiB. Fetches use the binary form: the body is the record batches
+exactly as stored, decoded here with
 :func:`tiered_log.format.records.decode_records`, which verifies every checksum (a
 damaged record raises :class:`~tiered_log.errors.CorruptRecordError`, never returns);
 records of the first batch below the asked offset are skipped, and records past
@@ -573,6 +576,23 @@ class AsyncClient:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=_headers(token),
                                        timeout=timeout, verify=_verify(verify), transport=transport)
+        # Record bodies take the sync client's http.client path in a worker thread: ~2-3x
+        # faster per MiB than httpx's h11 on the event loop (a cancelled await leaves the
+        # request to finish in its thread; its connection then goes back to the pool).
+        self._records = (None if transport is not None else
+                         _RecordTraffic(self.base_url, _headers(token), timeout, verify))
+
+    async def _get_records(self, path: str, params: dict[str, int]) -> httpx.Response:
+        if self._records is not None:
+            return await asyncio.to_thread(self._records.request, "GET", path, params=params,
+                                           headers=_ACCEPT_BINARY)
+        return await self._req("GET", path, params=params, headers=_ACCEPT_BINARY)
+
+    async def _post_frames(self, path: str, body: bytes) -> httpx.Response:
+        if self._records is not None:
+            return await asyncio.to_thread(self._records.request, "POST", path, body=body,
+                                           headers=_FRAMES_HEADERS)
+        return await self._req("POST", path, content=body, headers=_FRAMES_HEADERS)
 
     async def _req(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
@@ -600,8 +620,8 @@ class AsyncClient:
     async def produce(self, topic: str, partition: int,
                       records: Iterable[ProducerRecord | bytes | str]) -> list[int]:
         """Append a batch (all or nothing, binary frames); returns each record's offset."""
-        resp = await self._req("POST", f"{_part_path(topic, partition)}/records",
-                               content=encode_produce_body(records), headers=_FRAMES_HEADERS)
+        resp = await self._post_frames(f"{_part_path(topic, partition)}/records",
+                                       encode_produce_body(records))
         offsets: list[int] = resp.json()["offsets"]
         return offsets
 
@@ -616,9 +636,8 @@ class AsyncClient:
 
     async def fetch(self, topic: str, partition: int, offset: int, max_records: int = 500,
                     max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
-        resp = await self._req("GET", f"{_part_path(topic, partition)}/records",
-                               params=_fetch_params(offset, max_records, max_bytes, wait_ms),
-                               headers={"Accept": _BINARY})
+        resp = await self._get_records(f"{_part_path(topic, partition)}/records",
+                                       _fetch_params(offset, max_records, max_bytes, wait_ms))
         return _parse_fetch(resp, offset, max_records)
 
     async def consume(self, topic: str, partition: int, offset: int, *,
@@ -635,8 +654,7 @@ class AsyncClient:
 
         async def get(off: int) -> httpx.Response:
             want = _page_plan(off, end_offset)
-            return await self._req("GET", path, params=_fetch_params(off, want, max_bytes, wait),
-                                   headers={"Accept": _BINARY})
+            return await self._get_records(path, _fetch_params(off, want, max_bytes, wait))
 
         task = asyncio.ensure_future(get(offset))
         try:
@@ -681,6 +699,8 @@ class AsyncClient:
 
     async def close(self) -> None:
         await self._http.aclose()
+        if self._records is not None:
+            self._records.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
