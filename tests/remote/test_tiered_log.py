@@ -418,3 +418,43 @@ def test_prefetch_never_outgrows_the_cache(tmp_path: Path, storage: RemoteStorag
         o = recs[-1].offset + 1
     assert archived <= tlog.remote.stats.remote_fetch_bytes <= archived * 1.1
     tlog.close()
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+def test_copies_in_flight_bounds_concurrent_copies(tmp_path: Path, in_flight: int) -> None:
+    """A round keeps at most ``copies_in_flight`` copies under way (seen in the journal
+    while the uploads are throttled), and ships everything in order either way."""
+    import threading
+    import time
+
+    storage = LocalDirStorage(tmp_path / "bucket")
+    tlog = open_log(tmp_path / "log", storage, copies_in_flight=in_flight,
+                    upload_bytes_per_sec=64 * 1024)
+    produce(tlog, 600)
+    tlog.roll()
+    assert len(tlog.eligible_segments()) >= 4
+    assert tlog.remote is not None
+    journal = tlog.remote.journal
+    most = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal most
+        while not done.is_set():
+            most = max(most, sum(s.state == "COPY_STARTED" for s in journal.segments()))
+            time.sleep(0.005)
+
+    th = threading.Thread(target=watch)
+    th.start()
+    try:
+        copied = tlog.tier_once()
+    finally:
+        done.set()
+        th.join()
+    assert most == in_flight
+    assert copied == len(tlog.remote.finished_segments) >= 4
+    bases = [s.base_offset for s in tlog.remote.finished_segments]
+    assert bases == sorted(bases) and tlog.bounds().remote_end_offset == 600
+    for o in (0, 299, 599):
+        check_record(tlog.read(o), o)
+    tlog.close()

@@ -128,8 +128,11 @@ class CopyJournal:
             write_atomic(self.path, data.encode())
 
     def segments(self) -> list[RemoteSegment]:
-        """Every attempt not yet fully deleted, by base offset."""
-        return sorted(self._segments.values(), key=lambda s: (s.base_offset, s.updated_ms))
+        """Every attempt not yet fully deleted, by base offset. Any thread (a copy may be
+        recording meanwhile)."""
+        with self._lock:
+            current = list(self._segments.values())
+        return sorted(current, key=lambda s: (s.base_offset, s.updated_ms))
 
     def finished(self) -> list[RemoteSegment]:
         """Copies that finished and are not being deleted, by base offset."""

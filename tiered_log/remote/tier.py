@@ -14,10 +14,13 @@ Copying a segment (KIP-405's RemoteLogSegmentState machine, one unique id per at
     journal COPY_FINISHED(id)                     (once both PUTs succeeded)
     append the entries to the local remote-index files
 
-A round copies up to two segments at a time (:func:`copy_segments`, when both together
-are at most ``COPY_PIPELINE_BYTES``): the next one's uploads start while the previous
-one's finish; each is *finished* (journaled, indexed) strictly in offset order, and if
-one fails, those started after it are abandoned (cleaned up like a failed attempt).
+A round keeps up to ``copies_in_flight`` (2) copies under way (:meth:`RemoteTier.copy_segments`,
+while the segments in flight total at most ``COPY_PIPELINE_BYTES``): the next one's
+uploads start while the previous one's finish; each is *finished* (journaled, indexed)
+strictly in offset order, and if one fails, those started after it are abandoned
+(cleaned up like a failed attempt). More in flight ships faster and costs producers
+latency (their fsyncs and CPU compete with the shipper's); 1 copies one segment at a
+time, as Kafka's RLMTask does.
 
 The two objects go up at the same time, so a copy costs one data upload plus nothing
 on its critical path but the scan. A copy is complete when *both* exist: rebuilding from
@@ -106,6 +109,7 @@ class TierConfig:
     prefetch_bytes: int = 32 << 20
     cache_bytes: int = 256 << 20
     upload_bytes_per_sec: int | None = None
+    copies_in_flight: int = 2
     ship_interval_ms: int = 500
     index_rotate_bytes: int = 16 << 20
     index_rotate_ms: int = 7 * 24 * 3600 * 1000
@@ -121,7 +125,8 @@ class TierConfig:
             elif v is not None and (not isinstance(v, int) or v < 0):
                 raise InvalidArgumentError(f"{name} must be -1 or a non-negative integer, got {v!r}")
         for name in ("chunk_bytes", "fetch_bytes", "prefetch_bytes", "cache_bytes",
-                     "ship_interval_ms", "index_rotate_bytes", "index_rotate_ms"):
+                     "copies_in_flight", "ship_interval_ms", "index_rotate_bytes",
+                     "index_rotate_ms"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
@@ -132,10 +137,10 @@ FETCH_THREADS = 16
 flight are bounded by its prefetch window: ``prefetch_bytes / fetch_bytes`` + 1)."""
 COPY_THREADS = 8
 """Threads that upload segments and their manifests, shared by every log of the process
-(a log has at most two copies, four uploads, in flight)."""
+(a log has at most ``copies_in_flight`` copies, two uploads each, in flight)."""
 COPY_PIPELINE_BYTES = 64 << 20
-"""Two consecutive segments are copied at once only if together at most this large
-(each copy holds its segment in memory while the manifest is built)."""
+"""Consecutive segments are copied at once only while together at most this large (each
+copy holds its segment in memory while the manifest is built)."""
 
 _pools: dict[str, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
@@ -449,9 +454,9 @@ class RemoteTier:
 
     def copy_segments(self, segments: Sequence[SegmentInfo],
                       stop: threading.Event | None = None) -> int:
-        """Copy ``segments`` (consecutive, oldest first), the next one's uploads running
-        while the previous one's finish (see the module docstring); returns how many
-        were copied. Stops starting new copies once ``stop`` is set. Raises the first
+        """Copy ``segments`` (consecutive, oldest first), up to ``copies_in_flight`` at a
+        time, finished in order (see the module docstring); returns how many were
+        copied. Stops starting new copies once ``stop`` is set. Raises the first
         failure after abandoning the copies started after the failed one."""
         pending: deque[CopyAttempt] = deque()
         sizes: deque[int] = deque()
@@ -460,8 +465,8 @@ class RemoteTier:
             for seg in segments:
                 if stop is not None and stop.is_set():
                     break
-                while pending and (len(pending) >= 2
-                                   or sizes[0] + seg.size > COPY_PIPELINE_BYTES):
+                while pending and (len(pending) >= self.config.copies_in_flight
+                                   or sum(sizes) + seg.size > COPY_PIPELINE_BYTES):
                     sizes.popleft()
                     self.finish_copy(pending.popleft())
                     copied += 1
