@@ -75,9 +75,10 @@ def tune_malloc() -> bool:
 
     A request body or fetch page of megabytes is allocated and freed per request; by
     default glibc returns such memory to the OS at once (``brk``/``munmap``) and the next
-    request faults fresh pages in again. Measured with ``perf http-produce`` on the
-    project's 2-core VM: the server's kernel time per 1 MiB batch fell from 1.5-3.7 ms
-    to 0.7-0.8 ms. Costs up to ``M_TRIM_THRESHOLD`` (128 MiB) of freed memory kept.
+    request faults fresh pages in again. Measured on the project's 2-core VM (the same
+    1 MiB produce loop with and without): the server's kernel time per 1 MiB batch fell
+    from 2.0-2.6 ms to 0.5-0.7 ms. Costs up to ``M_TRIM_THRESHOLD`` (128 MiB) of freed
+    memory kept. Call it once, early, from the main thread.
     """
     import ctypes
     import ctypes.util
