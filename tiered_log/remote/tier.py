@@ -9,14 +9,15 @@ Copying a segment (KIP-405's RemoteLogSegmentState machine, one unique id per at
 
     journal COPY_STARTED(id)
     PUT <base>-<id>.log                           (rate-limited, multipart when large)
-      meanwhile, in a helper thread: scan the store, verifying every batch, cut it into
-      chunks of ~chunk_bytes, and PUT <base>-<id>.rli (the manifest, see below)
+      meanwhile, in a helper thread: scan the store (SCAN_WINDOW bytes at a time),
+      verifying every batch, cut it into chunks of ~chunk_bytes, and PUT
+      <base>-<id>.rli (the manifest, see below)
     journal COPY_FINISHED(id)                     (once both PUTs succeeded)
     append the entries to the local remote-index files
 
-A round keeps up to ``copies_in_flight`` (2) copies under way (:meth:`RemoteTier.copy_segments`,
-while the segments in flight total at most ``COPY_PIPELINE_BYTES``): the next one's
-uploads start while the previous one's finish; each is *finished* (journaled, indexed)
+A round keeps up to ``copies_in_flight`` (2) copies under way
+(:meth:`RemoteTier.copy_segments`): the next one's uploads start while the previous
+one's finish; each is *finished* (journaled, indexed)
 strictly in offset order, and if one fails, those started after it are abandoned
 (cleaned up like a failed attempt). More in flight ships faster and costs producers
 latency (their fsyncs and CPU compete with the shipper's); 1 copies one segment at a
@@ -57,6 +58,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from bisect import bisect_left
@@ -78,6 +80,7 @@ from ..errors import (
 from ..format import naming
 from ..format.records import (
     HEADER_SIZE,
+    BatchInfo,
     Record,
     batch_header,
     batch_table,
@@ -138,9 +141,6 @@ flight are bounded by its prefetch window: ``prefetch_bytes / fetch_bytes`` + 1)
 COPY_THREADS = 8
 """Threads that upload segments and their manifests, shared by every log of the process
 (a log has at most ``copies_in_flight`` copies, two uploads each, in flight)."""
-COPY_PIPELINE_BYTES = 64 << 20
-"""Consecutive segments are copied at once only while together at most this large (each
-copy holds its segment in memory while the manifest is built)."""
 
 _pools: dict[str, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
@@ -191,17 +191,50 @@ class TierStats:
     deleted_segments: int = 0
 
 
-def chunk_entries(data: bytes, base_offset: int, expected_next: int, object_key: str,
-                  chunk_bytes: int) -> list[RemoteLogIndexEntry]:
-    """Cut a sealed store's bytes into chunks of whole batches and describe each one.
+SCAN_WINDOW = 8 << 20
+"""Bytes of a store file a copy's scan reads at a time (see :func:`scan_store`)."""
 
-    Verifies every batch; CorruptRecordError if the store is damaged anywhere (a damaged
-    segment is never shipped). A chunk ends with the first batch that takes it to
-    ``chunk_bytes`` or more.
+
+def scan_store(path: Path, size: int, base_offset: int,
+               window: int = SCAN_WINDOW) -> tuple[list[BatchInfo], int]:
+    """The verified batches of the first ``size`` bytes of the store file ``path`` and the
+    byte after the last one, as :func:`~tiered_log.format.records.batch_table` gives for
+    the whole buffer, but read ``window`` bytes at a time: a copy's memory is the window
+    (or its largest batch), not the segment. Stops at the first batch that is
+    incomplete, damaged or out of sequence."""
+    out: list[BatchInfo] = []
+    pos = 0
+    expect = base_offset
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        while pos < size:
+            buf = os.pread(fd, min(window, size - pos), pos)
+            batches, end = batch_table(buf, expect)
+            if end == 0 and len(buf) >= HEADER_SIZE:
+                whole = batch_header(buf)[1]  # a batch larger than the window?
+                if len(buf) < whole <= size - pos:
+                    buf = os.pread(fd, whole, pos)
+                    batches, end = batch_table(buf, expect)
+            if end == 0:
+                break
+            out.extend(b._replace(position=b.position + pos) for b in batches)
+            expect = batches[-1].next_offset
+            pos += end
+    return out, pos
+
+
+def chunk_entries(path: Path, size: int, base_offset: int, expected_next: int,
+                  object_key: str, chunk_bytes: int) -> list[RemoteLogIndexEntry]:
+    """Cut a sealed store (the first ``size`` bytes of ``path``) into chunks of whole
+    batches and describe each one.
+
+    Verifies every batch (:func:`scan_store`); CorruptRecordError if the store is damaged
+    anywhere (a damaged segment is never shipped). A chunk ends with the first batch that
+    takes it to ``chunk_bytes`` or more.
     """
-    batches, end = batch_table(data, base_offset)
+    batches, end = scan_store(path, size, base_offset)
     nxt = batches[-1].next_offset if batches else base_offset
-    if end != len(data) or nxt != expected_next:
+    if end != size or nxt != expected_next:
         raise CorruptRecordError(
             f"segment {naming.offset_name(base_offset)} is damaged at byte {end}; not shipping it"
         )
@@ -396,9 +429,9 @@ class RemoteTier:
         is called from the upload thread with the bytes sent so far."""
         with self._lock:
             with open(seg.store_path, "rb") as f:
-                data = f.read(seg.size)  # (read_bytes()[:size] copied the segment twice)
+                head = f.read(HEADER_SIZE + 8)
             # Unverified here: the manifest's scan verifies every batch before the copy ends.
-            first_ts = first_timestamp(data) if len(data) >= HEADER_SIZE + 8 else -1
+            first_ts = first_timestamp(head) if len(head) >= HEADER_SIZE + 8 else -1
             rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
                                first_ts, seg.max_timestamp, CopyState.COPY_STARTED)
             data_key, rli_key = self._keys(rs)
@@ -418,8 +451,8 @@ class RemoteTier:
                     self.limiter.consume(seg.size - sent)
 
             def put_manifest() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
-                entries = chunk_entries(data, seg.base_offset, seg.next_offset, data_key,
-                                        self.config.chunk_bytes)
+                entries = chunk_entries(seg.store_path, seg.size, seg.base_offset,
+                                        seg.next_offset, data_key, self.config.chunk_bytes)
                 done = replace(rs, chunks=len(entries))
                 self.storage.put(rli_key, encode_manifest(
                     done, entries, seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes(),
@@ -459,21 +492,16 @@ class RemoteTier:
         copied. Stops starting new copies once ``stop`` is set. Raises the first
         failure after abandoning the copies started after the failed one."""
         pending: deque[CopyAttempt] = deque()
-        sizes: deque[int] = deque()
         copied = 0
         try:
             for seg in segments:
                 if stop is not None and stop.is_set():
                     break
-                while pending and (len(pending) >= self.config.copies_in_flight
-                                   or sum(sizes) + seg.size > COPY_PIPELINE_BYTES):
-                    sizes.popleft()
+                while len(pending) >= self.config.copies_in_flight:
                     self.finish_copy(pending.popleft())
                     copied += 1
                 pending.append(self.start_copy(seg))
-                sizes.append(seg.size)
             while pending:
-                sizes.popleft()
                 self.finish_copy(pending.popleft())
                 copied += 1
         except BaseException:
