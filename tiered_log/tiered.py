@@ -178,22 +178,32 @@ class TieredLog:
 
     def read_range(self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20) -> list[Record]:
         """Records from ``offset`` on, from whichever tier holds them (see module doc)."""
+        self._check_read(offset, max_records, max_bytes)
+        if offset >= self.local.log_start_offset or self.remote is None:
+            return self.local.read_range(offset, max_records, max_bytes)
+        return self._archive_of(offset).read_range(offset, max_records, max_bytes)
+
+    def _check_read(self, offset: int, max_records: int, max_bytes: int) -> None:
+        """The argument checks every read makes, then that the log is open."""
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
         if max_records < 1 or max_bytes < 1:
             raise InvalidArgumentError("max_records and max_bytes must be at least 1")
         self._check_open()
-        local_start = self.local.log_start_offset
-        if offset >= local_start or self.remote is None:
-            return self.local.read_range(offset, max_records, max_bytes)
+
+    def _archive_of(self, offset: int) -> RemoteTier:
+        """The remote tier, for an ``offset`` below the local start: OffsetOutOfRangeError
+        below the log start, DataLossError if no remote tier holds it."""
         start, nxt = self.log_start_offset, self.next_offset
         if offset < start:
             raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {nxt})",
                                         log_start=start, next_offset=nxt)
-        if offset >= self.remote.remote_end:
+        r = self.remote
+        if r is None or offset >= r.remote_end:
             raise DataLossError(f"offset {offset} is in neither tier (remote ends at "
-                                f"{self.remote.remote_end}, local starts at {local_start})")
-        return self.remote.read_range(offset, max_records, max_bytes)
+                                f"{r.remote_end if r else start}, local starts at "
+                                f"{self.local.log_start_offset})")
+        return r
 
     def read_remote_batches(self, offset: int, max_records: int = 500,
                             max_bytes: int = 1 << 20) -> tuple[bytes, int]:
@@ -202,20 +212,11 @@ class TieredLog:
         :meth:`RemoteTier.read_batches <tiered_log.remote.tier.RemoteTier.read_batches>`).
         OffsetOutOfRangeError below the log start; DataLossError at or above the local
         start (read those from the local segments) or where no tier holds ``offset``."""
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
-        if max_records < 1 or max_bytes < 1:
-            raise InvalidArgumentError("max_records and max_bytes must be at least 1")
-        self._check_open()
-        start, nxt = self.log_start_offset, self.next_offset
-        if offset < start:
-            raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {nxt})",
-                                        log_start=start, next_offset=nxt)
+        self._check_read(offset, max_records, max_bytes)
         local_start = self.local.log_start_offset
-        if self.remote is None or offset >= local_start or offset >= self.remote.remote_end:
-            raise DataLossError(f"offset {offset} is not below the local start {local_start} "
-                                f"in the remote tier")
-        return self.remote.read_batches(offset, max_records, max_bytes)
+        if offset >= local_start:
+            raise DataLossError(f"offset {offset} is not below the local start {local_start}")
+        return self._archive_of(offset).read_batches(offset, max_records, max_bytes)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset whose timestamp is >= ``timestamp`` in either tier, or None."""

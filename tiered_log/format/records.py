@@ -738,13 +738,15 @@ def first_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
     return int(_TIMESTAMP.unpack_from(buf, pos + HEADER_SIZE)[0])
 
 
-def rebatch(records: Sequence[Record]) -> bytes:
+def rebatch(records: Sequence[Record], max_batch_bytes: int = MAX_BATCH_BYTES) -> bytes:
     """Consecutive decoded records as batches again, from ``records[0].offset`` (a new
-    batch per MiB), timestamps kept: for sending part of a stored batch."""
+    batch before one would pass ``max_batch_bytes``), timestamps kept: for the records
+    kept of a stored batch that is cut (a truncation inside it)."""
     if not records:
         return b""
     prs = [ProducerRecord(r.value, r.key, r.headers, r.timestamp) for r in records]
-    return bytes(encode_batch(records[0].offset, prs, 0, 1 << 62).data)
+    return bytes(encode_batch(records[0].offset, prs, 0, 1 << 62,
+                              max_batch_bytes=max_batch_bytes).data)
 
 
 def batch_header(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:

@@ -44,11 +44,10 @@ from ..format.records import (
     MAX_BODY_BYTES,
     BatchInfo,
     EncodedBatch,
-    ProducerRecord,
     Record,
     batch_header,
     decode_records,
-    encode_batch,
+    rebatch,
     scan_batches,
 )
 
@@ -416,9 +415,7 @@ class Segment:
         again = b""
         if base < offset:
             keep = self.read(base, offset - base, 1 << 62)[0]
-            again = bytes(encode_batch(base, [ProducerRecord(r.value, r.key, r.headers,
-                                                             r.timestamp) for r in keep],
-                                       0, 1 << 62, max_batch_bytes=MAX_BODY_BYTES).data)
+            again = rebatch(keep, max_batch_bytes=MAX_BODY_BYTES)
             write_atomic(self._cut_path, _CUT_POSITION.pack(pos) + again)
         self._cache.drop(self._uid)
         if self._wfd is not None:
