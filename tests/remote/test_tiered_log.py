@@ -420,6 +420,30 @@ def test_prefetch_never_outgrows_the_cache(tmp_path: Path, storage: RemoteStorag
     tlog.close()
 
 
+def test_sequential_reader_fetches_each_object_once_in_one_request(
+        tmp_path: Path, storage: RemoteStorage) -> None:
+    """A prefetch window that ends inside a segment object takes the object's rest too
+    (it fits in ``fetch_bytes``): a cold sequential reader makes one ranged GET per object
+    and fetches every archived byte once."""
+    tlog = open_log(tmp_path / "log", storage, local_retention_bytes=0, chunk_bytes=2048,
+                    fetch_bytes=64 * 1024, prefetch_bytes=6 * 1024)
+    produce(tlog, 1500, batch_records=5)
+    tlog.roll()
+    tlog.tier_once()
+    assert tlog.remote is not None
+    objects = len(tlog.remote.finished_segments)
+    assert objects >= 4 and max(s.size for s in tlog.remote.finished_segments) > 6 * 1024
+    o = 0
+    while o < 1500:
+        recs = tlog.read_range(o, max_records=50, max_bytes=1 << 20)
+        for r in recs:
+            check_record(r, r.offset)
+        o = recs[-1].offset + 1
+    assert tlog.remote.stats.remote_fetch_requests == objects
+    assert tlog.remote.stats.remote_fetch_bytes == tlog.remote.size_bytes
+    tlog.close()
+
+
 @pytest.mark.parametrize("in_flight", [1, 3])
 def test_copies_in_flight_bounds_concurrent_copies(tmp_path: Path, in_flight: int) -> None:
     """A round keeps at most ``copies_in_flight`` copies under way (seen in the journal

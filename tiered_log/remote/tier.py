@@ -335,10 +335,16 @@ class RemoteTier:
                                       rotate_ms=config.index_rotate_ms)
         self._prefetch_window = max(config.chunk_bytes, min(config.prefetch_bytes,
                                                             config.cache_bytes // 2))
-        # Prefetched chunks also wait in memory for their first read (the window and one
-        # group in flight): a sequential reader does not read back what was just written.
+        # A window ending inside an object takes the object's rest too when it is at most
+        # this (see _window); within half the cache, as the window itself.
+        self._window_tail = min(config.fetch_bytes,
+                                max(0, config.cache_bytes // 2 - self._prefetch_window))
+        # Prefetched chunks also wait in memory for their first read (the window, its
+        # tail and one group in flight): a sequential reader does not read back what was
+        # just written.
         self.cache = ChunkCache(self.dir / "cache", config.cache_bytes,
-                                memory_bytes=self._prefetch_window + config.fetch_bytes)
+                                memory_bytes=self._prefetch_window + self._window_tail
+                                + config.fetch_bytes)
         self.limiter = RateLimiter(config.upload_bytes_per_sec)
         self._pool = shared_pool("remote-fetch", FETCH_THREADS)
         self._copy_pool = shared_pool("remote-copy", COPY_THREADS)
@@ -784,6 +790,31 @@ class RemoteTier:
                 n += e.data_length
         return n
 
+    def _window(self, entry: RemoteLogIndexEntry) -> list[RemoteLogIndexEntry]:
+        """The chunks after ``entry`` that a sequential reader at it prefetches: a window
+        of ``prefetch_bytes`` (at most half the cache), and, when the window ends inside
+        an object, the rest of that object if it is at most ``_window_tail`` bytes. The
+        rest would otherwise go out later as a small ranged GET of its own; a store that
+        reads the whole object for every ranged GET (moto's server) pays a whole object
+        for it, and S3 bills it as a request like any other.
+        """
+        ahead: list[RemoteLogIndexEntry] = []
+        rest: list[RemoteLogIndexEntry] = []
+        budget, rest_bytes, key = self._prefetch_window, 0, entry.object_key
+        for e in self.index.entries_from(entry.last_offset + 1):
+            if budget > 0:
+                ahead.append(e)
+                budget -= e.data_length
+                key = e.object_key
+                continue
+            if e.object_key != key:
+                break  # the window's last object ends here: its rest is all in ``rest``
+            rest_bytes += e.data_length
+            if rest_bytes > self._window_tail:
+                return ahead
+            rest.append(e)
+        return ahead + rest
+
     def _chunk(self, entry: RemoteLogIndexEntry) -> bytes:
         """The bytes of one chunk: from the cache, an in-flight fetch, or a new fetch.
 
@@ -793,14 +824,8 @@ class RemoteTier:
         and fetch them twice).
         """
         data = self.cache.get(entry.object_key, entry.position, entry.data_length)
-        ahead: list[RemoteLogIndexEntry] = []
+        ahead = self._window(entry)
         window = self._prefetch_window
-        budget = window
-        for e in self.index.entries_from(entry.last_offset + 1):
-            if budget <= 0:
-                break
-            ahead.append(e)
-            budget -= e.data_length
         if data is None:
             futs = self._schedule([entry, *ahead])
             fut = futs.get((entry.object_key, entry.position))
