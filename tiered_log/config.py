@@ -221,6 +221,10 @@ class Settings(BaseSettings):
     remote_upload_bytes_per_sec: int | None = Field(
         None, ge=1, description="Upload rate limit per partition (bytes/s); null: unlimited."
     )
+    remote_fetch_bytes_per_sec: int | None = Field(
+        None, ge=1, description="Remote fetch quota per partition (bytes/s read from the "
+        "bucket, as Kafka's remote fetch quota); null: unlimited."
+    )
     remote_copies_in_flight: int = Field(
         2, ge=1, le=8, description="Segment copies a partition keeps under way at once (1: "
         "one after another; more ships faster, at some cost in producer latency)."

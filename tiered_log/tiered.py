@@ -342,7 +342,7 @@ class TieredLog:
                "copy_lag_segments": float(lag_segments), "remote_bytes": 0.0, "cache_hits": 0.0,
                "cache_misses": 0.0, "uploaded_bytes": 0.0, "uploaded_segments": 0.0,
                "copy_failures": 0.0, "remote_fetch_bytes": 0.0, "remote_fetch_requests": 0.0,
-               "remote_fetch_errors": 0.0}
+               "remote_fetch_errors": 0.0, "remote_fetch_throttled_ms": 0.0}
         if r is not None:
             st = r.stats
             out.update({
@@ -354,6 +354,7 @@ class TieredLog:
                 "remote_fetch_bytes": float(st.remote_fetch_bytes),
                 "remote_fetch_requests": float(st.remote_fetch_requests),
                 "remote_fetch_errors": float(st.remote_fetch_errors),
+                "remote_fetch_throttled_ms": float(st.remote_fetch_throttled_ms),
             })
         return out
 
@@ -383,7 +384,7 @@ class TieredLog:
             out.update({k: int(st[k]) for k in (
                 "remote_bytes", "cache_hits", "cache_misses", "uploaded_bytes",
                 "uploaded_segments", "copy_failures", "remote_fetch_bytes",
-                "remote_fetch_requests", "remote_fetch_errors")})
+                "remote_fetch_requests", "remote_fetch_errors", "remote_fetch_throttled_ms")})
             out.update({
                 "remote_url": r.storage.url,
                 "remote_segments": [{"id": s.id, "base_offset": s.base_offset,

@@ -74,8 +74,13 @@ def test_perf_remote_read_json_and_lines(s3_endpoint: str) -> None:
 
 
 def test_perf_produce_latency_json() -> None:
-    r = run_json("perf", "produce-latency", "--json", "--appends", "100", "--backlog-mib", "3")
+    r = run_json("perf", "produce-latency", "--json", "--appends", "100", "--backlog-mib", "3",
+                 "--copies-in-flight", "1", "--upload-bytes-per-sec", "100000000",
+                 "--fetch-bytes-per-sec", "100000000")
     assert r["benchmark"] == "produce-latency" and r["appends_per_phase"] == 100
+    assert r["settings"] == {"upload_bytes_per_sec": 100_000_000,
+                             "fetch_bytes_per_sec": 100_000_000, "copies_in_flight": 1}
+    assert r["catchup_records_per_s"] > 0
     assert set(r["phases"]) == {"off", "shipping", "shipping_and_catchup_reader"}
     for p in r["phases"].values():
         assert set(p) == {"p50_ms", "p99_ms", "mean_ms"}

@@ -337,12 +337,17 @@ def _pct(xs: list[float], p: float) -> float:
 
 
 def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
-                        backlog_mib: int = 32) -> dict[str, Any]:
+                        backlog_mib: int = 32, *, upload_bytes_per_sec: int | None = None,
+                        fetch_bytes_per_sec: int | None = None,
+                        copies_in_flight: int = 2) -> dict[str, Any]:
     """p50/p99 of acknowledged single-record appends: tiering off, shipping, + catch-up reader.
 
     ``backlog_mib``: data appended before the shipping phase (the shipper's backlog and,
     once shipped, the catch-up reader's archive); local retention and the chunk cache
     are each an eighth of it, so the reader keeps fetching from the bucket.
+    ``upload_bytes_per_sec``, ``fetch_bytes_per_sec`` and ``copies_in_flight`` are the
+    log's tier settings of those names (the defaults: unlimited, unlimited, 2): the knobs
+    that trade shipping and catch-up speed for producer latency.
     """
     work = Path(tempfile.mkdtemp(prefix="tl-perf-lat-"))
     value = os.urandom(1024)
@@ -361,7 +366,9 @@ def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
             # A cache smaller than the archive: the catch-up reader keeps fetching remotely.
             eighth = max(1 << 20, (backlog_mib << 20) // 8)
             tier = TierConfig(ship_interval_ms=10, local_retention_bytes=eighth,
-                              cache_bytes=eighth)
+                              cache_bytes=eighth, upload_bytes_per_sec=upload_bytes_per_sec,
+                              fetch_bytes_per_sec=fetch_bytes_per_sec,
+                              copies_in_flight=copies_in_flight)
             on = TieredLog(work / "on", log_id="lat-0", storage=storage, config=cfg, tier=tier,
                            start_shipper=False)
             _fill(on, backlog_mib << 20, 1024)
@@ -393,9 +400,11 @@ def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
             th = threading.Thread(target=reader, daemon=True)
             th.start()
             _say("phase 3/3: shipping + catch-up reader on remote data")
+            t0 = time.perf_counter()
             phases["shipping_and_catchup_reader"] = _latencies(on, appends, value)
             stop.set()
             th.join()
+            read_seconds = time.perf_counter() - t0
             on.close()
             storage.close()
         p = {k: {"p50_ms": round(_pct(v, 0.50), 3), "p99_ms": round(_pct(v, 0.99), 3),
@@ -407,6 +416,10 @@ def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
             "p99_ratio_shipping_vs_off": round(r_ship, 3),
             "p99_ratio_catchup_vs_off": round(r_read, 3),
             "catchup_records_read": read_records,
+            "catchup_records_per_s": round(read_records / read_seconds),
+            "settings": {"upload_bytes_per_sec": upload_bytes_per_sec,
+                         "fetch_bytes_per_sec": fetch_bytes_per_sec,
+                         "copies_in_flight": copies_in_flight},
             "targets": {"shipping": 1.2, "catchup": 1.3},
             "met": {"shipping": r_ship <= 1.2, "catchup": r_read <= 1.3},
             "endpoint": "moto" if endpoint is None else endpoint,

@@ -5,7 +5,9 @@ module (it is listed in ``COMMAND_MODULES``)::
 
     tiered-log perf ship [--json] [--total-mib N] [--segment-mib N] [--repeat R] [--endpoint URL]
     tiered-log perf remote-read [--json] [--total-mib N] [--segment-mib N] [--repeat R] [--endpoint URL]
-    tiered-log perf produce-latency [--json] [--appends N] [--backlog-mib N] [--endpoint URL]
+    tiered-log perf produce-latency [--json] [--appends N] [--backlog-mib N]
+                                    [--upload-bytes-per-sec N] [--fetch-bytes-per-sec N]
+                                    [--copies-in-flight N] [--endpoint URL]
     tiered-log describe DIR [--json] [--remote URL] [--endpoint-url URL] [--region R] [--log-id ID]
 
 The benchmarks (:mod:`tiered_log.perf.remote`) start moto's S3 server on 127.0.0.1 unless
@@ -63,6 +65,15 @@ def _latency_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backlog-mib", type=positive_int, default=32, metavar="N",
                    help="MiB appended before the shipping phase: the shipper's backlog and "
                         "the catch-up reader's archive (default: 32)")
+    p.add_argument("--upload-bytes-per-sec", type=positive_int, default=None, metavar="N",
+                   help="upload rate limit of the log (remote_upload_bytes_per_sec) "
+                        "(default: none)")
+    p.add_argument("--fetch-bytes-per-sec", type=positive_int, default=None, metavar="N",
+                   help="remote fetch quota of the log (remote_fetch_bytes_per_sec) "
+                        "(default: none)")
+    p.add_argument("--copies-in-flight", type=positive_int, default=2, metavar="N",
+                   help="segment copies under way at once (remote_copies_in_flight) "
+                        "(default: 2)")
 
 
 def format_lines(report: dict[str, Any], indent: str = "") -> str:
@@ -107,7 +118,10 @@ def cmd_perf_produce_latency(args: argparse.Namespace) -> int:
     """``tiered-log perf produce-latency``; exit 0 whether or not the targets are met."""
     from .remote import run_produce_latency
 
-    return _print(run_produce_latency(args.appends, args.endpoint, args.backlog_mib), args.json)
+    return _print(run_produce_latency(args.appends, args.endpoint, args.backlog_mib,
+                                      upload_bytes_per_sec=args.upload_bytes_per_sec,
+                                      fetch_bytes_per_sec=args.fetch_bytes_per_sec,
+                                      copies_in_flight=args.copies_in_flight), args.json)
 
 
 # ---- describe ------------------------------------------------------------------------------

@@ -112,6 +112,7 @@ class TierConfig:
     prefetch_bytes: int = 32 << 20
     cache_bytes: int = 256 << 20
     upload_bytes_per_sec: int | None = None
+    fetch_bytes_per_sec: int | None = None
     copies_in_flight: int = 2
     ship_interval_ms: int = 500
     index_rotate_bytes: int = 16 << 20
@@ -121,7 +122,7 @@ class TierConfig:
         from ..errors import InvalidArgumentError
 
         for name in ("local_retention_bytes", "local_retention_ms", "retention_bytes",
-                     "retention_ms", "upload_bytes_per_sec"):
+                     "retention_ms", "upload_bytes_per_sec", "fetch_bytes_per_sec"):
             v = getattr(self, name)
             if v == -1:
                 object.__setattr__(self, name, None)
@@ -157,25 +158,34 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
 
 
 class RateLimiter:
-    """A token bucket of bytes per second; ``consume(n)`` sleeps as needed. Thread-safe."""
+    """A token bucket of bytes per second (a burst of one second's worth);
+    ``consume(n)`` sleeps as needed: it returns once the bytes taken so far fit the rate.
+    ``None`` is unlimited. ``clock``/``sleep`` are the time source and the wait (the
+    monotonic clock and ``time.sleep``). Thread-safe: concurrent callers queue up, each
+    waiting for its own share.
+    """
 
-    def __init__(self, bytes_per_sec: int | None) -> None:
+    def __init__(self, bytes_per_sec: int | None, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.rate = bytes_per_sec
+        self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
         self._tokens = float(bytes_per_sec or 0)
-        self._last = time.monotonic()
+        self._last = clock()
 
-    def consume(self, n: int) -> None:
+    def consume(self, n: int) -> float:
+        """Take ``n`` bytes; returns the seconds waited for them."""
         if not self.rate or n <= 0:
-            return
+            return 0.0
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             self._tokens = min(float(self.rate), self._tokens + (now - self._last) * self.rate)
             self._last = now
             self._tokens -= n
             wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
         if wait > 0:
-            time.sleep(wait)
+            self._sleep(wait)
+        return wait
 
 
 @dataclass
@@ -188,6 +198,8 @@ class TierStats:
     remote_fetch_bytes: int = 0
     remote_fetch_requests: int = 0
     remote_fetch_errors: int = 0
+    remote_fetch_throttled_ms: int = 0
+    """Time fetches waited for the fetch quota (``fetch_bytes_per_sec``)."""
     deleted_segments: int = 0
 
 
@@ -346,6 +358,10 @@ class RemoteTier:
                                 memory_bytes=self._prefetch_window + self._window_tail
                                 + config.fetch_bytes)
         self.limiter = RateLimiter(config.upload_bytes_per_sec)
+        # Bytes fetched from the bucket (KIP-956's remote fetch quota): a throttled fetch
+        # waits in its pool thread, so a catch-up reader's GETs, checksum passes and cache
+        # writes are spread out instead of competing with producers all at once.
+        self.fetch_limiter = RateLimiter(config.fetch_bytes_per_sec)
         self._pool = shared_pool("remote-fetch", FETCH_THREADS)
         self._copy_pool = shared_pool("remote-copy", COPY_THREADS)
         self._copy_helpers: set[Future[Any]] = set()  # this log's, for close()
@@ -703,6 +719,7 @@ class RemoteTier:
         """One ranged GET covering consecutive chunks of one object; caches each chunk."""
         first, last = group[0], group[-1]
         start, end = first.position, last.position + last.data_length
+        self.stats.remote_fetch_throttled_ms += round(1000 * self.fetch_limiter.consume(end - start))
         try:
             blob = self.storage.get(first.object_key, start, end)
         except RemoteStorageError:
@@ -833,6 +850,8 @@ class RemoteTier:
                 fut.result()
             data = self.cache.get(entry.object_key, entry.position, entry.data_length)
             if data is None:  # evicted at once (a tiny cache): fetch directly
+                self.stats.remote_fetch_throttled_ms += round(
+                    1000 * self.fetch_limiter.consume(entry.data_length))
                 blob = self.storage.get(entry.object_key, entry.position,
                                         entry.position + entry.data_length)
                 self.stats.remote_fetch_bytes += len(blob)

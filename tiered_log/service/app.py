@@ -193,6 +193,8 @@ class ServiceMetrics:
          "Ranged reads from the remote tier."),
         ("remote_fetch_errors", "tiered_log_remote_fetch_errors_total", "counter",
          "Failed reads from the remote tier."),
+        ("remote_fetch_throttled_ms", "tiered_log_remote_fetch_throttled_ms_total", "counter",
+         "Milliseconds remote reads waited for the fetch quota (remote_fetch_bytes_per_sec)."),
         ("cache_hits", "tiered_log_remote_cache_hits_total", "counter",
          "Remote reads served by the chunk cache."),
         ("cache_misses", "tiered_log_remote_cache_misses_total", "counter",

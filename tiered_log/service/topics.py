@@ -86,6 +86,7 @@ def tier_config_of(config: TopicConfig, settings: Settings) -> TierConfig:
         chunk_bytes=settings.remote_chunk_bytes,
         cache_bytes=max(1, settings.remote_cache_bytes),
         upload_bytes_per_sec=settings.remote_upload_bytes_per_sec,
+        fetch_bytes_per_sec=settings.remote_fetch_bytes_per_sec,
         copies_in_flight=settings.remote_copies_in_flight,
         ship_interval_ms=settings.ship_interval_ms,
     )

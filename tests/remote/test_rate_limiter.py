@@ -1,0 +1,116 @@
+"""RateLimiter, the token bucket behind the upload limit and the remote fetch quota, on a
+clock of the test's own (so what is checked is the arithmetic, not the machine's speed),
+and the fetch quota end to end on a real remote tier."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from tiered_log import InvalidArgumentError
+from tiered_log.remote.fs import LocalDirStorage
+from tiered_log.remote.tier import RateLimiter, TierConfig
+from tiered_log.service.topics import tier_config_of
+from tiered_log.tiered import TieredLog
+
+from .test_tiered_log import SMALL, check_record, produce
+
+
+class Clock:
+    """A clock that moves only when the limiter sleeps or the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+def test_unlimited_never_waits() -> None:
+    clock = Clock()
+    lim = RateLimiter(None, clock=clock, sleep=clock.sleep)
+    assert lim.consume(1 << 40) == 0.0
+    assert clock.slept == []
+
+
+def test_a_second_of_burst_then_the_rate() -> None:
+    clock = Clock()
+    lim = RateLimiter(1000, clock=clock, sleep=clock.sleep)
+    assert lim.consume(1000) == 0.0  # the burst: one second's worth
+    assert lim.consume(500) == pytest.approx(0.5)
+    assert lim.consume(2000) == pytest.approx(2.0)  # larger than the burst: waits it out
+    clock.now += 10  # idle: the bucket refills to one second's worth, not ten
+    assert lim.consume(1000) == 0.0
+    assert lim.consume(1) == pytest.approx(0.001)
+
+
+def test_any_sequence_keeps_to_the_rate() -> None:
+    """Whatever the sizes and the pauses between them, the bytes taken by time t never
+    exceed rate * t + one second's burst, and the limiter never waits longer than needed
+    (the waits add up to at most the bytes over the burst, at the rate)."""
+    rng = random.Random(7)
+    clock = Clock()
+    rate = 10_000
+    lim = RateLimiter(rate, clock=clock, sleep=clock.sleep)
+    start, taken, waited = clock.now, 0, 0.0
+    for _ in range(2000):
+        if rng.random() < 0.3:
+            clock.now += rng.random() * 0.5
+        n = rng.randrange(1, 3 * rate)
+        waited += lim.consume(n)
+        taken += n
+        assert taken <= rate * (clock.now - start) + rate + 1e-6
+    assert waited <= (taken - rate) / rate + 1e-6
+
+
+def test_the_fetch_quota_throttles_remote_reads(tmp_path: Path) -> None:
+    """With ``fetch_bytes_per_sec`` set, a cold reader of the archive still gets every
+    record, the fetches beyond the first second's burst waited for the quota, and reading
+    the archive took at least as long as the quota allows."""
+    storage = LocalDirStorage(tmp_path / "bucket")
+    tier = TierConfig(chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192,
+                      local_retention_bytes=0, fetch_bytes_per_sec=64 * 1024)
+    tlog = TieredLog(tmp_path / "log", log_id="q-0", storage=storage, config=SMALL, tier=tier,
+                     start_shipper=False)
+    produce(tlog, 1200)
+    tlog.roll()
+    tlog.tier_once()
+    assert tlog.remote is not None
+    archived = tlog.remote.size_bytes
+    assert archived > 2 * 64 * 1024
+    o = 0
+    t0 = time.monotonic()
+    while o < 1200:
+        recs = tlog.read_range(o, max_records=100, max_bytes=1 << 20)
+        for r in recs:
+            check_record(r, r.offset)
+        o = recs[-1].offset + 1
+    elapsed = time.monotonic() - t0
+    st = tlog.remote.stats
+    assert st.remote_fetch_bytes == archived
+    assert st.remote_fetch_throttled_ms > 0
+    # The quota held: what was fetched beyond the first second's burst took its time.
+    # (A lower bound only: a slow machine takes longer, never shorter.)
+    assert elapsed >= (archived - 64 * 1024) / (64 * 1024) * 0.99
+    assert tlog.describe()["remote_fetch_throttled_ms"] == st.remote_fetch_throttled_ms
+    tlog.close()
+
+
+def test_the_fetch_quota_is_a_service_setting() -> None:
+    from tiered_log.config import Settings, TopicConfig
+
+    settings = Settings(remote_fetch_bytes_per_sec=5_000_000)
+    assert tier_config_of(TopicConfig(), settings).fetch_bytes_per_sec == 5_000_000
+    assert tier_config_of(TopicConfig(), Settings()).fetch_bytes_per_sec is None
+    with pytest.raises(InvalidArgumentError):
+        TierConfig(fetch_bytes_per_sec=-2)
+    with pytest.raises(ValueError):
+        Settings(remote_fetch_bytes_per_sec=0)
