@@ -16,7 +16,7 @@ from tiered_log.remote.tier import RateLimiter, TierConfig
 from tiered_log.service.topics import tier_config_of
 from tiered_log.tiered import TieredLog
 
-from .test_tiered_log import SMALL, check_record, produce
+from .test_tiered_log import SMALL, produce, read_all_checked
 
 
 class Clock:
@@ -86,13 +86,8 @@ def test_the_fetch_quota_throttles_remote_reads(tmp_path: Path) -> None:
     assert tlog.remote is not None
     archived = tlog.remote.size_bytes
     assert archived > 2 * 64 * 1024
-    o = 0
     t0 = time.monotonic()
-    while o < 1200:
-        recs = tlog.read_range(o, max_records=100, max_bytes=1 << 20)
-        for r in recs:
-            check_record(r, r.offset)
-        o = recs[-1].offset + 1
+    read_all_checked(tlog, 1200, max_records=100)
     elapsed = time.monotonic() - t0
     st = tlog.remote.stats
     assert st.remote_fetch_bytes == archived

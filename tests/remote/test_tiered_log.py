@@ -48,6 +48,17 @@ def check_record(rec, o: int, ts0: int = 1_000_000) -> None:  # type: ignore[no-
     assert rec.headers == ((("h", str(o).encode()),) if o % 5 == 0 else ())
 
 
+def read_all_checked(tlog: TieredLog, end: int, max_records: int = 50) -> None:
+    """Read offsets 0 .. end-1 in order, ``max_records`` a call, and check every record."""
+    o = 0
+    while o < end:
+        recs = tlog.read_range(o, max_records=max_records, max_bytes=1 << 20)
+        assert recs and recs[0].offset == o
+        for r in recs:
+            check_record(r, r.offset)
+        o = recs[-1].offset + 1
+
+
 @pytest.fixture(params=["fs", "s3"])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
     if request.param == "fs":
@@ -410,12 +421,7 @@ def test_prefetch_never_outgrows_the_cache(tmp_path: Path, storage: RemoteStorag
     tlog.tier_once()
     assert tlog.remote is not None
     archived = tlog.remote.size_bytes
-    o = 0
-    while o < 1500:
-        recs = tlog.read_range(o, max_records=50, max_bytes=1 << 20)
-        for r in recs:
-            check_record(r, r.offset)
-        o = recs[-1].offset + 1
+    read_all_checked(tlog, 1500)
     assert archived <= tlog.remote.stats.remote_fetch_bytes <= archived * 1.1
     tlog.close()
 
@@ -433,12 +439,7 @@ def test_sequential_reader_fetches_each_object_once_in_one_request(
     assert tlog.remote is not None
     objects = len(tlog.remote.finished_segments)
     assert objects >= 4 and max(s.size for s in tlog.remote.finished_segments) > 6 * 1024
-    o = 0
-    while o < 1500:
-        recs = tlog.read_range(o, max_records=50, max_bytes=1 << 20)
-        for r in recs:
-            check_record(r, r.offset)
-        o = recs[-1].offset + 1
+    read_all_checked(tlog, 1500)
     assert tlog.remote.stats.remote_fetch_requests == objects
     assert tlog.remote.stats.remote_fetch_bytes == tlog.remote.size_bytes
     tlog.close()
