@@ -414,9 +414,12 @@ class TieredLog:
     # ---- closing ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the shipper (after its current step), flush and close. Idempotent."""
+        """Stop the shipper (after its current step, which from now on ignores the upload
+        limit, as fetches under way ignore the fetch quota), flush and close. Idempotent."""
         if self._closed:
             return
+        if self.remote is not None:
+            self.remote.release_limits()  # a copy or fetch under way need not sit out its quota
         if self.shipper is not None:
             self.shipper.stop()
         with self._ctl:

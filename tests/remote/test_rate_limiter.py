@@ -4,8 +4,10 @@ and the fetch quota end to end on a real remote tier."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,75 @@ def test_the_fetch_quota_is_a_service_setting() -> None:
         TierConfig(fetch_bytes_per_sec=-2)
     with pytest.raises(ValueError):
         Settings(remote_fetch_bytes_per_sec=0)
+
+
+def test_release_ends_the_waits() -> None:
+    """A wait under way ends when the limiter is released, and later calls do not wait."""
+    import threading
+
+    lim = RateLimiter(10)
+    lim.consume(10)
+    done = threading.Event()
+    th = threading.Thread(target=lambda: (lim.consume(10_000), done.set()))
+    th.start()  # would wait 1,000 s
+    assert not done.wait(0.2)
+    assert lim.waiting == 1
+    lim.release()
+    th.join(60)
+    assert done.is_set() and lim.waiting == 0
+    assert lim.consume(1 << 30) == 0.0
+
+
+def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:
+    """Closing a log whose reader waits for a tiny fetch quota and whose shipper waits
+    for a tiny upload limit returns without sitting them out (both would take hours);
+    the copy cut short this way is finished or cleaned up, and reopened without limits
+    the log ships every segment exactly once."""
+    import threading
+
+    storage = LocalDirStorage(tmp_path / "bucket")
+    base = TierConfig(chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192,
+                      local_retention_bytes=0)
+    tlog = TieredLog(tmp_path / "log", log_id="q-0", storage=storage, config=SMALL, tier=base,
+                     start_shipper=False)
+    produce(tlog, 600)
+    tlog.roll()
+    tlog.tier_once()
+    produce(tlog, 600)  # more sealed segments, not shipped yet
+    tlog.roll()
+    tlog.close()
+    slow = replace(base, fetch_bytes_per_sec=16, upload_bytes_per_sec=16, ship_interval_ms=10)
+    tlog = TieredLog(tmp_path / "log", log_id="q-0", storage=storage, config=SMALL, tier=slow)
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.append(_read_or_error(tlog)))
+    reader.start()
+    assert tlog.remote is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (
+            tlog.remote.fetch_limiter.waiting and tlog.remote.limiter.waiting):
+        time.sleep(0.02)
+    assert tlog.remote.fetch_limiter.waiting and tlog.remote.limiter.waiting
+    t0 = time.monotonic()
+    tlog.close()
+    reader.join(60)
+    assert not reader.is_alive() and time.monotonic() - t0 < 60
+    assert got and (isinstance(got[0], Exception) or got[0] == 0)
+    tlog = TieredLog(tmp_path / "log", log_id="q-0", storage=storage, config=SMALL, tier=base,
+                     start_shipper=False)
+    tlog.tier_once()
+    assert tlog.remote is not None
+    segs = tlog.remote.finished_segments
+    assert [s.base_offset for s in segs] == sorted({s.base_offset for s in segs})
+    assert segs[0].base_offset == 0 and tlog.bounds().remote_end_offset >= 1100
+    for a, b in itertools.pairwise(segs):
+        assert a.next_offset == b.base_offset
+    read_all_checked(tlog, 1200)
+    tlog.close()
+
+
+def _read_or_error(tlog: TieredLog) -> object:
+    """The first offset a cold read of offset 0 returns, or the error it raised."""
+    try:
+        return tlog.read_range(0, 10, 1 << 20)[0].offset
+    except Exception as exc:  # the test looks at what it was
+        return exc

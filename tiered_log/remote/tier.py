@@ -160,22 +160,31 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
 class RateLimiter:
     """A token bucket of bytes per second (a burst of one second's worth);
     ``consume(n)`` sleeps as needed: it returns once the bytes taken so far fit the rate.
-    ``None`` is unlimited. ``clock``/``sleep`` are the time source and the wait (the
-    monotonic clock and ``time.sleep``). Thread-safe: concurrent callers queue up, each
-    waiting for its own share.
+    ``None`` is unlimited. ``clock``/``sleep`` are the time source and the wait (default:
+    the monotonic clock, and a wait that :meth:`release` cuts short). Thread-safe:
+    concurrent callers queue up, each waiting for its own share.
     """
 
     def __init__(self, bytes_per_sec: int | None, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], object] | None = None) -> None:
         self.rate = bytes_per_sec
-        self._clock, self._sleep = clock, sleep
+        self._released = threading.Event()
+        self._clock = clock
+        self._sleep = sleep if sleep is not None else self._released.wait
         self._lock = threading.Lock()
         self._tokens = float(bytes_per_sec or 0)
         self._last = clock()
+        self.waiting = 0
+        """Callers waiting right now."""
+
+    def release(self) -> None:
+        """Stop limiting (the log is closing): waits under way end at once and later
+        calls do not wait, so a close never sits out a slow quota."""
+        self._released.set()
 
     def consume(self, n: int) -> float:
-        """Take ``n`` bytes; returns the seconds waited for them."""
-        if not self.rate or n <= 0:
+        """Take ``n`` bytes; returns the seconds it meant to wait for them."""
+        if not self.rate or n <= 0 or self._released.is_set():
             return 0.0
         with self._lock:
             now = self._clock()
@@ -183,8 +192,14 @@ class RateLimiter:
             self._last = now
             self._tokens -= n
             wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
+            if wait > 0:
+                self.waiting += 1
         if wait > 0:
-            self._sleep(wait)
+            try:
+                self._sleep(wait)
+            finally:
+                with self._lock:
+                    self.waiting -= 1
         return wait
 
 
@@ -1004,10 +1019,16 @@ class RemoteTier:
             offset = recs[-1].offset + 1
         return None
 
+    def release_limits(self) -> None:
+        """Let uploads and fetches under way run unthrottled from now on (closing)."""
+        self.limiter.release()
+        self.fetch_limiter.release()
+
     def close(self) -> None:
         """Cancel this log's queued fetches and wait for its running ones and for their
         chunk cache writes (the thread pools are shared by every log of the process and
-        stay up)."""
+        stay up). Fetches waiting for the fetch quota stop waiting."""
+        self.release_limits()
         with self._inflight_lock:
             futs: set[Future[Any]] = set(self._inflight.values())
         futs |= self._copy_helpers
