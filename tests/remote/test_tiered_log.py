@@ -453,13 +453,16 @@ def test_copies_in_flight_bounds_concurrent_copies(tmp_path: Path, in_flight: in
     import time
 
     storage = LocalDirStorage(tmp_path / "bucket")
+    # Slower than one segment a second: every copy waits for the limit, so the copies
+    # started together are seen together; once they were, the limit is released.
     tlog = open_log(tmp_path / "log", storage, copies_in_flight=in_flight,
-                    upload_bytes_per_sec=64 * 1024)
+                    upload_bytes_per_sec=8 * 1024)
     produce(tlog, 600)
     tlog.roll()
     assert len(tlog.eligible_segments()) >= 4
     assert tlog.remote is not None
-    journal = tlog.remote.journal
+    remote = tlog.remote
+    journal = remote.journal
     most = 0
     done = threading.Event()
 
@@ -467,6 +470,8 @@ def test_copies_in_flight_bounds_concurrent_copies(tmp_path: Path, in_flight: in
         nonlocal most
         while not done.is_set():
             most = max(most, sum(s.state == "COPY_STARTED" for s in journal.segments()))
+            if most == in_flight and remote.limiter.waiting:
+                remote.release_limits()  # seen: the rest may run at full speed
             time.sleep(0.005)
 
     th = threading.Thread(target=watch)
