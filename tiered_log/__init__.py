@@ -39,7 +39,7 @@ from .local.aio import AsyncLog
 from .local.log import Log, LogBounds, LogConfig, RecoveryReport
 from .local.segment import SegmentInfo
 from .remote.storage import RemoteStorage, open_storage
-from .remote.tier import TierConfig
+from .remote.tier import TierConfig, TierLimits
 from .tiered import TieredBounds, TieredLog
 
 __version__ = "0.1.0"
@@ -69,6 +69,7 @@ __all__ = [
     "RemoteStorageError",
     "SegmentInfo",
     "TierConfig",
+    "TierLimits",
     "TieredBounds",
     "TieredLog",
     "TieredLogError",

@@ -219,11 +219,12 @@ class Settings(BaseSettings):
     remote_cache_bytes: int = Field(256 << 20, ge=0, description="Remote chunk cache size.")
     ship_interval_ms: int = Field(500, ge=1, description="How often the shipper looks for work.")
     remote_upload_bytes_per_sec: int | None = Field(
-        None, ge=1, description="Upload rate limit per partition (bytes/s); null: unlimited."
+        None, ge=1, description="Upload rate limit of the node, shared by its partitions "
+        "(bytes/s, as Kafka's remote copy quota); null: unlimited."
     )
     remote_fetch_bytes_per_sec: int | None = Field(
-        None, ge=1, description="Remote fetch quota per partition (bytes/s read from the "
-        "bucket, as Kafka's remote fetch quota); null: unlimited."
+        None, ge=1, description="Remote fetch quota of the node, shared by its partitions "
+        "(bytes/s read from the bucket, as Kafka's remote fetch quota); null: unlimited."
     )
     remote_copies_in_flight: int = Field(
         2, ge=1, le=8, description="Segment copies a partition keeps under way at once (1: "

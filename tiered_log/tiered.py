@@ -43,7 +43,7 @@ from .local.log import Log, LogConfig, now_ms
 from .local.segment import Segment, SegmentInfo
 from .remote.shipper import Shipper
 from .remote.storage import RemoteStorage
-from .remote.tier import RemoteTier, TierConfig
+from .remote.tier import RemoteTier, TierConfig, TierLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,9 @@ class TieredLog:
     applies ``retention_ms``/``retention_bytes`` locally (in :meth:`tier_once`).
     ``rebuild=False`` skips the rebuild from the bucket of a log opened on an empty
     directory (a log created just now, whose id is new, has nothing in the bucket).
+    ``limits``: upload and fetch rate limits shared with other logs (a node's); without
+    them the log limits itself by ``tier``'s ``upload_bytes_per_sec`` and
+    ``fetch_bytes_per_sec``.
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class TieredLog:
         start_shipper: bool = True,
         rebuild: bool = True,
         rebuild_progress: Callable[[int, int], None] | None = None,
+        limits: TierLimits | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.log_id = naming.validate_log_id(log_id or self.directory.name)
@@ -89,7 +93,8 @@ class TieredLog:
         fresh = not naming.list_segment_bases(self.directory)
         self.remote: RemoteTier | None = None
         if storage is not None and self.tier_config.remote_enabled:
-            self.remote = RemoteTier(self.directory, self.log_id, storage, self.tier_config)
+            self.remote = RemoteTier(self.directory, self.log_id, storage, self.tier_config,
+                                     limits)
             if fresh and rebuild and not self.remote.finished_segments:
                 self.remote.rebuild_from_bucket(rebuild_progress)
             elif self.remote.needs_index_rebuild:

@@ -15,7 +15,6 @@ import pytest
 from tiered_log import InvalidArgumentError
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import RateLimiter, TierConfig
-from tiered_log.service.topics import tier_config_of
 from tiered_log.tiered import TieredLog
 
 from .test_tiered_log import SMALL, produce, read_all_checked
@@ -101,33 +100,88 @@ def test_the_fetch_quota_throttles_remote_reads(tmp_path: Path) -> None:
     tlog.close()
 
 
-def test_the_fetch_quota_is_a_service_setting() -> None:
-    from tiered_log.config import Settings, TopicConfig
+def test_the_quotas_are_the_nodes(tmp_path: Path) -> None:
+    """The service's upload and fetch limits are its node's: every partition of every
+    topic shares the same two limiters, set from the settings."""
+    from tiered_log.config import Settings
+    from tiered_log.service.topics import TopicManager
 
-    settings = Settings(remote_fetch_bytes_per_sec=5_000_000)
-    assert tier_config_of(TopicConfig(), settings).fetch_bytes_per_sec == 5_000_000
-    assert tier_config_of(TopicConfig(), Settings()).fetch_bytes_per_sec is None
+    settings = Settings(data_dir=str(tmp_path / "data"), remote_url=str(tmp_path / "bucket"),
+                        remote_fetch_bytes_per_sec=5_000_000,
+                        remote_upload_bytes_per_sec=7_000_000)
+    topics = TopicManager(settings)
+    topics.load()
+    try:
+        a, b = topics.create("a", 2), topics.create("b", 1)
+        remotes = [plog.remote for plog in (*a.logs, *b.logs)]
+        assert all(r is not None for r in remotes)
+        assert {id(r.fetch_limiter) for r in remotes if r} == {id(topics.limits.fetch)}
+        assert {id(r.limiter) for r in remotes if r} == {id(topics.limits.upload)}
+        assert (topics.limits.fetch.rate, topics.limits.upload.rate) == (5_000_000, 7_000_000)
+    finally:
+        topics.close()
     with pytest.raises(InvalidArgumentError):
         TierConfig(fetch_bytes_per_sec=-2)
     with pytest.raises(ValueError):
         Settings(remote_fetch_bytes_per_sec=0)
 
 
+def test_logs_sharing_limits_keep_to_them_together(tmp_path: Path) -> None:
+    """Two logs reading their archives at once through shared limits fetch, together, no
+    faster than the shared quota; closing one ends its waits only."""
+    import threading
+
+    from tiered_log.remote.tier import TierLimits
+
+    storage = LocalDirStorage(tmp_path / "bucket")
+    base = TierConfig(chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192,
+                      local_retention_bytes=0)
+    for name in ("x", "y"):
+        tlog = TieredLog(tmp_path / name, log_id=f"{name}-0", storage=storage, config=SMALL,
+                         tier=base, start_shipper=False)
+        produce(tlog, 400)
+        tlog.roll()
+        tlog.tier_once()
+        tlog.close()
+    rate = 48 * 1024
+    limits = TierLimits.of(None, rate)
+    logs = [TieredLog(tmp_path / name, log_id=f"{name}-0", storage=storage, config=SMALL,
+                      tier=base, start_shipper=False, limits=limits) for name in ("x", "y")]
+    t0 = time.monotonic()
+    readers = [threading.Thread(target=read_all_checked, args=(t, 400)) for t in logs]
+    for th in readers:
+        th.start()
+    for th in readers:
+        th.join(120)
+    elapsed = time.monotonic() - t0
+    fetched = sum(t.remote.stats.remote_fetch_bytes for t in logs if t.remote)
+    assert fetched == sum(t.remote.size_bytes for t in logs if t.remote) > 2 * rate
+    assert elapsed >= (fetched - rate) / rate * 0.99  # together, not each, at the rate
+    for t in logs:
+        t.close()
+
+
 def test_release_ends_the_waits() -> None:
-    """A wait under way ends when the limiter is released, and later calls do not wait."""
+    """A wait under way ends when its cancel event is set, and a cancelled caller does not
+    wait again; another caller of the same limiter still does."""
     import threading
 
     lim = RateLimiter(10)
     lim.consume(10)
+    cancel = threading.Event()
     done = threading.Event()
-    th = threading.Thread(target=lambda: (lim.consume(10_000), done.set()))
+    th = threading.Thread(target=lambda: (lim.consume(10_000, cancel), done.set()))
     th.start()  # would wait 1,000 s
     assert not done.wait(0.2)
     assert lim.waiting == 1
-    lim.release()
+    cancel.set()
     th.join(60)
     assert done.is_set() and lim.waiting == 0
-    assert lim.consume(1 << 30) == 0.0
+    assert lim.consume(1 << 30, cancel) == 0.0
+    clock_waits: list[float] = []
+    other = RateLimiter(10, sleep=clock_waits.append)
+    other.consume(20)
+    assert clock_waits == [pytest.approx(1.0)]
 
 
 def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:

@@ -160,31 +160,28 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
 class RateLimiter:
     """A token bucket of bytes per second (a burst of one second's worth);
     ``consume(n)`` sleeps as needed: it returns once the bytes taken so far fit the rate.
-    ``None`` is unlimited. ``clock``/``sleep`` are the time source and the wait (default:
-    the monotonic clock, and a wait that :meth:`release` cuts short). Thread-safe:
+    ``None`` is unlimited. One limiter may serve many logs (a node's, see
+    :class:`TierLimits`). ``clock``/``sleep`` are the time source and the wait (default:
+    the monotonic clock, and a wait on the caller's ``cancel`` event). Thread-safe:
     concurrent callers queue up, each waiting for its own share.
     """
 
     def __init__(self, bytes_per_sec: int | None, *, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], object] | None = None) -> None:
         self.rate = bytes_per_sec
-        self._released = threading.Event()
-        self._clock = clock
-        self._sleep = sleep if sleep is not None else self._released.wait
+        self._clock, self._sleep = clock, sleep
+        self._never = threading.Event()
         self._lock = threading.Lock()
         self._tokens = float(bytes_per_sec or 0)
         self._last = clock()
         self.waiting = 0
         """Callers waiting right now."""
 
-    def release(self) -> None:
-        """Stop limiting (the log is closing): waits under way end at once and later
-        calls do not wait, so a close never sits out a slow quota."""
-        self._released.set()
-
-    def consume(self, n: int) -> float:
-        """Take ``n`` bytes; returns the seconds it meant to wait for them."""
-        if not self.rate or n <= 0 or self._released.is_set():
+    def consume(self, n: int, cancel: threading.Event | None = None) -> float:
+        """Take ``n`` bytes; returns the seconds it meant to wait for them. Setting
+        ``cancel`` ends the wait (a log that is closing does not sit out a slow quota);
+        with ``cancel`` already set it does not wait at all."""
+        if not self.rate or n <= 0 or (cancel is not None and cancel.is_set()):
             return 0.0
         with self._lock:
             now = self._clock()
@@ -196,11 +193,28 @@ class RateLimiter:
                 self.waiting += 1
         if wait > 0:
             try:
-                self._sleep(wait)
+                if self._sleep is not None:
+                    self._sleep(wait)
+                else:
+                    (cancel or self._never).wait(wait)
             finally:
                 with self._lock:
                     self.waiting -= 1
         return wait
+
+
+@dataclass(frozen=True)
+class TierLimits:
+    """Rate limits several logs share: a node's, as Kafka's broker-wide remote copy and
+    fetch quotas (the service gives every partition its node's). A log opened without
+    them limits itself by its :class:`TierConfig`."""
+
+    upload: RateLimiter
+    fetch: RateLimiter
+
+    @classmethod
+    def of(cls, upload_bytes_per_sec: int | None, fetch_bytes_per_sec: int | None) -> TierLimits:
+        return cls(RateLimiter(upload_bytes_per_sec), RateLimiter(fetch_bytes_per_sec))
 
 
 @dataclass
@@ -348,7 +362,8 @@ class CopyAttempt:
 class RemoteTier:
     """The remote tier of one log; see the module docstring."""
 
-    def __init__(self, log_dir: Path, log_id: str, storage: RemoteStorage, config: TierConfig) -> None:
+    def __init__(self, log_dir: Path, log_id: str, storage: RemoteStorage, config: TierConfig,
+                 limits: TierLimits | None = None) -> None:
         self.log_id = naming.validate_log_id(log_id)
         self.storage = storage
         self.config = config
@@ -372,11 +387,13 @@ class RemoteTier:
         self.cache = ChunkCache(self.dir / "cache", config.cache_bytes,
                                 memory_bytes=self._prefetch_window + self._window_tail
                                 + config.fetch_bytes)
-        self.limiter = RateLimiter(config.upload_bytes_per_sec)
+        limits = limits or TierLimits.of(config.upload_bytes_per_sec, config.fetch_bytes_per_sec)
+        self.limiter = limits.upload
         # Bytes fetched from the bucket (KIP-956's remote fetch quota): a throttled fetch
         # waits in its pool thread, so a catch-up reader's GETs, checksum passes and cache
         # writes are spread out instead of competing with producers all at once.
-        self.fetch_limiter = RateLimiter(config.fetch_bytes_per_sec)
+        self.fetch_limiter = limits.fetch
+        self._closing = threading.Event()  # set: this log's waits for the limits end
         self._pool = shared_pool("remote-fetch", FETCH_THREADS)
         self._copy_pool = shared_pool("remote-copy", COPY_THREADS)
         self._copy_helpers: set[Future[Any]] = set()  # this log's, for close()
@@ -477,7 +494,7 @@ class RemoteTier:
 
             def on_progress(n: int) -> None:
                 nonlocal sent
-                self.limiter.consume(n - sent)
+                self.limiter.consume(n - sent, self._closing)
                 sent = n
                 if progress is not None:
                     progress(n)
@@ -485,7 +502,7 @@ class RemoteTier:
             def upload() -> None:
                 self.storage.put_file(data_key, seg.store_path, progress=on_progress)
                 if sent < seg.size:
-                    self.limiter.consume(seg.size - sent)
+                    self.limiter.consume(seg.size - sent, self._closing)
 
             def put_manifest() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
                 entries = chunk_entries(seg.store_path, seg.size, seg.base_offset,
@@ -734,7 +751,8 @@ class RemoteTier:
         """One ranged GET covering consecutive chunks of one object; caches each chunk."""
         first, last = group[0], group[-1]
         start, end = first.position, last.position + last.data_length
-        self.stats.remote_fetch_throttled_ms += round(1000 * self.fetch_limiter.consume(end - start))
+        waited = self.fetch_limiter.consume(end - start, self._closing)
+        self.stats.remote_fetch_throttled_ms += round(1000 * waited)
         try:
             blob = self.storage.get(first.object_key, start, end)
         except RemoteStorageError:
@@ -866,7 +884,7 @@ class RemoteTier:
             data = self.cache.get(entry.object_key, entry.position, entry.data_length)
             if data is None:  # evicted at once (a tiny cache): fetch directly
                 self.stats.remote_fetch_throttled_ms += round(
-                    1000 * self.fetch_limiter.consume(entry.data_length))
+                    1000 * self.fetch_limiter.consume(entry.data_length, self._closing))
                 blob = self.storage.get(entry.object_key, entry.position,
                                         entry.position + entry.data_length)
                 self.stats.remote_fetch_bytes += len(blob)
@@ -1020,9 +1038,9 @@ class RemoteTier:
         return None
 
     def release_limits(self) -> None:
-        """Let uploads and fetches under way run unthrottled from now on (closing)."""
-        self.limiter.release()
-        self.fetch_limiter.release()
+        """Let this log's uploads and fetches under way run unthrottled from now on
+        (closing); other logs sharing the limits keep to them."""
+        self._closing.set()
 
     def close(self) -> None:
         """Cancel this log's queued fetches and wait for its running ones and for their

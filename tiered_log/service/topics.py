@@ -60,7 +60,7 @@ from ..errors import (
 )
 from ..local.segment import fsync_dir, write_atomic
 from ..remote.storage import RemoteStorage, open_storage
-from ..remote.tier import TierConfig
+from ..remote.tier import TierConfig, TierLimits
 from ..tiered import TieredLog
 
 log = logging.getLogger("tiered_log.service.topics")
@@ -76,7 +76,8 @@ PartitionLog = TieredLog
 
 
 def tier_config_of(config: TopicConfig, settings: Settings) -> TierConfig:
-    """The remote-tier settings of a partition of a topic with ``config``."""
+    """The remote-tier settings of a partition of a topic with ``config`` (its rate
+    limits are the node's: :func:`node_limits`)."""
     return TierConfig(
         remote_enabled=config.remote_enabled,
         local_retention_bytes=config.local_retention_bytes,
@@ -85,16 +86,20 @@ def tier_config_of(config: TopicConfig, settings: Settings) -> TierConfig:
         retention_ms=config.retention_ms,
         chunk_bytes=settings.remote_chunk_bytes,
         cache_bytes=max(1, settings.remote_cache_bytes),
-        upload_bytes_per_sec=settings.remote_upload_bytes_per_sec,
-        fetch_bytes_per_sec=settings.remote_fetch_bytes_per_sec,
         copies_in_flight=settings.remote_copies_in_flight,
         ship_interval_ms=settings.ship_interval_ms,
     )
 
 
+def node_limits(settings: Settings) -> TierLimits:
+    """The upload and fetch rate limits every partition of a node shares (as Kafka's
+    broker-wide remote copy and fetch quotas)."""
+    return TierLimits.of(settings.remote_upload_bytes_per_sec, settings.remote_fetch_bytes_per_sec)
+
+
 def open_partition_log(
     directory: Path, config: TopicConfig, settings: Settings, *, log_id: str,
-    storage: RemoteStorage | None, rebuild: bool = True,
+    storage: RemoteStorage | None, rebuild: bool = True, limits: TierLimits | None = None,
 ) -> TieredLog:
     """Open (creating if needed) the log of one partition: the ONE place that does it.
 
@@ -102,9 +107,11 @@ def open_partition_log(
     is the server's shared store (``None``: no remote tier). ``config`` carries the
     topic's segment, flush and both retention settings and ``remote_enabled``.
     ``rebuild=False`` for a partition created just now (nothing to rebuild from).
+    ``limits``: the node's (:func:`node_limits`; default: limits of this log's own).
     """
     return TieredLog(directory, log_id=log_id, storage=storage, config=config.log_config(),
-                     tier=tier_config_of(config, settings), rebuild=rebuild)
+                     tier=tier_config_of(config, settings), rebuild=rebuild,
+                     limits=limits or node_limits(settings))
 
 
 def maintain_partition_log(plog: PartitionLog) -> None:
@@ -268,6 +275,8 @@ class TopicManager:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.limits = node_limits(settings)
+        """Rate limits all of this node's partitions share."""
         self.data_dir = Path(settings.data_dir)
         self.root = self.data_dir / "topics"
         self.trash = self.data_dir / "trash"
@@ -376,7 +385,7 @@ class TopicManager:
             for p in range(meta.partitions):
                 logs.append(open_partition_log(directory / str(p), meta.config, self.settings,
                                                log_id=log_id_of(meta, p), storage=self.storage,
-                                               rebuild=rebuild))
+                                               rebuild=rebuild, limits=self.limits))
         except BaseException:
             for plog in logs:
                 with contextlib.suppress(Exception):
