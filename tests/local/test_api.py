@@ -56,6 +56,7 @@ EXPECTED_ALL = [
     "RemoteStorageError",
     "SegmentInfo",
     "TierConfig",
+    "TierLimits",
     "TieredBounds",
     "TieredLog",
     "TieredLogError",
