@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from tiered_log import InvalidArgumentError
 from tiered_log.remote.fs import LocalDirStorage
-from tiered_log.remote.tier import RateLimiter, TierConfig
+from tiered_log.remote.tier import RateLimiter, TierConfig, TierLimits
 from tiered_log.tiered import TieredLog
 
 from .test_tiered_log import SMALL, produce, read_all_checked
@@ -128,11 +129,7 @@ def test_the_quotas_are_the_nodes(tmp_path: Path) -> None:
 
 def test_logs_sharing_limits_keep_to_them_together(tmp_path: Path) -> None:
     """Two logs reading their archives at once through shared limits fetch, together, no
-    faster than the shared quota; closing one ends its waits only."""
-    import threading
-
-    from tiered_log.remote.tier import TierLimits
-
+    faster than the shared quota."""
     storage = LocalDirStorage(tmp_path / "bucket")
     base = TierConfig(chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192,
                       local_retention_bytes=0)
@@ -164,8 +161,6 @@ def test_logs_sharing_limits_keep_to_them_together(tmp_path: Path) -> None:
 def test_release_ends_the_waits() -> None:
     """A wait under way ends when its cancel event is set, and a cancelled caller does not
     wait again; another caller of the same limiter still does."""
-    import threading
-
     lim = RateLimiter(10)
     lim.consume(10)
     cancel = threading.Event()
@@ -189,8 +184,6 @@ def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:
     for a tiny upload limit returns without sitting them out (both would take hours);
     the copy cut short this way is finished or cleaned up, and reopened without limits
     the log ships every segment exactly once."""
-    import threading
-
     storage = LocalDirStorage(tmp_path / "bucket")
     base = TierConfig(chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192,
                       local_retention_bytes=0)

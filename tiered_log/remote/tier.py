@@ -751,8 +751,7 @@ class RemoteTier:
         """One ranged GET covering consecutive chunks of one object; caches each chunk."""
         first, last = group[0], group[-1]
         start, end = first.position, last.position + last.data_length
-        waited = self.fetch_limiter.consume(end - start, self._closing)
-        self.stats.remote_fetch_throttled_ms += round(1000 * waited)
+        self._fetch_quota(end - start)
         try:
             blob = self.storage.get(first.object_key, start, end)
         except RemoteStorageError:
@@ -775,6 +774,12 @@ class RemoteTier:
         with self._inflight_lock:
             self._persisting.add(fut)
         fut.add_done_callback(self._persisted)
+
+    def _fetch_quota(self, n: int) -> None:
+        """Wait until ``n`` more bytes from the bucket fit the fetch quota (not past this
+        log's close), counting the time waited."""
+        self.stats.remote_fetch_throttled_ms += round(
+            1000 * self.fetch_limiter.consume(n, self._closing))
 
     def _persisted(self, fut: Future[None]) -> None:
         with self._inflight_lock:
@@ -883,8 +888,7 @@ class RemoteTier:
                 fut.result()
             data = self.cache.get(entry.object_key, entry.position, entry.data_length)
             if data is None:  # evicted at once (a tiny cache): fetch directly
-                self.stats.remote_fetch_throttled_ms += round(
-                    1000 * self.fetch_limiter.consume(entry.data_length, self._closing))
+                self._fetch_quota(entry.data_length)
                 blob = self.storage.get(entry.object_key, entry.position,
                                         entry.position + entry.data_length)
                 self.stats.remote_fetch_bytes += len(blob)
