@@ -393,7 +393,7 @@ class TieredLog:
             out.update({
                 "remote_url": r.storage.url,
                 "remote_segments": [{"id": s.id, "base_offset": s.base_offset,
-                                     "next_offset": min(s.next_offset, r.meta.clips.get(s.id, s.next_offset)),
+                                     "next_offset": r.served_end(s),
                                      "size": s.size, "state": str(s.state)}
                                     for s in r.journal.segments()],
                 "cache_hit_rate": round(r.cache.hit_rate, 4), "cache_bytes": r.cache.size_bytes,

@@ -298,6 +298,15 @@ _COMMITTED = frozenset((naming.LOG_SUFFIX, naming.RLI_SUFFIX))
 """The objects a copy must have in the bucket to count as complete."""
 
 
+def clip_entries(entries: Sequence[RemoteLogIndexEntry], end: int) -> list[RemoteLogIndexEntry]:
+    """The remote-index entries of ``entries`` that serve offsets below ``end``, the one
+    holding ``end - 1`` ending there (its chunk's bytes still hold the records above;
+    readers stop at an entry's ``last_offset``). Keeps the index free of overlaps after a
+    truncation inside a chunk, whatever is appended at ``end`` later."""
+    return [e if e.last_offset < end else replace(e, last_offset=end - 1)
+            for e in entries if e.first_offset < end]
+
+
 def encode_manifest(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], index: bytes,
                     timeindex: bytes) -> bytes:
     """The ``.rli`` object of a copied segment (layout in the module docstring)."""
@@ -424,10 +433,13 @@ class RemoteTier:
 
     def _expected_index_last(self) -> int:
         fin = self._finished
-        if not fin:
-            return -1
-        last = fin[-1]
-        return min(last.last_offset, self.meta.clips.get(last.id, last.next_offset) - 1)
+        return self.served_end(fin[-1]) - 1 if fin else -1
+
+    def served_end(self, seg: RemoteSegment) -> int:
+        """One past the last offset ``seg`` serves: its next offset, or its clip when a
+        truncation cut it (the objects keep the records above the clip; nothing reads
+        them). Every bound on what a remote segment serves goes through here."""
+        return min(seg.next_offset, self.meta.clips.get(seg.id, seg.next_offset))
 
     @property
     def finished_segments(self) -> list[RemoteSegment]:
@@ -451,8 +463,7 @@ class RemoteTier:
         fin = self._finished
         if not fin:
             return self.meta.log_start_offset
-        last = fin[-1]
-        return min(last.next_offset, self.meta.clips.get(last.id, last.next_offset))
+        return self.served_end(fin[-1])
 
     @property
     def size_bytes(self) -> int:
@@ -610,10 +621,10 @@ class RemoteTier:
     def delete_before(self, offset: int) -> list[RemoteSegment]:
         """Delete remote segments that end at or before ``offset``; move the log start."""
         with self._lock:
-            doomed = [s for s in self._finished if s.next_offset <= offset]
+            doomed = [s for s in self._finished if self.served_end(s) <= offset]
             if not doomed:
                 return []
-            new_start = max(self.meta.log_start_offset, doomed[-1].next_offset)
+            new_start = max(self.meta.log_start_offset, self.served_end(doomed[-1]))
             # Record the intent first: readers stop at the new start at once.
             marked = [self.journal.record(s, CopyState.DELETE_STARTED) for s in doomed]
             self.meta.log_start_offset = new_start
@@ -640,7 +651,7 @@ class RemoteTier:
             by_size = cfg.retention_bytes is not None and total - s.size >= cfg.retention_bytes
             if not (by_time or by_size):
                 break
-            cut = s.next_offset
+            cut = self.served_end(s)
             total -= s.size
         return cut
 
@@ -649,15 +660,19 @@ class RemoteTier:
 
         A remote segment wholly at or above ``offset`` is deleted; the one holding
         ``offset`` is deleted too if its data is still local (it will be shipped again),
-        and otherwise clipped (the clip is recorded in the remote metadata).
+        and otherwise clipped (the clip is recorded in the remote metadata, and its
+        remote-index entries end below it). A segment clipped before at or below
+        ``offset`` is left as it is: what it served stays what it serves.
         """
         with self._lock:
             doomed: list[RemoteSegment] = []
             clipped: RemoteSegment | None = None
             for s in self._finished:
-                if s.base_offset >= offset or (s.next_offset > offset and s.base_offset >= local_start):
+                if self.served_end(s) <= offset:
+                    continue
+                if s.base_offset >= offset or s.base_offset >= local_start:
                     doomed.append(s)
-                elif s.next_offset > offset:
+                else:
                     clipped = s
             if not doomed and clipped is None:
                 return
@@ -670,9 +685,8 @@ class RemoteTier:
             self._save_meta()
             gone = {naming.segment_object_key(self.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
                     for s in doomed}
-            keep = [e for e in self.index.all_entries()
-                    if e.object_key not in gone and e.first_offset < offset]
-            self.index.rewrite(keep)
+            self.index.rewrite(clip_entries(
+                [e for e in self.index.all_entries() if e.object_key not in gone], offset))
             for s in marked:
                 self.storage.delete(self._keys(s))
                 self.journal.record(s, CopyState.DELETE_FINISHED)
@@ -692,8 +706,7 @@ class RemoteTier:
             for rs in self._finished:
                 key = naming.segment_object_key(self.log_id, rs.base_offset, rs.id, naming.RLI_SUFFIX)
                 _, ents = self._read_manifest(key)
-                clip = self.meta.clips.get(rs.id)
-                entries.extend(e for e in ents if clip is None or e.first_offset < clip)
+                entries.extend(clip_entries(ents, self.served_end(rs)))
             self.index.rewrite(entries)
             self.needs_index_rebuild = False
             return len(entries)
@@ -732,16 +745,15 @@ class RemoteTier:
                     orphans.extend(groups[(base, seg_id)])  # deleted, or a duplicate copy
                     continue
                 segs.append((rs, ents))
-                expect = rs.next_offset
+                expect = self.served_end(rs)
             if orphans:
                 self.storage.delete(orphans)
             for rs, _ in segs:
                 self.journal.record(rs, CopyState.COPY_FINISHED)
             self.meta.save(self.dir / "meta.json")
             self._refresh()
-            entries = [e for rs, ents in segs for e in ents
-                       if rs.id not in self.meta.clips or e.first_offset < self.meta.clips[rs.id]]
-            self.index.rewrite(entries)
+            self.index.rewrite([e for rs, ents in segs
+                                for e in clip_entries(ents, self.served_end(rs))])
             self.needs_index_rebuild = False
             return len(segs)
 
@@ -943,7 +955,8 @@ class RemoteTier:
                 self.cache.discard(entry.object_key, entry.position, entry.data_length)
                 self.stats.remote_fetch_errors += 1
                 raise RemoteCorruptionError(f"{entry.object_key}: {exc}") from exc
-            recs = [r for r in recs if r.offset < end]
+            stop = min(end, entry.last_offset + 1)  # a clipped chunk holds records above it
+            recs = [r for r in recs if r.offset < stop]
             if out and used > budget:
                 break
             out.extend(recs)
@@ -978,18 +991,24 @@ class RemoteTier:
                 raise RemoteCorruptionError(
                     f"{entry.object_key}: the chunk at byte {entry.position} does not verify "
                     f"past byte {verified} of {len(data)}")
+            stop = min(end, entry.last_offset + 1)  # a clipped chunk holds records above it
             for b in batches:
                 after = b.base_offset + b.record_count
                 if after <= cur:
                     continue
+                if b.base_offset >= stop:
+                    break
                 if parts and (taken + b.size > max_bytes or cur - offset >= max_records):
                     return b"".join(parts), cur
-                if after > end:  # cut by a truncation: only the records below the end
+                part: bytes | memoryview
+                if after > stop:  # cut by a truncation: only the records below the cut
                     recs = decode_records(data, b.position, b.position + b.size)[0]
-                    parts.append(rebatch([r for r in recs if r.offset < end]))
-                    return b"".join(parts), end
-                parts.append(memoryview(data)[b.position : b.position + b.size])
-                taken += b.size
+                    part = rebatch([r for r in recs if r.offset < stop])
+                    after = stop
+                else:
+                    part = memoryview(data)[b.position : b.position + b.size]
+                parts.append(part)
+                taken += len(part)
                 cur = after
                 if cur >= end:
                     return b"".join(parts), cur
@@ -1002,10 +1021,9 @@ class RemoteTier:
         last_timestamp, position, length]`` (JSON-able): what a reader that fetches from
         the bucket itself (the Spark source) plans from. Reads the index files; any thread.
         """
-        clips = dict(self.meta.clips)
         out: list[dict[str, Any]] = []
         for s in self.finished_segments:
-            nxt = min(s.next_offset, clips.get(s.id, s.next_offset))
+            nxt = self.served_end(s)
             if nxt <= log_start or nxt <= s.base_offset:
                 continue
             key = naming.segment_object_key(self.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)

@@ -140,8 +140,9 @@ def _decode_group(key: str, group: list[Chunk], blob: bytes, start: int,
     """The verified frames of one GET and the row range ``lo:hi`` of them in ``[start, end)``."""
     cols = decode_columns(blob)
     offs = cols.offsets
+    # A chunk clipped by a truncation holds records above its index entry's last offset.
     if cols.end != len(blob) or not offs or offs[0] != group[0][0] or (
-            offs[-1] != group[-1][1]) or offs[-1] - offs[0] + 1 != len(offs):
+            offs[-1] < group[-1][1]) or offs[-1] - offs[0] + 1 != len(offs):
         raise RemoteCorruptionError(
             f"{key}: bytes [{group[0][4]}, {group[0][4] + len(blob)}) do not hold offsets "
             f"{group[0][0]}..{group[-1][1]} as the remote index says")

@@ -165,7 +165,8 @@ def split_archive(topic: str, bucket_url: str, st: PartitionState, start: int, e
                     groups.append(cur)
         for g in groups:
             out.append(ArchiveSplit(topic, st.partition, bucket_url, seg.object_key, tuple(g),
-                                    max(start, g[0][0]), min(stop, g[-1][1] + 1)))
+                                    max(start, g[0][0]),
+                                    min(stop, seg.next_offset, g[-1][1] + 1)))
     return out
 
 
