@@ -121,10 +121,11 @@ def _hand_made_batch(values: Sequence[bytes], timestamps: Sequence[int] | None =
                      header_blocks: Sequence[bytes] | None = None,
                      key_lengths: Sequence[int] | None = None,
                      value_lengths: Sequence[int] | None = None,
-                     magic: int = MAGIC, count: int | None = None) -> bytes:
+                     magic: int = MAGIC, count: int | None = None, attributes: int = 0) -> bytes:
     """One batch laid out by hand as the format documents it, with a correct checksum:
-    for batches that encode_batch refuses to build. The ``*_lengths``, ``magic`` and
-    ``count`` overrides make batches whose checksum is right but whose contents are not."""
+    for batches that encode_batch refuses to build. The ``*_lengths``, ``magic``,
+    ``count`` and ``attributes`` overrides make batches whose checksum is right but whose
+    contents are not."""
     n = len(values)
     ts = list(timestamps) if timestamps is not None else [0] * n
     ks = list(keys) if keys is not None else [None] * n
@@ -136,9 +137,9 @@ def _hand_made_batch(values: Sequence[bytes], timestamps: Sequence[int] | None =
             + b"".join(k for k in ks if k is not None) + b"".join(values) + b"".join(hs))
     size = HEADER_SIZE + len(body)
     cnt = n if count is None else count
-    unsigned = HEADER.pack(base, size, 0, magic, 0, cnt) + body
+    unsigned = HEADER.pack(base, size, 0, magic, attributes, cnt) + body
     checksum = xxhash.xxh3_64_intdigest(unsigned[CHECKED_FROM:], seed=base)
-    return HEADER.pack(base, size, checksum, magic, 0, cnt) + body
+    return HEADER.pack(base, size, checksum, magic, attributes, cnt) + body
 
 
 def test_hand_made_batches_match_the_encoder() -> None:
@@ -389,6 +390,13 @@ def test_corrupted_batch_is_400_naming_it_and_nothing_stored(admin: httpx.Client
     pytest.param(_hand_made_batch([b"abcd"], count=2), "bad header", id="count"),
     pytest.param(_hand_made_batch([b"abcd"], header_blocks=[b"\x05\x00ab"]), "header",
                  id="header-block"),
+    # The format defines no attribute (the field is 0): any bit set is refused.
+    pytest.param(_hand_made_batch([b"abcd"], attributes=0xFFFF), "attributes 0xffff",
+                 id="attributes-all"),
+    pytest.param(_hand_made_batch([b"abcd"], attributes=1), "attributes 0x0001",
+                 id="attributes-low-bit"),
+    pytest.param(_hand_made_batch([b"abcd"], attributes=0x8000), "attributes 0x8000",
+                 id="attributes-high-bit"),
 ])
 def test_checksummed_but_malformed_batch_is_400(admin: httpx.Client, topic_name: str,
                                                 batch: bytes, expect: str) -> None:
@@ -585,6 +593,8 @@ def test_receive_batches_in_process() -> None:
         receive_batches(body, BIG, max_records=2)
     with pytest.raises(InvalidArgumentError):
         receive_batches(b"", BIG)
+    with pytest.raises(CorruptRecordError, match=r"batch 3 .*attributes 0x0002"):
+        receive_batches(body + _hand_made_batch([b"a"], attributes=2), BIG)
     assert receive_batches(body, BIG, max_records=3).count == 3
 
 

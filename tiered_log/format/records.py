@@ -9,7 +9,8 @@ scanning it. All integers are little-endian. One batch of ``n`` records::
     8   u32  size             bytes of the whole batch, this header included
    12   u64  checksum         xxh3_64(batch[20:size], seed=base_offset)
    20   u16  magic            0x5442 ("TB")
-   22   u16  attributes       0 (reserved)
+   22   u16  attributes       0: no attribute bit is defined (receive_batches refuses
+                              a batch with any bit set)
    24   u32  count            n >= 1
    28   i64[n]  timestamps    milliseconds since the epoch
         i32[n]  key lengths   -1 = no key
@@ -54,6 +55,11 @@ HEADER_SIZE = HEADER.size  # 28
 CHECKED_FROM = 20
 """The checksum covers a batch from this byte on (everything after the checksum)."""
 MAGIC = 0x5442
+KNOWN_ATTRIBUTES = 0
+"""The attribute bits the format defines (none): a batch with another bit set is from a
+format this code does not know, and is refused where batches come in."""
+_ATTRIBUTES_AT = 22
+_ATTRIBUTES = struct.Struct("<H")
 RECORD_OVERHEAD = 20
 """Column bytes per record: timestamp 8, key length 4, value length 4, header bytes 4."""
 MAX_BATCH_BYTES = 1 << 20
@@ -644,14 +650,16 @@ def receive_batches(
 
     Every batch is verified before anything is returned: its checksum (against the base
     offset it carries), its lengths, its values (not empty, at most ``append_threshold``
-    bytes), its timestamps (below 2**62; a negative one means "the appending log's clock")
-    and its headers. The batches' offsets are not checked against each other: the log
+    bytes), its timestamps (below 2**62; a negative one means "the appending log's clock"),
+    its headers and its attributes (no bit outside :data:`KNOWN_ATTRIBUTES`, none
+    today). The batches' offsets are not checked against each other: the log
     assigns new ones (:meth:`EncodedBatch.rebased`). ``buf`` is copied once.
 
     Raises CorruptRecordError naming the first bad batch (index, byte position, offset),
-    also when ``buf`` ends inside a batch; RecordTooLargeError for a value over
-    ``append_threshold``; InvalidArgumentError for an empty ``buf``, more than
-    ``max_records`` records, an empty value or a timestamp past the 2**62 ms range.
+    also when ``buf`` ends inside a batch or a batch has unknown attribute bits;
+    RecordTooLargeError for a value over ``append_threshold``; InvalidArgumentError for
+    an empty ``buf``, more than ``max_records`` records, an empty value or a timestamp
+    past the 2**62 ms range.
     """
     data = bytearray(buf)
     end = len(data)
@@ -671,6 +679,11 @@ def receive_batches(
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"{where}): {exc}") from None
         where += f", offset {b.base})"
+        (attributes,) = _ATTRIBUTES.unpack_from(data, pos + _ATTRIBUTES_AT)
+        if attributes & ~KNOWN_ATTRIBUTES:
+            raise CorruptRecordError(
+                f"{where}: attributes 0x{attributes:04x} has bits the format does not define "
+                "(attributes must be 0)")
         total += b.n
         if total > limit:
             raise InvalidArgumentError(f"more than {limit} records in one request")
