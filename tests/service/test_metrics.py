@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 
-from .conftest import ServerProcess
+from .conftest import ADMIN, READER, WRITER, ServerProcess
 
 
 def _samples(text: str) -> dict[str, float]:
@@ -60,6 +61,55 @@ def test_metrics_count_appends_and_fetches(admin: httpx.Client, topic_name: str)
     assert topic_name not in admin.get("/metrics").text
 
 
-def test_healthz(server: ServerProcess) -> None:
-    r = httpx.get(server.url + "/healthz")
-    assert r.status_code == 200 and r.json()["status"] == "ok"
+@pytest.mark.timeout(60)
+def test_healthz_is_liveness_only(server: ServerProcess) -> None:
+    """``/healthz`` answers anyone, and tells nothing about the data (no topic count)."""
+    with server.client(ADMIN) as c:
+        assert c.post("/v1/topics", json={"name": "health-probe"}).status_code in (201, 409)
+    r = httpx.get(server.url + "/healthz", timeout=10)
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+@pytest.mark.timeout(60)
+def test_metrics_show_a_token_only_its_topics(server: ServerProcess, topic_name: str) -> None:
+    """The per-topic series of ``/metrics`` are filtered to the topics the token has a
+    grant on (as ``/v1/topics`` lists them); the service-wide series stay."""
+    mine, other = f"ro.{topic_name}", f"hidden-{topic_name}"
+    with server.client(ADMIN) as c:
+        for t in (mine, other):
+            assert c.post("/v1/topics", json={"name": t}).status_code == 201
+            r = c.post(f"/v1/topics/{t}/partitions/0/records", json={"records": [{"value": "x"}]})
+            assert r.status_code == 200
+        full = c.get("/metrics").text
+    assert f'topic="{mine}"' in full and f'topic="{other}"' in full
+    for token in (READER, WRITER):
+        with server.client(token) as c:
+            assert [t["name"] for t in c.get("/v1/topics").json()["topics"]
+                    if t["name"] in (mine, other)] == [mine]
+            r = c.get("/metrics")
+            assert r.status_code == 200
+            text = r.text
+        topics = set(re.findall(r'topic="([^"]*)"', text))
+        assert other not in text
+        assert mine in topics and all(t.startswith("ro.") for t in topics), topics
+        s = _samples(text)
+        assert s[f'tiered_log_append_records_total{{topic="{mine}"}}'] == 1
+        assert s[f'tiered_log_partition_next_offset{{topic="{mine}",partition="0"}}'] == 1
+        assert re.search(r'^tiered_log_http_requests_total\{method="GET",status="200"\} \d+$',
+                         text, re.M)
+
+
+def test_forgetting_a_topic_drops_only_topic_series() -> None:
+    """Deleting a topic named like an HTTP method drops its series, not the request
+    counters of that method (they are labelled by method, not topic)."""
+    from tiered_log.service.metrics import Registry
+
+    r = Registry()
+    http = r.counter("http_requests_total", "h", ["method", "status"])
+    appends = r.counter("append_total", "a", ["topic"])
+    http.inc("GET", "200")
+    appends.inc("GET")
+    appends.inc("other")
+    r.remove_label_value("topic", "GET")
+    assert http.get("GET", "200") == 1
+    assert (appends.get("GET"), appends.get("other")) == (0, 1)

@@ -4,7 +4,7 @@ Endpoints (all errors are JSON ``{"error": {"code", "message", "retriable", "det
 
     GET    /healthz                                                200
     GET    /metrics                                                200 401
-    POST   /v1/topics                                              201 400 401 403 409 413
+    POST   /v1/topics                                              201 400 401 403 409 413 415
     GET    /v1/topics                                              200 401
     GET    /v1/topics/{topic}                                      200 400 401 403 404
     DELETE /v1/topics/{topic}                                      204 400 401 403 404
@@ -12,13 +12,16 @@ Endpoints (all errors are JSON ``{"error": {"code", "message", "retriable", "det
     GET    /v1/topics/{topic}/partitions/{p}/records               200 400 401 403 404 410 416
     GET    /v1/topics/{topic}/partitions/{p}/offsets?timestamp=    200 400 401 403 404
     GET    /v1/topics/{topic}/partitions/{p}/bounds                200 400 401 403 404
-    POST   /v1/topics/{topic}/partitions/{p}/truncate              200 400 401 403 404 416
+    POST   /v1/topics/{topic}/partitions/{p}/truncate              200 400 401 403 404 415 416
 
 Produce takes three bodies (see ``_PRODUCE_DOC``): a JSON batch, one raw
 ``application/octet-stream`` record streamed in, or a binary batch of record frames
 (``application/vnd.tiered-log.frames``, the stored frame layout: checksums verified,
 offsets reassigned, appended as one batch; the fast form the Python client uses; see
-:mod:`tiered_log.service.wire`).
+:mod:`tiered_log.service.wire`). A JSON body (produce, create, truncate) must say so:
+``application/json`` or ``application/*+json``; any other type, or none, is 415 (a
+missing type is never read as JSON: a web page could send that cross-origin without a
+CORS preflight).
 
 Status mapping of library errors: invalid input 400, unauthenticated 401 (with
 ``WWW-Authenticate: Bearer``), no grant 403, unknown topic or partition 404, topic exists
@@ -47,8 +50,10 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -94,6 +99,7 @@ from .wire import (
     JSON,
     MAX_BATCH_RECORDS,
     MAX_OFFSET,
+    TOPIC_NAME_PATTERN,
     Bounds,
     CreateTopicRequest,
     ErrorResponse,
@@ -254,7 +260,7 @@ class ServiceMetrics:
         return out
 
     def forget_topic(self, name: str) -> None:
-        self.registry.remove_label_value(0, name)
+        self.registry.remove_label_value("topic", name)
 
 
 class ServiceState:
@@ -489,6 +495,26 @@ def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
+def _is_json(media: str) -> bool:
+    """Whether a media type (lower case, no parameters) is JSON: ``application/json`` or
+    ``application/<anything>+json``. A missing type is not: a body is only taken for
+    JSON when it says so (a web page can send a body without a type, or as
+    ``text/plain`` or a form, cross-origin with no CORS preflight)."""
+    return media == JSON or (media.startswith("application/") and media.endswith("+json"))
+
+
+async def json_content(request: Request) -> None:
+    """Dependency of the routes whose body is JSON: 415 unless the Content-Type is JSON
+    (see :func:`_is_json`). Declared after the grant, so 401/403 come first."""
+    media = _media_type(request)
+    if not _is_json(media):
+        raise UnsupportedMediaTypeError(
+            f"Content-Type must be {JSON}, not {media or 'missing'!r}")
+
+
+JsonContent = Annotated[None, Depends(json_content)]
+
+
 # ---- the app --------------------------------------------------------------------------------
 
 _ERR = {"model": ErrorResponse}
@@ -505,7 +531,7 @@ def _errs(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 TopicPath = Annotated[str, Path(
     description="Topic name: 1-200 of A-Z a-z 0-9 . _ - (others are 400 invalid_topic_name).",
-    json_schema_extra={"pattern": r"^[A-Za-z0-9._-]{1,200}$"},
+    json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
 )]
 PartitionPath = Annotated[int, Path(ge=0, le=MAX_PARTITIONS - 1, description="Partition index.")]
 
@@ -517,12 +543,14 @@ Three forms:
   record batches in the stored layout, the same a binary fetch returns (see
   `tiered_log/format/records.py`: u64 base offset, u32 size, u64 xxh3 checksum, u16 magic, u16 attributes, u32 count, then columns (i64 timestamps, i32 key lengths, u32 value lengths, u32 header-block lengths) and the keys, values and header blocks; little-endian). The base offsets in the body are
   ignored (the log assigns consecutive ones) but every batch's checksum is verified
-  against the base offset it carries: a bad or truncated batch is 400 naming it, and
-  nothing is stored. A negative timestamp means the server's clock. At most 10,000
-  records; each value bounded by the topic's `append_threshold` (413, nothing stored);
-  an empty body is 400. Appended all-or-nothing, as sent (offsets and checksums
-  rewritten, nothing else re-encoded).
-* `Content-Type: application/json`: a batch
+  against the base offset it carries, and its attributes must be 0 (the format defines
+  no attribute bit): a bad or truncated batch is 400 naming it, and nothing is stored.
+  A negative timestamp means the server's clock. At most 10,000 records; each value
+  bounded by the topic's `append_threshold` (413, nothing stored); an empty body is 400.
+  Appended all-or-nothing, as sent (offsets and checksums rewritten, nothing else
+  re-encoded).
+* `Content-Type: application/json` (or `application/*+json`; a body without a
+  Content-Type is 415, never read as JSON): a batch
   `{"records": [{"value": "text"} | {"value_b64": "..."}, ...]}`; each record may also
   have `key` (text) or `key_b64`, `headers` (`{"name": "text"}` or
   `[{"name": "n", "value_b64": "..."}]`) and `timestamp` (ms). The batch is appended
@@ -587,25 +615,30 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
 
     @app.get("/healthz", response_model=Health, tags=["service"])
     async def healthz() -> dict[str, Any]:
-        """Liveness: 200 while the server runs (``status`` is ``stopping`` on shutdown)."""
-        return {"status": "stopping" if state.is_stopping else "ok",
-                "topics": len(manager.list())}
+        """Liveness: 200 while the server runs (``status`` is ``stopping`` on shutdown).
+        Needs no token, so it says nothing else (no topic count, no data)."""
+        return {"status": "stopping" if state.is_stopping else "ok"}
 
     @app.get("/metrics", response_class=Response, tags=["service"],
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                               "description": "Prometheus text format"}, **_errs(401)})
-    async def metrics(_: Authenticated) -> Response:
+    async def metrics(principal: Authenticated) -> Response:
         """Prometheus metrics: appends and fetches (records, bytes) per topic, copy lag,
-        remote fetch bytes and errors, remote cache hits/misses, partition offsets."""
-        text = await asyncio.to_thread(state.metrics.registry.render)
+        remote fetch bytes and errors, remote cache hits/misses, partition offsets.
+
+        The per-topic series are those of the topics the token has a grant on (the
+        topics ``GET /v1/topics`` lists it); the service-wide series (HTTP requests by
+        method and status) are there for every token."""
+        only = None if principal.grants is None else ("topic", principal.allows_any)
+        text = await asyncio.to_thread(state.metrics.registry.render, only=only)
         return Response(text, media_type=CONTENT_TYPE)
 
     # ---- topics ----
 
     @app.post("/v1/topics", status_code=201, response_model=TopicDescription, tags=["topics"],
-              responses=_errs(400, 401, 403, 409, 413))
-    async def create_topic(body: CreateTopicRequest,
-                           principal: Authenticated) -> dict[str, Any]:
+              responses=_errs(400, 401, 403, 409, 413, 415))
+    async def create_topic(body: CreateTopicRequest, principal: Authenticated,
+                           _json: JsonContent) -> dict[str, Any]:
         """Create a topic (needs ``admin`` on its name). Per-topic config overrides the
         server's topic defaults."""
         validate_topic_name(body.name)
@@ -687,7 +720,7 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
             if not body:
                 raise InvalidRequestError("the body holds no record batches")
             parse, args = _parse_frames, (body, limit)
-        elif media in (JSON, "") or media.endswith("+json"):
+        elif _is_json(media):
             if key is not None or timestamp is not None:
                 raise InvalidRequestError("key and timestamp query parameters are for raw bodies; "
                                           "give them per record in a JSON batch")
@@ -824,9 +857,9 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         return await _run(state, topic, _remote_segments, plog)
 
     @app.post("/v1/topics/{topic}/partitions/{partition}/truncate", response_model=Bounds,
-              tags=["records"], responses=_errs(400, 401, 403, 404, 416, 503))
+              tags=["records"], responses=_errs(400, 401, 403, 404, 415, 416, 503))
     async def truncate(body: TruncateRequest, topic: TopicPath, partition: PartitionPath,
-                       _: AdminGrant) -> dict[str, Any]:
+                       _: AdminGrant, _json: JsonContent) -> dict[str, Any]:
         """Remove every record at and after ``offset`` (needs ``admin``); returns the new
         bounds. ``offset`` must be within ``[log_start_offset, next_offset]``."""
         plog = manager.partition(topic, partition)
@@ -1018,26 +1051,43 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
+def _documented_models(app: FastAPI) -> list[tuple[type[BaseModel], JsonSchemaMode]]:
+    """Every model the routes take (validation) or answer (serialization), plus the JSON
+    produce body (read by the handler itself, so no route declares it)."""
+    out: dict[tuple[type[BaseModel], JsonSchemaMode], None] = {
+        (ProduceRequest, "validation"): None, (ErrorResponse, "serialization"): None}
+
+    def add(model: object, mode: JsonSchemaMode) -> None:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            out[(model, mode)] = None
+
+    for route in app.routes:
+        if not isinstance(route, APIRoute):
+            continue
+        if route.body_field is not None:
+            add(route.body_field.field_info.annotation, "validation")
+        add(route.response_model, "serialization")
+        for extra in route.responses.values():
+            add(extra.get("model"), "serialization")
+    return list(out)
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """The OpenAPI document: our error shape for 400 (FastAPI's 422 removed) and the
-    JSON produce body's schema."""
+    """The OpenAPI document: our error shape for 400 (FastAPI's 422 removed), the JSON
+    produce body's schema, and every model's schema exactly as pydantic writes it from
+    the models the server validates with (FastAPI's own pass turns integer bounds into
+    floats: 2**63 - 1 became 9.223372036854776e+18, which is not the server's bound)."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description,
                          routes=app.routes)
     comps = schema.setdefault("components", {}).setdefault("schemas", {})
-    prod = ProduceRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    for name, sub in prod.pop("$defs", {}).items():
-        comps.setdefault(name, sub)
-    comps["ProduceRequest"] = prod
+    _, defs = models_json_schema(_documented_models(app),
+                                 ref_template="#/components/schemas/{model}")
+    comps.update(defs.get("$defs", {}))
     for name in ("HTTPValidationError", "ValidationError"):
         comps.pop(name, None)
     err_ref = {"$ref": "#/components/schemas/ErrorResponse"}
-    comps.setdefault("ErrorResponse", ErrorResponse.model_json_schema(
-        ref_template="#/components/schemas/{model}"))
-    for name, sub in ErrorResponse.model_json_schema(
-            ref_template="#/components/schemas/{model}").get("$defs", {}).items():
-        comps.setdefault(name, sub)
     for path_item in schema.get("paths", {}).values():
         for op in path_item.values():
             if not isinstance(op, dict):

@@ -130,16 +130,22 @@ class Registry:
         with self._lock:
             self._collectors.append(collect)
 
-    def remove_label_value(self, index: int, value: str) -> None:
-        """Drop the series of every metric whose label ``index`` is ``value``."""
+    def remove_label_value(self, label: str, value: str) -> None:
+        """Drop the series of every metric whose label ``label`` is ``value`` (metrics
+        without that label keep theirs, whatever their labels hold)."""
         with self._lock:
             metrics = list(self._metrics)
         for m in metrics:
-            if len(m.labelnames) > index:
-                m.remove_matching(index, value)
+            if label in m.labelnames:
+                m.remove_matching(m.labelnames.index(label), value)
 
-    def render(self) -> str:
-        """Every metric in the Prometheus text format (may block in collectors)."""
+    def render(self, *, only: tuple[str, Callable[[str], bool]] | None = None) -> str:
+        """Every metric in the Prometheus text format (may block in collectors).
+
+        ``only=(label, keep)``: of the families that have ``label``, only the samples
+        whose value of it passes ``keep`` (the service keeps a caller to the topics it
+        may see); families without that label are rendered whole.
+        """
         with self._lock:
             families = [m.family() for m in self._metrics]
             collectors = list(self._collectors)
@@ -147,9 +153,13 @@ class Registry:
             families.extend(collect())
         lines: list[str] = []
         for f in families:
+            samples = f.samples
+            if only is not None and only[0] in f.labelnames:
+                at, keep = f.labelnames.index(only[0]), only[1]
+                samples = tuple(s for s in samples if keep(s[0][at]))
             lines.append(f"# HELP {f.name} {_escape(f.help)}")
             lines.append(f"# TYPE {f.name} {f.kind}")
-            for labels, value in f.samples:
+            for labels, value in samples:
                 lines.append(f"{f.name}{_fmt_labels(f.labelnames, labels)} {_fmt_value(value)}")
         return "\n".join(lines) + "\n"
 

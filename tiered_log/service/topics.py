@@ -62,10 +62,13 @@ from ..local.segment import fsync_dir, write_atomic
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig, TierLimits
 from ..tiered import TieredLog
+from .wire import TOPIC_NAME_PATTERN
 
 log = logging.getLogger("tiered_log.service.topics")
 
-TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+TOPIC_NAME_RE = re.compile(TOPIC_NAME_PATTERN)
+"""What :func:`validate_topic_name` accepts (whole names: ``fullmatch``); the OpenAPI
+document states the same pattern."""
 MAX_TOPIC_NAME = 200
 MAX_PARTITIONS = 1000
 TOPIC_FILE = "topic.json"

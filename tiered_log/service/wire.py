@@ -11,7 +11,8 @@ and header values follow the same rule (both null = no key / a null header value
 application/vnd.tiered-log.frames`` (:data:`FRAMES`) takes a body of record batches in
 the stored layout (build it with :func:`tiered_log.format.records.encode_batch`; any
 base offset will do). The server verifies every batch
-(:func:`tiered_log.format.records.receive_batches`: checksum, lengths, values, headers)
+(:func:`tiered_log.format.records.receive_batches`: checksum, lengths, values, headers,
+attributes 0)
 and ignores the base offsets otherwise (the log assigns them); a negative timestamp
 means "the server's clock". The batches are appended as they came, all or nothing, only
 their offsets and checksums rewritten: a bad batch is 400 naming it, a value over the
@@ -33,13 +34,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from ..config import MAX_INT, TopicConfig
 from ..errors import InvalidArgumentError, LogClosedError
-from ..format.records import ProducerRecord, Record
+from ..format.records import MAX_HEADERS, ProducerRecord, Record
 
 MAX_OFFSET = (1 << 63) - 1
 MAX_BATCH_RECORDS = 10_000
@@ -47,6 +48,13 @@ BINARY = "application/octet-stream"
 FRAMES = "application/vnd.tiered-log.frames"
 """Content-Type of a binary produce batch: record frames (see the module docstring)."""
 JSON = "application/json"
+
+TOPIC_NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._-]{1,200}$"
+"""A valid topic name: 1-200 of ``A-Z a-z 0-9 . _ -``, not ``.`` or ``..`` (what
+:func:`tiered_log.service.topics.validate_topic_name` accepts: it matches this pattern)."""
+MAX_HEADER_NAME_CHARS = 0xFFFF // 4
+"""The longest header name the document promises (characters): its UTF-8 takes at most
+4 bytes a character, and the format's limit is 65535 bytes (longer names in bytes: 400)."""
 
 H_NEXT_OFFSET = "X-Next-Offset"
 H_HIGH_WATERMARK = "X-High-Watermark"
@@ -122,36 +130,66 @@ def error_json(code: str, message: str, *, retriable: bool = False,
 # ---- topics -------------------------------------------------------------------------------
 
 
+def _nullable(name: str) -> bool:
+    """Whether :class:`TopicConfig` takes null for ``name`` (a limit: null = none)."""
+    return type(None) in get_args(TopicConfig.model_fields[name].annotation)
+
+
+_NO_LIMIT = tuple(name for name in TopicConfig.model_fields if _nullable(name))
+"""The TopicConfig fields that are limits: null or -1 means "no limit"."""
+
+
+def _like_topic_config(name: str) -> Any:
+    """A field of :class:`TopicConfigOverrides` with the bounds and description that
+    :class:`TopicConfig` gives ``name``: a request is validated, and documented, by the
+    constraints the topic config is. The default None means "not given" (the server's
+    topic default applies); it is not shown as a default in the document."""
+    info = TopicConfig.model_fields[name]
+    bounds: dict[str, Any] = {}
+    for meta in info.metadata:
+        for attr in ("gt", "ge", "lt", "le"):
+            value = getattr(meta, attr, None)
+            if value is not None:
+                bounds[attr] = value
+    return Field(None, description=info.description, **bounds)
+
+
+def _overrides_json_schema(schema: dict[str, Any]) -> None:
+    """The document's TopicConfigOverrides: no field has a default of its own (an omitted
+    one takes the server's), and a limit may also be -1 ("no limit", as null)."""
+    for name, prop in schema.get("properties", {}).items():
+        prop.pop("default", None)
+        if name in _NO_LIMIT and "anyOf" in prop:
+            prop["anyOf"].insert(1, {"type": "integer", "const": -1})
+
+
 class TopicConfigOverrides(BaseModel):
     """Per-topic overrides of the server's topic defaults; omitted fields take the default.
 
-    ``null`` or ``-1`` for a flush or retention limit means "no limit".
+    Every field is :class:`~tiered_log.config.TopicConfig`'s, with its bounds (the
+    server validates the merged config with that model, and documents these bounds from
+    it). ``null`` or ``-1`` for a flush or retention limit means "no limit"; the other
+    fields cannot be null.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_overrides_json_schema)
 
-    segment_bytes: Annotated[int | None, WithJsonSchema({"type": "integer", "minimum": 64})] = Field(
-        None, description="Roll a segment at this size (bytes, >= 64).")
-    segment_ms: int | None = Field(None, description="Roll a segment at this age (ms).")
-    flush_messages: int | None = Field(
-        None, description="fsync after this many records (1 = every append durable before the ack)."
-    )
-    flush_ms: int | None = Field(None, description="fsync when this many ms passed since the last.")
-    local_retention_bytes: int | None = Field(None, description="Local bytes kept of copied segments.")
-    local_retention_ms: int | None = Field(None, description="How long copied segments stay local (ms).")
-    retention_bytes: int | None = Field(None, description="Total retention over both tiers (bytes).")
-    retention_ms: int | None = Field(None, description="Total retention over both tiers (ms).")
-    remote_enabled: Annotated[bool | None, WithJsonSchema({"type": "boolean"})] = Field(
-        None, description="Copy sealed segments to the remote tier.")
-    append_threshold: Annotated[int | None, WithJsonSchema({"type": "integer", "minimum": 1})] = Field(
-        None, description="Largest record value accepted (bytes).")
+    segment_bytes: int = _like_topic_config("segment_bytes")
+    segment_ms: int | None = _like_topic_config("segment_ms")
+    flush_messages: int | None = _like_topic_config("flush_messages")
+    flush_ms: int | None = _like_topic_config("flush_ms")
+    local_retention_bytes: int | None = _like_topic_config("local_retention_bytes")
+    local_retention_ms: int | None = _like_topic_config("local_retention_ms")
+    retention_bytes: int | None = _like_topic_config("retention_bytes")
+    retention_ms: int | None = _like_topic_config("retention_ms")
+    remote_enabled: bool = _like_topic_config("remote_enabled")
+    append_threshold: int = _like_topic_config("append_threshold")
 
-    @model_validator(mode="after")
-    def _null_only_for_limits(self) -> TopicConfigOverrides:
-        for name in ("segment_bytes", "remote_enabled", "append_threshold"):
-            if name in self.model_fields_set and getattr(self, name) is None:
-                raise ValueError(f"{name} cannot be null")
-        return self
+    @field_validator(*_NO_LIMIT, mode="before")
+    @classmethod
+    def _minus_one_is_none(cls, v: object) -> object:
+        """-1 is "no limit", read as TopicConfig reads it."""
+        return TopicConfig._minus_one_is_none(v)
 
 
 class CreateTopicRequest(BaseModel):
@@ -161,7 +199,7 @@ class CreateTopicRequest(BaseModel):
 
     name: str = Field(
         description="1-200 characters of A-Z a-z 0-9 . _ - (not '.' or '..').",
-        json_schema_extra={"pattern": r"^[A-Za-z0-9._-]{1,200}$"},
+        json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
     )
     partitions: int = Field(1, ge=1, le=1000, description="Number of partitions, 1-1000.")
     config: TopicConfigOverrides = Field(default_factory=lambda: TopicConfigOverrides.model_validate({}))
@@ -198,11 +236,13 @@ class TopicList(BaseModel):
 class HeaderIn(BaseModel):
     """One record header: a name and a text or base64 value (both absent = null value)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "not": {"required": ["value", "value_b64"]}})
 
-    name: str
+    name: str = Field(json_schema_extra={"maxLength": MAX_HEADER_NAME_CHARS})
     value: str | None = None
-    value_b64: str | None = None
+    value_b64: Annotated[str | None, WithJsonSchema(
+        {"anyOf": [{"type": "string", "format": "byte"}, {"type": "null"}]})] = None
 
     @model_validator(mode="after")
     def _one_value(self) -> HeaderIn:
@@ -219,16 +259,30 @@ class HeaderIn(BaseModel):
         return self.name, None
 
 
+def _headers_json_schema(schema: dict[str, Any]) -> None:
+    """The format's limits on a record's headers, in both forms of ``headers``: at most
+    :data:`MAX_HEADERS`, names of at most :data:`MAX_HEADER_NAME_CHARS` characters."""
+    for branch in schema.get("anyOf", ()):
+        if branch.get("type") == "object":
+            branch["maxProperties"] = MAX_HEADERS
+            branch["propertyNames"] = {"maxLength": MAX_HEADER_NAME_CHARS}
+        elif branch.get("type") == "array":
+            branch["maxItems"] = MAX_HEADERS
+
+
 class RecordIn(BaseModel):
     """A record to append. Exactly one of ``value`` (text) / ``value_b64`` (base64, for
     binary values); at most one of ``key`` / ``key_b64``; ``headers`` as an object of
     text values or a list of ``{name, value | value_b64}``; ``timestamp`` in ms since
     the epoch (default: the server's clock)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
-        {"required": ["value"], "not": {"required": ["value_b64"]}},
-        {"required": ["value_b64"], "not": {"required": ["value"]}},
-    ]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "oneOf": [
+            {"required": ["value"], "not": {"required": ["value_b64"]}},
+            {"required": ["value_b64"], "not": {"required": ["value"]}},
+        ],
+        "not": {"required": ["key", "key_b64"]},
+    })
 
     value: Annotated[str | None, WithJsonSchema({"type": "string", "minLength": 1})] = Field(
         None, description="The value as text (stored UTF-8 encoded).")
@@ -240,7 +294,8 @@ class RecordIn(BaseModel):
     key_b64: Annotated[str | None, WithJsonSchema({"type": "string", "format": "byte"})] = Field(
         None, description="The key as base64.")
     headers: dict[str, str | None] | list[HeaderIn] | None = Field(
-        None, description='{"name": "text value", ...} or [{"name": ..., "value_b64": ...}, ...]'
+        None, description='{"name": "text value", ...} or [{"name": ..., "value_b64": ...}, ...]',
+        json_schema_extra=_headers_json_schema,
     )
     timestamp: int | None = Field(None, ge=0, le=MAX_INT, description="Milliseconds since the epoch.")
 
@@ -335,15 +390,28 @@ class Bounds(BaseModel):
 
 
 class TruncateRequest(BaseModel):
+    """``POST .../truncate``."""
+
     model_config = ConfigDict(extra="forbid")
 
     offset: int = Field(ge=0, le=MAX_OFFSET, strict=True,
                         description="Remove every record at and after it.")
 
+    @field_validator("offset", mode="before")
+    @classmethod
+    def _integral_number(cls, v: object) -> object:
+        """A JSON number with a zero fraction (``5.0``) is an integer, as JSON Schema
+        counts them, when it names one offset exactly (up to 2**53); any other float
+        stays refused (truncation removes records: no rounding to a nearby offset)."""
+        if isinstance(v, float) and v.is_integer() and abs(v) <= 1 << 53:
+            return int(v)
+        return v
+
 
 class Health(BaseModel):
-    status: str
-    topics: int
+    """``GET /healthz``: liveness only (it needs no token, so it tells nothing else)."""
+
+    status: str = Field(description="ok, or stopping while the server shuts down.")
 
 
 def _text_or_b64(b: bytes | None) -> tuple[str | None, str | None]:
@@ -421,6 +489,7 @@ __all__ = [
     "JSON",
     "MAX_BATCH_RECORDS",
     "MAX_OFFSET",
+    "TOPIC_NAME_PATTERN",
     "Bounds",
     "CreateTopicRequest",
     "ErrorResponse",
