@@ -249,6 +249,26 @@ class Settings(BaseSettings):
     max_fetch_bytes: int = Field(
         64 << 20, ge=1024, le=1 << 31, description="Cap on a fetch's max_bytes."
     )
+    max_request_head_bytes: int = Field(
+        64 << 10, ge=1024, le=16 << 20,
+        description="Largest request head (request line and header fields, bytes), and "
+        "largest trailer section of a chunked body; larger: 431 and the connection closed.",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=3600,
+        description="A request head must arrive within this (s) from the connection's "
+        "opening or its first byte; else 408 and the connection closed.",
+    )
+    body_timeout_s: float = Field(
+        20.0, gt=0, le=3600,
+        description="Longest pause in a request body (s), and the grace before "
+        "body_min_bytes_per_s applies; else 408 and the connection closed.",
+    )
+    body_min_bytes_per_s: int = Field(
+        500, ge=0, le=1 << 30,
+        description="Slowest average request body rate (bytes/s) accepted once "
+        "body_timeout_s has passed; 0: no minimum.",
+    )
     max_total_partitions: int = Field(
         10_000, ge=1, le=1_000_000, description="Partitions (over all topics) one server holds."
     )

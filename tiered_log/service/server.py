@@ -114,6 +114,7 @@ def run_server(settings: Settings) -> int:
     import uvicorn
 
     from .app import ServiceState, create_app
+    from .http_protocol import HttpLimits, protocol_class
     from .topics import TopicManager
 
     pending: list[int] = []
@@ -154,6 +155,14 @@ def run_server(settings: Settings) -> int:
                 server_header=False,
                 proxy_headers=False,
                 lifespan="on",
+                # Capped request heads, header and body timeouts, 501 for transfer
+                # codings other than chunked, JSON for the parser's rejections.
+                http=protocol_class(HttpLimits(
+                    max_head_bytes=settings.max_request_head_bytes,
+                    header_timeout_s=settings.header_timeout_s,
+                    body_timeout_s=settings.body_timeout_s,
+                    body_min_bytes_per_s=settings.body_min_bytes_per_s,
+                )),
             )
 
             class _Server(uvicorn.Server):
