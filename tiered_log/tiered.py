@@ -23,6 +23,7 @@ serialize with shipping on the remote tier's lock.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from .errors import (
     InvalidOffsetError,
     LogClosedError,
     OffsetOutOfRangeError,
+    RemoteStorageError,
 )
 from .format import naming
 from .format.records import EncodedBatch, ProducerRecord, Record
@@ -44,6 +46,8 @@ from .local.segment import Segment, SegmentInfo
 from .remote.shipper import Shipper
 from .remote.storage import RemoteStorage
 from .remote.tier import RemoteTier, TierConfig, TierLimits
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +102,11 @@ class TieredLog:
             if fresh and rebuild and not self.remote.finished_segments:
                 self.remote.rebuild_from_bucket(rebuild_progress)
             elif self.remote.needs_index_rebuild:
-                self.remote.rebuild_index_files()
+                try:
+                    self.remote.rebuild_index_files()
+                except RemoteStorageError as exc:  # reads answer retriable errors meanwhile
+                    log.warning("%s: remote index not rebuilt yet, the bucket failed: %s",
+                                self.log_id, exc.message)
         initial = self.remote.remote_end if self.remote is not None else 0
         self.local = Log(self.directory, self.config, initial_offset=initial)
         if self.remote is not None and self.local.next_offset < self.remote.remote_end:
@@ -398,6 +406,9 @@ class TieredLog:
                                     for s in r.journal.segments()],
                 "cache_hit_rate": round(r.cache.hit_rate, 4), "cache_bytes": r.cache.size_bytes,
                 "remote_deleted_segments": r.stats.deleted_segments,
+                "remote_damage": [{"id": s.id, "base_offset": s.base_offset,
+                                   "next_offset": r.served_end(s), "problem": r.damage[s.id]}
+                                  for s in r.finished_segments if s.id in r.damage],
                 "shipper_error": self.shipper.last_error if self.shipper else None,
             })
         return out

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiered_log.format.records import ProducerRecord, batch_table, encode_batch
-from tiered_log.remote.tier import scan_store
+from tiered_log.remote.manifest import scan_store
 
 
 def store_bytes(batches: list[list[int]], base: int) -> bytes:

@@ -214,7 +214,7 @@ def test_manifest_carries_indexes_and_a_copy_needs_both_objects(
     """The ``.rli`` manifest holds the segment's own offset and time index files; a copy
     whose data object is missing (or whose manifest is) does not count at rebuild, and
     its leftover object is deleted."""
-    from tiered_log.remote.tier import decode_manifest
+    from tiered_log.remote.manifest import decode_manifest
 
     tlog = open_log(tmp_path / "a", storage)
     produce(tlog, 900)

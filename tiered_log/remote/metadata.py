@@ -9,9 +9,12 @@ delete. States (as in Kafka's RemoteLogSegmentState)::
     COPY_STARTED -> COPY_FINISHED -> DELETE_STARTED -> DELETE_FINISHED
           \\-> DELETE_STARTED (a failed or interrupted copy being cleaned up)
 
-A torn last line (crash mid-append) is ignored: the state it would have recorded is
-re-derived (a copy without COPY_FINISHED is cleaned up and retried). The journal is
-compacted (rewritten atomically with one line per live attempt) on open.
+A torn last line (crash mid-append: no newline after it) is ignored: the state it would
+have recorded is re-derived (a copy without COPY_FINISHED is cleaned up and retried).
+The journal is compacted (rewritten atomically with one line per live attempt) on open,
+so only the last line can ever be torn. Any other line that does not read is damage:
+it is listed in :attr:`CopyJournal.damaged`, the file is left as it is, and the owner
+recovers what the line described from the bucket (never silently forgets a copy).
 
 **Remote metadata** (``meta.json`` locally, ``<log>/meta.json`` in the bucket): the log
 start offset as moved by remote retention and truncation, and per-segment clip offsets
@@ -61,6 +64,10 @@ class RemoteSegment:
     state: CopyState
     updated_ms: int = 0
     chunks: int = 0
+    unreadable: bool = False
+    """Journaled for a copy whose manifest and data object were both found damaged when
+    it was recovered from the bucket: it holds its offsets (reads there fail) so that the
+    log neither shrinks nor hands them out again."""
 
     @property
     def last_offset(self) -> int:
@@ -81,6 +88,7 @@ class RemoteSegment:
                 max_timestamp=int(d["max_timestamp"]),  # type: ignore[call-overload]
                 state=CopyState(str(d["state"])), updated_ms=int(d.get("updated_ms", 0)),  # type: ignore[call-overload]
                 chunks=int(d.get("chunks", 0)),  # type: ignore[call-overload]
+                unreadable=d.get("unreadable", False) is True,
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptIndexError(f"bad remote segment record: {exc}") from exc
@@ -93,14 +101,23 @@ class CopyJournal:
         self.path = path
         self._lock = threading.Lock()
         self._segments: dict[str, RemoteSegment] = {}
+        self.damaged: list[str] = []
+        """Lines that did not read, other than a torn last line: the journal is damaged
+        and was not compacted (the owner recovers it, see RemoteTier)."""
         if path.exists():
-            for line in path.read_bytes().splitlines():
+            lines = path.read_bytes().split(b"\n")
+            for n, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
                 try:
                     seg = RemoteSegment.from_dict(json.loads(line))
-                except (ValueError, CorruptIndexError):
-                    continue  # a torn last line
+                except (ValueError, CorruptIndexError, AttributeError, TypeError) as exc:
+                    if n < len(lines):  # a whole line (ends with a newline): damage
+                        self.damaged.append(f"line {n} does not read ({exc})")
+                    continue  # else a torn last line: a crash in the middle of an append
                 self._segments[seg.id] = seg
-        self.compact()
+        if not self.damaged:
+            self.compact()
 
     def record(self, seg: RemoteSegment, state: CopyState) -> RemoteSegment:
         """Persist ``seg`` in ``state`` (fsynced before returning); returns the new record."""

@@ -26,15 +26,11 @@ time, as Kafka's RLMTask does.
 The two objects go up at the same time, so a copy costs one data upload plus nothing
 on its critical path but the scan. A copy is complete when *both* exist: rebuilding from
 the bucket treats a manifest without its ``.log`` (or the reverse) as an interrupted
-attempt. The manifest (``.rli``) is::
-
-    one line of JSON: the segment (id, base/next offset, size, first/max timestamp,
-                      chunks) and "index_bytes", "timeindex_bytes"; then b"\n"
-    index_bytes       the segment's offset index file, as on local disk
-    timeindex_bytes   its time index file
-    the rest          ``chunks`` remoteLogIndex entries (the remote-index layout)
-
-so the segment's own indexes travel with it and the bucket alone is enough to rebuild.
+attempt. The manifest (``.rli``, layout and checks in :mod:`tiered_log.remote.manifest`)
+carries the segment's facts, its own indexes and its remoteLogIndex entries, so the
+bucket alone is enough to rebuild; a manifest that fails its checks is made again from
+its data object, and a range that cannot be (its data damaged too) answers
+RemoteCorruptionError while the rest of the log serves.
 
 A failed attempt (including a damaged local segment, found by the scan) is journaled
 DELETE_STARTED and its objects deleted (DELETE_FINISHED);
@@ -56,12 +52,12 @@ Fetches and copy helpers run on thread pools shared by every log of the process
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import threading
 import time
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -76,11 +72,11 @@ from ..errors import (
     RemoteCorruptionError,
     RemoteObjectNotFoundError,
     RemoteStorageError,
+    TieredLogError,
 )
 from ..format import naming
 from ..format.records import (
     HEADER_SIZE,
-    BatchInfo,
     Record,
     batch_header,
     batch_table,
@@ -88,12 +84,20 @@ from ..format.records import (
     first_timestamp,
     rebatch,
 )
-from ..format.remote_index import RemoteLogIndexEntry, decode_entries
+from ..format.remote_index import RemoteLogIndexEntry
 from ..local.segment import SegmentInfo, write_atomic
 from .cache import ChunkCache
 from .index_files import RemoteIndexFiles
+from .manifest import (
+    COMMITTED,
+    chunk_entries,
+    clip_entries,
+    decode_manifest,
+    encode_manifest,
+    repair_manifest,
+)
 from .metadata import CopyJournal, CopyState, RemoteMeta, RemoteSegment, new_segment_id
-from .storage import RemoteStorage
+from .storage import ObjectInfo, RemoteStorage
 
 log = logging.getLogger(__name__)
 
@@ -232,111 +236,6 @@ class TierStats:
     deleted_segments: int = 0
 
 
-SCAN_WINDOW = 8 << 20
-"""Bytes of a store file a copy's scan reads at a time (see :func:`scan_store`)."""
-
-
-def scan_store(path: Path, size: int, base_offset: int,
-               window: int = SCAN_WINDOW) -> tuple[list[BatchInfo], int]:
-    """The verified batches of the first ``size`` bytes of the store file ``path`` and the
-    byte after the last one, as :func:`~tiered_log.format.records.batch_table` gives for
-    the whole buffer, but read ``window`` bytes at a time: a copy's memory is the window
-    (or its largest batch), not the segment. Stops at the first batch that is
-    incomplete, damaged or out of sequence."""
-    out: list[BatchInfo] = []
-    pos = 0
-    expect = base_offset
-    with open(path, "rb") as f:
-        fd = f.fileno()
-        while pos < size:
-            buf = os.pread(fd, min(window, size - pos), pos)
-            batches, end = batch_table(buf, expect)
-            if end == 0 and len(buf) >= HEADER_SIZE:
-                whole = batch_header(buf)[1]  # a batch larger than the window?
-                if len(buf) < whole <= size - pos:
-                    buf = os.pread(fd, whole, pos)
-                    batches, end = batch_table(buf, expect)
-            if end == 0:
-                break
-            out.extend(b._replace(position=b.position + pos) for b in batches)
-            expect = batches[-1].next_offset
-            pos += end
-    return out, pos
-
-
-def chunk_entries(path: Path, size: int, base_offset: int, expected_next: int,
-                  object_key: str, chunk_bytes: int) -> list[RemoteLogIndexEntry]:
-    """Cut a sealed store (the first ``size`` bytes of ``path``) into chunks of whole
-    batches and describe each one.
-
-    Verifies every batch (:func:`scan_store`); CorruptRecordError if the store is damaged
-    anywhere (a damaged segment is never shipped). A chunk ends with the first batch that
-    takes it to ``chunk_bytes`` or more.
-    """
-    batches, end = scan_store(path, size, base_offset)
-    nxt = batches[-1].next_offset if batches else base_offset
-    if end != size or nxt != expected_next:
-        raise CorruptRecordError(
-            f"segment {naming.offset_name(base_offset)} is damaged at byte {end}; not shipping it"
-        )
-    positions = [b.position for b in batches]
-    entries: list[RemoteLogIndexEntry] = []
-    i, n = 0, len(batches)
-    while i < n:
-        start = positions[i]
-        # The first batch starting at or past start + chunk_bytes begins the next chunk.
-        j = max(bisect_left(positions, start + chunk_bytes, i + 1), i + 1)
-        stop = positions[j] if j < n else end
-        entries.append(RemoteLogIndexEntry(
-            batches[i].base_offset, batches[j - 1].next_offset - 1, batches[i].first_timestamp,
-            max(b.max_timestamp for b in batches[i:j]), stop - start, object_key, start))
-        i = j
-    return entries
-
-
-_COMMITTED = frozenset((naming.LOG_SUFFIX, naming.RLI_SUFFIX))
-"""The objects a copy must have in the bucket to count as complete."""
-
-
-def clip_entries(entries: Sequence[RemoteLogIndexEntry], end: int) -> list[RemoteLogIndexEntry]:
-    """The remote-index entries of ``entries`` that serve offsets below ``end``, the one
-    holding ``end - 1`` ending there (its chunk's bytes still hold the records above;
-    readers stop at an entry's ``last_offset``). Keeps the index free of overlaps after a
-    truncation inside a chunk, whatever is appended at ``end`` later."""
-    return [e if e.last_offset < end else replace(e, last_offset=end - 1)
-            for e in entries if e.first_offset < end]
-
-
-def encode_manifest(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], index: bytes,
-                    timeindex: bytes) -> bytes:
-    """The ``.rli`` object of a copied segment (layout in the module docstring)."""
-    head = json.loads(rs.to_json())
-    head["index_bytes"], head["timeindex_bytes"] = len(index), len(timeindex)
-    return b"".join([json.dumps(head, separators=(",", ":")).encode(), b"\n", index, timeindex,
-                     *(e.encode() for e in entries)])
-
-
-def decode_manifest(blob: bytes, key: str) -> tuple[RemoteSegment, list[RemoteLogIndexEntry],
-                                                    bytes, bytes]:
-    """``(segment, entries, offset index, time index)`` of a manifest; RemoteCorruptionError
-    (naming ``key``) when it is damaged in any way."""
-    head, sep, rest = blob.partition(b"\n")
-    if not sep:
-        raise RemoteCorruptionError(f"manifest {key} has no header line")
-    try:
-        fields = json.loads(head)
-        rs = RemoteSegment.from_dict(fields)
-        n1, n2 = int(fields.get("index_bytes", 0)), int(fields.get("timeindex_bytes", 0))
-        if n1 < 0 or n2 < 0 or n1 + n2 > len(rest):
-            raise ValueError(f"index lengths {n1}, {n2} do not fit in {len(rest)} bytes")
-        entries = [e for _, e in decode_entries(memoryview(rest)[n1 + n2:])]
-    except (ValueError, TypeError, AttributeError, CorruptIndexError) as exc:
-        raise RemoteCorruptionError(f"manifest {key} is damaged: {exc}") from exc
-    if len(entries) != rs.chunks:
-        raise RemoteCorruptionError(f"manifest {key} holds {len(entries)} of {rs.chunks} entries")
-    return rs, entries, rest[:n1], rest[n1:n1 + n2]
-
-
 LOCATION_FILE = "location.json"
 """In ``<log dir>/remote/``: the log id and the remote tier's URL (see :func:`read_location`)."""
 
@@ -381,7 +280,10 @@ class RemoteTier:
         self._lock = threading.RLock()
         self.stats = TierStats()
         self.journal = CopyJournal(self.dir / "segments.jsonl")
-        self.meta = RemoteMeta.load(self.dir / "meta.json")
+        self.meta = self._load_meta()
+        self.damage: dict[str, str] = {}
+        """Finished copies (by id) whose range cannot be read, and why: their manifest and
+        data object are damaged. Reads there answer RemoteCorruptionError."""
         self.index = RemoteIndexFiles(self.dir / "index", rotate_bytes=config.index_rotate_bytes,
                                       rotate_ms=config.index_rotate_ms)
         self._prefetch_window = max(config.chunk_bytes, min(config.prefetch_bytes,
@@ -410,9 +312,12 @@ class RemoteTier:
         self._persisting: set[Future[None]] = set()  # chunk cache file writes
         self._inflight_lock = threading.RLock()  # re-entered by done callbacks of finished futures
         self._finished: list[RemoteSegment] = []
+        self.needs_index_rebuild = False
+        if self.journal.damaged:
+            self._recover_journal()
         self._refresh()
         self._record_location()
-        self.needs_index_rebuild = bool(self.index.problems()) or (
+        self.needs_index_rebuild = self.needs_index_rebuild or bool(self.index.problems()) or (
             self.index.last_offset != self._expected_index_last()
         )
 
@@ -430,6 +335,12 @@ class RemoteTier:
 
     def _refresh(self) -> None:
         self._finished = self.journal.finished()
+        for s in self._finished:
+            if s.unreadable and s.id not in self.damage:
+                self.damage[s.id] = (
+                    f"remote segment {s.id} at offsets [{s.base_offset}, {s.next_offset}) was "
+                    "found with its manifest and its data object damaged; both are kept in "
+                    "the bucket as they are")
 
     def _expected_index_last(self) -> int:
         fin = self._finished
@@ -695,63 +606,230 @@ class RemoteTier:
 
     # ---- rebuilding ----------------------------------------------------------------------
 
-    def _read_manifest(self, key: str) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
-        rs, entries, _, _ = decode_manifest(self.storage.get(key), key)
+    def _list_copies(self) -> dict[tuple[int, str], dict[str, ObjectInfo]]:
+        """The log's segment objects in the bucket, by copy attempt ``(base, id)`` and
+        suffix (one listing)."""
+        groups: dict[tuple[int, str], dict[str, ObjectInfo]] = {}
+        for info in self.storage.list(naming.segment_objects_prefix(self.log_id)):
+            parsed = naming.parse_segment_object_key(info.key)
+            if parsed is not None:
+                groups.setdefault((parsed[0], parsed[1]), {})[parsed[2]] = info
+        return groups
+
+    def _load_manifest(self, base: int, seg_id: str, data_size: int | None = None
+                       ) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]] | str:
+        """A copy's checked manifest (see :mod:`~tiered_log.remote.manifest`); a damaged
+        one is made again from its data object and put back. Returns what is wrong
+        (logged) when that fails too: the data object is damaged as well, and both are
+        kept as they are. RemoteStorageError if the bucket fails."""
+        key = naming.segment_object_key(self.log_id, base, seg_id, naming.RLI_SUFFIX)
+        try:
+            rs, entries, _, _ = decode_manifest(self.storage.get(key), key, data_size)
+            return rs, entries
+        except RemoteCorruptionError as exc:
+            damage = exc.message
+        except RemoteObjectNotFoundError:
+            damage = f"manifest {key} is missing"
+        log.error("%s: %s; making it again from its data object", self.log_id, damage)
+        try:
+            rs, entries = repair_manifest(self.storage, key, self.config.chunk_bytes, self.dir)
+        except (RemoteCorruptionError, RemoteObjectNotFoundError) as exc:
+            log.error("%s: %s (objects kept as they are)", self.log_id, exc.message)
+            return f"{damage}; {exc.message}"
+        log.warning("%s: manifest %s made again from its data object: offsets [%d, %d)",
+                    self.log_id, key, rs.base_offset, rs.next_offset)
         return rs, entries
 
+    def _unreadable(self, base: int, seg_id: str, size: int, end: int) -> RemoteSegment:
+        """The journal record of a copy whose manifest and data object are both damaged:
+        it stands for offsets ``[base, end)`` (reads there answer RemoteCorruptionError),
+        so the log neither shrinks nor hands those offsets out again; no chunks.
+
+        What the damaged manifest's header still claims is taken only where a wrong
+        claim does no harm: a larger end (offsets skipped, never reused) and its
+        timestamps (timestamp lookups past the range; without them such lookups fail,
+        as the answer might lie in the range)."""
+        first_ts, max_ts = -1, int(time.time() * 1000)
+        key = naming.segment_object_key(self.log_id, base, seg_id, naming.RLI_SUFFIX)
+        try:
+            # A range: the whole object fails its stored digest, its first line may not.
+            head = json.loads(self.storage.get(key, 0, min(4096, self.storage.size(key) - 1))
+                              .partition(b"\n")[0])
+            end = max(end, int(head["next_offset"]))
+            first_ts, max_ts = int(head["first_timestamp"]), int(head["max_timestamp"])
+        except (TieredLogError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        return RemoteSegment(seg_id, base, max(end, base + 1), size, first_ts, max_ts,
+                             CopyState.COPY_FINISHED, unreadable=True)
+
     def rebuild_index_files(self) -> int:
-        """Rewrite the local remote-index files from the ``.rli`` objects of finished copies."""
+        """Rewrite the local remote-index files from the ``.rli`` objects of finished copies.
+
+        A damaged manifest is made again from its data object; where that fails its range
+        is left out of the index and named in :attr:`damage` (reads there answer
+        RemoteCorruptionError), and the rest is indexed. RemoteStorageError if the bucket
+        fails (``needs_index_rebuild`` stays set; the shipper's next round tries again)."""
         with self._lock:
             entries: list[RemoteLogIndexEntry] = []
+            damage: dict[str, str] = {}
             for rs in self._finished:
-                key = naming.segment_object_key(self.log_id, rs.base_offset, rs.id, naming.RLI_SUFFIX)
-                _, ents = self._read_manifest(key)
-                entries.extend(clip_entries(ents, self.served_end(rs)))
+                got = self._load_manifest(rs.base_offset, rs.id)
+                if isinstance(got, str) or (got[0].base_offset, got[0].next_offset) != (
+                        rs.base_offset, rs.next_offset):
+                    damage[rs.id] = got if isinstance(got, str) else (
+                        f"the manifest of remote segment {rs.id} describes offsets "
+                        f"[{got[0].base_offset}, {got[0].next_offset}), its copy "
+                        f"[{rs.base_offset}, {rs.next_offset})")
+                    continue
+                entries.extend(clip_entries(got[1], self.served_end(rs)))
             self.index.rewrite(entries)
+            self.damage = damage
             self.needs_index_rebuild = False
             return len(entries)
+
+    def _load_meta(self) -> RemoteMeta:
+        """The local remote metadata; if it is damaged, the bucket's copy (the same facts,
+        written right after it); CorruptIndexError naming the file if both fail."""
+        path = self.dir / "meta.json"
+        try:
+            return RemoteMeta.load(path)
+        except CorruptIndexError as exc:
+            log.error("%s: %s is damaged (%s); taking the bucket's copy", self.log_id, path,
+                      exc.message)
+            try:
+                return RemoteMeta.from_bytes(self.storage.get(naming.meta_object_key(self.log_id)))
+            except (RemoteStorageError, CorruptIndexError) as exc2:
+                raise CorruptIndexError(f"{path} is damaged ({exc.message}) and the bucket's "
+                                        f"copy cannot be read: {exc2.message}") from exc2
+
+    def _recover_journal(self) -> None:
+        """The copy journal has damaged lines (not a torn last line): find the copies they
+        described in the bucket and journal them again, then set the damaged file aside.
+
+        Lines that read are trusted (a DELETE_STARTED copy stays doomed), but a copy
+        whose last readable line is COPY_STARTED may have finished in a damaged line. So
+        a complete copy in the bucket that is unknown or only started is journaled
+        finished when its checked (or remade) manifest fits between the finished copies,
+        and kept untouched and logged otherwise; incomplete unknown ones are left for an
+        operator (the attempt may have been doomed). CorruptIndexError naming the file if
+        the bucket cannot be read, or if the copies then overlap: the partition does not
+        open rather than shrink or serve a doubtful range.
+        """
+        path = self.journal.path
+        damaged = self.journal.damaged
+        settled = {s.id for s in self.journal.segments() if s.state != CopyState.COPY_STARTED}
+        try:
+            groups = self._list_copies()
+            finished = self.journal.finished()
+            recovered = 0
+            for (base, seg_id), objs in sorted(groups.items()):
+                if seg_id in settled:
+                    continue
+                if not set(objs) >= COMMITTED:
+                    log.warning("%s: copy %s-%s in the bucket is incomplete and named by no "
+                                "readable journal line; left as it is", self.log_id, base, seg_id)
+                    continue
+                size = objs[naming.LOG_SUFFIX].size
+                got = self._load_manifest(base, seg_id, size)
+                if isinstance(got, str):
+                    above = [s.base_offset for s in finished if s.base_offset > base]
+                    rs = self._unreadable(base, seg_id, size, min(above, default=base + 1))
+                else:
+                    rs = got[0]
+                if any(self.served_end(s) > rs.base_offset and s.base_offset < rs.next_offset
+                       for s in finished):
+                    log.error("%s: copy %s-%s [%d, %d) in the bucket overlaps the journal's "
+                              "copies; left as it is", self.log_id, base, seg_id,
+                              rs.base_offset, rs.next_offset)
+                    continue
+                finished.append(self.journal.record(rs, CopyState.COPY_FINISHED))
+                recovered += 1
+        except RemoteStorageError as exc:
+            raise CorruptIndexError(
+                f"{path} is damaged ({'; '.join(damaged)}) and the bucket, which holds the "
+                f"same facts, cannot be read to recover it: {exc.message}") from exc
+        finished.sort(key=lambda s: s.base_offset)
+        for a, b in itertools.pairwise(finished):  # finished copies tile their range
+            if b.base_offset != self.served_end(a):
+                raise CorruptIndexError(
+                    f"{path} is damaged ({'; '.join(damaged)}); recovered from the bucket, "
+                    f"copies {a.id} [{a.base_offset}, {self.served_end(a)}) and {b.id} "
+                    f"[{b.base_offset}, {b.next_offset}) "
+                    f"{'overlap' if b.base_offset < self.served_end(a) else 'leave a gap'}: "
+                    "not opened")
+        aside = path.with_name(f"{path.name}.damaged-{int(time.time() * 1000)}")
+        os.replace(path, aside)
+        self.journal.compact()
+        log.error("%s: copy journal %s was damaged (%s); %d copies recovered from the bucket; "
+                  "the damaged file is kept as %s", self.log_id, path, "; ".join(damaged),
+                  recovered, aside.name)
+        self.needs_index_rebuild = True
 
     def rebuild_from_bucket(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Rebuild journal, metadata and remote-index files from the bucket alone.
 
-        Lists the log's objects once, reads only the small ``.rli`` manifests (never
-        segment data), deletes incomplete attempts (a data object or a manifest alone) and
-        segments below the log start. Returns the number of segments recovered.
-        A copy is complete when both its data object and its manifest are there.
+        Lists the log's objects once and reads only the small ``.rli`` manifests (never
+        segment data, unless a manifest is damaged and must be made again). Deletes
+        incomplete attempts (a data object or a manifest alone), copies that end below
+        the log start, and exact duplicates of a copy already taken (same offsets, both
+        manifests checked). Never deletes because of what another object claims: a copy
+        that overlaps another differently is kept in the bucket, left out and logged; a
+        copy whose manifest and data are both damaged is kept and journaled as an
+        unreadable range (see :meth:`_unreadable`). Returns the number of segments
+        recovered. A copy is complete when both its data object and its manifest are there.
         """
         with self._lock:
             try:
                 self.meta = RemoteMeta.from_bytes(self.storage.get(naming.meta_object_key(self.log_id)))
             except RemoteObjectNotFoundError:
                 self.meta = RemoteMeta()
-            groups: dict[tuple[int, str], set[str]] = {}
-            for info in self.storage.list(naming.segment_objects_prefix(self.log_id)):
-                parsed = naming.parse_segment_object_key(info.key)
-                if parsed is not None:
-                    groups.setdefault((parsed[0], parsed[1]), set()).add(info.key)
-            complete = sorted(k for k, keys in groups.items()
-                              if {naming.suffix_of(x) for x in keys} >= _COMMITTED)
-            orphans = [key for k, keys in groups.items() if k not in complete for key in keys]
+            groups = self._list_copies()
+            complete = sorted(k for k, objs in groups.items() if set(objs) >= COMMITTED)
+            orphans = [o.key for k, objs in groups.items() if k not in complete
+                       for o in objs.values()]
             segs: list[tuple[RemoteSegment, list[RemoteLogIndexEntry]]] = []
-            expect = None
+            damaged: list[tuple[int, str, int, str]] = []  # base, id, size, what
             for n, (base, seg_id) in enumerate(complete):
-                key = naming.segment_object_key(self.log_id, base, seg_id, naming.RLI_SUFFIX)
-                rs, ents = self._read_manifest(key)
+                size = groups[(base, seg_id)][naming.LOG_SUFFIX].size
+                got = self._load_manifest(base, seg_id, size)
                 if progress is not None:
                     progress(n + 1, len(complete))
-                if rs.next_offset <= self.meta.log_start_offset or (
-                    expect is not None and rs.base_offset < expect
-                ):
-                    orphans.extend(groups[(base, seg_id)])  # deleted, or a duplicate copy
+                if isinstance(got, str):
+                    damaged.append((base, seg_id, size, got))
                     continue
-                segs.append((rs, ents))
-                expect = self.served_end(rs)
+                rs, ents = got
+                prev = segs[-1][0] if segs else None
+                if rs.next_offset <= self.meta.log_start_offset:
+                    orphans.extend(o.key for o in groups[(base, seg_id)].values())  # retention
+                elif prev is None or rs.base_offset >= self.served_end(prev):
+                    segs.append((rs, ents))
+                elif (rs.base_offset, rs.next_offset, rs.size) == (
+                        prev.base_offset, prev.next_offset, prev.size):
+                    orphans.extend(o.key for o in groups[(base, seg_id)].values())  # a duplicate
+                else:
+                    log.error("%s: copy %s-%s [%d, %d) overlaps copy %s [%d, %d); both kept in "
+                              "the bucket, the first is served", self.log_id, base, seg_id,
+                              rs.base_offset, rs.next_offset, prev.id, prev.base_offset,
+                              prev.next_offset)
             if orphans:
                 self.storage.delete(orphans)
             for rs, _ in segs:
                 self.journal.record(rs, CopyState.COPY_FINISHED)
+            for base, seg_id, size, _what in damaged:
+                if base < self.meta.log_start_offset:
+                    continue
+                above = [r.base_offset for r, _ in segs if r.base_offset > base]
+                taken = [r for r, _ in segs if r.base_offset <= base < self.served_end(r)]
+                if taken:
+                    log.error("%s: damaged copy %s-%s lies inside copy %s; kept in the bucket, "
+                              "not served", self.log_id, base, seg_id, taken[0].id)
+                    continue
+                self.journal.record(self._unreadable(base, seg_id, size,
+                                                     min(above, default=base + 1)),
+                                    CopyState.COPY_FINISHED)
             self.meta.save(self.dir / "meta.json")
             self._refresh()
+            self.damage = {seg_id: what for _, seg_id, _, what in damaged}
             self.index.rewrite([e for rs, ents in segs
                                 for e in clip_entries(ents, self.served_end(rs))])
             self.needs_index_rebuild = False
@@ -937,9 +1015,34 @@ class RemoteTier:
             if entry.last_offset < expect:
                 continue
             if entry.first_offset > expect:
-                raise DataLossError(f"offset {expect} is missing from the remote index")
+                raise self._hole(expect)
             yield entry, self._chunk(entry)
             expect = entry.last_offset + 1
+        if expect < self.remote_end:
+            raise self._hole(expect)
+
+    def _hole(self, offset: int) -> TieredLogError:
+        """The error for a remote ``offset`` the remote index has no chunk for: a range
+        found damaged (RemoteCorruptionError naming it), index files still to be rebuilt
+        from the bucket (retriable RemoteStorageError), a hole in a finished copy
+        (RemoteCorruptionError; the index is rebuilt at the next round), or else
+        DataLossError."""
+        seg = next((s for s in self._finished
+                    if s.base_offset <= offset < self.served_end(s)), None)
+        if seg is not None and seg.id in self.damage:
+            return RemoteCorruptionError(
+                f"offsets [{seg.base_offset}, {self.served_end(seg)}) of the remote tier "
+                f"cannot be read: {self.damage[seg.id]}")
+        if self.needs_index_rebuild:
+            return RemoteStorageError(f"offset {offset}: the remote index of {self.log_id} is "
+                                      "being rebuilt from the bucket; try again", retriable=True)
+        if seg is not None:
+            self.needs_index_rebuild = True
+            return RemoteCorruptionError(
+                f"offset {offset} of remote segment {seg.id} [{seg.base_offset}, "
+                f"{self.served_end(seg)}) is missing from the remote index files (rebuilt "
+                "from the bucket at the next round)")
+        return DataLossError(f"offset {offset} is missing from the remote index")
 
     def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
         """Verified records from the remote tier, from ``offset`` to at most the remote end."""
@@ -1046,6 +1149,14 @@ class RemoteTier:
         if start >= end:
             return None
         entry = self.index.first_entry_at_or_after_time(ts)
+        limit = end if entry is None else entry.first_offset
+        for s in self._finished:  # the answer may lie in a range that cannot be read
+            if (s.id in self.damage and s.base_offset < limit and self.served_end(s) > start
+                    and s.max_timestamp >= ts):
+                raise RemoteCorruptionError(
+                    f"the first offset at or after timestamp {ts} may lie in offsets "
+                    f"[{s.base_offset}, {self.served_end(s)}) of the remote tier, which cannot "
+                    f"be read: {self.damage[s.id]}")
         if entry is None:
             return None
         offset = max(entry.first_offset, start)

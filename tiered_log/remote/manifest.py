@@ -1,0 +1,224 @@
+"""The manifest of a copied segment (``<base>-<id>.rli``): what it holds, how it is made
+from a sealed store, how it is checked, and how a damaged one is made again.
+
+A manifest is::
+
+    one line of JSON: the segment (id, base/next offset, size, first/max timestamp,
+                      chunks), "index_bytes", "timeindex_bytes" and "checksum"; then b"\n"
+    index_bytes       the segment's offset index file, as on local disk
+    timeindex_bytes   its time index file
+    the rest          ``chunks`` remoteLogIndex entries (the remote-index layout)
+
+``checksum`` is the xxh3-64 hex digest of the header line written without it (the same
+JSON, keys in the same order) followed by everything after the line, so the manifest
+vouches for itself: a copy or a restore tool that drops the object's metadata drops
+nothing the manifest needs. Manifests written before it existed have none; they, like
+new ones, must also be *consistent* (:func:`decode_manifest`): the header names the
+object key's base offset and id, the entries tile ``[base, next)`` and the data object's
+bytes ``[0, size)`` with no gap, and the data object is ``size`` bytes long. A manifest
+that fails any check is damaged: it is never believed, and it can be made again from its
+data object alone (:func:`repair_manifest`), which verifies every batch.
+
+Pure functions and blocking I/O on the given paths and store; safe from any thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import xxhash
+
+from ..errors import CorruptIndexError, CorruptRecordError, RemoteCorruptionError
+from ..format import naming
+from ..format.records import HEADER_SIZE, BatchInfo, batch_header, batch_table
+from ..format.remote_index import RemoteLogIndexEntry, decode_entries
+from .metadata import CopyState, RemoteSegment
+from .storage import RemoteStorage
+
+SCAN_WINDOW = 8 << 20
+"""Bytes of a store file a copy's scan reads at a time (see :func:`scan_store`)."""
+
+COMMITTED = frozenset((naming.LOG_SUFFIX, naming.RLI_SUFFIX))
+"""The objects a copy must have in the bucket to count as complete."""
+
+
+def scan_store(path: Path, size: int, base_offset: int,
+               window: int = SCAN_WINDOW) -> tuple[list[BatchInfo], int]:
+    """The verified batches of the first ``size`` bytes of the store file ``path`` and the
+    byte after the last one, as :func:`~tiered_log.format.records.batch_table` gives for
+    the whole buffer, but read ``window`` bytes at a time: a copy's memory is the window
+    (or its largest batch), not the segment. Stops at the first batch that is
+    incomplete, damaged or out of sequence."""
+    out: list[BatchInfo] = []
+    pos = 0
+    expect = base_offset
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        while pos < size:
+            buf = os.pread(fd, min(window, size - pos), pos)
+            batches, end = batch_table(buf, expect)
+            if end == 0 and len(buf) >= HEADER_SIZE:
+                whole = batch_header(buf)[1]  # a batch larger than the window?
+                if len(buf) < whole <= size - pos:
+                    buf = os.pread(fd, whole, pos)
+                    batches, end = batch_table(buf, expect)
+            if end == 0:
+                break
+            out.extend(b._replace(position=b.position + pos) for b in batches)
+            expect = batches[-1].next_offset
+            pos += end
+    return out, pos
+
+
+def chunk_entries(path: Path, size: int, base_offset: int, expected_next: int,
+                  object_key: str, chunk_bytes: int) -> list[RemoteLogIndexEntry]:
+    """Cut a sealed store (the first ``size`` bytes of ``path``) into chunks of whole
+    batches and describe each one.
+
+    Verifies every batch (:func:`scan_store`); CorruptRecordError if the store is damaged
+    anywhere (a damaged segment is never shipped). A chunk ends with the first batch that
+    takes it to ``chunk_bytes`` or more.
+    """
+    batches, end = scan_store(path, size, base_offset)
+    nxt = batches[-1].next_offset if batches else base_offset
+    if end != size or nxt != expected_next:
+        raise CorruptRecordError(
+            f"segment {naming.offset_name(base_offset)} is damaged at byte {end}; not shipping it"
+        )
+    positions = [b.position for b in batches]
+    entries: list[RemoteLogIndexEntry] = []
+    i, n = 0, len(batches)
+    while i < n:
+        start = positions[i]
+        # The first batch starting at or past start + chunk_bytes begins the next chunk.
+        j = max(bisect_left(positions, start + chunk_bytes, i + 1), i + 1)
+        stop = positions[j] if j < n else end
+        entries.append(RemoteLogIndexEntry(
+            batches[i].base_offset, batches[j - 1].next_offset - 1, batches[i].first_timestamp,
+            max(b.max_timestamp for b in batches[i:j]), stop - start, object_key, start))
+        i = j
+    return entries
+
+
+def clip_entries(entries: Sequence[RemoteLogIndexEntry], end: int) -> list[RemoteLogIndexEntry]:
+    """The remote-index entries of ``entries`` that serve offsets below ``end``, the one
+    holding ``end - 1`` ending there (its chunk's bytes still hold the records above;
+    readers stop at an entry's ``last_offset``). Keeps the index free of overlaps after a
+    truncation inside a chunk, whatever is appended at ``end`` later."""
+    return [e if e.last_offset < end else replace(e, last_offset=end - 1)
+            for e in entries if e.first_offset < end]
+
+
+def _checksum(head: dict[str, object], rest: bytes | memoryview) -> str:
+    h = xxhash.xxh3_64(json.dumps(head, separators=(",", ":")).encode())
+    h.update(b"\n")
+    h.update(rest)
+    return str(h.hexdigest())
+
+
+def encode_manifest(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], index: bytes,
+                    timeindex: bytes) -> bytes:
+    """The ``.rli`` object of a copied segment (layout in the module docstring)."""
+    head = json.loads(rs.to_json())
+    head["index_bytes"], head["timeindex_bytes"] = len(index), len(timeindex)
+    rest = b"".join([index, timeindex, *(e.encode() for e in entries)])
+    head["checksum"] = _checksum(head, rest)
+    return json.dumps(head, separators=(",", ":")).encode() + b"\n" + rest
+
+
+def check_entries(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry],
+                  data_key: str) -> None:
+    """That ``entries`` describe exactly ``rs``'s data object ``data_key``: offsets
+    ``[base, next)`` and bytes ``[0, size)``, each chunk right after the one before.
+    CorruptIndexError naming what does not fit."""
+    if len(entries) != rs.chunks:
+        raise CorruptIndexError(f"it holds {len(entries)} of {rs.chunks} entries")
+    offset, pos = rs.base_offset, 0
+    for e in entries:
+        if (e.first_offset != offset or e.last_offset < e.first_offset or e.position != pos
+                or e.data_length <= 0 or e.object_key != data_key):
+            raise CorruptIndexError(
+                f"its entry [{e.first_offset}, {e.last_offset}] at byte {e.position} of "
+                f"{e.object_key} does not follow offset {offset - 1} at byte {pos} of {data_key}")
+        offset, pos = e.last_offset + 1, e.position + e.data_length
+    if offset != rs.next_offset or pos != rs.size:
+        raise CorruptIndexError(
+            f"its entries end at offset {offset} and byte {pos}, its header says "
+            f"{rs.next_offset} and {rs.size}")
+
+
+def decode_manifest(blob: bytes, key: str, data_size: int | None = None
+                    ) -> tuple[RemoteSegment, list[RemoteLogIndexEntry], bytes, bytes]:
+    """``(segment, entries, offset index, time index)`` of the manifest ``key``;
+    RemoteCorruptionError (naming ``key``) when it is damaged or inconsistent in any way
+    (see the module docstring), or when ``data_size``, the listed size of its data
+    object, is not the size it claims."""
+    parsed = naming.parse_segment_object_key(key)
+    head, sep, rest = blob.partition(b"\n")
+    try:
+        if not sep:
+            raise ValueError("no header line")
+        fields = json.loads(head)
+        if not isinstance(fields, dict):
+            raise ValueError("the header is not a JSON object")
+        checksum = fields.pop("checksum", None)
+        if checksum is not None and checksum != _checksum(fields, rest):
+            raise ValueError("its checksum does not match its bytes")
+        rs = RemoteSegment.from_dict(fields)
+        if parsed is not None and (rs.base_offset, rs.id) != (parsed[0], parsed[1]):
+            raise ValueError(f"its header names segment {rs.base_offset}-{rs.id}")
+        n1, n2 = int(fields.get("index_bytes", 0)), int(fields.get("timeindex_bytes", 0))
+        if n1 < 0 or n2 < 0 or n1 + n2 > len(rest):
+            raise ValueError(f"index lengths {n1}, {n2} do not fit in {len(rest)} bytes")
+        entries = [e for _, e in decode_entries(memoryview(rest)[n1 + n2:])]
+        data_key = key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
+        check_entries(rs, entries, data_key)
+        if data_size is not None and data_size != rs.size:
+            raise ValueError(f"its data object has {data_size} bytes, it says {rs.size}")
+    except (ValueError, TypeError, AttributeError, CorruptIndexError) as exc:
+        msg = exc.message if isinstance(exc, CorruptIndexError) else str(exc)
+        raise RemoteCorruptionError(f"manifest {key} is damaged: {msg}") from exc
+    return rs, entries, rest[:n1], rest[n1:n1 + n2]
+
+
+def repair_manifest(storage: RemoteStorage, rli_key: str, chunk_bytes: int,
+                    scratch: Path) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
+    """Make the manifest ``rli_key`` again from its data object, and put it back.
+
+    Downloads the data object into a temporary file under ``scratch``, verifies every
+    batch (as a copy's scan does) and cuts it into chunks of ``chunk_bytes``; the new
+    manifest carries no index files (``index_bytes`` 0: readers use the entries only).
+    RemoteCorruptionError if the data object is damaged too (it is then kept as it is);
+    RemoteStorageError if the bucket fails.
+    """
+    parsed = naming.parse_segment_object_key(rli_key)
+    if parsed is None:
+        raise RemoteCorruptionError(f"{rli_key} is not a segment manifest's key")
+    base, seg_id, _ = parsed
+    data_key = rli_key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
+    blob = storage.get(data_key)
+    scratch.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=scratch, suffix=".repair")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        batches, end = scan_store(Path(tmp), len(blob), base)
+        if not batches or end != len(blob):
+            raise RemoteCorruptionError(
+                f"data object {data_key} does not verify past byte {end} of {len(blob)}: "
+                f"its damaged manifest {rli_key} cannot be made again")
+        nxt = batches[-1].next_offset
+        entries = chunk_entries(Path(tmp), len(blob), base, nxt, data_key, chunk_bytes)
+    finally:
+        os.unlink(tmp)
+    rs = RemoteSegment(seg_id, base, nxt, len(blob), batches[0].first_timestamp,
+                       max(b.max_timestamp for b in batches), CopyState.COPY_FINISHED,
+                       chunks=len(entries))
+    storage.put(rli_key, encode_manifest(rs, entries, b"", b""))
+    return rs, entries
