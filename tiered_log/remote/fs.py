@@ -64,12 +64,24 @@ def _fsync_dir(directory: Path) -> None:
 class LocalDirStorage:
     """Objects as files under ``root`` (created if missing); see the module docstring.
 
+    ``read_only=True`` (for readers such as the Spark source): nothing is created or
+    written, not even the root or the xattr probe; a missing root raises a non-retriable
+    RemoteStorageError, and so do put, put_file, delete and discard_partial.
+
     Implements :class:`~tiered_log.remote.storage.RemoteStorage`. Thread-safe.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.root = Path(root).expanduser().absolute()
         self._closed = False
+        self.read_only = read_only
+        if read_only:  # create nothing, probe nothing: the root must already be there
+            if not self.root.is_dir():
+                what = "is not a directory" if self.root.exists() else "does not exist"
+                raise RemoteStorageError(f"storage directory {self.root} {what}",
+                                         retriable=False)
+            self.use_xattr = hasattr(os, "getxattr")
+            return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -112,6 +124,12 @@ class LocalDirStorage:
     def _check_open(self) -> None:
         if self._closed:
             raise RemoteStorageError(f"storage {self.url} is closed", retriable=False)
+
+    def _check_writable(self) -> None:
+        """Raise unless the store is open and not read-only (called by every write)."""
+        self._check_open()
+        if self.read_only:
+            raise RemoteStorageError(f"storage {self.url} is read-only", retriable=False)
 
     def _path(self, key: str) -> Path:
         validate_key(key)
@@ -206,7 +224,7 @@ class LocalDirStorage:
 
     def put(self, key: str, data: bytes | memoryview) -> ObjectInfo:
         """Store ``data`` under ``key`` atomically (temp file, fsync, rename). Thread-safe."""
-        self._check_open()
+        self._check_writable()
         return self._write(key, [data], None)
 
     def put_file(self, key: str, path: str | os.PathLike[str],
@@ -217,7 +235,7 @@ class LocalDirStorage:
         far. A missing or unreadable source raises a non-retriable RemoteStorageError.
         Thread-safe.
         """
-        self._check_open()
+        self._check_writable()
         self._path(key)
         try:
             src = open(path, "rb")  # noqa: SIM115 - closed in the finally below
@@ -355,7 +373,7 @@ class LocalDirStorage:
         All keys are validated before anything is deleted; the directories touched are
         fsynced.
         """
-        self._check_open()
+        self._check_writable()
         paths = [self._path(k) for k in check_keys(keys)]
         dirs: set[Path] = set()
         for path in paths:
@@ -382,7 +400,7 @@ class LocalDirStorage:
         """Delete the temp files that interrupted puts of ``keys`` left (``<name>.tmp-<hex>``
         and the digest sidecar's); each directory involved is scanned once. Call only when
         no put of these keys is running. Thread-safe."""
-        self._check_open()
+        self._check_writable()
         by_dir: dict[Path, set[str]] = {}
         for key in check_keys(keys):
             path = self._path(key)

@@ -40,7 +40,8 @@ from ..errors import (
     RemoteObjectNotFoundError,
 )
 from ..format.records import FrameColumns, Record, decode_columns
-from ..remote.storage import RemoteStorage, open_storage
+from ..remote.storage import RemoteStorage
+from .bucket import open_reader_store
 from .options import ReadOptions
 from .planning import ArchiveSplit, Chunk, TailSplit
 
@@ -53,12 +54,13 @@ _stores_lock = threading.Lock()
 
 
 def store_for(url: str, s3: tuple[tuple[str, Any], ...]) -> RemoteStorage:
-    """The process-wide store for ``url`` and its S3 options (opened on first use)."""
+    """The process-wide store for ``url`` and its S3 options (opened on first use,
+    read-only: a reader creates and writes nothing)."""
     key = (url, s3)
     with _stores_lock:
         st = _stores.get(key)
         if st is None:
-            st = _stores[key] = open_storage(url, **dict(s3))
+            st = _stores[key] = open_reader_store(url, s3)
         return st
 
 

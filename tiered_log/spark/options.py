@@ -4,7 +4,8 @@ Spark passes options as a case-insensitive map of strings. :func:`parse_read_opt
 :func:`parse_write_options` turn it into :class:`ReadOptions` / :class:`WriteOptions`
 (picklable: they travel from the driver to the executors inside the reader/writer) and
 raise ``ValueError`` with a clear message on anything malformed or unknown (a misspelt
-option name is an error, not silently ignored).
+option name is an error, not silently ignored). The source reads and writes the topic its
+options name: a path given to ``load()``, ``save()`` or ``start()`` is refused too.
 
 Offsets follow Spark's Kafka source: ``earliest``, ``latest``, or JSON per partition,
 ``{"orders": {"0": 23, "1": -2}}`` (``-2`` earliest, ``-1`` latest); the topic level may
@@ -19,7 +20,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 EARLIEST = -2
 LATEST = -1
@@ -104,8 +107,53 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
 
 
-_SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
+_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 """Options Spark itself may pass along (not ours, not errors)."""
+
+_PATH_OPTIONS = ("path", "paths")
+"""What Spark turns ``load(path)`` / ``load([paths])`` / ``save(path)`` / ``start(path)``
+into: the source has no use for a path, so it is refused rather than ignored."""
+
+
+def _refuse_path(opts: Mapping[str, str], call: str) -> None:
+    """ValueError if Spark passed a path (see _PATH_OPTIONS); ``call`` names the caller's
+    method in the message."""
+    for name in _PATH_OPTIONS:
+        if name in opts:
+            raise ValueError(f"the tiered_log source takes no path (got {opts[name]!r}): it "
+                             f"reads and writes the topic named by the option 'topic'; "
+                             f"call {call} without one")
+
+
+def parse_bucket_url(url: str, shown: str = "option 'bucketUrl'") -> Path | None:
+    """The local directory a bucket URL names, or None for ``s3://bucket[/prefix]``.
+
+    Takes the forms :func:`tiered_log.remote.storage.open_storage` takes (``file:///dir``,
+    an absolute path or one starting with ``./``, ``../``, ``~``; ``s3://...``) and checks
+    only their form, touching nothing; ValueError naming ``shown`` for anything else.
+    """
+    u = url.strip()
+    if u.startswith(("/", "./", "../", "~")) or u in (".", ".."):
+        return Path(u).expanduser()
+    expected = "expected s3://bucket/prefix, file:///abs/dir or an absolute path"
+    try:
+        parts = urlsplit(u)
+    except ValueError:
+        raise ValueError(f"{shown} {url!r} is not a URL; {expected}") from None
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        path = unquote(parts.path)
+        if parts.netloc not in ("", "localhost") or not path.startswith("/") or (
+                parts.query or parts.fragment):
+            raise ValueError(f"{shown} {url!r} must be file:///absolute/path (a local "
+                             "directory every executor sees)")
+        return Path(path)
+    if scheme == "s3":
+        if not parts.netloc or parts.query or parts.fragment or "@" in parts.netloc or (
+                ":" in parts.netloc):
+            raise ValueError(f"{shown} {url!r} must be s3://bucket or s3://bucket/prefix")
+        return None
+    raise ValueError(f"{shown} {url!r}: {expected}")
 
 
 def _check_known(opts: Mapping[str, str], known: frozenset[str], what: str) -> None:
@@ -182,8 +230,12 @@ def parse_offsets(text: str | None, topic: str, default: int, shown: str) -> Off
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     """:class:`ReadOptions` from Spark's option map; ValueError if anything is wrong."""
     o = _lower(options)
+    _refuse_path(o, "load()")
     _check_known(o, READ_OPTIONS, "read")
     topic = _required(o, "topic", "topic")
+    bucket_url = o.get("bucketurl", "").strip() or None
+    if bucket_url is not None:
+        parse_bucket_url(bucket_url)
     service_url = _required(o, "serviceurl", "serviceUrl")
     parts: tuple[int, ...] | None = None
     if o.get("partitions", "").strip():
@@ -198,6 +250,14 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     for k, name in _S3_KEYS.items():
         if k in o:
             s3.append((name, _bool(o, k, "s3.pathStyle", True) if name == "path_style" else o[k]))
+    endpoint = o.get("s3.endpointurl", "").strip()
+    if endpoint:
+        ep = urlsplit(endpoint)
+        if ep.scheme.lower() not in ("http", "https") or not ep.hostname:
+            raise ValueError(f"option 's3.endpointUrl' must be an http(s) URL like "
+                             f"http://127.0.0.1:9000, not {endpoint!r}")
+    if ("s3.accesskey" in o) != ("s3.secretkey" in o):
+        raise ValueError("give both options 's3.accessKey' and 's3.secretKey', or neither")
     starting = parse_offsets(o.get("startingoffsets"), topic, EARLIEST, "startingOffsets")
     ending = parse_offsets(o.get("endingoffsets"), topic, LATEST, "endingOffsets")
     if ending.default == EARLIEST or any(v == EARLIEST for _, v in ending.per_partition):
@@ -210,7 +270,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         raise ValueError("give either 'endingOffsets' or 'endingTimestamp', not both")
     return ReadOptions(
         service_url=service_url, topic=topic, token=o.get("token") or None,
-        bucket_url=o.get("bucketurl") or None, s3=tuple(s3), partitions=parts,
+        bucket_url=bucket_url, s3=tuple(s3), partitions=parts,
         starting=starting, ending=ending, starting_timestamp=st, ending_timestamp=et,
         include_headers=_bool(o, "includeheaders", "includeHeaders", False),
         min_partitions=_int(o, "minpartitions", "minPartitions", minimum=1),
@@ -225,6 +285,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """:class:`WriteOptions` from Spark's option map; ValueError if anything is wrong."""
     o = _lower(options)
+    _refuse_path(o, "save() or start()")
     _check_known(o, WRITE_OPTIONS, "write")
     return WriteOptions(
         service_url=_required(o, "serviceurl", "serviceUrl"), topic=_required(o, "topic", "topic"),

@@ -14,11 +14,16 @@ Usage::
           .option("bucketUrl", "s3://archive/prod").option("s3.endpointUrl", "...")
           .load())
 
-Options are in :mod:`tiered_log.spark.options`. ``bucketUrl`` defaults to the store the
-service reports (fine for a local directory shared with the executors; an S3 store needs
-its credentials given here). A batch read plans from the remote log index the service
-serves (see :mod:`tiered_log.spark.planning`): one split per archived segment, read
-from the bucket by the executors, and one per unshipped tail, read through the service.
+Options are in :mod:`tiered_log.spark.options`; they are checked when the DataFrame is
+loaded (a malformed or unknown option, or a path given to ``load()``, fails ``load()``).
+``bucketUrl`` defaults to the store the service reports (fine for a local directory shared
+with the executors; an S3 store needs its credentials given here). A batch read plans from
+the remote log index the service serves (see :mod:`tiered_log.spark.planning`): one split
+per archived segment, read from the bucket by the executors, and one per unshipped tail,
+read through the service. Planning checks the bucket with one request before any task
+runs (:mod:`tiered_log.spark.bucket`): a wrong ``bucketUrl`` or an unreachable endpoint
+fails there, in one line naming the option. Reading, the source writes nothing: no
+directory, no object, no file (a local store is opened read-only).
 
 Filter pushdown is opt-in: give ``filterPushdown=true`` (and keep
 ``spark.sql.python.filterPushdown.enabled``, which :func:`register` sets). Then
@@ -67,6 +72,7 @@ from pyspark.sql.types import (
 )
 
 from ..errors import InvalidArgumentError
+from .bucket import check_bucket
 from .options import EARLIEST, LATEST, ReadOptions, parse_read_options, parse_write_options
 from .planning import (
     ArchiveSplit,
@@ -242,8 +248,10 @@ class TieredLogReader(DataSourceReader):
         for p, (s, e) in ranges.items():
             hi = e if self.offset_hi is None else min(e, self.offset_hi)
             ranges[p] = (max(s, self.offset_lo), hi)
-        return plan_splits(opts.topic, bucket_of(opts, states.values()), ranges, states,
-                           opts.min_partitions, self.ts_lo)
+        splits = plan_splits(opts.topic, bucket_of(opts, states.values()), ranges, states,
+                             opts.min_partitions, self.ts_lo)
+        check_bucket(opts, splits, states)
+        return splits
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_split(partition, self.opts, self.schema)
@@ -266,8 +274,9 @@ class TieredLogDataSource(DataSource):
         return parse_read_options(self.options)
 
     def schema(self) -> StructType:
-        o = {str(k).lower(): str(v) for k, v in self.options.items()}
-        return source_schema(o.get("includeheaders", "false").strip().lower() in ("true", "1", "yes"))
+        """The rows' schema. Spark asks for it in ``load()`` (batch or streaming; never for a
+        write), so the read options are checked here: bad ones fail ``load()`` itself."""
+        return source_schema(self._read_options().include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = self._read_options()

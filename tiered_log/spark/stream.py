@@ -13,7 +13,9 @@ by the source (end-to-end exactly-once then depends on the sink, as always in Sp
   query started, in batches that respect ``maxOffsetsPerTrigger``, then stops.
 - Each batch is planned like a batch read (archived segments from the bucket, the rest
   through the service). Offsets removed by retention before they were read follow
-  ``failOnDataLoss``.
+  ``failOnDataLoss``. The first batch that reads from the bucket checks it on the driver
+  first (:func:`~tiered_log.spark.bucket.check_bucket`): a wrong ``bucketUrl`` or an
+  unreachable endpoint stops the query with one line naming the option.
 
 Thread-safety: Spark drives one reader from one thread at a time.
 """
@@ -32,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .bucket import check_bucket
 from .options import LATEST, OffsetSpec, ReadOptions
 from .planning import PartitionState, ServiceClient, check_start, plan_splits, resolve_partitions
 
@@ -67,6 +70,7 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.opts = opts
         self.schema = schema
         self.cap: dict[int, int] | None = None
+        self.bucket_checked = False  # check_bucket passed once: later batches skip it
 
     def _client(self) -> ServiceClient:
         return ServiceClient(self.opts.service_url, self.opts.token)
@@ -138,8 +142,11 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ranges = {p: (min(s, e), e) for p, (s, e) in ranges.items()}
         from .source import bucket_of
 
-        return plan_splits(opts.topic, bucket_of(opts, states.values()), ranges, states,
-                           opts.min_partitions, None)
+        splits = plan_splits(opts.topic, bucket_of(opts, states.values()), ranges, states,
+                             opts.min_partitions, None)
+        if not self.bucket_checked:
+            self.bucket_checked = check_bucket(opts, splits, states)
+        return splits
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from .source import read_split
