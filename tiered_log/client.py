@@ -98,8 +98,8 @@ def _error_classes() -> dict[str, type[E.TieredLogError]]:
         E.OffsetOutOfRangeError, E.CorruptRecordError, E.CorruptIndexError, E.LogClosedError,
         E.TopicError, E.TopicNotFoundError, E.TopicExistsError, E.InvalidTopicNameError,
         E.RemoteStorageError, E.RemoteObjectNotFoundError, E.RemoteCorruptionError,
-        E.DataLossError, AuthenticationError, PermissionDeniedError, InvalidRequestError,
-        RequestTooLargeError, ShuttingDownError, UnsupportedMediaTypeError,
+        E.RemoteTimeoutError, E.DataLossError, AuthenticationError, PermissionDeniedError,
+        InvalidRequestError, RequestTooLargeError, ShuttingDownError, UnsupportedMediaTypeError,
     ]
     return {c.code: c for c in classes}
 

@@ -226,6 +226,12 @@ class Settings(BaseSettings):
         None, ge=1, description="Remote fetch quota of the node, shared by its partitions "
         "(bytes/s read from the bucket, as Kafka's remote fetch quota); null: unlimited."
     )
+    remote_fetch_max_wait_ms: int = Field(
+        5000, ge=1, le=600_000, description="How long a read waits for the bucket (ms, as "
+        "Kafka's remote.fetch.max.wait.ms): then it answers 503 remote_timeout, retriable, "
+        "while the fetch goes on to be cached for the retry. Waits for the fetch quota do "
+        "not count. S3 GET attempts get at least this long (and at least 5 s) each."
+    )
     remote_copies_in_flight: int = Field(
         2, ge=1, le=8, description="Segment copies a partition keeps under way at once (1: "
         "one after another; more ships faster, at some cost in producer latency)."
@@ -362,6 +368,9 @@ class Settings(BaseSettings):
             "access_key": self.s3_access_key.get_secret_value() if self.s3_access_key else None,
             "secret_key": self.s3_secret_key.get_secret_value() if self.s3_secret_key else None,
             "path_style": self.s3_path_style,
+            # A GET a reader stopped waiting for may still bring the chunk for its retry:
+            # give each attempt at least the readers' wait (S3Storage's default is 5 s).
+            "get_timeout": max(5.0, self.remote_fetch_max_wait_ms / 1000),
         }
 
     def redacted(self) -> dict[str, Any]:

@@ -19,8 +19,11 @@ boundary where they occur (``raise X(...) from exc``) so callers catch ours only
     │   └── InvalidTopicNameError
     ├── RemoteStorageError              the remote tier failed (retriable by default)
     │   ├── RemoteObjectNotFoundError   the object (or range) does not exist
-    │   └── RemoteCorruptionError       the remote bytes failed their checksum
+    │   ├── RemoteCorruptionError       the remote bytes failed their checksum
+    │   └── RemoteTimeoutError          the bucket did not answer in time (retriable)
     └── DataLossError                   requested data was removed (retention/truncation)
+        └── CorruptRangeError           stored data at the offset is damaged (also a
+                                        CorruptRecordError; the service answers 410)
 
 Errors are plain exceptions: safe to raise from any thread, carry no resources.
 """
@@ -154,8 +157,30 @@ class DataLossError(TieredLogError):
     code = "data_loss"
 
 
+class RemoteTimeoutError(RemoteStorageError):
+    """The bucket did not answer in time: a fetch waited longer than
+    ``remote_fetch_max_wait_ms`` (the fetch goes on: a retry may find the chunk cached),
+    or a request to S3 timed out. Retriable."""
+
+    retriable = True
+    code = "remote_timeout"
+
+
+class CorruptRangeError(DataLossError, CorruptRecordError):
+    """The stored batch holding the asked offset fails its checksum (a damaged segment
+    file): that range cannot be served; the records before and after it can.
+
+    A :class:`CorruptRecordError` (code ``corrupt_record``) and a :class:`DataLossError`:
+    the data is lost at this server, so the service answers 410, not retriable (asking
+    again gets the same damaged bytes). Raised by the service's fetch paths.
+    """
+
+    code = "corrupt_record"
+
+
 __all__ = [
     "CorruptIndexError",
+    "CorruptRangeError",
     "CorruptRecordError",
     "DataLossError",
     "InvalidArgumentError",
@@ -167,6 +192,7 @@ __all__ = [
     "RemoteCorruptionError",
     "RemoteObjectNotFoundError",
     "RemoteStorageError",
+    "RemoteTimeoutError",
     "TieredLogError",
     "TopicError",
     "TopicExistsError",

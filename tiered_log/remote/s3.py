@@ -9,14 +9,22 @@ must be known at CreateMultipartUpload) and checked again while the parts are re
 failed upload is aborted so no parts are left behind.
 
 Every botocore/urllib3/OS error is mapped to :mod:`tiered_log.errors` at this boundary:
-connection failures, timeouts, throttling and 5xx become a retriable RemoteStorageError
-(after botocore's own ``retries``); a missing key, or a range past the end, becomes
-RemoteObjectNotFoundError; other 4xx (access denied, missing bucket) a non-retriable
-RemoteStorageError.
+connection failures, throttling and 5xx become a retriable RemoteStorageError, timeouts a
+RemoteTimeoutError (retriable), after botocore's own retries; a missing key, or a range
+past the end, becomes RemoteObjectNotFoundError; other 4xx (access denied, missing
+bucket) a non-retriable RemoteStorageError.
 
-Thread-safety: one :class:`S3Storage` may be used from any number of threads. It holds one
-boto3 client (clients are thread-safe; the session used to build it is not shared), whose
-connection pool has ``max_pool_connections`` connections.
+Reads have bounds of their own: a GetObject attempt that gets no byte for
+``get_timeout`` seconds (default 5) is given up and retried ``get_retries`` times
+(default 1), so a bucket that accepts connections and never answers ends a GET in about
+``2 * get_timeout`` seconds, not the 4 x 30 s of the client's other requests (by
+default; their answers, e.g. to a large upload, may legitimately take a while).
+Readers wait less still: see ``TierConfig.fetch_max_wait_ms``.
+
+Thread-safety: one :class:`S3Storage` may be used from any number of threads. It holds two
+boto3 clients, one for GetObject and one for the rest (clients are thread-safe; the
+sessions used to build them are not shared), each with a pool of
+``max_pool_connections`` connections.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from ..errors import (
     RemoteCorruptionError,
     RemoteObjectNotFoundError,
     RemoteStorageError,
+    RemoteTimeoutError,
     TieredLogError,
 )
 from .storage import (
@@ -90,6 +99,10 @@ _CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     bex.ResponseStreamingError,
 )
 _CHECKSUM_ERRORS: tuple[type[Exception], ...] = (bex.ChecksumError, bex.FlexibleChecksumError)
+_TIMEOUT_ERRORS: tuple[type[Exception], ...] = (
+    bex.ReadTimeoutError, bex.ConnectTimeoutError, urllib3.exceptions.ReadTimeoutError,
+    TimeoutError,
+)
 _BOUNDARY_ERRORS: tuple[type[BaseException], ...] = (
     bex.BotoCoreError, bex.ClientError, OSError, urllib3.exceptions.HTTPError,
 )
@@ -126,6 +139,11 @@ class S3Storage:
       automatically so an upload needs at most 10,000 parts).
     - ``retries``: botocore retries per request (standard mode, with backoff) before an
       error reaches the caller; ``connect_timeout``/``read_timeout`` in seconds.
+    - ``get_timeout``/``get_retries``: the same for GetObject (the reads of the remote
+      tier), whose attempts get no byte for at most ``get_timeout`` seconds (connecting
+      included: its connect timeout is the smaller of the two) before they are retried
+      or given up (RemoteTimeoutError). Defaults: ``min(read_timeout, 5)`` seconds and
+      ``min(retries, 1)`` retries.
 
     Thread-safe: share one instance between threads.
     """
@@ -146,6 +164,8 @@ class S3Storage:
         read_timeout: float = 30,
         retries: int = 3,
         part_concurrency: int = 4,
+        get_timeout: float | None = None,
+        get_retries: int | None = None,
     ) -> None:
         if not isinstance(bucket, str) or not _BUCKET_RE.match(bucket):
             raise InvalidArgumentError(f"invalid S3 bucket name {bucket!r}")
@@ -167,6 +187,12 @@ class S3Storage:
                 "retries must be >= 0, max_pool_connections and part_concurrency >= 1")
         if connect_timeout <= 0 or read_timeout <= 0:
             raise InvalidArgumentError("connect_timeout and read_timeout must be > 0")
+        if get_timeout is None:
+            get_timeout = min(read_timeout, 5.0)
+        if get_retries is None:
+            get_retries = min(retries, 1)
+        if not get_timeout > 0 or get_retries < 0:
+            raise InvalidArgumentError("get_timeout must be > 0 and get_retries >= 0")
         self.bucket = bucket
         self.prefix = prefix
         self._key_prefix = f"{prefix}/" if prefix else ""
@@ -175,26 +201,38 @@ class S3Storage:
         self.part_size = part_size
         self.part_concurrency = part_concurrency
         self.list_page_size = 1000  # MaxKeys of each ListObjectsV2 request (S3's maximum)
+        self.get_timeout = float(get_timeout)
+        self.get_retries = get_retries
         self._closed = False
         self._where = f"s3://{bucket}" + (f" at {endpoint_url}" if endpoint_url else "")
-        config = Config(
-            s3={"addressing_style": "path" if path_style else "auto"},
-            retries={"total_max_attempts": retries + 1, "mode": "standard"},
-            max_pool_connections=max_pool_connections,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-        )
-        try:
-            session = _new_session()  # private to this call: sessions aren't thread-safe
-            self.region = region or session.region_name or "us-east-1"
-            self.client: S3Client = session.client(
-                "s3",
-                endpoint_url=endpoint_url,
-                region_name=self.region,
-                aws_access_key_id=access_key,
-                aws_secret_access_key=secret_key,
-                config=config,
+
+        def config(connect: float, read: float, attempts: int) -> Config:
+            return Config(
+                s3={"addressing_style": "path" if path_style else "auto"},
+                retries={"total_max_attempts": attempts, "mode": "standard"},
+                max_pool_connections=max_pool_connections,
+                connect_timeout=connect,
+                read_timeout=read,
             )
+
+        try:
+            clients = []
+            for cfg in (config(connect_timeout, read_timeout, retries + 1),
+                        config(min(connect_timeout, get_timeout), get_timeout, get_retries + 1)):
+                session = _new_session()  # private to this call: sessions aren't thread-safe
+                self.region = region or session.region_name or "us-east-1"
+                clients.append(session.client(
+                    "s3",
+                    endpoint_url=endpoint_url,
+                    region_name=self.region,
+                    aws_access_key_id=access_key,
+                    aws_secret_access_key=secret_key,
+                    config=cfg,
+                ))
+            self.client: S3Client = clients[0]
+            """Every request but GetObject."""
+            self.get_client: S3Client = clients[1]
+            """GetObject, with ``get_timeout`` and ``get_retries``."""
         except ValueError as exc:  # e.g. a malformed endpoint URL
             raise InvalidArgumentError(f"cannot configure S3 client for {self._where}: {exc}") from exc
         except _BOUNDARY_ERRORS as exc:
@@ -239,6 +277,8 @@ class S3Storage:
         if isinstance(exc, _CHECKSUM_ERRORS):
             return RemoteCorruptionError(f"{target} failed a transfer checksum: {exc}",
                                          retriable=True)
+        if isinstance(exc, _TIMEOUT_ERRORS):
+            return RemoteTimeoutError(f"{target} failed: S3 did not answer in time: {exc}")
         if isinstance(exc, _CONNECTION_ERRORS):
             return RemoteStorageError(f"{target} failed: cannot reach S3: {exc}", retriable=True)
         if isinstance(exc, _CONFIG_ERRORS):
@@ -437,7 +477,7 @@ class S3Storage:
         if not whole:
             params["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
         with self._boundary("get", key):
-            resp = self.client.get_object(**params)
+            resp = self.get_client.get_object(**params)
             body = resp["Body"]
             try:
                 data = body.read()
@@ -588,10 +628,11 @@ class S3Storage:
         if self._closed:
             return
         self._closed = True
-        try:
-            self.client.close()
-        except _BOUNDARY_ERRORS as exc:
-            log.debug("closing S3 client for %s: %s", self._where, exc)
+        for client in (self.client, self.get_client):
+            try:
+                client.close()
+            except _BOUNDARY_ERRORS as exc:
+                log.debug("closing S3 client for %s: %s", self._where, exc)
 
 
 __all__ = ["DELETE_BATCH", "MIN_PART_SIZE", "S3Storage"]

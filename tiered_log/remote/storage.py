@@ -38,7 +38,7 @@ CHECKSUM_METADATA_NAME = "xxh3"
 S3_OPTIONS = frozenset({
     "endpoint_url", "region", "access_key", "secret_key", "path_style", "multipart_threshold",
     "part_size", "part_concurrency", "max_pool_connections", "connect_timeout", "read_timeout",
-    "retries",
+    "retries", "get_timeout", "get_retries",
 })
 """Keyword options :func:`open_storage` passes on to :class:`~tiered_log.remote.s3.S3Storage`."""
 

@@ -117,6 +117,7 @@ class TierConfig:
     cache_bytes: int = 256 << 20
     upload_bytes_per_sec: int | None = None
     fetch_bytes_per_sec: int | None = None
+    fetch_max_wait_ms: int = 5000  # a reader's wait for the bucket (remote/fetch_wait.py)
     copies_in_flight: int = 2
     ship_interval_ms: int = 500
     index_rotate_bytes: int = 16 << 20
@@ -134,7 +135,7 @@ class TierConfig:
                 raise InvalidArgumentError(f"{name} must be -1 or a non-negative integer, got {v!r}")
         for name in ("chunk_bytes", "fetch_bytes", "prefetch_bytes", "cache_bytes",
                      "copies_in_flight", "ship_interval_ms", "index_rotate_bytes",
-                     "index_rotate_ms"):
+                     "index_rotate_ms", "fetch_max_wait_ms"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
@@ -974,8 +975,12 @@ class RemoteTier:
         if data is None:
             futs = self._schedule([entry, *ahead])
             fut = futs.get((entry.object_key, entry.position))
-            if fut is not None:
-                fut.result()
+            if fut is not None:  # waited for at most fetch_max_wait_ms (quota waits aside)
+                from .fetch_wait import wait_for_fetch
+
+                wait_for_fetch(fut, self.config.fetch_max_wait_ms,
+                               lambda: self.fetch_limiter.waiting > 0,
+                               f"{entry.object_key} bytes {entry.position}+{entry.data_length}")
             data = self.cache.get(entry.object_key, entry.position, entry.data_length)
             if data is None:  # evicted at once (a tiny cache): fetch directly
                 self._fetch_quota(entry.data_length)
