@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import struct
 import time
@@ -30,7 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from threading import Lock
 
-from ..errors import CorruptIndexError, CorruptRecordError, OffsetOutOfRangeError, TieredLogError
+from ..errors import (
+    CorruptIndexError,
+    CorruptRangeError,
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    TieredLogError,
+)
 from ..format import naming
 from ..format.index import (
     OFFSET_ENTRY,
@@ -50,6 +57,8 @@ from ..format.records import (
     rebatch,
     scan_batches,
 )
+
+log = logging.getLogger(__name__)
 
 _CUT_POSITION = struct.Struct("<Q")
 _UIDS = itertools.count()
@@ -182,6 +191,7 @@ class Segment:
         self.deleted = False  # set by delete_files; readers holding the segment then fail
         self.created_ms = 0  # wall clock of the first append (0 = empty), for segment_ms
         self.index_rebuilds = 0  # times rebuild_index ran (reported by the log's recovery)
+        self._damage_logged = False  # a read met damage and logged it
         # Active-segment state (None once sealed).
         self._index: SegmentIndex | None = None
         self._wfd: int | None = None
@@ -502,7 +512,9 @@ class Segment:
 
         Returns the records (at least one if ``offset`` is in the segment) and the bytes
         their frames take. A reader that raced the deletion of the segment (retention,
-        truncation) gets OffsetOutOfRangeError.
+        truncation) gets OffsetOutOfRangeError. Damage in a sealed segment (a batch that
+        fails its checksum or framing on the way to the records asked for) is
+        CorruptRangeError, logged once per segment as an ERROR.
         """
         try:
             try:
@@ -514,6 +526,15 @@ class Segment:
                 return self._read(offset, max_records, max_bytes)
         except OSError as exc:
             raise self._read_error(exc) from exc
+        except CorruptRecordError as exc:
+            if not self.sealed or isinstance(exc, CorruptRangeError):
+                raise  # an active segment's tail may be a racing truncation's
+            if not self._damage_logged:
+                self._damage_logged = True
+                log.error("damaged sealed segment %s: %s (reading offset %d)",
+                          self.store_path, exc, offset)
+            raise CorruptRangeError(f"offset {offset}: segment {self.store_path.name} is "
+                                    f"damaged: {exc}") from exc
 
     def _read_error(self, exc: OSError) -> TieredLogError:
         """Our error for an OSError met while reading (the files may have been deleted)."""

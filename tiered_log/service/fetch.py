@@ -3,13 +3,23 @@
 :func:`fetch_frames` serves the binary form. Where the records are on local disk it
 never decodes or re-encodes them: it finds the batch holding the first wanted offset
 through the segment's index (:meth:`~tiered_log.local.segment.Segment.position_of`),
-reads from there with one ``pread`` per segment and walks only the 28-byte batch headers
-to honour ``max_records``/``max_bytes``; the bytes go to the client as they were on disk
-(disk format == wire format; the client verifies checksums). As in Kafka, a page is made
-of whole batches: its first batch may begin before the asked offset (the client skips
-those records) and its last may run past ``max_records``. Below the local start the
-batches come from the remote tier's chunks the same way, verified there and not decoded
+reads from there with one ``pread`` per segment and walks the 28-byte batch headers to
+honour ``max_records``/``max_bytes``, checking each batch's checksum; the bytes go to the
+client as they were on disk (disk format == wire format). As in Kafka, a page is made of whole batches: its first
+batch may begin before the asked offset (the client skips those records) and its last
+may run past ``max_records``. Below the local start the batches come from the remote
+tier's chunks the same way, verified there and not decoded
 (:meth:`~tiered_log.tiered.TieredLog.read_remote_batches`).
+
+Verification: nothing damaged is served on either path. The JSON path decodes, and so
+verifies, every record it returns. The binary path checks every batch it sends against
+its checksum (one xxh3 pass over the batch, no decode; the client verifies again), from
+local segments as from the remote tier. A page stops before a batch that fails (200 with
+the batches before it; its ``next_offset`` is the damaged batch's); a fetch that starts
+in a damaged batch raises :class:`~tiered_log.errors.CorruptRangeError` (HTTP 410
+``corrupt_record``, not retriable), on both paths, and the first time a damaged place is
+met it is logged as an ERROR naming the segment file. Records after the damage are
+served as before.
 
 Both functions block on disk: run them in a worker thread. They take no lock and may
 race appends (they see a consistent prefix) and truncations (they may stop early or
@@ -18,12 +28,28 @@ return records the truncation then removes, as :class:`~tiered_log.local.log.Log
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
 
-from ..errors import CorruptRecordError, DataLossError, OffsetOutOfRangeError
-from ..format.records import HEADER_SIZE, Record, batch_header
+import xxhash
+
+from ..errors import (
+    CorruptIndexError,
+    CorruptRangeError,
+    CorruptRecordError,
+    DataLossError,
+    OffsetOutOfRangeError,
+)
+from ..format.records import CHECKED_FROM, HEADER, HEADER_SIZE, Record, batch_header
 from ..local.segment import Segment
 from .topics import PartitionBounds, PartitionLog, partition_bounds
+
+log = logging.getLogger(__name__)
+
+_h64 = xxhash.xxh3_64_intdigest
+_reported: set[tuple[str, int]] = set()
+_reported_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +110,12 @@ def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: i
                 raise _out_of_range(offset, partition_bounds(plog)) from None
             break
         end = seg.size  # complete batches only: size grows after a write completes
-        pos, base = seg.position_of(cur)
+        try:
+            pos, base = _position_of(seg, cur)
+        except CorruptRangeError:
+            if not parts:
+                raise
+            break  # serve what came before the damage
         if pos >= end:
             break
         buf, taken, nxt = _take_batches(seg, pos, end, base, offset + max_records - base,
@@ -104,6 +135,50 @@ _READ_SLACK = 64 << 10
 """Bytes read beyond the estimate of what a page needs (one read is the aim)."""
 
 
+def _damaged(seg: Segment, pos: int, offset: int, what: str) -> CorruptRangeError:
+    """The error for reading ``offset`` from ``seg``, damaged at byte ``pos`` (``what``
+    says how), logged as an ERROR the first time this place is met (the client's message
+    names the segment file, not the server's paths)."""
+    key = (str(seg.store_path), pos)
+    with _reported_lock:
+        first = key not in _reported
+        if first:
+            if len(_reported) >= 4096:
+                _reported.clear()
+            _reported.add(key)
+    if first:
+        log.error("damaged local data in %s (reading offset %d): %s; fetches of the "
+                  "damaged records answer 410 corrupt_record", seg.store_path, offset, what)
+    return CorruptRangeError(f"offset {offset}: {what}; its records cannot be served (the "
+                             "stored data is damaged)")
+
+
+def _position_of(seg: Segment, offset: int) -> tuple[int, int]:
+    """:meth:`Segment.position_of`; a sealed segment whose batch headers do not lead to
+    ``offset`` (one that does not follow, or they run past the end) gets its index
+    rebuilt (as its reads do), and if its store is what is damaged, CorruptRangeError."""
+    try:
+        pos, base = seg.position_of(offset)
+        if not seg.sealed or pos < seg.size or offset >= seg.next_offset:
+            return pos, base
+    except CorruptIndexError:
+        if not seg.sealed:
+            raise
+    try:
+        seg.rebuild_index()
+    except CorruptRecordError as exc:
+        raise _damaged(seg, -1, offset, str(exc)) from None
+    return seg.position_of(offset)
+
+
+def _intact(buf: bytes, at: int, size: int, base: int) -> bool:
+    """Whether the batch at ``buf[at:at+size]`` (base offset ``base``) matches its
+    checksum: one xxh3 pass, covering every byte but the base offset (the seed) and the
+    size (a wrong size hashes the wrong bytes)."""
+    return bool(_h64(memoryview(buf)[at + CHECKED_FROM : at + size], base)
+                == HEADER.unpack_from(buf, at)[2])
+
+
 def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, budget: int,
                   first: bool) -> tuple[bytes, int, int]:
     """Read whole batches of ``seg`` from byte ``pos`` (the batch at offset ``base``)
@@ -113,12 +188,14 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
 
     Reads about what the page needs: a first guess from the segment's mean record size
     (plus slack), grown when it falls short, never past ``budget`` (except for a first
-    batch larger than it, read whole). Only the batch headers are looked at; the client
-    verifies the checksums.
+    batch larger than it, read whole). Every batch taken is checked against its
+    checksum (not decoded): the walk stops before one that fails, and a failing first
+    batch (read twice, in case a truncation was rewriting it) is CorruptRangeError.
     """
     count = seg.next_offset - seg.base_offset
     avg = seg.size // count if count > 0 else HEADER_SIZE
     guess = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK, avg * (records + 1) + _READ_SLACK)
+    checked = 0  # bytes from ``pos`` already verified (a re-read holds the same batches)
     while True:
         buf = seg.read_bytes(pos, guess)
         walked, nxt, short = 0, base, False
@@ -137,7 +214,12 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
             if walked + size > len(buf):
                 short = True
                 break
+            if walked >= checked and not _intact(buf, walked, size, off):
+                if walked == 0 and first:
+                    return _first_batch_again(seg, pos, end, base)
+                break  # serve the batches before it; a fetch from it gets the error
             walked += size
+            checked = max(checked, walked)
             nxt = off + n
         grown = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK, guess * 4)
         if short and len(buf) == guess and grown > guess:
@@ -147,19 +229,43 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
             if len(buf) < HEADER_SIZE:
                 raise CorruptRecordError(f"truncated batch at byte {pos} of {seg.store_path.name}")
             # The first batch is larger than the budget: take it whole on its own.
-            off, size, n = batch_header(buf)
-            whole = seg.read_bytes(pos, size) if pos + size <= end else b""
-            if off != base or len(whole) != size:
-                raise CorruptRecordError(f"truncated batch at byte {pos} of {seg.store_path.name}")
-            return whole, size, off + n
+            return _first_batch_again(seg, pos, end, base)
         return buf, walked, nxt
+
+
+def _first_batch_again(seg: Segment, pos: int, end: int, base: int) -> tuple[bytes, int, int]:
+    """The first batch of a page on its own (read again, whole): the batch at byte ``pos``
+    holding offset ``base``, verified; CorruptRangeError if it does not verify."""
+    off, size, n = batch_header(seg.read_bytes(pos, HEADER_SIZE))
+    whole = seg.read_bytes(pos, size) if size >= HEADER_SIZE and pos + size <= end else b""
+    where = f"the stored batch at byte {pos} of segment {seg.store_path.name}"
+    if off != base or len(whole) != size:
+        raise _damaged(seg, pos, base, f"{where} has a damaged header")
+    if not _intact(whole, 0, size, off):
+        raise _damaged(seg, pos, base, f"{where} fails its checksum")
+    return whole, size, off + n
 
 
 def fetch_records(plog: PartitionLog, offset: int, max_records: int,
                   max_bytes: int) -> tuple[list[Record], PartitionBounds]:
-    """Decoded records from ``offset`` on (any tier) and the bounds after reading."""
-    recs = plog.read_range(offset, max_records, max_bytes)
+    """Decoded records from ``offset`` on (any tier) and the bounds after reading.
+
+    When a local read meets a damaged batch, the records before it are returned (the
+    binary path's verified walk finds where it is, and those records are read again);
+    a read starting in it raises CorruptRangeError."""
+    try:
+        recs = plog.read_range(offset, max_records, max_bytes)
+    except (CorruptRecordError, CorruptIndexError) as exc:
+        recs = _records_before_damage(plog, offset, max_records, max_bytes, exc)
     return recs, partition_bounds(plog)
+
+
+def _records_before_damage(plog: PartitionLog, offset: int, max_records: int, max_bytes: int,
+                           exc: Exception) -> list[Record]:
+    fb = fetch_frames(plog, offset, max_records, max_bytes)  # CorruptRangeError at offset
+    if fb.next_offset <= offset:
+        raise exc
+    return plog.read_range(offset, fb.next_offset - offset, max_bytes)
 
 
 __all__ = ["FrameBatch", "fetch_frames", "fetch_records"]
