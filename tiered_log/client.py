@@ -97,6 +97,7 @@ def _error_classes() -> dict[str, type[E.TieredLogError]]:
         E.InvalidArgumentError, E.InvalidOffsetError, E.RecordTooLargeError,
         E.OffsetOutOfRangeError, E.CorruptRecordError, E.CorruptIndexError, E.LogClosedError,
         E.TopicError, E.TopicNotFoundError, E.TopicExistsError, E.InvalidTopicNameError,
+        E.TopicUnavailableError,
         E.RemoteStorageError, E.RemoteObjectNotFoundError, E.RemoteCorruptionError,
         E.RemoteTimeoutError, E.DataLossError, AuthenticationError, PermissionDeniedError,
         InvalidRequestError, RequestTooLargeError, ShuttingDownError, UnsupportedMediaTypeError,

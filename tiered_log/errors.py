@@ -16,6 +16,7 @@ boundary where they occur (``raise X(...) from exc``) so callers catch ours only
     ├── TopicError                      topic management (service layer)
     │   ├── TopicNotFoundError
     │   ├── TopicExistsError
+    │   ├── TopicUnavailableError       the topic is on disk but could not be opened
     │   └── InvalidTopicNameError
     ├── RemoteStorageError              the remote tier failed (retriable by default)
     │   ├── RemoteObjectNotFoundError   the object (or range) does not exist
@@ -124,6 +125,15 @@ class TopicExistsError(TopicError):
     code = "topic_exists"
 
 
+class TopicUnavailableError(TopicError):
+    """The topic exists on this node but one of its partitions could not be opened at
+    start (e.g. its copy journal is damaged and the bucket that would repair it was out
+    of reach): the message names the file. The rest of the service serves; the topic
+    answers this until an operator fixes it and the service restarts."""
+
+    code = "topic_unavailable"
+
+
 class InvalidTopicNameError(TopicError, InvalidArgumentError):
     """The topic name is not allowed (path tricks, bad characters, too long)."""
 
@@ -197,4 +207,5 @@ __all__ = [
     "TopicError",
     "TopicExistsError",
     "TopicNotFoundError",
+    "TopicUnavailableError",
 ]

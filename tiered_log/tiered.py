@@ -406,12 +406,20 @@ class TieredLog:
                                     for s in r.journal.segments()],
                 "cache_hit_rate": round(r.cache.hit_rate, 4), "cache_bytes": r.cache.size_bytes,
                 "remote_deleted_segments": r.stats.deleted_segments,
-                "remote_damage": [{"id": s.id, "base_offset": s.base_offset,
-                                   "next_offset": r.served_end(s), "problem": r.damage[s.id]}
-                                  for s in r.finished_segments if s.id in r.damage],
+                "remote_damage": self.remote_damage(),
                 "shipper_error": self.shipper.last_error if self.shipper else None,
             })
         return out
+
+    def remote_damage(self) -> list[dict[str, Any]]:
+        """Remote ranges that cannot be read (their manifest and data object are damaged),
+        each ``{"id", "base_offset", "next_offset", "problem"}``; reads there answer
+        RemoteCorruptionError. Empty when all is well or without a remote tier."""
+        r = self.remote
+        if r is None:
+            return []
+        return [{"id": s.id, "base_offset": s.base_offset, "next_offset": r.served_end(s),
+                 "problem": r.damage[s.id]} for s in r.finished_segments if s.id in r.damage]
 
     def delete_remote_objects(self) -> int:
         """Delete every object of this log from the remote tier (for a deleted topic).

@@ -247,9 +247,11 @@ def format_describe(logs: list[dict[str, Any]]) -> str:
             rate_s = "n/a (no reads by this process)" if rate is None else f"{rate:.1%}"
             lines.append(f"  cache: {_n(d.get('cache_bytes', 0))} bytes, hit rate {rate_s}")
         lines.append(f"  {'tier':<7}{'base offset':>14}{'next offset':>14}{'bytes':>14}  state")
+        damaged = {x["id"]: x["problem"] for x in d.get("remote_damage", [])}
         for s in rsegs:
+            state = f"UNREADABLE: {damaged[s['id']]}" if s["id"] in damaged else s["state"]
             lines.append(f"  {'remote':<7}{s['base_offset']:>14,}{s['next_offset']:>14,}"
-                         f"{s['size']:>14,}  {s['state']}")
+                         f"{s['size']:>14,}  {state}")
         for s in d["local_segments"]:
             state = "active" if not s["sealed"] else ("copied" if s["copied"] else "not copied")
             lines.append(f"  {'local':<7}{s['base_offset']:>14,}{s['next_offset']:>14,}"

@@ -1013,17 +1013,26 @@ class RemoteTier:
 
     def _chunks_from(self, offset: int) -> Iterator[tuple[RemoteLogIndexEntry, bytes]]:
         """The chunk holding ``offset`` and the ones after it, in order, each with its
-        bytes (fetched when the caller gets to it); DataLossError at a gap in the remote
-        index."""
+        bytes (fetched when the caller gets to it). A hole in the remote index or a chunk
+        that cannot be had ends the chunks after the first; at the first, it raises (see
+        :meth:`_hole`), so a page stops before damage and the next read names it."""
         expect = offset
         for entry in self.index.entries_from(offset):
             if entry.last_offset < expect:
                 continue
             if entry.first_offset > expect:
+                if expect > offset:
+                    return  # a page stops before a hole; a read starting there gets the error
                 raise self._hole(expect)
-            yield entry, self._chunk(entry)
+            try:
+                data = self._chunk(entry)
+            except RemoteStorageError:
+                if expect > offset:
+                    return  # likewise before a chunk that cannot be fetched or is damaged
+                raise
+            yield entry, data
             expect = entry.last_offset + 1
-        if expect < self.remote_end:
+        if offset == expect < self.remote_end:
             raise self._hole(expect)
 
     def _hole(self, offset: int) -> TieredLogError:
@@ -1062,6 +1071,8 @@ class RemoteTier:
             except CorruptRecordError as exc:
                 self.cache.discard(entry.object_key, entry.position, entry.data_length)
                 self.stats.remote_fetch_errors += 1
+                if out:
+                    break  # the page stops before the damaged chunk
                 raise RemoteCorruptionError(f"{entry.object_key}: {exc}") from exc
             stop = min(end, entry.last_offset + 1)  # a clipped chunk holds records above it
             recs = [r for r in recs if r.offset < stop]
@@ -1096,6 +1107,8 @@ class RemoteTier:
             if verified != len(data) or not batches:
                 self.cache.discard(entry.object_key, entry.position, entry.data_length)
                 self.stats.remote_fetch_errors += 1
+                if parts:
+                    break  # the page stops before the damaged chunk
                 raise RemoteCorruptionError(
                     f"{entry.object_key}: the chunk at byte {entry.position} does not verify "
                     f"past byte {verified} of {len(data)}")

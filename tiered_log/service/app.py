@@ -75,6 +75,7 @@ from ..errors import (
     TieredLogError,
     TopicExistsError,
     TopicNotFoundError,
+    TopicUnavailableError,
 )
 from ..format.records import EncodedBatch, ProducerRecord, receive_batches
 from .auth import AuthenticationError, Authenticator, PermissionDeniedError, Principal
@@ -128,6 +129,7 @@ _STATUS: dict[type[BaseException], int] = {
     InvalidTopicNameError: 400,
     TopicNotFoundError: 404,
     TopicExistsError: 409,
+    TopicUnavailableError: 503,
     RecordTooLargeError: 413,
     UnsupportedMediaTypeError: 415,
     InvalidRequestError: 400,
@@ -413,7 +415,7 @@ def _describe(topic: Topic) -> dict[str, Any]:
             b = partition_bounds(plog)
         except LogClosedError:
             continue
-        infos.append({"partition": i, **b.as_dict()})
+        infos.append({"partition": i, **b.as_dict(), "remote_damage": plog.remote_damage()})
     return {**topic.meta.as_dict(), "partition_info": infos}
 
 

@@ -57,6 +57,7 @@ from ..errors import (
     TieredLogError,
     TopicExistsError,
     TopicNotFoundError,
+    TopicUnavailableError,
 )
 from ..local.segment import fsync_dir, write_atomic
 from ..remote.storage import RemoteStorage, open_storage
@@ -286,6 +287,8 @@ class TopicManager:
         self.trash = self.data_dir / "trash"
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}
+        self._unavailable: dict[str, str] = {}
+        """Topics on disk that could not be opened at start, and why (see load)."""
         self._lock_fd: int | None = None
         self._closed = False
         self.storage: RemoteStorage | None = None
@@ -338,7 +341,12 @@ class TopicManager:
             if meta.name != d.name:
                 log.error("skipping topic directory %s: %s names %r", d.name, TOPIC_FILE, meta.name)
                 continue
-            topics[meta.name] = self._open_topic(meta, d)
+            try:
+                topics[meta.name] = self._open_topic(meta, d)
+            except TieredLogError as exc:  # contained: the rest of the service serves
+                log.error("topic %s is unavailable: a partition could not be opened: %s",
+                          meta.name, exc)
+                self._unavailable[meta.name] = exc.message
         self._topics = topics
         self._sync_with_store()
         log.info("loaded %d topic(s) from %s", len(self._topics), self.root)
@@ -356,7 +364,8 @@ class TopicManager:
             return
         for key in sorted(stored):
             name = key[len("topics/"):].removesuffix(".json")
-            if name in self._topics or not TOPIC_NAME_RE.fullmatch(name):
+            if name in self._topics or name in self._unavailable or (
+                    not TOPIC_NAME_RE.fullmatch(name)):
                 continue
             try:
                 meta = TopicMeta.from_json(self.storage.get(key))
@@ -435,11 +444,14 @@ class TopicManager:
         validate_topic_name(name)
         topic = self._topics.get(name)
         if topic is None:
+            if name in self._unavailable:
+                raise TopicUnavailableError(f"topic {name!r} could not be opened at start: "
+                                            f"{self._unavailable[name]}")
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         return topic
 
     def exists(self, name: str) -> bool:
-        return name in self._topics
+        return name in self._topics or name in self._unavailable
 
     def partition(self, name: str, index: int) -> PartitionLog:
         """The log of partition ``index`` of topic ``name`` (TopicNotFoundError if none)."""
@@ -468,7 +480,7 @@ class TopicManager:
         with self._lock:
             if self._closed:
                 raise LogClosedError("the service is shutting down")
-            if name in self._topics:
+            if name in self._topics or name in self._unavailable:
                 raise TopicExistsError(f"topic {name!r} exists already")
             limit = self.settings.max_total_partitions
             if self.total_partitions + partitions > limit:
@@ -513,9 +525,7 @@ class TopicManager:
         """
         validate_topic_name(name)
         with self._lock:
-            topic = self._topics.get(name)
-            if topic is None:
-                raise TopicNotFoundError(f"topic {name!r} does not exist")
+            topic = self.get(name)  # an unavailable topic is kept for the operator
             if self.storage is not None:
                 try:  # first, so a restart on an empty disk never restores it
                     self.storage.delete([topic_object_key(name)])

@@ -205,6 +205,15 @@ class CreateTopicRequest(BaseModel):
     config: TopicConfigOverrides = Field(default_factory=lambda: TopicConfigOverrides.model_validate({}))
 
 
+class RemoteDamage(BaseModel):
+    """A remote range that cannot be read: its manifest and data object are damaged."""
+
+    id: str
+    base_offset: int
+    next_offset: int
+    problem: str
+
+
 class PartitionInfo(BaseModel):
     partition: int
     log_start_offset: int
@@ -212,6 +221,7 @@ class PartitionInfo(BaseModel):
     high_watermark: int
     next_offset: int
     flushed_offset: int
+    remote_damage: list[RemoteDamage] = []
 
 
 class TopicSummary(BaseModel):
