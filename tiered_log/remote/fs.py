@@ -39,7 +39,7 @@ from ..errors import (
     RemoteObjectNotFoundError,
     RemoteStorageError,
 )
-from .storage import ObjectInfo, check_keys, check_range, validate_key, validate_prefix
+from .objects import ObjectInfo, check_keys, check_range, validate_key, validate_prefix
 
 XATTR_NAME = "user.tiered_log.xxh3"
 """Extended attribute holding an object's xxh3-128 hex digest."""

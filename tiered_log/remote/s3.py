@@ -55,7 +55,7 @@ from ..errors import (
     RemoteTimeoutError,
     TieredLogError,
 )
-from .storage import (
+from .objects import (
     CHECKSUM_METADATA_NAME,
     MAX_KEY_BYTES,
     ObjectInfo,

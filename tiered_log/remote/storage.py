@@ -1,39 +1,38 @@
-"""The one narrow interface to object storage, its shared types, key rules and a URL factory.
+"""The one narrow interface to object storage, and the URL factory that opens a backend.
 
-Backends (one file each, chosen by URL scheme in :func:`open_storage`):
+Backends (one file each, chosen by URL scheme in :func:`open_storage`, imported only
+when a URL names them):
 
 - ``file:///dir`` or a plain absolute path -> :class:`tiered_log.remote.fs.LocalDirStorage`
 - ``s3://bucket/prefix`` -> :class:`tiered_log.remote.s3.S3Storage`
 
-Keys are ``/``-separated relative strings: no leading ``/``, no empty, ``.`` or ``..``
-segments, no NUL, backslash or other ASCII control character, at most 1024 UTF-8 bytes
-(:func:`validate_key`). A bad key raises :class:`~tiered_log.errors.InvalidArgumentError`.
-
-Every object carries the xxh3-128 hex digest of its whole content (:func:`xxh3_hex`),
-computed on put and verified by any get that returns the whole object.
+Key rules, byte ranges, checksums and :class:`ObjectInfo` live in
+:mod:`tiered_log.remote.objects` (re-exported here), which the backends import instead
+of this module, so the dependencies run one way: ``storage -> fs/s3 -> objects``.
 
 Every implementation is safe to call from several threads at once; the functions of this
-module are pure and thread-safe too.
+module are thread-safe too.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
-import xxhash
-
 from ..errors import InvalidArgumentError
-
-MAX_KEY_BYTES = 1024
-"""S3's limit on a key (including the store's prefix), in UTF-8 bytes."""
-
-CHECKSUM_METADATA_NAME = "xxh3"
-"""Name of the S3 user-metadata entry (``x-amz-meta-xxh3``) holding an object's digest."""
+from .objects import (
+    CHECKSUM_METADATA_NAME,
+    MAX_KEY_BYTES,
+    ObjectInfo,
+    check_keys,
+    check_range,
+    validate_key,
+    validate_prefix,
+    xxh3_hex,
+)
 
 S3_OPTIONS = frozenset({
     "endpoint_url", "region", "access_key", "secret_key", "path_style", "multipart_threshold",
@@ -41,20 +40,6 @@ S3_OPTIONS = frozenset({
     "retries", "get_timeout", "get_retries",
 })
 """Keyword options :func:`open_storage` passes on to :class:`~tiered_log.remote.s3.S3Storage`."""
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    """One stored object: its key (without the store's prefix), size and checksum.
-
-    ``checksum`` is the xxh3-128 hex digest of the whole object when the backend knows it
-    cheaply (always after a put; ``None`` from S3 listings, which carry no user metadata).
-    Immutable, so safe to share between threads.
-    """
-
-    key: str
-    size: int
-    checksum: str | None  # xxh3-128 hex of the whole object, when known
 
 
 @runtime_checkable
@@ -123,76 +108,6 @@ class RemoteStorage(Protocol):
     def url(self) -> str:
         """Where the objects live, e.g. ``file:///abs/dir`` or ``s3://bucket/prefix``."""
         ...
-
-
-def xxh3_hex(data: bytes | memoryview) -> str:
-    """The xxh3-128 hex digest tiered_log stores with every object."""
-    return str(xxhash.xxh3_128_hexdigest(data))
-
-
-def _check_chars(what: str, value: str) -> None:
-    if "\\" in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise InvalidArgumentError(
-            f"invalid {what} {value!r}: control characters and backslashes are not allowed"
-        )
-    try:
-        n = len(value.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(f"invalid {what} {value!r}: not encodable as UTF-8") from exc
-    if n > MAX_KEY_BYTES:
-        raise InvalidArgumentError(f"invalid {what}: {n} bytes long (at most {MAX_KEY_BYTES})")
-
-
-def validate_key(key: str) -> str:
-    """Return ``key`` if it is a valid object key (see the module docstring), else raise
-    InvalidArgumentError."""
-    if not isinstance(key, str):
-        raise InvalidArgumentError(f"object key must be a str, not {type(key).__name__}")
-    if not key:
-        raise InvalidArgumentError("object key is empty")
-    _check_chars("object key", key)
-    if key.startswith("/"):
-        raise InvalidArgumentError(f"invalid object key {key!r}: must not start with '/'")
-    if any(part in ("", ".", "..") for part in key.split("/")):
-        raise InvalidArgumentError(
-            f"invalid object key {key!r}: empty, '.' or '..' path segment"
-        )
-    return key
-
-
-def validate_prefix(prefix: str) -> str:
-    """Return ``prefix`` if it can prefix valid keys, else raise InvalidArgumentError.
-
-    ``""`` (everything) is valid; the last segment may be partial or empty (``"a/b"``,
-    ``"a/"``); the segments before it follow the key rules.
-    """
-    if not isinstance(prefix, str):
-        raise InvalidArgumentError(f"key prefix must be a str, not {type(prefix).__name__}")
-    if not prefix:
-        return prefix
-    _check_chars("key prefix", prefix)
-    if prefix.startswith("/"):
-        raise InvalidArgumentError(f"invalid key prefix {prefix!r}: must not start with '/'")
-    if any(part in ("", ".", "..") for part in prefix.split("/")[:-1]):
-        raise InvalidArgumentError(
-            f"invalid key prefix {prefix!r}: empty, '.' or '..' path segment"
-        )
-    return prefix
-
-
-def check_range(start: int, end: int | None) -> None:
-    """Raise InvalidArgumentError unless ``0 <= start`` and ``end`` is None or ``>= start``."""
-    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-        raise InvalidArgumentError(f"bad byte range start {start!r}: must be an int >= 0")
-    if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < start):
-        raise InvalidArgumentError(f"bad byte range [{start}, {end!r}): end must be >= start")
-
-
-def check_keys(keys: Sequence[str]) -> list[str]:
-    """Validate every key of a batch (for ``delete``); the unique keys, in first-seen order."""
-    if isinstance(keys, (str, bytes)):
-        raise InvalidArgumentError("expected a sequence of keys, not a single string")
-    return list(dict.fromkeys(validate_key(k) for k in keys))
 
 
 def open_storage(url: str, **s3_options: Any) -> RemoteStorage:
