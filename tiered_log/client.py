@@ -55,6 +55,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import httpx
 
 from . import errors as E
+from .errors import ConnectionFailedError, ServiceError
 from .format.records import MAX_BODY_BYTES, ProducerRecord, Record, decode_records, encode_batch
 
 _BINARY = "application/octet-stream"
@@ -66,53 +67,8 @@ _SERVER_CLOCK = -1
 """A record timestamp the server replaces with its own clock."""
 
 
-class ConnectionFailedError(E.TieredLogError):
-    """The service could not be reached or the connection broke (retriable)."""
-
-    code = "connection_failed"
-    retriable = True
-
-
-class ServiceError(E.TieredLogError):
-    """An error the client does not know by code; ``status`` is the HTTP status."""
-
-    code = "service_error"
-
-    def __init__(self, message: str, *, status: int, code: str) -> None:
-        super().__init__(message, retriable=status >= 500)
-        self.status = status
-        self.code = code
-
-
-def _error_classes() -> dict[str, type[E.TieredLogError]]:
-    from .service.auth import AuthenticationError, PermissionDeniedError
-    from .service.wire import (
-        InvalidRequestError,
-        RequestTooLargeError,
-        ShuttingDownError,
-        UnsupportedMediaTypeError,
-    )
-
-    classes: list[type[E.TieredLogError]] = [
-        E.InvalidArgumentError, E.InvalidOffsetError, E.RecordTooLargeError,
-        E.OffsetOutOfRangeError, E.CorruptRecordError, E.CorruptIndexError, E.LogClosedError,
-        E.TopicError, E.TopicNotFoundError, E.TopicExistsError, E.InvalidTopicNameError,
-        E.TopicUnavailableError,
-        E.RemoteStorageError, E.RemoteObjectNotFoundError, E.RemoteCorruptionError,
-        E.RemoteTimeoutError, E.DataLossError, AuthenticationError, PermissionDeniedError,
-        InvalidRequestError, RequestTooLargeError, ShuttingDownError, UnsupportedMediaTypeError,
-    ]
-    return {c.code: c for c in classes}
-
-
-_CLASSES: dict[str, type[E.TieredLogError]] | None = None
-
-
 def error_from_response(status: int, body: bytes) -> E.TieredLogError:
     """The library error for an HTTP error response (by its JSON ``code``)."""
-    global _CLASSES
-    if _CLASSES is None:
-        _CLASSES = _error_classes()
     try:
         err = json.loads(body)["error"]
         code = str(err["code"])
@@ -121,7 +77,7 @@ def error_from_response(status: int, body: bytes) -> E.TieredLogError:
         details = err.get("details") or {}
     except (ValueError, KeyError, TypeError):
         return ServiceError(f"HTTP {status} from the service", status=status, code="http_error")
-    cls = _CLASSES.get(code)
+    cls = E.error_class(code)
     exc: E.TieredLogError
     if cls is E.OffsetOutOfRangeError:
         exc = E.OffsetOutOfRangeError(message, log_start=int(details.get("log_start_offset", 0)),

@@ -1,32 +1,61 @@
-"""The one error tree of tiered_log.
+"""The one error tree of tiered_log, with the HTTP status of each error.
 
-Every error the library raises on purpose derives from :class:`TieredLogError`.
-Lower-layer errors (``OSError``, botocore's ``ClientError``, ...) are mapped at the
-boundary where they occur (``raise X(...) from exc``) so callers catch ours only::
+Every error the library, the service and the client raise on purpose derives from
+:class:`TieredLogError`. Lower-layer errors (``OSError``, botocore's ``ClientError``,
+...) are mapped at the boundary where they occur (``raise X(...) from exc``) so callers
+catch ours only. Each class carries its ``code`` (the stable name in the HTTP API's
+JSON errors) and its ``status`` (the HTTP status the service answers it with), so the
+server's status mapping (:func:`status_of`) and the client's decoding of an error
+answer (:func:`error_class`) read one table: this tree::
 
-    TieredLogError                      base; ``retriable`` says if trying again may help
-    ├── InvalidArgumentError            a caller passed a value that can never be valid
-    │   ├── InvalidOffsetError          negative offset, or an offset the call can't take
-    │   └── RecordTooLargeError         value (or streamed body) over the append threshold
-    ├── OffsetOutOfRangeError           offset below the log start or past the next offset
-    ├── CorruptRecordError              a checksum or framing check failed on read
-    ├── CorruptIndexError               an index file is damaged (recovery rebuilds it)
-    ├── LogClosedError                  the log (or service) was closed
-    ├── LogInUseError                   another open Log holds the directory
-    ├── TopicError                      topic management (service layer)
-    │   ├── TopicNotFoundError
-    │   ├── TopicExistsError
-    │   ├── TopicUnavailableError       the topic is on disk but could not be opened
-    │   └── InvalidTopicNameError
-    ├── RemoteStorageError              the remote tier failed (retriable by default)
-    │   ├── RemoteObjectNotFoundError   the object (or range) does not exist
-    │   ├── RemoteCorruptionError       the remote bytes failed their checksum
-    │   └── RemoteTimeoutError          the bucket did not answer in time (retriable)
-    └── DataLossError                   requested data was removed (retention/truncation)
-        └── CorruptRangeError           stored data at the offset is damaged (also a
-                                        CorruptRecordError; the service answers 410)
+    class                          code                      status
+    TieredLogError                 error                     500*   base; ``retriable``
+    ├── InvalidArgumentError       invalid_argument          400    a value never valid
+    │   ├── InvalidOffsetError     invalid_offset            400    negative / untakable
+    │   ├── RecordTooLargeError    record_too_large          413    over append threshold
+    │   ├── InvalidRequestError    invalid_request           400    malformed request
+    │   ├── UnsupportedMediaTypeError  unsupported_media_type 415   body Content-Type
+    │   └── RequestTooLargeError   request_too_large         400**  body over the limit
+    ├── OffsetOutOfRangeError      offset_out_of_range       416    outside the log
+    ├── CorruptRecordError         corrupt_record            500    checksum/framing failed
+    ├── CorruptIndexError          corrupt_index             500    index damaged (rebuilt)
+    ├── LogClosedError             log_closed                503    log/service closed
+    │   └── ShuttingDownError      shutting_down             503    server stopping
+    ├── LogInUseError              log_in_use                500*   directory held elsewhere
+    ├── DataDirLockedError         data_dir_locked           500*   data dir held elsewhere
+    ├── TopicError                 topic_error               500*   topic management
+    │   ├── TopicNotFoundError     topic_not_found           404
+    │   ├── TopicExistsError       topic_exists              409
+    │   ├── TopicUnavailableError  topic_unavailable         503    on disk, did not open
+    │   └── InvalidTopicNameError  invalid_topic_name        400    (also InvalidArgument)
+    ├── AuthenticationError        unauthenticated           401    no valid bearer token
+    ├── PermissionDeniedError      permission_denied         403    token lacks the grant
+    ├── RemoteStorageError         remote_storage_error      503    remote tier failed
+    │   ├── RemoteObjectNotFoundError  remote_object_not_found 502  object/range missing
+    │   ├── RemoteCorruptionError  remote_corruption         502    remote bytes damaged
+    │   └── RemoteTimeoutError     remote_timeout            503    bucket too slow
+    ├── DataLossError              data_loss                 410    removed by retention
+    │   └── CorruptRangeError      corrupt_record            410    stored batch damaged
+    │                                                               (also CorruptRecord)
+    ├── ConnectionFailedError      connection_failed         500*   client: unreachable
+    └── ServiceError               service_error             500*   client: unknown code
 
-Errors are plain exceptions: safe to raise from any thread, carry no resources.
+``*``: the class has no status of its own: the service answers 503 when the error is
+retriable (a retriable ``TieredLogError`` such as a failed local write), else 500.
+``**``: what the service's error mapping has always answered for this class (it is
+never raised: a body over ``max_request_bytes`` is refused by the HTTP layer with 413
+and the code ``request_too_large``, which the client decodes to this class).
+``retriable`` defaults to False except for RemoteStorageError, RemoteTimeoutError,
+ShuttingDownError and ConnectionFailedError; an instance may say otherwise.
+
+The last two are the client's own (:mod:`tiered_log.client`): the service never answers
+them, and :func:`error_class` does not map their codes (nor the root's ``error``: an
+answer with a code the client does not know becomes a :class:`ServiceError` holding
+the HTTP status). ``corrupt_record`` decodes to :class:`CorruptRecordError`, the class
+that owns the code.
+
+Errors are plain exceptions: safe to raise from any thread, carry no resources; the
+tables here are built at import and read-only after.
 """
 
 from __future__ import annotations
@@ -38,10 +67,13 @@ class TieredLogError(Exception):
     ``retriable`` is True where repeating the same call later may succeed (a bucket that
     was unreachable, a transient I/O fault); False for errors in the request itself.
     ``code`` is a stable machine-readable name used by the HTTP API's JSON errors.
+    ``status`` is the HTTP status the service answers the error with; a class that sets
+    none of its own answers 503 when the error is retriable (see :func:`status_of`).
     """
 
     retriable: bool = False
     code: str = "error"
+    status: int = 500
 
     def __init__(self, message: str, *, retriable: bool | None = None) -> None:
         super().__init__(message)
@@ -54,18 +86,21 @@ class InvalidArgumentError(TieredLogError, ValueError):
     """A caller passed a value that can never be valid (bad size, empty value, ...)."""
 
     code = "invalid_argument"
+    status = 400
 
 
 class InvalidOffsetError(InvalidArgumentError):
     """An offset that no log could hold (negative) or that the call cannot take."""
 
     code = "invalid_offset"
+    status = 400
 
 
 class RecordTooLargeError(InvalidArgumentError):
     """A record value (or streamed body) exceeds the log's append threshold."""
 
     code = "record_too_large"
+    status = 413
 
 
 class OffsetOutOfRangeError(TieredLogError):
@@ -75,6 +110,7 @@ class OffsetOutOfRangeError(TieredLogError):
     """
 
     code = "offset_out_of_range"
+    status = 416
 
     def __init__(self, message: str, *, log_start: int = 0, next_offset: int = 0) -> None:
         super().__init__(message)
@@ -86,18 +122,21 @@ class CorruptRecordError(TieredLogError):
     """Stored bytes failed their checksum or framing check; never returned as data."""
 
     code = "corrupt_record"
+    status = 500
 
 
 class CorruptIndexError(TieredLogError):
     """An index file is damaged; opening the log rebuilds it from the store."""
 
     code = "corrupt_index"
+    status = 500
 
 
 class LogClosedError(TieredLogError):
     """The log was closed; no further operations are accepted."""
 
     code = "log_closed"
+    status = 503
 
 
 class LogInUseError(TieredLogError):
@@ -117,12 +156,14 @@ class TopicNotFoundError(TopicError):
     """The topic (or partition) does not exist."""
 
     code = "topic_not_found"
+    status = 404
 
 
 class TopicExistsError(TopicError):
     """A topic of that name exists already."""
 
     code = "topic_exists"
+    status = 409
 
 
 class TopicUnavailableError(TopicError):
@@ -132,12 +173,14 @@ class TopicUnavailableError(TopicError):
     answers this until an operator fixes it and the service restarts."""
 
     code = "topic_unavailable"
+    status = 503
 
 
 class InvalidTopicNameError(TopicError, InvalidArgumentError):
     """The topic name is not allowed (path tricks, bad characters, too long)."""
 
     code = "invalid_topic_name"
+    status = 400
 
 
 class RemoteStorageError(TieredLogError):
@@ -145,6 +188,7 @@ class RemoteStorageError(TieredLogError):
 
     retriable = True
     code = "remote_storage_error"
+    status = 503
 
 
 class RemoteObjectNotFoundError(RemoteStorageError):
@@ -152,6 +196,7 @@ class RemoteObjectNotFoundError(RemoteStorageError):
 
     retriable = False
     code = "remote_object_not_found"
+    status = 502
 
 
 class RemoteCorruptionError(RemoteStorageError):
@@ -159,12 +204,14 @@ class RemoteCorruptionError(RemoteStorageError):
 
     retriable = False
     code = "remote_corruption"
+    status = 502
 
 
 class DataLossError(TieredLogError):
     """Data that a reader asked for was removed by retention or truncation."""
 
     code = "data_loss"
+    status = 410
 
 
 class RemoteTimeoutError(RemoteStorageError):
@@ -174,6 +221,7 @@ class RemoteTimeoutError(RemoteStorageError):
 
     retriable = True
     code = "remote_timeout"
+    status = 503
 
 
 class CorruptRangeError(DataLossError, CorruptRecordError):
@@ -186,26 +234,159 @@ class CorruptRangeError(DataLossError, CorruptRecordError):
     """
 
     code = "corrupt_record"
+    status = 410
+
+
+
+# ---- service side: what the HTTP layer refuses ----------------------------------------
+
+
+class InvalidRequestError(InvalidArgumentError):
+    """The request is malformed (bad JSON, wrong types, out-of-range parameters): 400."""
+
+    code = "invalid_request"
+    status = 400
+
+
+class UnsupportedMediaTypeError(InvalidArgumentError):
+    """The request body's Content-Type is not one the endpoint takes: 415."""
+
+    code = "unsupported_media_type"
+    status = 415
+
+
+class RequestTooLargeError(InvalidArgumentError):
+    """The request body is over the server's ``max_request_bytes`` (the HTTP layer
+    answers that with 413 itself; this class's own status is what the service's mapping
+    has always given it, see the module docstring)."""
+
+    code = "request_too_large"
+    status = 400
+
+
+class ShuttingDownError(LogClosedError):
+    """The server is shutting down; try again (elsewhere, or after the restart): 503."""
+
+    code = "shutting_down"
+    status = 503
+    retriable = True
+
+
+class AuthenticationError(TieredLogError):
+    """No valid bearer token (HTTP 401)."""
+
+    code = "unauthenticated"
+    status = 401
+
+
+class PermissionDeniedError(TieredLogError):
+    """The token lacks the grant for this topic and action (HTTP 403)."""
+
+    code = "permission_denied"
+    status = 403
+
+
+class DataDirLockedError(TieredLogError):
+    """Another process holds the data directory."""
+
+    code = "data_dir_locked"
+
+
+# ---- client side: raised by tiered_log.client, never answered by the service ----------
+
+
+class ConnectionFailedError(TieredLogError):
+    """The service could not be reached or the connection broke (retriable)."""
+
+    code = "connection_failed"
+    retriable = True
+
+
+class ServiceError(TieredLogError):
+    """An error the client does not know by code; ``status`` is the HTTP status."""
+
+    code = "service_error"
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        super().__init__(message, retriable=status >= 500)
+        self.status = status
+        self.code = code
+
+
+# ---- the tables -----------------------------------------------------------------------
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status the service answers ``exc`` with: the ``status`` of the most
+    specific class of ``exc`` that sets one (a class's own, in MRO order); for a
+    :class:`TieredLogError` whose classes set none, 503 if it is retriable, else 500;
+    500 for anything else."""
+    if not isinstance(exc, TieredLogError):
+        return 500
+    for cls in type(exc).__mro__:
+        if cls is TieredLogError:
+            break
+        own = vars(cls).get("status")
+        if isinstance(own, int):
+            return own
+    return 503 if exc.retriable else 500
+
+
+def _answered_codes() -> dict[str, type[TieredLogError]]:
+    """Code -> class for every error of this module the service may answer: all but the
+    root and the client's own. A code two classes share maps to the one owning it (the
+    base of the other: ``corrupt_record`` -> CorruptRecordError)."""
+    client_side = (TieredLogError, ConnectionFailedError, ServiceError)
+    table: dict[str, type[TieredLogError]] = {}
+    for obj in list(globals().values()):  # definition order: bases before subclasses
+        if (not isinstance(obj, type) or not issubclass(obj, TieredLogError)
+                or obj.__module__ != __name__ or obj in client_side):
+            continue
+        known = table.setdefault(obj.code, obj)
+        if not issubclass(obj, known):
+            raise TypeError(f"{obj.__name__} reuses the code {obj.code!r} of {known.__name__}")
+    return table
+
+
+_BY_CODE = _answered_codes()
+
+
+def error_class(code: str) -> type[TieredLogError] | None:
+    """The class of an error answer's ``code`` (see :func:`_answered_codes`); None for a
+    code this tree does not hold."""
+    return _BY_CODE.get(code)
 
 
 __all__ = [
+    "AuthenticationError",
+    "ConnectionFailedError",
     "CorruptIndexError",
     "CorruptRangeError",
     "CorruptRecordError",
+    "DataDirLockedError",
     "DataLossError",
     "InvalidArgumentError",
     "InvalidOffsetError",
+    "InvalidRequestError",
     "InvalidTopicNameError",
     "LogClosedError",
+    "LogInUseError",
     "OffsetOutOfRangeError",
+    "PermissionDeniedError",
     "RecordTooLargeError",
     "RemoteCorruptionError",
     "RemoteObjectNotFoundError",
     "RemoteStorageError",
     "RemoteTimeoutError",
+    "RequestTooLargeError",
+    "ServiceError",
+    "ShuttingDownError",
     "TieredLogError",
     "TopicError",
     "TopicExistsError",
     "TopicNotFoundError",
     "TopicUnavailableError",
+    "UnsupportedMediaTypeError",
+    "error_class",
+    "status_of",
 ]

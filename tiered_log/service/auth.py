@@ -23,19 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..config import Grant, Settings
-from ..errors import TieredLogError
+from ..errors import AuthenticationError, PermissionDeniedError
 
-
-class AuthenticationError(TieredLogError):
-    """No valid bearer token (HTTP 401)."""
-
-    code = "unauthenticated"
-
-
-class PermissionDeniedError(TieredLogError):
-    """The token lacks the grant for this topic and action (HTTP 403)."""
-
-    code = "permission_denied"
+# AuthenticationError (401) and PermissionDeniedError (403) live in tiered_log.errors,
+# with every other error; they are re-exported here for the callers that import them
+# from this module.
 
 
 def _implied(grants: Sequence[str]) -> frozenset[str]:

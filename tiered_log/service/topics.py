@@ -51,6 +51,7 @@ from pydantic import ValidationError
 
 from ..config import Settings, TopicConfig
 from ..errors import (
+    DataDirLockedError,
     InvalidArgumentError,
     InvalidTopicNameError,
     LogClosedError,
@@ -262,12 +263,6 @@ def log_id_of(meta: TopicMeta, partition: int) -> str:
 def topic_object_key(name: str) -> str:
     """Key of a topic's metadata in the remote store."""
     return f"topics/{name}.json"
-
-
-class DataDirLockedError(TieredLogError):
-    """Another process holds the data directory."""
-
-    code = "data_dir_locked"
 
 
 class TopicManager:

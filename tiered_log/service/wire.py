@@ -39,7 +39,13 @@ from typing import Annotated, Any, get_args
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from ..config import MAX_INT, TopicConfig
-from ..errors import InvalidArgumentError, LogClosedError
+from ..errors import (  # the request errors live in tiered_log.errors; re-exported here
+    InvalidArgumentError,
+    InvalidRequestError,
+    RequestTooLargeError,
+    ShuttingDownError,
+    UnsupportedMediaTypeError,
+)
 from ..format.records import MAX_HEADERS, ProducerRecord, Record
 
 MAX_OFFSET = (1 << 63) - 1
@@ -74,34 +80,6 @@ def _utf8(s: str, what: str) -> bytes:
         return s.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"{what} is not encodable as UTF-8 (lone surrogate?)") from None
-
-
-# ---- errors -------------------------------------------------------------------------------
-
-
-class InvalidRequestError(InvalidArgumentError):
-    """The request is malformed (bad JSON, wrong types, out-of-range parameters): 400."""
-
-    code = "invalid_request"
-
-
-class UnsupportedMediaTypeError(InvalidArgumentError):
-    """The request body's Content-Type is not one the endpoint takes: 415."""
-
-    code = "unsupported_media_type"
-
-
-class RequestTooLargeError(InvalidArgumentError):
-    """The request body is over the server's ``max_request_bytes``: 413."""
-
-    code = "request_too_large"
-
-
-class ShuttingDownError(LogClosedError):
-    """The server is shutting down; try again (elsewhere, or after the restart): 503."""
-
-    code = "shutting_down"
-    retriable = True
 
 
 class ErrorBody(BaseModel):
