@@ -1,0 +1,63 @@
+"""HTTP clients of the tiered_log service: :class:`Client` (sync) and :class:`AsyncClient`.
+
+Both speak the service's API (see :mod:`tiered_log.service.app`): small JSON requests
+through httpx, record bodies (binary fetch and produce) through ``http.client`` with a
+pool of kept-alive connections (in a worker thread for :class:`AsyncClient`), which is
+2-3x cheaper per MiB. Fetches use the binary form: the body is the record batches
+exactly as stored, decoded here with
+:func:`tiered_log.format.records.decode_records`, which verifies every checksum (a
+damaged record raises :class:`~tiered_log.errors.CorruptRecordError`, never returns);
+records of the first batch below the asked offset are skipped, and records past
+``max_records`` (a page is whole batches) are dropped by :meth:`Client.fetch`.
+Produce sends binary batches (``Content-Type: application/vnd.tiered-log.frames``): the
+records encoded here as batches in the stored layout with
+:func:`tiered_log.format.records.encode_batch` (no JSON, no base64; timestamps left to
+the server's clock unless a record gives one), or one raw streamed body with
+:meth:`Client.produce_raw`.
+
+Errors: the service's JSON errors are raised as the matching
+:class:`~tiered_log.errors.TieredLogError` subclass, found by the error's ``code``
+(``topic_not_found`` -> TopicNotFoundError, ``offset_out_of_range`` ->
+OffsetOutOfRangeError with ``log_start``/``next_offset``, ...); an unreachable server
+raises :class:`ConnectionFailedError` (retriable).
+
+Modules: :mod:`.sync` (:class:`Client`), :mod:`.aio` (:class:`AsyncClient`),
+:mod:`.traffic` (the kept-alive ``http.client`` pool of record traffic both use),
+:mod:`.messages` (paths, produce bodies, fetch answers, error answers, result types),
+:mod:`.paging` (how ``consume`` sizes its requests and pages). Error classes are in
+:mod:`tiered_log.errors`; this package imports nothing of the service.
+
+Thread-safety: a :class:`Client` may be shared between threads (httpx.Client is); an
+:class:`AsyncClient` belongs to the event loop it is first used on.
+
+Example::
+
+    with Client("http://127.0.0.1:8080", token="s3cret") as c:
+        c.create_topic("orders", partitions=3)
+        offsets = c.produce("orders", 0, [b"one", "two", ProducerRecord(b"3", key=b"k")])
+        batch = c.fetch("orders", 0, offsets[0])
+        for rec in batch.records:
+            print(rec.offset, rec.value)
+        for page in c.consume("orders", 0, 0):  # every page to the end, pipelined
+            print(page.next_offset, len(page.records))
+"""
+
+from __future__ import annotations
+
+from ..errors import ConnectionFailedError, ServiceError
+from .aio import AsyncClient
+from .messages import FetchResult, PartitionBounds, encode_produce_body, error_from_response
+from .paging import FETCH_RECORDS
+from .sync import Client
+
+__all__ = [
+    "FETCH_RECORDS",
+    "AsyncClient",
+    "Client",
+    "ConnectionFailedError",
+    "FetchResult",
+    "PartitionBounds",
+    "ServiceError",
+    "encode_produce_body",
+    "error_from_response",
+]

@@ -1,0 +1,188 @@
+"""What the clients send and read: paths, produce bodies, fetch answers, error answers.
+
+Shared by :class:`~tiered_log.client.Client` and :class:`~tiered_log.client.AsyncClient`:
+
+- requests: the paths of a topic and a partition, the query parameters of a fetch and of
+  a raw produce, the binary produce body (:func:`encode_produce_body`: records as batches
+  in the stored layout, see :mod:`tiered_log.format.records`), the auth header, httpx's
+  ``verify``;
+- answers: a binary fetch's records and offset headers (:func:`_parse_fetch`, every
+  checksum verified), :class:`FetchResult`, :class:`PartitionBounds`, and an error
+  answer raised as its :class:`~tiered_log.errors.TieredLogError` subclass
+  (:func:`error_from_response`, by the tree's :func:`~tiered_log.errors.error_class`).
+
+Everything here is pure (no I/O, no state): safe from any thread.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from .. import errors as E
+from ..errors import ServiceError
+from ..format.records import MAX_BODY_BYTES, ProducerRecord, Record, decode_records, encode_batch
+
+_BINARY = "application/octet-stream"
+_JSON = "application/json"
+_FRAMES = "application/vnd.tiered-log.frames"
+_FRAMES_HEADERS = {"Content-Type": _FRAMES}
+_ACCEPT_BINARY = {"Accept": _BINARY}
+_SERVER_CLOCK = -1
+"""A record timestamp the server replaces with its own clock."""
+
+
+def error_from_response(status: int, body: bytes) -> E.TieredLogError:
+    """The library error for an HTTP error response (by its JSON ``code``)."""
+    try:
+        err = json.loads(body)["error"]
+        code = str(err["code"])
+        message = str(err.get("message", ""))
+        retriable = bool(err.get("retriable", False))
+        details = err.get("details") or {}
+    except (ValueError, KeyError, TypeError):
+        return ServiceError(f"HTTP {status} from the service", status=status, code="http_error")
+    cls = E.error_class(code)
+    exc: E.TieredLogError
+    if cls is E.OffsetOutOfRangeError:
+        exc = E.OffsetOutOfRangeError(message, log_start=int(details.get("log_start_offset", 0)),
+                                      next_offset=int(details.get("next_offset", 0)))
+    elif cls is None:
+        exc = ServiceError(message, status=status, code=code)
+    else:
+        exc = cls(message)
+    exc.retriable = retriable
+    return exc
+
+
+def _check(resp: httpx.Response) -> httpx.Response:
+    if resp.status_code >= 400:
+        raise error_from_response(resp.status_code, resp.content)
+    return resp
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Records of one fetch and where to continue."""
+
+    records: list[Record]
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBounds:
+    """Offsets of a partition (see ``GET .../bounds``)."""
+
+    log_start_offset: int
+    local_start_offset: int
+    high_watermark: int
+    next_offset: int
+    flushed_offset: int
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PartitionBounds:
+        return cls(int(d["log_start_offset"]), int(d["local_start_offset"]),
+                   int(d["high_watermark"]), int(d["next_offset"]), int(d["flushed_offset"]))
+
+
+def _topic_path(topic: str) -> str:
+    return f"/v1/topics/{quote(topic, safe='')}"
+
+
+def _part_path(topic: str, partition: int) -> str:
+    return f"{_topic_path(topic)}/partitions/{int(partition)}"
+
+
+def encode_produce_body(records: Iterable[ProducerRecord | bytes | str]) -> bytes:
+    """The body of a binary produce request: ``records`` as frames.
+
+    ``str`` values are UTF-8 encoded; a record without a timestamp gets the server's
+    clock. The offsets in the frames are 0, 1, ... (the server assigns the real ones);
+    value sizes are checked by the server (against the topic's append threshold).
+    InvalidArgumentError for records no log accepts (empty value, wrong types).
+    """
+    items: list[ProducerRecord | bytes] = []
+    for r in records:
+        if isinstance(r, bytes | ProducerRecord):
+            items.append(r)
+        elif isinstance(r, str):
+            try:
+                items.append(r.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise E.InvalidArgumentError("a text value is not encodable as UTF-8") from None
+        elif isinstance(r, bytearray | memoryview):
+            items.append(bytes(r))
+        else:
+            raise E.InvalidArgumentError(
+                f"records must be ProducerRecord, bytes or str, not {type(r).__name__}")
+    if not items:
+        raise E.InvalidArgumentError("a batch needs at least one record")
+    return bytes(encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES).data)
+
+
+def _fetch_headers(resp: httpx.Response) -> tuple[int, int, int, int]:
+    """``(record count, next offset, high watermark, log start)`` of a binary fetch response."""
+    h = resp.headers
+    try:
+        return (int(h["x-record-count"]), int(h["x-next-offset"]), int(h["x-high-watermark"]),
+                int(h["x-log-start-offset"]))
+    except (KeyError, ValueError):
+        raise ServiceError("fetch response lacks its offset headers", status=resp.status_code,
+                           code="bad_response") from None
+
+
+def _parse_fetch(resp: httpx.Response, offset: int, limit: int | None) -> FetchResult:
+    """The records at and after ``offset`` of a binary fetch response, at most ``limit``
+    of them (then ``next_offset`` follows the last one kept)."""
+    count, nxt, hw, start = _fetch_headers(resp)
+    body = resp.content
+    recs, pos, _ = decode_records(body, start_offset=offset)
+    if pos != len(body):
+        raise E.CorruptRecordError(f"fetch response ends inside a batch (byte {pos} of {len(body)})")
+    if count != len(recs) or (recs and (recs[0].offset != offset or recs[-1].offset + 1 != nxt)):
+        raise E.CorruptRecordError(
+            f"fetch response holds {len(recs)} records from offset {offset}, not {count} up to {nxt}")
+    if limit is not None and len(recs) > limit:
+        del recs[limit:]
+        nxt = offset + limit
+    return FetchResult(recs, nxt, hw, start)
+
+
+def _fetch_params(offset: int, max_records: int, max_bytes: int, wait_ms: int) -> dict[str, int]:
+    return {"offset": offset, "max_records": max_records, "max_bytes": max_bytes, "wait_ms": wait_ms}
+
+
+def _raw_params(key: bytes | str | None, timestamp: int | None) -> dict[str, str | int]:
+    params: dict[str, str | int] = {}
+    if key is not None:
+        params["key"] = key.decode("utf-8") if isinstance(key, bytes) else key
+    if timestamp is not None:
+        params["timestamp"] = timestamp
+    return params
+
+
+def _verify(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
+    """httpx's ``verify``: a CA bundle path becomes an SSL context."""
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return verify
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+__all__ = [
+    "FetchResult",
+    "PartitionBounds",
+    "encode_produce_body",
+    "error_from_response",
+]
