@@ -8,7 +8,7 @@ Offsets are laid out over the two tiers like this::
 
 A read at ``offset >= local_start`` is served from disk; a lower one from the bucket via
 the remote-index files and ranged GETs (:class:`~tiered_log.remote.tier.RemoteTier`).
-Appends only ever touch the local log. A background :class:`~tiered_log.remote.shipper.Shipper`
+Appends only ever touch the local log. A background :class:`~tiered_log.shipper.Shipper`
 copies sealed, flushed segments, drops local copies past local retention (only once
 copied), and deletes remote segments past total retention, moving the log start.
 
@@ -43,9 +43,9 @@ from .format import naming
 from .format.records import EncodedBatch, ProducerRecord, Record
 from .local.log import Log, LogConfig, now_ms
 from .local.segment import Segment, SegmentInfo
-from .remote.shipper import Shipper
 from .remote.storage import RemoteStorage
 from .remote.tier import RemoteTier, TierConfig, TierLimits
+from .shipper import Shipper
 
 log = logging.getLogger(__name__)
 

@@ -345,7 +345,7 @@ def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
     import threading
     import time
 
-    from tiered_log.remote.shipper import TieringScheduler
+    from tiered_log.shipper import TieringScheduler
 
     sched = TieringScheduler(workers=2)
     before = threading.active_count()
@@ -353,7 +353,7 @@ def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
     for i in range(30):
         t = TieredLog(tmp_path / f"l{i}", log_id=f"many-{i}", storage=storage, config=SMALL,
                       tier=TierConfig(ship_interval_ms=10), start_shipper=False)
-        from tiered_log.remote.shipper import Shipper
+        from tiered_log.shipper import Shipper
 
         t.shipper = Shipper(t, 10, sched)
         t.shipper.start()

@@ -74,6 +74,12 @@ def list_segment_bases(directory: Path) -> list[int]:
 # exist (an attempt with only one of them is incomplete and is cleaned up).
 
 REMOTE_DIR = "remote"
+"""A log's remote-tier files live in ``<log dir>/remote/``: these names below it."""
+COPY_JOURNAL_FILE = "segments.jsonl"
+REMOTE_META_FILE = "meta.json"
+LOCATION_FILE = "location.json"
+REMOTE_INDEX_DIR = "index"
+CHUNK_CACHE_DIR = "cache"
 REMOTE_LOG_INDEX_SUFFIX = ".remoteLogIndex"
 REMOTE_OFFSET_INDEX_SUFFIX = ".remoteOffsetIndex"
 REMOTE_TIME_INDEX_SUFFIX = ".remoteTimeIndex"

@@ -373,7 +373,7 @@ def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
                            start_shipper=False)
             _fill(on, backlog_mib << 20, 1024)
             assert on.shipper is None
-            from ..remote.shipper import Shipper
+            from ..shipper import Shipper
 
             on.shipper = Shipper(on, tier.ship_interval_ms)
             on.shipper.start()

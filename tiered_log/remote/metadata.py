@@ -40,10 +40,32 @@ from ..local.segment import write_atomic
 
 
 class CopyState(StrEnum):
+    """Where a copy attempt stands (Kafka's RemoteLogSegmentState)."""
+
     COPY_STARTED = "COPY_STARTED"
     COPY_FINISHED = "COPY_FINISHED"
     DELETE_STARTED = "DELETE_STARTED"
     DELETE_FINISHED = "DELETE_FINISHED"
+
+    def can_become(self, new: CopyState) -> bool:
+        """Whether an attempt in this state may be journaled in ``new`` (as Kafka's
+        ``RemoteLogSegmentState.isValidTransition``)."""
+        return new in _NEXT[self]
+
+    @staticmethod
+    def can_start_in(state: CopyState) -> bool:
+        """Whether an attempt the journal does not know yet may first be journaled in
+        ``state``: COPY_STARTED (a new copy) or COPY_FINISHED (a copy recovered from the
+        bucket, whose manifest was checked)."""
+        return state in (CopyState.COPY_STARTED, CopyState.COPY_FINISHED)
+
+
+_NEXT: dict[CopyState, frozenset[CopyState]] = {
+    CopyState.COPY_STARTED: frozenset((CopyState.COPY_FINISHED, CopyState.DELETE_STARTED)),
+    CopyState.COPY_FINISHED: frozenset((CopyState.DELETE_STARTED,)),
+    CopyState.DELETE_STARTED: frozenset((CopyState.DELETE_FINISHED,)),
+    CopyState.DELETE_FINISHED: frozenset(),
+}
 
 
 def new_segment_id() -> str:
@@ -120,9 +142,15 @@ class CopyJournal:
             self.compact()
 
     def record(self, seg: RemoteSegment, state: CopyState) -> RemoteSegment:
-        """Persist ``seg`` in ``state`` (fsynced before returning); returns the new record."""
+        """Persist ``seg`` in ``state`` (fsynced before returning); returns the new record.
+        ValueError if the journal has the attempt in a state that cannot become ``state``
+        (or does not have it and ``state`` cannot start one): nothing is written."""
         new = replace(seg, state=state, updated_ms=int(time.time() * 1000))
         with self._lock:
+            cur = self._segments.get(seg.id)
+            if not (CopyState.can_start_in(state) if cur is None else cur.state.can_become(state)):
+                raise ValueError(f"copy attempt {seg.id}: {cur.state if cur else 'unknown'} "
+                                 f"cannot become {state}")
             with open(self.path, "ab") as f:
                 f.write(new.to_json().encode() + b"\n")
                 f.flush()

@@ -34,10 +34,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import TieredLogError
+from .errors import TieredLogError
 
 if TYPE_CHECKING:
-    from ..tiered import TieredLog
+    from .tiered import TieredLog
 
 log = logging.getLogger(__name__)
 

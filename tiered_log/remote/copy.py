@@ -1,0 +1,212 @@
+"""Copying sealed segments to the bucket: KIP-405's copy state machine (Kafka's
+``RLMCopyTask``), with its cleanup.
+
+Copying a segment (one unique id per attempt)::
+
+    journal COPY_STARTED(id)
+    PUT <base>-<id>.log                           (rate-limited, multipart when large)
+      meanwhile, in a helper thread: scan the store (SCAN_WINDOW bytes at a time),
+      verifying every batch, cut it into chunks of ~chunk_bytes, and PUT
+      <base>-<id>.rli (the manifest, :mod:`~tiered_log.remote.manifest`)
+    journal COPY_FINISHED(id)                     (once both PUTs succeeded)
+    append the entries to the local remote-index files
+
+A round keeps up to ``copies_in_flight`` (2) copies under way
+(:meth:`CopyTask.copy_segments`): the next one's uploads start while the previous one's
+finish; each is *finished* (journaled, indexed) strictly in offset order, and if one
+fails, those started after it are abandoned (cleaned up like a failed attempt). More in
+flight ships faster and costs producers latency; 1 copies one segment at a time, as
+Kafka's RLMTask does.
+
+A copy is complete when *both* objects exist. A failed attempt (including a damaged local
+segment, found by the scan) is journaled DELETE_STARTED and its objects deleted
+(DELETE_FINISHED); an attempt interrupted by a crash is found as COPY_STARTED on the next
+open and cleaned up the same way before it is retried under a new id. So each segment
+ends with exactly one copy and no orphaned objects. The journal refuses any other
+transition (:meth:`~tiered_log.remote.metadata.CopyState.can_become`).
+
+Who may write: the log's shipper round and control calls, under the state's lock; the
+uploads run in the process-wide copy pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import RemoteStorageError
+from ..format import naming
+from ..format.records import HEADER_SIZE, first_timestamp
+from ..format.remote_index import RemoteLogIndexEntry
+from ..local.segment import SegmentInfo
+from .limits import RateLimiter
+from .manifest import chunk_entries, encode_manifest
+from .metadata import CopyState, RemoteSegment, new_segment_id
+from .state import TierState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CopyAttempt:
+    """One segment's copy in progress (:meth:`CopyTask.start_copy`): its COPY_STARTED
+    record and the futures of its two uploads."""
+
+    segment: RemoteSegment
+    upload: Future[None]
+    manifest: Future[tuple[RemoteSegment, list[RemoteLogIndexEntry]]]
+
+    def futures(self) -> list[Future[Any]]:
+        return [self.upload, self.manifest]
+
+
+class CopyTask:
+    """Copies of one log's sealed segments; see the module docstring."""
+
+    def __init__(self, state: TierState, limiter: RateLimiter, pool: ThreadPoolExecutor) -> None:
+        self.st = state
+        self.limiter = limiter
+        self._copy_pool = pool
+        self._copy_helpers: set[Future[Any]] = set()  # this log's, for close()
+
+    def pending_futures(self) -> set[Future[Any]]:
+        """The uploads under way (for the log's close)."""
+        return set(self._copy_helpers)
+
+    def copy_segment(self, seg: SegmentInfo, progress: Callable[[int], None] | None = None) -> RemoteSegment:
+        """Copy one sealed local segment (see the module docstring for the steps)."""
+        return self.finish_copy(self.start_copy(seg, progress))
+
+    def start_copy(self, seg: SegmentInfo,
+                   progress: Callable[[int], None] | None = None) -> CopyAttempt:
+        """Journal COPY_STARTED and start the two uploads (data and manifest) in the copy
+        pool; :meth:`finish_copy` (or :meth:`abandon_copy`) must follow. ``progress(n)``
+        is called from the upload thread with the bytes sent so far."""
+        with self.st.lock:
+            with open(seg.store_path, "rb") as f:
+                head = f.read(HEADER_SIZE + 8)
+            # Unverified here: the manifest's scan verifies every batch before the copy ends.
+            first_ts = first_timestamp(head) if len(head) >= HEADER_SIZE + 8 else -1
+            rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
+                               first_ts, seg.max_timestamp, CopyState.COPY_STARTED)
+            data_key, rli_key = self.st.keys(rs)
+            rs = self.st.journal.record(rs, CopyState.COPY_STARTED)
+            sent = 0
+
+            def on_progress(n: int) -> None:
+                nonlocal sent
+                self.limiter.consume(n - sent, self.st.closing)
+                sent = n
+                if progress is not None:
+                    progress(n)
+
+            def upload() -> None:
+                self.st.storage.put_file(data_key, seg.store_path, progress=on_progress)
+                if sent < seg.size:
+                    self.limiter.consume(seg.size - sent, self.st.closing)
+
+            def put_manifest() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
+                entries = chunk_entries(seg.store_path, seg.size, seg.base_offset,
+                                        seg.next_offset, data_key, self.st.config.chunk_bytes)
+                done = replace(rs, chunks=len(entries))
+                self.st.storage.put(rli_key, encode_manifest(
+                    done, entries, seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes(),
+                    seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes()))
+                return done, entries
+
+            # The scan (CPU) and the manifest upload run beside the data upload.
+            attempt = CopyAttempt(rs, self._copy_pool.submit(upload),
+                                  self._copy_pool.submit(put_manifest))
+            self._copy_helpers |= set(attempt.futures())
+            return attempt
+
+    def finish_copy(self, attempt: CopyAttempt) -> RemoteSegment:
+        """Wait for an attempt's uploads; journal COPY_FINISHED and append its entries to
+        the remote-index files. If an upload failed: clean the attempt up and raise."""
+        wait(attempt.futures())
+        with self.st.lock:
+            self._copy_helpers -= set(attempt.futures())
+            try:
+                attempt.upload.result()
+                rs, entries = attempt.manifest.result()
+            except BaseException:
+                self.st.stats.copy_failures += 1
+                self._cleanup_attempt(attempt.segment)
+                raise
+            rs = self.st.journal.record(rs, CopyState.COPY_FINISHED)
+            self.st.index.append(entries)
+            self.st.refresh()
+            self.st.stats.uploaded_bytes += rs.size
+            self.st.stats.uploaded_segments += 1
+            return rs
+
+    def copy_segments(self, segments: Sequence[SegmentInfo],
+                      stop: threading.Event | None = None) -> int:
+        """Copy ``segments`` (consecutive, oldest first), up to ``copies_in_flight`` at a
+        time, finished in order (see the module docstring); returns how many were
+        copied. Stops starting new copies once ``stop`` is set. Raises the first
+        failure after abandoning the copies started after the failed one."""
+        pending: deque[CopyAttempt] = deque()
+        copied = 0
+        try:
+            for seg in segments:
+                if stop is not None and stop.is_set():
+                    break
+                while len(pending) >= self.st.config.copies_in_flight:
+                    self.finish_copy(pending.popleft())
+                    copied += 1
+                pending.append(self.start_copy(seg))
+            while pending:
+                self.finish_copy(pending.popleft())
+                copied += 1
+        except BaseException:
+            for attempt in pending:
+                self.abandon_copy(attempt)
+            raise
+        return copied
+
+    def abandon_copy(self, attempt: CopyAttempt) -> None:
+        """Wait for an attempt's uploads and delete what they put (a copy before it in
+        the log failed: this one may not be finished ahead of it)."""
+        wait(attempt.futures())
+        with self.st.lock:
+            self._copy_helpers -= set(attempt.futures())
+            self._cleanup_attempt(attempt.segment)
+
+    def _cleanup_attempt(self, rs: RemoteSegment) -> None:
+        """Delete an attempt's objects; stays DELETE_STARTED (retried later) if that fails."""
+        try:
+            rs = self.st.journal.record(rs, CopyState.DELETE_STARTED)
+            self.st.storage.delete(self.st.keys(rs))
+            self.st.journal.record(rs, CopyState.DELETE_FINISHED)
+            self.st.journal.forget([rs.id])
+        except (RemoteStorageError, OSError) as exc:
+            log.warning("cleanup of copy attempt %s of %s deferred: %s", rs.id, self.st.log_id, exc)
+
+    def cleanup_pending(self) -> int:
+        """Finish interrupted attempts: COPY_STARTED (crashed copy) and DELETE_STARTED.
+
+        Returns how many attempts were cleaned up. Raises RemoteStorageError if the
+        bucket is unreachable (the journal keeps them for the next try).
+        """
+        with self.st.lock:
+            done = 0
+            for rs in self.st.journal.segments():
+                if rs.state == CopyState.COPY_STARTED:
+                    rs = self.st.journal.record(rs, CopyState.DELETE_STARTED)
+                if rs.state == CopyState.DELETE_STARTED:
+                    # A crashed put leaves a temp file (directory store) or an unfinished
+                    # multipart upload (S3) that no listing shows: discard those too.
+                    self.st.storage.discard_partial(self.st.keys(rs))
+                    self.st.storage.delete(self.st.keys(rs))
+                    self.st.journal.record(rs, CopyState.DELETE_FINISHED)
+                    self.st.journal.forget([rs.id])
+                    done += 1
+            if done:
+                self.st.journal.compact()
+            return done

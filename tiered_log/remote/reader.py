@@ -1,0 +1,427 @@
+"""Reading one log's archived records from the bucket (Kafka's ``RemoteLogReader``).
+
+Reads of remote offsets look up the chunk in the remote-index files and fetch it with a
+ranged GET, coalescing consecutive chunks of one object into one request of up to
+``fetch_bytes`` and prefetching ahead of a sequential reader; chunks go through a
+bounded on-disk LRU cache (:mod:`~tiered_log.remote.cache`), held in memory for their
+first read. Every record's checksum is verified; a corrupt chunk raises
+RemoteCorruptionError and is dropped from the cache. Fetches wait for the fetch quota
+(a node's, :class:`~tiered_log.remote.limits.TierLimits`), and a reader waits for its
+fetch at most ``fetch_max_wait_ms`` (:mod:`~tiered_log.remote.fetch_wait`). Two read
+forms: decoded :class:`~tiered_log.format.records.Record` lists (:meth:`RemoteReader.read_range`)
+and the stored batches as they are, for a binary fetch (:meth:`RemoteReader.read_batches`).
+A page stops before a hole or damage; a read starting there gets the error.
+
+Thread-safety: reads are lock-free and may run from any thread (fetches run on the
+process-wide fetch pool).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ..errors import (
+    CorruptRecordError,
+    DataLossError,
+    RemoteCorruptionError,
+    RemoteStorageError,
+    TieredLogError,
+)
+from ..format import naming
+from ..format.records import Record, batch_header, batch_table, decode_records, rebatch
+from ..format.remote_index import RemoteLogIndexEntry
+from .cache import ChunkCache
+from .limits import RateLimiter
+from .state import TierState
+
+
+class RemoteReader:
+    """Reads of one log's remote tier; see the module docstring."""
+
+    def __init__(self, state: TierState, fetch_limiter: RateLimiter,
+                 pool: ThreadPoolExecutor) -> None:
+        self.st = state
+        config = state.config
+        self._prefetch_window = max(config.chunk_bytes, min(config.prefetch_bytes,
+                                                            config.cache_bytes // 2))
+        # A window ending inside an object takes the object's rest too when it is at most
+        # this (see _window); within half the cache, as the window itself.
+        self._window_tail = min(config.fetch_bytes,
+                                max(0, config.cache_bytes // 2 - self._prefetch_window))
+        # Prefetched chunks also wait in memory for their first read (the window, its
+        # tail and one group in flight): a sequential reader does not read back what was
+        # just written.
+        self.cache = ChunkCache(state.dir / naming.CHUNK_CACHE_DIR, config.cache_bytes,
+                                memory_bytes=self._prefetch_window + self._window_tail
+                                + config.fetch_bytes)
+        # Bytes fetched from the bucket (KIP-956's remote fetch quota): a throttled fetch
+        # waits in its pool thread, so a catch-up reader's GETs, checksum passes and cache
+        # writes are spread out instead of competing with producers all at once.
+        self.fetch_limiter = fetch_limiter
+        self._pool = pool
+        self._inflight: dict[tuple[str, int], Future[None]] = {}
+        self._persisting: set[Future[None]] = set()  # chunk cache file writes
+        self._inflight_lock = threading.RLock()  # re-entered by done callbacks of finished futures
+
+    def fetch_futures(self) -> set[Future[Any]]:
+        """The fetches under way (for the log's close)."""
+        with self._inflight_lock:
+            return set(self._inflight.values())
+
+    def cache_writes(self) -> set[Future[None]]:
+        """The chunk cache writes of finished fetches (for the log's close)."""
+        with self._inflight_lock:
+            return set(self._persisting)
+
+    def _fetch_group(self, group: Sequence[RemoteLogIndexEntry]) -> None:
+        """One ranged GET covering consecutive chunks of one object; caches each chunk."""
+        first, last = group[0], group[-1]
+        start, end = first.position, last.position + last.data_length
+        self._fetch_quota(end - start)
+        try:
+            blob = self.st.storage.get(first.object_key, start, end)
+        except RemoteStorageError:
+            self.st.stats.remote_fetch_errors += 1
+            raise
+        self.st.stats.remote_fetch_requests += 1
+        self.st.stats.remote_fetch_bytes += len(blob)
+        if len(blob) != end - start:
+            self.st.stats.remote_fetch_errors += 1
+            raise RemoteCorruptionError(
+                f"{first.object_key}: asked for {end - start} bytes at {start}, got {len(blob)}"
+            )
+        chunks = [(e, blob[e.position - start : e.position - start + e.data_length])
+                  for e in group]
+        for e, data in chunks:
+            self.cache.hold(e.object_key, e.position, data)
+        # The files are written after this fetch counts as done: readers take the chunks
+        # from memory and do not wait for the disk.
+        fut = self._pool.submit(self._persist, chunks)
+        with self._inflight_lock:
+            self._persisting.add(fut)
+        fut.add_done_callback(self._persisted)
+
+    def _fetch_quota(self, n: int) -> None:
+        """Wait until ``n`` more bytes from the bucket fit the fetch quota (not past this
+        log's close), counting the time waited."""
+        self.st.stats.remote_fetch_throttled_ms += round(
+            1000 * self.fetch_limiter.consume(n, self.st.closing))
+
+    def _persisted(self, fut: Future[None]) -> None:
+        with self._inflight_lock:
+            self._persisting.discard(fut)
+
+    def _persist(self, chunks: list[tuple[RemoteLogIndexEntry, bytes]]) -> None:
+        for e, data in chunks:
+            self.cache.persist(e.object_key, e.position, data)
+
+    def _schedule(self, entries: Sequence[RemoteLogIndexEntry]) -> dict[tuple[str, int], Future[None]]:
+        """Start fetches for the entries not cached or in flight, coalesced by object."""
+        futs: dict[tuple[str, int], Future[None]] = {}
+        with self._inflight_lock:
+            group: list[RemoteLogIndexEntry] = []
+
+            def flush() -> None:
+                if not group:
+                    return
+                g = list(group)
+                fut = self._pool.submit(self._fetch_group, g)
+                for e in g:
+                    self._inflight[(e.object_key, e.position)] = fut
+                    futs[(e.object_key, e.position)] = fut
+
+                def done(_: Future[None], g: list[RemoteLogIndexEntry] = g) -> None:
+                    with self._inflight_lock:
+                        for e in g:
+                            self._inflight.pop((e.object_key, e.position), None)
+
+                fut.add_done_callback(done)
+                group.clear()
+
+            size = 0
+            for e in entries:
+                k = (e.object_key, e.position)
+                if k in self._inflight:
+                    flush()
+                    size = 0
+                    futs[k] = self._inflight[k]
+                    continue
+                if self.cache.contains(e.object_key, e.position, e.data_length):
+                    flush()
+                    size = 0
+                    continue
+                contiguous = group and group[-1].object_key == e.object_key and (
+                    group[-1].position + group[-1].data_length == e.position)
+                if group and (not contiguous or size + e.data_length > self.st.config.fetch_bytes):
+                    flush()
+                    size = 0
+                group.append(e)
+                size += e.data_length
+            flush()
+        return futs
+
+    def _covered(self, entries: Sequence[RemoteLogIndexEntry]) -> int:
+        """Bytes of the leading ``entries`` already cached or being fetched."""
+        n = 0
+        with self._inflight_lock:
+            for e in entries:
+                if (e.object_key, e.position) not in self._inflight and not self.cache.contains(
+                        e.object_key, e.position, e.data_length):
+                    break
+                n += e.data_length
+        return n
+
+    def _window(self, entry: RemoteLogIndexEntry) -> list[RemoteLogIndexEntry]:
+        """The chunks after ``entry`` that a sequential reader at it prefetches: a window
+        of ``prefetch_bytes`` (at most half the cache), and, when the window ends inside
+        an object, the rest of that object if it is at most ``_window_tail`` bytes. The
+        rest would otherwise go out later as a small ranged GET of its own; a store that
+        reads the whole object for every ranged GET (moto's server) pays a whole object
+        for it, and S3 bills it as a request like any other.
+        """
+        ahead: list[RemoteLogIndexEntry] = []
+        rest: list[RemoteLogIndexEntry] = []
+        budget, rest_bytes, key = self._prefetch_window, 0, entry.object_key
+        for e in self.st.index.entries_from(entry.last_offset + 1):
+            if budget > 0:
+                ahead.append(e)
+                budget -= e.data_length
+                key = e.object_key
+                continue
+            if e.object_key != key:
+                break  # the window's last object ends here: its rest is all in ``rest``
+            rest_bytes += e.data_length
+            if rest_bytes > self._window_tail:
+                return ahead
+            rest.append(e)
+        return ahead + rest
+
+    def _chunk(self, entry: RemoteLogIndexEntry) -> bytes:
+        """The bytes of one chunk: from the cache, an in-flight fetch, or a new fetch.
+
+        Also prefetches the following chunks in the background: up to ``prefetch_bytes``,
+        but never more than half the chunk cache (prefetched chunks wait there to be read:
+        a window larger than the cache would evict them before the reader gets to them
+        and fetch them twice).
+        """
+        data = self.cache.get(entry.object_key, entry.position, entry.data_length)
+        ahead = self._window(entry)
+        window = self._prefetch_window
+        if data is None:
+            futs = self._schedule([entry, *ahead])
+            fut = futs.get((entry.object_key, entry.position))
+            if fut is not None:  # waited for at most fetch_max_wait_ms (quota waits aside)
+                from .fetch_wait import wait_for_fetch
+
+                wait_for_fetch(fut, self.st.config.fetch_max_wait_ms,
+                               lambda: self.fetch_limiter.waiting > 0,
+                               f"{entry.object_key} bytes {entry.position}+{entry.data_length}")
+            data = self.cache.get(entry.object_key, entry.position, entry.data_length)
+            if data is None:  # evicted at once (a tiny cache): fetch directly
+                self._fetch_quota(entry.data_length)
+                blob = self.st.storage.get(entry.object_key, entry.position,
+                                        entry.position + entry.data_length)
+                self.st.stats.remote_fetch_bytes += len(blob)
+                data = blob
+        elif ahead and self._covered(ahead) < window // 2:
+            # Top the window up only once half of it is consumed: then the uncached tail
+            # goes out as a few requests of up to fetch_bytes, not one small request per
+            # chunk read (on stores that read the whole object per ranged GET, as moto's
+            # server does, many small requests cost far more than few large ones).
+            self._schedule(ahead)
+        if len(data) >= 20 and batch_header(data)[0] != entry.first_offset:
+            self.cache.discard(entry.object_key, entry.position, entry.data_length)
+            raise RemoteCorruptionError(
+                f"chunk at {entry.position} of {entry.object_key} does not start at offset "
+                f"{entry.first_offset}"
+            )
+        return data
+
+    def _remote_end_above(self, offset: int) -> int:
+        """The remote end, if ``offset`` is in the remote tier; else DataLossError."""
+        end = self.st.remote_end
+        if offset < self.st.start_offset or offset >= end:
+            raise DataLossError(
+                f"offset {offset} is not in the remote tier [{self.st.start_offset}, {end})"
+            )
+        return end
+
+    def _chunks_from(self, offset: int) -> Iterator[tuple[RemoteLogIndexEntry, bytes]]:
+        """The chunk holding ``offset`` and the ones after it, in order, each with its
+        bytes (fetched when the caller gets to it). A hole in the remote index or a chunk
+        that cannot be had ends the chunks after the first; at the first, it raises (see
+        :meth:`_hole`), so a page stops before damage and the next read names it."""
+        expect = offset
+        for entry in self.st.index.entries_from(offset):
+            if entry.last_offset < expect:
+                continue
+            if entry.first_offset > expect:
+                if expect > offset:
+                    return  # a page stops before a hole; a read starting there gets the error
+                raise self._hole(expect)
+            try:
+                data = self._chunk(entry)
+            except RemoteStorageError:
+                if expect > offset:
+                    return  # likewise before a chunk that cannot be fetched or is damaged
+                raise
+            yield entry, data
+            expect = entry.last_offset + 1
+        if offset == expect < self.st.remote_end:
+            raise self._hole(expect)
+
+    def _hole(self, offset: int) -> TieredLogError:
+        """The error for a remote ``offset`` the remote index has no chunk for: a range
+        found damaged (RemoteCorruptionError naming it), index files still to be rebuilt
+        from the bucket (retriable RemoteStorageError), a hole in a finished copy
+        (RemoteCorruptionError; the index is rebuilt at the next round), or else
+        DataLossError."""
+        seg = next((s for s in self.st.finished
+                    if s.base_offset <= offset < self.st.served_end(s)), None)
+        if seg is not None and seg.id in self.st.damage:
+            return RemoteCorruptionError(
+                f"offsets [{seg.base_offset}, {self.st.served_end(seg)}) of the remote tier "
+                f"cannot be read: {self.st.damage[seg.id]}")
+        if self.st.needs_index_rebuild:
+            return RemoteStorageError(f"offset {offset}: the remote index of {self.st.log_id} is "
+                                      "being rebuilt from the bucket; try again", retriable=True)
+        if seg is not None:
+            self.st.needs_index_rebuild = True
+            return RemoteCorruptionError(
+                f"offset {offset} of remote segment {seg.id} [{seg.base_offset}, "
+                f"{self.st.served_end(seg)}) is missing from the remote index files (rebuilt "
+                "from the bucket at the next round)")
+        return DataLossError(f"offset {offset} is missing from the remote index")
+
+    def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
+        """Verified records from the remote tier, from ``offset`` to at most the remote end."""
+        end = self._remote_end_above(offset)
+        out: list[Record] = []
+        budget = max_bytes
+        for entry, data in self._chunks_from(offset):
+            try:
+                recs, _, used = decode_records(data, 0, len(data), start_offset=offset,
+                                              max_records=max_records - len(out),
+                                              max_bytes=budget if out else max_bytes)
+            except CorruptRecordError as exc:
+                self.cache.discard(entry.object_key, entry.position, entry.data_length)
+                self.st.stats.remote_fetch_errors += 1
+                if out:
+                    break  # the page stops before the damaged chunk
+                raise RemoteCorruptionError(f"{entry.object_key}: {exc}") from exc
+            stop = min(end, entry.last_offset + 1)  # a clipped chunk holds records above it
+            recs = [r for r in recs if r.offset < stop]
+            if out and used > budget:
+                break
+            out.extend(recs)
+            budget -= used
+            if not recs or len(out) >= max_records or budget <= 0 or recs[-1].offset + 1 >= end:
+                break
+            offset = recs[-1].offset + 1
+            if offset <= entry.last_offset:
+                break  # a limit stopped us inside the chunk
+        return out
+
+    def read_batches(self, offset: int, max_records: int, max_bytes: int) -> tuple[bytes, int]:
+        """Stored batches from the remote tier as they are, for a binary fetch: ``(data,
+        next_offset)``. The first batch is the one holding ``offset`` (it may start below
+        it, as a local binary fetch's does); whole batches follow while fewer than
+        ``max_records`` records from ``offset`` and fewer than ``max_bytes`` bytes were
+        taken (the first always). Every batch of a chunk read is verified
+        (RemoteCorruptionError, the chunk dropped from the cache). A batch reaching past
+        the remote end (a truncation inside it) is cut: its records below the end are
+        batched again. Nothing is decoded otherwise: a consumer catching up from the
+        archive costs the server a GET and a checksum pass, not a decode and re-encode.
+        """
+        end = self._remote_end_above(offset)
+        parts: list[bytes | memoryview] = []
+        taken = 0
+        cur = offset
+        for entry, data in self._chunks_from(offset):
+            batches, verified = batch_table(data, entry.first_offset)
+            if verified != len(data) or not batches:
+                self.cache.discard(entry.object_key, entry.position, entry.data_length)
+                self.st.stats.remote_fetch_errors += 1
+                if parts:
+                    break  # the page stops before the damaged chunk
+                raise RemoteCorruptionError(
+                    f"{entry.object_key}: the chunk at byte {entry.position} does not verify "
+                    f"past byte {verified} of {len(data)}")
+            stop = min(end, entry.last_offset + 1)  # a clipped chunk holds records above it
+            for b in batches:
+                after = b.base_offset + b.record_count
+                if after <= cur:
+                    continue
+                if b.base_offset >= stop:
+                    break
+                if parts and (taken + b.size > max_bytes or cur - offset >= max_records):
+                    return b"".join(parts), cur
+                part: bytes | memoryview
+                if after > stop:  # cut by a truncation: only the records below the cut
+                    recs = decode_records(data, b.position, b.position + b.size)[0]
+                    part = rebatch([r for r in recs if r.offset < stop])
+                    after = stop
+                else:
+                    part = memoryview(data)[b.position : b.position + b.size]
+                parts.append(part)
+                taken += len(part)
+                cur = after
+                if cur >= end:
+                    return b"".join(parts), cur
+        return b"".join(parts), cur
+
+    def archived_segments(self, log_start: int) -> list[dict[str, Any]]:
+        """Finished remote segments holding offsets at or above ``log_start``, clipped by
+        truncation, each with its ``.log`` object key (relative to the store) and its
+        remoteLogIndex chunks ``[first_offset, last_offset, first_timestamp,
+        last_timestamp, position, length]`` (JSON-able): what a reader that fetches from
+        the bucket itself (the Spark source) plans from. Reads the index files; any thread.
+        """
+        out: list[dict[str, Any]] = []
+        for s in self.st.finished_segments:
+            nxt = self.st.served_end(s)
+            if nxt <= log_start or nxt <= s.base_offset:
+                continue
+            key = naming.segment_object_key(self.st.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
+            chunks = []
+            for e in self.st.index.entries_from(s.base_offset):
+                if e.last_offset < s.base_offset:
+                    continue
+                if e.first_offset >= nxt or e.object_key != key:
+                    break
+                chunks.append([e.first_offset, e.last_offset, e.first_timestamp, e.last_timestamp,
+                               e.position, e.data_length])
+            out.append({"base_offset": s.base_offset, "last_offset": nxt - 1, "next_offset": nxt,
+                        "first_timestamp": s.first_timestamp, "max_timestamp": s.max_timestamp,
+                        "object_key": key, "size": s.size, "chunks": chunks})
+        return out
+
+    def offset_for_timestamp(self, ts: int) -> int | None:
+        """First remote offset (>= start, < remote end) whose timestamp is >= ``ts``."""
+        start, end = self.st.start_offset, self.st.remote_end
+        if start >= end:
+            return None
+        entry = self.st.index.first_entry_at_or_after_time(ts)
+        limit = end if entry is None else entry.first_offset
+        for s in self.st.finished:  # the answer may lie in a range that cannot be read
+            if (s.id in self.st.damage and s.base_offset < limit and self.st.served_end(s) > start
+                    and s.max_timestamp >= ts):
+                raise RemoteCorruptionError(
+                    f"the first offset at or after timestamp {ts} may lie in offsets "
+                    f"[{s.base_offset}, {self.st.served_end(s)}) of the remote tier, which cannot "
+                    f"be read: {self.st.damage[s.id]}")
+        if entry is None:
+            return None
+        offset = max(entry.first_offset, start)
+        while offset < end:
+            recs = self.read_range(offset, 10_000, 8 << 20)
+            if not recs:
+                return None
+            for r in recs:
+                if r.timestamp >= ts:
+                    return r.offset
+            offset = recs[-1].offset + 1
+        return None

@@ -1,0 +1,141 @@
+"""What the jobs of one log's remote tier share: its journal, metadata, index files and
+the offsets they imply (:class:`TierState`), and the location file.
+
+:class:`TierState` is the state every job of :class:`~tiered_log.remote.tier.RemoteTier`
+reads and changes: the copy journal (:mod:`~tiered_log.remote.metadata`), the remote
+metadata (log start, clips), the remote-index files, the copies found damaged, and the
+counters. The offsets a reader may ask for all derive from the finished copies here
+(:meth:`TierState.served_end` is the one bound on what a copy serves).
+
+Invariant: finished copies tile ``[start_offset, remote_end)``: each starts at the
+served end of the one before (truncation clips the last one served, retention moves the
+start). Who may write: only the log's jobs, under :attr:`TierState.lock` (copy, delete,
+truncate and rebuild); reads take snapshots (the ``finished`` list is replaced, never
+changed in place) and may run from any thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from ..format import naming
+from ..local.segment import write_atomic
+from .index_files import RemoteIndexFiles
+from .metadata import CopyJournal, RemoteMeta, RemoteSegment
+from .storage import RemoteStorage
+from .tier_config import TierConfig, TierStats
+
+LOCATION_FILE = naming.LOCATION_FILE
+"""In ``<log dir>/remote/``: the log id and the remote tier's URL (see :func:`read_location`)."""
+
+
+def read_location(log_dir: Path) -> dict[str, str | None] | None:
+    """What a log directory records about its remote tier: ``log_id``, ``url`` (e.g.
+    ``s3://bucket/prefix``), ``endpoint_url`` and ``region`` (None for a local directory
+    store); None if nothing (or nothing readable) is recorded."""
+    try:
+        d = json.loads((log_dir / naming.REMOTE_DIR / LOCATION_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or not isinstance(d.get("url"), str):
+        return None
+    return {k: (str(d[k]) if d.get(k) is not None else None)
+            for k in ("log_id", "url", "endpoint_url", "region")}
+
+
+class TierState:
+    """The shared state of one log's remote tier; see the module docstring."""
+
+    def __init__(self, log_dir: Path, log_id: str, storage: RemoteStorage, config: TierConfig,
+                 meta: RemoteMeta) -> None:
+        self.log_id = naming.validate_log_id(log_id)
+        self.storage = storage
+        self.config = config
+        self.dir = log_dir / naming.REMOTE_DIR
+        self.lock = threading.RLock()
+        self.stats = TierStats()
+        self.journal = CopyJournal(self.dir / naming.COPY_JOURNAL_FILE)
+        self.meta = meta
+        self.damage: dict[str, str] = {}
+        """Finished copies (by id) whose range cannot be read, and why: their manifest and
+        data object are damaged. Reads there answer RemoteCorruptionError."""
+        self.index = RemoteIndexFiles(self.dir / naming.REMOTE_INDEX_DIR,
+                                      rotate_bytes=config.index_rotate_bytes,
+                                      rotate_ms=config.index_rotate_ms)
+        self.closing = threading.Event()
+        """Set when the log closes: its waits for the shared rate limits end."""
+        self.finished: list[RemoteSegment] = []
+        self.needs_index_rebuild = False
+        """The remote-index files are damaged or out of step with the journal: the next
+        tiering round (or the open) rebuilds them from the manifests."""
+
+    def record_location(self) -> None:
+        """Remember the log id and where its remote tier lives (``remote/location.json``),
+        so tools opening the directory later (``tiered-log describe``) find the bucket.
+        Written only when it changes; no credentials are ever recorded."""
+        loc = {"log_id": self.log_id, "url": self.storage.url,
+               "endpoint_url": getattr(self.storage, "endpoint_url", None),
+               "region": getattr(self.storage, "region", None)}
+        if read_location(self.dir.parent) != loc:
+            write_atomic(self.dir / LOCATION_FILE, json.dumps(loc, sort_keys=True).encode())
+
+    def refresh(self) -> None:
+        self.finished = self.journal.finished()
+        for s in self.finished:
+            if s.unreadable and s.id not in self.damage:
+                self.damage[s.id] = (
+                    f"remote segment {s.id} at offsets [{s.base_offset}, {s.next_offset}) was "
+                    "found with its manifest and its data object damaged; both are kept in "
+                    "the bucket as they are")
+
+    def expected_index_last(self) -> int:
+        fin = self.finished
+        return self.served_end(fin[-1]) - 1 if fin else -1
+
+    def served_end(self, seg: RemoteSegment) -> int:
+        """One past the last offset ``seg`` serves: its next offset, or its clip when a
+        truncation cut it (the objects keep the records above the clip; nothing reads
+        them). Every bound on what a remote segment serves goes through here."""
+        return min(seg.next_offset, self.meta.clips.get(seg.id, seg.next_offset))
+
+    @property
+    def finished_segments(self) -> list[RemoteSegment]:
+        return list(self.finished)
+
+    @property
+    def has_data(self) -> bool:
+        return self.remote_end > self.start_offset
+
+    @property
+    def start_offset(self) -> int:
+        """First offset the remote tier serves (log start as moved by retention)."""
+        fin = self.finished
+        if not fin:
+            return self.meta.log_start_offset
+        return max(self.meta.log_start_offset, fin[0].base_offset)
+
+    @property
+    def remote_end(self) -> int:
+        """One past the last offset the remote tier serves (0 if it holds nothing)."""
+        fin = self.finished
+        if not fin:
+            return self.meta.log_start_offset
+        return self.served_end(fin[-1])
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.finished)
+
+    @property
+    def max_timestamp(self) -> int:
+        return max((s.max_timestamp for s in self.finished), default=-1)
+
+    def keys(self, seg: RemoteSegment) -> list[str]:
+        return [naming.segment_object_key(self.log_id, seg.base_offset, seg.id, sfx)
+                for sfx in naming.SEGMENT_OBJECT_SUFFIXES]
+
+    def save_meta(self) -> None:
+        self.meta.save(self.dir / naming.REMOTE_META_FILE)
+        self.storage.put(naming.meta_object_key(self.log_id), self.meta.to_bytes())

@@ -1,0 +1,60 @@
+"""The settings of a log's remote tier (:class:`TierConfig`) and its counters
+(:class:`TierStats`). Plain values; a TierConfig is frozen and checked when made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """Settings of a log's remote tier. ``None`` (or -1) retention means forever."""
+
+    remote_enabled: bool = True
+    local_retention_bytes: int | None = None
+    local_retention_ms: int | None = None
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    chunk_bytes: int = 1 << 20
+    fetch_bytes: int = 8 << 20
+    prefetch_bytes: int = 32 << 20
+    cache_bytes: int = 256 << 20
+    upload_bytes_per_sec: int | None = None
+    fetch_bytes_per_sec: int | None = None
+    fetch_max_wait_ms: int = 5000  # a reader's wait for the bucket (remote/fetch_wait.py)
+    copies_in_flight: int = 2
+    ship_interval_ms: int = 500
+    index_rotate_bytes: int = 16 << 20
+    index_rotate_ms: int = 7 * 24 * 3600 * 1000
+
+    def __post_init__(self) -> None:
+        from ..errors import InvalidArgumentError
+
+        for name in ("local_retention_bytes", "local_retention_ms", "retention_bytes",
+                     "retention_ms", "upload_bytes_per_sec", "fetch_bytes_per_sec"):
+            v = getattr(self, name)
+            if v == -1:
+                object.__setattr__(self, name, None)
+            elif v is not None and (not isinstance(v, int) or v < 0):
+                raise InvalidArgumentError(f"{name} must be -1 or a non-negative integer, got {v!r}")
+        for name in ("chunk_bytes", "fetch_bytes", "prefetch_bytes", "cache_bytes",
+                     "copies_in_flight", "ship_interval_ms", "index_rotate_bytes",
+                     "index_rotate_ms", "fetch_max_wait_ms"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
+
+
+@dataclass
+class TierStats:
+    """Counters of one remote tier (read by describe and /metrics)."""
+
+    uploaded_bytes: int = 0
+    uploaded_segments: int = 0
+    copy_failures: int = 0
+    remote_fetch_bytes: int = 0
+    remote_fetch_requests: int = 0
+    remote_fetch_errors: int = 0
+    remote_fetch_throttled_ms: int = 0
+    """Time fetches waited for the fetch quota (``fetch_bytes_per_sec``)."""
+    deleted_segments: int = 0
