@@ -8,7 +8,8 @@ to ``part_concurrency`` at once; the digest is computed in a first pass over the
 must be known at CreateMultipartUpload) and checked again while the parts are read, and a
 failed upload is aborted so no parts are left behind.
 
-Every botocore/urllib3/OS error is mapped to :mod:`tiered_log.errors` at this boundary:
+Every botocore/urllib3/OS error is mapped to :mod:`tiered_log.errors` at this boundary
+(the table is :mod:`tiered_log.remote.s3_errors`):
 connection failures, throttling and 5xx become a retriable RemoteStorageError, timeouts a
 RemoteTimeoutError (retriable), after botocore's own retries; a missing key, or a range
 past the end, becomes RemoteObjectNotFoundError; other 4xx (access denied, missing
@@ -42,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import botocore.session
-import urllib3.exceptions
 import xxhash
 from botocore import exceptions as bex
 from botocore.config import Config
@@ -52,7 +52,6 @@ from ..errors import (
     RemoteCorruptionError,
     RemoteObjectNotFoundError,
     RemoteStorageError,
-    RemoteTimeoutError,
     TieredLogError,
 )
 from .objects import (
@@ -65,6 +64,7 @@ from .objects import (
     validate_prefix,
     xxh3_hex,
 )
+from .s3_errors import BOUNDARY_ERRORS, RETRIABLE_CODES, map_s3_error
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -80,33 +80,6 @@ DELETE_BATCH = 1000
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{2,254}$")
 _CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-_RETRIABLE_CODES = frozenset({
-    "InternalError", "ServiceUnavailable", "SlowDown", "Throttling", "ThrottlingException",
-    "RequestTimeout", "RequestTimeTooSkewed", "RequestLimitExceeded", "TooManyRequests",
-    "OperationAborted", "503", "500", "429",
-})
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
-_INTEGRITY_CODES = frozenset({
-    "BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch",
-    "InvalidChecksum", "InvalidRequestChecksum",
-})
-_CONFIG_ERRORS: tuple[type[Exception], ...] = (
-    bex.NoCredentialsError, bex.PartialCredentialsError, bex.NoRegionError,
-    bex.ParamValidationError, bex.UnknownEndpointError, bex.InvalidEndpointConfigurationError,
-)
-_CONNECTION_ERRORS: tuple[type[Exception], ...] = (
-    bex.HTTPClientError, bex.ConnectionError, bex.IncompleteReadError,
-    bex.ResponseStreamingError,
-)
-_CHECKSUM_ERRORS: tuple[type[Exception], ...] = (bex.ChecksumError, bex.FlexibleChecksumError)
-_TIMEOUT_ERRORS: tuple[type[Exception], ...] = (
-    bex.ReadTimeoutError, bex.ConnectTimeoutError, urllib3.exceptions.ReadTimeoutError,
-    TimeoutError,
-)
-_BOUNDARY_ERRORS: tuple[type[BaseException], ...] = (
-    bex.BotoCoreError, bex.ClientError, OSError, urllib3.exceptions.HTTPError,
-)
-
 _loader_lock = threading.Lock()
 _shared_loader: Any = None
 
@@ -235,7 +208,7 @@ class S3Storage:
             """GetObject, with ``get_timeout`` and ``get_retries``."""
         except ValueError as exc:  # e.g. a malformed endpoint URL
             raise InvalidArgumentError(f"cannot configure S3 client for {self._where}: {exc}") from exc
-        except _BOUNDARY_ERRORS as exc:
+        except BOUNDARY_ERRORS as exc:
             raise RemoteStorageError(f"cannot create S3 client for {self._where}: {exc}",
                                      retriable=False) from exc
 
@@ -252,40 +225,7 @@ class S3Storage:
     def _map_error(self, exc: BaseException, what: str, key: str | None) -> TieredLogError:
         """The tiered_log error for a botocore/urllib3/OS error from ``what`` on ``key``."""
         target = f"{what} of {key!r} in {self._where}" if key is not None else f"{what} on {self._where}"
-        if isinstance(exc, bex.ClientError):
-            err = exc.response.get("Error", {})
-            code = str(err.get("Code", ""))
-            message = err.get("Message") or code
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-            detail = f"{target} failed: {code} (HTTP {status}): {message}"
-            if code in _NOT_FOUND_CODES or (status == 404 and code not in (
-                    "NoSuchBucket", "NoSuchUpload")):
-                return RemoteObjectNotFoundError(
-                    f"{target} failed: no such object" + (f" ({code})" if code else ""))
-            if code == "InvalidRange" or status == 416:
-                return RemoteObjectNotFoundError(f"{target} failed: the byte range is past the "
-                                                 "end of the object")
-            if code == "NoSuchBucket":
-                return RemoteStorageError(f"{target} failed: bucket {self.bucket!r} does not "
-                                          "exist", retriable=False)
-            if code in _INTEGRITY_CODES:
-                return RemoteCorruptionError(f"{detail} (bytes damaged in transit?)",
-                                             retriable=True)
-            if code in _RETRIABLE_CODES or status >= 500 or status in (408, 429):
-                return RemoteStorageError(detail, retriable=True)
-            return RemoteStorageError(detail, retriable=False)
-        if isinstance(exc, _CHECKSUM_ERRORS):
-            return RemoteCorruptionError(f"{target} failed a transfer checksum: {exc}",
-                                         retriable=True)
-        if isinstance(exc, _TIMEOUT_ERRORS):
-            return RemoteTimeoutError(f"{target} failed: S3 did not answer in time: {exc}")
-        if isinstance(exc, _CONNECTION_ERRORS):
-            return RemoteStorageError(f"{target} failed: cannot reach S3: {exc}", retriable=True)
-        if isinstance(exc, _CONFIG_ERRORS):
-            return RemoteStorageError(f"{target} failed: {exc}", retriable=False)
-        if isinstance(exc, (OSError, urllib3.exceptions.HTTPError)):
-            return RemoteStorageError(f"{target} failed: I/O error: {exc}", retriable=True)
-        return RemoteStorageError(f"{target} failed: {exc}", retriable=False)
+        return map_s3_error(exc, target, self.bucket)
 
     @contextmanager
     def _boundary(self, what: str, key: str | None = None) -> Iterator[None]:
@@ -294,7 +234,7 @@ class S3Storage:
             yield
         except TieredLogError:
             raise
-        except _BOUNDARY_ERRORS as exc:
+        except BOUNDARY_ERRORS as exc:
             raise self._map_error(exc, what, key) from exc
 
     def _check_open(self) -> None:
@@ -454,7 +394,7 @@ class S3Storage:
     def _abort(self, key: str, full: str, upload_id: str) -> None:
         try:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
-        except _BOUNDARY_ERRORS as exc:
+        except BOUNDARY_ERRORS as exc:
             log.warning("could not abort multipart upload %s of %r in %s (a bucket lifecycle "
                         "rule should clean it up): %s", upload_id, key, self._where, exc)
 
@@ -567,7 +507,7 @@ class S3Storage:
                 raise RemoteStorageError(
                     f"delete of {len(errors)} object(s) in {self._where} failed, e.g. "
                     f"{e.get('Key', '')[len(self._key_prefix):]!r}: {code}: {e.get('Message', '')}",
-                    retriable=code in _RETRIABLE_CODES)
+                    retriable=code in RETRIABLE_CODES)
 
     def discard_partial(self, keys: Sequence[str]) -> None:
         """Abort the unfinished multipart uploads of ``keys`` (a crashed writer's parts
@@ -609,7 +549,7 @@ class S3Storage:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if status != 404:
                 raise self._map_error(exc, "head bucket", None) from exc
-        except _BOUNDARY_ERRORS as exc:
+        except BOUNDARY_ERRORS as exc:
             raise self._map_error(exc, "head bucket", None) from exc
         kwargs: dict[str, Any] = {"Bucket": self.bucket}
         if self.region != "us-east-1":
@@ -619,7 +559,7 @@ class S3Storage:
         except bex.ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
                 raise self._map_error(exc, "create bucket", None) from exc
-        except _BOUNDARY_ERRORS as exc:
+        except BOUNDARY_ERRORS as exc:
             raise self._map_error(exc, "create bucket", None) from exc
 
     def close(self) -> None:
@@ -631,7 +571,7 @@ class S3Storage:
         for client in (self.client, self.get_client):
             try:
                 client.close()
-            except _BOUNDARY_ERRORS as exc:
+            except BOUNDARY_ERRORS as exc:
                 log.debug("closing S3 client for %s: %s", self._where, exc)
 
 
