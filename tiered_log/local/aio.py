@@ -1,4 +1,7 @@
-"""The asyncio face of the local log, for the service and other event-loop code.
+"""The asyncio face of the local log, for applications that embed it in event-loop code.
+
+(The HTTP service does not use it: it serves :class:`~tiered_log.tiered.TieredLog`s and
+calls them in worker threads itself.)
 
 :class:`AsyncLog` runs every blocking file operation of a :class:`~tiered_log.local.log.Log`
 in a worker thread (``asyncio.to_thread``) so the event loop never blocks on disk. Its

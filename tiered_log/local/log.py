@@ -46,7 +46,9 @@ from ..errors import (
 )
 from ..format import naming
 from ..format.records import EncodedBatch, ProducerRecord, Record, encode_batch
-from .segment import IndexCache, Segment, SegmentInfo, fsync_dir
+from .files import fsync_dir
+from .segment import Segment, SegmentInfo
+from .segment_index import IndexCache
 
 LOCK_FILE = ".lock"
 """Held (flock) by the one open Log of a directory."""

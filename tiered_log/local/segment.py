@@ -1,7 +1,7 @@
 """One local segment: a store file of record batches plus its sparse offset and time indexes.
 
 Files (names from :mod:`tiered_log.format.naming`): ``<base>.log`` holds batches in offset
-order (layout in :mod:`tiered_log.format.records`); ``<base>.index`` and
+order (layout in :mod:`tiered_log.format.batch`); ``<base>.index`` and
 ``<base>.timeindex`` hold sparse index entries (layout in :mod:`tiered_log.format.index`),
 which point at batches: an offset inside a batch is found from its batch's entry.
 
@@ -12,6 +12,11 @@ Invariants:
   crash); a *sealed* segment is read-only, its store fsynced and its index files written
   whole (tmp, fsync, rename) at seal time.
 
+Building the indexes from batches and the cache of sealed segments' indexes are in
+:mod:`tiered_log.local.segment_index`; fsync and atomic-write helpers in
+:mod:`tiered_log.local.files` (``fsync_dir``, ``write_atomic`` and ``IndexCache`` are
+re-exported here for their importers).
+
 Thread-safety: one writer at a time (the owning :class:`~tiered_log.local.log.Log` holds
 its lock around append, seal, truncate); any number of concurrent readers, which use
 ``os.pread`` on their own descriptor and take no lock, so reads never block appends.
@@ -19,17 +24,14 @@ its lock around append, seal, truncate); any number of concurrent readers, which
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
 import struct
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from threading import Lock
 
 from ..errors import (
     CorruptIndexError,
@@ -39,6 +41,9 @@ from ..errors import (
     TieredLogError,
 )
 from ..format import naming
+from ..format.batch import HEADER_SIZE, MAX_BODY_BYTES, BatchInfo, Record, batch_header
+from ..format.batch_decode import decode_records, scan_batches
+from ..format.batch_encode import EncodedBatch, rebatch
 from ..format.index import (
     OFFSET_ENTRY,
     OFFSET_ENTRY_SIZE,
@@ -46,103 +51,13 @@ from ..format.index import (
     TIME_ENTRY_SIZE,
     SegmentIndex,
 )
-from ..format.records import (
-    HEADER_SIZE,
-    MAX_BODY_BYTES,
-    BatchInfo,
-    EncodedBatch,
-    Record,
-    batch_header,
-    decode_records,
-    rebatch,
-    scan_batches,
-)
+from .files import ReadFd, fsync_dir, write_atomic
+from .segment_index import IndexCache, build_index, index_batches
 
 log = logging.getLogger(__name__)
 
 _CUT_POSITION = struct.Struct("<Q")
 _UIDS = itertools.count()
-
-
-class _Fd:
-    """An owned read-only file descriptor, closed when the last reference goes away.
-
-    Readers hold a reference while they read, so evicting a segment from the cache (or
-    deleting its files) never closes a descriptor under a reader's feet.
-    """
-
-    __slots__ = ("fd",)
-
-    def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_RDONLY)
-
-    def pread(self, n: int, pos: int) -> bytes:
-        return os.pread(self.fd, n, pos)
-
-    def __del__(self) -> None:
-        fd = getattr(self, "fd", None)  # unset if os.open failed
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def fsync_dir(directory: Path) -> None:
-    """fsync a directory so that a create, rename or unlink in it is durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: ``path.tmp``, fsync, rename, fsync the dir."""
-    tmp = path.with_name(path.name + naming.TMP_SUFFIX)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-class IndexCache:
-    """LRU of the indexes and read descriptors of sealed segments.
-
-    Bounds memory and open files for logs of thousands of segments (laminarmq's
-    ``num_index_cached_read_segments``). Thread-safe: a lock guards the ordered dict.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self._entries: OrderedDict[int, tuple[SegmentIndex, _Fd]] = OrderedDict()
-        self._lock = Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: int) -> tuple[SegmentIndex, _Fd] | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return entry
-
-    def put(self, key: int, entry: tuple[SegmentIndex, _Fd]) -> None:
-        with self._lock:
-            self._entries[key] = entry
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-
-    def drop(self, key: int) -> None:
-        with self._lock:
-            self._entries.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +110,7 @@ class Segment:
         # Active-segment state (None once sealed).
         self._index: SegmentIndex | None = None
         self._wfd: int | None = None
-        self._rfd: _Fd | None = None
+        self._rfd: ReadFd | None = None
         self._since_index = 0
         self._max_ts_rel = 0
 
@@ -224,7 +139,7 @@ class Segment:
             blob = seg._cut_path.read_bytes()
             seg._apply_cut(_CUT_POSITION.unpack_from(blob)[0], blob[_CUT_POSITION.size :])
         data = seg.store_path.read_bytes()
-        idx, end, max_ts, max_rel, nxt = _build_index(data, base_offset, index_interval_bytes)
+        idx, end, max_ts, max_rel, nxt = build_index(data, base_offset, index_interval_bytes)
         cut = len(data) - end
         if cut:
             os.truncate(seg.store_path, end)
@@ -319,11 +234,11 @@ class Segment:
         self._wfd = os.open(self.store_path, flags, 0o644)
         if self._index is None:
             self._index = SegmentIndex()
-        self._rfd = _Fd(self.store_path)
+        self._rfd = ReadFd(self.store_path)
 
     # ---- index access --------------------------------------------------------------
 
-    def _reader(self) -> tuple[SegmentIndex, _Fd]:
+    def _reader(self) -> tuple[SegmentIndex, ReadFd]:
         if not self.sealed:
             idx, fd = self._index, self._rfd
             if idx is not None and fd is not None:
@@ -332,7 +247,7 @@ class Segment:
         if entry is not None:
             return entry
         idx = self._load_index()
-        entry = (idx, _Fd(self.store_path))
+        entry = (idx, ReadFd(self.store_path))
         self._cache.put(self._uid, entry)
         return entry
 
@@ -347,7 +262,7 @@ class Segment:
     def rebuild_index(self) -> SegmentIndex:
         """Rebuild a sealed segment's index files from its store (after damage)."""
         data = self.store_path.read_bytes()
-        idx, end, max_ts, max_rel, nxt = _build_index(
+        idx, end, max_ts, max_rel, nxt = build_index(
             data, self.base_offset, self.index_interval_bytes
         )
         if end != len(data) or nxt != self.next_offset:
@@ -379,7 +294,7 @@ class Segment:
         while written < len(data):
             written += os.write(self._wfd, view[written:])
         start = self.size
-        self._since_index, self.max_timestamp, self._max_ts_rel = _index_batches(
+        self._since_index, self.max_timestamp, self._max_ts_rel = index_batches(
             self._index, batch.batches, start, self.base_offset, self.index_interval_bytes,
             self._since_index, self.max_timestamp, self._max_ts_rel)
         if self.created_ms == 0:
@@ -406,7 +321,7 @@ class Segment:
         write_atomic(self.index_path, idx.encode_offsets())
         write_atomic(self.timeindex_path, idx.encode_times())
         self.sealed = True
-        self._cache.put(self._uid, (idx, self._rfd or _Fd(self.store_path)))
+        self._cache.put(self._uid, (idx, self._rfd or ReadFd(self.store_path)))
         self._index = None
         self._rfd = None
 
@@ -435,7 +350,7 @@ class Segment:
             p.unlink(missing_ok=True)
         self._apply_cut(pos, again)
         data = self.store_path.read_bytes()
-        idx, end, max_ts, max_rel, _ = _build_index(data, self.base_offset, self.index_interval_bytes)
+        idx, end, max_ts, max_rel, _ = build_index(data, self.base_offset, self.index_interval_bytes)
         self._index = idx
         self.sealed = False
         self.size = end
@@ -628,42 +543,10 @@ class Segment:
         yield from scan_batches(data, self.base_offset)
 
 
-def _index_batches(idx: SegmentIndex, batches: list[BatchInfo], start: int, base_offset: int,
-                   interval: int, since: int, max_ts: int, max_rel: int) -> tuple[int, int, int]:
-    """Add index entries for ``batches`` written from byte ``start`` of a segment: an offset
-    entry for a batch once ``interval`` bytes were written since the last one (and for the
-    first), a time entry when the segment's max timestamp grew. Returns the new
-    ``(since, max_timestamp, rel_of_max)``."""
-    for b in batches:
-        pos = start + b.position
-        if pos == 0:  # the first entries are the first record's (the time index's rule)
-            max_ts, max_rel = b.first_timestamp, 0
-            idx.add_offset(0, 0)
-            idx.add_time(max_ts, 0)
-            since = 0
-        if b.max_timestamp > max_ts:
-            max_ts, max_rel = b.max_timestamp, b.max_timestamp_offset - base_offset
-        if pos and since >= interval:
-            idx.add_offset(b.base_offset - base_offset, pos)
-            if not idx.time_max or max_ts > idx.time_max[-1]:
-                idx.add_time(max_ts, max_rel)
-            since = 0
-        since += b.size
-    return since, max_ts, max_rel
-
-
-def _build_index(
-    data: bytes, base_offset: int, interval: int
-) -> tuple[SegmentIndex, int, int, int, int]:
-    """Scan a store's bytes and rebuild its sparse indexes.
-
-    Returns ``(index, valid_end, max_timestamp, rel_of_max, next_offset)`` where
-    ``valid_end`` is the position after the last verified batch in sequence (the
-    torn-tail cut point).
-    """
-    idx = SegmentIndex()
-    batches = list(scan_batches(data, base_offset))
-    _, max_ts, max_rel = _index_batches(idx, batches, 0, base_offset, interval, 0, -1, 0)
-    end = batches[-1].position + batches[-1].size if batches else 0
-    nxt = batches[-1].next_offset if batches else base_offset
-    return idx, end, max_ts, max_rel, nxt
+__all__ = [
+    "IndexCache",  # re-exported: importers of local.segment keep working
+    "Segment",
+    "SegmentInfo",
+    "fsync_dir",
+    "write_atomic",
+]
