@@ -45,8 +45,6 @@ Not thread-safe: one benchmark at a time.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import re
@@ -59,7 +57,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cli import PERF, UsageError, positive_int
 from .common import DEFAULT_BATCH, DEFAULT_REPEAT, MB, Progress, environment, rate, ratio, say
 
 if TYPE_CHECKING:
@@ -446,7 +443,7 @@ def run_http_fetch(
         "library = read_range in process (checksums verified)")
 
 
-# ---- output and the command line -------------------------------------------------------------
+# ---- output ----------------------------------------------------------------------------------
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -469,59 +466,6 @@ def format_table(report: dict[str, Any]) -> str:
                          f"p99 {f['p99_ms']:.3f} ms  max {f['max_ms']:.3f} ms  "
                          f"({f['count']:,} requests)")
     return "\n".join(lines)
-
-
-def _common_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--records", type=positive_int, default=DEFAULT_HTTP_RECORDS, metavar="N",
-                   help=f"1 KiB records per run (default: {DEFAULT_HTTP_RECORDS})")
-    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, metavar="N",
-                   help=f"records per produce batch / fetch page (default: {DEFAULT_BATCH})")
-    p.add_argument("--repeat", type=positive_int, default=DEFAULT_REPEAT, metavar="R",
-                   help=f"runs per system; the best counts (default: {DEFAULT_REPEAT})")
-    p.add_argument("--durable", action="store_true",
-                   help="flush_messages=1 on both sides (an fsync per batch)")
-    p.add_argument("--dir", metavar="D",
-                   help="where to put the files (a fresh subdirectory; default: the temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the files afterwards")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show progress on stderr (default: only when stderr is a terminal)")
-
-
-def _produce_args(p: argparse.ArgumentParser) -> None:
-    _common_args(p)
-    p.add_argument("--single", type=int, default=DEFAULT_SINGLE, metavar="N",
-                   help=f"single-record produces for the latency figures (default: "
-                        f"{DEFAULT_SINGLE}; 0: skip)")
-
-
-def _print(report: dict[str, Any], as_json: bool) -> int:
-    if as_json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(format_table(report))
-    return 0
-
-
-@PERF.command("http-produce", "batched produce over HTTP vs in-process append_batch, and "
-              "p99 latency of single-record produce", _produce_args)
-def cmd_perf_http_produce(args: argparse.Namespace) -> int:
-    """``tiered-log perf http-produce``; exit 0 whether or not the target is met."""
-    if args.single < 0:
-        raise UsageError("--single must not be negative")
-    report = run_http_produce(args.records, batch=args.batch, repeat=args.repeat,
-                              single=args.single, durable=args.durable, directory=args.dir,
-                              keep=args.keep, progress=args.progress)
-    return _print(report, args.json)
-
-
-@PERF.command("http-fetch", "binary fetch over HTTP vs in-process read_range", _common_args)
-def cmd_perf_http_fetch(args: argparse.Namespace) -> int:
-    """``tiered-log perf http-fetch``; exit 0 whether or not the target is met."""
-    report = run_http_fetch(args.records, batch=args.batch, repeat=args.repeat,
-                            durable=args.durable, directory=args.dir, keep=args.keep,
-                            progress=args.progress)
-    return _print(report, args.json)
 
 
 __all__ = [

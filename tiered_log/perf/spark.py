@@ -20,8 +20,6 @@ Not thread-safe; one benchmark per process (it owns the SparkSession).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import sys
@@ -30,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..cli import PERF, positive_int
 from .common import MB, Progress, environment, rate, ratio, say
 
 DEFAULT_SPARK_RECORDS = 2_000_000
@@ -211,36 +208,6 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(f"  {k}: {t['measured']} (target >= {t['target']}: "
                      f"{'met' if t['met'] else 'NOT met'})")
     return "\n".join(lines)
-
-
-def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--records", type=positive_int, default=DEFAULT_SPARK_RECORDS, metavar="N",
-                   help=f"1 KiB records in the archive (default: {DEFAULT_SPARK_RECORDS:,})")
-    p.add_argument("--partitions", type=positive_int, default=2, metavar="P",
-                   help="partitions of the topic (default: 2)")
-    p.add_argument("--segment-bytes", type=positive_int, default=64 << 20, metavar="B",
-                   help="segment size of the archive (default: 64 MiB)")
-    p.add_argument("--repeat", type=positive_int, default=1, metavar="R",
-                   help="scans per configuration; the best counts (default: 1)")
-    p.add_argument("--dir", metavar="D", help="where to put the files (default: the temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the files afterwards")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show progress on stderr (default: only when stderr is a terminal)")
-
-
-@PERF.command("spark-scan", "Spark scanning an archive: local[1] vs local[2] vs a Parquet copy",
-              _args)
-def cmd_perf_spark_scan(args: argparse.Namespace) -> int:
-    """``tiered-log perf spark-scan``; exit 0 whether or not the targets are met."""
-    report = run_spark_scan(args.records, partitions=args.partitions,
-                            segment_bytes=args.segment_bytes, repeat=args.repeat,
-                            directory=args.dir, keep=args.keep, progress=args.progress)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(format_table(report))
-    return 0
 
 
 __all__ = ["DEFAULT_SPARK_RECORDS", "build_archive", "format_table", "run_spark_scan"]

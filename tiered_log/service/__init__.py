@@ -3,7 +3,8 @@
 Modules: :mod:`.app` (endpoints, error mapping), :mod:`.topics` (topic state and the one
 place partition logs are opened), :mod:`.auth` (bearer tokens and grants), :mod:`.wire`
 (JSON and binary forms), :mod:`.fetch` (zero-copy batch reads), :mod:`.metrics`
-(Prometheus text), :mod:`.server` (running it), :mod:`.cli_commands` (CLI commands).
+(Prometheus text), :mod:`.server` (running it). Its command-line commands (``serve``,
+``topics``, ``produce``, ``consume``) are in :mod:`tiered_log.cli.service`.
 
 Run it with ``python -m tiered_log.service [--config FILE] [--port N] ...``.
 

@@ -1,17 +1,22 @@
-"""Service commands of the ``tiered-log`` CLI: serve, topics, produce, consume.
+"""The service at the command line: ``tiered-log serve``, ``topics``, ``produce``, ``consume``.
 
-:data:`COMMANDS` lists them (path, help, argument adder, runner);
-:mod:`tiered_log.cli` registers them. A runner returns the exit status (0 ok, 1 failed,
-2 bad usage or settings; errors are one line on stderr)::
+::
 
+    tiered-log serve [--data-dir D] [--host H] [--port P] ...    run the HTTP service
     tiered-log topics create orders --partitions 3
+    tiered-log topics list|describe|delete ...
     tiered-log produce orders --file lines.txt
     tiered-log consume orders --offset 0 --follow
 
-Client commands talk to ``--url`` (default ``$TIERED_LOG_URL`` or
-``http://127.0.0.1:8080``) with ``--token`` (default ``$TIERED_LOG_TOKEN``). Long runs
-of ``produce``/``consume`` show progress on stderr (when it is a terminal, or with
-``--progress``). ``consume --follow`` stops cleanly on SIGTERM or Ctrl-C.
+``serve`` runs :mod:`tiered_log.service` (its options come from
+:func:`tiered_log.service.server.add_serve_arguments`). The client commands talk to
+``--url`` (default ``$TIERED_LOG_URL`` or ``http://127.0.0.1:8080``) with ``--token``
+(default ``$TIERED_LOG_TOKEN``) through :class:`tiered_log.client.Client`. A runner
+returns the exit status (0 ok, 1 failed, 2 bad usage or settings); a library or
+connection error is one line ``tiered-log: <code>: <message>`` on stderr and exit 1.
+Long runs of ``produce``/``consume`` show progress on stderr (when it is a terminal, or
+with ``--progress``). ``consume --follow`` stops cleanly on SIGTERM or Ctrl-C.
+One command per process; not thread-safe.
 """
 
 from __future__ import annotations
@@ -22,18 +27,18 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any
 
-from ..cli import input_lines
 from ..client import Client
 from ..errors import TieredLogError
 from ..format.records import Record
-from .wire import record_to_json
+from ..service.wire import record_to_json
+from .log import input_lines
+from .registry import CommandGroup, Runner
 
-Command = Callable[[argparse.Namespace], int]
+COMMANDS = CommandGroup()
+"""``serve``, ``topics ...``, ``produce``, ``consume``."""
 
 
 def _fail(msg: str) -> int:
@@ -98,16 +103,87 @@ def _progress_enabled(args: argparse.Namespace) -> bool:
     return sys.stderr.isatty()
 
 
+# ---- arguments and errors ------------------------------------------------------------------
+
+
+def _guard(fn: Runner) -> Runner:
+    """Turn library and connection errors into one line on stderr and exit 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except TieredLogError as exc:
+            return _fail(f"{exc.code}: {exc.message if hasattr(exc, 'message') else exc}")
+
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    from ..service.server import add_serve_arguments
+
+    add_serve_arguments(p)
+
+
+def _topics_create_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--config", action="append", metavar="NAME=VALUE",
+                   help="override a topic default, e.g. flush_messages=100, retention_ms=null")
+    p.add_argument("--json", action="store_true", help="print the description as JSON")
+    _client_options(p)
+
+
+def _topics_list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+    _client_options(p)
+
+
+def _topic_name_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+    _client_options(p)
+
+
+def _produce_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("-p", "--partition", type=int, default=0)
+    p.add_argument("-f", "--file", help="read lines from this file instead of stdin")
+    p.add_argument("--batch-size", type=int, default=500, help="records per request")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show progress on stderr (default: when stderr is a terminal)")
+    _client_options(p)
+
+
+def _consume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("-p", "--partition", type=int, default=0)
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--offset", type=int, help="first offset (default: the log start)")
+    start.add_argument("--timestamp", type=int, metavar="MS",
+                       help="start at the first record at or after this time (ms)")
+    p.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    p.add_argument("-n", "--max-records", type=int, help="stop after this many records")
+    p.add_argument("--format", choices=["value", "json"], default="value")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show progress on stderr (default: when stderr is a terminal)")
+    _client_options(p)
+
+
 # ---- serve -----------------------------------------------------------------------------------
 
 
+@COMMANDS.command("serve", "run the HTTP service", _serve_args)
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .server import serve_from_args
+    from ..service.server import serve_from_args
 
     return serve_from_args(args)
 
 
 # ---- topics ----------------------------------------------------------------------------------
+
+TOPICS = COMMANDS.group("topics", "create, list, describe, delete topics")
+"""``tiered-log topics create|list|describe|delete``."""
 
 
 def _parse_config_items(items: list[str]) -> dict[str, Any]:
@@ -131,6 +207,8 @@ def _parse_config_items(items: list[str]) -> dict[str, Any]:
     return out
 
 
+@TOPICS.command("create", "create a topic", _topics_create_args)
+@_guard
 def cmd_topics_create(args: argparse.Namespace) -> int:
     try:
         config = _parse_config_items(args.config or [])
@@ -144,6 +222,8 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
     return 0
 
 
+@TOPICS.command("list", "list topics", _topics_list_args)
+@_guard
 def cmd_topics_list(args: argparse.Namespace) -> int:
     with _client(args) as c:
         topics = c.list_topics()
@@ -155,6 +235,8 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
     return 0
 
 
+@TOPICS.command("describe", "describe a topic (JSON)", _topic_name_args)
+@_guard
 def cmd_topics_describe(args: argparse.Namespace) -> int:
     with _client(args) as c:
         d = c.describe_topic(args.name)
@@ -162,6 +244,8 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+@TOPICS.command("delete", "delete a topic and its records", _topic_name_args)
+@_guard
 def cmd_topics_delete(args: argparse.Namespace) -> int:
     with _client(args) as c:
         c.delete_topic(args.name)
@@ -172,6 +256,8 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
 # ---- produce ---------------------------------------------------------------------------------
 
 
+@COMMANDS.command("produce", "append lines (stdin or --file) as records", _produce_args)
+@_guard
 def cmd_produce(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         print("tiered-log: --batch-size must be at least 1", file=sys.stderr)
@@ -228,6 +314,8 @@ def _write_record(out: IO[bytes], rec: Record, fmt: str) -> None:
         out.write(rec.value + b"\n")
 
 
+@COMMANDS.command("consume", "print records (values, one per line)", _consume_args)
+@_guard
 def cmd_consume(args: argparse.Namespace) -> int:
     stop = False
 
@@ -278,102 +366,4 @@ def cmd_consume(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- registration ----------------------------------------------------------------------------
-
-
-def _guard(fn: Command) -> Command:
-    """Turn library and connection errors into one line on stderr and exit 1."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except TieredLogError as exc:
-            return _fail(f"{exc.code}: {exc.message if hasattr(exc, 'message') else exc}")
-
-    run.__name__ = fn.__name__
-    run.__doc__ = fn.__doc__
-    return run
-
-
-def _serve_args(p: argparse.ArgumentParser) -> None:
-    from .server import add_serve_arguments
-
-    add_serve_arguments(p)
-
-
-def _topics_create_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name")
-    p.add_argument("--partitions", type=int, default=1)
-    p.add_argument("--config", action="append", metavar="NAME=VALUE",
-                   help="override a topic default, e.g. flush_messages=100, retention_ms=null")
-    p.add_argument("--json", action="store_true", help="print the description as JSON")
-    _client_options(p)
-
-
-def _topics_list_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true")
-    _client_options(p)
-
-
-def _topic_name_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name")
-    _client_options(p)
-
-
-def _produce_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic")
-    p.add_argument("-p", "--partition", type=int, default=0)
-    p.add_argument("-f", "--file", help="read lines from this file instead of stdin")
-    p.add_argument("--batch-size", type=int, default=500, help="records per request")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show progress on stderr (default: when stderr is a terminal)")
-    _client_options(p)
-
-
-def _consume_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic")
-    p.add_argument("-p", "--partition", type=int, default=0)
-    start = p.add_mutually_exclusive_group()
-    start.add_argument("--offset", type=int, help="first offset (default: the log start)")
-    start.add_argument("--timestamp", type=int, metavar="MS",
-                       help="start at the first record at or after this time (ms)")
-    p.add_argument("--follow", action="store_true", help="keep waiting for new records")
-    p.add_argument("-n", "--max-records", type=int, help="stop after this many records")
-    p.add_argument("--format", choices=["value", "json"], default="value")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show progress on stderr (default: when stderr is a terminal)")
-    _client_options(p)
-
-
-@dataclass(frozen=True, slots=True)
-class CommandSpec:
-    """One command for any CLI registry: its path (``("topics", "create")``), help, a
-    function adding its arguments, and the function running it (``args -> exit code``;
-    library errors already turned into one line on stderr and exit 1)."""
-
-    path: tuple[str, ...]
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Command
-
-
-COMMANDS: tuple[CommandSpec, ...] = (
-    CommandSpec(("serve",), "run the HTTP service", _serve_args, cmd_serve),
-    CommandSpec(("topics", "create"), "create a topic", _topics_create_args,
-                _guard(cmd_topics_create)),
-    CommandSpec(("topics", "list"), "list topics", _topics_list_args, _guard(cmd_topics_list)),
-    CommandSpec(("topics", "describe"), "describe a topic (JSON)", _topic_name_args,
-                _guard(cmd_topics_describe)),
-    CommandSpec(("topics", "delete"), "delete a topic and its records", _topic_name_args,
-                _guard(cmd_topics_delete)),
-    CommandSpec(("produce",), "append lines (stdin or --file) as records", _produce_args,
-                _guard(cmd_produce)),
-    CommandSpec(("consume",), "print records (values, one per line)", _consume_args,
-                _guard(cmd_consume)),
-)
-"""Every service command, for CLIs that register commands their own way."""
-
-GROUP_HELP = {"topics": "create, list, describe, delete topics"}
-
-
-__all__ = ["COMMANDS", "GROUP_HELP", "CommandSpec"]
+__all__ = ["COMMANDS", "TOPICS"]

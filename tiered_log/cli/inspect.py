@@ -1,30 +1,28 @@
-"""Command-line commands of the remote tier: its benchmarks and ``tiered-log describe``.
+"""Looking at logs without changing them: ``tiered-log dump``, ``verify`` and ``describe``.
 
-Registered on the ``tiered-log`` command registry when :mod:`tiered_log.cli` imports this
-module (it is listed in ``COMMAND_MODULES``)::
+::
 
-    tiered-log perf ship [--json] [--total-mib N] [--segment-mib N] [--repeat R] [--endpoint URL]
-    tiered-log perf remote-read [--json] [--total-mib N] [--segment-mib N] [--repeat R] [--endpoint URL]
-    tiered-log perf produce-latency [--json] [--appends N] [--backlog-mib N]
-                                    [--upload-bytes-per-sec N] [--fetch-bytes-per-sec N]
-                                    [--copies-in-flight N] [--endpoint URL]
+    tiered-log dump PATH [--print-data] [--type log|index|timeindex]
+    tiered-log verify DIR [--json]        check a log without changing it (exit 1 if damaged)
     tiered-log describe DIR [--json] [--remote URL] [--endpoint-url URL] [--region R] [--log-id ID]
 
-The benchmarks (:mod:`tiered_log.perf.remote`) start moto's S3 server on 127.0.0.1 unless
-``--endpoint`` names one; progress goes to stderr, the report to stdout (one JSON object
-with ``--json``, ``key: value`` lines otherwise).
+``dump`` and ``verify`` read segment files as they are (:mod:`tiered_log.tools`: nothing
+is written, the log is never opened) and exit 1 when they find damage. ``dump`` prints
+every batch, record and index entry of a file or a log directory, each checked (like
+``kafka-dump-log``); ``verify`` prints each problem as found, then a summary (or one JSON
+report).
 
 ``describe`` opens every log under DIR (DIR itself if it is a log directory, else the log
 directories below it, e.g. a service's data directory) without starting a shipper and
 prints, per log: bounds, local and remote segments with offset ranges and sizes, copy
-lag in bytes and segments, and the chunk cache (size on disk; hit rate as counted by
-this process, so ``null`` until it reads). The remote tier is the one ``--remote`` names,
-else the one the log recorded when it was last opened with a remote tier
-(``remote/location.json``); a log with remote state and neither is an error. A log held
-open by another process (a running server) cannot be described: its ``/metrics`` show
-the same figures.
+lag in bytes and segments, unreadable remote ranges, and the chunk cache (size on disk;
+hit rate as counted by this process, so ``null`` until it reads). The remote tier is the
+one ``--remote`` names, else the one the log recorded when it was last opened with a
+remote tier (``remote/location.json``); a log with remote state and neither is an error.
+A log held open by another process (a running server) cannot be described: its
+``/metrics`` show the same figures.
 
-Not thread-safe (a command runs once per process).
+Output goes to stdout, progress to stderr. One command per process; not thread-safe.
 """
 
 from __future__ import annotations
@@ -35,94 +33,108 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..cli import COMMANDS, PERF, UsageError, positive_int
+from ..errors import InvalidArgumentError
 from ..format import naming
+from .registry import CommandGroup, UsageError, progress_flag
 
-# ---- perf ------------------------------------------------------------------------------
-
-
-def _endpoint_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
-    p.add_argument("--endpoint", metavar="URL",
-                   help="S3 endpoint to use (credentials from the standard chain; default: "
-                        "start moto's server on 127.0.0.1)")
+COMMANDS = CommandGroup()
+"""``dump``, ``verify``, ``describe``."""
 
 
-def _size_args(p: argparse.ArgumentParser) -> None:
-    _endpoint_arg(p)
-    p.add_argument("--total-mib", type=positive_int, default=64, metavar="N",
-                   help="MiB of 1 KiB records to ship (default: 64)")
-    p.add_argument("--segment-mib", type=positive_int, default=8, metavar="N",
-                   help="segment size in MiB (default: 8)")
-    p.add_argument("--repeat", type=positive_int, default=3, metavar="R",
-                   help="rounds of baseline and ours; the best of each counts (default: 3)")
+# ---- dump / verify -------------------------------------------------------------------------
 
 
-def _latency_args(p: argparse.ArgumentParser) -> None:
-    _endpoint_arg(p)
-    p.add_argument("--appends", type=positive_int, default=2000, metavar="N",
-                   help="acknowledged single-record appends per phase (default: 2000)")
-    p.add_argument("--backlog-mib", type=positive_int, default=32, metavar="N",
-                   help="MiB appended before the shipping phase: the shipper's backlog and "
-                        "the catch-up reader's archive (default: 32)")
-    p.add_argument("--upload-bytes-per-sec", type=positive_int, default=None, metavar="N",
-                   help="upload rate limit of the log (remote_upload_bytes_per_sec) "
-                        "(default: none)")
-    p.add_argument("--fetch-bytes-per-sec", type=positive_int, default=None, metavar="N",
-                   help="remote fetch quota of the log (remote_fetch_bytes_per_sec) "
-                        "(default: none)")
-    p.add_argument("--copies-in-flight", type=positive_int, default=2, metavar="N",
-                   help="segment copies under way at once (remote_copies_in_flight) "
-                        "(default: 2)")
+def _dump_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="PATH",
+                   help="a store (.log), offset index (.index) or time index (.timeindex) file, "
+                        "or a log directory (dumps every file)")
+    p.add_argument("--print-data", action="store_true", help="print each record's key, value and headers")
+    p.add_argument("--type", choices=("log", "index", "timeindex"),
+                   help="how to read PATH when its name does not say")
 
 
-def format_lines(report: dict[str, Any], indent: str = "") -> str:
-    """A report as ``key: value`` lines, nested dicts indented."""
-    out = []
-    for k, v in report.items():
-        if isinstance(v, dict):
-            out.append(f"{indent}{k}:")
-            out.append(format_lines(v, indent + "  "))
+
+@COMMANDS.command("dump", "print every record or index entry of segment files, checking each", _dump_args)
+def cmd_dump(args: argparse.Namespace) -> int:
+    """Dump a file or every segment file of a directory (like kafka-dump-log).
+
+    Read-only. Exit status 1 when a batch fails its check, a store has damaged bytes or
+    an index entry does not match its store; 0 otherwise.
+    """
+    from ..tools.dump import DumpTotals, dump_directory, dump_file
+    from ..tools.verify import segment_file_kind
+
+    path = Path(args.path)
+    out = sys.stdout
+    totals = DumpTotals()
+    if not path.exists():
+        raise InvalidArgumentError(f"{path} does not exist")
+    if path.is_dir():
+        if args.type is not None:
+            raise UsageError("--type applies to a file, not a directory")
+        dump_directory(path, args.print_data, out, totals)
+    else:
+        kind_base = segment_file_kind(path)
+        base = kind_base[1] if kind_base is not None else None
+        if args.type is not None:
+            kind = args.type
+        elif kind_base is None:
+            raise UsageError(f"cannot tell what {path.name} is: name it *.log, *.index or "
+                             f"*.timeindex, or pass --type")
         else:
-            out.append(f"{indent}{k}: {v}")
-    return "\n".join(out)
+            kind = kind_base[0]
+        dump_file(path, kind, base, args.print_data, out, totals)
+    return 1 if totals.damaged_files else 0
 
 
-def _print(report: dict[str, Any], as_json: bool) -> int:
-    print(json.dumps(report, indent=2) if as_json else format_lines(report))
-    return 0
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("directory", metavar="DIR", help="log directory")
+    p.add_argument("--json", action="store_true", help="print one JSON report instead of text")
+    progress_flag(p)
 
 
-@PERF.command("ship", "segment shipping to S3 vs plain boto3 uploads of the same files",
-              _size_args)
-def cmd_perf_ship(args: argparse.Namespace) -> int:
-    """``tiered-log perf ship``; exit 0 whether or not the target is met."""
-    from .remote import run_ship
+@COMMANDS.command("verify", "check every segment of a log without changing it; exit 1 if damaged",
+                  _verify_args)
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check checksums, offsets, segment continuity and indexes (see tools.verify_log).
 
-    return _print(run_ship(args.total_mib, args.segment_mib, args.endpoint, args.repeat), args.json)
+    Prints each problem as it is found, then a summary; exit status 0 when no error was
+    found (warnings allowed), 1 otherwise.
+    """
+    from ..perf.common import Progress
+    from ..tools.dump import plural
+    from ..tools.verify import Problem, SegmentReport, verify_log
+
+    out = sys.stdout
+    directory = Path(args.directory)
+    total = len(naming.list_segment_bases(directory)) if directory.is_dir() else None
+    with Progress(total, "verify", unit="segments", enabled=args.progress) as progress:
+
+        def on_problem(p: Problem) -> None:
+            if not args.json:
+                print(p, file=out, flush=True)
+
+        def on_segment(_s: SegmentReport) -> None:
+            progress.advance()
+
+        report = verify_log(directory, on_problem=on_problem, on_segment=on_segment)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2), file=out)
+        return 0 if report.ok else 1
+    span = "" if report.next_offset is None else \
+        f" (offsets [{report.log_start_offset}, {report.next_offset}))"
+    head = (f"{plural(len(report.segments), 'segment')}, {plural(report.records, 'record')}"
+            f"{span}, {plural(report.size, 'byte')}")
+    if report.ok:
+        extra = f" ({plural(len(report.warnings), 'warning')})" if report.warnings else ""
+        print(f"{head}: clean{extra}", file=out)
+        return 0
+    print(f"{head}: DAMAGED: {plural(len(report.errors), 'error')}, "
+          f"{plural(len(report.warnings), 'warning')}", file=out)
+    return 1
 
 
-@PERF.command("remote-read", "a consumer reading the archive from S3 vs plain boto3 "
-              "downloads", _size_args)
-def cmd_perf_remote_read(args: argparse.Namespace) -> int:
-    """``tiered-log perf remote-read``; exit 0 whether or not the target is met."""
-    from .remote import run_remote_read
-
-    return _print(run_remote_read(args.total_mib, args.segment_mib, args.endpoint,
-                                   args.repeat), args.json)
-
-
-@PERF.command("produce-latency", "p50/p99 of acknowledged appends: tiering off, shipping, "
-              "shipping + catch-up reader", _latency_args)
-def cmd_perf_produce_latency(args: argparse.Namespace) -> int:
-    """``tiered-log perf produce-latency``; exit 0 whether or not the targets are met."""
-    from .remote import run_produce_latency
-
-    return _print(run_produce_latency(args.appends, args.endpoint, args.backlog_mib,
-                                      upload_bytes_per_sec=args.upload_bytes_per_sec,
-                                      fetch_bytes_per_sec=args.fetch_bytes_per_sec,
-                                      copies_in_flight=args.copies_in_flight), args.json)
-
+# ---- describe ------------------------------------------------------------------------------
 
 # ---- describe ------------------------------------------------------------------------------
 
@@ -272,6 +284,5 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(format_describe(logs))
     return 0
 
-
-__all__ = ["cmd_describe", "describe_logs", "find_logs", "format_describe", "format_lines",
-           "is_log_dir"]
+__all__ = ["COMMANDS", "cmd_describe", "cmd_dump", "cmd_verify", "describe_logs", "find_logs",
+           "format_describe", "is_log_dir"]

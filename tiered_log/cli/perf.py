@@ -1,0 +1,274 @@
+"""``tiered-log perf KIND``: the benchmarks at the command line.
+
+::
+
+    tiered-log perf append|read [--json] [--records N] [--small-records N] [--batch N]
+                                [--repeat R] [--dir D] [--keep]
+    tiered-log perf http-produce|http-fetch [--json] [--records N] [--batch N] [--repeat R]
+                                [--durable] [--dir D] [--keep] [--single N (produce)]
+    tiered-log perf ship|remote-read [--json] [--total-mib N] [--segment-mib N] [--repeat R]
+                                [--endpoint URL]
+    tiered-log perf produce-latency [--json] [--appends N] [--backlog-mib N]
+                                [--upload-bytes-per-sec N] [--fetch-bytes-per-sec N]
+                                [--copies-in-flight N] [--endpoint URL]
+    tiered-log perf spark-scan [--json] [--records N] [--partitions P] [--segment-bytes B]
+                                [--repeat R] [--dir D] [--keep]
+
+Each command parses its arguments and runs one benchmark of :mod:`tiered_log.perf`
+(``.local``, ``.http``, ``.remote``, ``.spark``; imported only when it runs), which
+measures its baseline in the same run. The remote ones start moto's S3 server on
+127.0.0.1 unless ``--endpoint`` names one. Progress goes to stderr, the report to stdout
+(one JSON object with ``--json``, a table or ``key: value`` lines otherwise); the exit
+status is 0 whether or not a target is met. One benchmark per process; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..perf.common import DEFAULT_BATCH, DEFAULT_RECORDS, DEFAULT_REPEAT
+from ..perf.http import DEFAULT_HTTP_RECORDS, DEFAULT_SINGLE
+from ..perf.spark import DEFAULT_SPARK_RECORDS
+from .registry import CommandGroup, UsageError, positive_int, progress_flag
+
+COMMANDS = CommandGroup()
+"""The ``perf`` group."""
+
+PERF = COMMANDS.group("perf", "benchmarks, each measuring its baseline in the same run")
+"""``tiered-log perf KIND``: benchmarks, in the order ``tiered-log perf --help`` lists them."""
+
+
+# ---- the local log: append, read -------------------------------------------------------------
+
+
+def _perf_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--records", type=positive_int, default=DEFAULT_RECORDS, metavar="N",
+                   help=f"1 KiB records per run (default: {DEFAULT_RECORDS})")
+    p.add_argument("--small-records", type=positive_int, metavar="N",
+                   help="100-byte records per run (default: the same as --records)")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, metavar="N",
+                   help=f"records per batch (default: {DEFAULT_BATCH})")
+    p.add_argument("--repeat", type=positive_int, default=DEFAULT_REPEAT, metavar="R",
+                   help=f"runs per system; the best counts (default: {DEFAULT_REPEAT})")
+    p.add_argument("--dir", metavar="D",
+                   help="where to put the files (a fresh subdirectory; default: the temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the files afterwards")
+    progress_flag(p)
+
+
+def _run_perf(args: argparse.Namespace, run: Callable[..., dict[str, Any]]) -> int:
+    from ..perf.local import format_table
+
+    report = run(args.records, small_records=args.small_records, batch=args.batch,
+                 repeat=args.repeat, directory=args.dir, keep=args.keep, progress=args.progress)
+    out = sys.stdout
+    if args.json:
+        print(json.dumps(report, indent=2), file=out)
+    else:
+        print(format_table(report), file=out)
+    return 0
+
+
+@PERF.command("append", "Log.append_batch vs plain buffered file writes and SQLite (WAL)", _perf_args)
+def cmd_perf_append(args: argparse.Namespace) -> int:
+    """Benchmark appends (see tiered_log.perf.local); exit 0 whether or not targets are met."""
+    from ..perf.local import run_append
+
+    return _run_perf(args, run_append)
+
+
+@PERF.command("read", "sequential Log.read_range vs SQLite pages (and a plain file)", _perf_args)
+def cmd_perf_read(args: argparse.Namespace) -> int:
+    """Benchmark sequential reads (see tiered_log.perf.local)."""
+    from ..perf.local import run_read
+
+    return _run_perf(args, run_read)
+
+
+# ---- the service over HTTP: http-produce, http-fetch --------------------------------------
+
+
+def _http_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--records", type=positive_int, default=DEFAULT_HTTP_RECORDS, metavar="N",
+                   help=f"1 KiB records per run (default: {DEFAULT_HTTP_RECORDS})")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH, metavar="N",
+                   help=f"records per produce batch / fetch page (default: {DEFAULT_BATCH})")
+    p.add_argument("--repeat", type=positive_int, default=DEFAULT_REPEAT, metavar="R",
+                   help=f"runs per system; the best counts (default: {DEFAULT_REPEAT})")
+    p.add_argument("--durable", action="store_true",
+                   help="flush_messages=1 on both sides (an fsync per batch)")
+    p.add_argument("--dir", metavar="D",
+                   help="where to put the files (a fresh subdirectory; default: the temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the files afterwards")
+    progress_flag(p)
+
+
+def _http_produce_args(p: argparse.ArgumentParser) -> None:
+    _http_args(p)
+    p.add_argument("--single", type=int, default=DEFAULT_SINGLE, metavar="N",
+                   help=f"single-record produces for the latency figures (default: "
+                        f"{DEFAULT_SINGLE}; 0: skip)")
+
+
+def _print_table(report: dict[str, Any], as_json: bool) -> int:
+    from ..perf.http import format_table
+
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_table(report))
+    return 0
+
+
+@PERF.command("http-produce", "batched produce over HTTP vs in-process append_batch, and "
+              "p99 latency of single-record produce", _http_produce_args)
+def cmd_perf_http_produce(args: argparse.Namespace) -> int:
+    """``tiered-log perf http-produce``; exit 0 whether or not the target is met."""
+    from ..perf.http import run_http_produce
+
+    if args.single < 0:
+        raise UsageError("--single must not be negative")
+    report = run_http_produce(args.records, batch=args.batch, repeat=args.repeat,
+                              single=args.single, durable=args.durable, directory=args.dir,
+                              keep=args.keep, progress=args.progress)
+    return _print_table(report, args.json)
+
+
+@PERF.command("http-fetch", "binary fetch over HTTP vs in-process read_range", _http_args)
+def cmd_perf_http_fetch(args: argparse.Namespace) -> int:
+    """``tiered-log perf http-fetch``; exit 0 whether or not the target is met."""
+    from ..perf.http import run_http_fetch
+
+    report = run_http_fetch(args.records, batch=args.batch, repeat=args.repeat,
+                            durable=args.durable, directory=args.dir, keep=args.keep,
+                            progress=args.progress)
+    return _print_table(report, args.json)
+
+
+# ---- the remote tier: ship, remote-read, produce-latency ------------------------------------
+
+
+def _endpoint_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    p.add_argument("--endpoint", metavar="URL",
+                   help="S3 endpoint to use (credentials from the standard chain; default: "
+                        "start moto's server on 127.0.0.1)")
+
+
+def _size_args(p: argparse.ArgumentParser) -> None:
+    _endpoint_arg(p)
+    p.add_argument("--total-mib", type=positive_int, default=64, metavar="N",
+                   help="MiB of 1 KiB records to ship (default: 64)")
+    p.add_argument("--segment-mib", type=positive_int, default=8, metavar="N",
+                   help="segment size in MiB (default: 8)")
+    p.add_argument("--repeat", type=positive_int, default=3, metavar="R",
+                   help="rounds of baseline and ours; the best of each counts (default: 3)")
+
+
+def _latency_args(p: argparse.ArgumentParser) -> None:
+    _endpoint_arg(p)
+    p.add_argument("--appends", type=positive_int, default=2000, metavar="N",
+                   help="acknowledged single-record appends per phase (default: 2000)")
+    p.add_argument("--backlog-mib", type=positive_int, default=32, metavar="N",
+                   help="MiB appended before the shipping phase: the shipper's backlog and "
+                        "the catch-up reader's archive (default: 32)")
+    p.add_argument("--upload-bytes-per-sec", type=positive_int, default=None, metavar="N",
+                   help="upload rate limit of the log (remote_upload_bytes_per_sec) "
+                        "(default: none)")
+    p.add_argument("--fetch-bytes-per-sec", type=positive_int, default=None, metavar="N",
+                   help="remote fetch quota of the log (remote_fetch_bytes_per_sec) "
+                        "(default: none)")
+    p.add_argument("--copies-in-flight", type=positive_int, default=2, metavar="N",
+                   help="segment copies under way at once (remote_copies_in_flight) "
+                        "(default: 2)")
+
+
+def format_lines(report: dict[str, Any], indent: str = "") -> str:
+    """A report as ``key: value`` lines, nested dicts indented."""
+    out = []
+    for k, v in report.items():
+        if isinstance(v, dict):
+            out.append(f"{indent}{k}:")
+            out.append(format_lines(v, indent + "  "))
+        else:
+            out.append(f"{indent}{k}: {v}")
+    return "\n".join(out)
+
+
+def _print(report: dict[str, Any], as_json: bool) -> int:
+    print(json.dumps(report, indent=2) if as_json else format_lines(report))
+    return 0
+
+
+@PERF.command("ship", "segment shipping to S3 vs plain boto3 uploads of the same files",
+              _size_args)
+def cmd_perf_ship(args: argparse.Namespace) -> int:
+    """``tiered-log perf ship``; exit 0 whether or not the target is met."""
+    from ..perf.remote import run_ship
+
+    return _print(run_ship(args.total_mib, args.segment_mib, args.endpoint, args.repeat), args.json)
+
+
+@PERF.command("remote-read", "a consumer reading the archive from S3 vs plain boto3 "
+              "downloads", _size_args)
+def cmd_perf_remote_read(args: argparse.Namespace) -> int:
+    """``tiered-log perf remote-read``; exit 0 whether or not the target is met."""
+    from ..perf.remote import run_remote_read
+
+    return _print(run_remote_read(args.total_mib, args.segment_mib, args.endpoint,
+                                   args.repeat), args.json)
+
+
+@PERF.command("produce-latency", "p50/p99 of acknowledged appends: tiering off, shipping, "
+              "shipping + catch-up reader", _latency_args)
+def cmd_perf_produce_latency(args: argparse.Namespace) -> int:
+    """``tiered-log perf produce-latency``; exit 0 whether or not the targets are met."""
+    from ..perf.remote import run_produce_latency
+
+    return _print(run_produce_latency(args.appends, args.endpoint, args.backlog_mib,
+                                      upload_bytes_per_sec=args.upload_bytes_per_sec,
+                                      fetch_bytes_per_sec=args.fetch_bytes_per_sec,
+                                      copies_in_flight=args.copies_in_flight), args.json)
+
+
+# ---- Spark: spark-scan ------------------------------------------------------------------------
+
+
+def _spark_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--records", type=positive_int, default=DEFAULT_SPARK_RECORDS, metavar="N",
+                   help=f"1 KiB records in the archive (default: {DEFAULT_SPARK_RECORDS:,})")
+    p.add_argument("--partitions", type=positive_int, default=2, metavar="P",
+                   help="partitions of the topic (default: 2)")
+    p.add_argument("--segment-bytes", type=positive_int, default=64 << 20, metavar="B",
+                   help="segment size of the archive (default: 64 MiB)")
+    p.add_argument("--repeat", type=positive_int, default=1, metavar="R",
+                   help="scans per configuration; the best counts (default: 1)")
+    p.add_argument("--dir", metavar="D", help="where to put the files (default: the temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the files afterwards")
+    progress_flag(p)
+
+
+@PERF.command("spark-scan", "Spark scanning an archive: local[1] vs local[2] vs a Parquet copy",
+              _spark_args)
+def cmd_perf_spark_scan(args: argparse.Namespace) -> int:
+    """``tiered-log perf spark-scan``; exit 0 whether or not the targets are met."""
+    from ..perf.spark import format_table, run_spark_scan
+
+    report = run_spark_scan(args.records, partitions=args.partitions,
+                            segment_bytes=args.segment_bytes, repeat=args.repeat,
+                            directory=args.dir, keep=args.keep, progress=args.progress)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_table(report))
+    return 0
+
+
+__all__ = ["COMMANDS", "PERF", "format_lines"]

@@ -1,0 +1,51 @@
+"""Read-only inspection of a log directory: what ``tiered-log dump`` and ``verify`` print.
+
+Nothing here writes, renames or deletes a file: store and index files are opened
+read-only (``Path.read_bytes``) and the log is never opened with :meth:`Log.open
+<tiered_log.local.log.Log.open>` (which repairs). So it is safe to point at a copy of a
+damaged log, or at the directory of a running log (a verify racing an append may then
+report the last batch as a torn tail).
+
+The functions return structured results (dataclasses, ``to_dict`` for JSON); the command
+line only formats them, and the service can reuse them as they are. One module per job:
+
+- :mod:`.store`        a store file's batches (:func:`iter_store`) and its summary for the
+                       index checks (:func:`scan_store`, :class:`StoreScan`)
+- :mod:`.index_check`  ``.index`` / ``.timeindex`` files read and checked against a store
+- :mod:`.verify`       a whole directory checked (:func:`verify_log`, :class:`VerifyReport`)
+- :mod:`.dump`         the text ``tiered-log dump`` prints, file by file
+
+Pure functions over files; safe from any thread (each call reads its own files).
+"""
+
+from __future__ import annotations
+
+from .index_check import (
+    OffsetIndexEntry,
+    TimeIndexEntry,
+    check_offset_index,
+    check_time_index,
+    read_offset_index,
+    read_time_index,
+)
+from .store import BatchEntry, StoreDamage, StoreScan, iter_store, scan_store
+from .verify import Problem, SegmentReport, VerifyReport, segment_file_kind, verify_log
+
+__all__ = [
+    "BatchEntry",
+    "OffsetIndexEntry",
+    "Problem",
+    "SegmentReport",
+    "StoreDamage",
+    "StoreScan",
+    "TimeIndexEntry",
+    "VerifyReport",
+    "check_offset_index",
+    "check_time_index",
+    "iter_store",
+    "read_offset_index",
+    "read_time_index",
+    "scan_store",
+    "segment_file_kind",
+    "verify_log",
+]

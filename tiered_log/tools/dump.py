@@ -1,0 +1,234 @@
+"""What ``tiered-log dump`` prints: every batch, record and index entry of segment files.
+
+Like Kafka's ``kafka-dump-log``: :func:`dump_file` prints one store (``.log``: a line per
+batch with its header fields and whether it verifies, then a ``| offset: ...`` line per
+record of a batch that verifies), offset index (``.index``) or time index
+(``.timeindex``: each entry checked against the store next to it), and a summary line;
+:func:`dump_directory` prints every segment file of a log directory by base offset.
+:class:`DumpTotals` carries what one dump learns across files (damaged files, for the
+exit status; store scans, shared by a segment's two index files). :func:`text_field` is
+the one-line text form of a key or value (also used by ``tiered-log read``).
+
+Read-only (files are read with ``Path.read_bytes``); a damaged file is reported, never
+raised. One dump per :class:`DumpTotals`; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TextIO
+
+from ..format import naming
+from .index_check import check_offset_index, check_time_index, read_offset_index, read_time_index
+from .store import StoreDamage, StoreScan, iter_store, scan_store
+from .verify import segment_file_kind
+
+
+def text_field(b: bytes | None) -> str:
+    """A key or value for one-line text output.
+
+    The text itself when the bytes are UTF-8 with no control characters (and do not start
+    with ``base64:``); otherwise ``base64:`` and the base64 of the bytes. None (no key)
+    prints as an empty field; an empty key as ``base64:``.
+    """
+    if b is None:
+        return ""
+    try:
+        s = b.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    else:
+        if s and s.isprintable() and not s.startswith("base64:"):
+            return s
+    return "base64:" + base64.b64encode(b).decode("ascii")
+
+
+def plural(n: int, word: str, plural: str | None = None) -> str:
+    """``"1 record"``, ``"2 records"``."""
+    return f"{n:,} {word if n == 1 else (plural or word + 's')}"
+
+
+def headers_text(headers: Iterable[tuple[str, bytes | None]]) -> str:
+    return ",".join(f"{n}={'(null)' if v is None else text_field(v)}" for n, v in headers)
+
+
+
+class DumpTotals:
+    """State across the files of one dump: damaged files (for the exit status) and store
+    scans, so that a segment's two index files share one scan of its store."""
+
+    def __init__(self) -> None:
+        self.damaged_files = 0
+        self.scans: dict[Path, StoreScan | None] = {}
+
+
+def _sealed(directory: Path, base: int | None) -> bool:
+    """Whether the segment ``base`` in ``directory`` is sealed (a later segment exists)."""
+    if base is None or not directory.is_dir():
+        return False
+    return any(b > base for b in naming.list_segment_bases(directory))
+
+
+def _dump_store(path: Path, base: int | None, print_data: bool, out: TextIO, totals: DumpTotals) -> None:
+    """Print each batch's header line, then a ``| offset: ...`` line per record of a batch
+    that verifies (with its key, value and headers when ``print_data``), then a summary."""
+    data = path.read_bytes()
+    print(f"Dumping {path} (store, {len(data):,} bytes"
+          f"{'' if base is None else f', segment base offset {base}'})", file=out)
+    batches = records = bad = 0
+    first = last = None
+    damage: StoreDamage | None = None
+    expect = base
+    out_of_sequence = 0
+    for item in iter_store(data, with_data=True):
+        if isinstance(item, StoreDamage):
+            damage = item
+            print(f"DAMAGE at byte {item.position}: {item.reason}; the remaining "
+                  f"{item.unreadable_bytes:,} bytes are not readable batches", file=out)
+            break
+        batches += 1
+        note = ""
+        if item.valid:
+            if expect is not None and item.base_offset != expect:
+                out_of_sequence += 1
+                note = f" (expected base offset {expect})"
+            records += item.count
+            first = item.base_offset if first is None else first
+            last = item.last_offset
+            expect = item.next_offset
+        else:
+            bad += 1
+            # The header cannot be trusted: go on by its count if that fits, else resync.
+            expect = expect + len(item.timestamps) if expect is not None and item.timestamps else None
+        status = "true" if item.valid else f"false ({item.error})"
+        print(f"base_offset: {item.base_offset} last_offset: {item.last_offset} "
+              f"count: {item.count} position: {item.position} size: {item.size} "
+              f"first_timestamp: {item.first_timestamp} max_timestamp: {item.max_timestamp} "
+              f"checksum: {item.checksum:#018x} valid: {status}{note}", file=out)
+        for r in item.records:
+            line = (f"| offset: {r.offset} timestamp: {r.timestamp} "
+                    f"key_length: {-1 if r.key is None else len(r.key)} "
+                    f"value_length: {len(r.value)} header_count: {len(r.headers)}")
+            if print_data:
+                line += f" key: {text_field(r.key)} value: {text_field(r.value)}"
+                if r.headers:
+                    line += f" headers: {headers_text(r.headers)}"
+            print(line, file=out)
+    span = "" if first is None else f", offsets {first}..{last}"
+    verdict = []
+    if bad:
+        verdict.append(f"{plural(bad, 'batch', 'batches')} failing their checksum")
+    if out_of_sequence:
+        verdict.append(f"{out_of_sequence} out of sequence")
+    if damage is not None:
+        verdict.append(f"damaged from byte {damage.position} ({damage.unreadable_bytes:,} bytes)")
+    if verdict:
+        totals.damaged_files += 1
+    print(f"Summary: {plural(batches, 'batch', 'batches')}, {plural(records, 'readable record')}"
+          f"{span}, {len(data):,} bytes; "
+          f"{'; '.join(verdict) if verdict else 'all batches verify'}", file=out)
+
+
+def _store_scan_for(path: Path, base: int | None, totals: DumpTotals) -> StoreScan | None:
+    """A StoreScan of the store next to index file ``path`` (None if there is none)."""
+    if base is None:
+        return None
+    store = naming.segment_path(path.parent, base, naming.LOG_SUFFIX)
+    if store not in totals.scans:
+        totals.scans[store] = scan_store(store, base) if store.is_file() else None
+    return totals.scans[store]
+
+
+def _dump_index(path: Path, base: int | None, kind: str, out: TextIO, totals: DumpTotals) -> None:
+    """Print every entry of an index file; check each against the store next to it."""
+    scan = _store_scan_for(path, base, totals)
+    sealed = _sealed(path.parent, base)
+    b = 0 if base is None else base
+    lines: list[str] = []
+    unchecked: set[int] = set()  # entries in the damaged part of the store
+    found: list[tuple[int | None, str]] = []
+    if kind == "index":
+        what = "offset index"
+        oentries, trailing = read_offset_index(path)
+        if scan is not None:
+            found = check_offset_index(oentries, trailing, scan, sealed=sealed)
+        for e in oentries:
+            lines.append(f"entry: {e.index} offset: {b + e.relative_offset} "
+                         f"relative_offset: {e.relative_offset} position: {e.position}")
+            if scan is not None and scan.damage is not None and e.position >= scan.damage.position:
+                unchecked.add(e.index)
+    else:
+        what = "time index"
+        tentries, trailing = read_time_index(path)
+        if scan is not None:
+            found = check_time_index(tentries, trailing, scan, sealed=sealed)
+        for t in tentries:
+            lines.append(f"entry: {t.index} max_timestamp: {t.max_timestamp} "
+                         f"offset: {b + t.relative_offset} relative_offset: {t.relative_offset}")
+            if scan is not None and scan.damage is not None and b + t.relative_offset >= scan.next_offset:
+                unchecked.add(t.index)
+    if scan is None and trailing:
+        found = [(None, f"{trailing} trailing bytes: not a whole number of entries (truncated?)")]
+    bad: dict[int, list[str]] = {}
+    file_problems: list[str] = []
+    for entry, message in found:
+        if entry is None:
+            file_problems.append(message)
+        else:
+            bad.setdefault(entry, []).append(message)
+    print(f"Dumping {path} ({what}, {len(lines)} entries"
+          f"{'' if base is None else f', segment base offset {base}'})", file=out)
+    for i, line in enumerate(lines):
+        if scan is None:
+            status = ""
+        elif i in bad:
+            status = " MISMATCH: " + "; ".join(bad[i])
+        elif i in unchecked:
+            status = " not checked (the store is damaged there)"
+        else:
+            status = " ok"
+        print(line + status, file=out)
+    for message in file_problems:
+        print(f"PROBLEM: {message}", file=out)
+    if scan is not None:
+        checked = f"checked against {scan.path.name}"
+    elif base is not None:
+        checked = "not checked: no store file next to it"
+    else:
+        checked = "not checked: the file name does not give the segment's base offset"
+    if found:
+        totals.damaged_files += 1
+    extra = f", {plural(len(file_problems), 'file problem')}" if file_problems else ""
+    print(f"Summary: {plural(len(lines), 'entry', 'entries')}, {len(bad)} bad{extra}; {checked}",
+          file=out)
+
+
+def dump_file(path: Path, kind: str, base: int | None, print_data: bool, out: TextIO,
+               totals: DumpTotals) -> None:
+    if kind == "log":
+        _dump_store(path, base, print_data, out, totals)
+    else:
+        _dump_index(path, base, kind, out, totals)
+
+
+def dump_directory(path: Path, print_data: bool, out: TextIO, totals: DumpTotals) -> None:
+    """Dump every segment file of ``path``: by base offset, then store, index, time index."""
+    order = ("log", "index", "timeindex")
+    files: list[tuple[int, int, Path, str]] = []
+    for p in sorted(path.iterdir()):
+        kind, base = segment_file_kind(p) or ("", None)
+        if base is not None and p.is_file():
+            files.append((base, order.index(kind), p, kind))
+        else:
+            print(f"Skipping {p} (not a segment file)", file=out)
+    files.sort()
+    if not files:
+        print(f"No segment files in {path}", file=out)
+    for base, _, p, kind in files:
+        dump_file(p, kind, base, print_data, out, totals)
+        print(file=out)
+    print(f"Dumped {len(files)} files; {totals.damaged_files} with problems", file=out)
+
+__all__ = ["DumpTotals", "dump_directory", "dump_file", "headers_text", "plural", "text_field"]
