@@ -6,6 +6,7 @@ Data flow of a read: the driver asks the service for each partition's remote log
 GETs and the unshipped tail through the service (:mod:`.fetch`), rows go back to Spark
 as Arrow record batches. Modules: :mod:`.options` (option parsing), :mod:`.source`
 (the DataSource and batch reader), :mod:`.stream` (Structured Streaming),
+:mod:`.reading` (what both readers share: the bucket to read, reading one split),
 :mod:`.write` (batch and streaming writes, at least once).
 """
 

@@ -75,14 +75,13 @@ from ..errors import InvalidArgumentError
 from .bucket import check_bucket
 from .options import EARLIEST, LATEST, ReadOptions, parse_read_options, parse_write_options
 from .planning import (
-    ArchiveSplit,
     PartitionState,
     ServiceClient,
-    TailSplit,
     check_start,
     plan_splits,
     resolve_partitions,
 )
+from .reading import bucket_of, read_split
 
 NAME = "tiered_log"
 
@@ -102,23 +101,6 @@ def source_schema(include_headers: bool) -> StructType:
             StructField("key", StringType(), True), StructField("value", BinaryType(), True),
         ]), True), True))
     return StructType(fields)
-
-
-def arrow_schema(schema: StructType) -> Any:
-    """The Arrow schema Spark expects batches from ``read`` to have."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC")
-
-
-def bucket_of(opts: ReadOptions, states: Iterable[PartitionState]) -> str | None:
-    """The bucket URL to read from: the option, else what the service reports."""
-    if opts.bucket_url:
-        return opts.bucket_url
-    for st in states:
-        if st.remote_url:
-            return st.remote_url
-    return None
 
 
 def resolve_ranges(client: ServiceClient, opts: ReadOptions, partitions: Sequence[int],
@@ -163,18 +145,6 @@ def _ms(value: object) -> int | None:
         v = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
         return int(v.timestamp() * 1000)
     return None
-
-
-def read_split(split: InputPartition, opts: ReadOptions, schema: StructType) -> Iterator[Any]:
-    """Arrow batches of one split (executor side; see :mod:`tiered_log.spark.fetch`)."""
-    from .fetch import read_archive, read_tail
-
-    aschema = arrow_schema(schema)
-    if isinstance(split, ArchiveSplit):
-        return read_archive(split, opts, aschema)
-    if isinstance(split, TailSplit):
-        return read_tail(split, opts, aschema)
-    return iter(())
 
 
 class TieredLogReader(DataSourceReader):

@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 from .bucket import check_bucket
 from .options import LATEST, OffsetSpec, ReadOptions
 from .planning import PartitionState, ServiceClient, check_start, plan_splits, resolve_partitions
+from .reading import bucket_of, read_split
 
 Offsets = dict[str, dict[str, int]]
 
@@ -140,8 +141,6 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ranges = {p: (check_start(opts.topic, states[p], s, opts.fail_on_data_loss), e)
                   for p, (s, e) in wanted.items()}
         ranges = {p: (min(s, e), e) for p, (s, e) in ranges.items()}
-        from .source import bucket_of
-
         splits = plan_splits(opts.topic, bucket_of(opts, states.values()), ranges, states,
                              opts.min_partitions, None)
         if not self.bucket_checked:
@@ -149,8 +148,6 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return splits
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from .source import read_split
-
         return read_split(partition, self.opts, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
