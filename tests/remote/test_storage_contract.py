@@ -1,5 +1,6 @@
 """The RemoteStorage contract, run against every backend (local directory, S3 via moto's
-server or ``TIERED_LOG_TEST_S3_ENDPOINT``), plus the URL factory and a few fs specifics."""
+server or ``TIERED_LOG_TEST_S3_ENDPOINT``, and the tests' in-memory fake store
+``tests/remote/fake_store.py``), plus the URL factory and a few fs specifics."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from tiered_log.remote.fs import XATTR_NAME, LocalDirStorage
 from tiered_log.remote.s3 import S3Storage
 from tiered_log.remote.storage import ObjectInfo, RemoteStorage, open_storage
 
+from .fake_store import MemoryStorage
+
 MiB = 1 << 20
 
 
@@ -35,6 +38,7 @@ class Backend:
     name: str
     storage: RemoteStorage
     flip_byte: Callable[[str, int], None]  # (key, position) -> xor that byte with 0xFF
+    url_scheme: str  # what its url starts with
 
 
 def _fs_backend(tmp_path: Path) -> Backend:
@@ -47,7 +51,7 @@ def _fs_backend(tmp_path: Path) -> Backend:
             f.seek(pos)
             f.write(bytes([b[0] ^ 0xFF]))
 
-    return Backend("fs", storage, flip)
+    return Backend("fs", storage, flip, "file:///")
 
 
 def _s3_backend(request: pytest.FixtureRequest) -> Backend:
@@ -63,12 +67,23 @@ def _s3_backend(request: pytest.FixtureRequest) -> Backend:
         client.put_object(Bucket=storage.bucket, Key=full, Body=bytes(data),
                           Metadata=obj["Metadata"])  # keeps the (now wrong) xxh3
 
-    return Backend("s3", storage, flip)
+    return Backend("s3", storage, flip, "s3://")
 
 
-@pytest.fixture(params=[pytest.param("fs", id="fs"), pytest.param("s3", id="s3")])
+def _mem_backend() -> Backend:
+    storage = MemoryStorage()
+    return Backend("mem", storage, storage.flip_byte, "mem://")
+
+
+@pytest.fixture(params=[pytest.param("fs", id="fs"), pytest.param("s3", id="s3"),
+                        pytest.param("mem", id="mem")])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    b = _fs_backend(tmp_path) if request.param == "fs" else _s3_backend(request)
+    if request.param == "fs":
+        b = _fs_backend(tmp_path)
+    elif request.param == "s3":
+        b = _s3_backend(request)
+    else:
+        b = _mem_backend()
     yield b
     b.storage.close()
 
@@ -91,9 +106,9 @@ def write_file(path: Path, size: int) -> bytes:
 # ---- put / get ---------------------------------------------------------------------------
 
 
-def test_is_a_remote_storage(store: RemoteStorage) -> None:
-    assert isinstance(store, RemoteStorage)
-    assert store.url.startswith(("file:///", "s3://"))
+def test_is_a_remote_storage(backend: Backend) -> None:
+    assert isinstance(backend.storage, RemoteStorage)
+    assert backend.storage.url.startswith(backend.url_scheme)
 
 
 def test_put_get_round_trip(store: RemoteStorage) -> None:
