@@ -6,6 +6,9 @@ when a URL names them):
 - ``file:///dir`` or a plain absolute path -> :class:`tiered_log.remote.fs.LocalDirStorage`
 - ``s3://bucket/prefix`` -> :class:`tiered_log.remote.s3.S3Storage`
 
+(The tests add a third, in memory and with injected faults: ``tests/remote/fake_store.py``;
+``tests/remote/test_storage_contract.py`` runs the contract below against all three.)
+
 Key rules, byte ranges, checksums and :class:`ObjectInfo` live in
 :mod:`tiered_log.remote.objects` (re-exported here), which the backends import instead
 of this module, so the dependencies run one way: ``storage -> fs/s3 -> objects``.
