@@ -113,8 +113,9 @@ def run_server(settings: Settings) -> int:
     """
     import uvicorn
 
-    from .app import ServiceState, create_app
+    from .app import create_app
     from .http_protocol import HttpLimits, protocol_class
+    from .state import ServiceState
     from .topics import TopicManager
 
     pending: list[int] = []

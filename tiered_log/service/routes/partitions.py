@@ -1,0 +1,101 @@
+"""Routes of a partition's offsets and bounds: ``offsets`` (offset for a timestamp),
+``bounds``, ``remote-segments`` (what a reader needs to fetch archived segments from the
+bucket itself) and ``truncate`` (needs ``admin``), all under
+``/v1/topics/{topic}/partitions/{partition}/``.
+
+Concurrency: handlers run on the event loop; every log call (index lookups, reading
+remote-index files, truncation) runs in a worker thread
+(:func:`~tiered_log.service.deps.run_log_call`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from ..deps import AdminGrant, JsonContent, PartitionPath, ReadGrant, State, TopicPath, run_log_call
+from ..openapi import errs
+from ..topics import PartitionLog, partition_bounds
+from ..wire import Bounds, OffsetForTimestamp, TruncateRequest
+
+router = APIRouter(tags=["records"])
+
+
+@router.get("/v1/topics/{topic}/partitions/{partition}/offsets", response_model=OffsetForTimestamp,
+            responses=errs(400, 401, 403, 404, 503))
+async def offset_for_timestamp(
+    topic: TopicPath,
+    partition: PartitionPath,
+    timestamp: Annotated[int, Query(ge=-(1 << 62), le=1 << 62, description="Milliseconds.")],
+    _: ReadGrant,
+    state: State,
+) -> dict[str, Any]:
+    """The first offset whose record timestamp is at or after ``timestamp`` (null if
+    none: then consume from ``next_offset``)."""
+    plog = state.topics.partition(topic, partition)
+    found = await run_log_call(state, topic, plog.offset_for_timestamp, timestamp)
+    b = await run_log_call(state, topic, partition_bounds, plog)
+    return {"timestamp": timestamp, "offset": found, "next_offset": b.next_offset}
+
+
+@router.get("/v1/topics/{topic}/partitions/{partition}/bounds", response_model=Bounds,
+            responses=errs(400, 401, 403, 404, 503))
+async def bounds(topic: TopicPath, partition: PartitionPath,
+                 _: ReadGrant, state: State) -> dict[str, Any]:
+    """Log start, local start, high watermark, next and flushed offsets."""
+    plog = state.topics.partition(topic, partition)
+    b = await run_log_call(state, topic, partition_bounds, plog)
+    return b.as_dict()
+
+
+def _remote_segments(plog: PartitionLog) -> dict[str, Any]:
+    """The body of ``GET .../remote-segments`` (in a worker thread: reads index files).
+
+    Segments are a snapshot of the finished copies, clipped to ``[log_start_offset,
+    remote_end_offset)``; a log without a remote tier has none.
+    """
+    b = partition_bounds(plog)
+    remote = plog.remote
+    out: dict[str, Any] = {
+        "log_id": plog.log_id,
+        "remote_url": remote.storage.url if remote is not None else None,
+        "log_start_offset": b.log_start_offset,
+        "local_start_offset": b.local_start_offset,
+        "remote_end_offset": remote.remote_end if remote is not None else b.log_start_offset,
+        "high_watermark": b.high_watermark,
+        "next_offset": b.next_offset,
+        "segments": [],
+    }
+    if remote is None:
+        return out
+    out["segments"] = remote.archived_segments(b.log_start_offset)
+    return out
+
+
+@router.get("/v1/topics/{topic}/partitions/{partition}/remote-segments",
+            responses=errs(400, 401, 403, 404, 503))
+async def remote_segments(topic: TopicPath, partition: PartitionPath,
+                          _: ReadGrant, state: State) -> dict[str, Any]:
+    """The partition's bounds and its finished remote segments, each with its ``.log``
+    object key and its remoteLogIndex chunks ``[first_offset, last_offset,
+    first_timestamp, last_timestamp, position, length]``: what a reader (the Spark
+    source) needs to fetch archived records from the bucket itself with ranged GETs,
+    without listing it. Object keys are relative to ``remote_url``."""
+    plog = state.topics.partition(topic, partition)
+    return await run_log_call(state, topic, _remote_segments, plog)
+
+
+@router.post("/v1/topics/{topic}/partitions/{partition}/truncate", response_model=Bounds,
+             responses=errs(400, 401, 403, 404, 415, 416, 503))
+async def truncate(body: TruncateRequest, topic: TopicPath, partition: PartitionPath,
+                   _: AdminGrant, _json: JsonContent, state: State) -> dict[str, Any]:
+    """Remove every record at and after ``offset`` (needs ``admin``); returns the new
+    bounds. ``offset`` must be within ``[log_start_offset, next_offset]``."""
+    plog = state.topics.partition(topic, partition)
+    await run_log_call(state, topic, plog.truncate, body.offset)
+    b = await run_log_call(state, topic, partition_bounds, plog)
+    return b.as_dict()
+
+
+__all__ = ["router"]

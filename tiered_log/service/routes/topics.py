@@ -1,0 +1,81 @@
+"""Routes of topics: create (``POST /v1/topics``), list, describe and delete a topic.
+
+Creating needs ``admin`` on the new name (checked in the handler: the name is in the
+body, not the path); describe needs ``read``, delete ``admin``; the list shows the
+topics the token has any grant on.
+
+Concurrency: handlers run on the event loop; topic creation, deletion and describing
+(which reads every partition's bounds) run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from ...errors import LogClosedError
+from ..deps import AdminGrant, Authenticated, JsonContent, ReadGrant, State, TopicPath
+from ..openapi import errs
+from ..topics import Topic, partition_bounds, validate_topic_name
+from ..wire import CreateTopicRequest, TopicDescription, TopicList
+
+router = APIRouter(tags=["topics"])
+
+
+def _describe(topic: Topic) -> dict[str, Any]:
+    """A topic's description: its metadata and each open partition's bounds and remote
+    damage (in a worker thread: reads the logs)."""
+    infos = []
+    for i, plog in enumerate(topic.logs):
+        try:
+            b = partition_bounds(plog)
+        except LogClosedError:
+            continue
+        infos.append({"partition": i, **b.as_dict(), "remote_damage": plog.remote_damage()})
+    return {**topic.meta.as_dict(), "partition_info": infos}
+
+
+@router.post("/v1/topics", status_code=201, response_model=TopicDescription,
+             responses=errs(400, 401, 403, 409, 413, 415))
+async def create_topic(body: CreateTopicRequest, principal: Authenticated,
+                       _json: JsonContent, state: State) -> dict[str, Any]:
+    """Create a topic (needs ``admin`` on its name). Per-topic config overrides the
+    server's topic defaults."""
+    validate_topic_name(body.name)
+    state.auth.authorize(principal, body.name, "admin")
+    overrides = body.config.model_dump(exclude_unset=True)
+    topic = await asyncio.to_thread(state.topics.create, body.name, body.partitions, overrides)
+    return await asyncio.to_thread(_describe, topic)
+
+
+@router.get("/v1/topics", response_model=TopicList, responses=errs(401))
+async def list_topics(principal: Authenticated, state: State) -> dict[str, Any]:
+    """Every topic the token has any grant on."""
+    return {"topics": [t.meta.as_dict() for t in state.topics.list()
+                       if principal.allows_any(t.name)]}
+
+
+@router.get("/v1/topics/{topic}", response_model=TopicDescription,
+            responses=errs(400, 401, 403, 404))
+async def describe_topic(topic: TopicPath, _: ReadGrant, state: State) -> dict[str, Any]:
+    """A topic's config and the bounds of each partition."""
+    t = state.topics.get(topic)
+    return await asyncio.to_thread(_describe, t)
+
+
+@router.delete("/v1/topics/{topic}", status_code=204, response_class=Response,
+               responses=errs(400, 401, 403, 404))
+async def delete_topic(topic: TopicPath, _: AdminGrant, state: State) -> Response:
+    """Delete a topic and all of its records."""
+    partitions = state.topics.get(topic).meta.partitions
+    await asyncio.to_thread(state.topics.delete, topic)
+    state.metrics.forget_topic(topic)
+    for p in range(partitions):  # long polls on it end (and then answer 404)
+        state.waiters.notify((topic, p))
+    return Response(status_code=204)
+
+
+__all__ = ["router"]

@@ -1,0 +1,109 @@
+"""The service's metrics: which series it exports and where each comes from.
+
+Counters the handlers bump (appends and fetches per topic, HTTP requests by method and
+status; see :class:`ServiceMetrics`'s attributes) and one collector that reads every
+open partition log's stats and bounds at scrape time (copy lag, tier sizes, remote
+fetches, cache hits, partition offsets). The text format itself is
+:mod:`tiered_log.service.metrics`.
+
+Thread-safety: the counters are :mod:`.metrics` metrics, safe from any thread or task;
+the collector blocks on the logs (it reads their stats), so render the registry from a
+worker thread (``asyncio.to_thread``), as ``GET /metrics`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..errors import TieredLogError
+from .metrics import Family, Registry
+from .topics import TopicManager, partition_bounds, partition_stats
+
+
+class ServiceMetrics:
+    """The service's metrics; per-topic counters plus log stats read at scrape time."""
+
+    _STATS: tuple[tuple[str, str, str, str], ...] = (
+        ("copy_lag_bytes", "tiered_log_copy_lag_bytes", "gauge",
+         "Bytes of sealed segments not yet copied to the remote tier."),
+        ("copy_lag_segments", "tiered_log_copy_lag_segments", "gauge",
+         "Sealed segments not yet copied to the remote tier."),
+        ("local_bytes", "tiered_log_local_bytes", "gauge", "Bytes of segments on local disk."),
+        ("remote_bytes", "tiered_log_remote_bytes", "gauge", "Bytes of segments in the remote tier."),
+        ("uploaded_bytes", "tiered_log_remote_copy_bytes_total", "counter",
+         "Bytes copied to the remote tier."),
+        ("uploaded_segments", "tiered_log_remote_copy_segments_total", "counter",
+         "Segments copied to the remote tier."),
+        ("copy_failures", "tiered_log_remote_copy_errors_total", "counter",
+         "Failed segment copies."),
+        ("remote_fetch_bytes", "tiered_log_remote_fetch_bytes_total", "counter",
+         "Bytes read from the remote tier."),
+        ("remote_fetch_requests", "tiered_log_remote_fetch_requests_total", "counter",
+         "Ranged reads from the remote tier."),
+        ("remote_fetch_errors", "tiered_log_remote_fetch_errors_total", "counter",
+         "Failed reads from the remote tier."),
+        ("remote_fetch_throttled_ms", "tiered_log_remote_fetch_throttled_ms_total", "counter",
+         "Milliseconds remote reads waited for the fetch quota (remote_fetch_bytes_per_sec)."),
+        ("cache_hits", "tiered_log_remote_cache_hits_total", "counter",
+         "Remote reads served by the chunk cache."),
+        ("cache_misses", "tiered_log_remote_cache_misses_total", "counter",
+         "Remote reads that missed the chunk cache."),
+    )
+
+    def __init__(self, topics: TopicManager) -> None:
+        self.topics = topics
+        r = self.registry = Registry()
+        self.append_requests = r.counter("tiered_log_append_requests_total",
+                                         "Append requests that stored records.", ["topic"])
+        self.append_records = r.counter("tiered_log_append_records_total",
+                                        "Records appended.", ["topic"])
+        self.append_bytes = r.counter("tiered_log_append_bytes_total",
+                                      "Bytes of record values and keys appended.", ["topic"])
+        self.fetch_requests = r.counter("tiered_log_fetch_requests_total",
+                                        "Fetch requests answered, by form.", ["topic", "format"])
+        self.fetch_records = r.counter("tiered_log_fetch_records_total",
+                                       "Records returned by fetches.", ["topic"])
+        self.fetch_bytes = r.counter("tiered_log_fetch_bytes_total",
+                                     "Bytes of record frames returned by fetches.", ["topic"])
+        self.http_requests = r.counter("tiered_log_http_requests_total",
+                                       "HTTP requests answered, by method and status.",
+                                       ["method", "status"])
+        r.add_collector(self._collect_logs)
+
+    def _collect_logs(self) -> Iterable[Family]:
+        per_topic: dict[str, dict[str, float]] = {}
+        starts: list[tuple[tuple[str, ...], float]] = []
+        nexts: list[tuple[tuple[str, ...], float]] = []
+        for topic in self.topics.list():
+            sums = dict.fromkeys((k for k, *_ in self._STATS), 0.0)
+            for i, plog in enumerate(topic.logs):
+                if plog.closed:
+                    continue
+                try:
+                    st = partition_stats(plog)
+                    b = partition_bounds(plog)
+                except TieredLogError:
+                    continue
+                for k in sums:
+                    sums[k] += st.get(k, 0.0)
+                starts.append(((topic.name, str(i)), float(b.log_start_offset)))
+                nexts.append(((topic.name, str(i)), float(b.next_offset)))
+            per_topic[topic.name] = sums
+        out = [
+            Family(name, kind, help, ("topic",),
+                   tuple(((t,), sums[key]) for t, sums in sorted(per_topic.items())))
+            for key, name, kind, help in self._STATS
+        ]
+        out.append(Family("tiered_log_partition_log_start_offset", "gauge",
+                          "First offset of the partition (either tier).", ("topic", "partition"),
+                          tuple(starts)))
+        out.append(Family("tiered_log_partition_next_offset", "gauge",
+                          "Offset the next append to the partition gets.", ("topic", "partition"),
+                          tuple(nexts)))
+        return out
+
+    def forget_topic(self, name: str) -> None:
+        self.registry.remove_label_value("topic", name)
+
+
+__all__ = ["ServiceMetrics"]
