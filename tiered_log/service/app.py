@@ -12,6 +12,7 @@ Endpoints (all errors are JSON ``{"error": {"code", "message", "retriable", "det
     GET    /v1/topics/{topic}/partitions/{p}/records               200 400 401 403 404 410 416
     GET    /v1/topics/{topic}/partitions/{p}/offsets?timestamp=    200 400 401 403 404
     GET    /v1/topics/{topic}/partitions/{p}/bounds                200 400 401 403 404
+    GET    /v1/topics/{topic}/partitions/{p}/remote-segments       200 400 401 403 404
     POST   /v1/topics/{topic}/partitions/{p}/truncate              200 400 401 403 404 415 416
 
 Where each part lives:
@@ -20,7 +21,7 @@ Where each part lives:
   :mod:`~.routes.records` with the produce forms, :mod:`~.routes.partitions`);
 - :mod:`.deps` (state, authentication and grants, body reading, worker-thread calls);
 - :mod:`.middleware` (request body bound, response counting);
-- :mod:`.error_mapping` (status of every error, the exception handlers);
+- :mod:`.error_mapping` (the exception handlers; statuses from :mod:`tiered_log.errors`);
 - :mod:`.service_metrics` (the series), :mod:`.state` and :mod:`.longpoll` (shared state,
   long-poll wake-ups), :mod:`.lifespan` (load, maintenance loop, close);
 - :mod:`.produce` (body to append), :mod:`.fetch` (batch reads), :mod:`.openapi`.
