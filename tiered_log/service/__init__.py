@@ -15,8 +15,9 @@ one place partition logs are opened), :mod:`.auth` (bearer tokens and grants),
 
 Run it with ``python -m tiered_log.service [--config FILE] [--port N] ...``.
 
-The package imports nothing heavy by itself (the client imports :mod:`.wire` and
-:mod:`.auth` without pulling in FastAPI); ``create_app`` and ``serve_main`` load lazily.
+The package imports nothing heavy by itself (tools may import :mod:`.wire` without
+pulling in FastAPI; the client imports nothing from here); ``create_app`` and
+``serve_main`` load lazily.
 """
 
 from __future__ import annotations
