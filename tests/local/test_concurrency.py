@@ -153,7 +153,11 @@ def test_reads_concurrent_with_retention(tmp_path: Path, fine_switching: None) -
                 try:
                     recs = log.read_range(off, max_records=rng.randint(1, 50))
                 except OffsetOutOfRangeError:
-                    assert near_start, "a record near the head was reported out of range"
+                    # Near the tail only if retention passed it since the bounds were read
+                    # (a reader starved that long on a loaded machine); a record still in
+                    # the log is never reported out of range.
+                    assert near_start or off < log.log_start_offset, (
+                        "a record still in the log was reported out of range")
                     continue
                 assert recs, off
                 for i, r in enumerate(recs):
