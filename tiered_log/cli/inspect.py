@@ -143,7 +143,7 @@ _SKIP_DIRS = frozenset({naming.REMOTE_DIR, "trash"})
 
 def is_log_dir(path: Path) -> bool:
     """Whether ``path`` holds a log: a segment store file, or remote-tier state."""
-    if (path / naming.REMOTE_DIR / "segments.jsonl").is_file():
+    if (path / naming.REMOTE_DIR / naming.COPY_JOURNAL_FILE).is_file():
         return True
     try:
         return any(naming.parse_offset_name(p.name, naming.LOG_SUFFIX) is not None

@@ -20,12 +20,12 @@ import json
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from .. import errors as E
+from ..bounds import PartitionBounds
 from ..errors import ServiceError
 from ..format.records import MAX_BODY_BYTES, ProducerRecord, Record, decode_records, encode_batch
 
@@ -76,21 +76,6 @@ class FetchResult:
     high_watermark: int
     log_start_offset: int
 
-
-@dataclass(frozen=True, slots=True)
-class PartitionBounds:
-    """Offsets of a partition (see ``GET .../bounds``)."""
-
-    log_start_offset: int
-    local_start_offset: int
-    high_watermark: int
-    next_offset: int
-    flushed_offset: int
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> PartitionBounds:
-        return cls(int(d["log_start_offset"]), int(d["local_start_offset"]),
-                   int(d["high_watermark"]), int(d["next_offset"]), int(d["flushed_offset"]))
 
 
 def _topic_path(topic: str) -> str:

@@ -73,6 +73,25 @@ def list_segment_bases(directory: Path) -> list[int]:
 # cheaply. The two objects of a copy go up at the same time; a copy is complete when both
 # exist (an attempt with only one of them is incomplete and is cleaned up).
 
+# ---- the service's data directory and its topics' objects in the bucket -----------------
+#
+#   <data dir>/.lock                 the data-dir lock (one server per directory)
+#   <data dir>/topics/<name>/topic.json, <name>/<partition>/   a topic and its partition logs
+#   <data dir>/trash/                topics being deleted
+#   topics/<name>.json               (bucket) a topic's metadata, for a restore from the bucket
+
+DATA_DIR_LOCK = ".lock"
+TOPICS_DIR = "topics"
+TRASH_DIR = "trash"
+TOPIC_FILE = "topic.json"
+TOPIC_OBJECTS_PREFIX = "topics/"
+
+
+def topic_object_key(name: str) -> str:
+    """Key of a topic's metadata in the remote store."""
+    return f"{TOPIC_OBJECTS_PREFIX}{name}.json"
+
+
 REMOTE_DIR = "remote"
 """A log's remote-tier files live in ``<log dir>/remote/``: these names below it."""
 COPY_JOURNAL_FILE = "segments.jsonl"

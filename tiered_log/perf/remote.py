@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..format import naming
 from ..local.log import LogConfig
 from ..remote.s3 import S3Storage
 from ..remote.tier import TierConfig
@@ -271,7 +272,8 @@ def run_remote_read(total_mib: int = 64, segment_mib: int = 8,
                 base_runs.append(time.perf_counter() - t0)
                 for what in ("batches", "records"):
                     # A fresh open with an empty chunk cache: a cold catch-up reader.
-                    shutil.rmtree(work / "log" / "remote" / "cache", ignore_errors=True)
+                    shutil.rmtree(work / "log" / naming.REMOTE_DIR / naming.CHUNK_CACHE_DIR,
+                                  ignore_errors=True)
                     tlog = TieredLog(work / "log", log_id="perf-0", storage=storage,
                                      config=cfg, tier=tier, start_shipper=False)
                     _say(f"round {r + 1}/{repeat}: consumer reading {n} records from offset "

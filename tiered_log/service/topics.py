@@ -49,6 +49,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..bounds import PartitionBounds
 from ..config import Settings, TopicConfig
 from ..errors import (
     DataDirLockedError,
@@ -60,6 +61,7 @@ from ..errors import (
     TopicNotFoundError,
     TopicUnavailableError,
 )
+from ..format import naming
 from ..local.segment import fsync_dir, write_atomic
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig, TierLimits
@@ -73,7 +75,7 @@ TOPIC_NAME_RE = re.compile(TOPIC_NAME_PATTERN)
 document states the same pattern."""
 MAX_TOPIC_NAME = 200
 MAX_PARTITIONS = 1000
-TOPIC_FILE = "topic.json"
+TOPIC_FILE = naming.TOPIC_FILE
 
 
 PartitionLog = TieredLog
@@ -138,25 +140,6 @@ def partition_stats(plog: PartitionLog) -> dict[str, float]:
     """Counters and gauges of one log for /metrics (see :meth:`TieredLog.stats`)."""
     return plog.stats()
 
-
-@dataclass(frozen=True, slots=True)
-class PartitionBounds:
-    """Offsets of one partition as the API reports them."""
-
-    log_start_offset: int
-    local_start_offset: int
-    high_watermark: int
-    next_offset: int
-    flushed_offset: int
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "log_start_offset": self.log_start_offset,
-            "local_start_offset": self.local_start_offset,
-            "high_watermark": self.high_watermark,
-            "next_offset": self.next_offset,
-            "flushed_offset": self.flushed_offset,
-        }
 
 
 def partition_bounds(plog: PartitionLog) -> PartitionBounds:
@@ -260,9 +243,7 @@ def log_id_of(meta: TopicMeta, partition: int) -> str:
     return f"{meta.name}-{meta.topic_id[:12]}-{partition}"
 
 
-def topic_object_key(name: str) -> str:
-    """Key of a topic's metadata in the remote store."""
-    return f"topics/{name}.json"
+topic_object_key = naming.topic_object_key
 
 
 class TopicManager:
@@ -278,8 +259,8 @@ class TopicManager:
         self.limits = node_limits(settings)
         """Rate limits all of this node's partitions share."""
         self.data_dir = Path(settings.data_dir)
-        self.root = self.data_dir / "topics"
-        self.trash = self.data_dir / "trash"
+        self.root = self.data_dir / naming.TOPICS_DIR
+        self.trash = self.data_dir / naming.TRASH_DIR
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}
         self._unavailable: dict[str, str] = {}
@@ -301,7 +282,7 @@ class TopicManager:
             raise InvalidArgumentError(
                 f"cannot create the data directory {self.data_dir}: {exc.strerror or exc}"
             ) from None
-        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.data_dir / naming.DATA_DIR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -353,12 +334,12 @@ class TopicManager:
         if self.storage is None:
             return
         try:
-            stored = {info.key for info in self.storage.list("topics/")}
+            stored = {info.key for info in self.storage.list(naming.TOPIC_OBJECTS_PREFIX)}
         except TieredLogError as exc:
             log.warning("remote store unreachable at start, topics not synced: %s", exc)
             return
         for key in sorted(stored):
-            name = key[len("topics/"):].removesuffix(".json")
+            name = key[len(naming.TOPIC_OBJECTS_PREFIX):].removesuffix(".json")
             if name in self._topics or name in self._unavailable or (
                     not TOPIC_NAME_RE.fullmatch(name)):
                 continue
