@@ -338,6 +338,31 @@ class TieredLog:
         if shipped:
             self.local.delete_segments_before(shipped[-1].next_offset)
 
+    def maintain(self) -> None:
+        """Time-based upkeep, run periodically by the owner (the service): flush by
+        ``flush_ms``, roll by ``segment_ms``; without a shipper (remote tier off, or not
+        started) the round of retention runs here, with one a roll wakes it. Any thread."""
+        if self._closed:
+            return
+        self.local.maybe_flush()
+        rolled = self.local.maybe_roll_by_age()
+        if self.shipper is None:
+            self.tier_once()
+        elif rolled:
+            self.shipper.wake()  # a segment to ship
+
+    def remote_segments(self, log_start: int) -> tuple[str | None, int | None,
+                                                       list[dict[str, Any]]]:
+        """``(remote_url, remote_end, segments)``: the remote tier's URL and end and its
+        finished segments holding offsets at or above ``log_start``, as
+        :meth:`RemoteTier.archived_segments <tiered_log.remote.tier.RemoteTier.archived_segments>`
+        lists them (what a reader that fetches from the bucket itself plans from);
+        ``(None, None, [])`` without a remote tier. Reads the index files; any thread."""
+        r = self.remote
+        if r is None:
+            return None, None, []
+        return r.storage.url, r.remote_end, r.archived_segments(log_start)
+
     # ---- visibility ---------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:

@@ -126,14 +126,7 @@ def maintain_partition_log(plog: PartitionLog) -> None:
     """Time-based upkeep of one log, run periodically: flush by ``flush_ms``, roll by
     ``segment_ms``; retention of a log without a shipper (remote tier off). A log with a
     remote tier applies both retentions in its shipper."""
-    if plog.closed:
-        return
-    plog.local.maybe_flush()
-    rolled = plog.local.maybe_roll_by_age()
-    if plog.shipper is None:
-        plog.tier_once()
-    elif rolled:
-        plog.shipper.wake()  # a segment to ship
+    plog.maintain()
 
 
 def partition_stats(plog: PartitionLog) -> dict[str, float]:

@@ -56,21 +56,17 @@ def _remote_segments(plog: PartitionLog) -> dict[str, Any]:
     remote_end_offset)``; a log without a remote tier has none.
     """
     b = partition_bounds(plog)
-    remote = plog.remote
-    out: dict[str, Any] = {
+    url, end, segments = plog.remote_segments(b.log_start_offset)
+    return {
         "log_id": plog.log_id,
-        "remote_url": remote.storage.url if remote is not None else None,
+        "remote_url": url,
         "log_start_offset": b.log_start_offset,
         "local_start_offset": b.local_start_offset,
-        "remote_end_offset": remote.remote_end if remote is not None else b.log_start_offset,
+        "remote_end_offset": b.log_start_offset if end is None else end,
         "high_watermark": b.high_watermark,
         "next_offset": b.next_offset,
-        "segments": [],
+        "segments": segments,
     }
-    if remote is None:
-        return out
-    out["segments"] = remote.archived_segments(b.log_start_offset)
-    return out
 
 
 @router.get("/v1/topics/{topic}/partitions/{partition}/remote-segments",
