@@ -1,9 +1,8 @@
 """``tiered-log perf http-produce`` / ``perf http-fetch`` on tiny inputs: the report's
 shape, never speed (a loaded CI machine says nothing about the code).
 
-The commands run in a subprocess through ``tiered_log.cli.main`` with
-``tiered_log.perf.http`` imported (which registers them); each starts a real server
-process on a loopback port.
+The commands run in a subprocess through ``tiered_log.cli.main`` (the ``perf`` group of
+``tiered_log.cli`` declares them); each starts a real server process on a loopback port.
 """
 
 from __future__ import annotations
