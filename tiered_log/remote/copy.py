@@ -179,10 +179,14 @@ class CopyTask:
             self._cleanup_attempt(attempt.segment)
 
     def _cleanup_attempt(self, rs: RemoteSegment) -> None:
-        """Delete an attempt's objects; stays DELETE_STARTED (retried later) if that fails."""
+        """Delete an attempt's objects and any partial upload it left (a torn multipart
+        upload that the store's own abort did not remove: no listing shows it, and S3
+        bills it); stays DELETE_STARTED (retried later) if that fails."""
         try:
             rs = self.st.journal.record(rs, CopyState.DELETE_STARTED)
-            self.st.storage.delete(self.st.keys(rs))
+            keys = self.st.keys(rs)
+            self.st.storage.discard_partial(keys)
+            self.st.storage.delete(keys)
             self.st.journal.record(rs, CopyState.DELETE_FINISHED)
             self.st.journal.forget([rs.id])
         except (RemoteStorageError, OSError) as exc:
