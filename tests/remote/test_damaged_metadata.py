@@ -48,6 +48,15 @@ def _keys(storage: RemoteStorage) -> set[str]:
     return {i.key for i in storage.list(naming.segment_objects_prefix("orders-0"))}
 
 
+def _reopen_dir(tmp_path: Path, empty_dir: bool) -> Path:
+    """Where the log opens again: an empty directory (a rebuild from the bucket), or its
+    own with the remote-index files gone (they are not fsynced: a crash can lose them)."""
+    if empty_dir:
+        return tmp_path / "empty"
+    shutil.rmtree(tmp_path / "log" / "remote" / "index")
+    return tmp_path / "log"
+
+
 def _rli(seg_base: int, seg_id: str) -> str:
     return naming.segment_object_key("orders-0", seg_base, seg_id, naming.RLI_SUFFIX)
 
@@ -139,11 +148,7 @@ def test_damaged_manifest_is_made_again_from_its_data(tmp_path: Path, storage: R
     blob = bytearray(storage.get(key))
     blob[len(blob) - 30] ^= 0x40  # inside the last remoteLogIndex entry
     storage.put(key, bytes(blob))
-    if empty_dir:
-        path = tmp_path / "empty"
-    else:
-        path = tmp_path / "log"
-        shutil.rmtree(path / "remote" / "index")
+    path = _reopen_dir(tmp_path, empty_dir)
     tlog = open_log(path, storage)
     read_all_checked(tlog, N)
     assert tlog.remote is not None and not tlog.remote.damage
@@ -170,11 +175,7 @@ def test_damaged_manifest_and_data_are_contained(tmp_path: Path, empty_dir: bool
         blob[at] ^= 0x40
         p.write_bytes(bytes(blob))
     objects = _keys(storage)
-    if empty_dir:
-        path = tmp_path / "empty"
-    else:
-        path = tmp_path / "log"
-        shutil.rmtree(path / "remote" / "index")
+    path = _reopen_dir(tmp_path, empty_dir)
     tlog = open_log(path, storage)
     assert tlog.next_offset == N
     assert tlog.log_start_offset == 0

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import replace
@@ -91,6 +90,14 @@ def chunk_entries(path: Path, size: int, base_offset: int, expected_next: int,
         raise CorruptRecordError(
             f"segment {naming.offset_name(base_offset)} is damaged at byte {end}; not shipping it"
         )
+    return cut_chunks(batches, end, object_key, chunk_bytes)
+
+
+def cut_chunks(batches: Sequence[BatchInfo], end: int, object_key: str,
+               chunk_bytes: int) -> list[RemoteLogIndexEntry]:
+    """The remoteLogIndex entries of verified ``batches`` (a store's, ending at byte
+    ``end``), cut into chunks of whole batches: a chunk ends with the first batch that
+    takes it to ``chunk_bytes`` or more."""
     positions = [b.position for b in batches]
     entries: list[RemoteLogIndexEntry] = []
     i, n = 0, len(batches)
@@ -187,12 +194,12 @@ def decode_manifest(blob: bytes, key: str, data_size: int | None = None
     return rs, entries, rest[:n1], rest[n1:n1 + n2]
 
 
-def repair_manifest(storage: RemoteStorage, rli_key: str, chunk_bytes: int,
-                    scratch: Path) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
+def repair_manifest(storage: RemoteStorage, rli_key: str,
+                    chunk_bytes: int) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
     """Make the manifest ``rli_key`` again from its data object, and put it back.
 
-    Downloads the data object into a temporary file under ``scratch``, verifies every
-    batch (as a copy's scan does) and cuts it into chunks of ``chunk_bytes``; the new
+    Downloads the data object, verifies every batch in one pass over it (as a copy's
+    scan does) and cuts it into chunks of ``chunk_bytes``; the new
     manifest carries no index files (``index_bytes`` 0: readers use the entries only).
     RemoteCorruptionError if the data object is damaged too (it is then kept as it is);
     RemoteStorageError if the bucket fails.
@@ -203,21 +210,13 @@ def repair_manifest(storage: RemoteStorage, rli_key: str, chunk_bytes: int,
     base, seg_id, _ = parsed
     data_key = rli_key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
     blob = storage.get(data_key)
-    scratch.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=scratch, suffix=".repair")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        batches, end = scan_store(Path(tmp), len(blob), base)
-        if not batches or end != len(blob):
-            raise RemoteCorruptionError(
-                f"data object {data_key} does not verify past byte {end} of {len(blob)}: "
-                f"its damaged manifest {rli_key} cannot be made again")
-        nxt = batches[-1].next_offset
-        entries = chunk_entries(Path(tmp), len(blob), base, nxt, data_key, chunk_bytes)
-    finally:
-        os.unlink(tmp)
-    rs = RemoteSegment(seg_id, base, nxt, len(blob), batches[0].first_timestamp,
+    batches, end = batch_table(blob, base)
+    if not batches or end != len(blob):
+        raise RemoteCorruptionError(
+            f"data object {data_key} does not verify past byte {end} of {len(blob)}: "
+            f"its damaged manifest {rli_key} cannot be made again")
+    entries = cut_chunks(batches, end, data_key, chunk_bytes)
+    rs = RemoteSegment(seg_id, base, batches[-1].next_offset, len(blob), batches[0].first_timestamp,
                        max(b.max_timestamp for b in batches), CopyState.COPY_FINISHED,
                        chunks=len(entries))
     storage.put(rli_key, encode_manifest(rs, entries, b"", b""))

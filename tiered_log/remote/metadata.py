@@ -98,6 +98,8 @@ class RemoteSegment:
     def to_json(self) -> str:
         d = asdict(self)
         d["state"] = str(self.state)
+        if not self.unreadable:
+            del d["unreadable"]  # written only where it is set: other lines stay as they were
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod

@@ -88,7 +88,7 @@ class RecoveryTask:
             damage = f"manifest {key} is missing"
         log.error("%s: %s; making it again from its data object", self.st.log_id, damage)
         try:
-            rs, entries = repair_manifest(self.st.storage, key, self.st.config.chunk_bytes, self.st.dir)
+            rs, entries = repair_manifest(self.st.storage, key, self.st.config.chunk_bytes)
         except (RemoteCorruptionError, RemoteObjectNotFoundError) as exc:
             log.error("%s: %s (objects kept as they are)", self.st.log_id, exc.message)
             return f"{damage}; {exc.message}"
