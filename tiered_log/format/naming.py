@@ -7,6 +7,9 @@ Local segment files are named by their base offset, zero-padded to 20 digits so 
     00000000000000000000.index       offset index (see :mod:`.index`)
     00000000000000000000.timeindex   time index (see :mod:`.index`)
 
+and one file per log beside them: ``leader-epoch-checkpoint``, the first offset of each
+leader epoch (see :mod:`tiered_log.local.leader_epoch`).
+
 Pure functions; safe from any thread.
 """
 
@@ -21,6 +24,9 @@ SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
 TMP_SUFFIX = ".tmp"
 CUT_SUFFIX = ".cut"
 """``<base>.cut``: a truncation inside a batch in progress (see ``Segment.truncate_to``)."""
+LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
+"""The log's leader-epoch file: the first offset of each leader epoch (see
+:mod:`tiered_log.local.leader_epoch`)."""
 OFFSET_DIGITS = 20
 
 
