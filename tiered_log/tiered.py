@@ -27,11 +27,12 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .bounds import PartitionBounds
 from .errors import (
+    CorruptRangeError,
     DataLossError,
     InvalidArgumentError,
     InvalidOffsetError,
@@ -40,9 +41,10 @@ from .errors import (
     RemoteStorageError,
 )
 from .format import naming
-from .format.records import EncodedBatch, ProducerRecord, Record
+from .format.records import EncodedBatch, FetchData, ProducerRecord, Record
+from .local.batch_read import read_batches as read_local_batches
 from .local.log import Log, LogConfig, now_ms
-from .local.segment import Segment, SegmentInfo
+from .local.segment import SegmentInfo
 from .remote.storage import RemoteStorage
 from .remote.tier import RemoteTier, TierConfig, TierLimits
 from .shipper import Shipper
@@ -50,16 +52,9 @@ from .shipper import Shipper
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class TieredBounds:
-    """Offsets bounding a tiered log (see the module docstring's picture)."""
-
-    log_start_offset: int
-    local_start_offset: int
-    remote_end_offset: int
-    high_watermark: int
-    next_offset: int
-    flushed_offset: int
+TieredBounds = PartitionBounds
+"""The bounds of a tiered log: :class:`~tiered_log.bounds.PartitionBounds` (one type
+from the log to the client; this name stays for the public API)."""
 
 
 class TieredLog:
@@ -95,55 +90,63 @@ class TieredLog:
         self._ctl = threading.Lock()
         self.directory.mkdir(parents=True, exist_ok=True)
         fresh = not naming.list_segment_bases(self.directory)
-        self.remote: RemoteTier | None = None
+        self._remote: RemoteTier | None = None
         if storage is not None and self.tier_config.remote_enabled:
-            self.remote = RemoteTier(self.directory, self.log_id, storage, self.tier_config,
+            self._remote = RemoteTier(self.directory, self.log_id, storage, self.tier_config,
                                      limits)
-            if fresh and rebuild and not self.remote.finished_segments:
-                self.remote.rebuild_from_bucket(rebuild_progress)
-            elif self.remote.needs_index_rebuild:
+            if fresh and rebuild and not self._remote.finished_segments:
+                self._remote.rebuild_from_bucket(rebuild_progress)
+            elif self._remote.needs_index_rebuild:
                 try:
-                    self.remote.rebuild_index_files()
+                    self._remote.rebuild_index_files()
                 except RemoteStorageError as exc:  # reads answer retriable errors meanwhile
                     log.warning("%s: remote index not rebuilt yet, the bucket failed: %s",
                                 self.log_id, exc.message)
-        initial = self.remote.remote_end if self.remote is not None else 0
-        self.local = Log(self.directory, self.config, initial_offset=initial)
-        if self.remote is not None and self.local.next_offset < self.remote.remote_end:
+        initial = self._remote.remote_end if self._remote is not None else 0
+        self._local = Log(self.directory, self.config, initial_offset=initial)
+        if self._remote is not None and self._local.next_offset < self._remote.remote_end:
             # The local disk lost data the bucket holds: continue after the bucket.
-            self.local.reset(self.remote.remote_end)
-        if self.remote is not None:
+            self._local.reset(self._remote.remote_end)
+        if self._remote is not None:
             # A crash between moving the remote log start (retention) and deleting the
             # local segments below it left them here: never serve them again.
-            self.local.delete_segments_before(self.remote.meta.log_start_offset)
-        self.shipper: Shipper | None = None
-        if self.remote is not None and start_shipper:
-            self.shipper = Shipper(self, self.tier_config.ship_interval_ms)
-            self.shipper.start()
+            self._local.delete_segments_before(self._remote.meta.log_start_offset)
+        self._shipper: Shipper | None = None
+        if start_shipper:
+            self.start_shipper()
+
+    def start_shipper(self) -> None:
+        """Start the background shipper (a log opened with ``start_shipper=False`` is
+        tiered only by explicit :meth:`tier_once` calls until then). No-op without a
+        remote tier or when one runs already; not concurrently with :meth:`close`."""
+        if self._remote is None or self._shipper is not None or self._closed:
+            return
+        self._shipper = Shipper(self, self.tier_config.ship_interval_ms)
+        self._shipper.start()
 
     # ---- bounds ------------------------------------------------------------------------
 
     @property
     def log_start_offset(self) -> int:
-        local_start = self.local.log_start_offset
-        r = self.remote
+        local_start = self._local.log_start_offset
+        r = self._remote
         if r is not None and r.has_data and r.start_offset < local_start:
             return r.start_offset
         return local_start
 
     @property
     def next_offset(self) -> int:
-        return self.local.next_offset
+        return self._local.next_offset
 
     @property
     def flushed_offset(self) -> int:
-        return self.local.flushed_offset
+        return self._local.flushed_offset
 
-    def bounds(self) -> TieredBounds:
-        nxt = self.local.next_offset
-        remote_end = self.remote.remote_end if self.remote is not None else self.local.log_start_offset
-        return TieredBounds(self.log_start_offset, self.local.log_start_offset, remote_end, nxt,
-                            nxt, self.local.flushed_offset)
+    def bounds(self) -> PartitionBounds:
+        nxt = self._local.next_offset
+        remote_end = self._remote.remote_end if self._remote is not None else self._local.log_start_offset
+        return PartitionBounds(self.log_start_offset, self._local.log_start_offset, nxt, nxt,
+                               self._local.flushed_offset, remote_end)
 
     # ---- appending (local only) ----------------------------------------------------------
 
@@ -155,29 +158,29 @@ class TieredLog:
                headers: Sequence[tuple[str, bytes | None]] = (),
                timestamp: int | None = None) -> int:
         self._check_open()
-        active = self.local.active_base_offset
-        offset = self.local.append(value, key=key, headers=headers, timestamp=timestamp)
-        if self.shipper is not None and self.local.active_base_offset != active:
-            self.shipper.wake()  # the append rolled a segment: there may be one to ship
+        active = self._local.active_base_offset
+        offset = self._local.append(value, key=key, headers=headers, timestamp=timestamp)
+        if self._shipper is not None and self._local.active_base_offset != active:
+            self._shipper.wake()  # the append rolled a segment: there may be one to ship
         return offset
 
     def append_batch(self, records: Sequence[ProducerRecord | bytes] | EncodedBatch,
                      ) -> tuple[int, int]:
         self._check_open()
-        active = self.local.active_base_offset
-        first_last = self.local.append_batch(records)
-        if self.shipper is not None and self.local.active_base_offset != active:
-            self.shipper.wake()
+        active = self._local.active_base_offset
+        first_last = self._local.append_batch(records)
+        if self._shipper is not None and self._local.active_base_offset != active:
+            self._shipper.wake()
         return first_last
 
     def flush(self) -> int:
-        return self.local.flush()
+        return self._local.flush()
 
     def roll(self) -> None:
         """Seal the active segment (if not empty) and wake the shipper."""
-        self.local.roll()
-        if self.shipper is not None:
-            self.shipper.wake()
+        self._local.roll()
+        if self._shipper is not None:
+            self._shipper.wake()
 
     # ---- reading (either tier) -----------------------------------------------------------
 
@@ -192,8 +195,8 @@ class TieredLog:
     def read_range(self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20) -> list[Record]:
         """Records from ``offset`` on, from whichever tier holds them (see module doc)."""
         self._check_read(offset, max_records, max_bytes)
-        if offset >= self.local.log_start_offset or self.remote is None:
-            return self.local.read_range(offset, max_records, max_bytes)
+        if offset >= self._local.log_start_offset or self._remote is None:
+            return self._local.read_range(offset, max_records, max_bytes)
         return self._archive_of(offset).read_range(offset, max_records, max_bytes)
 
     def _check_read(self, offset: int, max_records: int, max_bytes: int) -> None:
@@ -211,22 +214,62 @@ class TieredLog:
         if offset < start:
             raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {nxt})",
                                         log_start=start, next_offset=nxt)
-        r = self.remote
+        r = self._remote
         if r is None or offset >= r.remote_end:
             raise DataLossError(f"offset {offset} is in neither tier (remote ends at "
                                 f"{r.remote_end if r else start}, local starts at "
-                                f"{self.local.log_start_offset})")
+                                f"{self._local.log_start_offset})")
         return r
 
+    def read_batches(self, offset: int, max_records: int = 500,
+                     max_bytes: int = 1 << 20) -> FetchData:
+        """The stored batches from the one holding ``offset`` on, from whichever tier
+        holds them, verified and not decoded (a binary fetch sends them as they are): at
+        least one batch if there is a record at ``offset``, then whole batches while
+        fewer than ``max_records`` records from ``offset`` and fewer than ``max_bytes``
+        bytes were taken; empty at exactly the next offset. The one batch read of the
+        log: locally :meth:`Log.read_batches <tiered_log.local.log.Log.read_batches>`,
+        below the local start :meth:`read_remote_batches`; both return one
+        :class:`~tiered_log.format.batch.FetchData`.
+
+        OffsetOutOfRangeError outside ``[log_start, next_offset]`` (also when retention
+        or a truncation moved the bounds during the read); CorruptRangeError where the
+        stored batch at ``offset`` is damaged (a page stops before damage further on);
+        the remote tier's errors below the local start. Blocks on disk and the bucket;
+        any thread, no lock (as :meth:`read_range`)."""
+        self._check_read(offset, max_records, max_bytes)
+        for _ in range(3):  # the bounds may move under the read: look again
+            start, nxt = self.log_start_offset, self.next_offset
+            if offset < start or offset > nxt:
+                break
+            if offset == nxt:
+                return FetchData(b"", offset, offset)
+            try:
+                if offset >= self._local.log_start_offset or self._remote is None:
+                    return read_local_batches(self._local.segment_for, offset, max_records, max_bytes)
+                return self.read_remote_batches(offset, max_records, max_bytes)
+            except CorruptRangeError:
+                raise  # damaged where the read starts: no other tier has it
+            except (OffsetOutOfRangeError, DataLossError):
+                # Local retention or a truncation moved the local start past ``offset``
+                # (read it from the bucket now), or the log start past it (416), or a
+                # truncation moved the remote end below it (read it locally now).
+                if self.log_start_offset <= offset < self._local.log_start_offset \
+                        and self._remote is not None and offset >= self._remote.remote_end:
+                    raise  # truly missing from both tiers
+        start, nxt = self.log_start_offset, self.next_offset
+        raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {nxt})",
+                                    log_start=start, next_offset=nxt)
+
     def read_remote_batches(self, offset: int, max_records: int = 500,
-                            max_bytes: int = 1 << 20) -> tuple[bytes, int]:
-        """For a binary fetch below the local start: the stored batches from the one
-        holding ``offset``, verified, not decoded, and the offset after them (see
+                            max_bytes: int = 1 << 20) -> FetchData:
+        """The remote tier's half of :meth:`read_batches`: the stored batches from the one
+        holding ``offset``, verified, not decoded (see
         :meth:`RemoteTier.read_batches <tiered_log.remote.tier.RemoteTier.read_batches>`).
         OffsetOutOfRangeError below the log start; DataLossError at or above the local
         start (read those from the local segments) or where no tier holds ``offset``."""
         self._check_read(offset, max_records, max_bytes)
-        local_start = self.local.log_start_offset
+        local_start = self._local.log_start_offset
         if offset >= local_start:
             raise DataLossError(f"offset {offset} is not below the local start {local_start}")
         return self._archive_of(offset).read_batches(offset, max_records, max_bytes)
@@ -236,16 +279,12 @@ class TieredLog:
         if not isinstance(timestamp, int) or isinstance(timestamp, bool):
             raise InvalidArgumentError(f"timestamp must be an integer (ms), got {timestamp!r}")
         self._check_open()
-        r = self.remote
-        if r is not None and r.has_data and r.start_offset < self.local.log_start_offset:
+        r = self._remote
+        if r is not None and r.has_data and r.start_offset < self._local.log_start_offset:
             found = r.offset_for_timestamp(timestamp)
             if found is not None and found >= self.log_start_offset:
                 return found
-        return self.local.offset_for_timestamp(timestamp)
-
-    def segment_for(self, offset: int) -> Segment:
-        """The local segment holding ``offset`` (OffsetOutOfRangeError if not local)."""
-        return self.local.segment_for(offset)
+        return self._local.offset_for_timestamp(timestamp)
 
     # ---- truncation ---------------------------------------------------------------------
 
@@ -263,32 +302,32 @@ class TieredLog:
             if offset < start or offset > nxt:
                 raise OffsetOutOfRangeError(f"cannot truncate to {offset}: the log holds [{start}, {nxt})",
                                             log_start=start, next_offset=nxt)
-            local_start = self.local.log_start_offset
-            if self.remote is not None:
-                self.remote.truncate(offset, local_start)
+            local_start = self._local.log_start_offset
+            if self._remote is not None:
+                self._remote.truncate(offset, local_start)
             if offset >= local_start:
-                self.local.truncate(offset)
+                self._local.truncate(offset)
             else:
-                self.local.reset(offset)
-        if self.shipper is not None:
-            self.shipper.wake()  # truncated remote segments are deleted by the next round
+                self._local.reset(offset)
+        if self._shipper is not None:
+            self._shipper.wake()  # truncated remote segments are deleted by the next round
 
     # ---- tiering (the shipper's round) -----------------------------------------------------
 
     def eligible_segments(self) -> list[SegmentInfo]:
         """Sealed, flushed local segments not yet in the remote tier, oldest first."""
-        if self.remote is None:
+        if self._remote is None:
             return []
-        end = self.remote.remote_end
-        flushed = self.local.flushed_offset
-        return [s for s in self.local.segments()
+        end = self._remote.remote_end
+        flushed = self._local.flushed_offset
+        return [s for s in self._local.segments()
                 if s.sealed and s.base_offset >= end and s.next_offset <= flushed]
 
     def tiering_state(self) -> tuple[int, ...]:
         """What a tiering round depends on, besides the clock: the shipper skips a round
         when this has not changed since the last one. Cheap (no I/O, no lock); a racing
         append at worst causes one more round."""
-        loc, r = self.local, self.remote
+        loc, r = self._local, self._remote
         state = (loc.next_offset, loc.flushed_offset, loc.log_start_offset,
                  loc.active_base_offset)
         if r is None:
@@ -305,7 +344,7 @@ class TieredLog:
             if self._closed:
                 return 0
             copied = 0
-            r = self.remote
+            r = self._remote
             if r is not None:
                 r.cleanup_pending()
                 if r.needs_index_rebuild:
@@ -316,27 +355,27 @@ class TieredLog:
 
     def _apply_retention(self) -> None:
         now = now_ms()
-        r = self.remote
+        r = self._remote
         tc = self.tier_config
         if r is None:
-            cands = self.local.retention_candidates(tc.retention_ms, tc.retention_bytes, now)
+            cands = self._local.retention_candidates(tc.retention_ms, tc.retention_bytes, now)
             if cands:
-                self.local.delete_segments_before(cands[-1].next_offset)
+                self._local.delete_segments_before(cands[-1].next_offset)
             return
         # Remote (total) retention: moves the log start, in both tiers.
-        unshipped = sum(s.size for s in self.local.segments() if s.base_offset >= r.remote_end)
+        unshipped = sum(s.size for s in self._local.segments() if s.base_offset >= r.remote_end)
         cut = r.retention_cutoff(unshipped, now)
         if cut is not None:
             r.delete_before(cut)
         # Local segments below the log start go too: those just cut, and any a crash
         # left behind after the start had moved (then ``cut`` is None on the retry).
-        self.local.delete_segments_before(max(cut or 0, r.meta.log_start_offset))
+        self._local.delete_segments_before(max(cut or 0, r.meta.log_start_offset))
         # Local retention: only segments whose copy is finished.
         end = r.remote_end
-        cands = self.local.retention_candidates(tc.local_retention_ms, tc.local_retention_bytes, now)
+        cands = self._local.retention_candidates(tc.local_retention_ms, tc.local_retention_bytes, now)
         shipped = [s for s in cands if s.next_offset <= end]
         if shipped:
-            self.local.delete_segments_before(shipped[-1].next_offset)
+            self._local.delete_segments_before(shipped[-1].next_offset)
 
     def maintain(self) -> None:
         """Time-based upkeep, run periodically by the owner (the service): flush by
@@ -344,12 +383,12 @@ class TieredLog:
         started) the round of retention runs here, with one a roll wakes it. Any thread."""
         if self._closed:
             return
-        self.local.maybe_flush()
-        rolled = self.local.maybe_roll_by_age()
-        if self.shipper is None:
+        self._local.maybe_flush()
+        rolled = self._local.maybe_roll_by_age()
+        if self._shipper is None:
             self.tier_once()
         elif rolled:
-            self.shipper.wake()  # a segment to ship
+            self._shipper.wake()  # a segment to ship
 
     def remote_segments(self, log_start: int) -> tuple[str | None, int | None,
                                                        list[dict[str, Any]]]:
@@ -358,7 +397,7 @@ class TieredLog:
         :meth:`RemoteTier.archived_segments <tiered_log.remote.tier.RemoteTier.archived_segments>`
         lists them (what a reader that fetches from the bucket itself plans from);
         ``(None, None, [])`` without a remote tier. Reads the index files; any thread."""
-        r = self.remote
+        r = self._remote
         if r is None:
             return None, None, []
         return r.storage.url, r.remote_end, r.archived_segments(log_start)
@@ -368,10 +407,10 @@ class TieredLog:
     def stats(self) -> dict[str, float]:
         """Numeric counters and gauges, for /metrics: one pass over the local segments,
         no per-segment lists (a scrape touches every partition)."""
-        r = self.remote
+        r = self._remote
         end = r.remote_end if r is not None else 0
         local_bytes = lag_bytes = lag_segments = 0
-        for s in self.local.segments():
+        for s in self._local.segments():
             local_bytes += s.size
             if r is not None and s.sealed and s.base_offset >= end:
                 lag_bytes += s.size
@@ -399,7 +438,7 @@ class TieredLog:
     def describe(self) -> dict[str, Any]:
         """Local and remote segments, copy lag, cache and fetch counters (JSON-able)."""
         b = self.bounds()
-        end = b.remote_end_offset
+        end = b.local_start_offset if b.remote_end_offset is None else b.remote_end_offset
         st = self.stats()
         out: dict[str, Any] = {
             "log_id": self.log_id,
@@ -410,14 +449,14 @@ class TieredLog:
                        "flushed_offset": b.flushed_offset},
             "local_segments": [{"base_offset": s.base_offset, "next_offset": s.next_offset,
                                 "size": s.size, "sealed": s.sealed,
-                                "copied": self.remote is not None and s.next_offset <= end}
-                               for s in self.local.segments()],
+                                "copied": self._remote is not None and s.next_offset <= end}
+                               for s in self._local.segments()],
             "local_bytes": int(st["local_bytes"]),
             "copy_lag_segments": int(st["copy_lag_segments"]),
             "copy_lag_bytes": int(st["copy_lag_bytes"]),
-            "remote_enabled": self.remote is not None,
+            "remote_enabled": self._remote is not None,
         }
-        r = self.remote
+        r = self._remote
         if r is not None:
             out.update({k: int(st[k]) for k in (
                 "remote_bytes", "cache_hits", "cache_misses", "uploaded_bytes",
@@ -432,7 +471,7 @@ class TieredLog:
                 "cache_hit_rate": round(r.cache.hit_rate, 4), "cache_bytes": r.cache.size_bytes,
                 "remote_deleted_segments": r.stats.deleted_segments,
                 "remote_damage": self.remote_damage(),
-                "shipper_error": self.shipper.last_error if self.shipper else None,
+                "shipper_error": self._shipper.last_error if self._shipper else None,
             })
         return out
 
@@ -440,7 +479,7 @@ class TieredLog:
         """Remote ranges that cannot be read (their manifest and data object are damaged),
         each ``{"id", "base_offset", "next_offset", "problem"}``; reads there answer
         RemoteCorruptionError. Empty when all is well or without a remote tier."""
-        r = self.remote
+        r = self._remote
         if r is None:
             return []
         return [{"id": s.id, "base_offset": s.base_offset, "next_offset": r.served_end(s),
@@ -453,9 +492,9 @@ class TieredLog:
         RemoteStorageError if the bucket fails (what is left is found again by listing
         the log's prefix).
         """
-        if self.remote is None:
+        if self._remote is None:
             return 0
-        storage = self.remote.storage
+        storage = self._remote.storage
         keys = [o.key for o in storage.list(naming.log_prefix(self.log_id) + "/")]
         storage.delete(keys)  # the store batches (S3: 1,000 keys per request)
         return len(keys)
@@ -467,15 +506,15 @@ class TieredLog:
         limit, as fetches under way ignore the fetch quota), flush and close. Idempotent."""
         if self._closed:
             return
-        if self.remote is not None:
-            self.remote.release_limits()  # a copy or fetch under way need not sit out its quota
-        if self.shipper is not None:
-            self.shipper.stop()
+        if self._remote is not None:
+            self._remote.release_limits()  # a copy or fetch under way need not sit out its quota
+        if self._shipper is not None:
+            self._shipper.stop()
         with self._ctl:
             self._closed = True
-            self.local.close()
-            if self.remote is not None:
-                self.remote.close()
+            self._local.close()
+            if self._remote is not None:
+                self._remote.close()
 
     @property
     def closed(self) -> bool:

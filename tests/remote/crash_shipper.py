@@ -111,7 +111,7 @@ def open_produced(log_dir: Path, storage: RemoteStorage) -> TieredLog:
 
 def run_upload(log_dir: Path, storage: RemoteStorage) -> None:
     tlog = open_produced(log_dir, storage)
-    remote = tlog.remote
+    remote = tlog._remote
     assert remote is not None
     remote.cleanup_pending()
     for seg in tlog.eligible_segments():

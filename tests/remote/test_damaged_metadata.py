@@ -40,7 +40,7 @@ def _shipped(path: Path, storage: RemoteStorage) -> TieredLog:
     produce(tlog, N)
     tlog.roll()
     tlog.tier_once()
-    assert tlog.remote is not None and len(tlog.remote.finished_segments) >= 4
+    assert tlog._remote is not None and len(tlog._remote.finished_segments) >= 4
     return tlog
 
 
@@ -67,8 +67,8 @@ def test_damaged_journal_line_is_recovered_from_the_bucket(tmp_path: Path, stora
     """Issue 14: ``{`` -> ``[`` in a journal line used to forget that segment silently
     (log start moved up, or a hole answering 410 while a timestamp lookup skipped it)."""
     tlog = _shipped(tmp_path / "log", storage)
-    assert tlog.remote is not None
-    ids = [s.id for s in tlog.remote.finished_segments]
+    assert tlog._remote is not None
+    ids = [s.id for s in tlog._remote.finished_segments]
     objects = _keys(storage)
     tlog.close()
     journal = tmp_path / "log" / "remote" / "segments.jsonl"
@@ -77,11 +77,11 @@ def test_damaged_journal_line_is_recovered_from_the_bucket(tmp_path: Path, stora
     lines[line] = b"[" + lines[line][1:]
     journal.write_bytes(b"\n".join(lines))
     tlog = open_log(tmp_path / "log", storage)
-    assert tlog.remote is not None
-    assert [s.id for s in tlog.remote.finished_segments] == ids
+    assert tlog._remote is not None
+    assert [s.id for s in tlog._remote.finished_segments] == ids
     assert tlog.log_start_offset == 0
     read_all_checked(tlog, N)
-    seg = tlog.remote.finished_segments[line // 2]
+    seg = tlog._remote.finished_segments[line // 2]
     mid = (seg.base_offset + seg.next_offset) // 2
     assert tlog.offset_for_timestamp(1_000_000 + mid * 10) == mid
     assert _keys(storage) == objects  # nothing orphaned, nothing deleted
@@ -141,8 +141,8 @@ def test_damaged_manifest_is_made_again_from_its_data(tmp_path: Path, storage: R
     damaged used to stop the whole service at start (or, on an empty data directory,
     leave the topic unrestored). The manifest is made again from its data object."""
     tlog = _shipped(tmp_path / "log", storage)
-    assert tlog.remote is not None
-    seg = tlog.remote.finished_segments[1]
+    assert tlog._remote is not None
+    seg = tlog._remote.finished_segments[1]
     tlog.close()
     key = _rli(seg.base_offset, seg.id)
     blob = bytearray(storage.get(key))
@@ -151,7 +151,7 @@ def test_damaged_manifest_is_made_again_from_its_data(tmp_path: Path, storage: R
     path = _reopen_dir(tmp_path, empty_dir)
     tlog = open_log(path, storage)
     read_all_checked(tlog, N)
-    assert tlog.remote is not None and not tlog.remote.damage
+    assert tlog._remote is not None and not tlog._remote.damage
     rs, _, _, _ = decode_manifest(storage.get(key), key)  # put back, checked
     assert (rs.base_offset, rs.next_offset) == (seg.base_offset, seg.next_offset)
     tlog.close()
@@ -164,8 +164,8 @@ def test_damaged_manifest_and_data_are_contained(tmp_path: Path, empty_dir: bool
     hands the offsets out again, and both objects stay in the bucket."""
     storage = LocalDirStorage(tmp_path / "bucket")
     tlog = _shipped(tmp_path / "log", storage)
-    assert tlog.remote is not None
-    segs = tlog.remote.finished_segments
+    assert tlog._remote is not None
+    segs = tlog._remote.finished_segments
     seg = segs[1]
     tlog.close()
     for suffix, at in ((naming.RLI_SUFFIX, -30), (naming.LOG_SUFFIX, 300)):
@@ -201,9 +201,9 @@ def test_a_manifest_that_lies_deletes_nothing(tmp_path: Path, storage: RemoteSto
     is checked against the manifest's own entries and checksum and its data object's
     size; the manifest is made again from its data; nothing is deleted."""
     tlog = _shipped(tmp_path / "log", storage)
-    assert tlog.remote is not None
-    first = tlog.remote.finished_segments[0]
-    liar_next = tlog.remote.finished_segments[3].next_offset
+    assert tlog._remote is not None
+    first = tlog._remote.finished_segments[0]
+    liar_next = tlog._remote.finished_segments[3].next_offset
     tlog.close()
     objects = _keys(storage)
     key = _rli(first.base_offset, first.id)

@@ -215,8 +215,8 @@ def test_waiting_for_the_fetch_quota_does_not_count(tmp_path: Path) -> None:
     tlog = _archived_log(tmp_path, storage, n=N_QUOTA, fetch_max_wait_ms=150,
                          fetch_bytes_per_sec=QUOTA)
     try:
-        assert tlog.remote is not None
-        size = sum(s.size for s in tlog.remote.finished_segments)
+        assert tlog._remote is not None
+        size = sum(s.size for s in tlog._remote.finished_segments)
         assert size > 2.5 * QUOTA  # over 1.5 s of the quota past its one second of burst
         t0 = time.monotonic()
         o = 0

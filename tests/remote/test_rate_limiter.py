@@ -85,13 +85,13 @@ def test_the_fetch_quota_throttles_remote_reads(tmp_path: Path) -> None:
     produce(tlog, 1200)
     tlog.roll()
     tlog.tier_once()
-    assert tlog.remote is not None
-    archived = tlog.remote.size_bytes
+    assert tlog._remote is not None
+    archived = tlog._remote.size_bytes
     assert archived > 2 * 64 * 1024
     t0 = time.monotonic()
     read_all_checked(tlog, 1200, max_records=100)
     elapsed = time.monotonic() - t0
-    st = tlog.remote.stats
+    st = tlog._remote.stats
     assert st.remote_fetch_bytes == archived
     assert st.remote_fetch_throttled_ms > 0
     # The quota held: what was fetched beyond the first second's burst took its time.
@@ -114,7 +114,7 @@ def test_the_quotas_are_the_nodes(tmp_path: Path) -> None:
     topics.load()
     try:
         a, b = topics.create("a", 2), topics.create("b", 1)
-        remotes = [plog.remote for plog in (*a.logs, *b.logs)]
+        remotes = [plog._remote for plog in (*a.logs, *b.logs)]
         assert all(r is not None for r in remotes)
         assert {id(r.fetch_limiter) for r in remotes if r} == {id(topics.limits.fetch)}
         assert {id(r.limiter) for r in remotes if r} == {id(topics.limits.upload)}
@@ -151,8 +151,8 @@ def test_logs_sharing_limits_keep_to_them_together(tmp_path: Path) -> None:
     for th in readers:
         th.join(120)
     elapsed = time.monotonic() - t0
-    fetched = sum(t.remote.stats.remote_fetch_bytes for t in logs if t.remote)
-    assert fetched == sum(t.remote.size_bytes for t in logs if t.remote) > 2 * rate
+    fetched = sum(t._remote.stats.remote_fetch_bytes for t in logs if t._remote)
+    assert fetched == sum(t._remote.size_bytes for t in logs if t._remote) > 2 * rate
     assert elapsed >= (fetched - rate) / rate * 0.99  # together, not each, at the rate
     for t in logs:
         t.close()
@@ -200,12 +200,12 @@ def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:
     got: list[object] = []
     reader = threading.Thread(target=lambda: got.append(_read_or_error(tlog)))
     reader.start()
-    assert tlog.remote is not None
+    assert tlog._remote is not None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not (
-            tlog.remote.fetch_limiter.waiting and tlog.remote.limiter.waiting):
+            tlog._remote.fetch_limiter.waiting and tlog._remote.limiter.waiting):
         time.sleep(0.02)
-    assert tlog.remote.fetch_limiter.waiting and tlog.remote.limiter.waiting
+    assert tlog._remote.fetch_limiter.waiting and tlog._remote.limiter.waiting
     t0 = time.monotonic()
     tlog.close()
     reader.join(60)
@@ -214,8 +214,8 @@ def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:
     tlog = TieredLog(tmp_path / "log", log_id="q-0", storage=storage, config=SMALL, tier=base,
                      start_shipper=False)
     tlog.tier_once()
-    assert tlog.remote is not None
-    segs = tlog.remote.finished_segments
+    assert tlog._remote is not None
+    segs = tlog._remote.finished_segments
     assert [s.base_offset for s in segs] == sorted({s.base_offset for s in segs})
     assert segs[0].base_offset == 0 and tlog.bounds().remote_end_offset >= 1100
     for a, b in itertools.pairwise(segs):

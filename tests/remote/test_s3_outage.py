@@ -140,17 +140,17 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
                      config=LogConfig(segment_bytes=SEGMENT_BYTES, index_interval_bytes=1024),
                      tier=TierConfig(ship_interval_ms=20, local_retention_bytes=0,
                                      chunk_bytes=4096))
-    assert tlog.shipper is not None and tlog.remote is not None
+    assert tlog._shipper is not None and tlog._remote is not None
     producers = Producers(tlog)
     try:
         # 1. Shipping works: a few segments reach the bucket.
-        wait_until(lambda: len(tlog.remote.finished_segments) >= 3, "the first copies")  # type: ignore[union-attr]
-        shipped_before = {s.id for s in tlog.remote.finished_segments}
+        wait_until(lambda: len(tlog._remote.finished_segments) >= 3, "the first copies")  # type: ignore[union-attr]
+        shipped_before = {s.id for s in tlog._remote.finished_segments}
 
         # 2. The server goes away. Appends go on; the shipper fails and backs off.
         server.stop()
         outage_start = producers.count()
-        wait_until(lambda: tlog.shipper.last_error is not None, "a failed tiering round")  # type: ignore[union-attr]
+        wait_until(lambda: tlog._shipper.last_error is not None, "a failed tiering round")  # type: ignore[union-attr]
         end_at_outage = tlog.bounds().remote_end_offset
         lag_at_outage = tlog.describe()["copy_lag_segments"]
         # Producers are never blocked: records and unshipped segments pile up.
@@ -161,12 +161,12 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
         assert b.remote_end_offset == end_at_outage  # nothing could be shipped ...
         assert b.local_start_offset <= end_at_outage  # ... and nothing unshipped was dropped
         assert tlog.describe()["copy_lag_bytes"] > 3 * SEGMENT_BYTES
-        assert "cannot reach S3" in (tlog.shipper.last_error or "")  # type: ignore[union-attr]
+        assert "cannot reach S3" in (tlog._shipper.last_error or "")  # type: ignore[union-attr]
 
         # 3. The server comes back with its state (the same bucket and objects).
         server.start()
         tlog.roll()  # wakes the shipper out of its backoff
-        wait_until(lambda: tlog.shipper.last_error is None  # type: ignore[union-attr]
+        wait_until(lambda: tlog._shipper.last_error is None  # type: ignore[union-attr]
                    and tlog.bounds().remote_end_offset > end_at_outage, "shipping to resume")
     finally:
         producers.stop()
@@ -178,16 +178,16 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
     wait_until(lambda: tlog.bounds().local_start_offset == total, "local copies to be dropped")
 
     # 4. Everything is in the bucket exactly once, and reads come from it.
-    assert shipped_before <= {s.id for s in tlog.remote.finished_segments}
-    assert all(s.state == CopyState.COPY_FINISHED for s in tlog.remote.journal.segments())
-    finished = tlog.remote.finished_segments
+    assert shipped_before <= {s.id for s in tlog._remote.finished_segments}
+    assert all(s.state == CopyState.COPY_FINISHED for s in tlog._remote.journal.segments())
+    finished = tlog._remote.finished_segments
     assert finished[0].base_offset == 0
     for a, c in itertools.pairwise(finished):
         assert a.next_offset == c.base_offset
     keys = sorted(o.key for o in storage.list(naming.segment_objects_prefix(LOG_ID)))
     assert keys == sorted(naming.segment_object_key(LOG_ID, s.base_offset, s.id, sfx)
                           for s in finished for sfx in naming.SEGMENT_OBJECT_SUFFIXES)
-    fetched = tlog.remote.stats.remote_fetch_requests
+    fetched = tlog._remote.stats.remote_fetch_requests
     o = 0
     while o < total:
         recs = tlog.read_range(o, 500, 256 * 1024)
@@ -195,6 +195,6 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
         for r in recs:
             assert (r.key, r.value) == producers.acked[r.offset], r.offset
         o = recs[-1].offset + 1
-    assert tlog.remote.stats.remote_fetch_requests > fetched  # served by the bucket
+    assert tlog._remote.stats.remote_fetch_requests > fetched  # served by the bucket
     tlog.close()
     storage.close()

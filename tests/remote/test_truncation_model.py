@@ -68,11 +68,11 @@ def _append(tlog: TieredLog, model: Model, n: int, per_batch: int) -> None:
 def _cut_offset(tlog: TieredLog, kind: str, k: int) -> int:
     """The truncation offset a step names, resolved against the log as it is now."""
     nxt = tlog.next_offset
-    r = tlog.remote
+    r = tlog._remote
     assert r is not None
     chunks = [e for e in r.index.all_entries() if e.first_offset < r.remote_end]
     segs = [(s.base_offset, r.served_end(s)) for s in r.finished_segments]
-    local = [(s.base_offset, s.next_offset) for s in tlog.local.segments()
+    local = [(s.base_offset, s.next_offset) for s in tlog._local.segments()
              if s.next_offset > s.base_offset]
     if kind.startswith("chunk") and chunks:
         e = chunks[k % len(chunks)]
@@ -105,9 +105,10 @@ def _check(tlog: TieredLog, model: Model) -> None:
             assert rec.offset == start + i
             assert (rec.value, rec.timestamp) == model.records[rec.offset], rec.offset
     # The binary fetch below the local start: whole batches, none from a truncated past.
-    local_start = tlog.local.log_start_offset
+    local_start = tlog._local.log_start_offset
     for start in range(min(local_start, n)):
-        data, after = tlog.read_remote_batches(start, max_records=5, max_bytes=300)
+        fetched = tlog.read_remote_batches(start, max_records=5, max_bytes=300)
+        data, after = fetched.data, fetched.next_offset
         recs = decode_records(data, 0, len(data))[0]
         assert recs and recs[0].offset <= start < after <= local_start
         assert recs[-1].offset == after - 1
@@ -119,7 +120,7 @@ def _check(tlog: TieredLog, model: Model) -> None:
         want = next((o for o, (_, t) in enumerate(model.records) if t >= ts), None)
         assert tlog.offset_for_timestamp(ts) == want, ts
     # The archive listing: segments and chunks that tile [log start, remote end) once.
-    r = tlog.remote
+    r = tlog._remote
     assert r is not None
     expect = r.start_offset
     for seg in r.archived_segments(0):

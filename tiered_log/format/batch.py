@@ -235,6 +235,24 @@ def first_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
     return int(_TIMESTAMP.unpack_from(buf, pos + HEADER_SIZE)[0])
 
 
+@dataclass(frozen=True, slots=True)
+class FetchData:
+    """What a batch read of either tier returns (as Kafka's ``FetchDataInfo``): stored
+    batches, unchanged and verified, holding the records from ``first_offset`` (the
+    offset asked for) up to ``next_offset``. The first batch may begin below
+    ``first_offset`` (a reader skips those records); ``data`` is empty when the read was
+    at the log's end. Immutable (``data`` may be a view of a buffer nobody writes)."""
+
+    data: bytes | memoryview
+    first_offset: int
+    next_offset: int
+
+    @property
+    def count(self) -> int:
+        """Records from ``first_offset`` the batches hold."""
+        return self.next_offset - self.first_offset
+
+
 def batch_header(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
     """``(base_offset, size, count)`` of the batch at ``pos`` without verifying it."""
     base, size, _cs, _m, _a, n = HEADER.unpack_from(buf, pos)

@@ -252,10 +252,10 @@ def run_remote_read(total_mib: int = 64, segment_mib: int = 8,
             _say("shipping the archive")
             tlog.tier_once()
             assert tlog.bounds().local_start_offset == n, "local copies were not dropped"
-            assert tlog.remote is not None
-            shipped = tlog.remote.finished_segments
-            keys = [f"rread/{_data_key(s.base_offset, s.id)}" for s in shipped]
-            size = sum(s.size for s in shipped)
+            shipped = [s for s in tlog.describe()["remote_segments"]
+                       if s["state"] == "COPY_FINISHED"]
+            keys = [f"rread/{_data_key(s['base_offset'], s['id'])}" for s in shipped]
+            size = sum(s["size"] for s in shipped)
             tlog.close()
             client = _boto(t)
             base_runs: list[float] = []
@@ -282,7 +282,7 @@ def run_remote_read(total_mib: int = 64, segment_mib: int = 8,
                     o = count = 0
                     if what == "batches":
                         while o < n:
-                            _, o = tlog.read_remote_batches(o, 10_000, 8 << 20)
+                            o = tlog.read_remote_batches(o, 10_000, 8 << 20).next_offset
                         batch_runs.append(time.perf_counter() - t0)
                         count = o
                     else:
@@ -374,11 +374,7 @@ def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
             on = TieredLog(work / "on", log_id="lat-0", storage=storage, config=cfg, tier=tier,
                            start_shipper=False)
             _fill(on, backlog_mib << 20, 1024)
-            assert on.shipper is None
-            from ..shipper import Shipper
-
-            on.shipper = Shipper(on, tier.ship_interval_ms)
-            on.shipper.start()
+            on.start_shipper()
             _say("phase 2/3: shipping running")
             phases["shipping"] = _latencies(on, appends, value)
             # Catch-up reader: wait for the archive, then read it from 0 in a loop.
@@ -395,7 +391,7 @@ def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
                     while not stop.is_set() and o < on.bounds().local_start_offset:
                         # What the service does for a catch-up consumer's binary
                         # fetch: stored batches, verified, decoded by the consumer.
-                        _, nxt = on.read_remote_batches(o, 2000, 4 << 20)
+                        nxt = on.read_remote_batches(o, 2000, 4 << 20).next_offset
                         read_records += nxt - o
                         o = nxt
 

@@ -31,7 +31,7 @@ from ..errors import (
     TieredLogError,
 )
 from ..format import naming
-from ..format.records import Record, batch_header, batch_table, decode_records, rebatch
+from ..format.records import FetchData, Record, batch_header, batch_table, decode_records, rebatch
 from ..format.remote_index import RemoteLogIndexEntry
 from .cache import ChunkCache
 from .limits import RateLimiter
@@ -325,10 +325,11 @@ class RemoteReader:
                 break  # a limit stopped us inside the chunk
         return out
 
-    def read_batches(self, offset: int, max_records: int, max_bytes: int) -> tuple[bytes, int]:
-        """Stored batches from the remote tier as they are, for a binary fetch: ``(data,
-        next_offset)``. The first batch is the one holding ``offset`` (it may start below
-        it, as a local binary fetch's does); whole batches follow while fewer than
+    def read_batches(self, offset: int, max_records: int, max_bytes: int) -> FetchData:
+        """Stored batches from the remote tier as they are, for a binary fetch (the same
+        :class:`~tiered_log.format.batch.FetchData` a local read returns). The first
+        batch is the one holding ``offset`` (it may start below it, as a local read's
+        does); whole batches follow while fewer than
         ``max_records`` records from ``offset`` and fewer than ``max_bytes`` bytes were
         taken (the first always). Every batch of a chunk read is verified
         (RemoteCorruptionError, the chunk dropped from the cache). A batch reaching past
@@ -358,7 +359,7 @@ class RemoteReader:
                 if b.base_offset >= stop:
                     break
                 if parts and (taken + b.size > max_bytes or cur - offset >= max_records):
-                    return b"".join(parts), cur
+                    return FetchData(b"".join(parts), offset, cur)
                 part: bytes | memoryview
                 if after > stop:  # cut by a truncation: only the records below the cut
                     recs = decode_records(data, b.position, b.position + b.size)[0]
@@ -370,8 +371,8 @@ class RemoteReader:
                 taken += len(part)
                 cur = after
                 if cur >= end:
-                    return b"".join(parts), cur
-        return b"".join(parts), cur
+                    return FetchData(b"".join(parts), offset, cur)
+        return FetchData(b"".join(parts), offset, cur)
 
     def archived_segments(self, log_start: int) -> list[dict[str, Any]]:
         """Finished remote segments holding offsets at or above ``log_start``, clipped by

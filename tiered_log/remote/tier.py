@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..format import naming
-from ..format.records import Record
+from ..format.records import FetchData, Record
 from ..local.segment import SegmentInfo
 from .cache import ChunkCache
 from .copy import CopyAttempt, CopyTask
@@ -139,7 +139,7 @@ class RemoteTier(TierState):
     def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
         return self.reader.read_range(offset, max_records, max_bytes)
 
-    def read_batches(self, offset: int, max_records: int, max_bytes: int) -> tuple[bytes, int]:
+    def read_batches(self, offset: int, max_records: int, max_bytes: int) -> FetchData:
         return self.reader.read_batches(offset, max_records, max_bytes)
 
     def archived_segments(self, log_start: int) -> list[dict[str, Any]]:

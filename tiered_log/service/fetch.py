@@ -1,249 +1,47 @@
 """Reading records for the API: decoded (JSON form) or as raw batches (binary form).
 
-:func:`fetch_frames` serves the binary form. Where the records are on local disk it
-never decodes or re-encodes them: it finds the batch holding the first wanted offset
-through the segment's index (:meth:`~tiered_log.local.segment.Segment.position_of`),
-reads from there with one ``pread`` per segment and walks the 28-byte batch headers to
-honour ``max_records``/``max_bytes``, checking each batch's checksum; the bytes go to the
-client as they were on disk (disk format == wire format). As in Kafka, a page is made of whole batches: its first
-batch may begin before the asked offset (the client skips those records) and its last
-may run past ``max_records``. Below the local start the batches come from the remote
-tier's chunks the same way, verified there and not decoded
-(:meth:`~tiered_log.tiered.TieredLog.read_remote_batches`).
+Both go through the partition's log: :func:`fetch_frames` is
+:meth:`TieredLog.read_batches <tiered_log.tiered.TieredLog.read_batches>` (the stored
+batches of either tier, verified, not decoded: disk format == bucket format == wire
+format) with the bounds the answer reports; :func:`fetch_records` is
+:meth:`TieredLog.read_range <tiered_log.tiered.TieredLog.read_range>`, which decodes and
+so verifies every record it returns.
 
-Verification: nothing damaged is served on either path. The JSON path decodes, and so
-verifies, every record it returns. The binary path checks every batch it sends against
-its checksum (one xxh3 pass over the batch, no decode; the client verifies again), from
-local segments as from the remote tier. A page stops before a batch that fails (200 with
-the batches before it; its ``next_offset`` is the damaged batch's); a fetch that starts
-in a damaged batch raises :class:`~tiered_log.errors.CorruptRangeError` (HTTP 410
-``corrupt_record``, not retriable), on both paths, and the first time a damaged place is
-met it is logged as an ERROR naming the segment file. Records after the damage are
-served as before.
+Damage: nothing damaged is served on either path. A page stops before a damaged batch
+(200 with the batches before it; its ``next_offset`` is the damaged batch's); a fetch
+that starts in one raises :class:`~tiered_log.errors.CorruptRangeError` (HTTP 410
+``corrupt_record``, not retriable). Records after the damage are served as before.
 
-Both functions block on disk: run them in a worker thread. They take no lock and may
-race appends (they see a consistent prefix) and truncations (they may stop early or
-return records the truncation then removes, as :class:`~tiered_log.local.log.Log` reads).
+Both functions block on disk and the bucket: run them in a worker thread. They take no
+lock (as the log's reads).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 from dataclasses import dataclass
 
-import xxhash
-
-from ..errors import (
-    CorruptIndexError,
-    CorruptRangeError,
-    CorruptRecordError,
-    DataLossError,
-    OffsetOutOfRangeError,
-)
-from ..format.records import CHECKED_FROM, HEADER, HEADER_SIZE, Record, batch_header
-from ..local.segment import Segment
+from ..errors import CorruptIndexError, CorruptRecordError
+from ..format.records import FetchData, Record
 from .topics import PartitionBounds, PartitionLog, partition_bounds
-
-log = logging.getLogger(__name__)
-
-_h64 = xxhash.xxh3_64_intdigest
-_reported: set[tuple[str, int]] = set()
-_reported_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
 class FrameBatch:
-    """Raw batches holding ``count`` consecutive records from ``first_offset`` (the asked
-    offset) to ``next_offset``; the first batch may hold records before ``first_offset``."""
+    """A page of a binary fetch: the log's :class:`~tiered_log.format.batch.FetchData`
+    and the partition's bounds after reading (the answer's headers report them)."""
 
-    data: bytes | memoryview
-    count: int
-    first_offset: int
-    next_offset: int
+    fetched: FetchData
     bounds: PartitionBounds
 
 
-def _out_of_range(offset: int, b: PartitionBounds) -> OffsetOutOfRangeError:
-    return OffsetOutOfRangeError(
-        f"offset {offset} is not in the log [{b.log_start_offset}, {b.next_offset})",
-        log_start=b.log_start_offset, next_offset=b.next_offset,
-    )
-
-
 def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: int) -> FrameBatch:
-    """Batches from the one holding ``offset`` on: at least one batch if there is a record
-    at ``offset``, then whole batches while fewer than ``max_records`` records from
-    ``offset`` and fewer than ``max_bytes`` bytes were taken.
-
-    OffsetOutOfRangeError below the log start or past the next offset; an empty batch at
-    exactly the next offset.
-    """
-    b = partition_bounds(plog)
-    if offset < b.log_start_offset or offset > b.next_offset:
-        raise _out_of_range(offset, b)
-    if offset == b.next_offset:
-        return FrameBatch(b"", 0, offset, offset, b)
-    if offset < b.local_start_offset:
-        try:
-            archived, nxt = plog.read_remote_batches(offset, max_records, max_bytes)
-        except DataLossError:
-            # A truncation raced us: the bounds moved. Out of them now: 416; at or above
-            # the local start now: read locally; else the data is truly missing.
-            now = partition_bounds(plog)
-            if offset < now.log_start_offset or offset > now.next_offset:
-                raise _out_of_range(offset, now) from None
-            if offset >= now.local_start_offset:
-                return fetch_frames(plog, offset, max_records, max_bytes)
-            raise
-        return FrameBatch(archived, nxt - offset, offset, nxt, partition_bounds(plog))
-
-    parts: list[bytes | memoryview] = []
-    total = 0
-    cur = offset
-    while cur - offset < max_records and total < max_bytes:
-        try:
-            seg = plog.segment_for(cur)
-        except OffsetOutOfRangeError:
-            if not parts:
-                # Retention or truncation moved the bounds since we looked.
-                raise _out_of_range(offset, partition_bounds(plog)) from None
-            break
-        end = seg.size  # complete batches only: size grows after a write completes
-        try:
-            pos, base = _position_of(seg, cur)
-        except CorruptRangeError:
-            if not parts:
-                raise
-            break  # serve what came before the damage
-        if pos >= end:
-            break
-        buf, taken, nxt = _take_batches(seg, pos, end, base, offset + max_records - base,
-                                        max_bytes - total, not parts)
-        if taken == 0:
-            break
-        parts.append(buf if taken == len(buf) else memoryview(buf)[:taken])  # no copy
-        total += taken
-        cur = nxt
-        if pos + taken < end:
-            break  # a limit was reached inside this segment
-    data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)
-    return FrameBatch(data, cur - offset, offset, cur, partition_bounds(plog))
-
-
-_READ_SLACK = 64 << 10
-"""Bytes read beyond the estimate of what a page needs (one read is the aim)."""
-
-
-def _damaged(seg: Segment, pos: int, offset: int, what: str) -> CorruptRangeError:
-    """The error for reading ``offset`` from ``seg``, damaged at byte ``pos`` (``what``
-    says how), logged as an ERROR the first time this place is met (the client's message
-    names the segment file, not the server's paths)."""
-    key = (str(seg.store_path), pos)
-    with _reported_lock:
-        first = key not in _reported
-        if first:
-            if len(_reported) >= 4096:
-                _reported.clear()
-            _reported.add(key)
-    if first:
-        log.error("damaged local data in %s (reading offset %d): %s; fetches of the "
-                  "damaged records answer 410 corrupt_record", seg.store_path, offset, what)
-    return CorruptRangeError(f"offset {offset}: {what}; its records cannot be served (the "
-                             "stored data is damaged)")
-
-
-def _position_of(seg: Segment, offset: int) -> tuple[int, int]:
-    """:meth:`Segment.position_of`; a sealed segment whose batch headers do not lead to
-    ``offset`` (one that does not follow, or they run past the end) gets its index
-    rebuilt (as its reads do), and if its store is what is damaged, CorruptRangeError."""
-    try:
-        pos, base = seg.position_of(offset)
-        if not seg.sealed or pos < seg.size or offset >= seg.next_offset:
-            return pos, base
-    except CorruptIndexError:
-        if not seg.sealed:
-            raise
-    try:
-        seg.rebuild_index()
-    except CorruptRecordError as exc:
-        raise _damaged(seg, -1, offset, str(exc)) from None
-    return seg.position_of(offset)
-
-
-def _intact(buf: bytes, at: int, size: int, base: int) -> bool:
-    """Whether the batch at ``buf[at:at+size]`` (base offset ``base``) matches its
-    checksum: one xxh3 pass, covering every byte but the base offset (the seed) and the
-    size (a wrong size hashes the wrong bytes)."""
-    return bool(_h64(memoryview(buf)[at + CHECKED_FROM : at + size], base)
-                == HEADER.unpack_from(buf, at)[2])
-
-
-def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, budget: int,
-                  first: bool) -> tuple[bytes, int, int]:
-    """Read whole batches of ``seg`` from byte ``pos`` (the batch at offset ``base``)
-    until they hold ``records`` records from ``base`` or take ``budget`` bytes (the first
-    batch always, when ``first``). Returns the bytes read, how many of them are batches
-    taken, and the offset after the last one taken.
-
-    Reads about what the page needs: a first guess from the segment's mean record size
-    (plus slack), grown when it falls short, never past ``budget`` (except for a first
-    batch larger than it, read whole). Every batch taken is checked against its
-    checksum (not decoded): the walk stops before one that fails, and a failing first
-    batch (read twice, in case a truncation was rewriting it) is CorruptRangeError.
-    """
-    count = seg.next_offset - seg.base_offset
-    avg = seg.size // count if count > 0 else HEADER_SIZE
-    guess = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK, avg * (records + 1) + _READ_SLACK)
-    checked = 0  # bytes from ``pos`` already verified (a re-read holds the same batches)
-    while True:
-        buf = seg.read_bytes(pos, guess)
-        walked, nxt, short = 0, base, False
-        while nxt - base < records and walked < budget:
-            if walked + HEADER_SIZE > len(buf):
-                short = True
-                break
-            off, size, n = batch_header(buf, walked)
-            if off != nxt or size < HEADER_SIZE or n < 1:
-                if walked == 0 and first:
-                    raise CorruptRecordError(
-                        f"expected offset {base} at byte {pos} of {seg.store_path.name}")
-                break  # a racing truncation rewrote the tail: stop here
-            if (walked or not first) and walked + size > budget:
-                break
-            if walked + size > len(buf):
-                short = True
-                break
-            if walked >= checked and not _intact(buf, walked, size, off):
-                if walked == 0 and first:
-                    return _first_batch_again(seg, pos, end, base)
-                break  # serve the batches before it; a fetch from it gets the error
-            walked += size
-            checked = max(checked, walked)
-            nxt = off + n
-        grown = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK, guess * 4)
-        if short and len(buf) == guess and grown > guess:
-            guess = grown  # the read fell short of what the limits allow: read more
-            continue
-        if walked == 0 and first:
-            if len(buf) < HEADER_SIZE:
-                raise CorruptRecordError(f"truncated batch at byte {pos} of {seg.store_path.name}")
-            # The first batch is larger than the budget: take it whole on its own.
-            return _first_batch_again(seg, pos, end, base)
-        return buf, walked, nxt
-
-
-def _first_batch_again(seg: Segment, pos: int, end: int, base: int) -> tuple[bytes, int, int]:
-    """The first batch of a page on its own (read again, whole): the batch at byte ``pos``
-    holding offset ``base``, verified; CorruptRangeError if it does not verify."""
-    off, size, n = batch_header(seg.read_bytes(pos, HEADER_SIZE))
-    whole = seg.read_bytes(pos, size) if size >= HEADER_SIZE and pos + size <= end else b""
-    where = f"the stored batch at byte {pos} of segment {seg.store_path.name}"
-    if off != base or len(whole) != size:
-        raise _damaged(seg, pos, base, f"{where} has a damaged header")
-    if not _intact(whole, 0, size, off):
-        raise _damaged(seg, pos, base, f"{where} fails its checksum")
-    return whole, size, off + n
+    """Batches from the one holding ``offset`` on (see
+    :meth:`TieredLog.read_batches <tiered_log.tiered.TieredLog.read_batches>`): at least
+    one batch if there is a record at ``offset``, then whole batches while fewer than
+    ``max_records`` records and ``max_bytes`` bytes were taken; empty at exactly the next
+    offset. OffsetOutOfRangeError outside the log."""
+    fetched = plog.read_batches(offset, max_records, max_bytes)
+    return FrameBatch(fetched, partition_bounds(plog))
 
 
 def fetch_records(plog: PartitionLog, offset: int, max_records: int,
@@ -251,21 +49,16 @@ def fetch_records(plog: PartitionLog, offset: int, max_records: int,
     """Decoded records from ``offset`` on (any tier) and the bounds after reading.
 
     When a local read meets a damaged batch, the records before it are returned (the
-    binary path's verified walk finds where it is, and those records are read again);
-    a read starting in it raises CorruptRangeError."""
+    batch read's verified walk finds where it is, and those records are read again); a
+    read starting in it raises CorruptRangeError."""
     try:
         recs = plog.read_range(offset, max_records, max_bytes)
     except (CorruptRecordError, CorruptIndexError) as exc:
-        recs = _records_before_damage(plog, offset, max_records, max_bytes, exc)
+        fetched = plog.read_batches(offset, max_records, max_bytes)  # CorruptRangeError at offset
+        if fetched.next_offset <= offset:
+            raise exc from None
+        recs = plog.read_range(offset, fetched.next_offset - offset, max_bytes)
     return recs, partition_bounds(plog)
-
-
-def _records_before_damage(plog: PartitionLog, offset: int, max_records: int, max_bytes: int,
-                           exc: Exception) -> list[Record]:
-    fb = fetch_frames(plog, offset, max_records, max_bytes)  # CorruptRangeError at offset
-    if fb.next_offset <= offset:
-        raise exc
-    return plog.read_range(offset, fb.next_offset - offset, max_bytes)
 
 
 __all__ = ["FrameBatch", "fetch_frames", "fetch_records"]

@@ -252,14 +252,14 @@ async def fetch(
         fb = await poll(state.waiters, state.stopping, key, wait_ms,
                         lambda: run_log_call(state, topic, fetch_frames, plog, offset,
                                              max_records, max_bytes),
-                        lambda r: r.count == 0)
+                        lambda r: r.fetched.count == 0)
         m.fetch_requests.inc(topic, "binary")
-        m.fetch_records.inc(topic, amount=fb.count)
-        m.fetch_bytes.inc(topic, amount=len(fb.data))
-        b = fb.bounds
-        return Response(fb.data, media_type=BINARY, headers={
-            H_NEXT_OFFSET: str(fb.next_offset), H_HIGH_WATERMARK: str(b.high_watermark),
-            H_LOG_START: str(b.log_start_offset), H_RECORD_COUNT: str(fb.count)})
+        page, b = fb.fetched, fb.bounds
+        m.fetch_records.inc(topic, amount=page.count)
+        m.fetch_bytes.inc(topic, amount=len(page.data))
+        return Response(page.data, media_type=BINARY, headers={
+            H_NEXT_OFFSET: str(page.next_offset), H_HIGH_WATERMARK: str(b.high_watermark),
+            H_LOG_START: str(b.log_start_offset), H_RECORD_COUNT: str(page.count)})
     body, count, size = await poll(
         state.waiters, state.stopping, key, wait_ms,
         lambda: run_log_call(state, topic, _json_fetch, plog, offset, max_records, max_bytes),

@@ -1,4 +1,4 @@
-"""``fetch_frames`` (the binary fetch's page builder) in process: for any offset and
+"""``TieredLog.read_batches`` (what the binary fetch sends) in process: for any offset and
 limits it returns whole stored batches, from the one holding the offset, holding exactly
 the records ``read_range`` decodes from there, and no batch more than the limits need,
 across segment boundaries; from the remote tier the same (batches sent as stored,
@@ -16,13 +16,18 @@ from hypothesis import strategies as st
 from tiered_log import DataLossError, LogConfig, OffsetOutOfRangeError, TieredLog
 from tiered_log.errors import RemoteCorruptionError
 from tiered_log.format import naming
-from tiered_log.format.records import ProducerRecord, batch_header, batch_table, decode_records
+from tiered_log.format.records import (
+    FetchData,
+    ProducerRecord,
+    batch_header,
+    batch_table,
+    decode_records,
+)
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
-from tiered_log.service.fetch import FrameBatch, fetch_frames
 
 
-def check_page(log: TieredLog, page: FrameBatch, offset: int, max_records: int,
+def check_page(log: TieredLog, page: FetchData, offset: int, max_records: int,
                max_bytes: int) -> None:
     """``page`` holds whole verified batches whose records from ``offset`` are the log's,
     at least one, and it stops at the first batch that reaches a limit."""
@@ -46,7 +51,7 @@ def check_page(log: TieredLog, page: FrameBatch, offset: int, max_records: int,
                         max_size=40),
        queries=st.lists(st.tuples(st.integers(0, 200), st.integers(1, 12),
                                   st.integers(1, 20_000)), min_size=1, max_size=12))
-def test_fetch_frames_pages_whole_batches(batches: list[list[int]],
+def test_read_batches_pages_whole_batches(batches: list[list[int]],
                                           queries: list[tuple[int, int, int]]) -> None:
     with tempfile.TemporaryDirectory() as d:
         log = TieredLog(Path(d) / "p", config=LogConfig(segment_bytes=8192,
@@ -58,7 +63,7 @@ def test_fetch_frames_pages_whole_batches(batches: list[list[int]],
                 i += len(sizes)
             for offset, max_records, max_bytes in queries:
                 offset = min(offset, i - 1)
-                check_page(log, fetch_frames(log, offset, max_records, max_bytes), offset,
+                check_page(log, log.read_batches(offset, max_records, max_bytes), offset,
                            max_records, max_bytes)
         finally:
             log.close()
@@ -75,7 +80,7 @@ def test_pages_of_one_big_batch_and_of_small_ones(tmp_path: Path) -> None:
             log.append(bytes([i % 251]) * 50)
         for offset in range(0, 3290, 37):
             for max_records, max_bytes in ((10, 1 << 20), (500, 1 << 20), (400, 3000)):
-                check_page(log, fetch_frames(log, offset, max_records, max_bytes), offset,
+                check_page(log, log.read_batches(offset, max_records, max_bytes), offset,
                            max_records, max_bytes)
     finally:
         log.close()
@@ -118,7 +123,7 @@ def test_remote_pages_are_whole_verified_batches(batches: list[list[int]],
             assert local_start == n  # everything is archived
             for offset, max_records, max_bytes in queries:
                 offset = min(offset, n - 1)
-                page = fetch_frames(log, offset, max_records, max_bytes)
+                page = log.read_batches(offset, max_records, max_bytes)
                 check_page(log, page, offset, max_records, max_bytes)
                 recs = decode_records(bytes(page.data), start_offset=offset)[0]
                 assert all(r.timestamp == 1000 + r.offset for r in recs)
@@ -132,14 +137,15 @@ def test_truncation_inside_an_archived_batch_is_never_sent(tmp_path: Path) -> No
         log.truncate(317)  # inside the batch [300, 330)
         b = log.bounds()
         assert b.next_offset == 317 and b.local_start_offset == 317
-        data, nxt = log.read_remote_batches(290, 1000, 1 << 20)
+        fetched = log.read_remote_batches(290, 1000, 1 << 20)
+        data, nxt = fetched.data, fetched.next_offset
         assert nxt == 317
         recs = decode_records(data, start_offset=290)[0]
         assert [r.offset for r in recs] == list(range(290, 317))
         assert batch_header(data)[0] == 270  # the first batch is sent whole
         with pytest.raises(OffsetOutOfRangeError):
-            fetch_frames(log, 318, 10, 1 << 20)
-        assert fetch_frames(log, 317, 10, 1 << 20).count == 0
+            log.read_batches(318, 10, 1 << 20)
+        assert log.read_batches(317, 10, 1 << 20).count == 0
         with pytest.raises(DataLossError):
             log.read_remote_batches(317, 10, 1 << 20)  # not in the remote tier
     finally:
@@ -149,7 +155,7 @@ def test_truncation_inside_an_archived_batch_is_never_sent(tmp_path: Path) -> No
 def test_damaged_remote_chunk_raises_and_is_not_cached(tmp_path: Path) -> None:
     log, _ = archived_log(tmp_path, [[200] * 10 for _ in range(40)])
     try:
-        seg = log.remote.finished_segments[1]  # type: ignore[union-attr]
+        seg = log._remote.finished_segments[1]  # type: ignore[union-attr]
         path = tmp_path / "bucket" / naming.segment_object_key("t-0", seg.base_offset, seg.id,
                                                                naming.LOG_SUFFIX)
         data = bytearray(path.read_bytes())
@@ -157,9 +163,9 @@ def test_damaged_remote_chunk_raises_and_is_not_cached(tmp_path: Path) -> None:
         path.write_bytes(bytes(data))
         for _ in range(2):  # nothing damaged was kept in the cache
             with pytest.raises(RemoteCorruptionError):
-                fetch_frames(log, seg.base_offset, 5, 1 << 20)
+                log.read_batches(seg.base_offset, 5, 1 << 20)
         # Pages before the damaged segment are fine.
-        page = fetch_frames(log, 0, 5, 1 << 20)
+        page = log.read_batches(0, 5, 1 << 20)
         assert page.count >= 5
     finally:
         log.close()
