@@ -36,7 +36,7 @@ def cache_of(tmp_path: Path, *entries: tuple[int, int], name: str = "log") -> Le
 
 
 def pairs(c: LeaderEpochCache) -> list[tuple[int, int]]:
-    return [tuple(e) for e in c.entries()]
+    return [(e.epoch, e.start_offset) for e in c.entries()]
 
 
 # ---- assign ---------------------------------------------------------------------------
