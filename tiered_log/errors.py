@@ -36,6 +36,9 @@ answer (:func:`error_class`) read one table: this tree::
     │   └── RemoteTimeoutError     remote_timeout            503    bucket too slow
     ├── MetadataUnavailableError   metadata_unavailable      503    etcd out of reach
     │   └── LeaseNotFoundError     lease_not_found           503    etcd lease expired
+    ├── NotLeaderError             not_leader                421    ask the leader
+    ├── NotEnoughReplicasError     not_enough_replicas       503    ISR below min
+    ├── FencedEpochError           fenced_epoch              409    a deposed leader's epoch
     ├── DataLossError              data_loss                 410    removed by retention
     │   └── CorruptRangeError      corrupt_record            410    stored batch damaged
     │                                                               (also CorruptRecord)
@@ -48,7 +51,8 @@ retriable (a retriable ``TieredLogError`` such as a failed local write), else 50
 never raised: a body over ``max_request_bytes`` is refused by the HTTP layer with 413
 and the code ``request_too_large``, which the client decodes to this class).
 ``retriable`` defaults to False except for RemoteStorageError, RemoteTimeoutError,
-MetadataUnavailableError (and LeaseNotFoundError), ShuttingDownError and
+MetadataUnavailableError (and LeaseNotFoundError), NotLeaderError,
+NotEnoughReplicasError, ShuttingDownError and
 ConnectionFailedError; an instance may say otherwise.
 
 The last two are the client's own (:mod:`tiered_log.client`): the service never answers
@@ -246,6 +250,48 @@ class LeaseNotFoundError(MetadataUnavailableError):
     status = 503
 
 
+class NotLeaderError(TieredLogError):
+    """This node does not lead the partition (any more, or not yet): produce and consume
+    go to the leader. ``leader_id`` and ``leader_url`` name the current leader when this
+    node knows it (None while an election is under way). Retriable: a client refreshes
+    its metadata and sends the request there (Kafka's NOT_LEADER_OR_FOLLOWER)."""
+
+    retriable = True
+    code = "not_leader"
+    status = 421
+
+    def __init__(self, message: str, *, leader_id: int | None = None,
+                 leader_url: str | None = None) -> None:
+        super().__init__(message)
+        self.leader_id = leader_id
+        self.leader_url = leader_url
+
+
+class NotEnoughReplicasError(TieredLogError):
+    """An ``acks=all`` produce found fewer in-sync replicas than the topic's
+    ``min_insync_replicas`` (before appending: nothing was written), or the in-sync set
+    shrank below it while the records waited (then they were appended but are not
+    acknowledged, and may or may not survive a failover). Retriable."""
+
+    retriable = True
+    code = "not_enough_replicas"
+    status = 503
+
+
+class FencedEpochError(TieredLogError):
+    """A request carried a leader epoch older than the one this replica knows: it comes
+    from a deposed leader (or a follower that has not learnt of a newer one) and is
+    refused, so a deposed leader can never count this replica towards an acknowledgment
+    (Kafka's FENCED_LEADER_EPOCH). ``current_epoch`` is the epoch known here."""
+
+    code = "fenced_epoch"
+    status = 409
+
+    def __init__(self, message: str, *, current_epoch: int = -1) -> None:
+        super().__init__(message)
+        self.current_epoch = current_epoch
+
+
 class CorruptRangeError(DataLossError, CorruptRecordError):
     """The stored batch holding the asked offset fails its checksum (a damaged segment
     file): that range cannot be served; the records before and after it can.
@@ -387,6 +433,7 @@ __all__ = [
     "CorruptRecordError",
     "DataDirLockedError",
     "DataLossError",
+    "FencedEpochError",
     "InvalidArgumentError",
     "InvalidOffsetError",
     "InvalidRequestError",
@@ -395,6 +442,8 @@ __all__ = [
     "LogClosedError",
     "LogInUseError",
     "MetadataUnavailableError",
+    "NotEnoughReplicasError",
+    "NotLeaderError",
     "OffsetOutOfRangeError",
     "PermissionDeniedError",
     "RecordTooLargeError",
