@@ -51,6 +51,7 @@ TABLE: list[tuple[type[E.TieredLogError], str, int, int]] = [
     (E.LeaseNotFoundError, "lease_not_found", 503, 503),
     (E.NotLeaderError, "not_leader", 421, 421),
     (E.NotEnoughReplicasError, "not_enough_replicas", 503, 503),
+    (E.ReplicationTimeoutError, "replication_timeout", 503, 503),
     (E.FencedEpochError, "fenced_epoch", 409, 409),
     (E.DataLossError, "data_loss", 410, 410),
     (E.CorruptRangeError, "corrupt_record", 410, 410),

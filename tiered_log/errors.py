@@ -38,6 +38,7 @@ answer (:func:`error_class`) read one table: this tree::
     │   └── LeaseNotFoundError     lease_not_found           503    etcd lease expired
     ├── NotLeaderError             not_leader                421    ask the leader
     ├── NotEnoughReplicasError     not_enough_replicas       503    ISR below min
+    ├── ReplicationTimeoutError    replication_timeout       503    acks=all not in time
     ├── FencedEpochError           fenced_epoch              409    a deposed leader's epoch
     ├── DataLossError              data_loss                 410    removed by retention
     │   └── CorruptRangeError      corrupt_record            410    stored batch damaged
@@ -52,7 +53,7 @@ never raised: a body over ``max_request_bytes`` is refused by the HTTP layer wit
 and the code ``request_too_large``, which the client decodes to this class).
 ``retriable`` defaults to False except for RemoteStorageError, RemoteTimeoutError,
 MetadataUnavailableError (and LeaseNotFoundError), NotLeaderError,
-NotEnoughReplicasError, ShuttingDownError and
+NotEnoughReplicasError, ReplicationTimeoutError, ShuttingDownError and
 ConnectionFailedError; an instance may say otherwise.
 
 The last two are the client's own (:mod:`tiered_log.client`): the service never answers
@@ -234,7 +235,8 @@ class RemoteTimeoutError(RemoteStorageError):
 class MetadataUnavailableError(TieredLogError):
     """The cluster's metadata store (etcd) did not answer: refused, timed out, or
     answered with a server error (:mod:`tiered_log.cluster.etcd`). Whether a write made
-    in that call took effect is unknown: read it back before retrying. Retriable."""
+    in that call took effect is unknown: read it back before retrying. Retriable; an
+    instance for a request etcd refused as invalid (or a closed store) is not."""
 
     retriable = True
     code = "metadata_unavailable"
@@ -275,6 +277,16 @@ class NotEnoughReplicasError(TieredLogError):
 
     retriable = True
     code = "not_enough_replicas"
+    status = 503
+
+
+class ReplicationTimeoutError(TieredLogError):
+    """``acks=all`` records were appended on the leader but did not reach every in-sync
+    replica within the request's time: not acknowledged. They may still be committed
+    (a retry may then write them twice, as with Kafka's REQUEST_TIMED_OUT). Retriable."""
+
+    retriable = True
+    code = "replication_timeout"
     status = 503
 
 
@@ -447,6 +459,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PermissionDeniedError",
     "RecordTooLargeError",
+    "ReplicationTimeoutError",
     "RemoteCorruptionError",
     "RemoteObjectNotFoundError",
     "RemoteStorageError",
