@@ -1,0 +1,210 @@
+"""LeaderReplication: the leader's follower states, high watermark, ISR proposals and
+acks=all waits, driven with a fake clock and a counter standing in for the leader's log
+end (the class reads the log only through that callable)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiered_log.cluster.replica import LeaderReplication
+from tiered_log.errors import (
+    InvalidArgumentError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    ReplicationTimeoutError,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def leader(leo: list[int], clock: Clock, *, isr: tuple[int, ...] = (1, 2, 3),
+           min_isr: int = 2, hw: int = 0) -> LeaderReplication:
+    return LeaderReplication(leader_id=1, leader_epoch=5, replicas=(1, 2, 3), isr=isr,
+                             min_insync_replicas=min_isr, lag_time_max_ms=100,
+                             log_end=lambda: leo[0], high_watermark=hw,
+                             epoch_start_offset=0, clock=clock)
+
+
+def test_high_watermark_is_the_lowest_isr_log_end() -> None:
+    leo, clock = [10], Clock()
+    r = leader(leo, clock)
+    assert r.high_watermark == 0
+    assert r.record_fetch(2, 10) == 0  # follower 3 has not fetched yet
+    assert r.record_fetch(3, 7) == 7
+    assert r.record_fetch(3, 10) == 10
+    leo[0] = 15
+    assert r.record_append() == 10  # followers must fetch first
+    assert r.record_fetch(2, 12) == 10
+    assert r.record_fetch(3, 15) == 12
+    # Never backwards: a follower fetching from lower (after a restart) does not move it.
+    assert r.record_fetch(2, 11) == 12
+
+
+def test_starting_hw_is_capped_by_the_log_end() -> None:
+    assert leader([4], Clock(), hw=9).high_watermark == 4
+
+
+def test_a_lone_leader_commits_on_append() -> None:
+    leo, clock = [0], Clock()
+    r = leader(leo, clock, isr=(1,), min_isr=1)
+    leo[0] = 3
+    assert r.record_append() == 3
+
+
+def test_fetch_past_the_leader_end_and_strangers_are_refused() -> None:
+    r = leader([5], Clock())
+    with pytest.raises(InvalidArgumentError, match="truncate"):
+        r.record_fetch(2, 6)
+    with pytest.raises(InvalidArgumentError, match="not a follower"):
+        r.record_fetch(9, 0)
+    with pytest.raises(InvalidArgumentError):
+        r.record_fetch(1, 0)  # the leader does not fetch from itself
+
+
+def test_lagging_follower_is_proposed_for_removal_and_back_when_caught_up() -> None:
+    leo, clock = [10], Clock()
+    r = leader(leo, clock)
+    r.record_fetch(2, 10)
+    r.record_fetch(3, 10)
+    assert r.stale_followers() == set()
+    leo[0] = 20
+    clock.now += 60
+    r.record_fetch(2, 20)  # caught up
+    r.record_fetch(3, 12)  # reached the leader's LEO of its previous fetch: caught up then
+    clock.now += 30
+    assert r.stale_followers() == set()  # caught up as of 90 ms ago
+    clock.now += 30  # 3 last caught up 120 ms ago
+    r.record_fetch(2, 20)
+    assert r.stale_followers() == {3}
+    r.isr_committed({1, 2})
+    assert r.high_watermark == 20  # the shrink let the HW move past 3's LEO
+    assert r.catching_up_followers() == set()
+    r.record_fetch(3, 20)
+    assert r.catching_up_followers() == {3}
+    r.isr_committed({1, 2, 3})
+    assert r.stale_followers() == set()
+
+
+def test_a_follower_that_never_fetches_leaves_after_the_lag_time() -> None:
+    clock = Clock()
+    r = leader([0], clock)
+    clock.now += 100
+    assert r.stale_followers() == set()
+    clock.now += 1
+    assert r.stale_followers() == {2, 3}
+
+
+def test_isr_must_hold_the_leader_and_only_replicas() -> None:
+    r = leader([0], Clock())
+    with pytest.raises(InvalidArgumentError):
+        r.isr_committed({2, 3})
+    with pytest.raises(InvalidArgumentError):
+        r.isr_committed({1, 4})
+
+
+def test_acks_all_waits_for_the_isr() -> None:
+    leo, clock = [0], Clock()
+    r = leader(leo, clock)
+    r.check_enough_replicas()
+    leo[0] = 5  # records 0..4 appended
+    got: list[object] = []
+
+    def wait() -> None:
+        try:
+            got.append(r.wait_for(4, 10))
+        except Exception as exc:
+            got.append(exc)
+
+    th = threading.Thread(target=wait)
+    th.start()
+    r.record_fetch(2, 5)
+    time.sleep(0.05)
+    assert not got  # 3 has not got them
+    r.record_fetch(3, 5)
+    th.join(5)
+    assert got == [5]
+
+
+def test_acks_all_fails_when_the_isr_is_too_small_or_leadership_ends() -> None:
+    leo, clock = [0], Clock()
+    r = leader(leo, clock, min_isr=3)
+    r.isr_committed({1, 2})
+    with pytest.raises(NotEnoughReplicasError, match="nothing was appended"):
+        r.check_enough_replicas()
+    r.isr_committed({1, 2, 3})
+    leo[0] = 1
+    errors: list[Exception] = []
+
+    def wait() -> None:
+        try:
+            r.wait_for(0, 10)
+        except Exception as exc:
+            errors.append(exc)
+
+    th = threading.Thread(target=wait)
+    th.start()
+    time.sleep(0.05)
+    r.isr_committed({1, 3})  # shrank below min_insync_replicas while waiting
+    th.join(5)
+    assert isinstance(errors[0], NotEnoughReplicasError)
+    assert "appended but are not acknowledged" in str(errors[0])
+
+    r.isr_committed({1, 2, 3})
+    th = threading.Thread(target=wait)
+    th.start()
+    time.sleep(0.05)
+    r.resign("node 1 lost the lease")
+    th.join(5)
+    assert isinstance(errors[1], NotLeaderError)
+    with pytest.raises(NotLeaderError):
+        r.record_fetch(2, 1)
+    with pytest.raises(NotLeaderError):
+        r.check_enough_replicas()
+
+
+def test_acks_all_times_out() -> None:
+    leo = [1]
+    r = leader(leo, Clock())
+    with pytest.raises(ReplicationTimeoutError, match="may still be committed"):
+        r.wait_for(0, 0.1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["append", "fetch2", "fetch3", "shrink", "expand"]),
+                          st.integers(0, 5)), max_size=60))
+def test_hw_never_passes_an_isr_member_nor_moves_back(steps: list[tuple[str, int]]) -> None:
+    """Whatever happens, the HW is at most every ISR member's LEO (so every ISR member
+    holds what was acknowledged), and it never decreases."""
+    leo, clock = [0], Clock()
+    r = leader(leo, clock, min_isr=1)
+    fol = {2: 0, 3: 0}
+    last_hw = 0
+    for op, n in steps:
+        clock.now += 10
+        if op == "append":
+            leo[0] += n
+            r.record_append()
+        elif op in ("fetch2", "fetch3"):
+            rid = int(op[-1])
+            fol[rid] = min(leo[0], fol[rid] + n)
+            r.record_fetch(rid, fol[rid])
+        elif op == "shrink":
+            r.isr_committed(r.isr - {2 + n % 2})
+        else:
+            r.isr_committed(r.isr | r.catching_up_followers())
+        hw = r.high_watermark
+        assert hw >= last_hw
+        last_hw = hw
+        for m in r.isr:
+            assert hw <= (leo[0] if m == 1 else fol[m])

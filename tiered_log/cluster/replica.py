@@ -1,0 +1,254 @@
+"""The leader's side of replicating one partition: which follower has what, the high
+watermark, the in-sync replica set (ISR), and ``acks=all`` waits (Kafka's ``Partition``
+on the leader, with its ``Replica`` states).
+
+Followers pull (:mod:`tiered_log.cluster` fetchers): each fetch names the follower and
+its log end offset (LEO: the offset it asks for is the one after its last record), so
+the leader learns every follower's LEO from its fetches, as Kafka's does.
+
+Invariants this keeps (the leader of ``leader_epoch`` is the only writer of its state):
+
+- The high watermark (HW) is the lowest LEO over the ISR (the leader's included), never
+  moves back, and is what consumers may read below and what ``acks=all`` waits for: a
+  record below the HW is on every ISR member, so any member elected next holds it.
+- The ISR changes only through :meth:`isr_committed`, called once the change is in the
+  cluster metadata (etcd, compared against the partition epoch): the leader never
+  counts a member the controller does not, so a new leader chosen from the committed
+  ISR holds every acknowledged record (Kafka's KIP-497 / "ISR committed" rule). While a
+  shrink is pending, the HW is still computed over the larger (committed) set.
+- :meth:`stale_followers` proposes members whose fetches have not reached the leader's
+  LEO for ``lag_time_max_ms`` (Kafka's ``replica.lag.time.max.ms``: a follower is caught
+  up at a fetch that reaches the leader's LEO as it was then, or the LEO of its previous
+  fetch); :meth:`catching_up_followers` proposes non-members whose LEO reached the HW and
+  the start of the leader's epoch.
+- :meth:`resign` (leadership lost, or the log closed) fails every waiter with
+  NotLeaderError: nothing is acknowledged after it.
+
+Thread-safety: one lock guards the state; :meth:`wait_for` blocks on a condition of it
+(call it from a worker thread, not an event loop). All methods are safe from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..errors import (
+    InvalidArgumentError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    ReplicationTimeoutError,
+)
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass
+class FollowerState:
+    """What the leader knows of one follower (Kafka's ``ReplicaState``)."""
+
+    log_end_offset: int = -1
+    """The follower's LEO at its last fetch (-1: it has not fetched in this epoch)."""
+    last_caught_up_ms: int = 0
+    """When a fetch last showed it had everything the leader had (see module doc)."""
+    last_fetch_leader_leo: int = -1
+    """The leader's LEO at the follower's previous fetch."""
+    last_fetch_ms: int = 0
+
+
+class LeaderReplication:
+    """The leader's replication state of one partition in one leader epoch.
+
+    ``leader_id`` leads ``replicas`` in ``leader_epoch`` with the committed ``isr``;
+    ``log_end`` reads the leader log's LEO (next offset); ``high_watermark`` is where
+    the HW starts (the leader's checkpointed HW, at most its LEO). ``clock`` returns
+    monotonic milliseconds (tests pass their own).
+    """
+
+    def __init__(self, *, leader_id: int, leader_epoch: int, replicas: Iterable[int],
+                 isr: Iterable[int], min_insync_replicas: int, lag_time_max_ms: int,
+                 log_end: Callable[[], int], high_watermark: int,
+                 epoch_start_offset: int, clock: Callable[[], int] = _now_ms) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replicas = tuple(replicas)
+        if leader_id not in self.replicas:
+            raise InvalidArgumentError(f"leader {leader_id} is not a replica of {self.replicas}")
+        if min_insync_replicas < 1 or lag_time_max_ms < 1:
+            raise InvalidArgumentError("min_insync_replicas and lag_time_max_ms must be >= 1")
+        self.min_insync_replicas = min_insync_replicas
+        self.lag_time_max_ms = lag_time_max_ms
+        self.epoch_start_offset = epoch_start_offset
+        self._log_end = log_end
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._isr = frozenset(isr) | {leader_id}
+        now = clock()
+        # A follower starts "caught up" at the epoch's start: it gets lag_time_max_ms to
+        # make its first fetch before it is proposed for removal (as Kafka's leader does).
+        self._followers = {r: FollowerState(last_caught_up_ms=now)
+                           for r in self.replicas if r != leader_id}
+        self._hw = min(high_watermark, log_end())
+        self._resigned: str | None = None
+
+    # ---- reading the state ----------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        with self._cond:
+            return self._hw
+
+    @property
+    def isr(self) -> frozenset[int]:
+        """The committed ISR (the leader always in it)."""
+        with self._cond:
+            return self._isr
+
+    def follower(self, replica_id: int) -> FollowerState:
+        """A copy of what the leader knows of ``replica_id`` (InvalidArgumentError for a
+        node that is not a follower of this partition)."""
+        with self._cond:
+            return FollowerState(**vars(self._follower(replica_id)))
+
+    def _follower(self, replica_id: int) -> FollowerState:
+        st = self._followers.get(replica_id)
+        if st is None:
+            raise InvalidArgumentError(
+                f"node {replica_id} is not a follower of this partition (replicas "
+                f"{list(self.replicas)}, leader {self.leader_id})")
+        return st
+
+    # ---- what followers and appends tell the leader -------------------------------------------
+
+    def record_fetch(self, replica_id: int, fetch_offset: int) -> int:
+        """A fetch from follower ``replica_id`` asking from ``fetch_offset`` (its LEO):
+        update its state and the HW; returns the HW to send back. Call it before
+        reading the records the fetch returns (Kafka's ``updateFollowerFetchState``)."""
+        leader_leo = self._log_end()
+        now = self._clock()
+        with self._cond:
+            self._check_leading()
+            st = self._follower(replica_id)
+            if fetch_offset > leader_leo:
+                raise InvalidArgumentError(
+                    f"follower {replica_id} fetches from {fetch_offset}, past the leader's "
+                    f"log end {leader_leo}: it must truncate first")
+            if fetch_offset >= leader_leo:
+                st.last_caught_up_ms = now
+            elif fetch_offset >= st.last_fetch_leader_leo >= 0:
+                st.last_caught_up_ms = max(st.last_caught_up_ms, st.last_fetch_ms)
+            st.log_end_offset = fetch_offset
+            st.last_fetch_leader_leo = leader_leo
+            st.last_fetch_ms = now
+            self._advance_hw(leader_leo)
+            return self._hw
+
+    def record_append(self) -> int:
+        """The leader appended: with no follower in the ISR the HW moves at once. Returns
+        the HW."""
+        leader_leo = self._log_end()
+        with self._cond:
+            self._advance_hw(leader_leo)
+            return self._hw
+
+    def _advance_hw(self, leader_leo: int) -> None:
+        """Raise the HW to the lowest LEO of the ISR (lock held); wakes waiters."""
+        low = leader_leo
+        for r in self._isr:
+            if r != self.leader_id:
+                low = min(low, self._followers[r].log_end_offset)
+        if low > self._hw:
+            self._hw = low
+            self._cond.notify_all()
+
+    # ---- the ISR -------------------------------------------------------------------------------
+
+    def stale_followers(self) -> set[int]:
+        """ISR members (not the leader) that have not caught up for ``lag_time_max_ms``:
+        the ISR shrink to propose to the metadata store."""
+        now = self._clock()
+        with self._cond:
+            return {r for r in self._isr if r != self.leader_id
+                    and now - self._followers[r].last_caught_up_ms > self.lag_time_max_ms}
+
+    def catching_up_followers(self) -> set[int]:
+        """Followers outside the ISR whose LEO reached the HW and the start of this
+        epoch: the ISR expansion to propose (Kafka's ``isFollowerInSync``)."""
+        with self._cond:
+            floor = max(self._hw, self.epoch_start_offset)
+            return {r for r, st in self._followers.items()
+                    if r not in self._isr and st.log_end_offset >= floor}
+
+    def isr_committed(self, isr: Iterable[int]) -> None:
+        """The metadata store now holds ``isr`` for this partition and epoch: use it. A
+        shrink may raise the HW; waiters re-check ``min_insync_replicas``."""
+        new = frozenset(isr)
+        if self.leader_id not in new or not new <= set(self.replicas):
+            raise InvalidArgumentError(f"ISR {sorted(new)} must hold the leader "
+                                       f"{self.leader_id} and only replicas")
+        leader_leo = self._log_end()
+        with self._cond:
+            self._isr = new
+            self._advance_hw(leader_leo)
+            self._cond.notify_all()
+
+    # ---- acks=all ------------------------------------------------------------------------------
+
+    def check_enough_replicas(self) -> None:
+        """Before an ``acks=all`` append: NotEnoughReplicasError (nothing written) when the
+        ISR is smaller than ``min_insync_replicas``; NotLeaderError after :meth:`resign`."""
+        with self._cond:
+            self._check_leading()
+            self._check_isr_size(appended=False)
+
+    def wait_for(self, offset: int, timeout_s: float) -> int:
+        """Block until the HW passes ``offset`` (the record at ``offset`` is on every ISR
+        member): the ``acks=all`` acknowledgment. Returns the HW. Raises
+        NotEnoughReplicasError if the ISR shrinks below ``min_insync_replicas`` first,
+        NotLeaderError if leadership ends first, ReplicationTimeoutError after
+        ``timeout_s`` (the records were appended; they may still be committed later)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._hw <= offset:
+                self._check_leading()
+                self._check_isr_size(appended=True)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ReplicationTimeoutError(
+                        f"offset {offset} was not replicated to the in-sync replicas "
+                        f"{sorted(self._isr)} within {timeout_s:g}s (high watermark "
+                        f"{self._hw}); it may still be committed")
+                self._cond.wait(min(left, 0.5))
+            return self._hw
+
+    def _check_leading(self) -> None:
+        if self._resigned is not None:
+            raise NotLeaderError(self._resigned)
+
+    def _check_isr_size(self, *, appended: bool) -> None:
+        if len(self._isr) < self.min_insync_replicas:
+            what = ("the records were appended but are not acknowledged"
+                    if appended else "nothing was appended")
+            raise NotEnoughReplicasError(
+                f"{len(self._isr)} in-sync replicas {sorted(self._isr)}, fewer than "
+                f"min_insync_replicas={self.min_insync_replicas}; {what}")
+
+    def resign(self, why: str) -> None:
+        """Leadership of this epoch ended (``why`` says how): every waiter and every later
+        call fails with NotLeaderError. Idempotent."""
+        with self._cond:
+            if self._resigned is None:
+                self._resigned = why
+            self._cond.notify_all()
+
+    @property
+    def resigned(self) -> bool:
+        with self._cond:
+            return self._resigned is not None
+
+
+__all__ = ["FollowerState", "LeaderReplication"]
