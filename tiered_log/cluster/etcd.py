@@ -323,9 +323,9 @@ class MetaStore:
         return int(result.get("TTL", 0)) > 0  # the gateway omits the TTL of a lost lease
 
     def time_to_live(self, lease: int) -> int:
-        """Seconds ``lease`` has left; -1 if etcd no longer has it."""
+        """Whole seconds ``lease`` has left (0: under one); -1 if etcd no longer has it."""
         answer = self._post("lease/timetolive", {"ID": str(lease)})
-        return int(answer.get("TTL", -1))
+        return int(answer.get("TTL", 0))  # a gone lease says -1; the gateway omits a 0
 
     def revoke(self, lease: int) -> bool:
         """End ``lease`` now, deleting its keys. False if it was already gone."""
