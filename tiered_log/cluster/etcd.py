@@ -8,7 +8,8 @@ client, building the request bodies itself (etcd3gw's helpers cannot compare on
 field on keepalive).
 
 The invariant it keeps: **metadata changes only by compare-and-swap.** A value is
-written with :meth:`MetaStore.create` (only if absent) or :meth:`MetaStore.put_if`
+written with :meth:`MetaStore.create` (only if absent; :meth:`MetaStore.create_all`
+for several keys in one transaction, all or none) or :meth:`MetaStore.put_if`
 (only if its ``mod_revision`` is still the one the writer read) and removed with
 :meth:`MetaStore.delete_if`, so two writers that read the same version cannot both
 win: the loser gets ``False``, re-reads and decides again; no update is lost. Each may
@@ -45,7 +46,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -63,6 +64,10 @@ log = logging.getLogger(__name__)
 # OutOfRange, Unimplemented, Unauthenticated).
 _NOT_RETRIABLE = {3, 7, 9, 11, 12, 16}
 _GRPC_NOT_FOUND = 5
+
+MAX_TXN_OPS = 128
+"""etcd's default ``--max-txn-ops``: the most compares, and the most puts, one
+transaction may hold (etcd refuses more as an invalid request)."""
 
 
 @dataclass(frozen=True)
@@ -278,6 +283,27 @@ class MetaStore:
         if fence is not None:
             compare.append(self._compare_create(fence.key, fence.create_revision))
         return self._txn(compare, [{"request_put": self._request_put(key, value, lease)}])
+
+    def create_all(self, values: Mapping[str, Any], *, fence: Fence | None = None) -> bool:
+        """Create every key of ``values`` (relative key -> value) in ONE transaction,
+        only if none of them exists (and ``fence`` holds): all or nothing, so readers
+        never see some of the keys without the others (a topic and its partitions). True
+        if this call created them; False if any existed (none is written).
+
+        At most :data:`MAX_TXN_OPS` keys, one fewer with a ``fence`` (etcd's default
+        ``--max-txn-ops``: compares and puts are each counted); more raise ValueError."""
+        if not values:
+            raise ValueError("create_all needs at least one key")
+        limit = MAX_TXN_OPS - (fence is not None)
+        if len(values) > limit:
+            raise ValueError(f"create_all of {len(values)} keys: at most {limit} in one "
+                             "etcd transaction (--max-txn-ops)")
+        compare = [self._compare_create(key, 0) for key in values]
+        if fence is not None:
+            compare.append(self._compare_create(fence.key, fence.create_revision))
+        puts = [{"request_put": self._request_put(key, value, None)}
+                for key, value in values.items()]
+        return self._txn(compare, puts)
 
     def put_if(self, key: str, value: Any, mod_revision: int, *,
                fence: Fence | None = None) -> bool:
