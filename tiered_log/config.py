@@ -20,8 +20,13 @@ The remote tier: ``remote_url`` is ``s3://bucket/prefix`` (with ``s3_endpoint_ur
 stores), ``file:///path`` or a plain directory path; unset means the local directory
 ``<data_dir>/remote``.
 
-Topic configuration (:class:`TopicConfig`) is the per-topic set of log settings; the
-service's ``topic_defaults`` supply every value a topic does not override. The default
+Topic configuration (:class:`TopicConfig`, defined in :mod:`tiered_log.topic_config` and
+re-exported here) is the per-topic set of log settings, the one configuration the local
+log's and the remote tier's settings derive from; the service's ``topic_defaults``
+supply every value a topic does not override. The node-level tier settings
+(``remote_chunk_bytes``, ``remote_cache_bytes``, ``ship_interval_ms``,
+``remote_copies_in_flight``, ``remote_fetch_max_wait_ms``) default to the tier's own
+defaults (:data:`~tiered_log.remote.tier_config.TIER_DEFAULTS`). The default
 flush policy is ``flush_messages=1``: every append batch is fsynced before the service
 acknowledges it, so an acknowledged record survives a machine crash. Raising it (or
 using ``flush_ms``) trades that guarantee for throughput: acknowledged records then
@@ -41,8 +46,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -58,25 +61,16 @@ from pydantic_settings import (
 )
 
 from .errors import InvalidArgumentError
-from .local.log import MAX_SEGMENT_BYTES, LogConfig
+from .local.log import LogConfig
+from .remote.tier_config import TIER_DEFAULTS
+from .topic_config import MAX_INT, MAX_SEGMENT_BYTES, TOPIC_DEFAULTS, TopicConfig
 
 Grant = Literal["read", "write", "admin"]
 """A permission on a topic: ``read`` (fetch, offsets, bounds, describe), ``write``
 (append), ``admin`` (create, delete, truncate; implies read and write)."""
 
 GRANTS: tuple[Grant, ...] = ("read", "write", "admin")
-MAX_INT = (1 << 62) - 1
-_DAY_MS = 24 * 3600 * 1000
 _TOPIC_PATTERN_RE = re.compile(r"^[A-Za-z0-9._*?-]{1,200}$")
-_OPTIONAL_LIMITS = (
-    "segment_ms",
-    "flush_messages",
-    "flush_ms",
-    "local_retention_bytes",
-    "local_retention_ms",
-    "retention_bytes",
-    "retention_ms",
-)
 
 
 class ConfigError(Exception):
@@ -88,81 +82,9 @@ class ConfigError(Exception):
         super().__init__(f"invalid setting {name}: {why}")
 
 
-class TopicConfig(BaseModel):
-    """The log settings of one topic (all of its partitions). Immutable.
-
-    ``None`` (or ``-1`` on input, as in Kafka) for a flush or retention limit means "no
-    limit". ``local_retention_*`` bound what stays on local disk once a segment is in the
-    remote tier; ``retention_*`` bound the whole log (both tiers). Without a remote tier
-    (``remote_enabled=false``) only ``retention_*`` applies.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    segment_bytes: int = Field(
-        64 << 20, ge=64, le=MAX_SEGMENT_BYTES, description="Roll a segment at this size (bytes)."
-    )
-    segment_ms: int | None = Field(
-        7 * _DAY_MS, ge=1, le=MAX_INT, description="Roll a segment at this age (ms); null: never."
-    )
-    flush_messages: int | None = Field(
-        1,
-        ge=1,
-        le=MAX_INT,
-        description="fsync after this many records; 1 (the default) = every append is durable "
-        "before it is acknowledged; null: only by flush_ms, segment rolls and shutdown.",
-    )
-    flush_ms: int | None = Field(
-        None, ge=0, le=MAX_INT, description="fsync when this many ms passed since the last fsync."
-    )
-    local_retention_bytes: int | None = Field(
-        None, ge=0, le=MAX_INT, description="Local bytes to keep of segments already copied."
-    )
-    local_retention_ms: int | None = Field(
-        None, ge=0, le=MAX_INT, description="Keep copied segments locally this long (ms)."
-    )
-    retention_bytes: int | None = Field(
-        None, ge=0, le=MAX_INT, description="Total retention (both tiers), bytes; null: forever."
-    )
-    retention_ms: int | None = Field(
-        None, ge=0, le=MAX_INT, description="Total retention (both tiers), ms; null: forever."
-    )
-    remote_enabled: bool = Field(True, description="Copy sealed segments to the remote tier.")
-    append_threshold: int = Field(
-        8 << 20, ge=1, le=1 << 30, description="Largest record value accepted (bytes)."
-    )
-
-    @field_validator(*_OPTIONAL_LIMITS, mode="before")
-    @classmethod
-    def _minus_one_is_none(cls, v: object) -> object:
-        if isinstance(v, bool):
-            return v
-        return None if v == -1 or (isinstance(v, str) and v.strip() == "-1") else v
-
-    def log_config(self) -> LogConfig:
-        """The local :class:`LogConfig` of a partition of this topic.
-
-        Retention here is the total retention: it is what a log without a remote tier
-        applies (the tiered log applies both retentions itself).
-        """
-        return LogConfig(
-            segment_bytes=self.segment_bytes,
-            segment_ms=self.segment_ms,
-            append_threshold=self.append_threshold,
-            flush_messages=self.flush_messages,
-            flush_ms=self.flush_ms,
-            retention_ms=self.retention_ms,
-            retention_bytes=self.retention_bytes,
-        )
-
-    def with_overrides(self, overrides: dict[str, Any]) -> TopicConfig:
-        """These settings with ``overrides`` applied and validated (ValidationError)."""
-        return TopicConfig.model_validate({**self.model_dump(), **overrides})
-
-
 def _check_log_config(cfg: TopicConfig) -> TopicConfig:
     try:
-        cfg.log_config()
+        LogConfig.of(cfg)
     except InvalidArgumentError as exc:
         raise ValueError(str(exc)) from exc
     return cfg
@@ -216,8 +138,12 @@ class Settings(BaseSettings):
     s3_access_key: SecretStr | None = None
     s3_secret_key: SecretStr | None = None
     s3_path_style: bool = True
-    remote_cache_bytes: int = Field(256 << 20, ge=0, description="Remote chunk cache size.")
-    ship_interval_ms: int = Field(500, ge=1, description="How often the shipper looks for work.")
+    remote_cache_bytes: int = Field(
+        TIER_DEFAULTS.cache_bytes, ge=0, description="Remote chunk cache size."
+    )
+    ship_interval_ms: int = Field(
+        TIER_DEFAULTS.ship_interval_ms, ge=1, description="How often the shipper looks for work."
+    )
     remote_upload_bytes_per_sec: int | None = Field(
         None, ge=1, description="Upload rate limit of the node, shared by its partitions "
         "(bytes/s, as Kafka's remote copy quota); null: unlimited."
@@ -227,20 +153,22 @@ class Settings(BaseSettings):
         "(bytes/s read from the bucket, as Kafka's remote fetch quota); null: unlimited."
     )
     remote_fetch_max_wait_ms: int = Field(
-        5000, ge=1, le=600_000, description="How long a read waits for the bucket (ms, as "
+        TIER_DEFAULTS.fetch_max_wait_ms, ge=1, le=600_000,
+        description="How long a read waits for the bucket (ms, as "
         "Kafka's remote.fetch.max.wait.ms): then it answers 503 remote_timeout, retriable, "
         "while the fetch goes on to be cached for the retry. Waits for the fetch quota do "
         "not count. S3 GET attempts get at least this long (and at least 5 s) each."
     )
     remote_copies_in_flight: int = Field(
-        2, ge=1, le=8, description="Segment copies a partition keeps under way at once (1: "
+        TIER_DEFAULTS.copies_in_flight, ge=1, le=8,
+        description="Segment copies a partition keeps under way at once (1: "
         "one after another; more ships faster, at some cost in producer latency)."
     )
     remote_chunk_bytes: int = Field(
-        1 << 20, ge=4096, le=1 << 30,
+        TIER_DEFAULTS.chunk_bytes, ge=4096, le=1 << 30,
         description="A shipped segment gets one remoteLogIndex entry per chunk of this size.",
     )
-    topic_defaults: TopicConfig = Field(default_factory=lambda: TopicConfig.model_validate({}))
+    topic_defaults: TopicConfig = Field(TOPIC_DEFAULTS)
     auth_tokens: dict[str, dict[str, list[Grant]]] = Field(
         default_factory=dict,
         repr=False,
@@ -467,6 +395,9 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
 
 __all__ = [
     "GRANTS",
+    "MAX_INT",
+    "MAX_SEGMENT_BYTES",
+    "TOPIC_DEFAULTS",
     "ConfigError",
     "Grant",
     "Settings",

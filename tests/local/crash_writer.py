@@ -55,7 +55,10 @@ def expected_record(offset: int) -> ProducerRecord:
 
 
 def config(segment_bytes: int) -> LogConfig:
+    # No fsync per append (the default fsyncs each one): the writer flushes now and then,
+    # so a kill finds appends that reached only the OS, as the tests mean it to.
     return LogConfig(segment_bytes=segment_bytes, index_interval_bytes=512, segment_ms=None,
+                     flush_messages=None,
                      retention_bytes=max(64 * 1024, 40 * segment_bytes))
 
 

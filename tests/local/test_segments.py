@@ -4,6 +4,7 @@ across segment boundaries, flush policy and reopening."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -378,12 +379,12 @@ def test_flush_messages_policy(tmp_path: Path) -> None:
 
 
 def test_flush_ms_policy(tmp_path: Path) -> None:
-    with Log.open(tmp_path, LogConfig(flush_ms=0)) as log:
+    with Log.open(tmp_path, LogConfig(flush_messages=None, flush_ms=0)) as log:
         log.append(b"1")
         assert log.flushed_offset == 1
         log.append_batch([b"2", b"3"])
         assert log.flushed_offset == 3
-    with Log.open(tmp_path / "b", LogConfig(flush_ms=1)) as log:
+    with Log.open(tmp_path / "b", LogConfig(flush_messages=None, flush_ms=1)) as log:
         wait_for_clock(2)
         log.append(b"1")  # the last flush is older than flush_ms
         assert log.flushed_offset == 1
@@ -392,7 +393,7 @@ def test_flush_ms_policy(tmp_path: Path) -> None:
             wait_for_clock(2)
             log.maybe_flush()
         assert log.flushed_offset == 2
-    with Log.open(tmp_path / "c", LogConfig(flush_ms=3_600_000)) as log:
+    with Log.open(tmp_path / "c", LogConfig(flush_messages=None, flush_ms=3_600_000)) as log:
         log.append(b"1")
         log.maybe_flush()
         assert log.flushed_offset == 0
@@ -400,7 +401,8 @@ def test_flush_ms_policy(tmp_path: Path) -> None:
 
 
 def test_no_flush_policy_and_explicit_flush(tmp_path: Path) -> None:
-    with Log.open(tmp_path, FIVE_PER_SEGMENT) as log:
+    no_flush = replace(FIVE_PER_SEGMENT, flush_messages=None)  # the default fsyncs each append
+    with Log.open(tmp_path, no_flush) as log:
         for i in range(3):
             log.append_batch([fixed_record(i)])
         assert log.flushed_offset == 0
@@ -409,7 +411,7 @@ def test_no_flush_policy_and_explicit_flush(tmp_path: Path) -> None:
             log.append_batch([fixed_record(i)])
         assert log.flushed_offset == 5  # the roll at 5 sealed (and so fsynced) [0, 5)
         assert log.flush() == 7
-    with Log.open(tmp_path, FIVE_PER_SEGMENT) as log:
+    with Log.open(tmp_path, no_flush) as log:
         assert log.flushed_offset == log.next_offset == 7
 
 

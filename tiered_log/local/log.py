@@ -46,6 +46,7 @@ from ..errors import (
 )
 from ..format import naming
 from ..format.records import EncodedBatch, ProducerRecord, Record, encode_batch
+from ..topic_config import MAX_SEGMENT_BYTES, TOPIC_DEFAULTS, TopicConfig, no_limit
 from .files import fsync_dir
 from .segment import Segment, SegmentInfo
 from .segment_index import IndexCache
@@ -53,8 +54,6 @@ from .segment_index import IndexCache
 LOCK_FILE = ".lock"
 """Held (flock) by the one open Log of a directory."""
 
-DEFAULT_SEGMENT_BYTES = 64 << 20
-MAX_SEGMENT_BYTES = (1 << 31) - 1
 
 
 def now_ms() -> int:
@@ -66,18 +65,31 @@ def now_ms() -> int:
 class LogConfig:
     """Per-log settings. Immutable; validated on construction (InvalidArgumentError).
 
-    ``None`` (or -1, as in Kafka) for a retention or flush setting means "no limit".
+    The topic-level settings and their defaults are :class:`~tiered_log.topic_config.
+    TopicConfig`'s (:meth:`of` derives a LogConfig from one): ``flush_messages=1`` by
+    default, every append fsynced before it returns. ``None`` (or -1, as in Kafka) for a
+    retention or flush setting means "no limit" (:func:`~tiered_log.topic_config.no_limit`).
+    Retention here is the total retention: what a log without a remote tier applies.
     """
 
-    segment_bytes: int = DEFAULT_SEGMENT_BYTES
-    segment_ms: int | None = 7 * 24 * 3600 * 1000
+    segment_bytes: int = TOPIC_DEFAULTS.segment_bytes
+    segment_ms: int | None = TOPIC_DEFAULTS.segment_ms
     index_interval_bytes: int = 4096
-    append_threshold: int = 8 << 20
-    flush_messages: int | None = None
-    flush_ms: int | None = None
-    retention_ms: int | None = None
-    retention_bytes: int | None = None
+    append_threshold: int = TOPIC_DEFAULTS.append_threshold
+    flush_messages: int | None = TOPIC_DEFAULTS.flush_messages
+    flush_ms: int | None = TOPIC_DEFAULTS.flush_ms
+    retention_ms: int | None = TOPIC_DEFAULTS.retention_ms
+    retention_bytes: int | None = TOPIC_DEFAULTS.retention_bytes
     num_index_cached_read_segments: int = 64
+
+    @classmethod
+    def of(cls, topic: TopicConfig, **local: int) -> LogConfig:
+        """The LogConfig of a partition of a topic with settings ``topic``; ``local``:
+        the settings of this log only (``index_interval_bytes``, ...)."""
+        return cls(segment_bytes=topic.segment_bytes, segment_ms=topic.segment_ms,
+                   append_threshold=topic.append_threshold, flush_messages=topic.flush_messages,
+                   flush_ms=topic.flush_ms, retention_ms=topic.retention_ms,
+                   retention_bytes=topic.retention_bytes, **local)
 
     def __post_init__(self) -> None:
         def positive(name: str, v: int | None, *, optional: bool = False, lo: int = 1) -> None:
@@ -87,8 +99,7 @@ class LogConfig:
                 raise InvalidArgumentError(f"{name} must be an integer >= {lo}, got {v!r}")
 
         for name in ("segment_ms", "flush_messages", "flush_ms", "retention_ms", "retention_bytes"):
-            if getattr(self, name) == -1:
-                object.__setattr__(self, name, None)
+            object.__setattr__(self, name, no_limit(getattr(self, name)))
         positive("segment_bytes", self.segment_bytes, lo=64)
         if self.segment_bytes > MAX_SEGMENT_BYTES:
             raise InvalidArgumentError(f"segment_bytes must be at most {MAX_SEGMENT_BYTES}")

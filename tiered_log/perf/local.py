@@ -151,8 +151,10 @@ def append_tiered_log(directory: Path, batches: Sequence[Sequence[bytes]],
     """Append every batch with ``Log.append_batch``, then one ``flush`` (fsync).
 
     Segments sealed on the way are fsynced when they roll, inside the timed part.
+    ``flush_messages=None``: no fsync per append (LogConfig's default is an fsync per
+    append), the durability of the baselines, which fsync once at the end too.
     """
-    log = Log.open(directory, LogConfig())
+    log = Log.open(directory, LogConfig(flush_messages=None))
     try:
         append = log.append_batch
         adv = progress.advance

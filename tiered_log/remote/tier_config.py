@@ -1,20 +1,34 @@
 """The settings of a log's remote tier (:class:`TierConfig`) and its counters
-(:class:`TierStats`). Plain values; a TierConfig is frozen and checked when made."""
+(:class:`TierStats`). Plain values; a TierConfig is frozen and checked when made.
+
+A TierConfig's topic-level settings (``remote_enabled`` and the two retentions) and their
+defaults are :class:`~tiered_log.topic_config.TopicConfig`'s (:meth:`TierConfig.of`
+derives a TierConfig from one); the rest are the node's, whose defaults are stated here
+once (:data:`TIER_DEFAULTS`; the service's settings take theirs from it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from ..topic_config import TOPIC_DEFAULTS, TopicConfig, no_limit
+
+_OPTIONAL = ("local_retention_bytes", "local_retention_ms", "retention_bytes", "retention_ms",
+             "upload_bytes_per_sec", "fetch_bytes_per_sec")
+_POSITIVE = ("chunk_bytes", "fetch_bytes", "prefetch_bytes", "cache_bytes", "copies_in_flight",
+             "ship_interval_ms", "index_rotate_bytes", "index_rotate_ms", "fetch_max_wait_ms")
 
 
 @dataclass(frozen=True, slots=True)
 class TierConfig:
     """Settings of a log's remote tier. ``None`` (or -1) retention means forever."""
 
-    remote_enabled: bool = True
-    local_retention_bytes: int | None = None
-    local_retention_ms: int | None = None
-    retention_bytes: int | None = None
-    retention_ms: int | None = None
+    remote_enabled: bool = TOPIC_DEFAULTS.remote_enabled
+    local_retention_bytes: int | None = TOPIC_DEFAULTS.local_retention_bytes
+    local_retention_ms: int | None = TOPIC_DEFAULTS.local_retention_ms
+    retention_bytes: int | None = TOPIC_DEFAULTS.retention_bytes
+    retention_ms: int | None = TOPIC_DEFAULTS.retention_ms
     chunk_bytes: int = 1 << 20
     fetch_bytes: int = 8 << 20
     prefetch_bytes: int = 32 << 20
@@ -27,22 +41,30 @@ class TierConfig:
     index_rotate_bytes: int = 16 << 20
     index_rotate_ms: int = 7 * 24 * 3600 * 1000
 
-    def __post_init__(self) -> None:
-        from ..errors import InvalidArgumentError
+    @classmethod
+    def of(cls, topic: TopicConfig, **node: Any) -> TierConfig:
+        """The TierConfig of a partition of a topic with settings ``topic``; ``node``: the
+        node-level settings (``chunk_bytes``, ``cache_bytes``, ...; default: theirs)."""
+        return cls(remote_enabled=topic.remote_enabled,
+                   local_retention_bytes=topic.local_retention_bytes,
+                   local_retention_ms=topic.local_retention_ms,
+                   retention_bytes=topic.retention_bytes, retention_ms=topic.retention_ms,
+                   **node)
 
-        for name in ("local_retention_bytes", "local_retention_ms", "retention_bytes",
-                     "retention_ms", "upload_bytes_per_sec", "fetch_bytes_per_sec"):
-            v = getattr(self, name)
-            if v == -1:
-                object.__setattr__(self, name, None)
-            elif v is not None and (not isinstance(v, int) or v < 0):
+    def __post_init__(self) -> None:
+        for name in _OPTIONAL:
+            v = no_limit(getattr(self, name))
+            object.__setattr__(self, name, v)
+            if v is not None and (not isinstance(v, int) or v < 0):
                 raise InvalidArgumentError(f"{name} must be -1 or a non-negative integer, got {v!r}")
-        for name in ("chunk_bytes", "fetch_bytes", "prefetch_bytes", "cache_bytes",
-                     "copies_in_flight", "ship_interval_ms", "index_rotate_bytes",
-                     "index_rotate_ms", "fetch_max_wait_ms"):
+        for name in _POSITIVE:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
+
+
+TIER_DEFAULTS = TierConfig()
+"""The node-level tier settings' defaults (``chunk_bytes``, ``cache_bytes``, ...)."""
 
 
 @dataclass

@@ -62,6 +62,7 @@ from ..errors import (
     TopicUnavailableError,
 )
 from ..format import naming
+from ..local.log import LogConfig
 from ..local.segment import fsync_dir, write_atomic
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig, TierLimits
@@ -83,14 +84,10 @@ PartitionLog = TieredLog
 
 
 def tier_config_of(config: TopicConfig, settings: Settings) -> TierConfig:
-    """The remote-tier settings of a partition of a topic with ``config`` (its rate
-    limits are the node's: :func:`node_limits`)."""
-    return TierConfig(
-        remote_enabled=config.remote_enabled,
-        local_retention_bytes=config.local_retention_bytes,
-        local_retention_ms=config.local_retention_ms,
-        retention_bytes=config.retention_bytes,
-        retention_ms=config.retention_ms,
+    """The remote-tier settings of a partition of a topic with ``config``: the topic's,
+    with this node's tier settings (its rate limits are the node's: :func:`node_limits`)."""
+    return TierConfig.of(
+        config,
         chunk_bytes=settings.remote_chunk_bytes,
         cache_bytes=max(1, settings.remote_cache_bytes),
         copies_in_flight=settings.remote_copies_in_flight,
@@ -117,7 +114,7 @@ def open_partition_log(
     ``rebuild=False`` for a partition created just now (nothing to rebuild from).
     ``limits``: the node's (:func:`node_limits`; default: limits of this log's own).
     """
-    return TieredLog(directory, log_id=log_id, storage=storage, config=config.log_config(),
+    return TieredLog(directory, log_id=log_id, storage=storage, config=LogConfig.of(config),
                      tier=tier_config_of(config, settings), rebuild=rebuild,
                      limits=limits or node_limits(settings))
 
@@ -441,7 +438,7 @@ class TopicManager:
         validate_partitions(partitions)
         try:
             config = self.settings.topic_defaults.with_overrides(overrides or {})
-            config.log_config()
+            LogConfig.of(config)
         except ValidationError as exc:
             err = exc.errors(include_url=False, include_input=False)[0]
             where = ".".join(str(p) for p in err.get("loc", ())) or "config"

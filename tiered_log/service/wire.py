@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
-from ..config import MAX_INT, TopicConfig
 from ..errors import (  # the request errors live in tiered_log.errors; re-exported here
     InvalidArgumentError,
     InvalidRequestError,
@@ -47,6 +46,7 @@ from ..errors import (  # the request errors live in tiered_log.errors; re-expor
     UnsupportedMediaTypeError,
 )
 from ..format.records import MAX_HEADERS, ProducerRecord, Record
+from ..topic_config import LIMIT_FIELDS, MAX_INT, TopicConfig, no_limit
 
 MAX_OFFSET = (1 << 63) - 1
 MAX_BATCH_RECORDS = 10_000
@@ -108,15 +108,6 @@ def error_json(code: str, message: str, *, retriable: bool = False,
 # ---- topics -------------------------------------------------------------------------------
 
 
-def _nullable(name: str) -> bool:
-    """Whether :class:`TopicConfig` takes null for ``name`` (a limit: null = none)."""
-    return type(None) in get_args(TopicConfig.model_fields[name].annotation)
-
-
-_NO_LIMIT = tuple(name for name in TopicConfig.model_fields if _nullable(name))
-"""The TopicConfig fields that are limits: null or -1 means "no limit"."""
-
-
 def _like_topic_config(name: str) -> Any:
     """A field of :class:`TopicConfigOverrides` with the bounds and description that
     :class:`TopicConfig` gives ``name``: a request is validated, and documented, by the
@@ -137,14 +128,14 @@ def _overrides_json_schema(schema: dict[str, Any]) -> None:
     one takes the server's), and a limit may also be -1 ("no limit", as null)."""
     for name, prop in schema.get("properties", {}).items():
         prop.pop("default", None)
-        if name in _NO_LIMIT and "anyOf" in prop:
+        if name in LIMIT_FIELDS and "anyOf" in prop:
             prop["anyOf"].insert(1, {"type": "integer", "const": -1})
 
 
 class TopicConfigOverrides(BaseModel):
     """Per-topic overrides of the server's topic defaults; omitted fields take the default.
 
-    Every field is :class:`~tiered_log.config.TopicConfig`'s, with its bounds (the
+    Every field is :class:`~tiered_log.topic_config.TopicConfig`'s, with its bounds (the
     server validates the merged config with that model, and documents these bounds from
     it). ``null`` or ``-1`` for a flush or retention limit means "no limit"; the other
     fields cannot be null.
@@ -163,11 +154,11 @@ class TopicConfigOverrides(BaseModel):
     remote_enabled: bool = _like_topic_config("remote_enabled")
     append_threshold: int = _like_topic_config("append_threshold")
 
-    @field_validator(*_NO_LIMIT, mode="before")
+    @field_validator(*LIMIT_FIELDS, mode="before")
     @classmethod
     def _minus_one_is_none(cls, v: object) -> object:
         """-1 is "no limit", read as TopicConfig reads it."""
-        return TopicConfig._minus_one_is_none(v)
+        return no_limit(v)
 
 
 class CreateTopicRequest(BaseModel):

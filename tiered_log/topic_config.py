@@ -1,0 +1,123 @@
+"""The one per-log configuration, :class:`TopicConfig`, its defaults and the "-1" rule.
+
+A topic's settings (its segment, flush, retention and remote-tier settings) are stated
+here once: the local log's :class:`~tiered_log.local.log.LogConfig` and the remote
+tier's :class:`~tiered_log.remote.tier_config.TierConfig` take their defaults from
+:data:`TOPIC_DEFAULTS` and are derived from a TopicConfig by their ``of`` classmethods;
+the service's ``topic_defaults`` and the HTTP API's overrides are TopicConfig's fields.
+
+:func:`no_limit` is the one place of the rule that ``-1`` (as in Kafka) means "no limit"
+(``None``) for a limit (:data:`LIMIT_FIELDS`, and the tier's rate limits).
+
+This module is the bottom layer of configuration: it imports pydantic only, so every
+layer (local, remote, the tiered log, the service) may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_INT = (1 << 62) - 1
+"""The largest integer setting (and timestamp) accepted."""
+MAX_SEGMENT_BYTES = (1 << 31) - 1
+"""The largest segment: its positions must fit the offset index's 32-bit entries."""
+_DAY_MS = 24 * 3600 * 1000
+
+LIMIT_FIELDS = (
+    "segment_ms",
+    "flush_messages",
+    "flush_ms",
+    "local_retention_bytes",
+    "local_retention_ms",
+    "retention_bytes",
+    "retention_ms",
+)
+"""The TopicConfig fields that are limits: ``None`` (or ``-1`` on input) means none."""
+
+
+def no_limit(value: Any) -> Any:
+    """``None`` for ``-1`` or ``"-1"`` ("no limit", as in Kafka); any other value as is.
+
+    The one place of that rule: TopicConfig, the API's overrides, LogConfig and
+    TierConfig all read a limit through it. A bool is never a limit value (it stays).
+    """
+    if isinstance(value, bool):
+        return value
+    if value == -1 or (isinstance(value, str) and value.strip() == "-1"):
+        return None
+    return value
+
+
+class TopicConfig(BaseModel):
+    """The log settings of one topic (all of its partitions). Immutable.
+
+    The one configuration of a log: :class:`~tiered_log.local.log.LogConfig` (the local
+    log's settings) and :class:`~tiered_log.remote.tier_config.TierConfig` (the remote
+    tier's) derive from it (``LogConfig.of(topic)``, ``TierConfig.of(topic, ...)``) and
+    take their defaults from :data:`TOPIC_DEFAULTS`.
+
+    ``None`` (or ``-1`` on input, as in Kafka) for a flush or retention limit means "no
+    limit". ``local_retention_*`` bound what stays on local disk once a segment is in the
+    remote tier; ``retention_*`` bound the whole log (both tiers). Without a remote tier
+    (``remote_enabled=false``) only ``retention_*`` applies.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    segment_bytes: int = Field(
+        64 << 20, ge=64, le=MAX_SEGMENT_BYTES, description="Roll a segment at this size (bytes)."
+    )
+    segment_ms: int | None = Field(
+        7 * _DAY_MS, ge=1, le=MAX_INT, description="Roll a segment at this age (ms); null: never."
+    )
+    flush_messages: int | None = Field(
+        1,
+        ge=1,
+        le=MAX_INT,
+        description="fsync after this many records; 1 (the default) = every append is durable "
+        "before it is acknowledged; null: only by flush_ms, segment rolls and shutdown.",
+    )
+    flush_ms: int | None = Field(
+        None, ge=0, le=MAX_INT, description="fsync when this many ms passed since the last fsync."
+    )
+    local_retention_bytes: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Local bytes to keep of segments already copied."
+    )
+    local_retention_ms: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Keep copied segments locally this long (ms)."
+    )
+    retention_bytes: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Total retention (both tiers), bytes; null: forever."
+    )
+    retention_ms: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Total retention (both tiers), ms; null: forever."
+    )
+    remote_enabled: bool = Field(True, description="Copy sealed segments to the remote tier.")
+    append_threshold: int = Field(
+        8 << 20, ge=1, le=1 << 30, description="Largest record value accepted (bytes)."
+    )
+
+    @field_validator(*LIMIT_FIELDS, mode="before")
+    @classmethod
+    def _minus_one_is_none(cls, v: object) -> object:
+        return no_limit(v)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> TopicConfig:
+        """These settings with ``overrides`` applied and validated (ValidationError)."""
+        return TopicConfig.model_validate({**self.model_dump(), **overrides})
+
+
+TOPIC_DEFAULTS = TopicConfig.model_validate({})
+"""Every topic setting's default: the one place LogConfig, TierConfig and the service's
+``topic_defaults`` take them from."""
+
+__all__ = [
+    "LIMIT_FIELDS",
+    "MAX_INT",
+    "MAX_SEGMENT_BYTES",
+    "TOPIC_DEFAULTS",
+    "TopicConfig",
+    "no_limit",
+]
