@@ -134,9 +134,7 @@ def partition_stats(plog: PartitionLog) -> dict[str, float]:
 
 def partition_bounds(plog: PartitionLog) -> PartitionBounds:
     """Bounds of a partition log, as the API reports them."""
-    b = plog.bounds()
-    return PartitionBounds(b.log_start_offset, b.local_start_offset, b.high_watermark,
-                           b.next_offset, b.flushed_offset)
+    return plog.bounds()
 
 
 def validate_topic_name(name: object) -> str:

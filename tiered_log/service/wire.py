@@ -34,10 +34,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from ..bounds import WIRE_FIELDS, PartitionBounds
 from ..errors import (  # the request errors live in tiered_log.errors; re-exported here
     InvalidArgumentError,
     InvalidRequestError,
@@ -360,12 +369,14 @@ class OffsetForTimestamp(BaseModel):
     next_offset: int
 
 
-class Bounds(BaseModel):
-    log_start_offset: int = Field(description="First offset in the log (either tier).")
-    local_start_offset: int = Field(description="First offset on local disk.")
-    high_watermark: int = Field(description="One past the last readable record.")
-    next_offset: int = Field(description="Offset the next append gets.")
-    flushed_offset: int = Field(description="Offsets below this are fsynced.")
+_BOUNDS_HINTS = get_type_hints(PartitionBounds, include_extras=True)
+_BOUNDS_FIELDS: dict[str, Any] = {k: (_BOUNDS_HINTS[k], ...) for k in WIRE_FIELDS}
+Bounds: type[BaseModel] = create_model(
+    "Bounds", __doc__="The body of ``GET .../bounds`` and of a truncation's answer.",
+    **_BOUNDS_FIELDS)
+"""The OpenAPI model of :meth:`PartitionBounds.as_dict
+<tiered_log.bounds.PartitionBounds.as_dict>`, generated from the one bounds type (its
+wire fields, their descriptions), not restated."""
 
 
 class TruncateRequest(BaseModel):
