@@ -141,33 +141,33 @@ def _overrides_json_schema(schema: dict[str, Any]) -> None:
             prop["anyOf"].insert(1, {"type": "integer", "const": -1})
 
 
-class TopicConfigOverrides(BaseModel):
-    """Per-topic overrides of the server's topic defaults; omitted fields take the default.
-
-    Every field is :class:`~tiered_log.topic_config.TopicConfig`'s, with its bounds (the
-    server validates the merged config with that model, and documents these bounds from
-    it). ``null`` or ``-1`` for a flush or retention limit means "no limit"; the other
-    fields cannot be null.
-    """
+class _OverridesBase(BaseModel):
+    """What :class:`TopicConfigOverrides` adds to the fields it takes from TopicConfig."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_overrides_json_schema)
 
-    segment_bytes: int = _like_topic_config("segment_bytes")
-    segment_ms: int | None = _like_topic_config("segment_ms")
-    flush_messages: int | None = _like_topic_config("flush_messages")
-    flush_ms: int | None = _like_topic_config("flush_ms")
-    local_retention_bytes: int | None = _like_topic_config("local_retention_bytes")
-    local_retention_ms: int | None = _like_topic_config("local_retention_ms")
-    retention_bytes: int | None = _like_topic_config("retention_bytes")
-    retention_ms: int | None = _like_topic_config("retention_ms")
-    remote_enabled: bool = _like_topic_config("remote_enabled")
-    append_threshold: int = _like_topic_config("append_threshold")
-
-    @field_validator(*LIMIT_FIELDS, mode="before")
+    @field_validator(*LIMIT_FIELDS, mode="before", check_fields=False)
     @classmethod
     def _minus_one_is_none(cls, v: object) -> object:
         """-1 is "no limit", read as TopicConfig reads it."""
         return no_limit(v)
+
+
+_OVERRIDE_FIELDS: dict[str, Any] = {
+    name: (info.annotation, _like_topic_config(name))
+    for name, info in TopicConfig.model_fields.items()}
+_GeneratedOverrides = create_model("_GeneratedOverrides", __base__=_OverridesBase,
+                                   **_OVERRIDE_FIELDS)
+
+
+class TopicConfigOverrides(_GeneratedOverrides):  # type: ignore[misc, valid-type]
+    """Per-topic overrides of the server's topic defaults; omitted fields take the default.
+
+    Generated from :class:`~tiered_log.topic_config.TopicConfig`: every one of its
+    fields, with its type, bounds and description (the server validates the merged
+    config with that model), none restated here. ``null`` or ``-1`` for a flush or
+    retention limit means "no limit"; the other fields cannot be null.
+    """
 
 
 class CreateTopicRequest(BaseModel):
