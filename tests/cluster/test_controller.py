@@ -240,6 +240,23 @@ def test_deposed_leader_cannot_change_the_isr(store: MetaStore, stack: ExitStack
         md.change_isr("t", 5, 3, 1, [3])
 
 
+def test_isr_change_does_not_undo_the_controllers_removal(store: MetaStore, stack: ExitStack) -> None:
+    m1, _, m3 = (node(store, stack, i) for i in (1, 2, 3))
+    md = ClusterMetadata(store)
+    md.create_topic(TopicMeta("t", 1, 3, 1), [1, 2, 3], start=0)
+    ctl = controller_on(store, stack, m1)
+    m3.close()
+    ctl.run_once()
+    assert states(md, "t")[0].isr == (1, 2)  # the controller removed dead node 3
+    # the leader's proposal was computed from the ISR before that: drop lagging node 2
+    s = md.change_isr("t", 0, 1, 0, [1, 3], base_isr=[1, 2, 3])
+    assert s is not None and s.isr == (1,) and s.partition_epoch == 2  # 3 stays out
+    assert md.change_isr("t", 0, 1, 0, [1, 3]) == s  # a dead node is never added
+    node(store, stack, 3)
+    s = md.change_isr("t", 0, 1, 0, [1, 3], base_isr=[1])  # back and caught up: joins
+    assert s is not None and s.isr == (1, 3)
+
+
 def test_update_partition_refuses_a_bad_successor(store: MetaStore) -> None:
     md = ClusterMetadata(store)
     md.create_topic(TopicMeta("t", 1, 2, 1), [1, 2], start=0)

@@ -9,7 +9,8 @@
 ``<p>`` is the partition number in decimal (no padding); topic names cannot hold ``/``
 (:func:`~tiered_log.cluster.model.validate_topic_name`), so ``partitions/<topic>/`` is
 exactly one topic's partitions. (``nodes/<id>`` and ``controller`` belong to
-:mod:`~tiered_log.cluster.membership`.)
+:mod:`~tiered_log.cluster.membership`; :meth:`ClusterMetadata.change_isr` reads
+``nodes/`` to add only live nodes.)
 
 Who writes what, and the invariants kept:
 
@@ -25,7 +26,9 @@ Who writes what, and the invariants kept:
 - **ISR changes are written by the partition's leader** through
   :meth:`ClusterMetadata.change_isr`, in the same compare-and-swap as the check that the
   stored leader and leader epoch are still the caller's: a deposed leader (a new leader
-  epoch) cannot change the ISR.
+  epoch) cannot change the ISR; given the ISR its proposal was based on, only its own
+  difference is applied (a dead node the controller removed meanwhile stays out), and
+  a node that is not live is never added.
 - **Epochs only grow, and never two leaders in one leader epoch**:
   :meth:`ClusterMetadata.update_partition` refuses (InvalidArgumentError) a new state
   whose ``partition_epoch`` is not larger, or whose ``leader`` differs without a larger
@@ -48,6 +51,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from tiered_log.cluster.etcd import MAX_TXN_OPS, Fence, MetaStore, Versioned
+from tiered_log.cluster.membership import NODES_PREFIX
 from tiered_log.cluster.model import (
     PartitionState,
     TopicMeta,
@@ -248,22 +252,34 @@ class ClusterMetadata:
                                  new_state.to_dict(), mod_revision, fence=fence)
 
     def change_isr(self, topic: str, partition: int, leader_id: int, leader_epoch: int,
-                   new_isr: Iterable[int]) -> PartitionState | None:
-        """A partition LEADER's ISR change: set the ISR of ``topic``/``partition`` to
+                   new_isr: Iterable[int], *,
+                   base_isr: Iterable[int] | None = None) -> PartitionState | None:
+        """A partition LEADER's ISR change: make the ISR of ``topic``/``partition``
         ``new_isr`` (kept in replicas order), as leader ``leader_id`` of ``leader_epoch``.
+
+        ``base_isr``: the (committed) ISR the leader's proposal was computed from. When
+        given, only the difference is applied, to the ISR stored now: the members
+        ``base_isr`` has and ``new_isr`` lacks leave, those ``new_isr`` adds join, so a
+        change someone else made meanwhile (the controller removing a dead node) is not
+        undone by a proposal computed before it. Without it the ISR is set to
+        ``new_isr``. Either way a node is only added while it is registered (live, under
+        ``nodes/``), as KRaft refuses fenced brokers: a dead node is left out, and the
+        returned state shows it.
 
         Re-reads the state; returns None, writing nothing, if the stored leader or
         leader epoch is not the caller's (it was deposed: it must stop acting as leader).
         Else writes the change by compare-and-swap (``partition_epoch`` + 1, leader and
         leader epoch unchanged), re-reading and deciding again up to
         :data:`CAS_RETRIES` times when another writer (the controller) got in first.
-        Returns the state now stored (unchanged if the ISR was already ``new_isr``).
+        Returns the state now stored (unchanged, nothing written, when the change makes
+        no difference).
 
         InvalidArgumentError if ``new_isr`` leaves out the leader, names a node that is
         not a replica or has duplicates; TopicNotFoundError if the partition does not
         exist; MetadataUnavailableError (retriable) after :data:`CAS_RETRIES` lost races.
         """
         wanted = tuple(new_isr)
+        base = None if base_isr is None else set(base_isr)
         for _ in range(CAS_RETRIES):
             read = self.partition(topic, partition)
             if read is None:
@@ -279,11 +295,20 @@ class ClusterMetadata:
             if leader_id not in wanted:
                 raise InvalidArgumentError(
                     f"partition {state.name}: leader {leader_id} cannot leave its own isr")
-            isr = tuple(r for r in state.replicas if r in set(wanted))
-            if len(isr) != len(wanted):
+            if not set(wanted) <= set(state.replicas):
                 raise InvalidArgumentError(
                     f"partition {state.name}: isr {list(wanted)} names nodes that are not "
                     f"replicas {list(state.replicas)}")
+            target = set(wanted) if base is None else (
+                (set(state.isr) - (base - set(wanted))) | (set(wanted) - base))
+            joining = target - set(state.isr)
+            if joining:
+                dead = joining - self._registered_nodes()
+                if dead:
+                    log.info("partition %s: not adding %s to the isr: not live", state.name,
+                             sorted(dead))
+                    target -= dead
+            isr = tuple(r for r in state.replicas if r in target)
             if isr == state.isr:
                 return state
             new = replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
@@ -293,6 +318,15 @@ class ClusterMetadata:
                 return new
         raise MetadataUnavailableError(
             f"partition {topic}/{partition}: ISR change lost {CAS_RETRIES} races to other writers")
+
+    def _registered_nodes(self) -> set[int]:
+        """The ids of the nodes registered now (``nodes/<id>``, lease-bound: live)."""
+        out = set()
+        for v in self.store.get_prefix(NODES_PREFIX).values():
+            node = v.value.get("node_id") if isinstance(v.value, dict) else None
+            if isinstance(node, int) and not isinstance(node, bool):
+                out.add(node)
+        return out
 
 
 def check_successor(old: PartitionState, new: PartitionState) -> None:
