@@ -17,6 +17,13 @@ Modules:
   registration under ``nodes/``, kept alive by a thread) and
   :class:`ControllerElection` (one controller at a time, with an epoch that fences a
   deposed controller's writes).
+- :mod:`~tiered_log.cluster.metadata`: :class:`ClusterMetadata`, the key layout of
+  topics and partition states and their typed, compare-and-swapped writes (a topic
+  created with its partitions in one transaction; a leader's ISR change only in its
+  leader epoch).
+- :mod:`~tiered_log.cluster.controller`: :class:`Controller`, run beside the election:
+  while this node is the controller, fenced writes elect leaders from the ISR for
+  partitions whose leader died and remove dead nodes from ISRs.
 
 This package is a high layer: it may import :mod:`tiered_log.errors` and the low layers
 (local, remote, format), never the service, cli, client or spark packages.
@@ -24,11 +31,15 @@ This package is a high layer: it may import :mod:`tiered_log.errors` and the low
 
 from __future__ import annotations
 
+from tiered_log.cluster.controller import Controller
 from tiered_log.cluster.etcd import Fence, MetaStore, PrefixPoller, Versioned
 from tiered_log.cluster.etcd_process import EtcdProcess, EtcdStartError
 from tiered_log.cluster.membership import ControllerElection, Membership
+from tiered_log.cluster.metadata import ClusterMetadata
 
 __all__ = [
+    "ClusterMetadata",
+    "Controller",
     "ControllerElection",
     "EtcdProcess",
     "EtcdStartError",
