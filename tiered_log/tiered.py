@@ -16,6 +16,11 @@ Opening a TieredLog on an empty directory whose bucket holds the log's segments 
 the remote state from the bucket alone (manifests, never segment data) and continues
 the log at the remote end.
 
+Replication (leader epochs, the follower's append, the high watermark that caps
+consumers' reads with ``upto=``) is :class:`~tiered_log.replicated.ReplicatedLogMixin`'s;
+a log opened with ``replicated=False`` (the default) has no high watermark of its own
+(it is the next offset) and behaves as before.
+
 Thread-safety: as :class:`~tiered_log.local.log.Log`: appends serialize, reads take no
 lock and never wait for the shipper; control operations (truncate, retention, close)
 serialize with shipping on the remote tier's lock.
@@ -47,6 +52,7 @@ from .local.log import Log, LogConfig, now_ms
 from .local.segment import SegmentInfo
 from .remote.storage import RemoteStorage
 from .remote.tier import RemoteTier, TierConfig, TierLimits
+from .replicated import ReplicatedLogMixin
 from .shipper import Shipper
 
 log = logging.getLogger(__name__)
@@ -57,7 +63,7 @@ TieredBounds = PartitionBounds
 from the log to the client; this name stays for the public API)."""
 
 
-class TieredLog:
+class TieredLog(ReplicatedLogMixin):
     """A log whose old segments live in object storage; see the module docstring.
 
     ``storage=None`` (or ``tier.remote_enabled=False``) makes it a plain local log that
@@ -66,7 +72,9 @@ class TieredLog:
     directory (a log created just now, whose id is new, has nothing in the bucket).
     ``limits``: upload and fetch rate limits shared with other logs (a node's); without
     them the log limits itself by ``tier``'s ``upload_bytes_per_sec`` and
-    ``fetch_bytes_per_sec``.
+    ``fetch_bytes_per_sec``. ``replicated``: the log keeps a high watermark of its own
+    (checkpointed at most every ``hw_checkpoint_interval_ms``) and ships only segments
+    below it (see :mod:`tiered_log.replicated`).
     """
 
     def __init__(
@@ -81,6 +89,8 @@ class TieredLog:
         rebuild: bool = True,
         rebuild_progress: Callable[[int, int], None] | None = None,
         limits: TierLimits | None = None,
+        replicated: bool = False,
+        hw_checkpoint_interval_ms: int = 1000,
     ) -> None:
         self.directory = Path(directory)
         self.log_id = naming.validate_log_id(log_id or self.directory.name)
@@ -112,6 +122,7 @@ class TieredLog:
             # local segments below it left them here: never serve them again.
             self._local.delete_segments_before(self._remote.meta.log_start_offset)
         self._shipper: Shipper | None = None
+        self._open_replication(replicated, hw_checkpoint_interval_ms)
         if start_shipper:
             self.start_shipper()
 
@@ -123,6 +134,13 @@ class TieredLog:
             return
         self._shipper = Shipper(self, self.tier_config.ship_interval_ms)
         self._shipper.start()
+
+    def stop_shipper(self) -> None:
+        """Stop the background shipper (a leader becoming a follower: followers never
+        ship); :meth:`start_shipper` starts one again. No-op without one."""
+        shipper, self._shipper = self._shipper, None
+        if shipper is not None:
+            shipper.stop()
 
     # ---- bounds ------------------------------------------------------------------------
 
@@ -145,7 +163,8 @@ class TieredLog:
     def bounds(self) -> PartitionBounds:
         nxt = self._local.next_offset
         remote_end = self._remote.remote_end if self._remote is not None else self._local.log_start_offset
-        return PartitionBounds(self.log_start_offset, self._local.log_start_offset, nxt, nxt,
+        hw = min(self.high_watermark, nxt)
+        return PartitionBounds(self.log_start_offset, self._local.log_start_offset, hw, nxt,
                                self._local.flushed_offset, remote_end)
 
     # ---- appending (local only) ----------------------------------------------------------
@@ -192,12 +211,27 @@ class TieredLog:
                 log_start=self.log_start_offset, next_offset=self.next_offset)
         return recs[0]
 
-    def read_range(self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20) -> list[Record]:
-        """Records from ``offset`` on, from whichever tier holds them (see module doc)."""
+    def read_range(self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20, *,
+                   upto: int | None = None) -> list[Record]:
+        """Records from ``offset`` on, from whichever tier holds them (see module doc).
+        ``upto`` (a consumer's read: the high watermark): none at or past it; ``[]`` at or
+        past it (up to the next offset)."""
         self._check_read(offset, max_records, max_bytes)
+        if upto is not None:
+            if self._at_cap(offset, upto):
+                return []
+            if upto > offset:  # the walk stops at the cap (records are counted from offset)
+                max_records = min(max_records, upto - offset)
         if offset >= self._local.log_start_offset or self._remote is None:
             return self._local.read_range(offset, max_records, max_bytes)
         return self._archive_of(offset).read_range(offset, max_records, max_bytes)
+
+    def _at_cap(self, offset: int, upto: int) -> bool:
+        """Whether a read capped at ``upto`` answers empty at ``offset``: at or past the
+        cap and in the log's bounds (outside them the read's own error is due)."""
+        if not isinstance(upto, int) or isinstance(upto, bool):
+            raise InvalidArgumentError(f"upto must be an integer offset, got {upto!r}")
+        return upto <= offset and self.log_start_offset <= offset <= self.next_offset
 
     def _check_read(self, offset: int, max_records: int, max_bytes: int) -> None:
         """The argument checks every read makes, then that the log is open."""
@@ -222,7 +256,7 @@ class TieredLog:
         return r
 
     def read_batches(self, offset: int, max_records: int = 500,
-                     max_bytes: int = 1 << 20) -> FetchData:
+                     max_bytes: int = 1 << 20, *, upto: int | None = None) -> FetchData:
         """The stored batches from the one holding ``offset`` on, from whichever tier
         holds them, verified and not decoded (a binary fetch sends them as they are): at
         least one batch if there is a record at ``offset``, then whole batches while
@@ -230,7 +264,10 @@ class TieredLog:
         bytes were taken; empty at exactly the next offset. The one batch read of the
         log: locally :meth:`Log.read_batches <tiered_log.local.log.Log.read_batches>`,
         below the local start :meth:`read_remote_batches`; both return one
-        :class:`~tiered_log.format.batch.FetchData`.
+        :class:`~tiered_log.format.batch.FetchData`. ``upto`` (a consumer's read: the
+        high watermark): no batch holding a record at or past it (one straddling it ends
+        the page before it); empty at or past it (up to the next offset). A follower's
+        fetch passes none: it copies up to the log end.
 
         OffsetOutOfRangeError outside ``[log_start, next_offset]`` (also when retention
         or a truncation moved the bounds during the read); CorruptRangeError where the
@@ -242,12 +279,13 @@ class TieredLog:
             start, nxt = self.log_start_offset, self.next_offset
             if offset < start or offset > nxt:
                 break
-            if offset == nxt:
+            if offset == nxt or (upto is not None and self._at_cap(offset, upto)):
                 return FetchData(b"", offset, offset)
             try:
                 if offset >= self._local.log_start_offset or self._remote is None:
-                    return read_local_batches(self._local.segment_for, offset, max_records, max_bytes)
-                return self.read_remote_batches(offset, max_records, max_bytes)
+                    return read_local_batches(self._local.segment_for, offset, max_records,
+                                              max_bytes, upto)
+                return self.read_remote_batches(offset, max_records, max_bytes, upto=upto)
             except CorruptRangeError:
                 raise  # damaged where the read starts: no other tier has it
             except (OffsetOutOfRangeError, DataLossError):
@@ -262,7 +300,7 @@ class TieredLog:
                                     log_start=start, next_offset=nxt)
 
     def read_remote_batches(self, offset: int, max_records: int = 500,
-                            max_bytes: int = 1 << 20) -> FetchData:
+                            max_bytes: int = 1 << 20, *, upto: int | None = None) -> FetchData:
         """The remote tier's half of :meth:`read_batches`: the stored batches from the one
         holding ``offset``, verified, not decoded (see
         :meth:`RemoteTier.read_batches <tiered_log.remote.tier.RemoteTier.read_batches>`).
@@ -272,7 +310,7 @@ class TieredLog:
         local_start = self._local.log_start_offset
         if offset >= local_start:
             raise DataLossError(f"offset {offset} is not below the local start {local_start}")
-        return self._archive_of(offset).read_batches(offset, max_records, max_bytes)
+        return self._archive_of(offset).read_batches(offset, max_records, max_bytes, upto)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset whose timestamp is >= ``timestamp`` in either tier, or None."""
@@ -293,6 +331,8 @@ class TieredLog:
 
         Below the local start the local log restarts empty at ``offset`` and the remote
         tier records the truncation in its metadata; readers never see truncated records.
+        The leader-epoch cache loses the epochs starting at or after ``offset``; the high
+        watermark drops to ``offset`` if above (before the records go).
         """
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
@@ -302,24 +342,28 @@ class TieredLog:
             if offset < start or offset > nxt:
                 raise OffsetOutOfRangeError(f"cannot truncate to {offset}: the log holds [{start}, {nxt})",
                                             log_start=start, next_offset=nxt)
-            local_start = self._local.log_start_offset
-            if self._remote is not None:
-                self._remote.truncate(offset, local_start)
-            if offset >= local_start:
-                self._local.truncate(offset)
-            else:
-                self._local.reset(offset)
+            with self._hw_lock:
+                self._lower_high_watermark(offset)
+                local_start = self._local.log_start_offset
+                if self._remote is not None:
+                    self._remote.truncate(offset, local_start)
+                if offset >= local_start:
+                    self._local.truncate(offset)
+                else:
+                    self._local.reset(offset)
+                self._epochs.truncate_from_end(offset)
         if self._shipper is not None:
             self._shipper.wake()  # truncated remote segments are deleted by the next round
 
     # ---- tiering (the shipper's round) -----------------------------------------------------
 
     def eligible_segments(self) -> list[SegmentInfo]:
-        """Sealed, flushed local segments not yet in the remote tier, oldest first."""
+        """Sealed, flushed local segments not yet in the remote tier, oldest first; in a
+        replicated log only those below the high watermark (committed records only)."""
         if self._remote is None:
             return []
         end = self._remote.remote_end
-        flushed = self._local.flushed_offset
+        flushed = min(self._local.flushed_offset, self.high_watermark)
         return [s for s in self._local.segments()
                 if s.sealed and s.base_offset >= end and s.next_offset <= flushed]
 
@@ -329,7 +373,7 @@ class TieredLog:
         append at worst causes one more round."""
         loc, r = self._local, self._remote
         state = (loc.next_offset, loc.flushed_offset, loc.log_start_offset,
-                 loc.active_base_offset)
+                 loc.active_base_offset, self.high_watermark)
         if r is None:
             return state
         return (*state, r.remote_end, r.start_offset, int(r.needs_index_rebuild))
@@ -351,6 +395,8 @@ class TieredLog:
                     r.rebuild_index_files()
                 copied = r.copy_segments(self.eligible_segments(), stop)
             self._apply_retention()
+            self._epochs.truncate_from_start(self.log_start_offset)
+            self._clamp_high_watermark()
             return copied
 
     def _apply_retention(self) -> None:
@@ -377,14 +423,19 @@ class TieredLog:
         if shipped:
             self._local.delete_segments_before(shipped[-1].next_offset)
 
-    def maintain(self) -> None:
+    def maintain(self, *, tier: bool = True) -> None:
         """Time-based upkeep, run periodically by the owner (the service): flush by
-        ``flush_ms``, roll by ``segment_ms``; without a shipper (remote tier off, or not
-        started) the round of retention runs here, with one a roll wakes it. Any thread."""
+        ``flush_ms``, roll by ``segment_ms``, checkpoint the high watermark when due; without a
+        shipper (remote tier off, or not started) the round of tiering and retention runs
+        here, with one a roll wakes it. ``tier=False`` (a follower's upkeep: it ships
+        nothing, see :meth:`apply_replica_retention`): no tiering round. Any thread."""
         if self._closed:
             return
         self._local.maybe_flush()
         rolled = self._local.maybe_roll_by_age()
+        self._checkpoint_if_due()
+        if not tier:
+            return
         if self._shipper is None:
             self.tier_once()
         elif rolled:
@@ -511,6 +562,7 @@ class TieredLog:
         if self._shipper is not None:
             self._shipper.stop()
         with self._ctl:
+            self.checkpoint_high_watermark(quiet=True)
             self._closed = True
             self._local.close()
             if self._remote is not None:

@@ -7,8 +7,10 @@ Local segment files are named by their base offset, zero-padded to 20 digits so 
     00000000000000000000.index       offset index (see :mod:`.index`)
     00000000000000000000.timeindex   time index (see :mod:`.index`)
 
-and one file per log beside them: ``leader-epoch-checkpoint``, the first offset of each
-leader epoch (see :mod:`tiered_log.local.leader_epoch`).
+and files per log beside them: ``leader-epoch-checkpoint``, the first offset of each
+leader epoch (see :mod:`tiered_log.local.leader_epoch`), and, for a replicated log,
+``high-watermark-checkpoint``, its last checkpointed high watermark (see
+:mod:`tiered_log.replicated`).
 
 Pure functions; safe from any thread.
 """
@@ -27,6 +29,8 @@ CUT_SUFFIX = ".cut"
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
 """The log's leader-epoch file: the first offset of each leader epoch (see
 :mod:`tiered_log.local.leader_epoch`)."""
+HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
+"""A replicated log's high watermark, checkpointed (see :mod:`tiered_log.replicated`)."""
 OFFSET_DIGITS = 20
 
 

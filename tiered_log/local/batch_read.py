@@ -44,40 +44,45 @@ _READ_SLACK = 64 << 10
 
 
 def read_batches(segment_for: Callable[[int], Segment], offset: int, max_records: int,
-                 max_bytes: int) -> FetchData:
+                 max_bytes: int, end: int | None = None) -> FetchData:
     """Batches from the one holding ``offset`` on: at least one batch, then whole batches
     while fewer than ``max_records`` records from ``offset`` and fewer than ``max_bytes``
     bytes were taken. ``segment_for`` is the log's lookup (OffsetOutOfRangeError outside
     its segments): an ``offset`` it does not find raises that error, which the caller
     (who knows the log's bounds) answers; a segment deleted after the first was read ends
-    the page."""
+    the page.
+
+    ``end`` (a replicated log's high watermark, for consumers): no batch holding a record
+    at or past it is taken, not even the first (batches are whole: one straddling ``end``
+    ends the page before it, possibly empty). The walk stops there; nothing past it is
+    read for the page's sake."""
     parts: list[bytes | memoryview] = []
     total = 0
     cur = offset
-    while cur - offset < max_records and total < max_bytes:
+    while cur - offset < max_records and total < max_bytes and (end is None or cur < end):
         try:
             seg = segment_for(cur)
         except OffsetOutOfRangeError:
             if not parts:
                 raise
             break
-        end = seg.size  # complete batches only: size grows after a write completes
+        size = seg.size  # complete batches only: size grows after a write completes
         try:
             pos, base = _position_of(seg, cur)
         except CorruptRangeError:
             if not parts:
                 raise
             break  # serve what came before the damage
-        if pos >= end:
+        if pos >= size:
             break
-        buf, taken, nxt = _take_batches(seg, pos, end, base, offset + max_records - base,
-                                        max_bytes - total, not parts)
+        buf, taken, nxt = _take_batches(seg, pos, size, base, offset + max_records - base,
+                                        max_bytes - total, not parts, end)
         if taken == 0:
             break
         parts.append(buf if taken == len(buf) else memoryview(buf)[:taken])  # no copy
         total += taken
         cur = nxt
-        if pos + taken < end:
+        if pos + taken < size:
             break  # a limit was reached inside this segment
     data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)
     return FetchData(data, offset, cur)
@@ -128,11 +133,12 @@ def _intact(buf: bytes, at: int, size: int, base: int) -> bool:
 
 
 def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, budget: int,
-                  first: bool) -> tuple[bytes, int, int]:
+                  first: bool, upto: int | None = None) -> tuple[bytes, int, int]:
     """Read whole batches of ``seg`` from byte ``pos`` (the batch at offset ``base``)
     until they hold ``records`` records from ``base`` or take ``budget`` bytes (the first
-    batch always, when ``first``). Returns the bytes read, how many of them are batches
-    taken, and the offset after the last one taken.
+    batch always, when ``first``), and never one holding an offset at or past ``upto``
+    (not even the first: then nothing is taken). Returns the bytes read, how many of them
+    are batches taken, and the offset after the last one taken.
 
     Reads about what the page needs: a first guess from the segment's mean record size
     (plus slack), grown when it falls short, never past ``budget`` (except for a first
@@ -143,10 +149,12 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
     count = seg.next_offset - seg.base_offset
     avg = seg.size // count if count > 0 else HEADER_SIZE
     guess = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK, avg * (records + 1) + _READ_SLACK)
+    if upto is not None:  # no need to read past the batches below ``upto``
+        records = min(records, upto - base)
     checked = 0  # bytes from ``pos`` already verified (a re-read holds the same batches)
     while True:
         buf = seg.read_bytes(pos, guess)
-        walked, nxt, short = 0, base, False
+        walked, nxt, short, capped = 0, base, False, False
         while nxt - base < records and walked < budget:
             if walked + HEADER_SIZE > len(buf):
                 short = True
@@ -157,6 +165,9 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
                     raise CorruptRecordError(
                         f"expected offset {base} at byte {pos} of {seg.store_path.name}")
                 break  # a racing truncation rewrote the tail: stop here
+            if upto is not None and off + n > upto:
+                capped = True  # this batch reaches the cap: the page ends before it
+                break
             if (walked or not first) and walked + size > budget:
                 break
             if walked + size > len(buf):
@@ -173,7 +184,7 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
         if short and len(buf) == guess and grown > guess:
             guess = grown  # the read fell short of what the limits allow: read more
             continue
-        if walked == 0 and first:
+        if walked == 0 and first and not capped:
             if len(buf) < HEADER_SIZE:
                 raise CorruptRecordError(f"truncated batch at byte {pos} of {seg.store_path.name}")
             # The first batch is larger than the budget: take it whole on its own.

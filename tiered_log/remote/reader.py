@@ -325,7 +325,8 @@ class RemoteReader:
                 break  # a limit stopped us inside the chunk
         return out
 
-    def read_batches(self, offset: int, max_records: int, max_bytes: int) -> FetchData:
+    def read_batches(self, offset: int, max_records: int, max_bytes: int,
+                     upto: int | None = None) -> FetchData:
         """Stored batches from the remote tier as they are, for a binary fetch (the same
         :class:`~tiered_log.format.batch.FetchData` a local read returns). The first
         batch is the one holding ``offset`` (it may start below it, as a local read's
@@ -336,6 +337,8 @@ class RemoteReader:
         the remote end (a truncation inside it) is cut: its records below the end are
         batched again. Nothing is decoded otherwise: a consumer catching up from the
         archive costs the server a GET and a checksum pass, not a decode and re-encode.
+        ``upto`` (a replicated log's high watermark): the page ends before the first batch
+        holding an offset at or past it (batches stay whole; the page may be empty).
         """
         end = self._remote_end_above(offset)
         parts: list[bytes | memoryview] = []
@@ -358,6 +361,8 @@ class RemoteReader:
                     continue
                 if b.base_offset >= stop:
                     break
+                if upto is not None and after > upto:
+                    return FetchData(b"".join(parts), offset, cur)
                 if parts and (taken + b.size > max_bytes or cur - offset >= max_records):
                     return FetchData(b"".join(parts), offset, cur)
                 part: bytes | memoryview
@@ -370,7 +375,7 @@ class RemoteReader:
                 parts.append(part)
                 taken += len(part)
                 cur = after
-                if cur >= end:
+                if cur >= end or (upto is not None and cur >= upto):
                     return FetchData(b"".join(parts), offset, cur)
         return FetchData(b"".join(parts), offset, cur)
 

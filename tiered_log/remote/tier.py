@@ -139,8 +139,9 @@ class RemoteTier(TierState):
     def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
         return self.reader.read_range(offset, max_records, max_bytes)
 
-    def read_batches(self, offset: int, max_records: int, max_bytes: int) -> FetchData:
-        return self.reader.read_batches(offset, max_records, max_bytes)
+    def read_batches(self, offset: int, max_records: int, max_bytes: int,
+                     upto: int | None = None) -> FetchData:
+        return self.reader.read_batches(offset, max_records, max_bytes, upto)
 
     def archived_segments(self, log_start: int) -> list[dict[str, Any]]:
         return self.reader.archived_segments(log_start)
