@@ -3,15 +3,17 @@
 ::
 
     tiered-log serve [--data-dir D] [--host H] [--port P] ...    run the HTTP service
-    tiered-log topics create orders --partitions 3
+    tiered-log topics create orders --partitions 3 [--replication-factor 3]
     tiered-log topics list|describe|delete ...
     tiered-log produce orders --file lines.txt
     tiered-log consume orders --offset 0 --follow
 
 ``serve`` runs :mod:`tiered_log.service` (its options come from
 :func:`tiered_log.service.server.add_serve_arguments`). The client commands talk to
-``--url`` (default ``$TIERED_LOG_URL`` or ``http://127.0.0.1:8080``) with ``--token``
-(default ``$TIERED_LOG_TOKEN``) through :class:`tiered_log.client.Client`. A runner
+``--url`` (default ``$TIERED_LOG_URL`` or ``http://127.0.0.1:8080``; several URLs,
+comma-separated, name nodes of a cluster) with ``--token`` (default
+``$TIERED_LOG_TOKEN``) through :class:`tiered_log.client.Client`, which follows
+partition leaders and retries across a leader change for ``--retry-timeout`` seconds. A runner
 returns the exit status (0 ok, 1 failed, 2 bad usage or settings); a library or
 connection error is one line ``tiered-log: <code>: <message>`` on stderr and exit 1.
 Long runs of ``produce``/``consume`` show progress on stderr (when it is a terminal, or
@@ -52,12 +54,18 @@ def _client(args: argparse.Namespace) -> Client:
         verify = str(args.cacert)
     elif getattr(args, "insecure", False):
         verify = False
-    return Client(args.url, token=args.token or None, verify=verify)
+    return Client(args.url, token=args.token or None, verify=verify,
+                  retry_timeout_s=args.retry_timeout)
 
 
 def _client_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=os.environ.get("TIERED_LOG_URL", "http://127.0.0.1:8080"),
-                   help="service URL (default $TIERED_LOG_URL or http://127.0.0.1:8080)")
+                   help="service URL, or several comma-separated (any nodes of a cluster: "
+                   "requests follow the partition leaders) (default $TIERED_LOG_URL or "
+                   "http://127.0.0.1:8080)")
+    p.add_argument("--retry-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="in a cluster, how long to retry a request across a leader change "
+                   "(default 30)")
     p.add_argument("--token", default=os.environ.get("TIERED_LOG_TOKEN"),
                    help="bearer token (default $TIERED_LOG_TOKEN)")
     p.add_argument("--cacert", help="CA bundle to verify the server's TLS certificate")
@@ -129,6 +137,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 def _topics_create_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("name")
     p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--replication-factor", type=int, metavar="N",
+                   help="copies of each partition (cluster; default min(3, live nodes))")
+    p.add_argument("--min-insync-replicas", type=int, metavar="N",
+                   help="in-sync replicas an acks=all produce needs (cluster; default "
+                   "min(2, replication factor))")
     p.add_argument("--config", action="append", metavar="NAME=VALUE",
                    help="override a topic default, e.g. flush_messages=100, retention_ms=null")
     p.add_argument("--json", action="store_true", help="print the description as JSON")
@@ -150,6 +163,9 @@ def _produce_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--partition", type=int, default=0)
     p.add_argument("-f", "--file", help="read lines from this file instead of stdin")
     p.add_argument("--batch-size", type=int, default=500, help="records per request")
+    p.add_argument("--acks", choices=["all", "1"],
+                   help="cluster: all (every in-sync replica has the records; the default "
+                   "with replicas) or 1 (the leader has them)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show progress on stderr (default: when stderr is a terminal)")
     _client_options(p)
@@ -216,7 +232,9 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
         print(f"tiered-log: {exc}", file=sys.stderr)
         return 2
     with _client(args) as c:
-        d = c.create_topic(args.name, args.partitions, config)
+        d = c.create_topic(args.name, args.partitions, config,
+                           replication_factor=args.replication_factor,
+                           min_insync_replicas=args.min_insync_replicas)
     print(json.dumps(d, indent=2) if args.json else f"created topic {d['name']} "
           f"with {d['partitions']} partition(s)")
     return 0
@@ -277,7 +295,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
             def send() -> None:
                 nonlocal produced, first, last
-                offsets = c.produce(args.topic, args.partition, batch)
+                offsets = c.produce(args.topic, args.partition, batch, acks=args.acks)
                 produced += len(offsets)
                 first = offsets[0] if first is None else first
                 last = offsets[-1]

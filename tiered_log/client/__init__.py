@@ -15,6 +15,18 @@ records encoded here as batches in the stored layout with
 the server's clock unless a record gives one), or one raw streamed body with
 :meth:`Client.produce_raw`.
 
+Clusters: a client takes one URL or several (a sequence or a comma-separated string).
+A partition's produce, fetch, consume, bounds, offsets and truncate go to the
+partition's leader, learnt from ``GET /v1/cluster`` (a single node answers 404 there
+and gets everything, exactly as before clusters); topic admin goes to any node. On
+``not_leader`` or a connection that could not be made, a request is sent again to the
+new leader with a short back-off, for up to ``retry_timeout_s`` (30 s); a produce whose
+request may have reached the server (a connection broken after sending, a leader that
+lost its leadership after appending, "appended but are not acknowledged") is never
+sent again: its ConnectionFailedError or error is raised and the caller decides. A
+consume continues across a leader change from the next offset it has not handed out.
+The rules are in :mod:`.routing`.
+
 Errors: the service's JSON errors are raised as the matching
 :class:`~tiered_log.errors.TieredLogError` subclass, found by the error's ``code``
 (``topic_not_found`` -> TopicNotFoundError, ``offset_out_of_range`` ->
@@ -24,15 +36,17 @@ raises :class:`ConnectionFailedError` (retriable).
 Modules: :mod:`.sync` (:class:`Client`), :mod:`.aio` (:class:`AsyncClient`),
 :mod:`.traffic` (the kept-alive ``http.client`` pool of record traffic both use),
 :mod:`.messages` (paths, produce bodies, fetch answers, error answers, result types),
-:mod:`.paging` (how ``consume`` sizes its requests and pages). Error classes are in
+:mod:`.paging` (how ``consume`` sizes its requests and pages), :mod:`.routing` (which
+node a partition's requests go to, and the retry rules). Error classes are in
 :mod:`tiered_log.errors`; this package imports nothing of the service.
 
-Thread-safety: a :class:`Client` may be shared between threads (httpx.Client is); an
+Thread-safety: a :class:`Client` may be shared between threads (httpx.Client, the record
+pools and the leader map are); an
 :class:`AsyncClient` belongs to the event loop it is first used on.
 
 Example::
 
-    with Client("http://127.0.0.1:8080", token="s3cret") as c:
+    with Client("http://127.0.0.1:8080", token="s3cret") as c:  # or "http://n1:8080,http://n2:8080"
         c.create_topic("orders", partitions=3)
         offsets = c.produce("orders", 0, [b"one", "two", ProducerRecord(b"3", key=b"k")])
         batch = c.fetch("orders", 0, offsets[0])
@@ -46,7 +60,13 @@ from __future__ import annotations
 
 from ..errors import ConnectionFailedError, ServiceError
 from .aio import AsyncClient
-from .messages import FetchResult, PartitionBounds, encode_produce_body, error_from_response
+from .messages import (
+    FetchResult,
+    PartitionBounds,
+    RequestNotSentError,
+    encode_produce_body,
+    error_from_response,
+)
 from .paging import FETCH_RECORDS
 from .sync import Client
 
@@ -57,6 +77,7 @@ __all__ = [
     "ConnectionFailedError",
     "FetchResult",
     "PartitionBounds",
+    "RequestNotSentError",
     "ServiceError",
     "encode_produce_body",
     "error_from_response",

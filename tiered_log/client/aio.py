@@ -2,8 +2,10 @@
 methods as coroutines (see :mod:`tiered_log.client`).
 
 JSON requests through ``httpx.AsyncClient`` on the loop; record bodies through the pooled
-``http.client`` connections of :mod:`tiered_log.client.traffic`, in a worker thread
-(``asyncio.to_thread``). ``consume`` runs the next page's request as a task.
+``http.client`` connections of :mod:`tiered_log.client.traffic` (one pool per node), in a
+worker thread (``asyncio.to_thread``). ``consume`` runs the next page's request as a
+task. A partition's requests go to its leader and are retried as
+:mod:`tiered_log.client.routing` says (the back-off is ``asyncio.sleep``).
 
 Thread-safety: an :class:`AsyncClient` belongs to the event loop it is first used on.
 """
@@ -13,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import httpx
 
 from .. import errors as E
-from ..errors import ConnectionFailedError
+from ..errors import ConnectionFailedError, TieredLogError
 from ..format.records import ProducerRecord
 from .messages import (
     _ACCEPT_BINARY,
@@ -27,6 +29,8 @@ from .messages import (
     _FRAMES_HEADERS,
     FetchResult,
     PartitionBounds,
+    RequestNotSentError,
+    _acks_params,
     _check,
     _fetch_headers,
     _fetch_params,
@@ -34,85 +38,197 @@ from .messages import (
     _parse_fetch,
     _part_path,
     _raw_params,
+    _topic_body,
     _topic_path,
+    _transport_error,
     _verify,
     encode_produce_body,
+    error_from_response,
 )
 from .paging import _check_consume, _consume_done, _left, _page_plan, _pages
-from .traffic import _RecordTraffic
+from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
+from .traffic import RecordPools
+
+_T = TypeVar("_T")
 
 
 class AsyncClient:
-    """Asynchronous client with the same methods as :class:`Client`, as coroutines."""
+    """Asynchronous client with the same methods as :class:`Client`, as coroutines,
+    and the same routing: one URL or several, a partition's requests to its leader,
+    retries for up to ``retry_timeout_s`` by the rules of
+    :mod:`tiered_log.client.routing` (a produce that may have reached the server is
+    never sent again)."""
 
-    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 60.0,
-                 verify: bool | str | ssl.SSLContext = True,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, base_url: str | Sequence[str], token: str | None = None, *,
+                 timeout: float = 60.0, verify: bool | str | ssl.SSLContext = True,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 retry_timeout_s: float = 30.0) -> None:
+        self.urls = parse_urls(base_url)
+        self.base_url = self.urls[0]
+        self.retry_timeout_s = retry_timeout_s
+        self._routes = Routes(self.urls)
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=_headers(token),
                                        timeout=timeout, verify=_verify(verify), transport=transport)
         # Record bodies take the sync client's http.client path in a worker thread: ~2-3x
         # faster per MiB than httpx's h11 on the event loop (a cancelled await leaves the
         # request to finish in its thread; its connection then goes back to the pool).
-        self._records = (None if transport is not None else
-                         _RecordTraffic(self.base_url, _headers(token), timeout, verify))
+        self._pools = (None if transport is not None else
+                       RecordPools(_headers(token), timeout, verify))
 
-    async def _get_records(self, path: str, params: dict[str, int]) -> httpx.Response:
-        if self._records is not None:
-            return await asyncio.to_thread(self._records.request, "GET", path, params=params,
-                                           headers=_ACCEPT_BINARY)
-        return await self._req("GET", path, params=params, headers=_ACCEPT_BINARY)
+    # ---- sending -------------------------------------------------------------------------
 
-    async def _post_frames(self, path: str, body: bytes) -> httpx.Response:
-        if self._records is not None:
-            return await asyncio.to_thread(self._records.request, "POST", path, body=body,
-                                           headers=_FRAMES_HEADERS)
-        return await self._req("POST", path, content=body, headers=_FRAMES_HEADERS)
+    async def _req_at(self, url: str, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            return _check(await self._http.request(method, url + path, **kw))
+        except httpx.TransportError as exc:
+            raise _transport_error(url, exc) from exc
 
     async def _req(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        try:
-            return _check(await self._http.request(method, path, **kw))
-        except httpx.TransportError as exc:
-            raise ConnectionFailedError(f"cannot reach {self.base_url}: {exc}") from exc
+        return await self._req_at(self.base_url, method, path, **kw)
+
+    async def _get_records(self, url: str, path: str, params: dict[str, int]) -> httpx.Response:
+        if self._pools is not None:
+            return await asyncio.to_thread(self._pools.get(url).request, "GET", path,
+                                           params=params, headers=_ACCEPT_BINARY)
+        return await self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
+
+    async def _post_frames(self, url: str, path: str, body: bytes,
+                           params: dict[str, int | str] | None) -> httpx.Response:
+        if self._pools is not None:
+            return await asyncio.to_thread(self._pools.get(url).request, "POST", path,
+                                           params=params, body=body, headers=_FRAMES_HEADERS)
+        return await self._req_at(url, "POST", path, params=params, content=body,
+                                  headers=_FRAMES_HEADERS)
+
+    async def _any(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """:meth:`Client._any <tiered_log.client.Client._any>`: topic admin, to each known
+        node in turn while they cannot be reached."""
+        last: ConnectionFailedError | None = None
+        for url in self._routes.any_urls():
+            try:
+                return await self._req_at(url, method, path, **kw)
+            except ConnectionFailedError as exc:
+                if method != "GET" and not isinstance(exc, RequestNotSentError):
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
+    async def _leader(self, topic: str, partition: int) -> str:
+        """The URL of the partition's leader (asking ``GET /v1/cluster`` of each known
+        node in turn when not known)."""
+        url = self._routes.leader(topic, partition)
+        if url is not None:
+            return url
+        last: TieredLogError | None = None
+        for cand in self._routes.cluster_urls():
+            try:
+                resp = await self._http.get(cand + CLUSTER_PATH)
+            except httpx.TransportError as exc:
+                last = _transport_error(cand, exc)
+                continue
+            if resp.status_code == 404:
+                self._routes.learn_single(cand)
+                return cand
+            if resp.status_code >= 500:
+                last = error_from_response(resp.status_code, resp.content)
+                continue
+            return self._routes.learn(cand, _check(resp).json(), topic, partition)
+        assert last is not None
+        raise last
+
+    async def _routed(self, topic: str, partition: int, send: Callable[[str], Awaitable[_T]], *,
+                      writes: bool, retry: bool = True) -> _T:
+        """``await send(leader URL)``, retried by the rules of :mod:`.routing`."""
+        attempts: Attempts | None = None
+        while True:
+            try:
+                return await send(await self._leader(topic, partition))
+            except TieredLogError as exc:
+                if not retry:
+                    raise
+                if attempts is None:
+                    attempts = Attempts(self._routes, topic, partition, writes=writes,
+                                        timeout_s=self.retry_timeout_s)
+                await asyncio.sleep(attempts.after(exc).delay_s)
+
+    # ---- topics --------------------------------------------------------------------------
 
     async def create_topic(self, name: str, partitions: int = 1,
-                           config: dict[str, Any] | None = None) -> dict[str, Any]:
-        body = {"name": name, "partitions": partitions, "config": config or {}}
-        result: dict[str, Any] = (await self._req("POST", "/v1/topics", json=body)).json()
+                           config: dict[str, Any] | None = None, *,
+                           replication_factor: int | None = None,
+                           min_insync_replicas: int | None = None) -> dict[str, Any]:
+        body = _topic_body(name, partitions, config, replication_factor, min_insync_replicas)
+        result: dict[str, Any] = (await self._any("POST", "/v1/topics", json=body)).json()
         return result
 
     async def list_topics(self) -> list[dict[str, Any]]:
-        topics: list[dict[str, Any]] = (await self._req("GET", "/v1/topics")).json()["topics"]
+        topics: list[dict[str, Any]] = (await self._any("GET", "/v1/topics")).json()["topics"]
         return topics
 
     async def describe_topic(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = (await self._req("GET", _topic_path(name))).json()
+        result: dict[str, Any] = (await self._any("GET", _topic_path(name))).json()
         return result
 
     async def delete_topic(self, name: str) -> None:
-        await self._req("DELETE", _topic_path(name))
+        await self._any("DELETE", _topic_path(name))
+
+    async def cluster(self) -> dict[str, Any] | None:
+        """``GET /v1/cluster`` of a node that answers; None for a single node."""
+        try:
+            resp = await self._any("GET", CLUSTER_PATH)
+        except TieredLogError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        result: dict[str, Any] = resp.json()
+        return result
+
+    # ---- records -------------------------------------------------------------------------
 
     async def produce(self, topic: str, partition: int,
-                      records: Iterable[ProducerRecord | bytes | str]) -> list[int]:
-        """Append a batch (all or nothing, binary frames); returns each record's offset."""
-        resp = await self._post_frames(f"{_part_path(topic, partition)}/records",
-                                       encode_produce_body(records))
+                      records: Iterable[ProducerRecord | bytes | str], *,
+                      acks: str | None = None) -> list[int]:
+        """Append a batch on the partition's leader; see :meth:`Client.produce
+        <tiered_log.client.Client.produce>` (``acks``, and when it is retried)."""
+        path = f"{_part_path(topic, partition)}/records"
+        body = encode_produce_body(records)
+        params = _acks_params(acks)
+
+        def send(url: str) -> Awaitable[httpx.Response]:
+            return self._post_frames(url, path, body, params)
+
+        resp = await self._routed(topic, partition, send, writes=True)
         offsets: list[int] = resp.json()["offsets"]
         return offsets
 
     async def produce_raw(self, topic: str, partition: int,
                           value: bytes | AsyncIterable[bytes] | Sequence[bytes], *,
-                          key: bytes | str | None = None, timestamp: int | None = None) -> int:
+                          key: bytes | str | None = None, timestamp: int | None = None,
+                          acks: str | None = None) -> int:
+        """One record streamed as the body; an async iterable is sent once, never
+        retried."""
         content = value if isinstance(value, bytes | AsyncIterable) else b"".join(value)
-        resp = await self._req("POST", f"{_part_path(topic, partition)}/records", content=content,
-                               params=_raw_params(key, timestamp),
-                               headers={"Content-Type": _BINARY})
+        path = f"{_part_path(topic, partition)}/records"
+        params = _raw_params(key, timestamp, acks)
+
+        def send(url: str) -> Awaitable[httpx.Response]:
+            return self._req_at(url, "POST", path, content=content, params=params,
+                                headers={"Content-Type": _BINARY})
+
+        resp = await self._routed(topic, partition, send, writes=True,
+                                  retry=isinstance(content, bytes))
         return int(resp.json()["offsets"][0])
 
     async def fetch(self, topic: str, partition: int, offset: int, max_records: int = 500,
                     max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
-        resp = await self._get_records(f"{_part_path(topic, partition)}/records",
-                                       _fetch_params(offset, max_records, max_bytes, wait_ms))
+        path = f"{_part_path(topic, partition)}/records"
+        params = _fetch_params(offset, max_records, max_bytes, wait_ms)
+
+        def send(url: str) -> Awaitable[httpx.Response]:
+            return self._get_records(url, path, params)
+
+        resp = await self._routed(topic, partition, send, writes=False)
         return _parse_fetch(resp, offset, max_records)
 
     async def consume(self, topic: str, partition: int, offset: int, *,
@@ -120,7 +236,8 @@ class AsyncClient:
                       max_bytes: int = 8 << 20, follow: bool = False,
                       wait_ms: int = 1000) -> AsyncGenerator[FetchResult, None]:
         """:meth:`Client.consume` for asyncio: the next page's request runs as a task on
-        this loop while the caller handles the current page."""
+        this loop while the caller handles the current page. Across a leader change a
+        request is sent again for the same offset: no offset twice, no gap."""
         _check_consume(offset, end_offset, max_records)
         if end_offset is not None and offset >= end_offset:
             return
@@ -128,8 +245,12 @@ class AsyncClient:
         wait = wait_ms if follow else 0
 
         async def get(off: int) -> httpx.Response:
-            want = _page_plan(off, end_offset)
-            return await self._get_records(path, _fetch_params(off, want, max_bytes, wait))
+            params = _fetch_params(off, _page_plan(off, end_offset), max_bytes, wait)
+
+            def send(url: str) -> Awaitable[httpx.Response]:
+                return self._get_records(url, path, params)
+
+            return await self._routed(topic, partition, send, writes=False)
 
         task = asyncio.ensure_future(get(offset))
         try:
@@ -152,18 +273,31 @@ class AsyncClient:
                     await task
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
-        d = (await self._req("GET", f"{_part_path(topic, partition)}/offsets",
-                             params={"timestamp": timestamp})).json()
+        path = f"{_part_path(topic, partition)}/offsets"
+
+        def send(url: str) -> Awaitable[httpx.Response]:
+            return self._req_at(url, "GET", path, params={"timestamp": timestamp})
+
+        d = (await self._routed(topic, partition, send, writes=False)).json()
         return None if d["offset"] is None else int(d["offset"])
 
     async def bounds(self, topic: str, partition: int) -> PartitionBounds:
-        resp = await self._req("GET", f"{_part_path(topic, partition)}/bounds")
-        return PartitionBounds.from_json(resp.json())
+        path = f"{_part_path(topic, partition)}/bounds"
+
+        def send(url: str) -> Awaitable[httpx.Response]:
+            return self._req_at(url, "GET", path)
+
+        return PartitionBounds.from_json((await self._routed(topic, partition, send,
+                                                             writes=False)).json())
 
     async def truncate(self, topic: str, partition: int, offset: int) -> PartitionBounds:
-        resp = await self._req("POST", f"{_part_path(topic, partition)}/truncate",
-                               json={"offset": offset})
-        return PartitionBounds.from_json(resp.json())
+        path = f"{_part_path(topic, partition)}/truncate"
+
+        def send(url: str) -> Awaitable[httpx.Response]:
+            return self._req_at(url, "POST", path, json={"offset": offset})
+
+        return PartitionBounds.from_json((await self._routed(topic, partition, send,
+                                                             writes=True)).json())
 
     async def health(self) -> dict[str, Any]:
         result: dict[str, Any] = (await self._req("GET", "/healthz")).json()
@@ -174,8 +308,8 @@ class AsyncClient:
 
     async def close(self) -> None:
         await self._http.aclose()
-        if self._records is not None:
-            self._records.close()
+        if self._pools is not None:
+            self._pools.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -9,7 +9,9 @@ Shared by :class:`~tiered_log.client.Client` and :class:`~tiered_log.client.Asyn
 - answers: a binary fetch's records and offset headers (:func:`_parse_fetch`, every
   checksum verified), :class:`FetchResult`, :class:`PartitionBounds`, and an error
   answer raised as its :class:`~tiered_log.errors.TieredLogError` subclass
-  (:func:`error_from_response`, by the tree's :func:`~tiered_log.errors.error_class`).
+  (:func:`error_from_response`, by the tree's :func:`~tiered_log.errors.error_class`),
+  and a transport failure as ConnectionFailedError or, when nothing was sent,
+  :class:`RequestNotSentError` (:func:`_transport_error`).
 
 Everything here is pure (no I/O, no state): safe from any thread.
 """
@@ -20,6 +22,7 @@ import json
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -53,12 +56,47 @@ def error_from_response(status: int, body: bytes) -> E.TieredLogError:
     if cls is E.OffsetOutOfRangeError:
         exc = E.OffsetOutOfRangeError(message, log_start=int(details.get("log_start_offset", 0)),
                                       next_offset=int(details.get("next_offset", 0)))
+    elif cls is E.NotLeaderError:
+        lid, url = details.get("leader_id"), details.get("leader_url")
+        exc = E.NotLeaderError(message, leader_id=int(lid) if isinstance(lid, int) else None,
+                               leader_url=str(url) if url else None)
+    elif cls is E.FencedEpochError:
+        exc = E.FencedEpochError(message, current_epoch=int(details.get("current_epoch", -1)))
     elif cls is None:
         exc = ServiceError(message, status=status, code=code)
     else:
         exc = cls(message)
     exc.retriable = retriable
     return exc
+
+
+class RequestNotSentError(E.ConnectionFailedError):
+    """A :class:`~tiered_log.errors.ConnectionFailedError` raised before any byte of the
+    request was sent: the connection was refused, or could not be made in time. Nothing
+    reached the server, so sending the request again (to this node or another) cannot
+    repeat its effect; the clients' routing retries it (:mod:`tiered_log.client.routing`).
+    A connection that broke later raises a plain ConnectionFailedError."""
+
+
+def _transport_error(url: str, exc: httpx.TransportError) -> E.ConnectionFailedError:
+    """The error for an httpx transport failure talking to ``url``: RequestNotSentError
+    when the connection could not be made (not for a TLS failure: a certificate another
+    try would refuse again)."""
+    msg = f"cannot reach {url}: {exc}"
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout) and not _tls_failure(exc):
+        return RequestNotSentError(msg)
+    return E.ConnectionFailedError(msg)
+
+
+def _tls_failure(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _check(resp: httpx.Response) -> httpx.Response:
@@ -141,12 +179,33 @@ def _parse_fetch(resp: httpx.Response, offset: int, limit: int | None) -> FetchR
     return FetchResult(recs, nxt, hw, start)
 
 
+def _topic_body(name: str, partitions: int, config: dict[str, Any] | None,
+                replication_factor: int | None, min_insync_replicas: int | None) -> dict[str, Any]:
+    """The body of ``POST /v1/topics`` (the cluster fields only when given)."""
+    body: dict[str, Any] = {"name": name, "partitions": partitions, "config": config or {}}
+    if replication_factor is not None:
+        body["replication_factor"] = replication_factor
+    if min_insync_replicas is not None:
+        body["min_insync_replicas"] = min_insync_replicas
+    return body
+
+
 def _fetch_params(offset: int, max_records: int, max_bytes: int, wait_ms: int) -> dict[str, int]:
     return {"offset": offset, "max_records": max_records, "max_bytes": max_bytes, "wait_ms": wait_ms}
 
 
-def _raw_params(key: bytes | str | None, timestamp: int | None) -> dict[str, str | int]:
-    params: dict[str, str | int] = {}
+def _acks_params(acks: str | None) -> dict[str, int | str] | None:
+    """The ``acks`` query parameter of a produce (``all`` or ``1``), when given."""
+    if acks is None:
+        return None
+    if acks not in ("all", "1"):
+        raise E.InvalidArgumentError(f"acks must be 'all' or '1', not {acks!r}")
+    return {"acks": acks}
+
+
+def _raw_params(key: bytes | str | None, timestamp: int | None,
+                acks: str | None = None) -> dict[str, str | int]:
+    params: dict[str, str | int] = dict(_acks_params(acks) or {})
     if key is not None:
         params["key"] = key.decode("utf-8") if isinstance(key, bytes) else key
     if timestamp is not None:
@@ -168,6 +227,7 @@ def _headers(token: str | None) -> dict[str, str]:
 __all__ = [
     "FetchResult",
     "PartitionBounds",
+    "RequestNotSentError",
     "encode_produce_body",
     "error_from_response",
 ]

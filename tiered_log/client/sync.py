@@ -1,23 +1,25 @@
 """The synchronous client, :class:`Client` (see :mod:`tiered_log.client`).
 
 JSON requests through httpx; record bodies (binary fetch and produce) through the pooled
-``http.client`` connections of :mod:`tiered_log.client.traffic`. ``consume`` prefetches
-the next request in a background thread.
+``http.client`` connections of :mod:`tiered_log.client.traffic`, one pool per node.
+``consume`` prefetches the next request in a background thread. A partition's requests
+go to its leader and are retried as :mod:`tiered_log.client.routing` says.
 
-Thread-safety: a :class:`Client` may be shared between threads (httpx.Client and the
-record pool are); one ``consume`` iterator belongs to one thread.
+Thread-safety: a :class:`Client` may be shared between threads (httpx.Client, the record
+pools and the leader map are); one ``consume`` iterator belongs to one thread.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Generator, Iterable
+import time
+from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
-from ..errors import ConnectionFailedError
+from ..errors import ConnectionFailedError, TieredLogError
 from ..format.records import ProducerRecord
 from .messages import (
     _ACCEPT_BINARY,
@@ -25,6 +27,8 @@ from .messages import (
     _FRAMES_HEADERS,
     FetchResult,
     PartitionBounds,
+    RequestNotSentError,
+    _acks_params,
     _check,
     _fetch_headers,
     _fetch_params,
@@ -32,83 +36,204 @@ from .messages import (
     _parse_fetch,
     _part_path,
     _raw_params,
+    _topic_body,
     _topic_path,
+    _transport_error,
     _verify,
     encode_produce_body,
+    error_from_response,
 )
 from .paging import _check_consume, _consume_done, _left, _page_plan, _pages
-from .traffic import _RecordTraffic
+from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
+from .traffic import RecordPools
+
+_T = TypeVar("_T")
 
 
 class Client:
     """Synchronous client; see :mod:`tiered_log.client`. Use as a context manager or
-    call :meth:`close`. With a ``transport`` every request goes through it."""
+    call :meth:`close`. With a ``transport`` every request goes through it.
 
-    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 60.0,
-                 verify: bool | str | ssl.SSLContext = True, transport: httpx.BaseTransport | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
+    ``base_url``: one node's URL, several (a sequence or a comma-separated string). A
+    partition's produce, fetch, consume, bounds, offsets and truncate go to its leader,
+    learnt from ``GET /v1/cluster`` (a single node, which answers 404 there, gets every
+    request, as before clusters); topic admin goes to any node (the next one when a node
+    cannot be reached). Failed requests are retried for up to ``retry_timeout_s``
+    seconds by the rules of :mod:`tiered_log.client.routing`: a produce whose request
+    may have reached the server is never sent again. ``base_url`` (the first URL) is
+    where :meth:`health` and :meth:`metrics` go.
+    """
+
+    def __init__(self, base_url: str | Sequence[str], token: str | None = None, *,
+                 timeout: float = 60.0, verify: bool | str | ssl.SSLContext = True,
+                 transport: httpx.BaseTransport | None = None,
+                 retry_timeout_s: float = 30.0) -> None:
+        self.urls = parse_urls(base_url)
+        self.base_url = self.urls[0]
+        self.retry_timeout_s = retry_timeout_s
+        self._routes = Routes(self.urls)
         self._http = httpx.Client(base_url=self.base_url, headers=_headers(token),
                                   timeout=timeout, verify=_verify(verify), transport=transport)
-        self._records = (None if transport is not None else
-                         _RecordTraffic(self.base_url, _headers(token), timeout, verify))
+        self._pools = (None if transport is not None else
+                       RecordPools(_headers(token), timeout, verify))
 
-    def _get_records(self, path: str, params: dict[str, int]) -> httpx.Response:
-        if self._records is not None:
-            return self._records.request("GET", path, params=params, headers=_ACCEPT_BINARY)
-        return self._req("GET", path, params=params, headers=_ACCEPT_BINARY)
+    # ---- sending -------------------------------------------------------------------------
 
-    def _post_frames(self, path: str, body: bytes) -> httpx.Response:
-        if self._records is not None:
-            return self._records.request("POST", path, body=body, headers=_FRAMES_HEADERS)
-        return self._req("POST", path, content=body, headers=_FRAMES_HEADERS)
+    def _req_at(self, url: str, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            return _check(self._http.request(method, url + path, **kw))
+        except httpx.TransportError as exc:
+            raise _transport_error(url, exc) from exc
 
     def _req(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        try:
-            return _check(self._http.request(method, path, **kw))
-        except httpx.TransportError as exc:
-            raise ConnectionFailedError(f"cannot reach {self.base_url}: {exc}") from exc
+        return self._req_at(self.base_url, method, path, **kw)
+
+    def _get_records(self, url: str, path: str, params: dict[str, int]) -> httpx.Response:
+        if self._pools is not None:
+            return self._pools.get(url).request("GET", path, params=params,
+                                                headers=_ACCEPT_BINARY)
+        return self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
+
+    def _post_frames(self, url: str, path: str, body: bytes,
+                     params: dict[str, int | str] | None) -> httpx.Response:
+        if self._pools is not None:
+            return self._pools.get(url).request("POST", path, params=params, body=body,
+                                                headers=_FRAMES_HEADERS)
+        return self._req_at(url, "POST", path, params=params, content=body,
+                            headers=_FRAMES_HEADERS)
+
+    def _any(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """A request any node answers (topic admin): to each known node in turn while
+        they cannot be reached (a POST or DELETE only while nothing was sent)."""
+        last: ConnectionFailedError | None = None
+        for url in self._routes.any_urls():
+            try:
+                return self._req_at(url, method, path, **kw)
+            except ConnectionFailedError as exc:
+                if method != "GET" and not isinstance(exc, RequestNotSentError):
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
+    def _leader(self, topic: str, partition: int) -> str:
+        """The URL of the partition's leader (asking ``GET /v1/cluster`` of each known
+        node in turn when not known)."""
+        url = self._routes.leader(topic, partition)
+        if url is not None:
+            return url
+        last: TieredLogError | None = None
+        for cand in self._routes.cluster_urls():
+            try:
+                resp = self._http.get(cand + CLUSTER_PATH)
+            except httpx.TransportError as exc:
+                last = _transport_error(cand, exc)
+                continue
+            if resp.status_code == 404:
+                self._routes.learn_single(cand)
+                return cand
+            if resp.status_code >= 500:
+                last = error_from_response(resp.status_code, resp.content)
+                continue
+            return self._routes.learn(cand, _check(resp).json(), topic, partition)
+        assert last is not None
+        raise last
+
+    def _routed(self, topic: str, partition: int, send: Callable[[str], _T], *,
+                writes: bool, retry: bool = True) -> _T:
+        """``send(leader URL)``, retried by the rules of :mod:`.routing` (``writes``: a
+        request that changes the log; ``retry=False``: one try, for a body that cannot
+        be sent twice)."""
+        attempts: Attempts | None = None
+        while True:
+            try:
+                return send(self._leader(topic, partition))
+            except TieredLogError as exc:
+                if not retry:
+                    raise
+                if attempts is None:
+                    attempts = Attempts(self._routes, topic, partition, writes=writes,
+                                        timeout_s=self.retry_timeout_s)
+                time.sleep(attempts.after(exc).delay_s)
 
     # topics
     def create_topic(self, name: str, partitions: int = 1,
-                     config: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Create a topic; returns its description. TopicExistsError if it exists."""
-        body = {"name": name, "partitions": partitions, "config": config or {}}
-        result: dict[str, Any] = self._req("POST", "/v1/topics", json=body).json()
+                     config: dict[str, Any] | None = None, *,
+                     replication_factor: int | None = None,
+                     min_insync_replicas: int | None = None) -> dict[str, Any]:
+        """Create a topic; returns its description. TopicExistsError if it exists.
+        ``replication_factor``/``min_insync_replicas``: for a cluster (sent when given)."""
+        body = _topic_body(name, partitions, config, replication_factor, min_insync_replicas)
+        result: dict[str, Any] = self._any("POST", "/v1/topics", json=body).json()
         return result
 
     def list_topics(self) -> list[dict[str, Any]]:
-        topics: list[dict[str, Any]] = self._req("GET", "/v1/topics").json()["topics"]
+        topics: list[dict[str, Any]] = self._any("GET", "/v1/topics").json()["topics"]
         return topics
 
     def describe_topic(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._req("GET", _topic_path(name)).json()
+        result: dict[str, Any] = self._any("GET", _topic_path(name)).json()
         return result
 
     def delete_topic(self, name: str) -> None:
-        self._req("DELETE", _topic_path(name))
+        self._any("DELETE", _topic_path(name))
+
+    def cluster(self) -> dict[str, Any] | None:
+        """``GET /v1/cluster`` of a node that answers (nodes, controller, each
+        partition's leader, epoch, replicas and ISR); None for a single node."""
+        try:
+            resp = self._any("GET", CLUSTER_PATH)
+        except TieredLogError as exc:
+            if exc.status == 404:  # a single node (TopicNotFoundError), or an older one
+                return None
+            raise
+        result: dict[str, Any] = resp.json()
+        return result
 
     # records
     def produce(self, topic: str, partition: int,
-                records: Iterable[ProducerRecord | bytes | str]) -> list[int]:
-        """Append a batch (all or nothing, binary frames); returns each record's offset."""
-        resp = self._post_frames(f"{_part_path(topic, partition)}/records",
-                                 encode_produce_body(records))
+                records: Iterable[ProducerRecord | bytes | str], *,
+                acks: str | None = None) -> list[int]:
+        """Append a batch (all or nothing, binary frames) on the partition's leader;
+        returns each record's offset. ``acks``: ``"all"`` (every in-sync replica has
+        the records; the server's default when the topic has replicas) or ``"1"`` (the
+        leader has them); None leaves it to the server. Retried only where nothing was
+        appended (see :mod:`tiered_log.client.routing`): a connection that broke after
+        sending raises ConnectionFailedError, and the records may or may not be in the
+        log (the caller decides whether to send them again)."""
+        path = f"{_part_path(topic, partition)}/records"
+        body = encode_produce_body(records)
+        params = _acks_params(acks)
+        resp = self._routed(topic, partition,
+                            lambda url: self._post_frames(url, path, body, params), writes=True)
         offsets: list[int] = resp.json()["offsets"]
         return offsets
 
     def produce_raw(self, topic: str, partition: int, value: bytes | Iterable[bytes], *,
-                    key: bytes | str | None = None, timestamp: int | None = None) -> int:
+                    key: bytes | str | None = None, timestamp: int | None = None,
+                    acks: str | None = None) -> int:
         """Append ONE record whose value is streamed as the body (an iterable is sent
-        chunked). RecordTooLargeError past the topic's append threshold."""
-        resp = self._req("POST", f"{_part_path(topic, partition)}/records", content=value,
-                         params=_raw_params(key, timestamp), headers={"Content-Type": _BINARY})
+        chunked, and then never retried: it cannot be sent twice).
+        RecordTooLargeError past the topic's append threshold. ``acks``: as
+        :meth:`produce`."""
+        path = f"{_part_path(topic, partition)}/records"
+        params = _raw_params(key, timestamp, acks)
+
+        def send(url: str) -> httpx.Response:
+            return self._req_at(url, "POST", path, content=value, params=params,
+                                headers={"Content-Type": _BINARY})
+
+        resp = self._routed(topic, partition, send, writes=True, retry=isinstance(value, bytes))
         return int(resp.json()["offsets"][0])
 
     def fetch(self, topic: str, partition: int, offset: int, max_records: int = 500,
               max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
-        """Records from ``offset`` on (binary form, checksums verified)."""
-        resp = self._get_records(f"{_part_path(topic, partition)}/records",
-                                 _fetch_params(offset, max_records, max_bytes, wait_ms))
+        """Records from ``offset`` on (binary form, checksums verified), from the
+        partition's leader."""
+        path = f"{_part_path(topic, partition)}/records"
+        params = _fetch_params(offset, max_records, max_bytes, wait_ms)
+        resp = self._routed(topic, partition, lambda url: self._get_records(url, path, params),
+                            writes=False)
         return _parse_fetch(resp, offset, max_records)
 
     def consume(self, topic: str, partition: int, offset: int, *, end_offset: int | None = None,
@@ -131,6 +256,9 @@ class Client:
         empty page); with ``follow`` it waits for new records (long-polls of ``wait_ms``)
         instead and runs until the caller stops iterating. Closing the iterator early
         waits for the one request in flight. Use one iterator from one thread.
+
+        Across a leader change each request is sent again (to the new leader) for the
+        same offset, the next one not yet handed out: no offset twice, no gap.
         """
         _check_consume(offset, end_offset, max_records)
         if end_offset is not None and offset >= end_offset:
@@ -139,8 +267,9 @@ class Client:
         wait = wait_ms if follow else 0
 
         def get(off: int) -> httpx.Response:
-            want = _page_plan(off, end_offset)
-            return self._get_records(path, _fetch_params(off, want, max_bytes, wait))
+            params = _fetch_params(off, _page_plan(off, end_offset), max_bytes, wait)
+            return self._routed(topic, partition,
+                                lambda url: self._get_records(url, path, params), writes=False)
 
         if not prefetch:
             while True:
@@ -168,17 +297,22 @@ class Client:
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         """First offset with a timestamp >= ``timestamp``; None if there is none."""
-        d = self._req("GET", f"{_part_path(topic, partition)}/offsets",
-                      params={"timestamp": timestamp}).json()
+        path = f"{_part_path(topic, partition)}/offsets"
+        d = self._routed(topic, partition, lambda url: self._req_at(
+            url, "GET", path, params={"timestamp": timestamp}), writes=False).json()
         return None if d["offset"] is None else int(d["offset"])
 
     def bounds(self, topic: str, partition: int) -> PartitionBounds:
-        return PartitionBounds.from_json(self._req("GET", f"{_part_path(topic, partition)}/bounds").json())
+        """The partition's bounds as its leader sees them."""
+        path = f"{_part_path(topic, partition)}/bounds"
+        return PartitionBounds.from_json(self._routed(
+            topic, partition, lambda url: self._req_at(url, "GET", path), writes=False).json())
 
     def truncate(self, topic: str, partition: int, offset: int) -> PartitionBounds:
         """Remove every record at and after ``offset``; returns the new bounds."""
-        return PartitionBounds.from_json(self._req(
-            "POST", f"{_part_path(topic, partition)}/truncate", json={"offset": offset}).json())
+        path = f"{_part_path(topic, partition)}/truncate"
+        return PartitionBounds.from_json(self._routed(topic, partition, lambda url: self._req_at(
+            url, "POST", path, json={"offset": offset}), writes=True).json())
 
     # service
     def health(self) -> dict[str, Any]:
@@ -190,8 +324,8 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
-        if self._records is not None:
-            self._records.close()
+        if self._pools is not None:
+            self._pools.close()
 
     def __enter__(self) -> Client:
         return self

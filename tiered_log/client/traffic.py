@@ -13,12 +13,13 @@ import select
 import socket
 import ssl
 import threading
+from collections.abc import Mapping
 from urllib.parse import urlencode, urlsplit
 
 import httpx
 
 from ..errors import ConnectionFailedError
-from .messages import _check
+from .messages import RequestNotSentError, _check
 
 
 def _readable(sock: socket.socket) -> bool:
@@ -62,8 +63,13 @@ class _RecordTraffic:
     An idle connection the server has closed is noticed before reuse (its socket reads
     as ready) and dropped; a GET that still fails on a connection error (not a timeout)
     is tried twice more on new connections (GETs are idempotent); a POST is never
-    retried (it may have been appended). Thread-safe: a connection serves one request
-    at a time, taken from and returned to the pool under a lock.
+    retried (it may have been appended). A new connection that cannot be made (refused,
+    unreachable, timed out; not a TLS failure) raises
+    :class:`~tiered_log.client.messages.RequestNotSentError`: nothing was sent, which
+    the routing (:mod:`tiered_log.client.routing`) may retry on another node; a failure
+    after that raises a plain :class:`~tiered_log.errors.ConnectionFailedError`.
+    Thread-safe: a connection serves one request at a time, taken from and returned to
+    the pool under a lock. One pool serves one node (:class:`RecordPools`).
     """
 
     def __init__(self, base_url: str, headers: dict[str, str], timeout: float,
@@ -104,13 +110,26 @@ class _RecordTraffic:
                 return conn
             conn.close()  # readable while idle: the server closed it (or sent junk)
 
-    def request(self, method: str, path: str, *, params: dict[str, int] | None = None,
+    def _connect(self, conn: http.client.HTTPConnection) -> None:
+        """Connect a new connection; RequestNotSentError when it cannot be made."""
+        try:
+            conn.connect()
+        except ssl.SSLError as exc:  # a certificate refused: no other node will do better
+            conn.close()
+            raise ConnectionFailedError(f"cannot reach {self.base_url}: {exc}") from exc
+        except OSError as exc:
+            conn.close()
+            raise RequestNotSentError(f"cannot reach {self.base_url}: {exc}") from exc
+
+    def request(self, method: str, path: str, *, params: Mapping[str, int | str] | None = None,
                 body: bytes | None = None, headers: dict[str, str]) -> httpx.Response:
         url = self.prefix + path + ("?" + urlencode(params) if params else "")
         hdrs = {**self.headers, **headers}
         tries = 3 if method == "GET" else 1
         for attempt in range(tries):
             conn = self._take()
+            if conn.sock is None:
+                self._connect(conn)
             try:
                 conn.request(method, url, body=body, headers=hdrs)
                 r = conn.getresponse()
@@ -133,3 +152,30 @@ class _RecordTraffic:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+class RecordPools:
+    """One :class:`_RecordTraffic` pool per node URL, made on first use (a client that
+    follows leaders talks to several nodes). Thread-safe."""
+
+    def __init__(self, headers: dict[str, str], timeout: float,
+                 verify: bool | str | ssl.SSLContext) -> None:
+        self.headers = headers
+        self.timeout = timeout
+        self.verify = verify
+        self._pools: dict[str, _RecordTraffic] = {}
+        self._lock = threading.Lock()
+
+    def get(self, url: str) -> _RecordTraffic:
+        with self._lock:
+            pool = self._pools.get(url)
+            if pool is None:
+                pool = self._pools[url] = _RecordTraffic(url, self.headers, self.timeout,
+                                                         self.verify)
+            return pool
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
