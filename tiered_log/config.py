@@ -212,6 +212,42 @@ class Settings(BaseSettings):
     shutdown_timeout_s: float = Field(
         30.0, gt=0, le=3600, description="How long SIGTERM waits for in-flight requests."
     )
+    node_id: int | None = Field(
+        None, ge=0, le=1_000_000, description="This node's id in a cluster (with "
+        "advertised_url and cluster_etcd); unset: a single node, no etcd."
+    )
+    advertised_url: str | None = Field(
+        None, description="The URL other nodes and clients reach this node at (cluster)."
+    )
+    cluster_etcd: str | None = Field(
+        None, description="etcd client URL holding the cluster's metadata, e.g. "
+        "http://127.0.0.1:2379; unset: a single node."
+    )
+    cluster_name: str = Field(
+        "tiered-log", pattern=r"^[A-Za-z0-9._-]{1,100}$",
+        description="Names the cluster's keys in etcd (several clusters may share one etcd)."
+    )
+    cluster_lease_ttl_s: int = Field(
+        3, ge=1, le=300, description="A node's membership lease: a node silent this long "
+        "is dead to the cluster and loses its leaderships."
+    )
+    replica_lag_time_max_ms: int = Field(
+        10_000, ge=100, le=3_600_000, description="A follower that has not caught up with "
+        "its leader for this long leaves the in-sync replicas (Kafka's "
+        "replica.lag.time.max.ms)."
+    )
+    replication_timeout_ms: int = Field(
+        30_000, ge=100, le=600_000, description="How long an acks=all produce waits for "
+        "the in-sync replicas before answering 503 replication_timeout."
+    )
+    unclean_leader_election: bool = Field(
+        False, description="Elect a replica outside the ISR when no ISR member is alive "
+        "(may lose acknowledged records; off as in Kafka)."
+    )
+    cluster_token: SecretStr | None = Field(
+        None, repr=False, description="Bearer token the nodes send each other when auth "
+        "is on (it needs admin on every topic)."
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = True
 
@@ -263,6 +299,25 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
+    def _cluster_complete(self) -> Settings:
+        given = [n for n in ("node_id", "advertised_url", "cluster_etcd")
+                 if getattr(self, n) is not None]
+        if given and len(given) != 3:
+            missing = [n for n in ("node_id", "advertised_url", "cluster_etcd") if n not in given]
+            raise ValueError(f"{missing[0]}: a cluster node needs node_id, advertised_url "
+                             "and cluster_etcd together")
+        for name in ("advertised_url", "cluster_etcd"):
+            v = getattr(self, name)
+            if v is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
+                raise ValueError(f"{name}: must be an http:// or https:// URL, got {v!r}")
+        return self
+
+    @property
+    def clustered(self) -> bool:
+        """Whether this node is part of a cluster (else: the embedded single node)."""
+        return self.cluster_etcd is not None
+
+    @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("tls_keyfile: tls_certfile and tls_keyfile must be set together")
@@ -304,7 +359,7 @@ class Settings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """The settings as JSON-able data with every secret replaced, for logs."""
         out = self.model_dump(mode="json", exclude={"auth_tokens"})
-        for name in ("s3_access_key", "s3_secret_key"):
+        for name in ("s3_access_key", "s3_secret_key", "cluster_token"):
             if out.get(name):
                 out[name] = "**********"
         out["auth_tokens"] = f"<{len(self.auth_tokens)} token(s)>"

@@ -208,3 +208,20 @@ def test_hw_never_passes_an_isr_member_nor_moves_back(steps: list[tuple[str, int
         last_hw = hw
         for m in r.isr:
             assert hw <= (leo[0] if m == 1 else fol[m])
+
+
+def test_a_member_being_added_holds_the_hw_back_before_it_is_stored() -> None:
+    """KIP-497's maximal ISR: once the expansion is stored the new member may be elected,
+    so nothing it lacks may have been acknowledged meanwhile."""
+    leo, clock = [10], Clock()
+    r = leader(leo, clock, isr=(1, 2), min_isr=1)
+    r.record_fetch(2, 10)
+    r.record_fetch(3, 10)
+    assert r.high_watermark == 10 and r.catching_up_followers() == {3}
+    r.begin_isr_change({1, 2, 3})
+    leo[0] = 20
+    r.record_fetch(2, 20)
+    assert r.high_watermark == 10  # 3 (being added) has only 10
+    r.isr_committed({1, 2, 3})
+    r.record_fetch(3, 20)
+    assert r.high_watermark == 20

@@ -31,11 +31,33 @@ This package is a high layer: it may import :mod:`tiered_log.errors` and the low
 
 from __future__ import annotations
 
-from tiered_log.cluster.controller import Controller
-from tiered_log.cluster.etcd import Fence, MetaStore, PrefixPoller, Versioned
-from tiered_log.cluster.etcd_process import EtcdProcess, EtcdStartError
-from tiered_log.cluster.membership import ControllerElection, Membership
-from tiered_log.cluster.metadata import ClusterMetadata
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tiered_log.cluster.controller import Controller
+    from tiered_log.cluster.etcd import Fence, MetaStore, PrefixPoller, Versioned
+    from tiered_log.cluster.etcd_process import EtcdProcess, EtcdStartError
+    from tiered_log.cluster.membership import ControllerElection, Membership
+    from tiered_log.cluster.metadata import ClusterMetadata
+
+_HOMES = {
+    "ClusterMetadata": "metadata", "Controller": "controller",
+    "ControllerElection": "membership", "EtcdProcess": "etcd_process",
+    "EtcdStartError": "etcd_process", "Fence": "etcd", "Membership": "membership",
+    "MetaStore": "etcd", "PrefixPoller": "etcd", "Versioned": "etcd",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names above, imported on first use: a single node that only reads
+    :mod:`~tiered_log.cluster.protocol` (the service's routes) never loads the etcd
+    client."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "ClusterMetadata",

@@ -15,7 +15,10 @@ Invariants this keeps (the leader of ``leader_epoch`` is the only writer of its 
   cluster metadata (etcd, compared against the partition epoch): the leader never
   counts a member the controller does not, so a new leader chosen from the committed
   ISR holds every acknowledged record (Kafka's KIP-497 / "ISR committed" rule). While a
-  shrink is pending, the HW is still computed over the larger (committed) set.
+  change is pending (:meth:`begin_isr_change`), the HW is computed over the *maximal*
+  ISR, the committed set and the members being added: a shrink is not counted before it
+  is stored, and a member being added already holds back the HW, so once stored (and
+  electable) it has everything acknowledged.
 - :meth:`stale_followers` proposes members whose fetches have not reached the leader's
   LEO for ``lag_time_max_ms`` (Kafka's ``replica.lag.time.max.ms``: a follower is caught
   up at a fetch that reaches the leader's LEO as it was then, or the LEO of its previous
@@ -87,6 +90,7 @@ class LeaderReplication:
         self._clock = clock
         self._cond = threading.Condition()
         self._isr = frozenset(isr) | {leader_id}
+        self._adding: frozenset[int] = frozenset()
         now = clock()
         # A follower starts "caught up" at the epoch's start: it gets lag_time_max_ms to
         # make its first fetch before it is proposed for removal (as Kafka's leader does).
@@ -158,7 +162,7 @@ class LeaderReplication:
     def _advance_hw(self, leader_leo: int) -> None:
         """Raise the HW to the lowest LEO of the ISR (lock held); wakes waiters."""
         low = leader_leo
-        for r in self._isr:
+        for r in self._isr | self._adding:
             if r != self.leader_id:
                 low = min(low, self._followers[r].log_end_offset)
         if low > self._hw:
@@ -183,6 +187,13 @@ class LeaderReplication:
             return {r for r, st in self._followers.items()
                     if r not in self._isr and st.log_end_offset >= floor}
 
+    def begin_isr_change(self, isr: Iterable[int]) -> None:
+        """The leader is about to propose ``isr`` to the metadata store: members it adds
+        count towards the HW from now on (see the module docstring); call
+        :meth:`isr_committed` (or :meth:`resign`) after."""
+        with self._cond:
+            self._adding = frozenset(isr) - self._isr
+
     def isr_committed(self, isr: Iterable[int]) -> None:
         """The metadata store now holds ``isr`` for this partition and epoch: use it. A
         shrink may raise the HW; waiters re-check ``min_insync_replicas``."""
@@ -193,6 +204,7 @@ class LeaderReplication:
         leader_leo = self._log_end()
         with self._cond:
             self._isr = new
+            self._adding = frozenset()
             self._advance_hw(leader_leo)
             self._cond.notify_all()
 

@@ -65,7 +65,8 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
     for router in ROUTERS:
         app.include_router(router)
     routes = [route for router in ROUTERS for route in router.routes]
-    app.openapi = lambda: build_openapi(app, routes)  # type: ignore[method-assign]
+    app.openapi = lambda: build_openapi(  # type: ignore[method-assign]
+        app, routes, clustered=settings.clustered)
     return app
 
 

@@ -31,7 +31,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from ..errors import OffsetOutOfRangeError, TieredLogError, status_of
+from ..errors import (
+    FencedEpochError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    TieredLogError,
+    status_of,
+)
 from .wire import error_json
 
 log = logging.getLogger("tiered_log.service")
@@ -61,9 +67,13 @@ async def on_library_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, TieredLogError)
     status = status_of(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    details = None
+    details: dict[str, Any] | None = None
     if isinstance(exc, OffsetOutOfRangeError):
         details = {"log_start_offset": exc.log_start, "next_offset": exc.next_offset}
+    elif isinstance(exc, NotLeaderError):
+        details = {"leader_id": exc.leader_id, "leader_url": exc.leader_url}
+    elif isinstance(exc, FencedEpochError):
+        details = {"current_epoch": exc.current_epoch}
     message = exc.message if hasattr(exc, "message") else str(exc)
     if status >= 500:
         log.log(logging.WARNING if exc.retriable else logging.ERROR, "%s %s failed: %s: %s",

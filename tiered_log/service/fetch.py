@@ -34,30 +34,33 @@ class FrameBatch:
     bounds: PartitionBounds
 
 
-def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: int) -> FrameBatch:
+def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: int,
+                 upto: int | None = None) -> FrameBatch:
     """Batches from the one holding ``offset`` on (see
     :meth:`TieredLog.read_batches <tiered_log.tiered.TieredLog.read_batches>`): at least
     one batch if there is a record at ``offset``, then whole batches while fewer than
     ``max_records`` records and ``max_bytes`` bytes were taken; empty at exactly the next
-    offset. OffsetOutOfRangeError outside the log."""
-    fetched = plog.read_batches(offset, max_records, max_bytes)
+    offset. OffsetOutOfRangeError outside the log. ``upto``: nothing at or past it (a
+    cluster's consumers read below the high watermark)."""
+    fetched = plog.read_batches(offset, max_records, max_bytes, upto=upto)
     return FrameBatch(fetched, partition_bounds(plog))
 
 
-def fetch_records(plog: PartitionLog, offset: int, max_records: int,
-                  max_bytes: int) -> tuple[list[Record], PartitionBounds]:
+def fetch_records(plog: PartitionLog, offset: int, max_records: int, max_bytes: int,
+                  upto: int | None = None) -> tuple[list[Record], PartitionBounds]:
     """Decoded records from ``offset`` on (any tier) and the bounds after reading.
 
     When a local read meets a damaged batch, the records before it are returned (the
     batch read's verified walk finds where it is, and those records are read again); a
     read starting in it raises CorruptRangeError."""
     try:
-        recs = plog.read_range(offset, max_records, max_bytes)
+        recs = plog.read_range(offset, max_records, max_bytes, upto=upto)
     except (CorruptRecordError, CorruptIndexError) as exc:
-        fetched = plog.read_batches(offset, max_records, max_bytes)  # CorruptRangeError at offset
+        # CorruptRangeError at offset
+        fetched = plog.read_batches(offset, max_records, max_bytes, upto=upto)
         if fetched.next_offset <= offset:
             raise exc from None
-        recs = plog.read_range(offset, fetched.next_offset - offset, max_bytes)
+        recs = plog.read_range(offset, fetched.next_offset - offset, max_bytes, upto=upto)
     return recs, partition_bounds(plog)
 
 

@@ -1,10 +1,11 @@
 """What runs for the app's life: loading the topics, the maintenance loop, closing.
 
 :func:`make_lifespan` gives the app's lifespan: on start-up it makes the shutdown event,
-loads the topics (unless the server loaded them before listening) and starts
+loads the topics (unless the server loaded them before listening), joins the cluster
+when the settings name one (:mod:`~tiered_log.service.clustering`) and starts
 :func:`maintain_forever` (periodic time-based flush, roll and retention of every log);
-on shutdown it marks the state stopping (waking long polls), stops the loop and closes
-every log (flushed).
+on shutdown it marks the state stopping (waking long polls), stops the loop, leaves the
+cluster (resigning every leadership) and closes every log (flushed).
 
 Concurrency: both run on the event loop; loading, maintaining and closing the topics
 block, so they run in worker threads.
@@ -33,6 +34,12 @@ def make_lifespan(state: ServiceState, *, preloaded: bool
         state.stopping = asyncio.Event()
         if not preloaded:
             await asyncio.to_thread(state.topics.load)
+        if state.settings.clustered:
+            from .clustering import start_node  # here: a single node never loads it
+
+            state.cluster = await asyncio.to_thread(start_node, state.settings, state.topics)
+            log.info("node %s joined cluster %s (etcd %s)", state.settings.node_id,
+                     state.settings.cluster_name, state.settings.cluster_etcd)
         task = asyncio.create_task(maintain_forever(state), name="tiered-log-maintenance")
         try:
             yield
@@ -40,6 +47,8 @@ def make_lifespan(state: ServiceState, *, preloaded: bool
             state.begin_shutdown()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            if state.cluster is not None:
+                await asyncio.to_thread(state.cluster.close)
             await asyncio.to_thread(state.topics.close)
             log.info("all logs flushed and closed")
 

@@ -61,11 +61,14 @@ def _documented_models(routes: Iterable[object]) -> list[tuple[type[BaseModel], 
     return list(out)
 
 
-def build_openapi(app: FastAPI, routes: Iterable[object]) -> dict[str, Any]:
+def build_openapi(app: FastAPI, routes: Iterable[object], *,
+                  clustered: bool = False) -> dict[str, Any]:
     """The OpenAPI document of ``app`` (see the module docstring), whose API routes are
     ``routes`` (those of its routers: recent FastAPI versions keep an included router as
     one entry of ``app.routes``, older versions copy its routes there); set it as
-    ``app.openapi``."""
+    ``app.openapi``. A single node (``clustered`` False) documents the bound it checks
+    on a topic's replication: ``replication_factor`` and ``min_insync_replicas`` at most
+    1 (it is the only replica)."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description,
@@ -87,6 +90,12 @@ def build_openapi(app: FastAPI, routes: Iterable[object]) -> dict[str, Any]:
                                              "content": {JSON: {"schema": err_ref}}})
             responses.setdefault("500", {"description": "Internal error",
                                          "content": {JSON: {"schema": err_ref}}})
+    if not clustered:
+        props = comps.get("CreateTopicRequest", {}).get("properties", {})
+        for name in ("replication_factor", "min_insync_replicas"):
+            for variant in props.get(name, {}).get("anyOf", [props.get(name, {})]):
+                if variant.get("type") == "integer":
+                    variant["maximum"] = 1
     app.openapi_schema = schema
     return schema
 

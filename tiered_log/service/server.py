@@ -39,6 +39,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="listen port, 0 = any free one (TIERED_LOG_PORT)")
     parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"],
                         help="log level (TIERED_LOG_LOG_LEVEL)")
+    parser.add_argument("--node-id", type=int,
+                        help="this node's id in a cluster (TIERED_LOG_NODE_ID)")
+    parser.add_argument("--advertised-url", metavar="URL",
+                        help="URL other nodes and clients reach this node at "
+                        "(TIERED_LOG_ADVERTISED_URL)")
+    parser.add_argument("--cluster-etcd", metavar="URL",
+                        help="etcd client URL of the cluster's metadata; unset: a single node "
+                        "(TIERED_LOG_CLUSTER_ETCD)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -49,6 +57,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
+        node_id=getattr(args, "node_id", None),
+        advertised_url=getattr(args, "advertised_url", None),
+        cluster_etcd=getattr(args, "cluster_etcd", None),
     )
 
 
@@ -104,6 +115,8 @@ def _setup_logging(level: str) -> None:
         stream=sys.stderr,
         force=True,
     )
+    # httpx logs every request at INFO: the replica fetchers' long polls would flood it.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def run_server(settings: Settings) -> int:

@@ -1,7 +1,7 @@
 """The state the service's handlers share: :class:`ServiceState`, one per app.
 
-It holds the settings, the topic manager, the authenticator, the metrics, the long-poll
-wake-ups and the shutdown flag. :func:`tiered_log.service.app.create_app` makes it and
+It holds the settings, the topic manager, the cluster node (when clustered), the
+authenticator, the metrics, the long-poll wake-ups and the shutdown flag. :func:`tiered_log.service.app.create_app` makes it and
 puts it on ``app.state.service``; handlers reach it through
 :data:`tiered_log.service.deps.State`.
 
@@ -13,12 +13,16 @@ metrics), so worker threads may use it.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from ..config import Settings
 from .auth import Authenticator
 from .longpoll import Waiters
 from .service_metrics import ServiceMetrics
 from .topics import TopicManager
+
+if TYPE_CHECKING:  # a single node never loads the cluster package (nor its etcd client)
+    from ..cluster.node import ClusterNode
 
 
 class ServiceState:
@@ -31,6 +35,8 @@ class ServiceState:
         self.metrics = ServiceMetrics(topics)
         self.waiters = Waiters()
         self.stopping: asyncio.Event | None = None
+        self.cluster: ClusterNode | None = None
+        """This node's part in a cluster (None: a single node, the embedded default)."""
 
     @property
     def is_stopping(self) -> bool:

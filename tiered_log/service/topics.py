@@ -116,7 +116,7 @@ def open_partition_log(
     """
     return TieredLog(directory, log_id=log_id, storage=storage, config=LogConfig.of(config),
                      tier=tier_config_of(config, settings), rebuild=rebuild,
-                     limits=limits or node_limits(settings))
+                     limits=limits or node_limits(settings), replicated=settings.clustered)
 
 
 def maintain_partition_log(plog: PartitionLog) -> None:
@@ -280,8 +280,9 @@ class TopicManager:
             ) from None
         self._lock_fd = fd
         try:
-            self.storage = open_storage(self.settings.remote_storage_url(),
-                                        **self.settings.s3_options())
+            if not self.settings.clustered:  # a cluster's logs are local-only for now
+                self.storage = open_storage(self.settings.remote_storage_url(),
+                                            **self.settings.s3_options())
         except BaseException:
             self._release_lock()
             raise
@@ -453,10 +454,19 @@ class TopicManager:
                     f"{limit} partitions"
                 )
             meta = TopicMeta(name, uuid.uuid4().hex, partitions, config, time.time_ns() // 1_000_000)
+            return self.adopt(meta)
+
+    def adopt(self, meta: TopicMeta) -> Topic:
+        """Create the local logs of a topic whose metadata is decided (by :meth:`create`,
+        or by the cluster, whose nodes must agree on the topic id: it names the logs in
+        the bucket). TopicExistsError if the name is held."""
+        with self._lock:
+            if meta.name in self._topics or meta.name in self._unavailable:
+                raise TopicExistsError(f"topic {meta.name!r} exists already")
             topic = self._commit_topic(meta, rebuild=False)
             self._publish(meta)
-            self._topics = {**self._topics, name: topic}
-            log.info("created topic %s with %d partition(s)", name, partitions)
+            self._topics = {**self._topics, meta.name: topic}
+            log.info("created topic %s with %d partition(s)", meta.name, meta.partitions)
             return topic
 
     def _commit_topic(self, meta: TopicMeta, *, rebuild: bool) -> Topic:

@@ -181,6 +181,12 @@ class CreateTopicRequest(BaseModel):
     )
     partitions: int = Field(1, ge=1, le=1000, description="Number of partitions, 1-1000.")
     config: TopicConfigOverrides = Field(default_factory=lambda: TopicConfigOverrides.model_validate({}))
+    replication_factor: int | None = Field(
+        None, ge=1, le=100, description="Copies of each partition (cluster; default "
+        "min(3, live nodes)). A single node takes only 1.")
+    min_insync_replicas: int | None = Field(
+        None, ge=1, le=100, description="acks=all produce needs this many in-sync replicas "
+        "(cluster; default min(2, replication_factor)).")
 
 
 class RemoteDamage(BaseModel):
@@ -200,6 +206,11 @@ class PartitionInfo(BaseModel):
     next_offset: int
     flushed_offset: int
     remote_damage: list[RemoteDamage] = []
+    leader: int | None = Field(None, description="Cluster only: the leader's node id "
+                               "(null while the partition has none).")
+    leader_epoch: int | None = Field(None, description="Cluster only: the leader epoch.")
+    replicas: list[int] | None = Field(None, description="Cluster only: the replicas' nodes.")
+    isr: list[int] | None = Field(None, description="Cluster only: the in-sync replicas.")
 
 
 class TopicSummary(BaseModel):
@@ -208,6 +219,8 @@ class TopicSummary(BaseModel):
     partitions: int
     created_ms: int
     config: TopicConfig
+    replication_factor: int | None = Field(None, description="Cluster only.")
+    min_insync_replicas: int | None = Field(None, description="Cluster only.")
 
 
 class TopicDescription(TopicSummary):

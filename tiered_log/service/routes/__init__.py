@@ -5,6 +5,8 @@
 - :mod:`.records`: ``/v1/topics/{topic}/partitions/{p}/records`` (produce, fetch).
 - :mod:`.partitions`: a partition's ``offsets``, ``bounds``, ``remote-segments`` and
   ``truncate``.
+- :mod:`.cluster`: ``/v1/cluster`` and the followers' replication fetch (a clustered
+  node only).
 
 :data:`ROUTERS` lists them in the order the app includes them (the order of the OpenAPI
 document's paths). Handlers reach the shared state, the caller and the grants through
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from .cluster import router as cluster_router
 from .ops import router as ops_router
 from .partitions import router as partitions_router
 from .records import router as records_router
 from .topics import router as topics_router
 
-ROUTERS: tuple[APIRouter, ...] = (ops_router, topics_router, records_router, partitions_router)
+ROUTERS: tuple[APIRouter, ...] = (ops_router, topics_router, records_router, partitions_router,
+                                  cluster_router)
 
 __all__ = ["ROUTERS"]

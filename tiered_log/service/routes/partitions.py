@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from ...errors import InvalidArgumentError
 from ..deps import AdminGrant, JsonContent, PartitionPath, ReadGrant, State, TopicPath, run_log_call
 from ..openapi import errs
 from ..topics import PartitionLog, partition_bounds
@@ -89,6 +90,9 @@ async def truncate(body: TruncateRequest, topic: TopicPath, partition: Partition
     """Remove every record at and after ``offset`` (needs ``admin``); returns the new
     bounds. ``offset`` must be within ``[log_start_offset, next_offset]``."""
     plog = state.topics.partition(topic, partition)
+    if state.cluster is not None:
+        raise InvalidArgumentError("truncate is not offered in a cluster yet: the replicas "
+                                   "would have to truncate together")
     await run_log_call(state, topic, plog.truncate, body.offset)
     b = await run_log_call(state, topic, partition_bounds, plog)
     return b.as_dict()

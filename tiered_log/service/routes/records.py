@@ -22,7 +22,7 @@ and reading the log run in worker threads (:func:`~tiered_log.service.deps.run_l
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
@@ -129,9 +129,20 @@ async def produce(
     key: Annotated[str | None, Query(description="Key (text) of a raw-body record.")] = None,
     timestamp: Annotated[int | None, Query(ge=0, le=MAX_INT,
                                            description="Timestamp (ms) of a raw-body record.")] = None,
+    acks: Annotated[Literal["all", "1"] | None, Query(
+        description="In a cluster: `all` answers once every in-sync replica has the "
+        "records (the default when the topic has replicas), `1` once the leader has them. "
+        "A single node has only itself: both mean the local log.")] = None,
 ) -> Response:
     manager = state.topics
     plog = manager.partition(topic, partition)
+    leader = None
+    if state.cluster is not None:  # only the leader appends; acks=all checks the ISR first
+        leader = state.cluster.leader_of(topic, partition)
+        if acks is None:
+            acks = "all" if len(leader.replicas) > 1 else "1"
+        if acks == "all":
+            leader.check_enough_replicas()
     media = media_type(request)
     # Each form ends in a parse step that runs with the append in ONE worker-thread
     # call (parse_and_append): decoding costs CPU, and one thread hop is cheaper.
@@ -166,6 +177,11 @@ async def produce(
         raise UnsupportedMediaTypeError(
             f"Content-Type must be {JSON}, {FRAMES} or {BINARY}, not {media or 'missing'!r}")
     done = await run_log_call(state, topic, parse_and_append, plog, parse, *args)
+    if state.cluster is not None and leader is not None:
+        state.cluster.appended(topic, partition)
+        if acks == "all":
+            await run_log_call(state, topic, leader.wait_for, done.last,
+                               state.settings.replication_timeout_ms / 1000)
     m = state.metrics
     m.append_requests.inc(topic)
     m.append_records.inc(topic, amount=done.count)
@@ -204,10 +220,10 @@ def wants_binary(accept: str | None) -> bool:
 
 
 def _json_fetch(plog: PartitionLog, offset: int, max_records: int,
-                max_bytes: int) -> tuple[bytes, int, int]:
+                max_bytes: int, upto: int | None) -> tuple[bytes, int, int]:
     """The JSON fetch body (built in a worker thread: base64 and JSON cost CPU), the
     record count and the records' frame bytes."""
-    recs, b = fetch_records(plog, offset, max_records, max_bytes)
+    recs, b = fetch_records(plog, offset, max_records, max_bytes, upto)
     body = json.dumps({
         "records": [record_to_json(r) for r in recs],
         "next_offset": recs[-1].offset + 1 if recs else offset,
@@ -248,10 +264,14 @@ async def fetch(
     max_bytes = min(max_bytes, state.settings.max_fetch_bytes)
     key = (topic, partition)
     m = state.metrics
+    upto = None
+    if state.cluster is not None:  # consumers read the leader, below the high watermark
+        state.cluster.leader_of(topic, partition)
+        upto = plog.high_watermark
     if wants_binary(request.headers.get("accept")):
         fb = await poll(state.waiters, state.stopping, key, wait_ms,
                         lambda: run_log_call(state, topic, fetch_frames, plog, offset,
-                                             max_records, max_bytes),
+                                             max_records, max_bytes, upto),
                         lambda r: r.fetched.count == 0)
         m.fetch_requests.inc(topic, "binary")
         page, b = fb.fetched, fb.bounds
@@ -262,7 +282,8 @@ async def fetch(
             H_LOG_START: str(b.log_start_offset), H_RECORD_COUNT: str(page.count)})
     body, count, size = await poll(
         state.waiters, state.stopping, key, wait_ms,
-        lambda: run_log_call(state, topic, _json_fetch, plog, offset, max_records, max_bytes),
+        lambda: run_log_call(state, topic, _json_fetch, plog, offset, max_records, max_bytes,
+                             upto),
         lambda r: r[1] == 0)
     m.fetch_requests.inc(topic, "json")
     m.fetch_records.inc(topic, amount=count)

@@ -11,35 +11,50 @@ Concurrency: handlers run on the event loop; topic creation, deletion and descri
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from ...errors import LogClosedError
+from ...errors import InvalidArgumentError, LogClosedError, TopicNotFoundError
 from ..deps import AdminGrant, Authenticated, JsonContent, ReadGrant, State, TopicPath
 from ..openapi import errs
 from ..topics import Topic, partition_bounds, validate_topic_name
 from ..wire import CreateTopicRequest, TopicDescription, TopicList
 
+if TYPE_CHECKING:
+    from ...cluster.node import ClusterNode
+
 router = APIRouter(tags=["topics"])
 
 
-def _describe(topic: Topic) -> dict[str, Any]:
+def _describe(topic: Topic, cluster: ClusterNode | None = None) -> dict[str, Any]:
     """A topic's description: its metadata and each open partition's bounds and remote
-    damage (in a worker thread: reads the logs)."""
+    damage (in a worker thread: reads the logs); in a cluster also the replication factor
+    and each partition's leader, epoch, replicas and ISR (as this node last read them)."""
     infos = []
     for i, plog in enumerate(topic.logs):
         try:
             b = partition_bounds(plog)
         except LogClosedError:
             continue
-        infos.append({"partition": i, **b.as_dict(), "remote_damage": plog.remote_damage()})
-    return {**topic.meta.as_dict(), "partition_info": infos}
+        info = {"partition": i, **b.as_dict(), "remote_damage": plog.remote_damage()}
+        st = cluster.partition_state(topic.name, i) if cluster is not None else None
+        if st is not None:
+            info.update(leader=st.leader, leader_epoch=st.leader_epoch,
+                        replicas=list(st.replicas), isr=list(st.isr))
+        infos.append(info)
+    out = {**topic.meta.as_dict(), "partition_info": infos}
+    meta = cluster.topic_meta(topic.name) if cluster is not None else None
+    if meta is not None:
+        out.update(replication_factor=meta.replication_factor,
+                   min_insync_replicas=meta.min_insync_replicas)
+    return out
 
 
 @router.post("/v1/topics", status_code=201, response_model=TopicDescription,
-             responses=errs(400, 401, 403, 409, 413, 415))
+             response_model_exclude_unset=True, responses=errs(400, 401, 403, 409, 413, 415, 503))
 async def create_topic(body: CreateTopicRequest, principal: Authenticated,
                        _json: JsonContent, state: State) -> dict[str, Any]:
     """Create a topic (needs ``admin`` on its name). Per-topic config overrides the
@@ -47,6 +62,17 @@ async def create_topic(body: CreateTopicRequest, principal: Authenticated,
     validate_topic_name(body.name)
     state.auth.authorize(principal, body.name, "admin")
     overrides = body.config.model_dump(exclude_unset=True)
+    if state.cluster is not None:
+        from ..clustering import create_cluster_topic  # a single node never loads it
+
+        await asyncio.to_thread(create_cluster_topic, state.cluster, state.settings, body.name,
+                                body.partitions, overrides, body.replication_factor,
+                                body.min_insync_replicas)
+        return await asyncio.to_thread(_describe, state.topics.get(body.name), state.cluster)
+    for name in ("replication_factor", "min_insync_replicas"):
+        if (getattr(body, name) or 1) != 1:
+            raise InvalidArgumentError(f"{name} {getattr(body, name)} needs a cluster: this "
+                                       "is a single node (start it with cluster_etcd)")
     topic = await asyncio.to_thread(state.topics.create, body.name, body.partitions, overrides)
     return await asyncio.to_thread(_describe, topic)
 
@@ -59,11 +85,11 @@ async def list_topics(principal: Authenticated, state: State) -> dict[str, Any]:
 
 
 @router.get("/v1/topics/{topic}", response_model=TopicDescription,
-            responses=errs(400, 401, 403, 404))
+            response_model_exclude_unset=True, responses=errs(400, 401, 403, 404))
 async def describe_topic(topic: TopicPath, _: ReadGrant, state: State) -> dict[str, Any]:
     """A topic's config and the bounds of each partition."""
     t = state.topics.get(topic)
-    return await asyncio.to_thread(_describe, t)
+    return await asyncio.to_thread(_describe, t, state.cluster)
 
 
 @router.delete("/v1/topics/{topic}", status_code=204, response_class=Response,
@@ -71,7 +97,12 @@ async def describe_topic(topic: TopicPath, _: ReadGrant, state: State) -> dict[s
 async def delete_topic(topic: TopicPath, _: AdminGrant, state: State) -> Response:
     """Delete a topic and all of its records."""
     partitions = state.topics.get(topic).meta.partitions
-    await asyncio.to_thread(state.topics.delete, topic)
+    if state.cluster is not None:  # every node deletes its logs once etcd has no topic
+        await asyncio.to_thread(state.cluster.delete_topic, topic)
+        with contextlib.suppress(TopicNotFoundError):  # this node's refresh did it
+            await asyncio.to_thread(state.topics.delete, topic)
+    else:
+        await asyncio.to_thread(state.topics.delete, topic)
     state.metrics.forget_topic(topic)
     for p in range(partitions):  # long polls on it end (and then answer 404)
         state.waiters.notify((topic, p))

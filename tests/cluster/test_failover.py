@@ -1,0 +1,241 @@
+"""A real three-node cluster (etcd from the wheel, three ``tiered-log serve``
+processes, :class:`~tiered_log.cluster.dev.DevCluster`) through crashes: SIGKILLed
+leaders under acks=all load, a leader paused past its lease and woken, a follower down
+while records are written, etcd stopped and started. Requests here are plain HTTP
+(the client's leader-following has its own tests): these check what the servers do.
+
+One cluster serves the module; each test leaves every node running again."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tiered_log.cluster.dev import DevCluster
+
+from .conftest import _skip_unless_etcd_runs
+from .helpers import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+LEASE_TTL_S = 2
+SETTINGS = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(LEASE_TTL_S),
+            "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "1500",
+            "TIERED_LOG_REPLICATION_TIMEOUT_MS": "5000",
+            "TIERED_LOG_MAINTENANCE_INTERVAL_MS": "200"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    _skip_unless_etcd_runs()
+    c = DevCluster(tmp_path_factory.mktemp("cluster"), 3, settings=SETTINGS).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _any(c: DevCluster, method: str, path: str, **kw: Any) -> httpx.Response:
+    """A request to the first node that answers."""
+    last: Exception | None = None
+    for n in c.nodes.values():
+        if not n.alive:
+            continue
+        try:
+            return httpx.request(method, n.url + path, timeout=10, **kw)
+        except httpx.HTTPError as exc:
+            last = exc
+    raise AssertionError(f"no node answered: {last}")
+
+
+def partition_state(c: DevCluster, topic: str, p: int = 0) -> dict[str, Any]:
+    for part in _any(c, "GET", "/v1/cluster").json()["partitions"]:
+        if part["topic"] == topic and part["partition"] == p:
+            return dict(part)
+    raise AssertionError(f"{topic}-{p} is not in the cluster metadata")
+
+
+def leader_url(c: DevCluster, topic: str, p: int = 0) -> str | None:
+    st = partition_state(c, topic, p)
+    n = c.nodes.get(st["leader"]) if st["leader"] is not None else None
+    return n.url if n is not None and n.alive else None
+
+
+def create(c: DevCluster, topic: str) -> None:
+    r = _any(c, "POST", "/v1/topics", json={"name": topic, "partitions": 1,
+                                              "replication_factor": 3})
+    assert r.status_code == 201, r.text
+    wait_until(lambda: len(partition_state(c, topic)["isr"]) == 3, 10, "a full ISR")
+
+
+def read_all(c: DevCluster, topic: str) -> list[tuple[int, str]]:
+    """Every committed record, from the current leader: (offset, value)."""
+    out: list[tuple[int, str]] = []
+    offset = 0
+    while True:
+        url = None
+        wait_until(lambda: leader_url(c, topic) is not None, 15, "a leader")
+        url = leader_url(c, topic)
+        r = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/records",
+                      params={"offset": offset, "max_records": 1000}, timeout=10)
+        if r.status_code != 200:
+            time.sleep(0.1)
+            continue
+        body = r.json()
+        out += [(rec["offset"], rec["value"]) for rec in body["records"]]
+        if not body["records"]:
+            return out
+        offset = body["next_offset"]
+
+
+def produce(url: str | None, topic: str, value: str, acks: str = "all") -> int | None:
+    """The offset of an acknowledged record, or None (not acknowledged)."""
+    if url is None:
+        return None
+    try:
+        r = httpx.post(f"{url}/v1/topics/{topic}/partitions/0/records",
+                       params={"acks": acks}, json={"records": [{"value": value}]}, timeout=10)
+    except httpx.HTTPError:
+        return None
+    return int(r.json()["first_offset"]) if r.status_code == 200 else None
+
+
+def check_exactly_once(c: DevCluster, topic: str, acked: dict[str, int]) -> None:
+    got = read_all(c, topic)
+    offsets = [o for o, _ in got]
+    assert offsets == list(range(len(got))), "offsets are dense and start at 0"
+    seen = {v: o for o, v in got}
+    values = [v for _, v in got]
+    for value, offset in acked.items():
+        assert values.count(value) == 1, f"acknowledged {value} is read {values.count(value)} times"
+        assert seen[value] == offset, f"{value} moved from {offset} to {seen[value]}"
+
+
+def restart_dead(c: DevCluster) -> None:
+    for n in c.nodes.values():
+        if not n.alive:
+            n.start()
+
+
+def test_sigkill_the_leader_again_and_again_under_acks_all(cluster: DevCluster) -> None:
+    topic = "kills"
+    create(cluster, topic)
+    acked: dict[str, int] = {}
+    stop = threading.Event()
+
+    def producer() -> None:
+        i = 0
+        while not stop.is_set():
+            value = f"r{i}"
+            i += 1
+            off = produce(leader_url(cluster, topic), topic, value)
+            if off is not None:
+                acked[value] = off
+            else:
+                time.sleep(0.05)
+
+    th = threading.Thread(target=producer, daemon=True)
+    th.start()
+    try:
+        for _ in range(3):
+            before = len(acked)
+            wait_until(lambda b=before: len(acked) > b + 20, 30, "acks=all produce to go on")
+            st = partition_state(cluster, topic)
+            cluster.nodes[st["leader"]].kill()
+            wait_until(lambda old=st["leader"]: partition_state(cluster, topic)["leader"]
+                       not in (None, old), 15, "a new leader")
+            restart_dead(cluster)
+            wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 30,
+                       "the restarted node back in the ISR")
+    finally:
+        stop.set()
+        th.join(20)
+    assert len(acked) > 60
+    check_exactly_once(cluster, topic, acked)
+
+
+def test_a_paused_leader_is_fenced_and_its_tail_truncated(cluster: DevCluster) -> None:
+    topic = "paused"
+    create(cluster, topic)
+    acked = {f"a{i}": off for i in range(20)
+             if (off := produce(leader_url(cluster, topic), topic, f"a{i}")) is not None}
+    assert len(acked) == 20
+    st = partition_state(cluster, topic)
+    old = cluster.nodes[st["leader"]]
+    old.pause()
+    try:
+        wait_until(lambda: partition_state(cluster, topic)["leader"] not in (None, old.node_id),
+                   LEASE_TTL_S + 10, "a new leader while the old one sleeps")
+        acked.update({f"b{i}": off for i in range(10)
+                      if (off := produce(leader_url(cluster, topic), topic, f"b{i}")) is not None})
+    finally:
+        old.resume()
+    # Woken, the old leader may take a write before it learns it was replaced: an
+    # acks=1 write may land in its log, an acks=all one is never acknowledged.
+    stale_all = produce(old.url, topic, "stale-all", acks="all")
+    stale_one = produce(old.url, topic, "stale-one", acks="1")
+    assert stale_all is None, "a deposed leader acknowledged an acks=all write"
+    wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 30,
+               "the old leader back in the ISR as a follower")
+    values = [v for _, v in read_all(cluster, topic)]
+    assert "stale-all" not in values
+    if stale_one is not None:
+        assert "stale-one" not in values, "the deposed leader's tail was not truncated"
+    check_exactly_once(cluster, topic, acked)
+    # Every replica holds the same log: make each the leader in turn and read it.
+    first = read_all(cluster, topic)
+    for _ in range(2):
+        cur = partition_state(cluster, topic)["leader"]
+        cluster.nodes[cur].kill()
+        wait_until(lambda cur=cur: partition_state(cluster, topic)["leader"] not in (None, cur),
+                   15, "a new leader")
+        restart_dead(cluster)
+        wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 30, "full ISR")
+        assert read_all(cluster, topic) == first
+
+
+def test_a_follower_down_catches_up_and_rejoins(cluster: DevCluster) -> None:
+    topic = "catchup"
+    create(cluster, topic)
+    st = partition_state(cluster, topic)
+    follower = cluster.nodes[next(r for r in st["replicas"] if r != st["leader"])]
+    follower.kill()
+    wait_until(lambda: follower.node_id not in partition_state(cluster, topic)["isr"],
+               LEASE_TTL_S + 10, "the dead follower out of the ISR")
+    acked = {f"c{i}": off for i in range(200)
+             if (off := produce(leader_url(cluster, topic), topic, f"c{i}")) is not None}
+    assert len(acked) == 200  # two in-sync replicas meet min_insync_replicas=2
+    follower.start()
+    wait_until(lambda: follower.node_id in partition_state(cluster, topic)["isr"], 30,
+               "the follower back in the ISR")
+    check_exactly_once(cluster, topic, acked)
+
+
+def test_leaders_keep_serving_while_etcd_is_down(cluster: DevCluster) -> None:
+    topic = "etcd-down"
+    create(cluster, topic)
+    url = leader_url(cluster, topic)
+    acked = {f"d{i}": off for i in range(10) if (off := produce(url, topic, f"d{i}")) is not None}
+    cluster.etcd.stop()
+    try:
+        for i in range(10, 40):
+            off = produce(url, topic, f"d{i}")
+            assert off is not None, "the leader stopped serving without etcd"
+            acked[f"d{i}"] = off
+        r = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/records", params={"offset": 0},
+                      timeout=10)
+        assert r.status_code == 200 and len(r.json()["records"]) == 40
+        r = httpx.post(f"{url}/v1/topics", json={"name": "no-etcd", "replication_factor": 3},
+                       timeout=15)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "metadata_unavailable"
+    finally:
+        cluster.etcd.restart()
+    wait_until(lambda: produce(leader_url(cluster, topic), topic, "after") is not None, 30,
+               "the cluster to serve after etcd is back")
+    check_exactly_once(cluster, topic, acked)
+    create(cluster, "etcd-back")  # metadata changes work again

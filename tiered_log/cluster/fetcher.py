@@ -1,0 +1,183 @@
+"""A follower's replica fetcher: the thread that pulls one partition's records from its
+leader and appends them at the same offsets (Kafka's ``ReplicaFetcherThread``, one per
+followed partition here).
+
+Each round sends :class:`~tiered_log.cluster.protocol.ReplicaFetch` (this log's end and
+latest leader epoch) to the leader's replication route and applies the answer:
+
+- records: :meth:`TieredLog.append_replica <tiered_log.tiered.TieredLog.append_replica>`
+  with the leader's epoch entries, then the high watermark becomes
+  ``min(leader's HW, own log end)``, and local retention may drop what the leader has
+  shipped (:meth:`~tiered_log.tiered.TieredLog.apply_replica_retention`);
+- diverging: truncate to :func:`~tiered_log.local.leader_epoch.divergence_point` and go
+  on (the next fetch asks again with the new latest epoch, so several rounds walk back
+  through several divergent epochs, as KIP-279);
+- reset: the leader keeps nothing locally at this log's end: restart the local log at
+  the leader's local start (:meth:`~tiered_log.tiered.TieredLog.reset_replica`).
+
+Invariant: a follower's log is always a prefix of some leader's log in an epoch at
+least its own: it appends only what the leader of ``leader_epoch`` sent from exactly
+its own log end, and truncates before appending whenever its last epoch's history
+differs from the leader's. A leader it cannot reach, or one that refuses its epoch
+(fenced: it is the follower that must learn the new leader), is retried with a short
+back-off; the node stops this fetcher and starts another when the metadata names a new
+leader or epoch.
+
+Thread-safety: one fetcher is the only writer of its partition's log (the service
+refuses produce on a follower); :meth:`stop` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import httpx
+
+from ..errors import (
+    CorruptRecordError,
+    FencedEpochError,
+    InvalidArgumentError,
+    LogClosedError,
+    NotLeaderError,
+    TieredLogError,
+)
+from ..tiered import TieredLog
+from .protocol import PATH, ReplicaAnswer, ReplicaFetch
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaFetcher:
+    """Follows ``leader_url`` for ``topic``/``partition`` in ``leader_epoch``.
+
+    ``headers``: sent with every request (the cluster's bearer token when auth is on).
+    ``on_fetched``: called after each successful round (tests and metrics)."""
+
+    def __init__(self, plog: TieredLog, *, topic: str, partition: int, replica_id: int,
+                 leader_id: int, leader_url: str, leader_epoch: int,
+                 headers: dict[str, str] | None = None, max_bytes: int = 4 << 20,
+                 wait_ms: int = 300, timeout_s: float = 5.0,
+                 on_fetched: Callable[[ReplicaAnswer], None] | None = None) -> None:
+        self.plog = plog
+        self.topic = topic
+        self.partition = partition
+        self.replica_id = replica_id
+        self.leader_id = leader_id
+        self.leader_url = leader_url.rstrip("/")
+        self.leader_epoch = leader_epoch
+        self._max_bytes = max_bytes
+        self._wait_ms = wait_ms
+        self._on_fetched = on_fetched
+        self._stop = threading.Event()
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s + wait_ms / 1000),
+                                    headers=headers or {})
+        self._thread = threading.Thread(
+            target=self._run, daemon=True,
+            name=f"tiered-log-fetcher-{topic}-{partition}-from-{leader_id}")
+        self.last_error: str | None = None
+        self.rounds = 0
+
+    def start(self) -> ReplicaFetcher:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop after the round under way (idempotent); the log is left as it is."""
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+        self._client.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive() and not self._stop.is_set()
+
+    def _run(self) -> None:
+        backoff = 0.05
+        while not self._stop.is_set():
+            try:
+                self.fetch_once()
+                backoff = 0.05
+                self.last_error = None
+            except (FencedEpochError, NotLeaderError) as exc:
+                self._failed(f"leader {self.leader_id} refused epoch {self.leader_epoch}: "
+                             f"{exc.message}")
+            except LogClosedError:
+                return
+            except (httpx.HTTPError, TieredLogError) as exc:
+                self._failed(f"fetch from {self.leader_url} failed: {exc}")
+            except Exception:  # a bug: log it, keep the thread (and the replica) alive
+                log.exception("replica fetcher %s-%d crashed a round", self.topic,
+                              self.partition)
+                self.last_error = "unexpected error (see the server log)"
+            else:
+                continue
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    def _failed(self, why: str) -> None:
+        if why != self.last_error:
+            log.info("%s-%d: %s", self.topic, self.partition, why)
+        self.last_error = why
+
+    def fetch_once(self) -> ReplicaAnswer:
+        """One round: fetch and apply. Raises the leader's error (decoded), an
+        httpx error when it cannot be reached, CorruptRecordError for damaged bytes."""
+        plog = self.plog
+        req = ReplicaFetch(self.replica_id, self.leader_epoch, plog.next_offset,
+                           plog.latest_leader_epoch, self._max_bytes, self._wait_ms)
+        url = self.leader_url + PATH.format(topic=self.topic, partition=self.partition)
+        r = self._client.get(url, params=req.params())
+        if r.status_code != 200:
+            raise _error_of(r)
+        ans = ReplicaAnswer.parse(r.headers, r.content)
+        if self._stop.is_set():
+            return ans
+        if ans.reset_to is not None:
+            log.info("%s-%d: log end %d is below the leader's local start %d: restarting "
+                     "the local log there", self.topic, self.partition, req.offset,
+                     ans.reset_to)
+            plog.reset_replica(ans.reset_to)
+            for epoch, start in ans.epochs:
+                plog.record_leader_epoch(epoch, max(start, ans.reset_to))
+        elif ans.diverging is not None:
+            cut = plog.divergence(ans.diverging)
+            log.info("%s-%d: log diverges from leader %d (epoch %d ends at %d there): "
+                     "truncating %d -> %d", self.topic, self.partition, self.leader_id,
+                     ans.diverging[0], ans.diverging[1], req.offset, cut)
+            plog.truncate(cut)
+        elif ans.data:
+            try:
+                plog.append_replica(ans.data, ans.epochs)
+            except (CorruptRecordError, InvalidArgumentError) as exc:
+                raise TieredLogError(f"leader {self.leader_id} sent batches that do not "
+                                     f"append at {req.offset}: {exc}") from None
+        plog.set_high_watermark(min(ans.high_watermark, plog.next_offset))
+        plog.apply_replica_retention(ans.remote_end_offset)
+        self.rounds += 1
+        if self._on_fetched is not None:
+            self._on_fetched(ans)
+        return ans
+
+
+def _error_of(r: httpx.Response) -> TieredLogError:
+    """The leader's JSON error answer as our exception (its class by code)."""
+    from ..errors import error_class
+
+    try:
+        err = r.json()["error"]
+        cls = error_class(err["code"]) or TieredLogError
+        msg = str(err.get("message", ""))
+    except (ValueError, KeyError, TypeError):
+        return TieredLogError(f"leader answered {r.status_code}", retriable=True)
+    if cls is FencedEpochError:
+        return FencedEpochError(msg)
+    if cls is NotLeaderError:
+        return NotLeaderError(msg)
+    return TieredLogError(f"leader answered {r.status_code} {err.get('code')}: {msg}",
+                          retriable=True)
+
+
+__all__ = ["ReplicaFetcher"]

@@ -1,0 +1,430 @@
+"""One node of a cluster: its membership, its share of the controller election, and the
+role it plays for each partition it holds a replica of (Kafka's ``ReplicaManager``).
+
+The node learns the cluster's metadata by polling etcd (:class:`ClusterMetadata`, every
+``poll_interval_s``) and moves each of its replicas to the role the metadata gives it:
+
+- **leader** of epoch E: the log records epoch E from its log end
+  (:meth:`~tiered_log.tiered.TieredLog.assign_leader_epoch`), a
+  :class:`~tiered_log.cluster.replica.LeaderReplication` tracks the followers, and the
+  node answers produce (``acks=all`` waits for the ISR), consumer fetch (below the high
+  watermark) and the followers' replication fetches;
+- **follower** of leader L in epoch E: a :class:`~tiered_log.cluster.fetcher.ReplicaFetcher`
+  copies L's log; produce and consume are refused with ``not_leader`` naming L;
+- **none** (offline partition, or not a replica): every request is ``not_leader``.
+
+Invariants (who may write what):
+
+- A node serves as leader only for the epoch the metadata last named. It does not
+  resign when etcd is out of reach (leaders keep serving through an etcd outage; no
+  leader changes then): a deposed leader is fenced by its followers instead. A paused
+  node that wakes after the controller replaced it acknowledges no ``acks=all`` write:
+  its followers have moved to the new leader (they fetch with the new epoch and no
+  longer from it), so its high watermark cannot pass what they had; its ISR shrink is
+  refused by etcd (its epoch is over), upon which it resigns; and once it reads the new
+  metadata it becomes a follower and truncates whatever it appended meanwhile. The
+  controller only elects from the ISR, so a leader whose committed ISR is itself alone
+  is never replaced by another while it lives.
+- The leader proposes ISR changes to etcd compared against the partition's revision
+  and its own leader epoch (:meth:`ClusterMetadata.change_isr`), and uses an ISR only
+  once it is stored; a refused change means it was deposed: it resigns and waits for
+  the metadata.
+- Only the controller (one node, elected in etcd) changes leaders; see
+  :mod:`~tiered_log.cluster.controller`.
+
+Local logs: the node holds a log for every partition of every topic in the metadata
+(through :class:`LocalLogs`, which the service's topic manager implements); those it is
+not a replica of stay empty.
+
+Thread-safety: one poll thread applies the metadata (role changes serialize on the
+node's lock); request handlers call :meth:`leader_of`, :meth:`replica_fetch` etc. from
+worker threads; every method is safe from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import (
+    FencedEpochError,
+    InvalidArgumentError,
+    NotLeaderError,
+    TieredLogError,
+)
+from ..tiered import TieredLog
+from .controller import Controller
+from .etcd import MetaStore
+from .fetcher import ReplicaFetcher
+from .membership import ControllerElection, Membership
+from .metadata import ClusterMetadata
+from .model import PartitionState, TopicMeta
+from .protocol import ReplicaAnswer, ReplicaFetch, epochs_from
+from .replica import LeaderReplication
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """A node's cluster settings (from the service's :class:`~tiered_log.config.Settings`)."""
+
+    node_id: int
+    advertised_url: str
+    etcd_url: str
+    cluster_name: str = "tiered-log"
+    lease_ttl_s: int = 3
+    replica_lag_time_max_ms: int = 10_000
+    unclean_leader_election: bool = False
+    poll_interval_s: float = 0.1
+    fetch_headers: dict[str, str] = field(default_factory=dict)
+
+
+class LocalLogs(Protocol):
+    """What the node needs of the local topic store (the service's topic manager)."""
+
+    def ensure_topic(self, meta: TopicMeta) -> None:
+        """Create the topic's local logs if missing (same topic id: same log ids)."""
+
+    def drop_topic(self, name: str) -> None:
+        """Delete the topic's local logs (it left the metadata)."""
+
+    def local_topics(self) -> set[str]:
+        """Names of the topics held locally."""
+
+    def partition_log(self, topic: str, partition: int) -> TieredLog | None:
+        """The open log of a partition, None if not held."""
+
+
+class _Role:
+    """What this node does for one partition now (guarded by the node's lock)."""
+
+    def __init__(self, state: PartitionState) -> None:
+        self.state = state
+        self.replication: LeaderReplication | None = None
+        self.fetcher: ReplicaFetcher | None = None
+        self.appended = threading.Condition()
+
+    def stop(self, why: str) -> None:
+        if self.replication is not None:
+            self.replication.resign(why)
+            self.replication = None
+        if self.fetcher is not None:
+            self.fetcher.stop()
+            self.fetcher = None
+        with self.appended:
+            self.appended.notify_all()
+
+
+class ClusterNode:
+    """This node's part in the cluster; see the module docstring."""
+
+    def __init__(self, config: NodeConfig, logs: LocalLogs) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self._logs = logs
+        self.store = MetaStore(config.etcd_url, config.cluster_name)
+        self.metadata = ClusterMetadata(self.store)
+        self.membership = Membership(self.store, config.node_id, config.advertised_url,
+                                     lease_ttl_s=config.lease_ttl_s)
+        self.election = ControllerElection(self.store, self.membership)
+        self.controller = Controller(self.store, self.membership, self.election,
+                                     unclean_leader_election=config.unclean_leader_election)
+        self._lock = threading.RLock()
+        self._roles: dict[tuple[str, int], _Role] = {}
+        self._nodes: dict[int, str] = {}
+        self._topics: dict[str, TopicMeta] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"tiered-log-node-{config.node_id}")
+        self.last_error: str | None = None
+
+    # ---- life -------------------------------------------------------------------------------
+
+    def start(self) -> ClusterNode:
+        """Register (MetadataUnavailableError if etcd cannot be reached), campaign for
+        controller, and start applying the metadata."""
+        self.membership.start()
+        self.election.start()
+        self.controller.start()
+        self.refresh()
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Resign every role, stop the threads, leave the cluster (lease revoked)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        with self._lock:
+            for role in self._roles.values():
+                role.stop("the node is shutting down")
+            self._roles.clear()
+        for closer in (self.controller.close, self.election.close, self.membership.close,
+                       self.store.close):
+            try:
+                closer()
+            except TieredLogError as exc:
+                log.warning("leaving the cluster: %s", exc.message)
+
+    def _run(self) -> None:
+        interval = self.config.poll_interval_s
+        while not self._stop.wait(interval):
+            try:
+                self.refresh()
+                self.maintain_isr()
+                self.last_error = None
+            except TieredLogError as exc:
+                if exc.message != self.last_error:
+                    log.warning("node %d: cluster metadata: %s", self.node_id, exc.message)
+                self.last_error = exc.message
+            except Exception:
+                log.exception("node %d: applying the cluster metadata failed", self.node_id)
+
+    # ---- applying the metadata ----------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Read the metadata once and move every local replica to its role."""
+        topics = self.metadata.topics()
+        parts = self.metadata.partitions()
+        nodes = self.membership.live_nodes()
+        for meta in topics.values():
+            if meta.name not in self._topics:
+                self._logs.ensure_topic(meta)
+        with self._lock:
+            self._nodes = dict(nodes)
+            self._topics = dict(topics)
+            seen: set[tuple[str, int]] = set()
+            for (topic, p), (state, _rev) in parts.items():
+                if topic not in topics:
+                    continue
+                seen.add((topic, p))
+                self._apply(state)
+            for key in [k for k in self._roles if k not in seen]:
+                self._roles.pop(key).stop("the partition left the metadata")
+        for name in self._logs.local_topics() - set(topics):
+            self._logs.drop_topic(name)
+
+    def _apply(self, state: PartitionState) -> None:
+        """Move one partition to the role ``state`` gives this node (lock held)."""
+        key = (state.topic, state.partition)
+        role = self._roles.get(key)
+        if role is None:
+            role = self._roles[key] = _Role(state)
+        plog = self._logs.partition_log(state.topic, state.partition)
+        if plog is None:
+            return
+        me = self.node_id
+        if state.leader == me:
+            rep = role.replication
+            if rep is not None and rep.leader_epoch == state.leader_epoch and not rep.resigned:
+                if rep.isr != frozenset(state.isr):
+                    rep.isr_committed(state.isr)
+                role.state = state
+                return
+            role.stop(f"leader epoch {state.leader_epoch} begins")
+            start = plog.assign_leader_epoch(state.leader_epoch)
+            topic = self._topics[state.topic]
+            role.replication = LeaderReplication(
+                leader_id=me, leader_epoch=state.leader_epoch, replicas=state.replicas,
+                isr=state.isr, min_insync_replicas=topic.min_insync_replicas,
+                lag_time_max_ms=self.config.replica_lag_time_max_ms,
+                log_end=lambda: plog.next_offset, high_watermark=plog.high_watermark,
+                epoch_start_offset=start)
+            role.state = state
+            log.info("node %d leads %s-%d in epoch %d (ISR %s, from offset %d)", me,
+                     state.topic, state.partition, state.leader_epoch, list(state.isr), start)
+            return
+        if state.leader is not None and state.leader != me and me in state.replicas:
+            f = role.fetcher
+            if (f is not None and f.leader_id == state.leader
+                    and f.leader_epoch == state.leader_epoch and f.running):
+                role.state = state
+                return
+            url = self._nodes.get(state.leader)
+            role.stop(f"node {state.leader} leads epoch {state.leader_epoch}")
+            role.state = state
+            if url is None:
+                return  # the leader is not registered (yet): try again next poll
+            role.fetcher = ReplicaFetcher(
+                plog, topic=state.topic, partition=state.partition, replica_id=me,
+                leader_id=state.leader, leader_url=url, leader_epoch=state.leader_epoch,
+                headers=self.config.fetch_headers).start()
+            return
+        role.stop("not the leader")
+        role.state = state
+
+    def maintain_isr(self) -> None:
+        """For each led partition: propose to etcd the ISR shrink (lagging followers) or
+        expansion (caught-up ones) its replication state suggests."""
+        with self._lock:
+            led = [(k, r) for k, r in self._roles.items() if r.replication is not None]
+        for (topic, p), role in led:
+            rep = role.replication
+            if rep is None or rep.resigned:
+                continue
+            isr = set(rep.isr)
+            new = (isr - rep.stale_followers()) | rep.catching_up_followers()
+            if new == isr:
+                continue
+            rep.begin_isr_change(new)
+            try:
+                stored = self.metadata.change_isr(topic, p, self.node_id, rep.leader_epoch,
+                                                  tuple(sorted(new)), base_isr=tuple(sorted(isr)))
+            except TieredLogError:
+                rep.isr_committed(isr)  # unknown outcome: keep the committed set; retried
+                raise
+            if stored is None:
+                rep.resign("the ISR change was refused: a newer leader epoch exists")
+                continue
+            log.info("%s-%d: ISR %s -> %s", topic, p, sorted(isr), list(stored.isr))
+            rep.isr_committed(stored.isr)
+            self._sync_hw(topic, p, rep)
+
+    def _sync_hw(self, topic: str, partition: int, rep: LeaderReplication) -> None:
+        """Give the leader's log the replication's high watermark (what consumers read
+        below and the bounds report)."""
+        plog = self._logs.partition_log(topic, partition)
+        if plog is not None:
+            plog.set_high_watermark(rep.high_watermark)
+
+    # ---- what the service asks ------------------------------------------------------------
+
+    def _not_leader(self, topic: str, partition: int, role: _Role | None) -> NotLeaderError:
+        leader = role.state.leader if role is not None else None
+        url = self._nodes.get(leader) if leader is not None else None
+        where = (f"node {leader} ({url}) leads it" if url else
+                 "it has no leader now (an election is under way)")
+        return NotLeaderError(f"node {self.node_id} does not lead {topic}-{partition}: {where}",
+                              leader_id=leader, leader_url=url)
+
+    def leader_of(self, topic: str, partition: int) -> LeaderReplication:
+        """This node's leadership of a partition; NotLeaderError naming the leader if it
+        is not the leader now."""
+        with self._lock:
+            role = self._roles.get((topic, partition))
+            rep = role.replication if role is not None else None
+            if rep is None or rep.resigned:
+                raise self._not_leader(topic, partition, role)
+            return rep
+
+    def appended(self, topic: str, partition: int) -> None:
+        """The leader appended to a partition: move the HW (a lone ISR) and wake the
+        followers' waiting fetches."""
+        with self._lock:
+            role = self._roles.get((topic, partition))
+        if role is None:
+            return
+        rep = role.replication
+        if rep is not None:
+            rep.record_append()
+            self._sync_hw(topic, partition, rep)
+        with role.appended:
+            role.appended.notify_all()
+
+    def replica_fetch(self, topic: str, partition: int, req: ReplicaFetch) -> ReplicaAnswer:
+        """Answer a follower's fetch (in a worker thread; may wait ``req.wait_ms`` for
+        records). See :mod:`~tiered_log.cluster.protocol`."""
+        with self._lock:
+            role = self._roles.get((topic, partition))
+            rep = role.replication if role is not None else None
+        if role is None or rep is None or rep.resigned:
+            raise self._not_leader(topic, partition, role)
+        if req.leader_epoch < rep.leader_epoch:
+            raise FencedEpochError(
+                f"epoch {req.leader_epoch} of {topic}-{partition} is over: node "
+                f"{self.node_id} leads epoch {rep.leader_epoch}", current_epoch=rep.leader_epoch)
+        if req.leader_epoch > rep.leader_epoch:
+            raise NotLeaderError(f"node {self.node_id} does not know epoch {req.leader_epoch} "
+                                 f"of {topic}-{partition} yet (it leads {rep.leader_epoch})")
+        plog = self._logs.partition_log(topic, partition)
+        if plog is None:
+            raise self._not_leader(topic, partition, role)
+        b = plog.bounds()
+        entries = [(e.epoch, e.start_offset) for e in plog.leader_epoch_entries()]
+
+        def answer(data: bytes = b"", **kw: Any) -> ReplicaAnswer:
+            remote_end = b.remote_end_offset if b.remote_end_offset is not None else 0
+            return ReplicaAnswer(data, rep.high_watermark, b.log_start_offset, remote_end,
+                                 epochs_from(entries, req.offset), **kw)
+
+        if req.last_fetched_epoch >= 0:
+            epoch, end = plog.end_offset_for_epoch(req.last_fetched_epoch)
+            if epoch != req.last_fetched_epoch or end < req.offset:
+                return answer(diverging=(epoch, end))
+        if req.offset > b.next_offset:
+            return answer(diverging=plog.end_offset_for_epoch(req.last_fetched_epoch))
+        if req.offset < b.local_start_offset:
+            return answer(reset_to=b.local_start_offset)
+        rep.record_fetch(req.replica_id, req.offset)
+        self._sync_hw(topic, partition, rep)
+        deadline = time.monotonic() + req.wait_ms / 1000
+        while plog.next_offset <= req.offset:
+            left = deadline - time.monotonic()
+            if left <= 0 or rep.resigned:
+                return answer()
+            with role.appended:
+                role.appended.wait(min(left, 0.1))
+        fetched = plog.read_batches(req.offset, 1 << 30, req.max_bytes)
+        return answer(bytes(fetched.data))
+
+    def create_topic(self, meta: TopicMeta) -> list[PartitionState]:
+        """Create a topic in the cluster metadata (replicas over the live nodes); the
+        nodes then create their logs. TopicExistsError, InvalidArgumentError."""
+        live = sorted(self.membership.live_nodes())
+        if meta.replication_factor > len(live):
+            raise InvalidArgumentError(
+                f"replication_factor {meta.replication_factor} is more than the "
+                f"{len(live)} live nodes")
+        states = self.metadata.create_topic(meta, live)
+        self.refresh()
+        return states
+
+    def delete_topic(self, name: str) -> None:
+        self.metadata.delete_topic(name)
+        self.refresh()
+
+    def wait_until(self, ready: Callable[[], bool], timeout_s: float) -> bool:
+        """Refresh until ``ready()`` (or the timeout): for a request that changed the
+        metadata and answers once this node has applied it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if ready():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+            self.refresh()
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        with self._lock:
+            role = self._roles.get((topic, partition))
+            return role.state if role is not None else None
+
+    def topic_meta(self, name: str) -> TopicMeta | None:
+        with self._lock:
+            return self._topics.get(name)
+
+    def describe(self) -> dict[str, Any]:
+        """``GET /v1/cluster``: the nodes (alive, address), the controller, and per
+        partition its leader, epoch, replicas and ISR, as this node last read them."""
+        with self._lock:
+            nodes = dict(self._nodes)
+            parts = [r.state for r in self._roles.values()]
+        return {
+            "node_id": self.node_id,
+            "controller_id": self.election.controller_id(),
+            "nodes": [{"node_id": n, "url": u, "alive": True} for n, u in sorted(nodes.items())],
+            "partitions": [
+                {"topic": s.topic, "partition": s.partition, "leader": s.leader,
+                 "leader_epoch": s.leader_epoch, "replicas": list(s.replicas),
+                 "isr": list(s.isr)}
+                for s in sorted(parts, key=lambda s: (s.topic, s.partition))],
+        }
+
+
+__all__ = ["ClusterNode", "LocalLogs", "NodeConfig"]

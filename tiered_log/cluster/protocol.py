@@ -1,0 +1,127 @@
+"""The replication fetch between nodes: what a follower asks its leader and what the
+leader answers, in one place for both sides (the follower's
+:mod:`~tiered_log.cluster.fetcher` and the leader's route in
+:mod:`tiered_log.service.routes.replication`).
+
+Request::
+
+    GET /v1/internal/replicate/{topic}/{partition}
+        ?replica_id=2          the follower's node id
+        &leader_epoch=7        the epoch the follower believes the leader has
+        &offset=1234           the follower's log end (where it wants records from)
+        &last_fetched_epoch=6  the follower's latest leader epoch (-1: none)
+        &max_bytes=...&wait_ms=...
+
+Answers (200; an error is the API's JSON error: 409 ``fenced_epoch`` when the
+follower's ``leader_epoch`` is older than the leader's, 421 ``not_leader`` when this
+node does not lead that epoch):
+
+- records: the body is stored batches from ``offset`` (verified, as a binary consume
+  gets them), possibly empty after ``wait_ms``;
+- diverging: ``X-Diverging-Epoch`` and ``X-Diverging-End-Offset`` hold the leader's
+  answer for ``last_fetched_epoch`` (Kafka's OffsetsForLeaderEpoch, KIP-101/279 folded
+  into the fetch as in KIP-595): the follower's log diverges at or before
+  ``offset``; it truncates (:func:`~tiered_log.local.leader_epoch.divergence_point`)
+  and asks again; the body is empty;
+- reset: ``X-Reset-To`` (the leader's local start): the follower's log end is below
+  what the leader keeps locally (those records are only in the bucket); the follower
+  restarts its local log empty there.
+
+Every answer carries ``X-High-Watermark``, ``X-Log-Start-Offset``,
+``X-Remote-End-Offset`` (what the leader has shipped: a follower keeps locally what is
+not) and ``X-Leader-Epochs``, the leader's epoch entries ``[[epoch, start], ...]`` from
+the one holding ``offset`` on (a follower records them for the records it appends).
+
+Pure values and codecs: safe from any thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..errors import InvalidArgumentError
+
+PATH = "/v1/internal/replicate/{topic}/{partition}"
+
+H_HIGH_WATERMARK = "X-High-Watermark"
+H_LOG_START = "X-Log-Start-Offset"
+H_REMOTE_END = "X-Remote-End-Offset"
+H_LEADER_EPOCHS = "X-Leader-Epochs"
+H_DIVERGING_EPOCH = "X-Diverging-Epoch"
+H_DIVERGING_END = "X-Diverging-End-Offset"
+H_RESET_TO = "X-Reset-To"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetch:
+    """A follower's fetch (the query of the request)."""
+
+    replica_id: int
+    leader_epoch: int
+    offset: int
+    last_fetched_epoch: int
+    max_bytes: int = 4 << 20
+    wait_ms: int = 500
+
+    def params(self) -> dict[str, int]:
+        return {"replica_id": self.replica_id, "leader_epoch": self.leader_epoch,
+                "offset": self.offset, "last_fetched_epoch": self.last_fetched_epoch,
+                "max_bytes": self.max_bytes, "wait_ms": self.wait_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAnswer:
+    """The leader's answer: ``data`` (stored batches from the asked offset), or a
+    divergence (``diverging`` = the leader's ``(epoch, end_offset)``), or a reset
+    (``reset_to``); and the leader's offsets and epoch entries."""
+
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+    remote_end_offset: int
+    epochs: tuple[tuple[int, int], ...]
+    diverging: tuple[int, int] | None = None
+    reset_to: int | None = None
+
+    def headers(self) -> dict[str, str]:
+        h = {H_HIGH_WATERMARK: str(self.high_watermark),
+             H_LOG_START: str(self.log_start_offset),
+             H_REMOTE_END: str(self.remote_end_offset),
+             H_LEADER_EPOCHS: json.dumps([list(e) for e in self.epochs], separators=(",", ":"))}
+        if self.diverging is not None:
+            h[H_DIVERGING_EPOCH] = str(self.diverging[0])
+            h[H_DIVERGING_END] = str(self.diverging[1])
+        if self.reset_to is not None:
+            h[H_RESET_TO] = str(self.reset_to)
+        return h
+
+    @classmethod
+    def parse(cls, headers: Mapping[str, str], body: bytes) -> ReplicaAnswer:
+        """From a 200 answer's headers (case-insensitive mapping) and body;
+        InvalidArgumentError (one line) for a malformed answer."""
+        try:
+            epochs = tuple((int(e), int(s)) for e, s in json.loads(headers.get(H_LEADER_EPOCHS, "[]")))
+            div = None
+            if H_DIVERGING_EPOCH in headers:
+                div = (int(headers[H_DIVERGING_EPOCH]), int(headers[H_DIVERGING_END]))
+            reset = int(headers[H_RESET_TO]) if H_RESET_TO in headers else None
+            return cls(body, int(headers[H_HIGH_WATERMARK]), int(headers[H_LOG_START]),
+                       int(headers[H_REMOTE_END]), epochs, div, reset)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise InvalidArgumentError(f"malformed replication answer: {exc!r}") from None
+
+
+def epochs_from(entries: Sequence[tuple[int, int]], offset: int) -> tuple[tuple[int, int], ...]:
+    """The epoch entries a follower fetching from ``offset`` needs: the one holding
+    ``offset`` (the last starting at or below it) and every later one."""
+    out = [(e, s) for e, s in entries]
+    first = 0
+    for i, (_, s) in enumerate(out):
+        if s <= offset:
+            first = i
+    return tuple(out[first:])
+
+
+__all__ = ["PATH", "ReplicaAnswer", "ReplicaFetch", "epochs_from"]

@@ -1,0 +1,67 @@
+"""Routes of the cluster: ``GET /v1/cluster`` (nodes, controller, partition leadership)
+and the followers' replication fetch ``GET /v1/internal/replicate/{topic}/{p}``
+(:mod:`tiered_log.cluster.protocol`). A node started without cluster settings answers
+both with 404 (there is no cluster).
+
+The replication route needs ``admin`` on the topic when authentication is on (nodes use
+the cluster token, ``Settings.cluster_token``).
+
+Concurrency: handlers run on the event loop; the replication answer (which may wait
+``wait_ms`` for records) runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from ...cluster.protocol import PATH, ReplicaFetch
+from ...errors import TopicNotFoundError
+from ..deps import AdminGrant, Authenticated, PartitionPath, State, TopicPath, run_log_call
+from ..openapi import errs
+from ..state import ServiceState
+from ..wire import BINARY
+
+if TYPE_CHECKING:  # a single node never loads the cluster node (nor its etcd client)
+    from ...cluster.node import ClusterNode
+
+router = APIRouter(tags=["cluster"])
+
+
+def cluster_of(state: ServiceState) -> ClusterNode:
+    """The node's cluster part; 404 when this node is not clustered."""
+    node = state.cluster
+    if node is None:
+        raise TopicNotFoundError("this node is not part of a cluster (start it with "
+                                 "cluster_etcd, node_id and advertised_url)")
+    return node
+
+
+@router.get("/v1/cluster", responses=errs(401, 404))
+async def describe_cluster(_: Authenticated, state: State) -> dict[str, Any]:
+    """The nodes (alive, address), the controller, and per partition its leader, leader
+    epoch, replicas and in-sync replicas, as this node last read them from etcd."""
+    return cluster_of(state).describe()
+
+
+@router.get(PATH, response_class=Response, responses=errs(400, 401, 403, 404, 409, 421),
+            include_in_schema=False)
+async def replicate(
+    topic: TopicPath, partition: PartitionPath, _: AdminGrant, state: State,
+    replica_id: Annotated[int, Query(ge=0)],
+    leader_epoch: Annotated[int, Query(ge=0)],
+    offset: Annotated[int, Query(ge=0)],
+    last_fetched_epoch: Annotated[int, Query(ge=-1)] = -1,
+    max_bytes: Annotated[int, Query(ge=1, le=1 << 30)] = 4 << 20,
+    wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+) -> Response:
+    """A follower's fetch (see :mod:`tiered_log.cluster.protocol`)."""
+    node = cluster_of(state)
+    req = ReplicaFetch(replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms)
+    ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, req)
+    return Response(ans.data, media_type=BINARY, headers=ans.headers())
+
+
+__all__ = ["router"]
