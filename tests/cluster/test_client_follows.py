@@ -224,3 +224,71 @@ def test_a_single_node_works_as_before(tmp_path: Path) -> None:
     with Client(dead) as c, pytest.raises(ConnectionFailedError):
         c.produce("single", 0, [b"x"])
     assert time.monotonic() - start < 5, "a single unreachable URL is not retried"
+
+
+def test_cli_takes_several_urls(cluster: DevCluster, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    from tiered_log.cli import main
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    urls = ",".join([dead, *cluster.urls])
+    assert main(["topics", "create", "cli-topic", "--replication-factor", "3",
+                 "--min-insync-replicas", "2", "--json", "--url", urls]) == 0
+    described = capsys.readouterr().out
+    assert '"replication_factor": 3' in described and '"min_insync_replicas": 2' in described
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"line {i}\n" for i in range(7)))
+    assert main(["produce", "cli-topic", "--file", str(lines), "--batch-size", "3",
+                 "--acks", "all", "--url", urls]) == 0
+    capsys.readouterr()
+    assert main(["consume", "cli-topic", "--offset", "0", "--url", urls]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"line {i}" for i in range(7)]
+    assert main(["produce", "cli-topic", "--file", str(lines), "--acks", "2",
+                 "--url", urls]) == 2  # argparse refuses it
+    capsys.readouterr()
+    assert main(["topics", "list", "--url", dead]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tiered-log: connection_failed: "), err
+
+
+def test_retry_rules() -> None:
+    """Which failures a routed call retries (no servers: the rules alone)."""
+    from tiered_log import errors as E
+    from tiered_log.client import RequestNotSentError
+    from tiered_log.client.routing import Attempts, Routes
+
+    routes = Routes(["http://a"])
+    cluster = {"nodes": [{"node_id": 1, "url": "http://a", "alive": True},
+                         {"node_id": 2, "url": "http://b", "alive": True}],
+               "partitions": [{"topic": "t", "partition": 0, "leader": 1}]}
+
+    def retried(exc: E.TieredLogError, *, writes: bool) -> str | bool | None:
+        try:
+            step = Attempts(routes, "t", 0, writes=writes, timeout_s=5).after(exc)
+        except E.TieredLogError as raised:
+            assert raised is exc
+            return False
+        return step.url
+
+    refused = E.NotLeaderError("node 1 does not lead t-0: node 2 (http://b) leads it",
+                               leader_id=2, leader_url="http://b")
+    assert retried(refused, writes=True) is False  # not clustered yet: as a single node
+    assert routes.learn("http://a", cluster, "t", 0) == "http://a"
+    assert retried(refused, writes=True) == "http://b"
+    assert routes.leader("t", 0) == "http://b"
+    electing = E.NotLeaderError("node 1 does not lead t-0: it has no leader now")
+    assert retried(electing, writes=True) is None and routes.leader("t", 0) is None
+    lost_after_append = E.NotLeaderError("leader epoch 4 begins")
+    assert retried(lost_after_append, writes=True) is False
+    assert retried(lost_after_append, writes=False) is None
+    before = E.NotEnoughReplicasError("1 in-sync replicas [1], fewer than "
+                                      "min_insync_replicas=2; nothing was appended")
+    after = E.NotEnoughReplicasError("1 in-sync replicas [1], fewer than min_insync_replicas="
+                                     "2; the records were appended but are not acknowledged")
+    assert retried(before, writes=True) is not False
+    assert retried(after, writes=True) is False
+    assert retried(E.ReplicationTimeoutError("not replicated"), writes=True) is False
+    assert retried(RequestNotSentError("refused"), writes=True) is None
+    assert retried(E.ConnectionFailedError("reset after sending"), writes=True) is False
+    assert retried(E.ConnectionFailedError("reset after sending"), writes=False) is None
+    assert retried(E.TopicNotFoundError("no such topic"), writes=False) is False
