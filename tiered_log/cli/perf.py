@@ -11,15 +11,20 @@
     tiered-log perf produce-latency [--json] [--appends N] [--backlog-mib N]
                                 [--upload-bytes-per-sec N] [--fetch-bytes-per-sec N]
                                 [--copies-in-flight N] [--endpoint URL]
+    tiered-log perf failover [--json] [--kills N] [--lease-ttl S] [--nodes N] [--dir D] [--keep]
+    tiered-log perf replicated-latency [--json] [--records N] [--value-bytes B] [--rounds R]
+                                [--dir D] [--keep]
     tiered-log perf spark-scan [--json] [--records N] [--partitions P] [--segment-bytes B]
                                 [--repeat R] [--dir D] [--keep]
 
 Each command parses its arguments and runs one benchmark of :mod:`tiered_log.perf`
-(``.local``, ``.http``, ``.remote``, ``.spark``; imported only when it runs), which
-measures its baseline in the same run. The remote ones start moto's S3 server on
-127.0.0.1 unless ``--endpoint`` names one. Progress goes to stderr, the report to stdout
-(one JSON object with ``--json``, a table or ``key: value`` lines otherwise); the exit
-status is 0 whether or not a target is met. One benchmark per process; not thread-safe.
+(``.local``, ``.http``, ``.remote``, ``.cluster``, ``.spark``; imported only when it
+runs), which measures its baseline in the same run. The remote ones start moto's S3
+server on 127.0.0.1 unless ``--endpoint`` names one; the cluster ones start etcd and
+``tiered-log serve`` processes on loopback (:class:`~tiered_log.cluster.dev.DevCluster`).
+Progress goes to stderr, the report to stdout (one JSON object with ``--json``, a table
+or ``key: value`` lines otherwise); the exit status is 0 whether or not a target is met.
+One benchmark per process; not thread-safe.
 """
 
 from __future__ import annotations
@@ -235,6 +240,71 @@ def cmd_perf_produce_latency(args: argparse.Namespace) -> int:
                                       upload_bytes_per_sec=args.upload_bytes_per_sec,
                                       fetch_bytes_per_sec=args.fetch_bytes_per_sec,
                                       copies_in_flight=args.copies_in_flight), args.json)
+
+
+# ---- a cluster: failover, replicated-latency ---------------------------------------------------
+
+
+def _failover_args(p: argparse.ArgumentParser) -> None:
+    from ..perf.cluster import DEFAULT_KILLS, DEFAULT_LEASE_TTL_S, DEFAULT_NODES
+
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    p.add_argument("--kills", type=positive_int, default=DEFAULT_KILLS, metavar="N",
+                   help=f"SIGKILLs of the partition's leader (default: {DEFAULT_KILLS})")
+    p.add_argument("--lease-ttl", type=positive_int, default=DEFAULT_LEASE_TTL_S, metavar="S",
+                   help=f"the nodes' membership lease in seconds (cluster_lease_ttl_s; "
+                        f"default: {DEFAULT_LEASE_TTL_S})")
+    p.add_argument("--nodes", type=positive_int, default=DEFAULT_NODES, metavar="N",
+                   help=f"nodes of the cluster, at least 3 (default: {DEFAULT_NODES})")
+    p.add_argument("--dir", metavar="D",
+                   help="where to put the cluster (a fresh subdirectory; default: the temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the files (node logs) afterwards")
+    progress_flag(p)
+
+
+@PERF.command("failover", "SIGKILL a partition's leader under acks=all load: time to the "
+              "first acks=all produce on its successor, acknowledged records lost",
+              _failover_args)
+def cmd_perf_failover(args: argparse.Namespace) -> int:
+    """``tiered-log perf failover``; exit 0 whether or not the target is met."""
+    from ..perf.cluster import format_failover, run_failover
+
+    if args.nodes < 3:
+        raise UsageError("--nodes must be at least 3 (the partition has 3 replicas)")
+    report = run_failover(args.kills, lease_ttl_s=args.lease_ttl, nodes=args.nodes,
+                          directory=args.dir, keep=args.keep, progress=args.progress)
+    print(json.dumps(report, indent=2) if args.json else format_failover(report))
+    return 0
+
+
+def _replicated_latency_args(p: argparse.ArgumentParser) -> None:
+    from ..perf.cluster import DEFAULT_LATENCY_RECORDS, DEFAULT_ROUNDS, DEFAULT_VALUE_BYTES
+
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    p.add_argument("--records", type=positive_int, default=DEFAULT_LATENCY_RECORDS, metavar="N",
+                   help=f"timed single-record produces per target (default: "
+                        f"{DEFAULT_LATENCY_RECORDS})")
+    p.add_argument("--value-bytes", type=positive_int, default=DEFAULT_VALUE_BYTES, metavar="B",
+                   help=f"bytes of each record's value (default: {DEFAULT_VALUE_BYTES})")
+    p.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS, metavar="R",
+                   help=f"turns the three targets take (default: {DEFAULT_ROUNDS})")
+    p.add_argument("--dir", metavar="D",
+                   help="where to put the nodes (a fresh subdirectory; default: the temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the files afterwards")
+    progress_flag(p)
+
+
+@PERF.command("replicated-latency", "p50/p99 of single-record produce over HTTP: a single "
+              "node vs a 3-node cluster with acks=1 and acks=all", _replicated_latency_args)
+def cmd_perf_replicated_latency(args: argparse.Namespace) -> int:
+    """``tiered-log perf replicated-latency``; exit 0 (there is no target, only ratios)."""
+    from ..perf.cluster import format_latency, run_replicated_latency
+
+    report = run_replicated_latency(args.records, value_bytes=args.value_bytes,
+                                    rounds=args.rounds, directory=args.dir, keep=args.keep,
+                                    progress=args.progress)
+    print(json.dumps(report, indent=2) if args.json else format_latency(report))
+    return 0
 
 
 # ---- Spark: spark-scan ------------------------------------------------------------------------
