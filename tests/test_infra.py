@@ -7,6 +7,13 @@ whole set loads with :func:`tiered_log.config.load_settings` in a fresh process 
 values written; the bucket the one-shot ``mc`` job creates is the bucket of the remote
 URL, with the same credentials and endpoint; the Dockerfile installs the package and
 runs ``tiered-log serve`` on the port it exposes.
+
+The cluster compose file (``docker-compose.cluster.yml``: etcd, MinIO and three nodes built
+from the same Dockerfile) gets the same checks per node, and: each node's settings load
+as a complete cluster node (distinct node ids, an advertised URL of its own service name
+and port, published on that port and probed by its healthcheck), the etcd URL is the one
+the etcd service advertises, and every node shares one remote tier in the bucket ``mc``
+creates.
 """
 
 from __future__ import annotations
@@ -187,8 +194,13 @@ def test_dockerfile_environment_loads(compose: dict[str, Any]) -> None:
 
 
 def test_bucket_created_is_the_remote_tier_bucket(compose: dict[str, Any]) -> None:
-    services = compose["services"]
-    env = service_env(services["tiered-log"])
+    check_bucket(compose["services"], "tiered-log")
+
+
+def check_bucket(services: dict[str, Any], node: str) -> None:
+    """The one-shot ``mc`` job creates the bucket of ``node``'s remote URL, on the MinIO
+    and with the credentials ``node`` uses."""
+    env = service_env(services[node])
     url = urlsplit(env["TIERED_LOG_REMOTE_URL"])
     assert url.scheme == "s3" and url.netloc and url.path.strip("/")
     script = command_text(services["create-bucket"])
@@ -245,3 +257,102 @@ def test_dockerignore_keeps_the_sources() -> None:
              if ln.strip() and not ln.startswith("#")]
     for needed in ("pyproject.toml", "README.md", "tiered_log/**"):
         assert f"!{needed}" in lines
+
+
+# ---- the cluster compose file --------------------------------------------------------------
+
+NODES = ("node-1", "node-2", "node-3")
+
+
+@pytest.fixture(scope="module")
+def cluster_compose() -> dict[str, Any]:
+    data = yaml.safe_load((INFRA / "docker-compose.cluster.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_cluster_compose_services(cluster_compose: dict[str, Any]) -> None:
+    services = cluster_compose["services"]
+    assert {"etcd", "minio", "create-bucket", *NODES} <= set(services)
+    assert services["etcd"]["image"].startswith(("quay.io/coreos/etcd:", "bitnami/etcd:"))
+    assert services["minio"]["image"].startswith("minio/minio")
+    assert services["create-bucket"]["image"].startswith("minio/mc")
+    for name in NODES:
+        build = services[name]["build"]
+        assert (INFRA / build["context"] / build["dockerfile"]).resolve() == INFRA / "Dockerfile"
+        assert services[name]["image"] == services[NODES[0]]["image"]
+        deps = services[name]["depends_on"]
+        assert deps["etcd"]["condition"] == "service_healthy", name
+        assert deps["minio"]["condition"] == "service_healthy", name
+        assert deps["create-bucket"]["condition"] == "service_completed_successfully", name
+    assert services["create-bucket"]["depends_on"]["minio"]["condition"] == "service_healthy"
+    for name in ("etcd", "minio", *NODES):
+        hc = services[name]["healthcheck"]
+        assert hc["test"][0] in ("CMD", "CMD-SHELL") and len(hc["test"]) > 1, name
+        assert hc.get("retries", 0) >= 1, name
+
+
+def test_cluster_every_tiered_log_variable_is_a_setting(cluster_compose: dict[str, Any]) -> None:
+    names = [k for s in cluster_compose["services"].values() for k in service_env(s)
+             if k.startswith(PREFIX)]
+    assert len(names) >= 3 * 10
+    for name in names:
+        setting_path(name)
+
+
+def test_cluster_etcd_url_is_the_one_etcd_advertises(cluster_compose: dict[str, Any]) -> None:
+    services = cluster_compose["services"]
+    etcd_args = command_text(services["etcd"])
+    advertised = re.findall(r"--advertise-client-urls[= ](\S+)", etcd_args)
+    listen = re.findall(r"--listen-client-urls[= ](\S+)", etcd_args)
+    assert advertised and listen, etcd_args
+    for name in NODES:
+        url = urlsplit(service_env(services[name])["TIERED_LOG_CLUSTER_ETCD"])
+        assert url.hostname == "etcd", name
+        assert f"http://etcd:{url.port}" in advertised[0].split(","), (name, advertised)
+        assert f"http://0.0.0.0:{url.port}" in listen[0].split(","), (name, listen)
+
+
+def test_cluster_nodes_load_as_cluster_nodes(cluster_compose: dict[str, Any]) -> None:
+    services = cluster_compose["services"]
+    ids, urls, remotes = set(), set(), set()
+    for name in NODES:
+        svc = services[name]
+        env = {k: v for k, v in service_env(svc).items() if k.startswith(PREFIX)}
+        for required in ("TIERED_LOG_NODE_ID", "TIERED_LOG_ADVERTISED_URL",
+                         "TIERED_LOG_CLUSTER_ETCD", "TIERED_LOG_REMOTE_URL",
+                         "TIERED_LOG_S3_ENDPOINT_URL", "TIERED_LOG_S3_ACCESS_KEY",
+                         "TIERED_LOG_S3_SECRET_KEY", "TIERED_LOG_S3_REGION", "TIERED_LOG_HOST",
+                         "TIERED_LOG_PORT", "TIERED_LOG_DATA_DIR"):
+            assert required in env, (name, required)
+        loaded = load_in_subprocess(env)
+        for var, raw in env.items():
+            got: Any = loaded
+            for p in setting_path(var):
+                got = got[p]
+            assert got == expected_value(raw, got), (name, var, raw, got)
+        assert Settings.model_validate(loaded).clustered, name
+        assert loaded["host"] == "0.0.0.0"
+        # Advertised as its own service name and port, which it listens on, publishes
+        # on the same host port and probes in its healthcheck.
+        port = str(loaded["port"])
+        adv = urlsplit(loaded["advertised_url"])
+        assert adv.scheme == "http" and str(adv.port) == port, (name, adv)
+        assert adv.hostname in (name, svc.get("hostname")), (name, adv)
+        published = [str(p).split(":")[-2:] for p in svc["ports"]]
+        assert [port, port] in published, (name, svc["ports"])
+        assert f":{port}/healthz" in " ".join(svc["healthcheck"]["test"]), name
+        ids.add(loaded["node_id"])
+        urls.add(loaded["advertised_url"])
+        remotes.add(loaded["remote_url"])
+        assert any(v.split(":")[-1] == loaded["data_dir"] for v in svc["volumes"]), name
+    assert len(ids) == len(urls) == len(NODES), (ids, urls)
+    assert len(remotes) == 1, remotes  # one remote tier, shared
+    volumes = {v.split(":")[0] for name in NODES for v in services[name]["volumes"]}
+    assert len(volumes) == len(NODES), volumes  # a data volume each
+    assert volumes <= set(cluster_compose["volumes"])
+
+
+def test_cluster_bucket_created_is_the_remote_tier_bucket(cluster_compose: dict[str, Any]) -> None:
+    for name in NODES:
+        check_bucket(cluster_compose["services"], name)
