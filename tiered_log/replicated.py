@@ -97,6 +97,26 @@ def _check_offset(offset: int) -> None:
         raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
 
 
+def _split_at(batch: EncodedBatch, at: set[int]) -> list[EncodedBatch]:
+    """``batch`` cut before each of its batches whose base offset is in ``at``."""
+    if not at:
+        return [batch]
+    out: list[EncodedBatch] = []
+    start = 0
+    infos = batch.batches
+    for i in range(1, len(infos) + 1):
+        if i == len(infos) or infos[i].base_offset in at:
+            part = infos[start:i]
+            first, last = part[0], part[-1]
+            lo, hi = first.position, last.position + last.size
+            out.append(EncodedBatch(
+                first.base_offset, bytes(memoryview(batch.data)[lo:hi]),
+                [b._replace(position=b.position - lo) for b in part],
+                last.next_offset - first.base_offset))
+            start = i
+    return out
+
+
 def _epoch_pairs(epochs: Sequence[tuple[int, int]]) -> list[EpochEntry]:
     """The leader's ``(epoch, start_offset)`` pairs, checked: ints >= 0, strictly
     increasing in both (InvalidArgumentError otherwise)."""
@@ -144,8 +164,11 @@ class ReplicatedLogMixin:
 
         def _check_open(self) -> None: ...
 
+        def stop_shipper(self) -> None: ...
+
     _epochs: LeaderEpochCache
     _replicated: bool
+    _following: bool
     _hw: int
     _hw_lock: threading.RLock
     _hw_write_lock: threading.Lock
@@ -171,6 +194,7 @@ class ReplicatedLogMixin:
         self._epochs.truncate_from_end(self.next_offset + 1)
         self._epochs.truncate_from_start(self.log_start_offset)
         self._replicated = replicated
+        self._following = replicated  # a replicated log follows until told to lead
         self._hw_lock = threading.RLock()
         self._hw_write_lock = threading.Lock()
         self._hw_interval_ms = hw_checkpoint_interval_ms
@@ -195,6 +219,35 @@ class ReplicatedLogMixin:
         (-1) when none (what a follower sends in OffsetsForLeaderEpoch)."""
         latest = self._epochs.latest_epoch
         return UNDEFINED_EPOCH if latest is None else latest
+
+    # ---- roles --------------------------------------------------------------------------
+
+    @property
+    def following(self) -> bool:
+        """Whether this replica follows another's log (see :meth:`follow`)."""
+        return self._following
+
+    def follow(self) -> None:
+        """This replica follows: it appends only what its fetcher brings
+        (:meth:`append_replica`), rolls only where the leader did, never by its own size
+        or age, and ships nothing (its shipper stops; :meth:`maintain` flushes and
+        checkpoints only). The node, on a role change."""
+        self._following = True
+        self.stop_shipper()
+
+    def lead(self, epoch: int) -> int:
+        """This replica leads ``epoch`` from its log end (:meth:`assign_leader_epoch`;
+        returns the epoch's start); it rolls by its own size and age again. Shipping is
+        started by the owner once the remote state is resynced. The node, on a role
+        change."""
+        start = self.assign_leader_epoch(epoch)
+        self._following = False
+        return start
+
+    def segment_bases(self, start: int, end: int) -> list[int]:
+        """Base offsets of the local segments beginning in ``[start, end)``: where a
+        follower copying that range rolls (see :meth:`append_replica`)."""
+        return [s.base_offset for s in self._local.segments() if start <= s.base_offset < end]
 
     def assign_leader_epoch(self, epoch: int) -> int:
         """This replica became leader in ``epoch``: the epoch starts at the log's next
@@ -245,10 +298,18 @@ class ReplicatedLogMixin:
     # ---- the follower's append ----------------------------------------------------------
 
     def append_replica(self, data: bytes | bytearray | memoryview,
-                       epochs: Sequence[tuple[int, int]]) -> int:
+                       epochs: Sequence[tuple[int, int]],
+                       rolls: Sequence[int] | None = None) -> int:
         """Append the leader's stored batches (as its ``read_batches`` returned them) at
-        the offsets and with the timestamps they carry, in one write; returns the new
-        next offset (empty ``data``: nothing happens).
+        the offsets and with the timestamps they carry; returns the new next offset
+        (empty ``data``: nothing happens).
+
+        ``rolls``: the base offsets of the leader's segments among these batches. The
+        follower rolls exactly there and nowhere else (never by its own size or age), so
+        its segments are the leader's, byte for byte: a follower that becomes leader
+        ships from the bucket's remote end, which is one of its own segment bases (no
+        segment shipped twice, none overlapping). One write per leader segment. None
+        (a plain copy, not a cluster's follower): the log rolls by its own size.
 
         The first batch must start at exactly this log's next offset and the batches must
         follow each other (InvalidArgumentError naming both offsets); every batch is
@@ -285,9 +346,15 @@ class ReplicatedLogMixin:
             try:
                 # At the next offset already: the offsets stay, and so do the timestamps
                 # (a stored batch has none below 0); checksums are recomputed unchanged.
-                self._local.append_batch(batch)
+                if rolls is None:
+                    self._local.append_batch(batch)
+                for piece in _split_at(batch, set(rolls)) if rolls is not None else ():
+                    if (piece.base_offset in rolls
+                            and self._local.active_base_offset != piece.base_offset):
+                        self._local.roll()
+                    self._local.append_batch(piece, roll=False)
             except BaseException:
-                self._epochs.truncate_from_end(nxt)
+                self._epochs.truncate_from_end(self._local.next_offset)
                 raise
             end = self._local.next_offset
         if self._shipper is not None and self._local.active_base_offset != active:

@@ -432,6 +432,9 @@ class TieredLog(ReplicatedLogMixin):
         if self._closed:
             return
         self._local.maybe_flush()
+        if self._following:  # a follower rolls where its leader did, and ships nothing
+            self._checkpoint_if_due()
+            return
         rolled = self._local.maybe_roll_by_age()
         self._checkpoint_if_due()
         if not tier:

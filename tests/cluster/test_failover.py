@@ -27,7 +27,8 @@ LEASE_TTL_S = 2
 SETTINGS = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(LEASE_TTL_S),
             "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "1500",
             "TIERED_LOG_REPLICATION_TIMEOUT_MS": "5000",
-            "TIERED_LOG_MAINTENANCE_INTERVAL_MS": "200"}
+            "TIERED_LOG_MAINTENANCE_INTERVAL_MS": "200",
+            "TIERED_LOG_TOPIC_DEFAULTS__SEGMENT_BYTES": "2048"}
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +215,10 @@ def test_a_follower_down_catches_up_and_rejoins(cluster: DevCluster) -> None:
     wait_until(lambda: follower.node_id in partition_state(cluster, topic)["isr"], 30,
                "the follower back in the ISR")
     check_exactly_once(cluster, topic, acked)
+    # Every replica rolled where the leader did: the same segments, byte for byte.
+    files = [{p.name: p.read_bytes() for p in (n.data_dir / "topics" / topic / "0").glob("*.log")
+              if p.stat().st_size} for n in cluster.nodes.values()]
+    assert len(files[0]) > 3 and files[0] == files[1] == files[2]
 
 
 def test_leaders_keep_serving_while_etcd_is_down(cluster: DevCluster) -> None:

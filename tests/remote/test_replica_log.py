@@ -547,3 +547,37 @@ def test_fetcher_and_consumer_threads(tmp_path: Path) -> None:
     leader.close()
     follower.close()
     assert (tmp_path / "b" / naming.HIGH_WATERMARK_FILE).read_bytes() == b"0\n400\n"
+
+
+def test_a_follower_rolls_exactly_where_its_leader_did(tmp_path: Path) -> None:
+    """With the leader's segment bases, the follower's segments are the leader's, byte
+    for byte, however its fetches cut the batches; while following it never rolls by its
+    own age (a follower that becomes leader ships from one of its own segment bases)."""
+    cfg_ms = LogConfig(segment_bytes=4096, index_interval_bytes=256, segment_ms=1)
+    leader = TieredLog(tmp_path / "a", log_id="orders-0", config=cfg_ms, replicated=True)
+    follower = TieredLog(tmp_path / "b", log_id="orders-0", config=cfg_ms, replicated=True)
+    try:
+        leader.lead(0)
+        follower.follow()
+        for round_ in range(6):
+            produce(leader, 37, per_batch=5)
+            if round_ % 2:
+                leader.roll()  # a roll the follower cannot guess from sizes
+            for max_bytes in (700, 5000):
+                while follower.next_offset < leader.next_offset:
+                    o = follower.next_offset
+                    page = leader.read_batches(o, 500, max_bytes)
+                    follower.append_replica(page.data, leader.leader_epoch_entries(),
+                                            leader.segment_bases(o, page.next_offset))
+            time.sleep(0.002)
+            follower.maintain()  # segment_ms passed: a leader would roll, a follower not
+        bases = [s["base_offset"] for s in leader.describe()["local_segments"]
+                 if s["base_offset"] < leader.next_offset]  # not an empty active one
+        assert len(bases) > 5
+        assert [s["base_offset"] for s in follower.describe()["local_segments"]] == bases
+        for base in bases:
+            name = naming.segment_path(tmp_path / "a", base, naming.LOG_SUFFIX).name
+            assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    finally:
+        leader.close()
+        follower.close()

@@ -150,7 +150,7 @@ class ReplicaFetcher:
             plog.truncate(cut)
         elif ans.data:
             try:
-                plog.append_replica(ans.data, ans.epochs)
+                plog.append_replica(ans.data, ans.epochs, ans.rolls)
             except (CorruptRecordError, InvalidArgumentError) as exc:
                 raise TieredLogError(f"leader {self.leader_id} sent batches that do not "
                                      f"append at {req.offset}: {exc}") from None

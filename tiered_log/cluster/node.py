@@ -227,7 +227,7 @@ class ClusterNode:
                 role.state = state
                 return
             role.stop(f"leader epoch {state.leader_epoch} begins")
-            start = plog.assign_leader_epoch(state.leader_epoch)
+            start = plog.lead(state.leader_epoch)
             topic = self._topics[state.topic]
             role.replication = LeaderReplication(
                 leader_id=me, leader_epoch=state.leader_epoch, replicas=state.replicas,
@@ -247,6 +247,7 @@ class ClusterNode:
                 return
             url = self._nodes.get(state.leader)
             role.stop(f"node {state.leader} leads epoch {state.leader_epoch}")
+            plog.follow()
             role.state = state
             if url is None:
                 return  # the leader is not registered (yet): try again next poll
@@ -256,6 +257,7 @@ class ClusterNode:
                 headers=self.config.fetch_headers).start()
             return
         role.stop("not the leader")
+        plog.follow()
         role.state = state
 
     def maintain_isr(self) -> None:
@@ -370,7 +372,8 @@ class ClusterNode:
             with role.appended:
                 role.appended.wait(min(left, 0.1))
         fetched = plog.read_batches(req.offset, 1 << 30, req.max_bytes)
-        return answer(bytes(fetched.data))
+        rolls = tuple(plog.segment_bases(req.offset, fetched.next_offset))
+        return answer(bytes(fetched.data), rolls=rolls)
 
     def create_topic(self, meta: TopicMeta) -> list[PartitionState]:
         """Create a topic in the cluster metadata (replicas over the live nodes); the

@@ -27,6 +27,11 @@ node does not lead that epoch):
   what the leader keeps locally (those records are only in the bucket); the follower
   restarts its local log empty there.
 
+A records answer also carries ``X-Segment-Bases``, the base offsets of the leader's
+segments that begin among the returned batches: the follower rolls exactly there, so
+every replica's segments are the leader's (a new leader ships from the bucket's remote
+end, one of its own segment bases).
+
 Every answer carries ``X-High-Watermark``, ``X-Log-Start-Offset``,
 ``X-Remote-End-Offset`` (what the leader has shipped: a follower keeps locally what is
 not) and ``X-Leader-Epochs``, the leader's epoch entries ``[[epoch, start], ...]`` from
@@ -52,6 +57,7 @@ H_LEADER_EPOCHS = "X-Leader-Epochs"
 H_DIVERGING_EPOCH = "X-Diverging-Epoch"
 H_DIVERGING_END = "X-Diverging-End-Offset"
 H_RESET_TO = "X-Reset-To"
+H_SEGMENT_BASES = "X-Segment-Bases"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,8 @@ class ReplicaAnswer:
     epochs: tuple[tuple[int, int], ...]
     diverging: tuple[int, int] | None = None
     reset_to: int | None = None
+    rolls: tuple[int, ...] = ()
+    """Base offsets of the leader's segments that begin among the returned batches."""
 
     def headers(self) -> dict[str, str]:
         h = {H_HIGH_WATERMARK: str(self.high_watermark),
@@ -95,6 +103,8 @@ class ReplicaAnswer:
             h[H_DIVERGING_END] = str(self.diverging[1])
         if self.reset_to is not None:
             h[H_RESET_TO] = str(self.reset_to)
+        if self.rolls:
+            h[H_SEGMENT_BASES] = json.dumps(list(self.rolls), separators=(",", ":"))
         return h
 
     @classmethod
@@ -107,8 +117,9 @@ class ReplicaAnswer:
             if H_DIVERGING_EPOCH in headers:
                 div = (int(headers[H_DIVERGING_EPOCH]), int(headers[H_DIVERGING_END]))
             reset = int(headers[H_RESET_TO]) if H_RESET_TO in headers else None
+            rolls = tuple(int(o) for o in json.loads(headers.get(H_SEGMENT_BASES, "[]")))
             return cls(body, int(headers[H_HIGH_WATERMARK]), int(headers[H_LOG_START]),
-                       int(headers[H_REMOTE_END]), epochs, div, reset)
+                       int(headers[H_REMOTE_END]), epochs, div, reset, rolls)
         except (KeyError, ValueError, TypeError) as exc:
             raise InvalidArgumentError(f"malformed replication answer: {exc!r}") from None
 

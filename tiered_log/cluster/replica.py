@@ -226,7 +226,7 @@ class LeaderReplication:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while self._hw <= offset:
-                self._check_leading()
+                self._check_leading(appended=True)
                 self._check_isr_size(appended=True)
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -237,9 +237,12 @@ class LeaderReplication:
                 self._cond.wait(min(left, 0.5))
             return self._hw
 
-    def _check_leading(self) -> None:
+    def _check_leading(self, *, appended: bool = False) -> None:
         if self._resigned is not None:
-            raise NotLeaderError(self._resigned)
+            what = ("the records were appended but are not acknowledged" if appended
+                    else "nothing was appended")
+            raise NotLeaderError(f"this node no longer leads the partition ({self._resigned}); "
+                                 f"{what}")
 
     def _check_isr_size(self, *, appended: bool) -> None:
         if len(self._isr) < self.min_insync_replicas:

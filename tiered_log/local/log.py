@@ -287,14 +287,16 @@ class Log:
         return self.append_batch([rec])[0]
 
     def append_batch(self, records: Sequence[ProducerRecord | bytes] | EncodedBatch,
-                     ) -> tuple[int, int]:
+                     *, roll: bool = True) -> tuple[int, int]:
         """Append records in one write; returns ``(first_offset, last_offset)``.
 
         All or nothing: bad input raises before anything is written. A bare ``bytes``
         item is a value with no key or headers, timestamped now. An
         :class:`~tiered_log.format.records.EncodedBatch` from
         :func:`~tiered_log.format.records.receive_batches` (a client's verified batches)
-        is appended as it is, moved to the log's next offset.
+        is appended as it is, moved to the log's next offset. ``roll=False``: never roll
+        by size or age here (a follower rolls exactly where its leader did, by
+        :meth:`roll`).
         """
         if (records.count if isinstance(records, EncodedBatch) else len(records)) == 0:
             raise InvalidArgumentError("a batch needs at least one record")
@@ -307,7 +309,7 @@ class Log:
                 batch = records.rebased(active.next_offset, ts_now)
             else:
                 batch = encode_batch(active.next_offset, records, ts_now, cfg.append_threshold)
-            if active.size and (
+            if roll and active.size and (
                 active.size + len(batch.data) > cfg.segment_bytes
                 or (cfg.segment_ms is not None and ts_now - active.created_ms >= cfg.segment_ms)
             ):
