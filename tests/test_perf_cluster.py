@@ -61,6 +61,7 @@ def test_failover_json(tmp_path: Path) -> None:
     for k in r["per_kill"]:
         assert k["new_leader"] not in (None, k["killed_node"])
         assert k["failover_s"] > 0 and k["rejoin_s"] is not None
+        assert k["leader_learnt_s"] is None or 0 < k["leader_learnt_s"] <= k["failover_s"]
     assert r["per_kill"][1]["killed_epoch"] > r["per_kill"][0]["killed_epoch"]
     assert r["target"]["text"] == "p50 <= lease TTL + 1 s, acked_lost 0"
     assert r["target"]["met"] == (r["failover_p50_s"] <= 3.0) == r["met"]

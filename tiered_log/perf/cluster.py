@@ -9,7 +9,10 @@ time from the kill to the first ``acks=all`` produce acknowledged by another nod
 producer finds the new leader by itself: it asks the nodes' ``GET /v1/cluster`` for the
 leader and follows ``not_leader``'s ``leader_url``; a node that refuses the connection
 is skipped); restart the killed node and wait until it is back in the ISR before the next
-kill. At the end the whole partition is read back from the leader: every acknowledged
+kill. Per kill it also reports when the producer first learnt of a new leader
+(``leader_learnt_s``: mostly the lease running out and the controller's election) and
+how long the restarted node took to be back in the ISR (``rejoin_s``, from its restart
+on). At the end the whole partition is read back from the leader: every acknowledged
 record must be there exactly once, at its acknowledged offset (``acked_lost`` counts
 those that are not), and the offsets dense. Target: p50 <= lease TTL + 1 s and
 ``acked_lost`` 0. The lease TTL is the baseline: a dead node is noticed when its lease
@@ -162,6 +165,7 @@ class _Producer:
     topic: str
     acks: list[Ack] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
+    found: list[tuple[float, str]] = field(default_factory=list)  # (when, leader URL) learnt
     attempts: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
     _url: str | None = None
@@ -180,11 +184,14 @@ class _Producer:
             for seq in itertools.count():
                 if self.stop.is_set():
                     return
-                url = self._url or self._find_leader(http)
+                url = self._url
                 if url is None:
-                    self.errors["no_leader_known"] += 1
-                    time.sleep(RETRY_PAUSE_S)
-                    continue
+                    url = self._find_leader(http)
+                    if url is None:
+                        self.errors["no_leader_known"] += 1
+                        time.sleep(RETRY_PAUSE_S)
+                        continue
+                    self.found.append((time.monotonic(), url))
                 self.attempts += 1
                 try:
                     r = http.post(url + path, params={"acks": "all"},
@@ -205,6 +212,8 @@ class _Producer:
                     err = {"code": f"http_{r.status_code}"}
                 self.errors[str(err.get("code"))] += 1
                 self._url = (err.get("details") or {}).get("leader_url") or None
+                if self._url is not None:
+                    self.found.append((time.monotonic(), self._url))
                 time.sleep(RETRY_PAUSE_S)
 
 
@@ -277,7 +286,7 @@ def _one_kill(cluster: DevCluster, http: httpx.Client, prod: _Producer, i: int,
     part = partition_of(cluster_state(http, urls), prod.topic)
     assert part is not None
     victim = cluster.nodes[part["leader"]]
-    n_acks, errors_before = len(prod.acks), Counter(prod.errors)
+    n_acks, n_found, errors_before = len(prod.acks), len(prod.found), Counter(prod.errors)
     t_kill = time.monotonic()
     victim.kill()
 
@@ -289,6 +298,7 @@ def _one_kill(cluster: DevCluster, http: httpx.Client, prod: _Producer, i: int,
     first = successor()
     failover = round(first.at - t_kill, 3) if first is not None else None
     errors = dict(prod.errors - errors_before)
+    learnt = next((t for t, u in prod.found[n_found:] if t > t_kill and u != victim.url), None)
     t_start = time.monotonic()
     victim.start()
     back = wait_for(lambda: (p := partition_of(cluster_state(http, urls), prod.topic))
@@ -304,6 +314,7 @@ def _one_kill(cluster: DevCluster, http: httpx.Client, prod: _Producer, i: int,
         enabled=show)
     return {"kill": i, "killed_node": victim.node_id, "killed_epoch": part["leader_epoch"],
             "new_leader": new, "failover_s": failover,
+            "leader_learnt_s": round(learnt - t_kill, 3) if learnt is not None else None,
             "acked_before_kill": n_acks, "produce_errors": errors,
             "rejoin_s": round(rejoin, 3) if rejoin is not None else None}
 
