@@ -1,8 +1,8 @@
 """``tiered-log dev-cluster`` as a user runs it: a real subprocess
 (``python -m tiered_log.cli dev-cluster``) with etcd from the wheel and real nodes.
 
-- With ``--nodes 3 --dir D``: it prints the etcd URL, each node's URL and a ready line
-  naming the nodes; the real :class:`~tiered_log.client.Client`, given those URLs, creates
+- With ``--nodes 3 --dir D``: it prints the etcd URL, each node's URL (with the pids of
+  exactly the processes it started) and a ready line naming the nodes; the real :class:`~tiered_log.client.Client`, given those URLs, creates
   a topic with 3 replicas (min_insync_replicas 2), gets a full ISR, produces with
   ``acks=all`` and reads every record back at its offset; ``GET /v1/cluster`` lists the
   three nodes alive at the printed URLs. SIGTERM then ends it with exit status 0 and no
@@ -113,12 +113,14 @@ def test_dev_cluster_serves_a_replicated_topic_and_stops_on_sigterm(
     assert lines[0].startswith("etcd http://127.0.0.1:")
     nodes = {int(ln.split()[1]): ln.split()[2] for ln in lines if ln.startswith("node ")}
     assert sorted(nodes) == [1, 2, 3]
+    pids = {int(ln.split()[-1]) for ln in lines if ln.startswith(("etcd ", "node "))}
     urls = lines[-1].split()[1].split(",")
     assert urls == [nodes[1], nodes[2], nodes[3]]
     assert "starting node 3" in err.read_text()  # progress on stderr
     print(f"ready after {took:.1f}s")
 
     children = _commands(proc.pid)
+    assert set(children) == pids, (children, pids)  # the pids printed are its processes
     assert sum("etcd" in cmd for cmd in children.values()) == 1, children
     assert sum("tiered_log.service" in cmd for cmd in children.values()) == 3, children
 

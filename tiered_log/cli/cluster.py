@@ -12,13 +12,14 @@ leaders) with nothing installed beyond pip: it runs
 tier. Progress goes to stderr; once every node answers, stdout gets one line per
 process and a ready line, then nothing more::
 
-    etcd http://127.0.0.1:41234
-    node 1 http://127.0.0.1:41236
-    node 2 http://127.0.0.1:41238
-    node 3 http://127.0.0.1:41240
+    etcd http://127.0.0.1:41234 pid 5001
+    node 1 http://127.0.0.1:41236 pid 5002
+    node 2 http://127.0.0.1:41238 pid 5003
+    node 3 http://127.0.0.1:41240 pid 5004
     ready http://127.0.0.1:41236,http://127.0.0.1:41238,http://127.0.0.1:41240
 
-(the ready line's URLs are what ``--url`` of the client commands takes). The command
+(the ready line's URLs are what ``--url`` of the client commands takes; the pids are
+there to kill or pause a node: ``kill -STOP``, ``kill -9``). The command
 then waits until Ctrl-C or SIGTERM, stops the nodes (SIGTERM each) and etcd, and exits 0.
 A node that ends meanwhile (killed to watch a failover) is noted on stderr once; the
 cluster stays up. The nodes inherit the environment, so other ``TIERED_LOG_*`` settings
@@ -162,9 +163,10 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
         except (EtcdStartError, RuntimeError) as exc:
             status = _start_failure(cluster, exc)
             return status
-        print(f"etcd {cluster.etcd.client_url}", flush=True)
+        print(f"etcd {cluster.etcd.client_url} pid {cluster.etcd.pid}", flush=True)
         for node in cluster.nodes.values():
-            print(f"node {node.node_id} {node.url}", flush=True)
+            pid = node.proc.pid if node.proc is not None else None
+            print(f"node {node.node_id} {node.url} pid {pid}", flush=True)
         print(f"ready {','.join(cluster.urls)}", flush=True)
         note(f"data in {work_dir}; Ctrl-C or SIGTERM stops the cluster")
         _watch(cluster)
