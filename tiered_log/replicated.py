@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -164,11 +164,12 @@ class ReplicatedLogMixin:
 
         def _check_open(self) -> None: ...
 
-        def stop_shipper(self) -> None: ...
+        def stop_shipper(self, *, wait: bool = True) -> None: ...
 
     _epochs: LeaderEpochCache
     _replicated: bool
     _following: bool
+    _resync_pending: bool
     _hw: int
     _hw_lock: threading.RLock
     _hw_write_lock: threading.Lock
@@ -195,6 +196,7 @@ class ReplicatedLogMixin:
         self._epochs.truncate_from_start(self.log_start_offset)
         self._replicated = replicated
         self._following = replicated  # a replicated log follows until told to lead
+        self._resync_pending = False
         self._hw_lock = threading.RLock()
         self._hw_write_lock = threading.Lock()
         self._hw_interval_ms = hw_checkpoint_interval_ms
@@ -233,14 +235,24 @@ class ReplicatedLogMixin:
         or age, and ships nothing (its shipper stops; :meth:`maintain` flushes and
         checkpoints only). The node, on a role change."""
         self._following = True
-        self.stop_shipper()
+        self.stop_shipper(wait=False)  # its copy under way is fenced (see lead)
+        if self._remote is not None:
+            self._remote.leader_epoch = None
+            self._remote.fence = None
 
-    def lead(self, epoch: int) -> int:
+    def lead(self, epoch: int, fence: Callable[[], bool] | None = None) -> int:
         """This replica leads ``epoch`` from its log end (:meth:`assign_leader_epoch`;
-        returns the epoch's start); it rolls by its own size and age again. Shipping is
-        started by the owner once the remote state is resynced. The node, on a role
-        change."""
+        returns the epoch's start); it rolls by its own size and age again. With a
+        remote tier, the next tiering round first rebuilds the remote state from the
+        bucket (others shipped while this replica followed) and its copies then carry
+        ``epoch``; ``fence()`` is asked before each copy is committed (False: this node
+        was deposed, the copy is abandoned). The owner starts the shipper. The node, on a
+        role change."""
         start = self.assign_leader_epoch(epoch)
+        if self._remote is not None:
+            self._remote.leader_epoch = epoch
+            self._remote.fence = fence
+            self._resync_pending = True
         self._following = False
         return start
 
@@ -348,8 +360,9 @@ class ReplicatedLogMixin:
                 # (a stored batch has none below 0); checksums are recomputed unchanged.
                 if rolls is None:
                     self._local.append_batch(batch)
-                for piece in _split_at(batch, set(rolls)) if rolls is not None else ():
-                    if (piece.base_offset in rolls
+                at = set(rolls or ())
+                for piece in _split_at(batch, at) if rolls is not None else ():
+                    if (piece.base_offset in at
                             and self._local.active_base_offset != piece.base_offset):
                         self._local.roll()
                     self._local.append_batch(piece, roll=False)

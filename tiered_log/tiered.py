@@ -135,12 +135,14 @@ class TieredLog(ReplicatedLogMixin):
         self._shipper = Shipper(self, self.tier_config.ship_interval_ms)
         self._shipper.start()
 
-    def stop_shipper(self) -> None:
+    def stop_shipper(self, *, wait: bool = True) -> None:
         """Stop the background shipper (a leader becoming a follower: followers never
-        ship); :meth:`start_shipper` starts one again. No-op without one."""
+        ship); :meth:`start_shipper` starts one again. No-op without one. ``wait=False``:
+        ask it to stop after the step under way and return at once (its rounds and a new
+        shipper's serialize on the log's control lock)."""
         shipper, self._shipper = self._shipper, None
         if shipper is not None:
-            shipper.stop()
+            shipper.stop(timeout=30.0 if wait else 0.0)
 
     # ---- bounds ------------------------------------------------------------------------
 
@@ -389,6 +391,13 @@ class TieredLog(ReplicatedLogMixin):
                 return 0
             copied = 0
             r = self._remote
+            if r is not None and self._resync_pending:
+                # A cluster's new leader: others shipped while it followed.
+                n = r.resync_from_bucket()
+                self._resync_pending = False
+                self._local.delete_segments_before(r.meta.log_start_offset)
+                log.info("%s: remote state rebuilt from the bucket (%d segment(s), remote end "
+                         "%d) for leader epoch %s", self.log_id, n, r.remote_end, r.leader_epoch)
             if r is not None:
                 r.cleanup_pending()
                 if r.needs_index_rebuild:

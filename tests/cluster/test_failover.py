@@ -8,6 +8,8 @@ One cluster serves the module; each test leaves every node running again."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -244,3 +246,46 @@ def test_leaders_keep_serving_while_etcd_is_down(cluster: DevCluster) -> None:
                "the cluster to serve after etcd is back")
     check_exactly_once(cluster, topic, acked)
     create(cluster, "etcd-back")  # metadata changes work again
+
+
+def _bucket_copies(c: DevCluster, topic: str) -> list[tuple[int, int, str]]:
+    """Every complete copy of ``topic``'s partition 0 in the shared bucket:
+    ``(base_offset, next_offset, copy id)`` from each manifest's header, sorted."""
+    out = []
+    for rli in (c.work_dir / "remote").rglob("*.rli"):
+        if f"/{topic}-" not in str(rli) or not rli.with_suffix(".log").exists():
+            continue
+        head = json.loads(rli.read_bytes().partition(b"\n")[0])
+        out.append((int(head["base_offset"]), int(head["next_offset"]), str(head["id"])))
+    return sorted(out)
+
+
+def test_shipping_continues_after_a_failover_each_range_once(cluster: DevCluster) -> None:
+    """Only the leader ships; its successor rebuilds its view from the bucket and ships
+    on from the bucket's remote end: the bucket holds each offset range once."""
+    topic = "shipped"
+    create(cluster, topic)
+    acked: dict[str, int] = {}
+    for i in range(150):
+        off = produce(leader_url(cluster, topic), topic, f"s{i}")
+        if off is not None:
+            acked[f"s{i}"] = off
+    wait_until(lambda: len(_bucket_copies(cluster, topic)) >= 3, 30, "the leader to ship")
+    st = partition_state(cluster, topic)
+    cluster.nodes[st["leader"]].kill()
+    wait_until(lambda: partition_state(cluster, topic)["leader"] not in (None, st["leader"]),
+               15, "a new leader")
+    shipped_before = _bucket_copies(cluster, topic)[-1][1]
+    for i in range(150, 300):
+        off = produce(leader_url(cluster, topic), topic, f"s{i}")
+        if off is not None:
+            acked[f"s{i}"] = off
+    wait_until(lambda: _bucket_copies(cluster, topic)[-1][1] > shipped_before + 40, 30,
+               "the new leader to ship on")
+    restart_dead(cluster)
+    wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 30, "full ISR")
+    copies = _bucket_copies(cluster, topic)
+    assert copies[0][0] == 0
+    for (_, end, _), (base, _, _) in itertools.pairwise(copies):
+        assert base == end, f"copies {copies} overlap or leave a gap"
+    check_exactly_once(cluster, topic, acked)

@@ -137,6 +137,8 @@ class ClusterNode:
         self._lock = threading.RLock()
         self._roles: dict[tuple[str, int], _Role] = {}
         self._nodes: dict[int, str] = {}
+        self._seen: dict[int, str] = {}
+        """Every node registered since this one started, with its last URL (describe)."""
         self._topics: dict[str, TopicMeta] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -197,6 +199,7 @@ class ClusterNode:
                 self._logs.ensure_topic(meta)
         with self._lock:
             self._nodes = dict(nodes)
+            self._seen.update(nodes)
             self._topics = dict(topics)
             seen: set[tuple[str, int]] = set()
             for (topic, p), (state, _rev) in parts.items():
@@ -227,7 +230,9 @@ class ClusterNode:
                 role.state = state
                 return
             role.stop(f"leader epoch {state.leader_epoch} begins")
-            start = plog.lead(state.leader_epoch)
+            epoch = state.leader_epoch
+            start = plog.lead(epoch, fence=lambda: self._leads(state.topic, state.partition,
+                                                               epoch))
             topic = self._topics[state.topic]
             role.replication = LeaderReplication(
                 leader_id=me, leader_epoch=state.leader_epoch, replicas=state.replicas,
@@ -236,6 +241,7 @@ class ClusterNode:
                 log_end=lambda: plog.next_offset, high_watermark=plog.high_watermark,
                 epoch_start_offset=start)
             role.state = state
+            plog.start_shipper()  # its first round rebuilds the remote state from the bucket
             log.info("node %d leads %s-%d in epoch %d (ISR %s, from offset %d)", me,
                      state.topic, state.partition, state.leader_epoch, list(state.isr), start)
             return
@@ -259,6 +265,14 @@ class ClusterNode:
         role.stop("not the leader")
         plog.follow()
         role.state = state
+
+    def _leads(self, topic: str, partition: int, epoch: int) -> bool:
+        """Whether this node leads the partition in ``epoch`` as it last read the
+        metadata (the fence a copy checks before it is committed). Takes no lock: the
+        poll thread may hold the node's while it stops the shipper that asks."""
+        role = self._roles.get((topic, partition))
+        rep = role.replication if role is not None else None
+        return rep is not None and not rep.resigned and rep.leader_epoch == epoch
 
     def maintain_isr(self) -> None:
         """For each led partition: propose to etcd the ISR shrink (lagging followers) or
@@ -413,15 +427,20 @@ class ClusterNode:
             return self._topics.get(name)
 
     def describe(self) -> dict[str, Any]:
-        """``GET /v1/cluster``: the nodes (alive, address), the controller, and per
-        partition its leader, epoch, replicas and ISR, as this node last read them."""
+        """``GET /v1/cluster``: the nodes (alive, address; a dead one is listed while it
+        holds a replica or this node saw it alive, with its last address), the
+        controller, and per partition its leader, epoch, replicas and ISR, as this node
+        last read them."""
         with self._lock:
             nodes = dict(self._nodes)
+            seen = dict(self._seen)
             parts = [r.state for r in self._roles.values()]
+        ids = set(seen) | {r for s in parts for r in s.replicas}
         return {
             "node_id": self.node_id,
             "controller_id": self.election.controller_id(),
-            "nodes": [{"node_id": n, "url": u, "alive": True} for n, u in sorted(nodes.items())],
+            "nodes": [{"node_id": n, "url": nodes.get(n, seen.get(n)), "alive": n in nodes}
+                      for n in sorted(ids)],
             "partitions": [
                 {"topic": s.topic, "partition": s.partition, "leader": s.leader,
                  "leader_epoch": s.leader_epoch, "replicas": list(s.replicas),

@@ -31,6 +31,7 @@ uploads run in the process-wide copy pool.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import deque
@@ -45,7 +46,7 @@ from ..format.records import HEADER_SIZE, first_timestamp
 from ..format.remote_index import RemoteLogIndexEntry
 from ..local.segment import SegmentInfo
 from .limits import RateLimiter
-from .manifest import chunk_entries, encode_manifest
+from .manifest import COMMITTED, chunk_entries, encode_manifest
 from .metadata import CopyState, RemoteSegment, new_segment_id
 from .state import TierState
 
@@ -93,7 +94,9 @@ class CopyTask:
             # Unverified here: the manifest's scan verifies every batch before the copy ends.
             first_ts = first_timestamp(head) if len(head) >= HEADER_SIZE + 8 else -1
             rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
-                               first_ts, seg.max_timestamp, CopyState.COPY_STARTED)
+                               first_ts, seg.max_timestamp, CopyState.COPY_STARTED,
+                               leader_epoch=self.st.leader_epoch)
+            fence = self.st.fence
             data_key, rli_key = self.st.keys(rs)
             rs = self.st.journal.record(rs, CopyState.COPY_STARTED)
             sent = 0
@@ -114,6 +117,10 @@ class CopyTask:
                 entries = chunk_entries(seg.store_path, seg.size, seg.base_offset,
                                         seg.next_offset, data_key, self.st.config.chunk_bytes)
                 done = replace(rs, chunks=len(entries))
+                if fence is not None and not fence():  # the commit point: a deposed leader stops
+                    raise RemoteStorageError(
+                        f"{self.st.log_id}: copy of [{seg.base_offset}, {seg.next_offset}) "
+                        f"abandoned: this node no longer leads epoch {rs.leader_epoch}")
                 self.st.storage.put(rli_key, encode_manifest(
                     done, entries, seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes(),
                     seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes()))
@@ -141,6 +148,8 @@ class CopyTask:
             rs = self.st.journal.record(rs, CopyState.COPY_FINISHED)
             self.st.index.append(entries)
             self.st.refresh()
+            if rs.leader_epoch is not None:
+                self._sweep_older_copies(rs)
             self.st.stats.uploaded_bytes += rs.size
             self.st.stats.uploaded_segments += 1
             return rs
@@ -169,6 +178,34 @@ class CopyTask:
                 self.abandon_copy(attempt)
             raise
         return copied
+
+    def _sweep_older_copies(self, rs: RemoteSegment) -> None:
+        """A cluster's leader just finished ``rs``: delete any other complete copy of the
+        same segment (replicas' segments are the leader's, so a copy of the same range
+        has the same base offset) that a leader of an OLDER epoch finished late, after
+        it was deposed. A copy of a newer epoch (this node is the deposed one) or one
+        still incomplete (maybe a newer leader's, under way) is left alone: the next
+        leader's resync keeps the newest. Best effort (logged)."""
+        prefix = naming.segment_object_key(self.st.log_id, rs.base_offset, "", "")
+        try:
+            others: dict[str, dict[str, str]] = {}
+            for o in self.st.storage.list(prefix):
+                p = naming.parse_segment_object_key(o.key)
+                if p is not None and p[1] != rs.id:
+                    others.setdefault(p[1], {})[p[2]] = o.key
+            for seg_id, objs in others.items():
+                if not set(objs) >= COMMITTED or rs.leader_epoch is None:
+                    continue
+                head = self.st.storage.get(objs[naming.RLI_SUFFIX], 0, 4096).partition(b"\n")[0]
+                epoch = json.loads(head).get("leader_epoch")
+                if isinstance(epoch, int) and epoch < rs.leader_epoch:
+                    log.warning("%s: deleting copy %s of segment %d: a deposed leader of epoch "
+                                "%d finished it late (this is epoch %d)", self.st.log_id,
+                                seg_id, rs.base_offset, epoch, rs.leader_epoch)
+                    self.st.storage.delete(list(objs.values()))
+        except (RemoteStorageError, ValueError, AttributeError) as exc:
+            log.warning("%s: other copies of segment %d not swept: %s", self.st.log_id,
+                        rs.base_offset, exc)
 
     def abandon_copy(self, attempt: CopyAttempt) -> None:
         """Wait for an attempt's uploads and delete what they put (a copy before it in

@@ -90,6 +90,10 @@ class RemoteSegment:
     """Journaled for a copy whose manifest and data object were both found damaged when
     it was recovered from the bucket: it holds its offsets (reads there fail) so that the
     log neither shrinks nor hands them out again."""
+    leader_epoch: int | None = None
+    """The leader epoch of the node that copied it (a cluster's partition; None on a
+    single node). Two copies of one range in the bucket (a deposed leader finished one
+    late): the higher epoch's is kept, the other deleted."""
 
     @property
     def last_offset(self) -> int:
@@ -100,6 +104,8 @@ class RemoteSegment:
         d["state"] = str(self.state)
         if not self.unreadable:
             del d["unreadable"]  # written only where it is set: other lines stay as they were
+        if self.leader_epoch is None:
+            del d["leader_epoch"]
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
@@ -113,6 +119,8 @@ class RemoteSegment:
                 state=CopyState(str(d["state"])), updated_ms=int(d.get("updated_ms", 0)),  # type: ignore[call-overload]
                 chunks=int(d.get("chunks", 0)),  # type: ignore[call-overload]
                 unreadable=d.get("unreadable", False) is True,
+                leader_epoch=(None if d.get("leader_epoch") is None
+                              else int(d["leader_epoch"])),  # type: ignore[call-overload]
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptIndexError(f"bad remote segment record: {exc}") from exc
@@ -173,6 +181,14 @@ class CopyJournal:
             self._segments = live
             data = "".join(s.to_json() + "\n" for s in sorted(live.values(), key=lambda s: s.base_offset))
             write_atomic(self.path, data.encode())
+
+    def clear(self) -> None:
+        """Forget every attempt (the file is rewritten empty): the owner is about to
+        rebuild the journal from the bucket (a cluster's new leader)."""
+        with self._lock:
+            self._segments = {}
+            self.damaged = []
+            write_atomic(self.path, b"")
 
     def segments(self) -> list[RemoteSegment]:
         """Every attempt not yet fully deleted, by base offset. Any thread (a copy may be

@@ -56,6 +56,13 @@ def load_meta(log_dir: Path, storage: RemoteStorage, log_id: str) -> RemoteMeta:
                                     f"copy cannot be read: {exc2.message}") from exc2
 
 
+def _newer(a: RemoteSegment, b: RemoteSegment) -> bool:
+    """Whether copy ``a`` was made by a leader of a later epoch than copy ``b`` (both of
+    a cluster's partition; copies without an epoch are never newer)."""
+    return a.leader_epoch is not None and (b.leader_epoch is None
+                                           or a.leader_epoch > b.leader_epoch)
+
+
 class RecoveryTask:
     """Rebuilds and recoveries of one log's remote state; see the module docstring."""
 
@@ -206,6 +213,17 @@ class RecoveryTask:
                   recovered, aside.name)
         self.st.needs_index_rebuild = True
 
+    def resync_from_bucket(self) -> int:
+        """Forget the local remote state (journal, metadata, index files) and rebuild it
+        from the bucket: a cluster's new leader, whose own view is stale (it followed
+        while others shipped). Returns the number of segments recovered;
+        RemoteStorageError if the bucket fails (the caller retries)."""
+        with self.st.lock:
+            self.st.journal.clear()
+            self.st.meta = RemoteMeta()
+            self.st.damage = {}
+            return self.rebuild_from_bucket()
+
     def rebuild_from_bucket(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Rebuild journal, metadata and remote-index files from the bucket alone.
 
@@ -218,6 +236,10 @@ class RecoveryTask:
         copy whose manifest and data are both damaged is kept and journaled as an
         unreadable range (see :meth:`_unreadable`). Returns the number of segments
         recovered. A copy is complete when both its data object and its manifest are there.
+
+        In a cluster two copies of one segment may both be complete (a deposed leader
+        finished one late): the one of the later leader epoch is kept, the other deleted
+        (replicas' segments are identical, so both hold the same records).
         """
         with self.st.lock:
             try:
@@ -244,8 +266,13 @@ class RecoveryTask:
                     orphans.extend(o.key for o in groups[(base, seg_id)].values())  # retention
                 elif prev is None or rs.base_offset >= self.st.served_end(prev):
                     segs.append((rs, ents))
+                elif _newer(rs, prev) and rs.base_offset == prev.base_offset:
+                    # A cluster: a deposed leader's copy of this segment (older epoch) and
+                    # its successor's; the newer stays, the older goes.
+                    orphans.extend(self.st.keys(prev))
+                    segs[-1] = (rs, ents)
                 elif (rs.base_offset, rs.next_offset, rs.size) == (
-                        prev.base_offset, prev.next_offset, prev.size):
+                        prev.base_offset, prev.next_offset, prev.size) or _newer(prev, rs):
                     orphans.extend(o.key for o in groups[(base, seg_id)].values())  # a duplicate
                 else:
                     log.error("%s: copy %s-%s [%d, %d) overlaps copy %s [%d, %d); both kept in "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ..format import naming
@@ -68,6 +69,13 @@ class TierState:
         """Set when the log closes: its waits for the shared rate limits end."""
         self.finished: list[RemoteSegment] = []
         self.needs_index_rebuild = False
+        self.leader_epoch: int | None = None
+        """A cluster's partition: the epoch this node leads, written into its copies
+        (None: a single node, or not leading)."""
+        self.fence: Callable[[], bool] | None = None
+        """A cluster's partition: asked right before a copy is committed (its manifest
+        put); False means this node no longer leads ``leader_epoch`` and the copy is
+        abandoned (a deposed leader ships nothing more)."""
         """The remote-index files are damaged or out of step with the journal: the next
         tiering round (or the open) rebuilds them from the manifests."""
 

@@ -134,6 +134,9 @@ class RemoteTier(TierState):
     def rebuild_from_bucket(self, progress: Callable[[int, int], None] | None = None) -> int:
         return self.recovery.rebuild_from_bucket(progress)
 
+    def resync_from_bucket(self) -> int:
+        return self.recovery.resync_from_bucket()
+
     # ---- reading (RemoteReader; any thread) --------------------------------------------------
 
     def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:

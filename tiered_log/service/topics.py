@@ -114,8 +114,12 @@ def open_partition_log(
     ``rebuild=False`` for a partition created just now (nothing to rebuild from).
     ``limits``: the node's (:func:`node_limits`; default: limits of this log's own).
     """
+    # A cluster's replica ships only while it leads (the node starts its shipper then,
+    # after rebuilding its remote state from the bucket): none at open, no rebuild.
     return TieredLog(directory, log_id=log_id, storage=storage, config=LogConfig.of(config),
-                     tier=tier_config_of(config, settings), rebuild=rebuild,
+                     tier=tier_config_of(config, settings),
+                     rebuild=rebuild and not settings.clustered,
+                     start_shipper=not settings.clustered,
                      limits=limits or node_limits(settings), replicated=settings.clustered)
 
 
@@ -280,9 +284,8 @@ class TopicManager:
             ) from None
         self._lock_fd = fd
         try:
-            if not self.settings.clustered:  # a cluster's logs are local-only for now
-                self.storage = open_storage(self.settings.remote_storage_url(),
-                                            **self.settings.s3_options())
+            self.storage = open_storage(self.settings.remote_storage_url(),
+                                        **self.settings.s3_options())
         except BaseException:
             self._release_lock()
             raise
@@ -319,8 +322,9 @@ class TopicManager:
     def _sync_with_store(self) -> None:
         """Restore topics the store has and the disk lacks (a lost disk); publish the
         metadata of topics the store lacks. A store that cannot be reached is logged and
-        skipped: the server runs on local data and ships once the store is back."""
-        if self.storage is None:
+        skipped: the server runs on local data and ships once the store is back. A
+        cluster's topics are etcd's: nothing to sync."""
+        if self.storage is None or self.settings.clustered:
             return
         try:
             stored = {info.key for info in self.storage.list(naming.TOPIC_OBJECTS_PREFIX)}
