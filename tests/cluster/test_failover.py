@@ -289,3 +289,24 @@ def test_shipping_continues_after_a_failover_each_range_once(cluster: DevCluster
     for (_, end, _), (base, _, _) in itertools.pairwise(copies):
         assert base == end, f"copies {copies} overlap or leave a gap"
     check_exactly_once(cluster, topic, acked)
+
+
+def test_a_long_poll_at_the_high_watermark_gets_the_next_committed_record(
+        cluster: DevCluster) -> None:
+    """A consumer waiting at the end is woken when the high watermark passes the next
+    record (not when it is appended, when it may not be committed yet): its one long
+    poll answers that record."""
+    topic = "longpoll"
+    create(cluster, topic)
+    url = leader_url(cluster, topic)
+    assert produce(url, topic, "first") == 0
+    got: list[httpx.Response] = []
+    th = threading.Thread(target=lambda: got.append(httpx.get(
+        f"{url}/v1/topics/{topic}/partitions/0/records",
+        params={"offset": 1, "wait_ms": 20_000}, timeout=30)))
+    th.start()
+    time.sleep(0.5)  # the poll is waiting
+    assert produce(url, topic, "second") == 1
+    th.join(30)
+    assert got and got[0].status_code == 200
+    assert [r["value"] for r in got[0].json()["records"]] == ["second"]

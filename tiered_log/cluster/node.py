@@ -144,6 +144,9 @@ class ClusterNode:
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"tiered-log-node-{config.node_id}")
         self.last_error: str | None = None
+        self.on_commit: Callable[[str, int], None] | None = None
+        """Called (from any thread) when a led partition's high watermark moves up: the
+        service wakes the consumers long-polling there."""
 
     # ---- life -------------------------------------------------------------------------------
 
@@ -306,7 +309,9 @@ class ClusterNode:
         below and the bounds report)."""
         plog = self._logs.partition_log(topic, partition)
         if plog is not None:
-            plog.set_high_watermark(rep.high_watermark)
+            before = plog.high_watermark
+            if plog.set_high_watermark(rep.high_watermark) > before and self.on_commit:
+                self.on_commit(topic, partition)
 
     # ---- what the service asks ------------------------------------------------------------
 

@@ -38,6 +38,13 @@ def make_lifespan(state: ServiceState, *, preloaded: bool
             from .clustering import start_node  # here: a single node never loads it
 
             state.cluster = await asyncio.to_thread(start_node, state.settings, state.topics)
+            loop = asyncio.get_running_loop()
+            waiters = state.waiters
+            # Consumers read below the high watermark: wake their long polls when it moves.
+            def on_commit(topic: str, partition: int) -> None:
+                loop.call_soon_threadsafe(waiters.notify, (topic, partition))
+
+            state.cluster.on_commit = on_commit
             log.info("node %s joined cluster %s (etcd %s)", state.settings.node_id,
                      state.settings.cluster_name, state.settings.cluster_etcd)
         task = asyncio.create_task(maintain_forever(state), name="tiered-log-maintenance")

@@ -186,7 +186,8 @@ async def produce(
     m.append_requests.inc(topic)
     m.append_records.inc(topic, amount=done.count)
     m.append_bytes.inc(topic, amount=done.payload_bytes)
-    state.waiters.notify((topic, partition))
+    if state.cluster is None:  # a cluster's consumers wake when the high watermark moves
+        state.waiters.notify((topic, partition))
     first, last = done.first, done.last
     # Built here rather than validated against ProduceResponse (the documented model):
     # the offsets list of a big batch made that validation a visible cost.
@@ -264,14 +265,17 @@ async def fetch(
     max_bytes = min(max_bytes, state.settings.max_fetch_bytes)
     key = (topic, partition)
     m = state.metrics
-    upto = None
+    clustered = state.cluster is not None
     if state.cluster is not None:  # consumers read the leader, below the high watermark
         state.cluster.leader_of(topic, partition)
-        upto = plog.high_watermark
+
+    def upto() -> int | None:  # at each read: a long poll wakes when the HW moves
+        return plog.high_watermark if clustered else None
+
     if wants_binary(request.headers.get("accept")):
         fb = await poll(state.waiters, state.stopping, key, wait_ms,
                         lambda: run_log_call(state, topic, fetch_frames, plog, offset,
-                                             max_records, max_bytes, upto),
+                                             max_records, max_bytes, upto()),
                         lambda r: r.fetched.count == 0)
         m.fetch_requests.inc(topic, "binary")
         page, b = fb.fetched, fb.bounds
@@ -283,7 +287,7 @@ async def fetch(
     body, count, size = await poll(
         state.waiters, state.stopping, key, wait_ms,
         lambda: run_log_call(state, topic, _json_fetch, plog, offset, max_records, max_bytes,
-                             upto),
+                             upto()),
         lambda r: r[1] == 0)
     m.fetch_requests.inc(topic, "json")
     m.fetch_records.inc(topic, amount=count)
