@@ -26,10 +26,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from pyspark.sql.datasource import InputPartition
 
-from ..client import Client, ConnectionFailedError, error_from_response
+from ..client import Client
 from ..errors import DataLossError, InvalidArgumentError
 
 Chunk = tuple[int, int, int, int, int, int]
@@ -114,12 +113,9 @@ class ServiceClient(Client):
         from urllib.parse import quote
 
         path = f"/v1/topics/{quote(topic, safe='')}/partitions/{int(partition)}/remote-segments"
-        try:
-            resp = self._http.get(path)
-        except httpx.TransportError as exc:
-            raise ConnectionFailedError(f"cannot reach {self.base_url}: {exc}") from exc
-        if resp.status_code >= 400:
-            raise error_from_response(resp.status_code, resp.content)
+        # From the partition's leader (a cluster: only its view of the bucket is current).
+        resp = self._routed(topic, partition, lambda url: self._req_at(url, "GET", path),
+                            writes=False)
         return PartitionState.from_json(partition, resp.json())
 
     def partition_count(self, topic: str) -> int:

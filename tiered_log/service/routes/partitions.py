@@ -17,6 +17,7 @@ from fastapi import APIRouter, Query
 from ...errors import InvalidArgumentError
 from ..deps import AdminGrant, JsonContent, PartitionPath, ReadGrant, State, TopicPath, run_log_call
 from ..openapi import errs
+from ..state import ServiceState
 from ..topics import PartitionLog, partition_bounds
 from ..wire import Bounds, OffsetForTimestamp, TruncateRequest
 
@@ -34,9 +35,13 @@ async def offset_for_timestamp(
 ) -> dict[str, Any]:
     """The first offset whose record timestamp is at or after ``timestamp`` (null if
     none: then consume from ``next_offset``)."""
-    plog = state.topics.partition(topic, partition)
+    plog = _leader_log(state, topic, partition)
     found = await run_log_call(state, topic, plog.offset_for_timestamp, timestamp)
     b = await run_log_call(state, topic, partition_bounds, plog)
+    if state.cluster is not None:  # a consumer sees committed records only
+        if found is not None and found >= b.high_watermark:
+            found = None
+        return {"timestamp": timestamp, "offset": found, "next_offset": b.high_watermark}
     return {"timestamp": timestamp, "offset": found, "next_offset": b.next_offset}
 
 
@@ -45,9 +50,18 @@ async def offset_for_timestamp(
 async def bounds(topic: TopicPath, partition: PartitionPath,
                  _: ReadGrant, state: State) -> dict[str, Any]:
     """Log start, local start, high watermark, next and flushed offsets."""
-    plog = state.topics.partition(topic, partition)
+    plog = _leader_log(state, topic, partition)
     b = await run_log_call(state, topic, partition_bounds, plog)
     return b.as_dict()
+
+
+def _leader_log(state: ServiceState, topic: str, partition: int) -> PartitionLog:
+    """The partition's log; in a cluster only on its leader (421 ``not_leader`` naming
+    it elsewhere): a follower's bounds and remote view lag the leader's."""
+    plog = state.topics.partition(topic, partition)
+    if state.cluster is not None:
+        state.cluster.leader_of(topic, partition)
+    return plog
 
 
 def _remote_segments(plog: PartitionLog) -> dict[str, Any]:
@@ -79,7 +93,7 @@ async def remote_segments(topic: TopicPath, partition: PartitionPath,
     first_timestamp, last_timestamp, position, length]``: what a reader (the Spark
     source) needs to fetch archived records from the bucket itself with ranged GETs,
     without listing it. Object keys are relative to ``remote_url``."""
-    plog = state.topics.partition(topic, partition)
+    plog = _leader_log(state, topic, partition)
     return await run_log_call(state, topic, _remote_segments, plog)
 
 
