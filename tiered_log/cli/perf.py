@@ -192,6 +192,11 @@ def _latency_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--copies-in-flight", type=positive_int, default=2, metavar="N",
                    help="segment copies under way at once (remote_copies_in_flight) "
                         "(default: 2)")
+    p.add_argument("--replicated", action="store_true",
+                   help="the replicated mode instead: produce over HTTP to a single node, "
+                        "a 3-node cluster with acks=1 and with acks=all, alternated "
+                        "(--appends records each; the same as perf replicated-latency)")
+    progress_flag(p)
 
 
 def format_lines(report: dict[str, Any], indent: str = "") -> str:
@@ -233,7 +238,14 @@ def cmd_perf_remote_read(args: argparse.Namespace) -> int:
 @PERF.command("produce-latency", "p50/p99 of acknowledged appends: tiering off, shipping, "
               "shipping + catch-up reader", _latency_args)
 def cmd_perf_produce_latency(args: argparse.Namespace) -> int:
-    """``tiered-log perf produce-latency``; exit 0 whether or not the targets are met."""
+    """``tiered-log perf produce-latency``; exit 0 whether or not the targets are met.
+    ``--replicated``: the replicated mode (:func:`cmd_perf_replicated_latency`'s)."""
+    if args.replicated:
+        from ..perf.cluster import format_latency, run_replicated_latency
+
+        report = run_replicated_latency(args.appends, progress=args.progress)
+        print(json.dumps(report, indent=2) if args.json else format_latency(report))
+        return 0
     from ..perf.remote import run_produce_latency
 
     return _print(run_produce_latency(args.appends, args.endpoint, args.backlog_mib,
