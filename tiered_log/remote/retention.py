@@ -8,11 +8,14 @@ cut and *clips* the one holding it (the clip is recorded in the remote metadata 
 copy's remote-index entries end below it), or deletes it too when its data is still
 local (it is shipped again).
 
-Who may write: the log's shipper round and control calls, under the state's lock.
+Who may write: the log's shipper round and control calls, under the state's lock; in a
+cluster only the partition's leader (a deposed one's retention is refused by the
+state's fence, as its copies are).
 """
 
 from __future__ import annotations
 
+from ..errors import RemoteStorageError
 from ..format import naming
 from .manifest import clip_entries
 from .metadata import CopyState, RemoteSegment
@@ -31,6 +34,11 @@ class RetentionTask:
             doomed = [s for s in self.st.finished if self.st.served_end(s) <= offset]
             if not doomed:
                 return []
+            if self.st.fence is not None and not self.st.fence():
+                # A cluster's deposed leader: the bucket is its successor's to change.
+                raise RemoteStorageError(f"{self.st.log_id}: remote segments below {offset} "
+                                         f"not deleted: this node no longer leads epoch "
+                                         f"{self.st.leader_epoch}")
             new_start = max(self.st.meta.log_start_offset, self.st.served_end(doomed[-1]))
             # Record the intent first: readers stop at the new start at once.
             marked = [self.st.journal.record(s, CopyState.DELETE_STARTED) for s in doomed]
