@@ -235,10 +235,9 @@ class ReplicatedLogMixin:
         or age, and ships nothing (its shipper stops; :meth:`maintain` flushes and
         checkpoints only). The node, on a role change."""
         self._following = True
-        self.stop_shipper(wait=False)  # its copy under way is fenced (see lead)
-        if self._remote is not None:
-            self._remote.leader_epoch = None
-            self._remote.fence = None
+        # The copies under way stay fenced: the fence (kept) now answers False, and the
+        # round starts no more (the shipper's stop is asked after each wait).
+        self.stop_shipper(wait=False)
 
     def lead(self, epoch: int, fence: Callable[[], bool] | None = None) -> int:
         """This replica leads ``epoch`` from its log end (:meth:`assign_leader_epoch`;
@@ -392,6 +391,19 @@ class ReplicatedLogMixin:
                 self._local.reset(offset)
                 self._epochs.clear()
                 self._clamp_high_watermark()
+
+    def resync_remote(self) -> int:
+        """Rebuild this log's view of the bucket (journal, metadata, remote-index files)
+        from the manifests there, downloading no segment data: a replica reset to its
+        leader's remote end can then serve the archived offsets once it leads. Returns
+        the number of remote segments; 0 without a remote tier. RemoteStorageError if
+        the bucket fails (nothing else changes)."""
+        r = self._remote
+        if r is None:
+            return 0
+        with self._ctl:
+            self._check_open()
+            return r.resync_from_bucket()
 
     def apply_replica_retention(self, remote_end: int) -> None:
         """A follower's retention round (it ships nothing; the leader does): delete the

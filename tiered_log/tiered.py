@@ -54,6 +54,7 @@ from .remote.storage import RemoteStorage
 from .remote.tier import RemoteTier, TierConfig, TierLimits
 from .replicated import ReplicatedLogMixin
 from .shipper import Shipper
+from .tiered_report import LogReportMixin
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ TieredBounds = PartitionBounds
 from the log to the client; this name stays for the public API)."""
 
 
-class TieredLog(ReplicatedLogMixin):
+class TieredLog(ReplicatedLogMixin, LogReportMixin):
     """A log whose old segments live in object storage; see the module docstring.
 
     ``storage=None`` (or ``tier.remote_enabled=False``) makes it a plain local log that
@@ -112,16 +113,26 @@ class TieredLog(ReplicatedLogMixin):
                 except RemoteStorageError as exc:  # reads answer retriable errors meanwhile
                     log.warning("%s: remote index not rebuilt yet, the bucket failed: %s",
                                 self.log_id, exc.message)
-        initial = self._remote.remote_end if self._remote is not None else 0
-        self._local = Log(self.directory, self.config, initial_offset=initial)
-        if self._remote is not None and self._local.next_offset < self._remote.remote_end:
+        resume = self._remote.remote_end if self._remote is not None else 0
+        if self._remote is not None and fresh and self._remote.meta.end_offset > resume:
+            # Rebuilt from the bucket after the disk was lost: offsets up to the recorded
+            # end were handed out (acknowledged). Never again: they are reported lost.
+            end = self._remote.meta.end_offset
+            log.warning("%s: offsets [%d, %d) were acknowledged but never reached the bucket "
+                        "before the local disk was lost: they are lost; the log continues "
+                        "at %d", self.log_id, resume, end, end)
+            self._remote.note_lost(resume, end)
+            resume = end
+        self._local = Log(self.directory, self.config, initial_offset=resume)
+        if self._remote is not None and self._local.next_offset < resume:
             # The local disk lost data the bucket holds: continue after the bucket.
-            self._local.reset(self._remote.remote_end)
+            self._local.reset(resume)
         if self._remote is not None:
             # A crash between moving the remote log start (retention) and deleting the
             # local segments below it left them here: never serve them again.
             self._local.delete_segments_before(self._remote.meta.log_start_offset)
         self._shipper: Shipper | None = None
+        self._end_recorded_ms = 0
         self._open_replication(replicated, hw_checkpoint_interval_ms)
         if start_shipper:
             self.start_shipper()
@@ -406,6 +417,9 @@ class TieredLog(ReplicatedLogMixin):
             self._apply_retention()
             self._epochs.truncate_from_start(self.log_start_offset)
             self._clamp_high_watermark()
+            if r is not None and copied:  # with each round that shipped (and in maintain)
+                r.record_end(self.high_watermark)
+                self._end_recorded_ms = now_ms()
             return copied
 
     def _apply_retention(self) -> None:
@@ -446,6 +460,14 @@ class TieredLog(ReplicatedLogMixin):
             return
         rolled = self._local.maybe_roll_by_age()
         self._checkpoint_if_due()
+        if (self._remote is not None
+                and now_ms() - self._end_recorded_ms >= self.tier_config.end_record_interval_ms):
+            self._end_recorded_ms = now_ms()
+            try:  # offsets handed out, kept in the bucket: a rebuilt log never reuses them
+                self._remote.record_end(self.high_watermark)
+            except RemoteStorageError as exc:
+                log.warning("%s: end offset not recorded in the bucket: %s", self.log_id,
+                            exc.message)
         if not tier:
             return
         if self._shipper is None:
@@ -464,89 +486,6 @@ class TieredLog(ReplicatedLogMixin):
         if r is None:
             return None, None, []
         return r.storage.url, r.remote_end, r.archived_segments(log_start)
-
-    # ---- visibility ---------------------------------------------------------------------
-
-    def stats(self) -> dict[str, float]:
-        """Numeric counters and gauges, for /metrics: one pass over the local segments,
-        no per-segment lists (a scrape touches every partition)."""
-        r = self._remote
-        end = r.remote_end if r is not None else 0
-        local_bytes = lag_bytes = lag_segments = 0
-        for s in self._local.segments():
-            local_bytes += s.size
-            if r is not None and s.sealed and s.base_offset >= end:
-                lag_bytes += s.size
-                lag_segments += 1
-        out = {"local_bytes": float(local_bytes), "copy_lag_bytes": float(lag_bytes),
-               "copy_lag_segments": float(lag_segments), "remote_bytes": 0.0, "cache_hits": 0.0,
-               "cache_misses": 0.0, "uploaded_bytes": 0.0, "uploaded_segments": 0.0,
-               "copy_failures": 0.0, "remote_fetch_bytes": 0.0, "remote_fetch_requests": 0.0,
-               "remote_fetch_errors": 0.0, "remote_fetch_throttled_ms": 0.0}
-        if r is not None:
-            st = r.stats
-            out.update({
-                "remote_bytes": float(r.size_bytes), "cache_hits": float(r.cache.hits),
-                "cache_misses": float(r.cache.misses),
-                "uploaded_bytes": float(st.uploaded_bytes),
-                "uploaded_segments": float(st.uploaded_segments),
-                "copy_failures": float(st.copy_failures),
-                "remote_fetch_bytes": float(st.remote_fetch_bytes),
-                "remote_fetch_requests": float(st.remote_fetch_requests),
-                "remote_fetch_errors": float(st.remote_fetch_errors),
-                "remote_fetch_throttled_ms": float(st.remote_fetch_throttled_ms),
-            })
-        return out
-
-    def describe(self) -> dict[str, Any]:
-        """Local and remote segments, copy lag, cache and fetch counters (JSON-able)."""
-        b = self.bounds()
-        end = b.local_start_offset if b.remote_end_offset is None else b.remote_end_offset
-        st = self.stats()
-        out: dict[str, Any] = {
-            "log_id": self.log_id,
-            "bounds": {"log_start_offset": b.log_start_offset,
-                       "local_start_offset": b.local_start_offset,
-                       "remote_end_offset": b.remote_end_offset,
-                       "high_watermark": b.high_watermark, "next_offset": b.next_offset,
-                       "flushed_offset": b.flushed_offset},
-            "local_segments": [{"base_offset": s.base_offset, "next_offset": s.next_offset,
-                                "size": s.size, "sealed": s.sealed,
-                                "copied": self._remote is not None and s.next_offset <= end}
-                               for s in self._local.segments()],
-            "local_bytes": int(st["local_bytes"]),
-            "copy_lag_segments": int(st["copy_lag_segments"]),
-            "copy_lag_bytes": int(st["copy_lag_bytes"]),
-            "remote_enabled": self._remote is not None,
-        }
-        r = self._remote
-        if r is not None:
-            out.update({k: int(st[k]) for k in (
-                "remote_bytes", "cache_hits", "cache_misses", "uploaded_bytes",
-                "uploaded_segments", "copy_failures", "remote_fetch_bytes",
-                "remote_fetch_requests", "remote_fetch_errors", "remote_fetch_throttled_ms")})
-            out.update({
-                "remote_url": r.storage.url,
-                "remote_segments": [{"id": s.id, "base_offset": s.base_offset,
-                                     "next_offset": r.served_end(s),
-                                     "size": s.size, "state": str(s.state)}
-                                    for s in r.journal.segments()],
-                "cache_hit_rate": round(r.cache.hit_rate, 4), "cache_bytes": r.cache.size_bytes,
-                "remote_deleted_segments": r.stats.deleted_segments,
-                "remote_damage": self.remote_damage(),
-                "shipper_error": self._shipper.last_error if self._shipper else None,
-            })
-        return out
-
-    def remote_damage(self) -> list[dict[str, Any]]:
-        """Remote ranges that cannot be read (their manifest and data object are damaged),
-        each ``{"id", "base_offset", "next_offset", "problem"}``; reads there answer
-        RemoteCorruptionError. Empty when all is well or without a remote tier."""
-        r = self._remote
-        if r is None:
-            return []
-        return [{"id": s.id, "base_offset": s.base_offset, "next_offset": r.served_end(s),
-                 "problem": r.damage[s.id]} for s in r.finished_segments if s.id in r.damage]
 
     def delete_remote_objects(self) -> int:
         """Delete every object of this log from the remote tier (for a deleted topic).

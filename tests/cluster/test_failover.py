@@ -310,3 +310,40 @@ def test_a_long_poll_at_the_high_watermark_gets_the_next_committed_record(
     th.join(30)
     assert got and got[0].status_code == 200
     assert [r["value"] for r in got[0].json()["records"]] == ["second"]
+
+
+def test_a_wiped_follower_rebuilds_from_the_bucket_and_the_tail(cluster: DevCluster) -> None:
+    """A follower whose disk is lost comes back empty: it starts its local log at the
+    leader's remote end (KIP-1023: what the bucket holds is not copied again), copies
+    only the tail, rejoins the ISR, and its segments above that point are the leader's,
+    byte for byte (issue 17)."""
+    import shutil
+
+    topic = "wiped"
+    create(cluster, topic)
+    acked: dict[str, int] = {}
+    for i in range(200):
+        if (off := produce(leader_url(cluster, topic), topic, f"w{i}")) is not None:
+            acked[f"w{i}"] = off
+    wait_until(lambda: len(_bucket_copies(cluster, topic)) >= 3, 30, "the leader to ship")
+    st = partition_state(cluster, topic)
+    follower = cluster.nodes[next(r for r in st["replicas"] if r != st["leader"])]
+    follower.kill()
+    shutil.rmtree(follower.data_dir)
+    follower.start()
+    for i in range(200, 260):  # the producers go on while it rebuilds
+        if (off := produce(leader_url(cluster, topic), topic, f"w{i}")) is not None:
+            acked[f"w{i}"] = off
+    wait_until(lambda: follower.node_id in partition_state(cluster, topic)["isr"], 30,
+               "the rebuilt follower back in the ISR")
+    leader = cluster.nodes[partition_state(cluster, topic)["leader"]]
+
+    def segments(n: Any) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in (n.data_dir / "topics" / topic / "0").glob("*.log")
+                if p.stat().st_size}
+
+    mine, theirs = segments(follower), segments(leader)
+    first = min(mine)
+    assert int(first.split(".")[0]) > 0, "the rebuilt follower copied the archived head again"
+    assert mine == {k: v for k, v in theirs.items() if k >= first}
+    check_exactly_once(cluster, topic, acked)

@@ -392,12 +392,6 @@ class CountingStop(threading.Event):
         return super().is_set()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "follow() clears the tier's fence and leader_epoch while a shipper round is under "
-    "way; copy_segments asks its stop event BEFORE waiting for the oldest copy in flight, "
-    "so after that wait it starts one more copy, which reads fence=None and "
-    "leader_epoch=None: a deposed node commits an unfenced copy without an epoch "
-    "(and a new leader's sweep never deletes an epoch-less copy)"))
 def test_a_round_under_way_commits_nothing_after_follow(tmp_path: Path) -> None:
     """The node's role change as it happens: the round has two copies in flight whose
     manifests passed the fence (this node still led), then the node learns it is deposed

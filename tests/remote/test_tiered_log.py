@@ -240,7 +240,10 @@ def test_manifest_carries_indexes_and_a_copy_needs_both_objects(
     rebuilt = open_log(tmp_path / "b", storage)
     assert rebuilt._remote is not None
     assert [s.id for s in rebuilt._remote.finished_segments] == [s.id for s in finished[:-1]]
-    assert rebuilt.next_offset == last.base_offset
+    # Its offsets were handed out: the rebuilt log resumes above them and reports them
+    # lost (issue 17: never an acknowledged offset twice; it used to resume at its base).
+    assert rebuilt.next_offset == last.next_offset
+    assert rebuilt.lost_offsets() == [[last.base_offset, last.next_offset]]
     keys = [i.key for i in storage.list(naming.segment_objects_prefix("orders-0"))]
     assert not any(last.id in k for k in keys)  # the lone manifest was cleaned up
     check_record(rebuilt.read(last.base_offset - 1), last.base_offset - 1)

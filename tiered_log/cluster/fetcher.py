@@ -12,8 +12,11 @@ latest leader epoch) to the leader's replication route and applies the answer:
 - diverging: truncate to :func:`~tiered_log.local.leader_epoch.divergence_point` and go
   on (the next fetch asks again with the new latest epoch, so several rounds walk back
   through several divergent epochs, as KIP-279);
-- reset: the leader keeps nothing locally at this log's end: restart the local log at
-  the leader's local start (:meth:`~tiered_log.tiered.TieredLog.reset_replica`).
+- reset: the leader keeps nothing locally at this log's end, or this log is empty (a
+  node rebuilt on a new disk) and the leader has shipped past it: restart the local log
+  at the leader's remote end (:meth:`~tiered_log.tiered.TieredLog.reset_replica`), so
+  only the unshipped tail is copied (KIP-1023), and rebuild the view of the bucket from
+  its manifests (:meth:`~tiered_log.tiered.TieredLog.resync_remote`).
 
 Invariant: a follower's log is always a prefix of some leader's log in an epoch at
 least its own: it appends only what the leader of ``leader_epoch`` sent from exactly
@@ -126,8 +129,10 @@ class ReplicaFetcher:
         """One round: fetch and apply. Raises the leader's error (decoded), an
         httpx error when it cannot be reached, CorruptRecordError for damaged bytes."""
         plog = self.plog
-        req = ReplicaFetch(self.replica_id, self.leader_epoch, plog.next_offset,
-                           plog.latest_leader_epoch, self._max_bytes, self._wait_ms)
+        b = plog.bounds()
+        req = ReplicaFetch(self.replica_id, self.leader_epoch, b.next_offset,
+                           plog.latest_leader_epoch, self._max_bytes, self._wait_ms,
+                           empty=b.next_offset == b.local_start_offset)
         url = self.leader_url + PATH.format(topic=self.topic, partition=self.partition)
         r = self._client.get(url, params=req.params())
         if r.status_code != 200:
@@ -142,6 +147,10 @@ class ReplicaFetcher:
             plog.reset_replica(ans.reset_to)
             for epoch, start in ans.epochs:
                 plog.record_leader_epoch(epoch, max(start, ans.reset_to))
+            # Reads of archived offsets work here (once this replica leads) from now on.
+            n = plog.resync_remote()
+            log.info("%s-%d: remote view rebuilt from the bucket: %d segment(s)",
+                     self.topic, self.partition, n)
         elif ans.diverging is not None:
             cut = plog.divergence(ans.diverging)
             log.info("%s-%d: log diverges from leader %d (epoch %d ends at %d there): "

@@ -379,8 +379,11 @@ class ClusterNode:
                 return answer(diverging=(epoch, end))
         if req.offset > b.next_offset:
             return answer(diverging=plog.end_offset_for_epoch(req.last_fetched_epoch))
-        if req.offset < b.local_start_offset:
-            return answer(reset_to=b.local_start_offset)
+        remote_end = b.remote_end_offset if b.remote_end_offset is not None else 0
+        if req.offset < b.local_start_offset or (req.empty and req.offset < remote_end):
+            # Below what this leader keeps locally, or an empty (rebuilt) follower: it
+            # starts at the first offset not in the bucket (KIP-1023) and copies the tail.
+            return answer(reset_to=max(remote_end, b.local_start_offset))
         rep.record_fetch(req.replica_id, req.offset)
         self._sync_hw(topic, partition, rep)
         deadline = time.monotonic() + req.wait_ms / 1000

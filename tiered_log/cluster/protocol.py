@@ -10,6 +10,7 @@ Request::
         &leader_epoch=7        the epoch the follower believes the leader has
         &offset=1234           the follower's log end (where it wants records from)
         &last_fetched_epoch=6  the follower's latest leader epoch (-1: none)
+        &empty=1               the follower holds no record locally (a rebuilt node)
         &max_bytes=...&wait_ms=...
 
 Answers (200; an error is the API's JSON error: 409 ``fenced_epoch`` when the
@@ -23,9 +24,12 @@ node does not lead that epoch):
   into the fetch as in KIP-595): the follower's log diverges at or before
   ``offset``; it truncates (:func:`~tiered_log.local.leader_epoch.divergence_point`)
   and asks again; the body is empty;
-- reset: ``X-Reset-To`` (the leader's local start): the follower's log end is below
-  what the leader keeps locally (those records are only in the bucket); the follower
-  restarts its local log empty there.
+- reset: ``X-Reset-To``: the follower's log end is below what the leader keeps locally,
+  or the follower is empty (a node rebuilt on a new disk) and the leader has shipped
+  past its log end: it restarts its local log empty at the leader's remote end (the
+  first offset not in the bucket; KIP-1023's "follower fetch from the tiered offset"),
+  rebuilds its view of the bucket from the manifests, and copies only the unshipped
+  tail.
 
 A records answer also carries ``X-Segment-Bases``, the base offsets of the leader's
 segments that begin among the returned batches: the follower rolls exactly there, so
@@ -70,11 +74,12 @@ class ReplicaFetch:
     last_fetched_epoch: int
     max_bytes: int = 4 << 20
     wait_ms: int = 500
+    empty: bool = False
 
     def params(self) -> dict[str, int]:
         return {"replica_id": self.replica_id, "leader_epoch": self.leader_epoch,
                 "offset": self.offset, "last_fetched_epoch": self.last_fetched_epoch,
-                "max_bytes": self.max_bytes, "wait_ms": self.wait_ms}
+                "max_bytes": self.max_bytes, "wait_ms": self.wait_ms, "empty": int(self.empty)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,11 +164,11 @@ class CopyTask:
         copied = 0
         try:
             for seg in segments:
-                if stop is not None and stop.is_set():
-                    break
                 while len(pending) >= self.st.config.copies_in_flight:
                     self.finish_copy(pending.popleft())
                     copied += 1
+                if stop is not None and stop.is_set():
+                    break  # asked after the wait: a deposed leader starts nothing more
                 pending.append(self.start_copy(seg))
             while pending:
                 self.finish_copy(pending.popleft())

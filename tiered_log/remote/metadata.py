@@ -17,8 +17,10 @@ it is listed in :attr:`CopyJournal.damaged`, the file is left as it is, and the 
 recovers what the line described from the bucket (never silently forgets a copy).
 
 **Remote metadata** (``meta.json`` locally, ``<log>/meta.json`` in the bucket): the log
-start offset as moved by remote retention and truncation, and per-segment clip offsets
-(a segment truncated in the middle serves only offsets below its clip).
+start offset as moved by remote retention and truncation, per-segment clip offsets
+(a segment truncated in the middle serves only offsets below its clip), the end offset
+last recorded (offsets below it were handed out: a log rebuilt from the bucket resumes
+above them) and the ranges found lost at such a rebuild.
 
 Thread-safety: :class:`CopyJournal` serializes writers with a lock; reads of its
 in-memory map take a snapshot.
@@ -209,9 +211,20 @@ class RemoteMeta:
     log_start_offset: int = 0
     clips: dict[str, int] = field(default_factory=dict)
     version: int = 1
+    end_offset: int = 0
+    """The log's next offset as last recorded (a single node) or its high watermark (a
+    cluster's leader): offsets below it were handed out to acknowledged records. A log
+    rebuilt from the bucket resumes at or above it, never hands them out again."""
+    lost: list[list[int]] = field(default_factory=list)
+    """``[first, end)`` ranges handed out (below ``end_offset``) that were not in the
+    bucket when the log was rebuilt from it: reported as lost, never reused."""
 
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        d = asdict(self)
+        for name in ("end_offset", "lost"):  # written only when set: old files unchanged
+            if not d[name]:
+                del d[name]
+        return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> RemoteMeta:
@@ -219,7 +232,8 @@ class RemoteMeta:
             d = json.loads(data)
             return cls(int(d.get("log_start_offset", 0)),
                        {str(k): int(v) for k, v in d.get("clips", {}).items()},
-                       int(d.get("version", 1)))
+                       int(d.get("version", 1)), int(d.get("end_offset", 0)),
+                       [[int(a), int(b)] for a, b in d.get("lost", [])])
         except (ValueError, TypeError, AttributeError) as exc:
             raise CorruptIndexError(f"bad remote metadata: {exc}") from exc
 

@@ -89,6 +89,11 @@ class RetentionTask:
                     doomed.append(s)
                 else:
                     clipped = s
+            if self.st.meta.end_offset > offset:
+                # A truncation gives the offsets above it out again, on purpose.
+                self.st.meta.end_offset = offset
+                if not doomed and clipped is None:
+                    self.st.save_meta()
             if not doomed and clipped is None:
                 return
             marked = [self.st.journal.record(s, CopyState.DELETE_STARTED) for s in doomed]

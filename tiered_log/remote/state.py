@@ -17,16 +17,20 @@ changed in place) and may run from any thread.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import RemoteStorageError
 from ..format import naming
 from ..local.segment import write_atomic
 from .index_files import RemoteIndexFiles
 from .metadata import CopyJournal, RemoteMeta, RemoteSegment
 from .storage import RemoteStorage
 from .tier_config import TierConfig, TierStats
+
+log = logging.getLogger(__name__)
 
 LOCATION_FILE = naming.LOCATION_FILE
 """In ``<log dir>/remote/``: the log id and the remote tier's URL (see :func:`read_location`)."""
@@ -143,6 +147,31 @@ class TierState:
     def keys(self, seg: RemoteSegment) -> list[str]:
         return [naming.segment_object_key(self.log_id, seg.base_offset, seg.id, sfx)
                 for sfx in naming.SEGMENT_OBJECT_SUFFIXES]
+
+    def record_end(self, offset: int) -> bool:
+        """Record in the bucket's metadata that offsets below ``offset`` were handed out
+        (see :attr:`RemoteMeta.end_offset`), if that moves it up; whether it did. Not
+        for a cluster's deposed leader (the fence): the bucket's metadata is its
+        successor's. RemoteStorageError if the bucket fails."""
+        with self.lock:
+            if offset <= self.meta.end_offset or (self.fence is not None and not self.fence()):
+                return False
+            self.meta.end_offset = offset
+            self.save_meta()
+            return True
+
+    def note_lost(self, first: int, end: int) -> None:
+        """Offsets ``[first, end)`` were handed out but are in neither tier (a log rebuilt
+        from the bucket after its disk was lost): recorded in the metadata, locally and
+        in the bucket (best effort there: logged)."""
+        with self.lock:
+            self.meta.lost.append([first, end])
+            try:
+                self.save_meta()
+            except RemoteStorageError as exc:
+                self.meta.save(self.dir / naming.REMOTE_META_FILE)
+                log.warning("%s: lost offsets not recorded in the bucket: %s", self.log_id,
+                            exc.message)
 
     def save_meta(self) -> None:
         self.meta.save(self.dir / naming.REMOTE_META_FILE)

@@ -40,6 +40,10 @@ class TierConfig:
     ship_interval_ms: int = 500
     index_rotate_bytes: int = 16 << 20
     index_rotate_ms: int = 7 * 24 * 3600 * 1000
+    end_record_interval_ms: int = 5000
+    """At most this often (and after each round that shipped) the log records in the
+    bucket how far it handed out offsets (see ``RemoteMeta.end_offset``); 0: at every
+    upkeep round."""
 
     @classmethod
     def of(cls, topic: TopicConfig, **node: Any) -> TierConfig:
@@ -61,6 +65,10 @@ class TierConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
+        v = self.end_record_interval_ms
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise InvalidArgumentError(f"end_record_interval_ms must be an integer >= 0, "
+                                       f"got {v!r}")
 
 
 TIER_DEFAULTS = TierConfig()

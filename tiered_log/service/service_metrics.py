@@ -48,6 +48,9 @@ class ServiceMetrics:
          "Remote reads served by the chunk cache."),
         ("cache_misses", "tiered_log_remote_cache_misses_total", "counter",
          "Remote reads that missed the chunk cache."),
+        ("lost_offsets", "tiered_log_lost_offsets", "gauge",
+         "Offsets acknowledged before the local disk was lost that never reached the "
+         "bucket (found when the log was rebuilt from it; never handed out again)."),
     )
 
     def __init__(self, topics: TopicManager) -> None:

@@ -56,10 +56,12 @@ async def replicate(
     last_fetched_epoch: Annotated[int, Query(ge=-1)] = -1,
     max_bytes: Annotated[int, Query(ge=1, le=1 << 30)] = 4 << 20,
     wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+    empty: Annotated[int, Query(ge=0, le=1)] = 0,
 ) -> Response:
     """A follower's fetch (see :mod:`tiered_log.cluster.protocol`)."""
     node = cluster_of(state)
-    req = ReplicaFetch(replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms)
+    req = ReplicaFetch(replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms,
+                       bool(empty))
     ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, req)
     return Response(ans.data, media_type=BINARY, headers=ans.headers())
 
