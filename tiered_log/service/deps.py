@@ -40,7 +40,7 @@ from ..errors import (
 from .auth import Principal
 from .middleware import BodyTooLarge
 from .state import ServiceState
-from .topics import MAX_PARTITIONS, validate_topic_name
+from .topics import MAX_PARTITIONS, PartitionLog, validate_topic_name
 from .wire import JSON, TOPIC_NAME_PATTERN
 
 T = TypeVar("T")
@@ -161,6 +161,19 @@ async def read_body(request: Request) -> bytes:
         raise InvalidRequestError("the client went away before the body was complete") from None
 
 
+async def partition_log(state: ServiceState, topic: str, partition: int) -> PartitionLog:
+    """The open log of a partition (TopicNotFoundError if there is none). In a cluster a
+    topic created a moment ago on another node may not be applied here yet: on a miss
+    this node reads etcd's metadata once (in a worker thread) and looks again."""
+    try:
+        return state.topics.partition(topic, partition)
+    except TopicNotFoundError:
+        if state.cluster is None:
+            raise
+    await asyncio.to_thread(state.cluster.refresh)
+    return state.topics.partition(topic, partition)
+
+
 async def run_log_call(state: ServiceState, topic: str, fn: Callable[..., T], *args: Any) -> T:
     """Run a blocking log call in a thread; a log closed under us becomes 404 or 503."""
     try:
@@ -175,6 +188,6 @@ async def run_log_call(state: ServiceState, topic: str, fn: Callable[..., T], *a
 
 __all__ = [
     "AdminGrant", "Authenticated", "JsonContent", "PartitionPath", "ReadGrant", "State",
-    "TopicPath", "WriteGrant", "authenticated", "is_json", "media_type", "read_body",
-    "read_value", "require", "run_log_call", "service_state",
+    "TopicPath", "WriteGrant", "authenticated", "is_json", "media_type", "partition_log",
+    "read_body", "read_value", "require", "run_log_call", "service_state",
 ]

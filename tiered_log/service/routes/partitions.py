@@ -15,7 +15,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from ...errors import InvalidArgumentError
-from ..deps import AdminGrant, JsonContent, PartitionPath, ReadGrant, State, TopicPath, run_log_call
+from ..deps import (
+    AdminGrant,
+    JsonContent,
+    PartitionPath,
+    ReadGrant,
+    State,
+    TopicPath,
+    partition_log,
+    run_log_call,
+)
 from ..openapi import errs
 from ..state import ServiceState
 from ..topics import PartitionLog, partition_bounds
@@ -35,7 +44,7 @@ async def offset_for_timestamp(
 ) -> dict[str, Any]:
     """The first offset whose record timestamp is at or after ``timestamp`` (null if
     none: then consume from ``next_offset``)."""
-    plog = _leader_log(state, topic, partition)
+    plog = await _leader_log(state, topic, partition)
     found = await run_log_call(state, topic, plog.offset_for_timestamp, timestamp)
     b = await run_log_call(state, topic, partition_bounds, plog)
     if state.cluster is not None:  # a consumer sees committed records only
@@ -50,15 +59,15 @@ async def offset_for_timestamp(
 async def bounds(topic: TopicPath, partition: PartitionPath,
                  _: ReadGrant, state: State) -> dict[str, Any]:
     """Log start, local start, high watermark, next and flushed offsets."""
-    plog = _leader_log(state, topic, partition)
+    plog = await _leader_log(state, topic, partition)
     b = await run_log_call(state, topic, partition_bounds, plog)
     return b.as_dict()
 
 
-def _leader_log(state: ServiceState, topic: str, partition: int) -> PartitionLog:
+async def _leader_log(state: ServiceState, topic: str, partition: int) -> PartitionLog:
     """The partition's log; in a cluster only on its leader (421 ``not_leader`` naming
     it elsewhere): a follower's bounds and remote view lag the leader's."""
-    plog = state.topics.partition(topic, partition)
+    plog = await partition_log(state, topic, partition)
     if state.cluster is not None:
         state.cluster.leader_of(topic, partition)
     return plog
@@ -93,7 +102,7 @@ async def remote_segments(topic: TopicPath, partition: PartitionPath,
     first_timestamp, last_timestamp, position, length]``: what a reader (the Spark
     source) needs to fetch archived records from the bucket itself with ranged GETs,
     without listing it. Object keys are relative to ``remote_url``."""
-    plog = _leader_log(state, topic, partition)
+    plog = await _leader_log(state, topic, partition)
     return await run_log_call(state, topic, _remote_segments, plog)
 
 
@@ -103,7 +112,7 @@ async def truncate(body: TruncateRequest, topic: TopicPath, partition: Partition
                    _: AdminGrant, _json: JsonContent, state: State) -> dict[str, Any]:
     """Remove every record at and after ``offset`` (needs ``admin``); returns the new
     bounds. ``offset`` must be within ``[log_start_offset, next_offset]``."""
-    plog = state.topics.partition(topic, partition)
+    plog = await partition_log(state, topic, partition)
     if state.cluster is not None:
         raise InvalidArgumentError("truncate is not offered in a cluster yet: the replicas "
                                    "would have to truncate together")

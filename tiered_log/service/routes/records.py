@@ -38,6 +38,7 @@ from ..deps import (
     WriteGrant,
     is_json,
     media_type,
+    partition_log,
     read_body,
     read_value,
     run_log_call,
@@ -135,7 +136,7 @@ async def produce(
         "A single node has only itself: both mean the local log.")] = None,
 ) -> Response:
     manager = state.topics
-    plog = manager.partition(topic, partition)
+    plog = await partition_log(state, topic, partition)
     leader = None
     if state.cluster is not None:  # only the leader appends; acks=all checks the ISR first
         leader = state.cluster.leader_of(topic, partition)
@@ -261,7 +262,7 @@ async def fetch(
     wait_ms: Annotated[int, Query(ge=0, le=30_000,
                                   description="At the end of the log, wait this long for records.")] = 0,
 ) -> Response:
-    plog = state.topics.partition(topic, partition)
+    plog = await partition_log(state, topic, partition)
     max_bytes = min(max_bytes, state.settings.max_fetch_bytes)
     key = (topic, partition)
     m = state.metrics
