@@ -183,13 +183,18 @@ def main(argv: list[str] | None = None) -> int:
                 if first.value != values[0] or topic not in names:
                     print("MISMATCH after the restore", file=sys.stderr)
                     return 1
-                archived = read_all(client, topic, b.next_offset)
-                if archived != values[:len(archived)] or not archived or end < len(archived):
+                info = client.describe_topic(topic)["partition_info"][0]
+                lost = info.get("lost_offsets") or []
+                shipped = lost[0][0] if lost else b.next_offset
+                archived = read_all(client, topic, shipped)
+                if archived != values[:len(archived)] or len(archived) != shipped or (
+                        b.next_offset != end):
                     print("MISMATCH in the restored records", file=sys.stderr)
                     return 1
                 print(f"read {len(archived)} restored records; every value matches (offsets "
-                      f"{b.next_offset}..{end - 1} were in the active segment, never shipped, "
-                      "so they were lost with the old disk)")
+                      f"{shipped}..{end - 1} were in the active segment, never shipped, so "
+                      f"they were lost with the old disk: reported as lost_offsets {lost}, and "
+                      f"never handed out again: the log goes on at {b.next_offset})")
                 if not args.keep:
                     client.delete_topic(topic)
         finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tiered_log.cluster.dev import DevCluster
 from tiered_log.cluster.etcd import MetaStore
 from tiered_log.cluster.etcd_process import EtcdProcess, find_etcd_binary
 
@@ -75,3 +76,15 @@ def store(shared_etcd: EtcdProcess) -> Iterator[MetaStore]:
         yield s
     finally:
         s.close()
+
+
+def dev_cluster(factory: pytest.TempPathFactory, settings: dict[str, str],
+                nodes: int = 3) -> Iterator[DevCluster]:
+    """A module's :class:`DevCluster` (etcd and ``nodes`` serve processes, each given
+    ``settings``), stopped after the module; skipped when etcd cannot run."""
+    _skip_unless_etcd_runs()
+    c = DevCluster(factory.mktemp("cluster"), nodes, settings=settings).start()
+    try:
+        yield c
+    finally:
+        c.stop()

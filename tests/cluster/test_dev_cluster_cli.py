@@ -125,10 +125,13 @@ def test_dev_cluster_serves_a_replicated_topic_and_stops_on_sigterm(
     assert sum("tiered_log.service" in cmd for cmd in children.values()) == 3, children
 
     with Client(urls, retry_timeout_s=20) as c:
-        info = c.cluster()
-        assert info is not None
-        assert {(n["node_id"], n["url"], n["alive"]) for n in info["nodes"]} == {
-            (i, u, True) for i, u in nodes.items()}
+        def all_seen() -> bool:  # a node reads the others' registrations every 100 ms
+            info = c.cluster()
+            assert info is not None
+            return {(n["node_id"], n["url"], n["alive"]) for n in info["nodes"]} == {
+                (i, u, True) for i, u in nodes.items()}
+
+        wait_until(all_seen, 10, "every node in the cluster's view")
         c.create_topic("cli-demo", 1, replication_factor=3, min_insync_replicas=2)
 
         def full_isr() -> bool:

@@ -20,7 +20,7 @@ import pytest
 
 from tiered_log.cluster.dev import DevCluster
 
-from .conftest import _skip_unless_etcd_runs
+from .conftest import dev_cluster
 from .helpers import wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -35,12 +35,7 @@ SETTINGS = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(LEASE_TTL_S),
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    _skip_unless_etcd_runs()
-    c = DevCluster(tmp_path_factory.mktemp("cluster"), 3, settings=SETTINGS).start()
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from dev_cluster(tmp_path_factory, SETTINGS)
 
 
 def _any(c: DevCluster, method: str, path: str, **kw: Any) -> httpx.Response:

@@ -139,15 +139,22 @@ def test_empty_data_dir_restores_topics_from_the_store(
         r = c.get("/v1/topics/orders")
         assert r.status_code == 200, r.text
         assert r.json()["topic_id"] == desc["topic_id"] and r.json()["partitions"] == 2
+        infos = r.json()["partition_info"]
         for p in (0, 1):
             b = c.get(f"/v1/topics/orders/partitions/{p}/bounds").json()
-            assert b["log_start_offset"] == 0 and 0 < b["next_offset"] <= 300
-            recs = _read_all_json(c, "orders", 0, b["next_offset"], partition=p)
-            assert [x["offset"] for x in recs] == list(range(b["next_offset"]))
-        # The restored log continues after what the bucket holds.
+            shipped = c.get(f"/v1/topics/orders/partitions/{p}/remote-segments").json()[
+                "remote_end_offset"]  # all the log has: its disk was lost
+            assert b["log_start_offset"] == 0 and 0 < shipped < 300
+            recs = _read_all_json(c, "orders", 0, shipped, partition=p)
+            assert [x["offset"] for x in recs] == list(range(shipped))
+            # The unshipped tail was acknowledged: its offsets are never handed out
+            # again (issue 17); they are reported lost and read as 410.
+            assert b["next_offset"] == 300
+            assert infos[p]["lost_offsets"] == [[shipped, 300]]
+            r = c.get(f"/v1/topics/orders/partitions/{p}/records", params={"offset": shipped})
+            assert r.status_code == 410 and r.json()["error"]["code"] == "data_loss"
         r = c.post("/v1/topics/orders/partitions/0/records", json={"records": _records(1)})
-        assert r.status_code == 200
-        assert r.json()["first_offset"] == _bounds(c, "orders")["next_offset"] - 1
+        assert r.status_code == 200 and r.json()["first_offset"] == 300
 
 
 def test_deleted_topic_leaves_nothing_behind(

@@ -43,7 +43,6 @@ from .messages import (
     _transport_error,
     _verify,
     encode_produce_body,
-    error_from_response,
 )
 from .paging import _check_consume, _consume_done, _left, _page_plan, _pages
 from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
@@ -127,13 +126,11 @@ class AsyncClient:
             except httpx.TransportError as exc:
                 last = _transport_error(cand, exc)
                 continue
-            if resp.status_code == 404:
-                self._routes.learn_single(cand)
-                return cand
-            if resp.status_code >= 500:
-                last = error_from_response(resp.status_code, resp.content)
-                continue
-            return self._routes.learn(cand, _check(resp).json(), topic, partition)
+            got = self._routes.take_answer(cand, resp.status_code, resp.content, topic,
+                                           partition)
+            if isinstance(got, str):
+                return got
+            last = got
         assert last is not None
         raise last
 

@@ -39,6 +39,7 @@ map); an :class:`Attempts` belongs to one call.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors as E
-from .messages import RequestNotSentError
+from .messages import RequestNotSentError, error_from_response
 
 CLUSTER_PATH = "/v1/cluster"
 """Where a node describes the cluster (404 on a single node)."""
@@ -145,6 +146,21 @@ class Routes:
             self._nodes = nodes
             self._leaders = leaders
         return leaders.get((topic, partition), answered)
+
+    def take_answer(self, answered: str, status: int, body: bytes, topic: str,
+                    partition: int) -> str | E.TieredLogError:
+        """One node's answer to ``GET /v1/cluster`` while looking for a partition's
+        leader (both clients' loop): the URL to send to (the leader, or ``answered``: a
+        single node answers 404), or the error to remember before asking the next node
+        (a 5xx; another error status raises)."""
+        if status == 404:
+            self.learn_single(answered)
+            return answered
+        if status >= 500:
+            return error_from_response(status, body)
+        if status >= 400:
+            raise error_from_response(status, body)
+        return self.learn(answered, json.loads(body), topic, partition)
 
 
 @dataclass(frozen=True, slots=True)

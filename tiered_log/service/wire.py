@@ -211,6 +211,10 @@ class PartitionInfo(BaseModel):
     leader_epoch: int | None = Field(None, description="Cluster only: the leader epoch.")
     replicas: list[int] | None = Field(None, description="Cluster only: the replicas' nodes.")
     isr: list[int] | None = Field(None, description="Cluster only: the in-sync replicas.")
+    lost_offsets: list[list[int]] | None = Field(
+        None, description="Only when some are: [first, end) ranges of offsets acknowledged "
+        "before the local disk was lost that never reached the bucket; never handed out "
+        "again (reads there answer 410 data_loss).")
 
 
 class TopicSummary(BaseModel):

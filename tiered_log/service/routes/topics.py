@@ -40,6 +40,9 @@ def _describe(topic: Topic, cluster: ClusterNode | None = None) -> dict[str, Any
         except LogClosedError:
             continue
         info = {"partition": i, **b.as_dict(), "remote_damage": plog.remote_damage()}
+        lost = plog.lost_offsets()
+        if lost:
+            info["lost_offsets"] = lost
         st = cluster.partition_state(topic.name, i) if cluster is not None else None
         if st is not None:
             info.update(leader=st.leader, leader_epoch=st.leader_epoch,
