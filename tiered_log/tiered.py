@@ -14,7 +14,8 @@ copied), and deletes remote segments past total retention, moving the log start.
 
 Opening a TieredLog on an empty directory whose bucket holds the log's segments rebuilds
 the remote state from the bucket alone (manifests, never segment data) and continues
-the log at the remote end.
+the log above every offset it handed out (the end recorded in the bucket; what lies
+between the remote end and it is reported lost, never reused).
 
 Replication (leader epochs, the follower's append, the high watermark that caps
 consumers' reads with ``upto=``) is :class:`~tiered_log.replicated.ReplicatedLogMixin`'s;
