@@ -342,6 +342,20 @@ def test_a_wiped_follower_rebuilds_from_the_bucket_and_the_tail(cluster: DevClus
         return {p.name: p.read_bytes() for p in (n.data_dir / "topics" / topic / "0").glob("*.log")
                 if p.stat().st_size}
 
+    # Visible: every replica in sync in `tiered-log cluster status` and in /metrics.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "tiered_log.cli", "cluster", "status",
+                           "--wait", "--timeout", "60", "--json", "--url",
+                           ",".join(cluster.urls)], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    parts = [p for p in json.loads(done.stdout)["partitions"] if p["topic"] == topic]
+    assert [sorted(r["state"] for r in p["replicas"]) for p in parts] == [
+        ["in_sync", "in_sync", "leader"]]
+    metrics = httpx.get(f"{leader.url}/metrics", timeout=10).text
+    assert (f'tiered_log_replica_in_sync{{topic="{topic}",partition="0",'
+            f'replica="{follower.node_id}"}} 1') in metrics
     mine, theirs = segments(follower), segments(leader)
     first = min(mine)
     assert int(first.split(".")[0]) > 0, "the rebuilt follower copied the archived head again"

@@ -225,3 +225,23 @@ def test_a_member_being_added_holds_the_hw_back_before_it_is_stored() -> None:
     r.isr_committed({1, 2, 3})
     r.record_fetch(3, 20)
     assert r.high_watermark == 20
+
+
+def test_status_names_each_replica_state_and_its_lag() -> None:
+    leo, clock = [100], Clock()
+    r = leader(leo, clock, isr=(1, 2))
+    r.record_fetch(2, 100)
+    r.record_reset(3)  # told to restart at the remote end: rebuilding
+    r.record_fetch(3, 40)
+    clock.now += 1000
+    r.record_fetch(3, 90)  # 50 offsets in a second
+    st = {s["node_id"]: s for s in r.status()}
+    assert st[1]["state"] == "leader" and st[2]["state"] == "in_sync"
+    assert st[3]["state"] == "rebuilding" and st[3]["lag_offsets"] == 10
+    assert st[3]["rate_offsets_s"] > 0 and st[3]["eta_s"] is not None
+    r.record_fetch(3, 100)
+    r.isr_committed({1, 2, 3})
+    assert {s["node_id"]: s["state"] for s in r.status()}[3] == "in_sync"
+    clock.now += 10_000
+    r.isr_committed({1, 2})
+    assert {s["node_id"]: s["state"] for s in r.status()}[3] == "offline"

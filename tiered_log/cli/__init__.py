@@ -8,6 +8,7 @@ Commands (``tiered-log COMMAND --help`` for each one's options), one module per 
     .service  tiered-log serve | topics ... | produce | consume
                                                         the HTTP service and its client
     .cluster  tiered-log dev-cluster                    etcd and N nodes on this machine
+    .cluster_status  tiered-log cluster status [--wait] replicas in sync / rebuilding, progress
 
 Each group module owns a :class:`~.registry.CommandGroup` named ``COMMANDS`` and
 registers its commands on it with the ``@COMMANDS.command(name, help, add_arguments)``
@@ -35,13 +36,13 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import TieredLogError
-from . import cluster, inspect, log, perf, service
+from . import cluster, cluster_status, inspect, log, perf, service
 from .registry import PROG, CommandGroup, Parser, UsageError, positive_int
 
 COMMANDS = CommandGroup(PROG)
 """Every ``tiered-log`` command, group by group."""
 COMMANDS.include(log.COMMANDS, inspect.COMMANDS, perf.COMMANDS, service.COMMANDS,
-                 cluster.COMMANDS)
+                 cluster.COMMANDS, cluster_status.COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -383,6 +383,7 @@ class ClusterNode:
         if req.offset < b.local_start_offset or (req.empty and req.offset < remote_end):
             # Below what this leader keeps locally, or an empty (rebuilt) follower: it
             # starts at the first offset not in the bucket (KIP-1023) and copies the tail.
+            rep.record_reset(req.replica_id)
             return answer(reset_to=max(remote_end, b.local_start_offset))
         rep.record_fetch(req.replica_id, req.offset)
         self._sync_hw(topic, partition, rep)
@@ -434,6 +435,24 @@ class ClusterNode:
         with self._lock:
             return self._topics.get(name)
 
+    def replication(self) -> list[dict[str, Any]]:
+        """For each partition this node leads: its leader epoch, high watermark, log end
+        and each replica's state, lag and catch-up rate (see
+        :meth:`LeaderReplication.status`). For ``GET /v1/cluster``, ``/metrics`` and
+        ``tiered-log cluster status``."""
+        with self._lock:
+            led = [(k, r.replication) for k, r in self._roles.items() if r.replication is not None]
+        out = []
+        for (topic, p), rep in sorted(led):
+            if rep.resigned:
+                continue
+            plog = self._logs.partition_log(topic, p)
+            out.append({"topic": topic, "partition": p, "leader_epoch": rep.leader_epoch,
+                        "high_watermark": rep.high_watermark,
+                        "log_end_offset": plog.next_offset if plog is not None else None,
+                        "replicas": rep.status()})
+        return out
+
     def describe(self) -> dict[str, Any]:
         """``GET /v1/cluster``: the nodes (alive, address; a dead one is listed while it
         holds a replica or this node saw it alive, with its last address), the
@@ -454,6 +473,7 @@ class ClusterNode:
                  "leader_epoch": s.leader_epoch, "replicas": list(s.replicas),
                  "isr": list(s.isr)}
                 for s in sorted(parts, key=lambda s: (s.topic, s.partition))],
+            "replication": self.replication(),
         }
 
 

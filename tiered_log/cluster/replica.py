@@ -61,6 +61,11 @@ class FollowerState:
     last_fetch_leader_leo: int = -1
     """The leader's LEO at the follower's previous fetch."""
     last_fetch_ms: int = 0
+    rate_offsets_s: float = 0.0
+    """How fast its log end has moved lately (offsets/s, smoothed over its fetches)."""
+    reset_ms: int = 0
+    """When the leader last told it to restart its log at the remote end (a rebuild;
+    0: never in this epoch)."""
 
 
 class LeaderReplication:
@@ -145,11 +150,49 @@ class LeaderReplication:
                 st.last_caught_up_ms = now
             elif fetch_offset >= st.last_fetch_leader_leo >= 0:
                 st.last_caught_up_ms = max(st.last_caught_up_ms, st.last_fetch_ms)
+            if st.log_end_offset >= 0 and now > st.last_fetch_ms:
+                rate = max(0, fetch_offset - st.log_end_offset) * 1000 / (now - st.last_fetch_ms)
+                st.rate_offsets_s = 0.7 * st.rate_offsets_s + 0.3 * rate
             st.log_end_offset = fetch_offset
             st.last_fetch_leader_leo = leader_leo
             st.last_fetch_ms = now
             self._advance_hw(leader_leo)
             return self._hw
+
+    def record_reset(self, replica_id: int) -> None:
+        """The leader told ``replica_id`` to restart its log at the remote end (it is
+        rebuilding): shown in :meth:`status` until it is in sync."""
+        with self._cond:
+            self._follower(replica_id).reset_ms = self._clock()
+
+    def status(self) -> list[dict[str, object]]:
+        """Each replica as this leader sees it: ``node_id``, ``state`` (``leader``,
+        ``in_sync``, ``rebuilding``: restarted at the remote end and catching up,
+        ``catching_up``, ``offline``: no fetch within ``lag_time_max_ms``),
+        ``log_end_offset``, ``lag_offsets`` (to the leader's log end) and
+        ``rate_offsets_s``, ``eta_s`` (the lag at that rate; None when not moving)."""
+        leo = self._log_end()
+        now = self._clock()
+        with self._cond:
+            out: list[dict[str, object]] = [
+                {"node_id": self.leader_id, "state": "leader", "log_end_offset": leo,
+                 "lag_offsets": 0, "rate_offsets_s": 0.0, "eta_s": 0.0}]
+            for rid, st in sorted(self._followers.items()):
+                lag = max(0, leo - max(st.log_end_offset, 0))
+                if rid in self._isr:
+                    state = "in_sync"
+                elif st.log_end_offset < 0 or now - st.last_fetch_ms > self.lag_time_max_ms:
+                    state = "offline"
+                elif st.reset_ms:
+                    state = "rebuilding"
+                else:
+                    state = "catching_up"
+                rate = round(st.rate_offsets_s, 1)
+                out.append({"node_id": rid, "state": state,
+                            "log_end_offset": st.log_end_offset, "lag_offsets": lag,
+                            "rate_offsets_s": rate,
+                            "eta_s": round(lag / rate, 1) if rate > 0 else (0.0 if not lag else None)})
+            return out
 
     def record_append(self) -> int:
         """The leader appended: with no follower in the ISR the HW moves at once. Returns
@@ -203,6 +246,9 @@ class LeaderReplication:
                                        f"{self.leader_id} and only replicas")
         leader_leo = self._log_end()
         with self._cond:
+            for r in new - self._isr:
+                if r in self._followers:
+                    self._followers[r].reset_ms = 0  # rebuilt: in sync again
             self._isr = new
             self._adding = frozenset()
             self._advance_hw(leader_leo)

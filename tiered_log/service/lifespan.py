@@ -45,6 +45,7 @@ def make_lifespan(state: ServiceState, *, preloaded: bool
                 loop.call_soon_threadsafe(waiters.notify, (topic, partition))
 
             state.cluster.on_commit = on_commit
+            state.metrics.watch_cluster(state.cluster)
             log.info("node %s joined cluster %s (etcd %s)", state.settings.node_id,
                      state.settings.cluster_name, state.settings.cluster_etcd)
         task = asyncio.create_task(maintain_forever(state), name="tiered-log-maintenance")

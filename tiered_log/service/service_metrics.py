@@ -14,6 +14,7 @@ worker thread (``asyncio.to_thread``), as ``GET /metrics`` does.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ..errors import TieredLogError
 from .metrics import Family, Registry
@@ -104,6 +105,37 @@ class ServiceMetrics:
                           "Offset the next append to the partition gets.", ("topic", "partition"),
                           tuple(nexts)))
         return out
+
+    def watch_cluster(self, node: Any) -> None:
+        """Export the replication state of the partitions ``node`` (a
+        :class:`~tiered_log.cluster.node.ClusterNode`) leads: per replica its lag in
+        offsets and whether it is in sync; per partition its high watermark."""
+
+        def collect() -> Iterable[Family]:
+            lag: list[tuple[tuple[str, ...], float]] = []
+            in_sync: list[tuple[tuple[str, ...], float]] = []
+            hws: list[tuple[tuple[str, ...], float]] = []
+            for part in node.replication():
+                key = (part["topic"], str(part["partition"]))
+                hws.append((key, float(part["high_watermark"])))
+                for r in part["replicas"]:
+                    rk = (*key, str(r["node_id"]))
+                    lag.append((rk, float(r["lag_offsets"])))
+                    in_sync.append((rk, 1.0 if r["state"] in ("leader", "in_sync") else 0.0))
+            labels = ("topic", "partition", "replica")
+            return [
+                Family("tiered_log_replica_lag_offsets", "gauge", "Offsets a replica is "
+                       "behind its leader's log end (led partitions of this node).", labels,
+                       tuple(lag)),
+                Family("tiered_log_replica_in_sync", "gauge", "1 when the replica is in "
+                       "the partition's in-sync replicas (or leads it), else 0.", labels,
+                       tuple(in_sync)),
+                Family("tiered_log_partition_high_watermark", "gauge", "One past the last "
+                       "committed record of a partition this node leads.",
+                       ("topic", "partition"), tuple(hws)),
+            ]
+
+        self.registry.add_collector(collect)
 
     def forget_topic(self, name: str) -> None:
         self.registry.remove_label_value("topic", name)

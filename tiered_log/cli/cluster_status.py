@@ -1,0 +1,130 @@
+"""``tiered-log cluster status``: every partition's replicas as their leaders see them.
+
+::
+
+    tiered-log cluster status [--url URL,...] [--wait] [--timeout S] [--json]
+
+Asks every live node for ``GET /v1/cluster`` (each reports the partitions it leads:
+their high watermark and each replica's state, log end, lag and catch-up rate) and
+prints one line per partition: ``topic-p leader=N epoch=E hw=H`` and each replica as
+``node:state`` (``in_sync``, ``rebuilding``: a replica restarted at the remote end and
+copying the unshipped tail, ``catching_up``, ``offline``) with its lag. ``--wait``
+polls until every replica of every partition is in sync, showing progress on stderr
+(replicas not in sync, offsets left, rate, estimated time); it exits 0 then, 1 on
+``--timeout``. A single node (no cluster) is an error. One command per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from ..errors import TieredLogError
+from .registry import CommandGroup, UsageError
+from .service import _client, _client_options, _guard
+
+COMMANDS = CommandGroup()
+"""``cluster status``."""
+
+CLUSTER = COMMANDS.group("cluster", "a cluster's state: replicas, leaders, catch-up progress")
+"""``tiered-log cluster ...``."""
+
+
+def _status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", action="store_true",
+                   help="wait until every replica is in sync, showing progress")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="longest --wait (default 600)")
+    p.add_argument("--json", action="store_true", help="print the merged state as JSON")
+    _client_options(p)
+
+
+def gather(urls: list[str], headers: dict[str, str]) -> list[dict[str, Any]]:
+    """The ``replication`` sections of every node that answers, merged: one entry per
+    partition (from its leader), sorted."""
+    parts: dict[tuple[str, int], dict[str, Any]] = {}
+    with httpx.Client(timeout=5, headers=headers) as http:
+        for url in urls:
+            try:
+                r = http.get(url.rstrip("/") + "/v1/cluster")
+            except httpx.HTTPError:
+                continue  # a dead node: its partitions have (or will have) other leaders
+            if r.status_code != 200:
+                continue
+            body = r.json()
+            for part in body.get("replication", ()):
+                part["leader"] = body.get("node_id")
+                parts[(part["topic"], part["partition"])] = part
+    return [parts[k] for k in sorted(parts)]
+
+
+def _left(parts: list[dict[str, Any]]) -> tuple[int, int, float]:
+    """Replicas not in sync, offsets they lack, and their summed catch-up rate."""
+    n = lag = 0
+    rate = 0.0
+    for part in parts:
+        for r in part["replicas"]:
+            if r["state"] not in ("leader", "in_sync"):
+                n += 1
+                lag += int(r["lag_offsets"])
+                rate += float(r["rate_offsets_s"])
+    return n, lag, rate
+
+
+def _line(part: dict[str, Any]) -> str:
+    reps = " ".join(
+        f"{r['node_id']}:{r['state']}" + (f"(lag {r['lag_offsets']})" if r["lag_offsets"] else "")
+        for r in part["replicas"])
+    return (f"{part['topic']}-{part['partition']} leader={part['leader']} "
+            f"epoch={part['leader_epoch']} hw={part['high_watermark']} {reps}")
+
+
+@CLUSTER.command("status", "each partition's replicas: in sync, rebuilding, catching up",
+                 _status_args)
+@_guard
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    """Print (and with ``--wait`` follow) the replicas' state; see the module docstring."""
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be > 0")
+    with _client(args) as client:
+        info = client.cluster()
+        if info is None:
+            raise TieredLogError("not a cluster: the service at "
+                                 f"{client.base_url} is a single node")
+        headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    deadline = time.monotonic() + args.timeout
+    shown = False
+    while True:
+        urls = [n["url"] for n in info["nodes"] if n.get("alive") and n.get("url")]
+        parts = gather(urls, headers)
+        n, lag, rate = _left(parts)
+        if not args.wait or (n == 0 and parts):
+            break
+        if time.monotonic() >= deadline:
+            print(f"tiered-log: {n} replica(s) still not in sync after {args.timeout:g}s "
+                  f"({lag} offsets behind)", file=sys.stderr)
+            return 1
+        eta = f", about {lag / rate:.0f}s left" if rate > 0 else ""
+        sys.stderr.write(f"\r{n} replica(s) not in sync, {lag} offsets behind, "
+                         f"{rate:.0f} offsets/s{eta}   ")
+        sys.stderr.flush()
+        shown = True
+        time.sleep(1.0)
+        with _client(args) as client:
+            info = client.cluster() or info
+    if shown:
+        sys.stderr.write("\n")
+    if args.json:
+        print(json.dumps({"partitions": parts}, indent=2))
+    else:
+        for part in parts:
+            print(_line(part))
+    return 0
+
+
+__all__ = ["COMMANDS", "cmd_cluster_status", "gather"]
