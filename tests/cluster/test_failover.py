@@ -361,3 +361,32 @@ def test_a_wiped_follower_rebuilds_from_the_bucket_and_the_tail(cluster: DevClus
     assert int(first.split(".")[0]) > 0, "the rebuilt follower copied the archived head again"
     assert mine == {k: v for k, v in theirs.items() if k >= first}
     check_exactly_once(cluster, topic, acked)
+
+
+def test_a_wiped_leader_comes_back_as_a_rebuilt_follower(cluster: DevCluster) -> None:
+    """The leader's disk is lost: an ISR follower takes over (nothing acknowledged is
+    lost), and the wiped node comes back through the same rebuild as a follower: from
+    the remote end, then the tail, back in the ISR (issue 17)."""
+    import shutil
+
+    topic = "wiped-leader"
+    create(cluster, topic)
+    acked: dict[str, int] = {}
+    for i in range(200):
+        if (off := produce(leader_url(cluster, topic), topic, f"l{i}")) is not None:
+            acked[f"l{i}"] = off
+    wait_until(lambda: len(_bucket_copies(cluster, topic)) >= 3, 30, "the leader to ship")
+    old = cluster.nodes[partition_state(cluster, topic)["leader"]]
+    old.kill()
+    shutil.rmtree(old.data_dir)
+    wait_until(lambda: partition_state(cluster, topic)["leader"] not in (None, old.node_id),
+               15, "a new leader")
+    for i in range(200, 240):
+        if (off := produce(leader_url(cluster, topic), topic, f"l{i}")) is not None:
+            acked[f"l{i}"] = off
+    old.start()
+    wait_until(lambda: old.node_id in partition_state(cluster, topic)["isr"], 30,
+               "the wiped node back in the ISR")
+    logs = old.data_dir / "topics" / topic / "0"
+    assert min(int(p.name.split(".")[0]) for p in logs.glob("*.log")) > 0
+    check_exactly_once(cluster, topic, acked)
