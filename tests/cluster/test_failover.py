@@ -390,3 +390,35 @@ def test_a_wiped_leader_comes_back_as_a_rebuilt_follower(cluster: DevCluster) ->
     logs = old.data_dir / "topics" / topic / "0"
     assert min(int(p.name.split(".")[0]) for p in logs.glob("*.log")) > 0
     check_exactly_once(cluster, topic, acked)
+
+
+def test_reassign_a_dead_nodes_replicas(cluster: DevCluster) -> None:
+    """A dead node replaced for good: `tiered-log cluster reassign --from N --to M` gives
+    its replicas to M, which rebuilds and joins the ISR; then N is dropped (issue 17)."""
+    import subprocess
+    import sys
+
+    topic = "moved"
+    r = _any(cluster, "POST", "/v1/topics", json={"name": topic, "partitions": 1,
+                                                     "replication_factor": 2})
+    assert r.status_code == 201, r.text
+    wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 2, 10, "a full ISR")
+    acked = {f"m{i}": off for i in range(50)
+             if (off := produce(leader_url(cluster, topic), topic, f"m{i}")) is not None}
+    assert len(acked) == 50
+    st = partition_state(cluster, topic)
+    dead = next(n for n in st["replicas"] if n != st["leader"])
+    spare = next(n for n in cluster.nodes if n not in st["replicas"])
+    cluster.nodes[dead].kill()
+    try:
+        done = subprocess.run([sys.executable, "-m", "tiered_log.cli", "cluster", "reassign",
+                               "--from", str(dead), "--to", str(spare), "--wait", "--timeout",
+                               "60", "--url", leader_url(cluster, topic) or ""],
+                              capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stdout + done.stderr
+        after = partition_state(cluster, topic)
+        assert sorted(after["replicas"]) == sorted([st["leader"], spare])
+        assert spare in after["isr"] and dead not in after["isr"]
+        check_exactly_once(cluster, topic, acked)
+    finally:
+        restart_dead(cluster)

@@ -329,3 +329,29 @@ def test_transitions_keep_every_invariant(replicas: list[int], live: frozenset[i
         # no two leaders (or a leader and "none") ever share an epoch
         assert leader_of_epoch.setdefault(new.leader_epoch, new.leader) == new.leader
         s = new
+
+
+def test_reassign_adds_then_drops_once_the_others_are_in_sync() -> None:
+    from dataclasses import replace
+
+    from tiered_log.cluster.model import begin_reassign, finish_reassign
+
+    state = PartitionState("orders", 0, (1, 2, 3), 1, 4, (1, 2), 9)
+    moving = begin_reassign(state, 3, 4)
+    assert moving.replicas == (1, 2, 3, 4) and moving.removing == (3,)
+    assert moving.partition_epoch == 10 and moving.leader_epoch == 4
+    assert PartitionState.from_json(moving.to_json()) == moving
+    assert "removing" not in state.to_dict()  # written only during a reassignment
+    assert finish_reassign(moving, {1, 2, 4}) is None  # 4 not in sync yet
+    done = finish_reassign(replace(moving, isr=(1, 2, 4)), {1, 2, 4})
+    assert done is not None
+    assert (done.replicas, done.isr, done.removing, done.leader) == ((1, 2, 4), (1, 2, 4), (), 1)
+    # A leader being removed hands over (a leader change: epoch + 1).
+    leaving = replace(begin_reassign(replace(state, isr=(1, 2, 3)), 1, 4), isr=(1, 2, 3, 4))
+    handed = finish_reassign(leaving, {1, 2, 3, 4})
+    assert handed is not None and handed.leader == 2 and handed.leader_epoch == 5
+    for bad in ((9, 4), (3, 2)):
+        with pytest.raises(InvalidArgumentError):
+            begin_reassign(state, *bad)
+    with pytest.raises(InvalidArgumentError):
+        begin_reassign(moving, 2, 5)  # one at a time

@@ -1,8 +1,10 @@
-"""``tiered-log cluster status``: every partition's replicas as their leaders see them.
+"""``tiered-log cluster status`` (every partition's replicas as their leaders see them)
+and ``tiered-log cluster reassign`` (move a node's replicas to another).
 
 ::
 
     tiered-log cluster status [--url URL,...] [--wait] [--timeout S] [--json]
+    tiered-log cluster reassign --from N --to M [--wait] [--timeout S] [--url URL,...]
 
 Asks every live node for ``GET /v1/cluster`` (each reports the partitions it leads:
 their high watermark and each replica's state, log end, lag and catch-up rate) and
@@ -127,4 +129,46 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["COMMANDS", "cmd_cluster_status", "gather"]
+def _reassign_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--from", dest="from_node", type=int, required=True, metavar="NODE",
+                   help="the node whose replicas move (a dead one, say)")
+    p.add_argument("--to", dest="to_node", type=int, required=True, metavar="NODE",
+                   help="the live node that takes them")
+    p.add_argument("--wait", action="store_true",
+                   help="wait until the old node holds no replica, showing progress")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="longest --wait (default 600)")
+    _client_options(p)
+
+
+@CLUSTER.command("reassign", "move every replica of one node to another (it rebuilds from "
+                 "the bucket plus the tail)", _reassign_args)
+@_guard
+def cmd_cluster_reassign(args: argparse.Namespace) -> int:
+    """``POST /v1/cluster/reassign``; with ``--wait``, follow it until ``--from`` holds
+    no replica (the controller drops it once the new replicas are in sync)."""
+    if args.from_node < 0 or args.to_node < 0 or args.timeout <= 0:
+        raise UsageError("--from and --to are node ids >= 0; --timeout must be > 0")
+    with _client(args) as client:
+        body = client.reassign(args.from_node, args.to_node)
+        print(f"reassigning {len(body['partitions'])} partition(s) from node "
+              f"{args.from_node} to node {args.to_node}")
+        if not args.wait:
+            return 0
+        deadline = time.monotonic() + args.timeout
+        while True:
+            info = client.cluster() or {}
+            left = [p for p in info.get("partitions", ()) if args.from_node in p["replicas"]]
+            if not left:
+                print(f"done: node {args.from_node} holds no replica")
+                return 0
+            if time.monotonic() >= deadline:
+                print(f"tiered-log: {len(left)} partition(s) still on node {args.from_node} "
+                      f"after {args.timeout:g}s", file=sys.stderr)
+                return 1
+            sys.stderr.write(f"\r{len(left)} partition(s) still on node {args.from_node}   ")
+            sys.stderr.flush()
+            time.sleep(1.0)
+
+
+__all__ = ["COMMANDS", "cmd_cluster_reassign", "cmd_cluster_status", "gather"]

@@ -175,6 +175,12 @@ class Client:
     def delete_topic(self, name: str) -> None:
         self._any("DELETE", _topic_path(name))
 
+    def reassign(self, from_node: int, to_node: int) -> dict[str, Any]:
+        """Move every replica ``from_node`` holds to ``to_node`` (a cluster; needs admin on
+        every topic): ``POST /v1/cluster/reassign``'s answer, the partitions started."""
+        return dict(self._any("POST", "/v1/cluster/reassign",
+                              json={"from_node": from_node, "to_node": to_node}).json())
+
     def cluster(self) -> dict[str, Any] | None:
         """``GET /v1/cluster`` of a node that answers (nodes, controller, each
         partition's leader, epoch, replicas and ISR); None for a single node."""

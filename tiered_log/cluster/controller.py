@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from tiered_log.cluster.etcd import MetaStore
 from tiered_log.cluster.membership import CONTROLLER_KEY, ControllerElection, Membership
 from tiered_log.cluster.metadata import ClusterMetadata, PartitionKey
-from tiered_log.cluster.model import PartitionState, elect_leader, shrink_isr
+from tiered_log.cluster.model import PartitionState, elect_leader, finish_reassign, shrink_isr
 from tiered_log.errors import MetadataUnavailableError
 
 log = logging.getLogger(__name__)
@@ -68,11 +68,15 @@ def decide(state: PartitionState, live: Set[int], unclean: bool = False) -> Part
     """The controller's decision for one partition given the ``live`` nodes: the state
     to write, or None when nothing changes. (a) leader None or dead: an election
     (:func:`~tiered_log.cluster.model.elect_leader`, possibly to offline); (b) leader
-    live: its dead ISR members removed. Pure."""
+    live: its dead ISR members removed; (c) a reassignment whose new replicas are all in
+    the ISR: the old ones dropped (:func:`~tiered_log.cluster.model.finish_reassign`).
+    Pure."""
     if state.leader is None or state.leader not in live:
         return elect_leader(state, live, unclean)
     dead = set(state.isr) - set(live)
-    return shrink_isr(state, dead) if dead else None
+    if dead:
+        return shrink_isr(state, dead)
+    return finish_reassign(state, live)
 
 
 @dataclass

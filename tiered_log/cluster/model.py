@@ -266,6 +266,9 @@ class PartitionState:
     leader_epoch: int
     isr: tuple[int, ...]
     partition_epoch: int
+    removing: tuple[int, ...] = ()
+    """Replicas on their way out (a reassignment, :func:`begin_reassign`): dropped by
+    :func:`finish_reassign` once every other replica is in the ISR."""
 
     def __post_init__(self) -> None:
         validate_topic_name(self.topic)
@@ -285,6 +288,11 @@ class PartitionState:
                     f"{what} leader {self.leader} is not in its isr {list(self.isr)}")
         _int(self.leader_epoch, f"{what} leader epoch")
         _int(self.partition_epoch, f"{what} partition epoch")
+        object.__setattr__(self, "removing", _ids(self.removing, f"{what} removing"))
+        if not set(self.removing) < set(self.replicas):
+            raise InvalidArgumentError(
+                f"{what} removes {list(self.removing)}: not some of its replicas "
+                f"{list(self.replicas)}")
 
     @property
     def name(self) -> str:
@@ -292,10 +300,13 @@ class PartitionState:
         return f"{self.topic}/{self.partition}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": FORMAT_VERSION, "topic": self.topic, "partition": self.partition,
-                "replicas": list(self.replicas), "leader": self.leader,
-                "leader_epoch": self.leader_epoch, "isr": list(self.isr),
-                "partition_epoch": self.partition_epoch}
+        d = {"version": FORMAT_VERSION, "topic": self.topic, "partition": self.partition,
+             "replicas": list(self.replicas), "leader": self.leader,
+             "leader_epoch": self.leader_epoch, "isr": list(self.isr),
+             "partition_epoch": self.partition_epoch}
+        if self.removing:  # written only during a reassignment
+            d["removing"] = list(self.removing)
+        return d
 
     @classmethod
     def from_dict(cls, obj: object) -> PartitionState:
@@ -314,6 +325,7 @@ class PartitionState:
             leader_epoch=_int(_field(d, "leader_epoch", what), f"{what} leader_epoch"),
             isr=_ids(_field(d, "isr", what), f"{what} isr"),
             partition_epoch=_int(_field(d, "partition_epoch", what), f"{what} partition_epoch"),
+            removing=_ids(d.get("removing", []), f"{what} removing"),
         )
 
     def to_json(self) -> str:
@@ -322,6 +334,44 @@ class PartitionState:
     @classmethod
     def from_json(cls, data: str | bytes) -> PartitionState:
         return cls.from_dict(_decode(data, "partition state"))
+
+
+def begin_reassign(state: PartitionState, old: int, new: int) -> PartitionState:
+    """Start moving ``state``'s replica on node ``old`` to node ``new`` (a node replaced
+    for good): ``new`` joins the replicas (it rebuilds and catches up as a follower) and
+    ``old`` is marked removing; :func:`finish_reassign` drops it once every other
+    replica is in the ISR, so the partition never has fewer in-sync copies than before.
+    InvalidArgumentError (one line) when ``old`` is not a replica, ``new`` is one, or a
+    reassignment is under way."""
+    if state.removing:
+        raise InvalidArgumentError(f"partition {state.name} is being reassigned already "
+                                   f"(removing {list(state.removing)})")
+    if old not in state.replicas:
+        raise InvalidArgumentError(f"node {old} holds no replica of {state.name}")
+    if new in state.replicas:
+        raise InvalidArgumentError(f"node {new} holds a replica of {state.name} already")
+    return replace(state, replicas=(*state.replicas, _int(new, "node")), removing=(old,),
+                   partition_epoch=state.partition_epoch + 1)
+
+
+def finish_reassign(state: PartitionState, live: Set[int]) -> PartitionState | None:
+    """The end of a reassignment, once every replica not being removed is in the ISR:
+    the removed replicas leave the replicas and the ISR; a removed leader hands over to
+    the first live ISR member left (a leader change: epoch + 1). None: nothing to do yet."""
+    if not state.removing:
+        return None
+    keep = tuple(r for r in state.replicas if r not in state.removing)
+    if not set(keep) <= set(state.isr):
+        return None
+    isr = tuple(r for r in state.isr if r not in state.removing)
+    leader, epoch = state.leader, state.leader_epoch
+    if leader in state.removing:
+        leader = next((r for r in isr if r in live), None)
+        if leader is None:
+            return None
+        epoch += 1
+    return replace(state, replicas=keep, isr=isr, leader=leader, leader_epoch=epoch,
+                   removing=(), partition_epoch=state.partition_epoch + 1)
 
 
 def _in_replica_order(state: PartitionState, members: Set[int]) -> tuple[int, ...]:
@@ -465,9 +515,11 @@ __all__ = [
     "PartitionState",
     "TopicMeta",
     "assign_replicas",
+    "begin_reassign",
     "elect_leader",
     "elect_preferred_leader",
     "expand_isr",
+    "finish_reassign",
     "initial_state",
     "shrink_isr",
     "validate_topic_name",

@@ -62,7 +62,7 @@ from .etcd import MetaStore
 from .fetcher import ReplicaFetcher
 from .membership import ControllerElection, Membership
 from .metadata import ClusterMetadata
-from .model import PartitionState, TopicMeta
+from .model import PartitionState, TopicMeta, begin_reassign
 from .protocol import ReplicaAnswer, ReplicaFetch, epochs_from
 from .replica import LeaderReplication
 
@@ -228,6 +228,8 @@ class ClusterNode:
         if state.leader == me:
             rep = role.replication
             if rep is not None and rep.leader_epoch == state.leader_epoch and not rep.resigned:
+                if set(rep.replicas) != set(state.replicas):
+                    rep.set_replicas(state.replicas)  # a reassignment adds or drops one
                 if rep.isr != frozenset(state.isr):
                     rep.isr_committed(state.isr)
                 role.state = state
@@ -409,6 +411,32 @@ class ClusterNode:
         states = self.metadata.create_topic(meta, live)
         self.refresh()
         return states
+
+    def reassign(self, old: int, new: int) -> list[dict[str, Any]]:
+        """Start moving every replica node ``old`` holds to node ``new`` (which must be
+        registered): each such partition gets ``new`` as a replica, which rebuilds from
+        the bucket plus the tail; the controller drops ``old`` once the others are all
+        in sync. Compare-and-swapped per partition (retried on a concurrent change).
+        Returns the partitions started ``[{"topic", "partition"}]``; InvalidArgumentError
+        when ``new`` is not a live node or is ``old``."""
+        live = self.membership.live_nodes()
+        if new not in live or new == old:
+            raise InvalidArgumentError(f"node {new} is not a live node other than {old}: "
+                                       f"live nodes are {sorted(live)}")
+        started = []
+        for (topic, p), (state, rev) in self.metadata.partitions().items():
+            if old not in state.replicas or new in state.replicas:
+                continue
+            for _ in range(5):
+                if self.metadata.update_partition(state, rev, begin_reassign(state, old, new)):
+                    started.append({"topic": topic, "partition": p})
+                    break
+                got = self.metadata.partition(topic, p)
+                if got is None or old not in got[0].replicas or new in got[0].replicas:
+                    break
+                state, rev = got
+        self.refresh()
+        return started
 
     def delete_topic(self, name: str) -> None:
         self.metadata.delete_topic(name)

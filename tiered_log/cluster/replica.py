@@ -159,6 +159,22 @@ class LeaderReplication:
             self._advance_hw(leader_leo)
             return self._hw
 
+    def set_replicas(self, replicas: Iterable[int]) -> None:
+        """The partition's replicas changed (a reassignment adds a node, then drops the
+        old one): track the new followers from scratch (given ``lag_time_max_ms`` to
+        fetch first), forget the gone ones. The leader stays."""
+        new = tuple(replicas)
+        if self.leader_id not in new:
+            raise InvalidArgumentError(f"replicas {list(new)} must hold the leader {self.leader_id}")
+        now = self._clock()
+        leader_leo = self._log_end()
+        with self._cond:
+            self.replicas = new
+            self._followers = {r: self._followers.get(r) or FollowerState(last_caught_up_ms=now)
+                               for r in new if r != self.leader_id}
+            self._isr = frozenset(r for r in self._isr if r in new) | {self.leader_id}
+            self._advance_hw(leader_leo)
+
     def record_reset(self, replica_id: int) -> None:
         """The leader told ``replica_id`` to restart its log at the remote end (it is
         rebuilding): shown in :meth:`status` until it is in sync."""

@@ -12,14 +12,24 @@ Concurrency: handlers run on the event loop; the replication answer (which may w
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from ...cluster.protocol import PATH, ReplicaFetch
 from ...errors import TopicNotFoundError
-from ..deps import AdminGrant, Authenticated, PartitionPath, State, TopicPath, run_log_call
+from ..deps import (
+    AdminGrant,
+    Authenticated,
+    JsonContent,
+    PartitionPath,
+    State,
+    TopicPath,
+    run_log_call,
+)
 from ..openapi import errs
 from ..state import ServiceState
 from ..wire import BINARY
@@ -44,6 +54,29 @@ async def describe_cluster(_: Authenticated, state: State) -> dict[str, Any]:
     """The nodes (alive, address), the controller, and per partition its leader, leader
     epoch, replicas and in-sync replicas, as this node last read them from etcd."""
     return cluster_of(state).describe()
+
+
+class ReassignRequest(BaseModel):
+    """``POST /v1/cluster/reassign``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_node: int = Field(ge=0, description="The node whose replicas move (e.g. a dead one).")
+    to_node: int = Field(ge=0, description="The live node that takes them.")
+
+
+@router.post("/v1/cluster/reassign", status_code=202, responses=errs(400, 401, 403, 404, 503))
+async def reassign(body: ReassignRequest, principal: Authenticated, _json: JsonContent,
+                   state: State) -> dict[str, Any]:
+    """Move every replica ``from_node`` holds to ``to_node`` (needs ``admin`` on every
+    topic): ``to_node`` joins each such partition's replicas and rebuilds from the bucket
+    plus the unshipped tail; ``from_node`` is dropped from the replicas once the others
+    are all in sync (the controller does that). Answers at once with the partitions
+    started; ``tiered-log cluster status --wait`` follows the rest."""
+    state.auth.authorize(principal, "*", "admin")  # "*": a grant on every topic
+    node = cluster_of(state)
+    started = await asyncio.to_thread(node.reassign, body.from_node, body.to_node)
+    return {"from_node": body.from_node, "to_node": body.to_node, "partitions": started}
 
 
 @router.get(PATH, response_class=Response, responses=errs(400, 401, 403, 404, 409, 421),
