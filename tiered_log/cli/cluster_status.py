@@ -3,7 +3,7 @@ and ``tiered-log cluster reassign`` (move a node's replicas to another).
 
 ::
 
-    tiered-log cluster status [--url URL,...] [--wait] [--timeout S] [--json]
+    tiered-log cluster status [--url URL,...] [--topic T] [--wait] [--timeout S] [--json]
     tiered-log cluster reassign --from N --to M [--wait] [--timeout S] [--url URL,...]
 
 Asks every live node for ``GET /v1/cluster`` (each reports the partitions it leads:
@@ -43,6 +43,8 @@ def _status_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="longest --wait (default 600)")
     p.add_argument("--json", action="store_true", help="print the merged state as JSON")
+    p.add_argument("--topic", action="append", metavar="TOPIC",
+                   help="only this topic's partitions (repeatable; default: all)")
     _client_options(p)
 
 
@@ -104,6 +106,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     while True:
         urls = [n["url"] for n in info["nodes"] if n.get("alive") and n.get("url")]
         parts = gather(urls, headers)
+        if args.topic:
+            parts = [p for p in parts if p["topic"] in args.topic]
         n, lag, rate = _left(parts)
         if not args.wait or (n == 0 and parts):
             break
@@ -135,7 +139,8 @@ def _reassign_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--to", dest="to_node", type=int, required=True, metavar="NODE",
                    help="the live node that takes them")
     p.add_argument("--wait", action="store_true",
-                   help="wait until the old node holds no replica, showing progress")
+                   help="wait until the partitions started no longer hold the old node, "
+                   "showing progress")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="longest --wait (default 600)")
     _client_options(p)
@@ -156,11 +161,13 @@ def cmd_cluster_reassign(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         deadline = time.monotonic() + args.timeout
+        moving = {(p["topic"], p["partition"]) for p in body["partitions"]}
         while True:
             info = client.cluster() or {}
-            left = [p for p in info.get("partitions", ()) if args.from_node in p["replicas"]]
+            left = [p for p in info.get("partitions", ())
+                    if (p["topic"], p["partition"]) in moving and args.from_node in p["replicas"]]
             if not left:
-                print(f"done: node {args.from_node} holds no replica")
+                print(f"done: node {args.from_node} holds none of those replicas any more")
                 return 0
             if time.monotonic() >= deadline:
                 print(f"tiered-log: {len(left)} partition(s) still on node {args.from_node} "
