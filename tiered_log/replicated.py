@@ -395,15 +395,17 @@ class ReplicatedLogMixin:
     def resync_remote(self) -> int:
         """Rebuild this log's view of the bucket (journal, metadata, remote-index files)
         from the manifests there, downloading no segment data: a replica reset to its
-        leader's remote end can then serve the archived offsets once it leads. Returns
-        the number of remote segments; 0 without a remote tier. RemoteStorageError if
-        the bucket fails (nothing else changes)."""
+        leader's remote end can then serve the archived offsets once it leads. Reads
+        only: a follower writes nothing to the bucket (an object without its manifest
+        may be the leader's copy under way). Returns the number of remote segments; 0
+        without a remote tier. RemoteStorageError if the bucket fails (nothing else
+        changes)."""
         r = self._remote
         if r is None:
             return 0
         with self._ctl:
             self._check_open()
-            return r.resync_from_bucket()
+            return r.resync_from_bucket(read_only=True)
 
     def apply_replica_retention(self, remote_end: int) -> None:
         """A follower's retention round (it ships nothing; the leader does): delete the

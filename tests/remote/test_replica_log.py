@@ -581,3 +581,33 @@ def test_a_follower_rolls_exactly_where_its_leader_did(tmp_path: Path) -> None:
     finally:
         leader.close()
         follower.close()
+
+
+def test_a_followers_resync_leaves_the_leaders_copy_under_way_alone(tmp_path: Path) -> None:
+    """A follower rebuilt from the bucket (reset to its leader's remote end) only reads
+    it: a data object without its manifest may be the leader's copy under way, and
+    deleting it would leave the leader's committed manifest without data. The leader's
+    own resync (a new leader) does clear such leftovers."""
+    bucket = tmp_path / "bucket"
+    leader = open_log(tmp_path / "a", bucket)
+    leader.assign_leader_epoch(1)
+    produce(leader, 300)
+    leader.roll()
+    leader.set_high_watermark(300)
+    leader.tier_once()
+    end = leader.bounds().remote_end_offset
+    assert end > 0
+    under_way = naming.segment_object_key("orders-0", end, "f" * 12, naming.LOG_SUFFIX)
+    (bucket / under_way).parent.mkdir(parents=True, exist_ok=True)
+    (bucket / under_way).write_bytes(b"half a copy")
+    follower = open_log(tmp_path / "b", bucket)
+    follower.reset_replica(end)
+    assert follower.resync_remote() > 0
+    assert (bucket / under_way).exists()
+    assert follower.bounds().remote_end_offset == end
+    assert records(follower, 0)[:5] == records(leader, 0)[:5]  # archived reads work
+    follower.close()
+    leader.lead(2)
+    leader.tier_once()  # a new leader's first round resyncs: leftovers go
+    assert not (bucket / under_way).exists()
+    leader.close()

@@ -79,12 +79,13 @@ class RecoveryTask:
                 groups.setdefault((parsed[0], parsed[1]), {})[parsed[2]] = info
         return groups
 
-    def _load_manifest(self, base: int, seg_id: str, data_size: int | None = None
+    def _load_manifest(self, base: int, seg_id: str, data_size: int | None = None, *,
+                       read_only: bool = False
                        ) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]] | str:
         """A copy's checked manifest (see :mod:`~tiered_log.remote.manifest`); a damaged
-        one is made again from its data object and put back. Returns what is wrong
-        (logged) when that fails too: the data object is damaged as well, and both are
-        kept as they are. RemoteStorageError if the bucket fails."""
+        one is made again from its data object and put back (not when ``read_only``).
+        Returns what is wrong (logged) when that fails too: the data object is damaged
+        as well, and both are kept as they are. RemoteStorageError if the bucket fails."""
         key = naming.segment_object_key(self.st.log_id, base, seg_id, naming.RLI_SUFFIX)
         try:
             rs, entries, _, _ = decode_manifest(self.st.storage.get(key), key, data_size)
@@ -93,6 +94,9 @@ class RecoveryTask:
             damage = exc.message
         except RemoteObjectNotFoundError:
             damage = f"manifest {key} is missing"
+        if read_only:
+            log.error("%s: %s (a follower's view: left to the leader)", self.st.log_id, damage)
+            return damage
         log.error("%s: %s; making it again from its data object", self.st.log_id, damage)
         try:
             rs, entries = repair_manifest(self.st.storage, key, self.st.config.chunk_bytes)
@@ -213,18 +217,20 @@ class RecoveryTask:
                   recovered, aside.name)
         self.st.needs_index_rebuild = True
 
-    def resync_from_bucket(self) -> int:
+    def resync_from_bucket(self, *, read_only: bool = False) -> int:
         """Forget the local remote state (journal, metadata, index files) and rebuild it
         from the bucket: a cluster's new leader, whose own view is stale (it followed
-        while others shipped). Returns the number of segments recovered;
-        RemoteStorageError if the bucket fails (the caller retries)."""
+        while others shipped), or (``read_only``) a follower reset to its leader's remote
+        end. Returns the number of segments recovered; RemoteStorageError if the bucket
+        fails (the caller retries)."""
         with self.st.lock:
             self.st.journal.clear()
             self.st.meta = RemoteMeta()
             self.st.damage = {}
-            return self.rebuild_from_bucket()
+            return self.rebuild_from_bucket(read_only=read_only)
 
-    def rebuild_from_bucket(self, progress: Callable[[int, int], None] | None = None) -> int:
+    def rebuild_from_bucket(self, progress: Callable[[int, int], None] | None = None, *,
+                            read_only: bool = False) -> int:
         """Rebuild journal, metadata and remote-index files from the bucket alone.
 
         Lists the log's objects once and reads only the small ``.rli`` manifests (never
@@ -240,6 +246,11 @@ class RecoveryTask:
         In a cluster two copies of one segment may both be complete (a deposed leader
         finished one late): the one of the later leader epoch is kept, the other deleted
         (replicas' segments are identical, so both hold the same records).
+
+        ``read_only``: a cluster follower's view. Only the leader of the current epoch
+        writes to or deletes from the bucket, and what looks like an incomplete attempt
+        may be its copy under way: nothing is deleted or put back, the same copies are
+        taken as otherwise.
         """
         with self.st.lock:
             try:
@@ -254,7 +265,7 @@ class RecoveryTask:
             damaged: list[tuple[int, str, int, str]] = []  # base, id, size, what
             for n, (base, seg_id) in enumerate(complete):
                 size = groups[(base, seg_id)][naming.LOG_SUFFIX].size
-                got = self._load_manifest(base, seg_id, size)
+                got = self._load_manifest(base, seg_id, size, read_only=read_only)
                 if progress is not None:
                     progress(n + 1, len(complete))
                 if isinstance(got, str):
@@ -279,7 +290,7 @@ class RecoveryTask:
                               "the bucket, the first is served", self.st.log_id, base, seg_id,
                               rs.base_offset, rs.next_offset, prev.id, prev.base_offset,
                               prev.next_offset)
-            if orphans:
+            if orphans and not read_only:
                 self.st.storage.delete(orphans)
             for rs, _ in segs:
                 self.st.journal.record(rs, CopyState.COPY_FINISHED)

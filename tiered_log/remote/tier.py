@@ -134,8 +134,8 @@ class RemoteTier(TierState):
     def rebuild_from_bucket(self, progress: Callable[[int, int], None] | None = None) -> int:
         return self.recovery.rebuild_from_bucket(progress)
 
-    def resync_from_bucket(self) -> int:
-        return self.recovery.resync_from_bucket()
+    def resync_from_bucket(self, *, read_only: bool = False) -> int:
+        return self.recovery.resync_from_bucket(read_only=read_only)
 
     # ---- reading (RemoteReader; any thread) --------------------------------------------------
 
