@@ -166,6 +166,8 @@ class ReplicatedLogMixin:
 
         def stop_shipper(self, *, wait: bool = True) -> None: ...
 
+        def _resume_offset(self) -> int: ...
+
     _epochs: LeaderEpochCache
     _replicated: bool
     _following: bool
@@ -245,15 +247,41 @@ class ReplicatedLogMixin:
         remote tier, the next tiering round first rebuilds the remote state from the
         bucket (others shipped while this replica followed) and its copies then carry
         ``epoch``; ``fence()`` is asked before each copy is committed (False: this node
-        was deposed, the copy is abandoned). The owner starts the shipper. The node, on a
-        role change."""
-        start = self.assign_leader_epoch(epoch)
+        was deposed, the copy is abandoned). A log that never held a record first
+        continues above the bucket (:meth:`_lead_from_bucket`). The owner starts the
+        shipper. The node, on a role change."""
         if self._remote is not None:
             self._remote.leader_epoch = epoch
             self._remote.fence = fence
             self._resync_pending = True
+            if self.next_offset == 0 and self._epochs.latest_entry is None:
+                self._lead_from_bucket()
+        start = self.assign_leader_epoch(epoch)
         self._following = False
         return start
+
+    def _lead_from_bucket(self) -> None:
+        """A replica about to lead with a log that never held a record (a whole cluster
+        restored onto new disks from the bucket, or every replica's disk lost): take
+        the bucket's view first and continue above every offset the partition handed
+        out (:meth:`_resume_offset`: the gap is reported lost), never at 0 over
+        archived offsets. RemoteStorageError if the bucket fails: the node tries to
+        lead again at its next metadata poll. Under the control lock."""
+        r = self._remote
+        assert r is not None
+        with self._ctl:
+            self._check_open()
+            r.resync_from_bucket()
+            self._resync_pending = False
+            resume = self._resume_offset()
+            if resume > self.next_offset:
+                with self._hw_lock:
+                    self._local.reset(resume)
+                    self._clamp_high_watermark()
+                # Everything below was committed before: readable (archived) at once.
+                self.set_high_watermark(resume)
+                log.info("%s: leads from the bucket: archived up to %d, continues at %d",
+                         self.log_id, r.remote_end, resume)
 
     def segment_bases(self, start: int, end: int) -> list[int]:
         """Base offsets of the local segments beginning in ``[start, end)``: where a

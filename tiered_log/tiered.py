@@ -115,15 +115,8 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
                     log.warning("%s: remote index not rebuilt yet, the bucket failed: %s",
                                 self.log_id, exc.message)
         resume = self._remote.remote_end if self._remote is not None else 0
-        if self._remote is not None and fresh and self._remote.meta.end_offset > resume:
-            # Rebuilt from the bucket after the disk was lost: offsets up to the recorded
-            # end were handed out (acknowledged). Never again: they are reported lost.
-            end = self._remote.meta.end_offset
-            log.warning("%s: offsets [%d, %d) were acknowledged but never reached the bucket "
-                        "before the local disk was lost: they are lost; the log continues "
-                        "at %d", self.log_id, resume, end, end)
-            self._remote.note_lost(resume, end)
-            resume = end
+        if fresh:
+            resume = self._resume_offset()
         self._local = Log(self.directory, self.config, initial_offset=resume)
         if self._remote is not None and self._local.next_offset < resume:
             # The local disk lost data the bucket holds: continue after the bucket.
@@ -137,6 +130,26 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         self._open_replication(replicated, hw_checkpoint_interval_ms)
         if start_shipper:
             self.start_shipper()
+
+    def _resume_offset(self) -> int:
+        """Where a log with no local record continues, given its view of the bucket: the
+        remote end, or above the end the bucket records (every offset this log's
+        partition handed out) when that is higher; the offsets between were
+        acknowledged and never reached the bucket: noted lost (a WARNING, describe,
+        metrics), never reused. 0 without a remote tier. Opening, and a replica that
+        takes the lead with an empty log (:meth:`lead`)."""
+        r = self._remote
+        if r is None:
+            return 0
+        resume, end = r.remote_end, r.meta.end_offset
+        if end <= resume:
+            return resume
+        if not any(a <= resume and end <= b for a, b in r.meta.lost):
+            log.warning("%s: offsets [%d, %d) were acknowledged but never reached the bucket "
+                        "before the local disk was lost: they are lost; the log continues "
+                        "at %d", self.log_id, resume, end, end)
+            r.note_lost(resume, end)
+        return end
 
     def start_shipper(self) -> None:
         """Start the background shipper (a log opened with ``start_shipper=False`` is

@@ -75,3 +75,60 @@ def test_a_fresh_log_records_nothing_lost(tmp_path: Path) -> None:
         assert "lost" not in meta
     finally:
         tlog.close()
+
+
+def open_replica(d: Path, bucket: Path) -> TieredLog:
+    """A cluster replica's log: created empty by the node (never rebuilt at open)."""
+    return TieredLog(d, log_id="orders-0", storage=LocalDirStorage(bucket), config=CFG,
+                     tier=TierConfig(chunk_bytes=1024, end_record_interval_ms=0),
+                     start_shipper=False, rebuild=False, replicated=True)
+
+
+def test_an_empty_replica_that_takes_the_lead_continues_above_the_bucket(
+        tmp_path: Path) -> None:
+    """A whole cluster restored onto new disks (or every replica's disk lost): the
+    replica elected leader holds no record. It takes the bucket's view before its first
+    append and continues above every offset the partition handed out, reporting the
+    gap lost once; a follower reset to it sees the same (issue 17)."""
+    bucket = tmp_path / "bucket"
+    old = open_replica(tmp_path / "old", bucket)
+    old.lead(3)
+    for i in range(200):
+        old.append(b"v%d" % i)
+    old.set_high_watermark(200)
+    old.roll()
+    for i in range(200, 260):
+        old.append(b"v%d" % i)
+    old.set_high_watermark(260)
+    old.tier_once()  # ships [0, 200), records the end: the high watermark, 260
+    assert old.bounds().remote_end_offset == 200
+    old.close()
+
+    leader = open_replica(tmp_path / "new-a", bucket)
+    follower = open_replica(tmp_path / "new-b", bucket)
+    try:
+        assert leader.next_offset == 0  # opened empty: a replica decides nothing alone
+        assert leader.lead(0) == 260
+        assert leader.next_offset == leader.high_watermark == 260
+        assert leader.bounds().local_start_offset == 260 and leader.log_start_offset == 0
+        assert leader.lost_offsets() == [[200, 260]]
+        assert leader.read(199).value == b"v199"
+        with pytest.raises(DataLossError):
+            leader.read(230)
+        assert leader.append(b"new") == 260
+        follower.reset_replica(260)  # what its leader answers an empty follower
+        follower.resync_remote()
+        assert follower.lost_offsets() == [[200, 260]]  # noted once, in the bucket
+        meta = json.loads((bucket / naming.meta_object_key("orders-0")).read_bytes())
+        assert meta["lost"] == [[200, 260]]
+    finally:
+        leader.close()
+        follower.close()
+
+
+def test_a_new_partitions_leader_starts_at_zero(tmp_path: Path) -> None:
+    tlog = open_replica(tmp_path / "log", tmp_path / "bucket")
+    try:
+        assert tlog.lead(0) == 0 and tlog.append(b"x") == 0 and tlog.lost_offsets() == []
+    finally:
+        tlog.close()

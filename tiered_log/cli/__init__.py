@@ -8,7 +8,8 @@ Commands (``tiered-log COMMAND --help`` for each one's options), one module per 
     .service  tiered-log serve | topics ... | produce | consume
                                                         the HTTP service and its client
     .cluster  tiered-log dev-cluster                    etcd and N nodes on this machine
-    .cluster_status  tiered-log cluster status [--wait] replicas in sync / rebuilding, progress
+    .cluster_status  tiered-log cluster status | reassign | restore
+                                                        replicas in sync, moves, restore
 
 Each group module owns a :class:`~.registry.CommandGroup` named ``COMMANDS`` and
 registers its commands on it with the ``@COMMANDS.command(name, help, add_arguments)``

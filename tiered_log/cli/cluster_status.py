@@ -1,10 +1,13 @@
 """``tiered-log cluster status`` (every partition's replicas as their leaders see them)
-and ``tiered-log cluster reassign`` (move a node's replicas to another).
+``tiered-log cluster reassign`` (move a node's replicas to another) and ``tiered-log
+cluster restore`` (a new cluster recreates the bucket's topics; the offsets never shipped
+are reported lost, per partition).
 
 ::
 
     tiered-log cluster status [--url URL,...] [--topic T] [--wait] [--timeout S] [--json]
     tiered-log cluster reassign --from N --to M [--wait] [--timeout S] [--url URL,...]
+    tiered-log cluster restore [--topic T] [--replication-factor N] [--wait] [--json]
 
 Asks every live node for ``GET /v1/cluster`` (each reports the partitions it leads:
 their high watermark and each replica's state, log end, lag and catch-up rate) and
@@ -178,4 +181,85 @@ def cmd_cluster_reassign(args: argparse.Namespace) -> int:
             time.sleep(1.0)
 
 
-__all__ = ["COMMANDS", "cmd_cluster_reassign", "cmd_cluster_status", "gather"]
+def _restore_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topic", action="append", metavar="TOPIC",
+                   help="only this topic (repeatable; default: every topic in the bucket)")
+    p.add_argument("--replication-factor", type=int, metavar="N",
+                   help="replicas of each partition (default: min(3, live nodes))")
+    p.add_argument("--min-insync-replicas", type=int, metavar="N",
+                   help="as for a new topic (default: min(2, replication factor))")
+    p.add_argument("--wait", action="store_true",
+                   help="wait until every restored partition is led and in sync, then "
+                   "print what each kept and lost")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="longest --wait (default 600)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _client_options(p)
+
+
+def _restore_line(part: dict[str, Any]) -> str:
+    lost = ", ".join(f"[{a}, {b})" for a, b in part.get("lost_offsets", ())) or "none"
+    return (f"{part['topic']}-{part['partition']}: archived up to "
+            f"{part.get('remote_end_offset')}, lost {lost}, continues at "
+            f"{part.get('log_end_offset')}")
+
+
+@CLUSTER.command("restore", "recreate the bucket's topics in a new cluster (fresh etcd, "
+                 "empty disks) and report the offsets never shipped", _restore_args)
+@_guard
+def cmd_cluster_restore(args: argparse.Namespace) -> int:
+    """``POST /v1/cluster/restore``; with ``--wait``, follow the restored partitions
+    until each is led and in sync and print, per partition, how far the bucket held it
+    and which offsets were lost. Exit 1 when a topic asked for is not in the bucket or
+    on ``--timeout``."""
+    for flag in ("replication_factor", "min_insync_replicas"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be > 0")
+    with _client(args) as client:
+        body = client.restore(args.topic, replication_factor=args.replication_factor,
+                              min_insync_replicas=args.min_insync_replicas)
+        info = client.cluster() or {}
+    for t in body["restored"]:
+        print(f"restored {t['name']} ({t['partitions']} partition(s))", file=sys.stderr)
+    for t in body["skipped"]:
+        print(f"skipped {t['name']}: {t['reason']}", file=sys.stderr)
+    for name in body["missing"]:
+        print(f"tiered-log: topic {name} is not in the bucket", file=sys.stderr)
+    report: dict[str, Any] = dict(body)
+    if args.wait and body["restored"]:
+        names = {t["name"] for t in body["restored"]}
+        want = sum(int(t["partitions"]) for t in body["restored"])
+        headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+        deadline = time.monotonic() + args.timeout
+        while True:
+            urls = [n["url"] for n in info.get("nodes", ()) if n.get("alive") and n.get("url")]
+            parts = [p for p in gather(urls, headers) if p["topic"] in names]
+            n, lag, _rate = _left(parts)
+            if len(parts) == want and n == 0:
+                break
+            if time.monotonic() >= deadline:
+                print(f"tiered-log: {want - len(parts)} partition(s) without a leader and "
+                      f"{n} replica(s) not in sync after {args.timeout:g}s", file=sys.stderr)
+                return 1
+            sys.stderr.write(f"\r{len(parts)}/{want} partition(s) led, {n} replica(s) "
+                             f"rebuilding, {lag} offsets behind   ")
+            sys.stderr.flush()
+            time.sleep(1.0)
+            with _client(args) as client:
+                info = client.cluster() or info
+        sys.stderr.write("\n")
+        report["partitions"] = [
+            {k: p.get(k) for k in ("topic", "partition", "remote_end_offset", "lost_offsets",
+                                   "log_end_offset", "high_watermark")} for p in parts]
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for part in report.get("partitions", ()):
+            print(_restore_line(part))
+    return 1 if body["missing"] else 0
+
+
+__all__ = ["COMMANDS", "cmd_cluster_reassign", "cmd_cluster_restore", "cmd_cluster_status",
+           "gather"]

@@ -181,6 +181,17 @@ class Client:
         return dict(self._any("POST", "/v1/cluster/reassign",
                               json={"from_node": from_node, "to_node": to_node}).json())
 
+    def restore(self, topics: list[str] | None = None, *,
+                replication_factor: int | None = None,
+                min_insync_replicas: int | None = None) -> dict[str, Any]:
+        """Recreate in a new cluster the topics the bucket keeps (needs admin on every
+        topic): ``POST /v1/cluster/restore``'s answer (``restored``, ``skipped``,
+        ``missing``). Each partition reports what was never shipped as lost."""
+        body: dict[str, Any] = {"topics": topics, "replication_factor": replication_factor,
+                                "min_insync_replicas": min_insync_replicas}
+        return dict(self._any("POST", "/v1/cluster/restore",
+                              json={k: v for k, v in body.items() if v is not None}).json())
+
     def cluster(self) -> dict[str, Any] | None:
         """``GET /v1/cluster`` of a node that answers (nodes, controller, each
         partition's leader, epoch, replicas and ISR); None for a single node."""

@@ -464,8 +464,9 @@ class ClusterNode:
             return self._topics.get(name)
 
     def replication(self) -> list[dict[str, Any]]:
-        """For each partition this node leads: its leader epoch, high watermark, log end
-        and each replica's state, lag and catch-up rate (see
+        """For each partition this node leads: its leader epoch, high watermark, log end,
+        remote end, the offsets lost before a restore from the bucket (``[first, end)``
+        ranges) and each replica's state, lag and catch-up rate (see
         :meth:`LeaderReplication.status`). For ``GET /v1/cluster``, ``/metrics`` and
         ``tiered-log cluster status``."""
         with self._lock:
@@ -478,6 +479,9 @@ class ClusterNode:
             out.append({"topic": topic, "partition": p, "leader_epoch": rep.leader_epoch,
                         "high_watermark": rep.high_watermark,
                         "log_end_offset": plog.next_offset if plog is not None else None,
+                        "remote_end_offset": (plog.bounds().remote_end_offset
+                                              if plog is not None else None),
+                        "lost_offsets": plog.lost_offsets() if plog is not None else [],
                         "replicas": rep.status()})
         return out
 

@@ -1,7 +1,8 @@
 """The service in a cluster: the node's view of the local topics
 (:class:`TopicLogs`, the :class:`~tiered_log.cluster.node.LocalLogs` the node drives),
 making the node from the settings (:func:`start_node`), and the cluster's side of
-creating a topic (:func:`create_cluster_topic`).
+creating a topic (:func:`create_cluster_topic`) and of restoring a whole cluster's
+topics from the bucket (:func:`restore_cluster_topics`).
 
 In a cluster the topic list is etcd's: a topic is created there (replicas assigned over
 the live nodes) and every node then creates its local logs with the same topic id, so a
@@ -25,6 +26,7 @@ from ..cluster.model import TopicMeta as ClusterTopic
 from ..cluster.node import ClusterNode, NodeConfig
 from ..config import Settings
 from ..errors import InvalidArgumentError, TieredLogError, TopicExistsError, TopicNotFoundError
+from ..format import naming
 from ..local.log import LogConfig
 from ..tiered import TieredLog
 from ..topic_config import TopicConfig
@@ -85,29 +87,81 @@ def start_node(settings: Settings, topics: TopicManager) -> ClusterNode:
 
 def create_cluster_topic(node: ClusterNode, settings: Settings, name: str, partitions: int,
                          overrides: dict[str, Any], replication_factor: int | None,
-                         min_insync_replicas: int | None) -> None:
+                         min_insync_replicas: int | None, *,
+                         config: TopicConfig | None = None, topic_id: str | None = None) -> None:
     """Create a topic in the cluster and wait (a few seconds at most) until this node
     holds its logs. The replication factor defaults to ``min(3, live nodes)`` and
     ``min_insync_replicas`` to ``min(2, replication_factor)``, as a Kafka cluster is
-    usually configured. TopicExistsError, InvalidArgumentError."""
+    usually configured. ``config``/``topic_id``: a topic restored from the bucket keeps
+    its own (its logs' objects are named by the id); else the defaults with
+    ``overrides`` and a new id. TopicExistsError, InvalidArgumentError."""
     validate_topic_name(name)
     validate_partitions(partitions)
-    try:
-        config = settings.topic_defaults.with_overrides(overrides)
-        LogConfig.of(config)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(p) for p in err.get("loc", ())) or "config"
-        raise InvalidArgumentError(f"invalid topic config {where}: {err['msg']}") from None
+    if config is None:
+        try:
+            config = settings.topic_defaults.with_overrides(overrides)
+            LogConfig.of(config)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or "config"
+            raise InvalidArgumentError(f"invalid topic config {where}: {err['msg']}") from None
     live = len(node.membership.live_nodes())
     rf = replication_factor if replication_factor is not None else max(1, min(3, live))
     min_isr = min_insync_replicas if min_insync_replicas is not None else min(2, rf)
     meta = ClusterTopic(name=name, partitions=partitions, replication_factor=rf,
                         min_insync_replicas=min_isr,
                         config=config.model_dump(mode="json"),
-                        topic_id=uuid.uuid4().hex)
+                        topic_id=topic_id or uuid.uuid4().hex)
     node.create_topic(meta)
     node.wait_until(lambda: node.partition_state(name, 0) is not None, 10.0)
 
 
-__all__ = ["TopicLogs", "create_cluster_topic", "start_node"]
+def restore_cluster_topics(node: ClusterNode, settings: Settings, topics: TopicManager,
+                           names: list[str] | None, replication_factor: int | None,
+                           min_insync_replicas: int | None) -> dict[str, Any]:
+    """Whole-cluster restore (as Redpanda's): recreate in the cluster the topics whose
+    metadata the bucket keeps (``topics/<name>.json``) and the cluster lacks, with their
+    own topic id, partitions and config, so each partition's logs find their objects.
+    Each partition's first leader, whose log is empty, rebuilds its view from the
+    bucket and continues above every offset the partition handed out, reporting those
+    never shipped as lost; followers rebuild from it (KIP-1023). ``names``: only these
+    (None: every topic in the bucket). Returns ``{"restored": [{name, topic_id,
+    partitions}], "skipped": [{name, reason}], "missing": [names asked, not in the
+    bucket]}``. InvalidArgumentError without a remote store; RemoteStorageError when
+    the bucket fails; MetadataUnavailableError when etcd does."""
+    storage = topics.storage
+    if storage is None:
+        raise InvalidArgumentError("this node has no remote store to restore from")
+    in_bucket = {key[len(naming.TOPIC_OBJECTS_PREFIX):].removesuffix(".json"): key
+                 for key in (i.key for i in storage.list(naming.TOPIC_OBJECTS_PREFIX))
+                 if key.endswith(".json")}
+    wanted = sorted(in_bucket) if names is None else sorted(set(names))
+    existing = node.metadata.topics()
+    out: dict[str, Any] = {"restored": [], "skipped": [],
+                           "missing": [n for n in wanted if n not in in_bucket]}
+    for name in (n for n in wanted if n in in_bucket):
+        if name in existing:
+            out["skipped"].append({"name": name, "reason": "the cluster has this topic"})
+            continue
+        try:
+            meta = TopicMeta.from_json(storage.get(in_bucket[name]))
+            if meta.name != name:
+                raise ValueError(f"it names {meta.name!r}")
+        except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
+            out["skipped"].append({"name": name, "reason": f"unreadable metadata: {exc}"})
+            continue
+        try:
+            create_cluster_topic(node, settings, name, meta.partitions, {}, replication_factor,
+                                 min_insync_replicas, config=meta.config,
+                                 topic_id=meta.topic_id)
+        except TopicExistsError:
+            out["skipped"].append({"name": name, "reason": "the cluster has this topic"})
+            continue
+        log.info("restored topic %s (%d partition(s), id %s) from the bucket", name,
+                 meta.partitions, meta.topic_id)
+        out["restored"].append({"name": name, "topic_id": meta.topic_id,
+                                "partitions": meta.partitions})
+    return out
+
+
+__all__ = ["TopicLogs", "create_cluster_topic", "restore_cluster_topics", "start_node"]

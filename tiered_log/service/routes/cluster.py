@@ -1,5 +1,6 @@
-"""Routes of the cluster: ``GET /v1/cluster`` (nodes, controller, partition leadership)
-and the followers' replication fetch ``GET /v1/internal/replicate/{topic}/{p}``
+"""Routes of the cluster: ``GET /v1/cluster`` (nodes, controller, partition leadership),
+``POST /v1/cluster/reassign`` (move a node's replicas), ``POST /v1/cluster/restore``
+(recreate the bucket's topics in a new cluster) and the followers' replication fetch ``GET /v1/internal/replicate/{topic}/{p}``
 (:mod:`tiered_log.cluster.protocol`). A node started without cluster settings answers
 both with 404 (there is no cluster).
 
@@ -77,6 +78,40 @@ async def reassign(body: ReassignRequest, principal: Authenticated, _json: JsonC
     node = cluster_of(state)
     started = await asyncio.to_thread(node.reassign, body.from_node, body.to_node)
     return {"from_node": body.from_node, "to_node": body.to_node, "partitions": started}
+
+
+class RestoreRequest(BaseModel):
+    """``POST /v1/cluster/restore``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    topics: list[str] | None = Field(
+        default=None, description="Only these topics (default: every topic the bucket keeps "
+        "and the cluster lacks).")
+    replication_factor: int | None = Field(
+        default=None, ge=1, description="Replicas of each restored partition (default: "
+        "min(3, live nodes)).")
+    min_insync_replicas: int | None = Field(
+        default=None, ge=1, description="As for a new topic (default: min(2, replication "
+        "factor)).")
+
+
+@router.post("/v1/cluster/restore", responses=errs(400, 401, 403, 404, 503))
+async def restore(body: RestoreRequest, principal: Authenticated, _json: JsonContent,
+                  state: State) -> dict[str, Any]:
+    """Whole-cluster restore from the bucket (needs ``admin`` on every topic): a new
+    cluster (fresh etcd, empty disks) pointed at the bucket recreates the topics the
+    bucket keeps, each with its own id and config; each partition continues above every
+    offset it handed out, and the offsets never shipped are reported lost (per
+    partition: ``GET /v1/cluster``'s replication section, topic describe, ``/metrics``).
+    Answers once the topics exist: ``restored``, ``skipped`` (with why), ``missing``
+    (asked for, not in the bucket)."""
+    state.auth.authorize(principal, "*", "admin")
+    node = cluster_of(state)
+    from ..clustering import restore_cluster_topics  # a single node never loads it
+    return await asyncio.to_thread(restore_cluster_topics, node, state.settings, state.topics,
+                                   body.topics, body.replication_factor,
+                                   body.min_insync_replicas)
 
 
 @router.get(PATH, response_class=Response, responses=errs(400, 401, 403, 404, 409, 421),
