@@ -75,13 +75,23 @@ def read_all(c: DevCluster, topic: str) -> list[tuple[int, str]]:
     """Every committed record, from the current leader: (offset, value)."""
     out: list[tuple[int, str]] = []
     offset = 0
+    deadline = time.monotonic() + 60
     while True:
         url = None
         wait_until(lambda: leader_url(c, topic) is not None, 15, "a leader")
         url = leader_url(c, topic)
-        r = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/records",
-                      params={"offset": offset, "max_records": 1000}, timeout=10)
-        if r.status_code != 200:
+        try:
+            r = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/records",
+                          params={"offset": offset, "max_records": 1000}, timeout=10)
+        except httpx.TransportError:
+            r = None
+        if r is None or r.status_code != 200:
+            # A leader change under way (refused, 421 not_leader, 503) is retried; any
+            # other answer, or one that lasts, is a failure of its own, not a timeout.
+            retriable = r is None or r.status_code in (421, 503)
+            assert retriable and time.monotonic() < deadline, (
+                f"reading {topic} at {offset}: {r.status_code if r else 'refused'} "
+                f"{r.text if r else ''}")
             time.sleep(0.1)
             continue
         body = r.json()
