@@ -283,6 +283,12 @@ class ReplicatedLogMixin:
                 log.info("%s: leads from the bucket: archived up to %d, continues at %d",
                          self.log_id, r.remote_end, resume)
 
+    def local_bytes_from(self, offset: int) -> int:
+        """Bytes of the local log from ``offset`` to its end: what a follower whose log
+        ends at ``offset`` still has to copy from this leader (see
+        :meth:`Log.bytes_from <tiered_log.local.log.Log.bytes_from>`). Any thread."""
+        return self._local.bytes_from(offset)
+
     def segment_bases(self, start: int, end: int) -> list[int]:
         """Base offsets of the local segments beginning in ``[start, end)``: where a
         follower copying that range rolls (see :meth:`append_replica`)."""

@@ -79,6 +79,8 @@ def test_a_wiped_follower_rebuilds_from_the_bucket_and_the_tail(cluster: DevClus
     metrics = httpx.get(f"{leader.url}/metrics", timeout=10).text
     assert (f'tiered_log_replica_in_sync{{topic="{topic}",partition="0",'
             f'replica="{follower.node_id}"}} 1') in metrics
+    assert (f'tiered_log_replica_lag_bytes{{topic="{topic}",partition="0",'
+            f'replica="{follower.node_id}"}}') in metrics
     mine, theirs = segments(follower), segments(leader)
     first = min(mine)
     assert int(first.split(".")[0]) > 0, "the rebuilt follower copied the archived head again"

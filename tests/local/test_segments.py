@@ -33,6 +33,17 @@ def check_records(log: Log, offsets: range) -> None:
         assert r.value == value_for(r.offset, 52) and r.timestamp == 1_000 + r.offset
 
 
+def test_bytes_from_counts_what_a_follower_at_an_offset_lacks(tmp_path: Path) -> None:
+    """100 bytes a record, five a segment: from offset o, the log holds (23 - o) * 100
+    bytes; below its start, all of it; at or past its end, none."""
+    with five_per_segment_log(tmp_path) as log:
+        for o in range(24):
+            assert log.bytes_from(o) == (23 - o) * 100, o
+        assert log.bytes_from(99) == 0
+        log.delete_segments_before(10)
+        assert log.bytes_from(0) == log.bytes_from(10) == 1300
+
+
 # ---- rolling ---------------------------------------------------------------------------
 
 

@@ -13,9 +13,9 @@ Asks every live node for ``GET /v1/cluster`` (each reports the partitions it lea
 their high watermark and each replica's state, log end, lag and catch-up rate) and
 prints one line per partition: ``topic-p leader=N epoch=E hw=H`` and each replica as
 ``node:state`` (``in_sync``, ``rebuilding``: a replica restarted at the remote end and
-copying the unshipped tail, ``catching_up``, ``offline``) with its lag. ``--wait``
-polls until every replica of every partition is in sync, showing progress on stderr
-(replicas not in sync, offsets left, rate, estimated time); it exits 0 then, 1 on
+copying the unshipped tail, ``catching_up``, ``offline``) with its lag (offsets and
+bytes). ``--wait`` polls until every replica of every partition is in sync, showing
+progress on stderr (replicas not in sync, offsets and bytes left, rate, estimated time); it exits 0 then, 1 on
 ``--timeout``. A single node (no cluster) is an error. One command per process.
 """
 
@@ -70,22 +70,30 @@ def gather(urls: list[str], headers: dict[str, str]) -> list[dict[str, Any]]:
     return [parts[k] for k in sorted(parts)]
 
 
-def _left(parts: list[dict[str, Any]]) -> tuple[int, int, float]:
-    """Replicas not in sync, offsets they lack, and their summed catch-up rate."""
-    n = lag = 0
+def _left(parts: list[dict[str, Any]]) -> tuple[int, int, float, int]:
+    """Replicas not in sync, offsets they lack, their summed catch-up rate (offsets/s),
+    and the bytes they lack."""
+    n = lag = nbytes = 0
     rate = 0.0
     for part in parts:
         for r in part["replicas"]:
             if r["state"] not in ("leader", "in_sync"):
                 n += 1
                 lag += int(r["lag_offsets"])
+                nbytes += int(r.get("lag_bytes") or 0)
                 rate += float(r["rate_offsets_s"])
-    return n, lag, rate
+    return n, lag, rate, nbytes
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
 
 
 def _line(part: dict[str, Any]) -> str:
     reps = " ".join(
-        f"{r['node_id']}:{r['state']}" + (f"(lag {r['lag_offsets']})" if r["lag_offsets"] else "")
+        f"{r['node_id']}:{r['state']}" + (
+            f"(lag {r['lag_offsets']}, {_mib(int(r.get('lag_bytes') or 0))})"
+            if r["lag_offsets"] else "")
         for r in part["replicas"])
     return (f"{part['topic']}-{part['partition']} leader={part['leader']} "
             f"epoch={part['leader_epoch']} hw={part['high_watermark']} {reps}")
@@ -111,16 +119,16 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         parts = gather(urls, headers)
         if args.topic:
             parts = [p for p in parts if p["topic"] in args.topic]
-        n, lag, rate = _left(parts)
+        n, lag, rate, nbytes = _left(parts)
         if not args.wait or (n == 0 and parts):
             break
         if time.monotonic() >= deadline:
             print(f"tiered-log: {n} replica(s) still not in sync after {args.timeout:g}s "
-                  f"({lag} offsets behind)", file=sys.stderr)
+                  f"({lag} offsets, {_mib(nbytes)} behind)", file=sys.stderr)
             return 1
         eta = f", about {lag / rate:.0f}s left" if rate > 0 else ""
-        sys.stderr.write(f"\r{n} replica(s) not in sync, {lag} offsets behind, "
-                         f"{rate:.0f} offsets/s{eta}   ")
+        sys.stderr.write(f"\r{n} replica(s) not in sync, {lag} offsets ({_mib(nbytes)}) "
+                         f"behind, {rate:.0f} offsets/s{eta}   ")
         sys.stderr.flush()
         shown = True
         time.sleep(1.0)
@@ -236,7 +244,7 @@ def cmd_cluster_restore(args: argparse.Namespace) -> int:
         while True:
             urls = [n["url"] for n in info.get("nodes", ()) if n.get("alive") and n.get("url")]
             parts = [p for p in gather(urls, headers) if p["topic"] in names]
-            n, lag, _rate = _left(parts)
+            n, lag, _rate, nbytes = _left(parts)
             if len(parts) == want and n == 0:
                 break
             if time.monotonic() >= deadline:
@@ -244,7 +252,7 @@ def cmd_cluster_restore(args: argparse.Namespace) -> int:
                       f"{n} replica(s) not in sync after {args.timeout:g}s", file=sys.stderr)
                 return 1
             sys.stderr.write(f"\r{len(parts)}/{want} partition(s) led, {n} replica(s) "
-                             f"rebuilding, {lag} offsets behind   ")
+                             f"rebuilding, {lag} offsets ({_mib(nbytes)}) behind   ")
             sys.stderr.flush()
             time.sleep(1.0)
             with _client(args) as client:

@@ -100,6 +100,14 @@ class LocalLogs(Protocol):
         """The open log of a partition, None if not held."""
 
 
+def _lag_bytes(plog: TieredLog | None, replica: dict[str, Any]) -> int | None:
+    """Bytes of the leader's local log a replica still lacks (None: unknown)."""
+    end = replica["log_end_offset"]
+    if plog is None or not isinstance(end, int) or end < 0:
+        return None
+    return 0 if replica["state"] == "leader" else plog.local_bytes_from(end)
+
+
 class _Role:
     """What this node does for one partition now (guarded by the node's lock)."""
 
@@ -466,7 +474,8 @@ class ClusterNode:
     def replication(self) -> list[dict[str, Any]]:
         """For each partition this node leads: its leader epoch, high watermark, log end,
         remote end, the offsets lost before a restore from the bucket (``[first, end)``
-        ranges) and each replica's state, lag and catch-up rate (see
+        ranges) and each replica's state, lag (offsets and ``lag_bytes``: what the leader's
+        local log holds above the replica's end) and catch-up rate (see
         :meth:`LeaderReplication.status`). For ``GET /v1/cluster``, ``/metrics`` and
         ``tiered-log cluster status``."""
         with self._lock:
@@ -482,7 +491,8 @@ class ClusterNode:
                         "remote_end_offset": (plog.bounds().remote_end_offset
                                               if plog is not None else None),
                         "lost_offsets": plog.lost_offsets() if plog is not None else [],
-                        "replicas": rep.status()})
+                        "replicas": [{**r, "lag_bytes": _lag_bytes(plog, r)}
+                                     for r in rep.status()]})
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -256,6 +256,21 @@ class Log:
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
+    def bytes_from(self, offset: int) -> int:
+        """Bytes this log holds from the batch holding ``offset`` to its end (all of it
+        below the log start, 0 at or past the end): what a follower whose log ends at
+        ``offset`` still has to copy. Reads a few batch headers of one segment; a segment
+        deleted meanwhile counts whole. Any thread."""
+        segs, i = self._segment_for(max(offset, 0))
+        if i < 0:
+            return sum(s.size for s in segs)
+        total = sum(s.size for s in segs[i + 1:])
+        try:
+            pos, _ = segs[i].position_of(offset)
+        except (TieredLogError, OSError):
+            pos = 0
+        return total + max(0, segs[i].size - pos)
+
     def segments(self) -> list[SegmentInfo]:
         """Snapshots of every segment, oldest first (the last one is active)."""
         return [s.info() for s in self._segments]

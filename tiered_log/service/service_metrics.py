@@ -109,10 +109,11 @@ class ServiceMetrics:
     def watch_cluster(self, node: Any) -> None:
         """Export the replication state of the partitions ``node`` (a
         :class:`~tiered_log.cluster.node.ClusterNode`) leads: per replica its lag in
-        offsets and whether it is in sync; per partition its high watermark."""
+        offsets and bytes and whether it is in sync; per partition its high watermark."""
 
         def collect() -> Iterable[Family]:
             lag: list[tuple[tuple[str, ...], float]] = []
+            lag_bytes: list[tuple[tuple[str, ...], float]] = []
             in_sync: list[tuple[tuple[str, ...], float]] = []
             hws: list[tuple[tuple[str, ...], float]] = []
             for part in node.replication():
@@ -121,12 +122,17 @@ class ServiceMetrics:
                 for r in part["replicas"]:
                     rk = (*key, str(r["node_id"]))
                     lag.append((rk, float(r["lag_offsets"])))
+                    if r.get("lag_bytes") is not None:
+                        lag_bytes.append((rk, float(r["lag_bytes"])))
                     in_sync.append((rk, 1.0 if r["state"] in ("leader", "in_sync") else 0.0))
             labels = ("topic", "partition", "replica")
             return [
                 Family("tiered_log_replica_lag_offsets", "gauge", "Offsets a replica is "
                        "behind its leader's log end (led partitions of this node).", labels,
                        tuple(lag)),
+                Family("tiered_log_replica_lag_bytes", "gauge", "Bytes of the leader's "
+                       "local log a replica still has to copy (led partitions of this node).",
+                       labels, tuple(lag_bytes)),
                 Family("tiered_log_replica_in_sync", "gauge", "1 when the replica is in "
                        "the partition's in-sync replicas (or leads it), else 0.", labels,
                        tuple(in_sync)),
