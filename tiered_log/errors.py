@@ -68,6 +68,8 @@ tables here are built at import and read-only after.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TieredLogError(Exception):
     """Root of every error tiered_log raises on purpose.
@@ -88,6 +90,19 @@ class TieredLogError(Exception):
         self.message = message
         if retriable is not None:
             self.retriable = retriable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole (a worker process's error reaches its caller as raised there):
+        # the default would call cls(*args) and drop ``retriable`` and any other state.
+        return (_restore_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restore_error(cls: type[TieredLogError], args: tuple[Any, ...],
+                   state: dict[str, Any]) -> TieredLogError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
 
 
 class InvalidArgumentError(TieredLogError, ValueError):

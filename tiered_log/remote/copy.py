@@ -26,7 +26,10 @@ ends with exactly one copy and no orphaned objects. The journal refuses any othe
 transition (:meth:`~tiered_log.remote.metadata.CopyState.can_become`).
 
 Who may write: the log's shipper round and control calls, under the state's lock; the
-uploads run in the process-wide copy pool.
+uploads run in the process-wide copy pool, whose threads hand the data upload and the
+scan to the worker processes (:mod:`~tiered_log.remote.worker`) where the store allows:
+off this process's interpreter, so producers do not wait for the GIL behind them. The
+fence and the manifest's put (the commit point) stay here.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from .limits import RateLimiter
 from .manifest import COMMITTED, chunk_entries, encode_manifest
 from .metadata import CopyState, RemoteSegment, new_segment_id
 from .state import TierState
+from .worker import shared_worker, spec_of
 
 log = logging.getLogger(__name__)
 
@@ -108,14 +112,25 @@ class CopyTask:
                 if progress is not None:
                     progress(n)
 
+            worker = shared_worker(self.st.config.worker_processes)
+            spec = spec_of(self.st.storage) if worker is not None else None
+
             def upload() -> None:
+                if worker is not None and spec is not None:
+                    # The quota is taken before (the worker cannot report as it sends):
+                    # the same rate over a segment, paid up front.
+                    on_progress(seg.size)
+                    worker.upload(spec, data_key, seg.store_path)
+                    return
                 self.st.storage.put_file(data_key, seg.store_path, progress=on_progress)
                 if sent < seg.size:
                     self.limiter.consume(seg.size - sent, self.st.closing)
 
             def put_manifest() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
-                entries = chunk_entries(seg.store_path, seg.size, seg.base_offset,
-                                        seg.next_offset, data_key, self.st.config.chunk_bytes)
+                args = (seg.store_path, seg.size, seg.base_offset, seg.next_offset, data_key,
+                        self.st.config.chunk_bytes)
+                entries = (worker.scan(*args) if worker is not None and spec is not None
+                           else chunk_entries(*args))
                 done = replace(rs, chunks=len(entries))
                 if fence is not None and not fence():  # the commit point: a deposed leader stops
                     raise RemoteStorageError(

@@ -166,6 +166,15 @@ class S3Storage:
             get_retries = min(retries, 1)
         if not get_timeout > 0 or get_retries < 0:
             raise InvalidArgumentError("get_timeout must be > 0 and get_retries >= 0")
+        self.reopen_args: dict[str, Any] = {
+            "bucket": bucket, "prefix": prefix, "endpoint_url": endpoint_url, "region": region,
+            "access_key": access_key, "secret_key": secret_key, "path_style": path_style,
+            "multipart_threshold": multipart_threshold, "part_size": part_size,
+            "max_pool_connections": max_pool_connections, "connect_timeout": connect_timeout,
+            "read_timeout": read_timeout, "retries": retries,
+            "part_concurrency": part_concurrency, "get_timeout": get_timeout,
+            "get_retries": get_retries}
+        """What another process opens the same store with (:mod:`.worker`)."""
         self.bucket = bucket
         self.prefix = prefix
         self._key_prefix = f"{prefix}/" if prefix else ""

@@ -1,0 +1,120 @@
+"""The tier's worker processes (issue 18: producers shielded from tiering): a segment's
+upload and scan run in another process (its pid is not ours), their errors arrive whole,
+a worker killed with SIGKILL costs one retriable round and nothing else, and a store
+only this process can use stays in-process."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from pathlib import Path
+
+import pytest
+
+from tiered_log import LogConfig, ProducerRecord
+from tiered_log.errors import CorruptRecordError, RemoteStorageError, TieredLogError
+from tiered_log.format import naming
+from tiered_log.remote.fs import LocalDirStorage
+from tiered_log.remote.tier import TierConfig
+from tiered_log.remote.worker import TierWorker, shared_worker, spec_of
+from tiered_log.tiered import TieredLog
+
+from .fake_store import MemoryStorage
+
+SMALL = LogConfig(segment_bytes=16 * 1024, index_interval_bytes=512)
+
+
+def fill(tlog: TieredLog, n: int) -> None:
+    for i in range(0, n, 50):
+        tlog.append_batch([ProducerRecord(b"v%06d" % o + b"x" * 200) for o in range(i, i + 50)])
+    tlog.roll()
+
+
+def open_log(d: Path, storage: object, processes: int = 2) -> TieredLog:
+    return TieredLog(d, log_id="w-0", storage=storage, config=SMALL,  # type: ignore[arg-type]
+                     tier=TierConfig(chunk_bytes=4096, worker_processes=processes),
+                     start_shipper=False)
+
+
+def test_errors_cross_a_process_whole() -> None:
+    err = RemoteStorageError("the bucket is away", retriable=True)
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is RemoteStorageError and back.message == err.message
+    assert back.retriable is True and str(back) == str(err)
+    bad = pickle.loads(pickle.dumps(CorruptRecordError("damaged at 12")))
+    assert isinstance(bad, TieredLogError) and bad.code == "corrupt_record"
+
+
+def test_copies_run_in_a_worker_and_ship_the_same_objects(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    tlog = open_log(tmp_path / "a", LocalDirStorage(bucket))
+    try:
+        fill(tlog, 1000)
+        assert tlog.tier_once() > 0
+        assert tlog.read(0).value.startswith(b"v000000")
+        shipped = sorted(p.name for p in bucket.rglob("*") if p.is_file())
+    finally:
+        tlog.close()
+    worker = shared_worker(2)
+    assert worker is not None
+    pids = worker.pids()
+    assert pids and os.getpid() not in pids  # the work ran elsewhere
+    # The same log shipped on this process's threads puts the same kinds of objects.
+    bucket2 = tmp_path / "bucket2"
+    plain = open_log(tmp_path / "b", LocalDirStorage(bucket2), processes=0)
+    try:
+        fill(plain, 1000)
+        assert plain.tier_once() > 0
+        same = sorted(p.name for p in bucket2.rglob("*") if p.is_file())
+    finally:
+        plain.close()
+    assert [n.split("-")[0] + n.rsplit(".", 1)[-1] for n in shipped if naming.RLI_SUFFIX in n] == [
+        n.split("-")[0] + n.rsplit(".", 1)[-1] for n in same if naming.RLI_SUFFIX in n]
+
+
+def test_a_damaged_segment_fails_in_the_worker_and_is_not_shipped(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    tlog = open_log(tmp_path / "a", LocalDirStorage(bucket))
+    try:
+        fill(tlog, 300)
+        first = tlog.bounds().local_start_offset
+        path = naming.segment_path(tmp_path / "a", first, naming.LOG_SUFFIX)
+        with open(path, "r+b") as f:
+            f.seek(100)
+            f.write(b"\xff" * 8)
+        with pytest.raises(CorruptRecordError):
+            tlog.tier_once()
+        assert not [p for p in bucket.rglob("*.rli")]
+    finally:
+        tlog.close()
+
+
+def test_a_killed_worker_costs_one_retriable_round(tmp_path: Path) -> None:
+    worker = TierWorker(1)
+    spec = spec_of(LocalDirStorage(tmp_path / "bucket"))
+    assert spec is not None
+    src = tmp_path / "src"
+    src.write_bytes(b"x" * 1000)
+    try:
+        assert worker.upload(spec, "a/one", src) == 1000
+        for pid in worker.pids():
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(RemoteStorageError) as got:
+            for _ in range(50):  # until the pool sees its worker gone
+                worker.upload(spec, "a/two", src)
+        assert got.value.retriable
+        assert worker.upload(spec, "a/three", src) == 1000  # a new pool
+        assert (tmp_path / "bucket" / "a" / "three").read_bytes() == b"x" * 1000
+    finally:
+        worker.close()
+
+
+def test_a_store_only_this_process_has_is_used_here(tmp_path: Path) -> None:
+    assert spec_of(MemoryStorage()) is None
+    tlog = open_log(tmp_path / "a", MemoryStorage())
+    try:
+        fill(tlog, 500)
+        assert tlog.tier_once() > 0 and tlog.read(0).value.startswith(b"v000000")
+    finally:
+        tlog.close()
