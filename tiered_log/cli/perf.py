@@ -14,14 +14,18 @@
     tiered-log perf failover [--json] [--kills N] [--lease-ttl S] [--nodes N] [--dir D] [--keep]
     tiered-log perf replicated-latency [--json] [--records N] [--value-bytes B] [--rounds R]
                                 [--dir D] [--keep]
+    tiered-log perf rebuild [--json] [--archive-mb N,N] [--tail-mb N] [--record-bytes B]
+                                [--request-kib K] [--load-rate R] [--load-records N]
+                                [--before-s S] [--wipes N] [--lease-ttl S] [--dir D] [--keep]
     tiered-log perf spark-scan [--json] [--records N] [--partitions P] [--segment-bytes B]
                                 [--repeat R] [--dir D] [--keep]
 
 Each command parses its arguments and runs one benchmark of :mod:`tiered_log.perf`
-(``.local``, ``.http``, ``.remote``, ``.cluster``, ``.spark``; imported only when it
-runs), which measures its baseline in the same run. The remote ones start moto's S3
-server on 127.0.0.1 unless ``--endpoint`` names one; the cluster ones start etcd and
-``tiered-log serve`` processes on loopback (:class:`~tiered_log.cluster.dev.DevCluster`).
+(``.local``, ``.http``, ``.remote``, ``.cluster``, ``.rebuild``, ``.spark``; imported
+only when it runs), which measures its baseline in the same run. The remote ones start
+moto's S3 server on 127.0.0.1 unless ``--endpoint`` names one; the cluster ones
+(``.cluster``, ``.rebuild``) start etcd and ``tiered-log serve`` processes on loopback
+(:class:`~tiered_log.cluster.dev.DevCluster`).
 Progress goes to stderr, the report to stdout (one JSON object with ``--json``, a table
 or ``key: value`` lines otherwise); the exit status is 0 whether or not a target is met.
 One benchmark per process; not thread-safe.
@@ -316,6 +320,82 @@ def cmd_perf_replicated_latency(args: argparse.Namespace) -> int:
                                     rounds=args.rounds, directory=args.dir, keep=args.keep,
                                     progress=args.progress)
     print(json.dumps(report, indent=2) if args.json else format_latency(report))
+    return 0
+
+
+def _mb_list(text: str) -> list[int]:
+    """argparse type: comma-separated positive integers (``200,2048``)."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes like 200,2048, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be at least 1, got {text!r}")
+    return out
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
+    return v
+
+
+def _rebuild_args(p: argparse.ArgumentParser) -> None:
+    from ..perf import rebuild as rb
+
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--archive-mb", type=_mb_list, default=list(rb.DEFAULT_ARCHIVE_MB),
+                   metavar="N,N", help="archive sizes in MiB, one tiered and one untiered run "
+                   "each (default: " + ",".join(map(str, rb.DEFAULT_ARCHIVE_MB)) + ")")
+    p.add_argument("--tail-mb", type=positive_int, default=rb.DEFAULT_TAIL_MB, metavar="N",
+                   help=f"MiB in the active (unshipped) segment (default: {rb.DEFAULT_TAIL_MB})")
+    p.add_argument("--record-bytes", type=positive_int, default=rb.DEFAULT_RECORD_BYTES,
+                   metavar="B", help=f"value bytes of a fill record (default: "
+                   f"{rb.DEFAULT_RECORD_BYTES})")
+    p.add_argument("--request-kib", type=positive_int, default=rb.DEFAULT_REQUEST_KIB,
+                   metavar="K", help=f"KiB of records per fill request (default: "
+                   f"{rb.DEFAULT_REQUEST_KIB})")
+    p.add_argument("--load-rate", type=_positive_float, default=rb.DEFAULT_LOAD_RATE,
+                   metavar="R", help=f"the producers' acks=all requests per second (default: "
+                   f"{rb.DEFAULT_LOAD_RATE})")
+    p.add_argument("--load-records", type=positive_int, default=rb.DEFAULT_LOAD_RECORDS,
+                   metavar="N", help=f"100-byte records per load request (default: "
+                   f"{rb.DEFAULT_LOAD_RECORDS})")
+    p.add_argument("--before-s", type=_positive_float, default=rb.DEFAULT_BEFORE_S,
+                   metavar="S", help=f"seconds of load measured before each wipe (default: "
+                   f"{rb.DEFAULT_BEFORE_S:g})")
+    p.add_argument("--wipes", type=positive_int, default=rb.DEFAULT_WIPES, metavar="N",
+                   help=f"wipes (and rebuilds) per case; medians and pooled latencies "
+                   f"(default: {rb.DEFAULT_WIPES})")
+    p.add_argument("--lease-ttl", type=positive_int, default=rb.DEFAULT_LEASE_TTL_S,
+                   metavar="S", help=f"the nodes' membership lease in seconds (default: "
+                   f"{rb.DEFAULT_LEASE_TTL_S})")
+    p.add_argument("--dir", metavar="D",
+                   help="where to put the cluster (a fresh subdirectory; default: the temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the files (node logs) afterwards")
+    progress_flag(p)
+
+
+@PERF.command("rebuild", "wipe a follower's disk: time back to the ISR when the partition "
+              "is tiered (remote end + tail) vs full re-replication, and the producers' p99",
+              _rebuild_args)
+def cmd_perf_rebuild(args: argparse.Namespace) -> int:
+    """``tiered-log perf rebuild``; exit 0 whether or not the targets are met."""
+    from ..perf.rebuild import format_rebuild, run_rebuild
+
+    if min(args.archive_mb) <= args.tail_mb:
+        raise UsageError("--archive-mb: every archive must be larger than --tail-mb "
+                         f"({args.tail_mb})")
+    report = run_rebuild(args.archive_mb, tail_mb=args.tail_mb, record_bytes=args.record_bytes,
+                         request_kib=args.request_kib, load_rate=args.load_rate,
+                         load_records=args.load_records, before_s=args.before_s,
+                         wipes=args.wipes, lease_ttl_s=args.lease_ttl, directory=args.dir, keep=args.keep,
+                         progress=args.progress)
+    print(json.dumps(report, indent=2) if args.json else format_rebuild(report))
     return 0
 
 
