@@ -26,7 +26,8 @@ def perf(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)
 
 
-def check_common(report: dict[str, Any], kind: str, records: int, target: str) -> None:
+def check_common(report: dict[str, Any], kind: str, records: int, target: str,
+                 limits: tuple[str, ...] = ()) -> None:
     assert report["benchmark"] == kind
     p = report["params"]
     assert p["records"] == records and p["record_bytes"] == 1024 and p["repeat"] == 1
@@ -38,12 +39,13 @@ def check_common(report: dict[str, Any], kind: str, records: int, target: str) -
         assert len(r["runs_seconds"]) == 1
         assert r["records_per_s"] == pytest.approx(records / r["seconds"], rel=0.01)
     want = report["results"]["http"]["records_per_s"] / report["results"]["library"]["records_per_s"]
-    assert set(report["targets"]) == {target}
+    assert set(report["targets"]) == {target, *limits}
     t = report["targets"][target]
     assert t["baseline"] == "library" and t["min_ratio"] == 0.5
     assert t["ratio"] == pytest.approx(want, rel=0.01, abs=0.001)  # rounded to 3 places
-    assert t["met"] == (t["ratio"] >= t["min_ratio"]) == report["met"]
-    assert report["ratios"] == {target: t["ratio"]}
+    assert t["met"] == (t["ratio"] >= t["min_ratio"])
+    assert report["met"] == all(x["met"] for x in report["targets"].values())
+    assert report["ratios"] == {k: x["ratio"] for k, x in report["targets"].items()}
     assert report["environment"]["python"]
 
 
@@ -68,8 +70,21 @@ def test_http_fetch_json_and_table(tmp_path: Path) -> None:
     p = perf("http-fetch", "--json", "--records", "2500", "--repeat", "1", "--dir", str(tmp_path))
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout)
-    check_common(report, "http-fetch", 2500, "fetch_vs_library")
+    check_common(report, "http-fetch", 2500, "fetch_vs_library",
+                 ("local_vs_loopback", "archived_vs_loopback"))
     assert "latency" not in report
+    # The batches-only fetch next to the loopback limit, local and archived, one round.
+    b = report["batches"]
+    assert set(b["figures"]) == {"loopback", "local", "archived"}
+    for f in b["figures"].values():
+        assert f["mb_per_s"] > 0 and len(f["runs_mb_per_s"]) == 1
+    assert b["bytes"]["local"] > 2500 * 1024 and 0 < b["bytes"]["archived"] < b["bytes"]["local"]
+    assert b["archived_remote_fetches_while_timed"] == 0  # the chunk cache was warm
+    for key, minimum in (("local_vs_loopback", 0.8), ("archived_vs_loopback", 0.7)):
+        t = report["targets"][key]
+        assert t["baseline"] == "loopback" and t["min_ratio"] == minimum
+        assert t["range"][0] <= t["ratio"] <= t["range"][1]
+        assert t["met"] == (t["ratio"] >= minimum)
     assert list(tmp_path.iterdir()) == []
 
     p = perf("http-fetch", "--records", "1200", "--batch", "500", "--repeat", "1",
@@ -77,6 +92,7 @@ def test_http_fetch_json_and_table(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert "perf http-fetch: 1,200 records of 1024 bytes, 500 a batch" in p.stdout
     assert "fetch_vs_library: ratio" in p.stdout
+    assert "fetch_batches vs loopback" in p.stdout and "local_vs_loopback: median" in p.stdout
 
 
 def test_http_produce_durable_flag_and_no_latency(tmp_path: Path) -> None:

@@ -9,6 +9,9 @@ exactly as stored, decoded here with
 damaged record raises :class:`~tiered_log.errors.CorruptRecordError`, never returns);
 records of the first batch below the asked offset are skipped, and records past
 ``max_records`` (a page is whole batches) are dropped by :meth:`Client.fetch`.
+:meth:`Client.fetch_batches` returns the batches themselves, received into a buffer the
+caller may reuse and checked by their checksums alone, building no record (what a
+follower, a rebuild or a columnar reader takes: :class:`FetchedBatches`).
 Produce sends binary batches (``Content-Type: application/vnd.tiered-log.frames``): the
 records encoded here as batches in the stored layout with
 :func:`tiered_log.format.records.encode_batch` (no JSON, no base64; timestamps left to
@@ -61,6 +64,7 @@ from __future__ import annotations
 from ..errors import ConnectionFailedError, ServiceError
 from .aio import AsyncClient
 from .messages import (
+    FetchedBatches,
     FetchResult,
     PartitionBounds,
     RequestNotSentError,
@@ -76,6 +80,7 @@ __all__ = [
     "Client",
     "ConnectionFailedError",
     "FetchResult",
+    "FetchedBatches",
     "PartitionBounds",
     "RequestNotSentError",
     "ServiceError",

@@ -27,11 +27,13 @@ from .messages import (
     _ACCEPT_BINARY,
     _BINARY,
     _FRAMES_HEADERS,
+    FetchedBatches,
     FetchResult,
     PartitionBounds,
     RequestNotSentError,
     _acks_params,
     _check,
+    _checked_batches,
     _fetch_headers,
     _fetch_params,
     _headers,
@@ -44,7 +46,7 @@ from .messages import (
     _verify,
     encode_produce_body,
 )
-from .paging import _check_consume, _consume_done, _left, _page_plan, _pages
+from .paging import FETCH_RECORDS, _check_consume, _consume_done, _left, _page_plan, _pages
 from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
 from .traffic import RecordPools
 
@@ -90,6 +92,14 @@ class AsyncClient:
             return await asyncio.to_thread(self._pools.get(url).request, "GET", path,
                                            params=params, headers=_ACCEPT_BINARY)
         return await self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
+
+    async def _receive_records(self, url: str, path: str, params: dict[str, int],
+                               buffer: bytearray | None) -> tuple[httpx.Headers, memoryview]:
+        if self._pools is not None:
+            return await asyncio.to_thread(self._pools.get(url).receive_into, path,
+                                           params=params, headers=_ACCEPT_BINARY, buffer=buffer)
+        resp = await self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
+        return resp.headers, memoryview(resp.content)
 
     async def _post_frames(self, url: str, path: str, body: bytes,
                            params: dict[str, int | str] | None) -> httpx.Response:
@@ -227,6 +237,21 @@ class AsyncClient:
 
         resp = await self._routed(topic, partition, send, writes=False)
         return _parse_fetch(resp, offset, max_records)
+
+    async def fetch_batches(self, topic: str, partition: int, offset: int, *,
+                            max_records: int = FETCH_RECORDS, max_bytes: int = 8 << 20,
+                            wait_ms: int = 0,
+                            buffer: bytearray | None = None) -> FetchedBatches:
+        """:meth:`Client.fetch_batches <tiered_log.client.Client.fetch_batches>`: the
+        stored batches from ``offset`` on, checksums verified, nothing decoded."""
+        path = f"{_part_path(topic, partition)}/records"
+        params = _fetch_params(offset, max_records, max_bytes, wait_ms)
+
+        def send(url: str) -> Awaitable[tuple[httpx.Headers, memoryview]]:
+            return self._receive_records(url, path, params, buffer)
+
+        headers, data = await self._routed(topic, partition, send, writes=False)
+        return _checked_batches(headers, data, offset)
 
     async def consume(self, topic: str, partition: int, offset: int, *,
                       end_offset: int | None = None, max_records: int = 1000,

@@ -7,7 +7,9 @@ Shared by :class:`~tiered_log.client.Client` and :class:`~tiered_log.client.Asyn
   in the stored layout, see :mod:`tiered_log.format.records`), the auth header, httpx's
   ``verify``;
 - answers: a binary fetch's records and offset headers (:func:`_parse_fetch`, every
-  checksum verified), :class:`FetchResult`, :class:`PartitionBounds`, and an error
+  checksum verified), its batches as received (:func:`_checked_batches`, checksums
+  verified, nothing decoded: :class:`FetchedBatches`), :class:`FetchResult`,
+  :class:`PartitionBounds`, and an error
   answer raised as its :class:`~tiered_log.errors.TieredLogError` subclass
   (:func:`error_from_response`, by the tree's :func:`~tiered_log.errors.error_class`),
   and a transport failure as ConnectionFailedError or, when nothing was sent,
@@ -30,7 +32,14 @@ import httpx
 from .. import errors as E
 from ..bounds import PartitionBounds
 from ..errors import ServiceError
-from ..format.records import MAX_BODY_BYTES, ProducerRecord, Record, decode_records, encode_batch
+from ..format.records import (
+    MAX_BODY_BYTES,
+    ProducerRecord,
+    Record,
+    check_batches,
+    decode_records,
+    encode_batch,
+)
 
 _BINARY = "application/octet-stream"
 _JSON = "application/json"
@@ -115,6 +124,31 @@ class FetchResult:
     log_start_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class FetchedBatches:
+    """One binary fetch's record batches as the server stores and sends them, each
+    batch's checksum verified, nothing decoded (no :class:`Record` built): what a
+    follower, a rebuild or a columnar reader passes on or decodes itself.
+
+    ``data`` holds whole batches; the first may begin below ``first_offset`` (skip its
+    records below it). It is a view of the buffer the answer was received into: the
+    caller's ``buffer`` when it was given and large enough (then valid until that
+    buffer is reused), else a buffer of its own."""
+
+    data: memoryview
+    first_offset: int
+    """The offset asked for."""
+    next_offset: int
+    """Where the next fetch continues (``first_offset`` when the page is empty)."""
+    batch_count: int
+    high_watermark: int
+    log_start_offset: int
+
+    @property
+    def record_count(self) -> int:
+        """Records from ``first_offset`` up to ``next_offset``."""
+        return self.next_offset - self.first_offset
+
 
 def _topic_path(topic: str) -> str:
     return f"/v1/topics/{quote(topic, safe='')}"
@@ -153,13 +187,30 @@ def encode_produce_body(records: Iterable[ProducerRecord | bytes | str]) -> byte
 
 def _fetch_headers(resp: httpx.Response) -> tuple[int, int, int, int]:
     """``(record count, next offset, high watermark, log start)`` of a binary fetch response."""
-    h = resp.headers
+    return _offset_headers(resp.headers, resp.status_code)
+
+
+def _offset_headers(h: httpx.Headers, status: int) -> tuple[int, int, int, int]:
+    """``(record count, next offset, high watermark, log start)`` from a binary fetch
+    answer's headers."""
     try:
         return (int(h["x-record-count"]), int(h["x-next-offset"]), int(h["x-high-watermark"]),
                 int(h["x-log-start-offset"]))
     except (KeyError, ValueError):
-        raise ServiceError("fetch response lacks its offset headers", status=resp.status_code,
+        raise ServiceError("fetch response lacks its offset headers", status=status,
                            code="bad_response") from None
+
+
+def _checked_batches(headers: httpx.Headers, data: memoryview, offset: int) -> FetchedBatches:
+    """A binary fetch answer's batches, checked (:func:`check_batches`: each checksum,
+    the offsets following on from ``offset``) and against its headers."""
+    count, nxt, hw, start = _offset_headers(headers, 200)
+    batches, end = check_batches(data, offset)
+    if end != nxt or count != nxt - offset:
+        raise E.CorruptRecordError(
+            f"fetch response holds batches from offset {offset} up to {end}, its headers say "
+            f"{count} records up to {nxt}")
+    return FetchedBatches(data, offset, nxt, batches, hw, start)
 
 
 def _parse_fetch(resp: httpx.Response, offset: int, limit: int | None) -> FetchResult:
@@ -226,6 +277,7 @@ def _headers(token: str | None) -> dict[str, str]:
 
 __all__ = [
     "FetchResult",
+    "FetchedBatches",
     "PartitionBounds",
     "RequestNotSentError",
     "encode_produce_body",

@@ -25,11 +25,13 @@ from .messages import (
     _ACCEPT_BINARY,
     _BINARY,
     _FRAMES_HEADERS,
+    FetchedBatches,
     FetchResult,
     PartitionBounds,
     RequestNotSentError,
     _acks_params,
     _check,
+    _checked_batches,
     _fetch_headers,
     _fetch_params,
     _headers,
@@ -42,7 +44,7 @@ from .messages import (
     _verify,
     encode_produce_body,
 )
-from .paging import _check_consume, _consume_done, _left, _page_plan, _pages
+from .paging import FETCH_RECORDS, _check_consume, _consume_done, _left, _page_plan, _pages
 from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
 from .traffic import RecordPools
 
@@ -92,6 +94,14 @@ class Client:
             return self._pools.get(url).request("GET", path, params=params,
                                                 headers=_ACCEPT_BINARY)
         return self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
+
+    def _receive_records(self, url: str, path: str, params: dict[str, int],
+                         buffer: bytearray | None) -> tuple[httpx.Headers, memoryview]:
+        if self._pools is not None:
+            return self._pools.get(url).receive_into(path, params=params, headers=_ACCEPT_BINARY,
+                                                     buffer=buffer)
+        resp = self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
+        return resp.headers, memoryview(resp.content)
 
     def _post_frames(self, url: str, path: str, body: bytes,
                      params: dict[str, int | str] | None) -> httpx.Response:
@@ -249,6 +259,23 @@ class Client:
         resp = self._routed(topic, partition, lambda url: self._get_records(url, path, params),
                             writes=False)
         return _parse_fetch(resp, offset, max_records)
+
+    def fetch_batches(self, topic: str, partition: int, offset: int, *,
+                      max_records: int = FETCH_RECORDS, max_bytes: int = 8 << 20,
+                      wait_ms: int = 0, buffer: bytearray | None = None) -> FetchedBatches:
+        """The record batches from ``offset`` on as stored, from the partition's leader,
+        each batch's checksum verified and nothing decoded (no record built): what a
+        follower, a rebuild or a columnar reader takes. The body is received straight
+        into ``buffer`` when it is given and large enough (the result's ``data`` is then
+        a view of it: reuse the buffer only once done with the result), else into a new
+        buffer. Limits as :meth:`fetch` (whole batches: the first may begin below
+        ``offset``); routed and retried as :meth:`fetch`."""
+        path = f"{_part_path(topic, partition)}/records"
+        params = _fetch_params(offset, max_records, max_bytes, wait_ms)
+        headers, data = self._routed(
+            topic, partition, lambda url: self._receive_records(url, path, params, buffer),
+            writes=False)
+        return _checked_batches(headers, data, offset)
 
     def consume(self, topic: str, partition: int, offset: int, *, end_offset: int | None = None,
                 max_records: int = 1000, max_bytes: int = 8 << 20, follow: bool = False,

@@ -123,6 +123,28 @@ class _RecordTraffic:
 
     def request(self, method: str, path: str, *, params: Mapping[str, int | str] | None = None,
                 body: bytes | None = None, headers: dict[str, str]) -> httpx.Response:
+        status, hdrs, data = self._exchange(method, path, params, body, headers, None)
+        return _check(httpx.Response(status, headers=hdrs, content=bytes(data)))  # no copy: bytes
+
+    def receive_into(self, path: str, *, params: Mapping[str, int | str],
+                     headers: dict[str, str],
+                     buffer: bytearray | None) -> tuple[httpx.Headers, memoryview]:
+        """A GET whose successful answer's body is received into ``buffer`` when it fits
+        (else into a new buffer), with ``recv_into`` and no other copy: the answer's
+        headers and a view of its body. Errors as :meth:`request`."""
+        status, hdrs, data = self._exchange("GET", path, params, None, headers,
+                                            buffer if buffer is not None else bytearray())
+        if status >= 400:
+            _check(httpx.Response(status, headers=hdrs, content=bytes(data)))
+        return httpx.Headers(hdrs), memoryview(data)
+
+    def _exchange(self, method: str, path: str, params: Mapping[str, int | str] | None,
+                  body: bytes | bytearray | None, headers: dict[str, str],
+                  into: bytearray | None,
+                  ) -> tuple[int, list[tuple[str, str]], bytes | memoryview]:
+        """One request on a pooled connection (retried as the class says): the answer's
+        status, headers and body (a 2xx body with a length received into ``into`` when
+        given, see :func:`_read_into`)."""
         url = self.prefix + path + ("?" + urlencode(params) if params else "")
         hdrs = {**self.headers, **headers}
         tries = 3 if method == "GET" else 1
@@ -133,7 +155,7 @@ class _RecordTraffic:
             try:
                 conn.request(method, url, body=body, headers=hdrs)
                 r = conn.getresponse()
-                data = r.read()
+                data = r.read() if into is None or r.status >= 300 else _read_into(r, into)
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 if attempt + 1 < tries and not isinstance(exc, TimeoutError):
@@ -144,7 +166,7 @@ class _RecordTraffic:
             else:
                 with self._lock:
                     self._idle.append(conn)
-            return _check(httpx.Response(r.status, headers=r.getheaders(), content=data))
+            return r.status, r.getheaders(), data
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
@@ -152,6 +174,23 @@ class _RecordTraffic:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+def _read_into(r: http.client.HTTPResponse, buffer: bytearray) -> memoryview:
+    """The body of ``r`` received into ``buffer`` when its length is known and it fits,
+    else into a new buffer of that length (``recv_into`` on the socket for all but what
+    the response's reader had buffered already); without a length, read whole."""
+    n = r.length
+    if n is None:
+        return memoryview(r.read())
+    view = memoryview(buffer if len(buffer) >= n else bytearray(n))[:n]
+    got = 0
+    while got < n:
+        k = r.readinto(view[got:])
+        if not k:
+            raise http.client.IncompleteRead(bytes(view[:got]), n - got)
+        got += k
+    return view
 
 
 class RecordPools:

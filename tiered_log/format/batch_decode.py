@@ -11,7 +11,10 @@ never returned:
 - :func:`receive_batches`: a client's batches checked whole before they are appended;
 - :func:`batch_table` / :func:`scan_batches`: the batches of a store that verify and
   follow in sequence (recovery's torn-tail cut point, index rebuilds, chunking a segment
-  to ship, the verify and dump tools).
+  to ship, the verify and dump tools);
+- :func:`check_batches`: a fetched page's batches checked by their checksums alone, no
+  column read and no record built (what a follower, a rebuild or a columnar reader needs
+  before it passes the bytes on).
 
 Everything here is pure and stateless: safe from any thread.
 """
@@ -358,6 +361,42 @@ def batch_table(buf: bytes | memoryview, expect_offset: int) -> tuple[list[Batch
         expect += b.n
         pos = b.end
     return out, pos
+
+
+def check_batches(buf: bytes | bytearray | memoryview, first_offset: int) -> tuple[int, int]:
+    """Check a binary fetch's page without decoding it: ``(batches, next_offset)``.
+
+    Per batch one xxh3 pass over its bytes as stored (against the base offset it
+    carries) and a look at its header (magic, count, a size that holds the columns);
+    the batches must follow one another in offset order, the first holding
+    ``first_offset`` (a page's first batch may begin below it), and the page must end
+    where its last batch does. No column is read and no record built, so the cost is
+    the checksum pass alone. An empty ``buf`` is ``(0, first_offset)``.
+    CorruptRecordError names the first batch that fails.
+    """
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    end = len(mv)
+    unpack = HEADER.unpack_from
+    pos = 0
+    n = 0
+    nxt = first_offset
+    while pos < end:
+        if pos + HEADER_SIZE > end:
+            raise CorruptRecordError(f"the page ends inside the header of batch {n} (byte {pos})")
+        base, size, cs, magic, _attrs, count = unpack(mv, pos)
+        bend = pos + size
+        if magic != MAGIC or count < 1 or size < HEADER_SIZE + RECORD_OVERHEAD * count or bend > end:
+            raise CorruptRecordError(f"batch {n} (byte {pos}, offset {base}) has a bad header "
+                                     "or runs past the page")
+        if h64(mv[pos + CHECKED_FROM : bend], base) != cs:
+            raise CorruptRecordError(f"checksum mismatch for the batch at offset {base}")
+        if (base != nxt) if n else not base <= first_offset < base + count:
+            raise CorruptRecordError(f"batch {n} holds offsets [{base}, {base + count}), "
+                                     f"expected one {'at' if n else 'holding'} {nxt}")
+        nxt = base + count
+        pos = bend
+        n += 1
+    return n, nxt
 
 
 def scan_batches(buf: bytes | memoryview, expect_offset: int) -> Iterator[BatchInfo]:

@@ -42,6 +42,7 @@ from .batch import (
 from .batch_decode import (
     FrameColumns,
     batch_table,
+    check_batches,
     decode_columns,
     decode_records,
     receive_batches,
@@ -70,6 +71,7 @@ __all__ = [
     "batch_header",
     "batch_table",
     "batch_timestamps",
+    "check_batches",
     "decode_columns",
     "decode_headers",
     "decode_records",

@@ -29,6 +29,13 @@ in pages of 1,000:
 - **library**: ``read_range`` page after page on an in-process partition log holding the
   same records (it decodes and verifies checksums too).
 
+In the same run it measures the machine's loopback limit for these bytes (a plain
+``sendfile`` sender to a plain ``recv_into`` receiver) next to
+``Client.fetch_batches`` (batches received and checksum-verified, no record built) of
+local data and of archived data from a warm chunk cache; see
+:mod:`tiered_log.perf.fetch_limit` (report keys ``batches``,
+``ratios.local_vs_loopback``, ``ratios.archived_vs_loopback``).
+
 Both systems use the same topic config: the service's defaults except
 ``flush_messages`` (None unless ``durable``: then 1, an fsync per batch on both sides)
 and ``remote_enabled=False`` (tiering is measured by ``perf ship`` / ``remote-read``;
@@ -57,6 +64,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import fetch_limit
 from .common import DEFAULT_BATCH, DEFAULT_REPEAT, MB, Progress, environment, rate, ratio, say
 
 if TYPE_CHECKING:
@@ -73,6 +81,7 @@ DEFAULT_SINGLE = 2000
 PRODUCE_TARGET = 0.5
 FETCH_TARGET = 0.5
 TOPIC = "perf"
+ARCHIVED_TOPIC = "perf-archived"
 
 
 # ---- the server process ---------------------------------------------------------------------
@@ -407,8 +416,13 @@ def run_http_fetch(
             say(f"http-fetch: server on {srv.url}; writing the records to both (not timed)",
                 enabled=show)
             client.create_topic(TOPIC, 1, topic_overrides(durable))
+            client.create_topic(ARCHIVED_TOPIC, 1, fetch_limit.archived_overrides(
+                durable, records * RECORD_BYTES))
             for b in batches:
                 client.produce(TOPIC, 0, b)
+                client.produce(ARCHIVED_TOPIC, 0, b)
+            say("http-fetch: waiting until the archived topic is shipped", enabled=show)
+            archived = fetch_limit.ship_archived(client, ARCHIVED_TOPIC)
             log = open_library_log(root / "library", durable)
             try:
                 for b in batches:
@@ -430,9 +444,12 @@ def run_http_fetch(
                     runs[LIBRARY].append(secs)
             finally:
                 log.close()
+            segments = sorted((srv.data_dir / "topics" / TOPIC / "0").glob("*.log"))
+            limits = fetch_limit.measure_limits(client, segments, TOPIC, records,
+                                                ARCHIVED_TOPIC, archived, repeat, show)
     results = {name: _figures(records, r) for name, r in runs.items()}
     say("http-fetch: done", enabled=show)
-    return _report(
+    return fetch_limit.merge_into(_report(
         "http-fetch", records, batch, repeat, durable, results,
         ("fetch_vs_library", FETCH_TARGET),
         "best of repeat runs; sequential read of every record from offset 0, batch records a "
@@ -440,7 +457,10 @@ def run_http_fetch(
         "library; http = Client.consume (pages of batch records from requests of up to "
         "10,000 records, the next request in flight while one is decoded; binary batches, "
         "checksums verified by the client); "
-        "library = read_range in process (checksums verified)")
+        "library = read_range in process (checksums verified); batches = "
+        "Client.fetch_batches (checksums verified, no record built) vs the loopback limit "
+        "(plain sendfile sender, plain recv_into receiver), alternating rounds, ratios = "
+        "median of the rounds' ratios"), limits)
 
 
 # ---- output ----------------------------------------------------------------------------------
@@ -459,6 +479,7 @@ def format_table(report: dict[str, Any]) -> str:
     for tname, t in report["targets"].items():
         lines.append(f"{tname}: ratio {t['ratio']:.2f} (target >= {t['min_ratio']:g}) "
                      f"{'met' if t['met'] else 'NOT MET'}")
+    lines.extend(fetch_limit.table_lines(report))
     lat = report.get("latency", {}).get("single_record_produce")
     if lat:
         for name, f in lat.items():
