@@ -92,6 +92,37 @@ def test_perf_produce_latency_json() -> None:
                         "catchup": r["p99_ratio_catchup_vs_off"] <= 1.3}
 
 
+def test_perf_produce_latency_rounds() -> None:
+    """``--rounds``: the three phases that many times in turn, each round's figures, and
+    the targets judged on the median of the rounds' p99 ratios; progress on stderr."""
+    proc = cli("perf", "produce-latency", "--json", "--appends", "40", "--backlog-mib", "2",
+               "--rounds", "3")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["rounds"] == 3 and [x["round"] for x in r["round_figures"]] == [1, 2, 3]
+    for x in r["round_figures"]:
+        assert set(x["phases"]) == {"off", "shipping", "shipping_and_catchup_reader"}
+        for p in x["phases"].values():
+            assert positive(*p.values()) and p["p50_ms"] <= p["p99_ms"]
+        off = x["phases"]["off"]["p99_ms"]
+        assert x["p99_ratio_shipping_vs_off"] == pytest.approx(
+            x["phases"]["shipping"]["p99_ms"] / off, rel=0.01, abs=0.002)
+        assert x["p99_ratio_catchup_vs_off"] == pytest.approx(
+            x["phases"]["shipping_and_catchup_reader"]["p99_ms"] / off, rel=0.01, abs=0.002)
+    for kind in ("shipping", "catchup"):
+        ratios = sorted(x[f"p99_ratio_{kind}_vs_off"] for x in r["round_figures"])
+        assert r[f"median_p99_ratio_{kind}_vs_off"] == ratios[1]
+        assert r[f"p99_ratio_{kind}_vs_off"] == ratios[1]  # the judged ratio is the median
+        assert r["met"][kind] == (ratios[1] <= r["targets"][kind])
+        assert positive(r[f"pooled_p99_ratio_{kind}_vs_off"])
+    assert r["catchup_records_read"] > 0
+    for i in (1, 2, 3):
+        assert f"round {i}/3: phase 3/3" in proc.stderr
+    assert "[perf]" not in proc.stdout
+    proc = cli("perf", "produce-latency", "--rounds", "0")
+    assert proc.returncode == 2 and "--rounds" in proc.stderr
+
+
 def test_perf_bad_arguments() -> None:
     proc = cli("perf", "ship", "--total-mib", "0")
     assert proc.returncode == 2 and "must be at least 1" in proc.stderr

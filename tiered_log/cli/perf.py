@@ -8,9 +8,9 @@
                                 [--durable] [--dir D] [--keep] [--single N (produce)]
     tiered-log perf ship|remote-read [--json] [--total-mib N] [--segment-mib N] [--repeat R]
                                 [--endpoint URL]
-    tiered-log perf produce-latency [--json] [--appends N] [--backlog-mib N]
+    tiered-log perf produce-latency [--json] [--appends N] [--backlog-mib N] [--rounds R]
                                 [--upload-bytes-per-sec N] [--fetch-bytes-per-sec N]
-                                [--copies-in-flight N] [--endpoint URL]
+                                [--copies-in-flight N] [--endpoint URL] [--replicated]
     tiered-log perf failover [--json] [--kills N] [--lease-ttl S] [--nodes N] [--dir D] [--keep]
     tiered-log perf replicated-latency [--json] [--records N] [--value-bytes B] [--rounds R]
                                 [--dir D] [--keep]
@@ -39,7 +39,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..perf.common import DEFAULT_BATCH, DEFAULT_RECORDS, DEFAULT_REPEAT
+from ..perf.common import (
+    DEFAULT_BATCH,
+    DEFAULT_LATENCY_ROUNDS,
+    DEFAULT_RECORDS,
+    DEFAULT_REPEAT,
+)
 from ..perf.http import DEFAULT_HTTP_RECORDS, DEFAULT_SINGLE
 from ..perf.spark import DEFAULT_SPARK_RECORDS
 from .registry import CommandGroup, UsageError, positive_int, progress_flag
@@ -196,6 +201,10 @@ def _latency_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--copies-in-flight", type=positive_int, default=2, metavar="N",
                    help="segment copies under way at once (remote_copies_in_flight) "
                         "(default: 2)")
+    p.add_argument("--rounds", type=positive_int, default=None, metavar="R",
+                   help=f"rounds of the three phases, in turn; the targets judge the median "
+                        f"of the rounds' p99 ratios (default: {DEFAULT_LATENCY_ROUNDS}; "
+                        "with --replicated: perf replicated-latency's --rounds)")
     p.add_argument("--replicated", action="store_true",
                    help="the replicated mode instead: produce over HTTP to a single node, "
                         "a 3-node cluster with acks=1 and with acks=all, alternated "
@@ -204,12 +213,17 @@ def _latency_args(p: argparse.ArgumentParser) -> None:
 
 
 def format_lines(report: dict[str, Any], indent: str = "") -> str:
-    """A report as ``key: value`` lines, nested dicts indented."""
+    """A report as ``key: value`` lines, nested dicts indented (a list of dicts as one
+    indented block each, ``key[i]:``)."""
     out = []
     for k, v in report.items():
         if isinstance(v, dict):
             out.append(f"{indent}{k}:")
             out.append(format_lines(v, indent + "  "))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, x in enumerate(v):
+                out.append(f"{indent}{k}[{i}]:")
+                out.append(format_lines(x, indent + "  "))
         else:
             out.append(f"{indent}{k}: {v}")
     return "\n".join(out)
@@ -247,7 +261,8 @@ def cmd_perf_produce_latency(args: argparse.Namespace) -> int:
     if args.replicated:
         from ..perf.cluster import format_latency, run_replicated_latency
 
-        report = run_replicated_latency(args.appends, progress=args.progress)
+        rounds = {} if args.rounds is None else {"rounds": args.rounds}
+        report = run_replicated_latency(args.appends, progress=args.progress, **rounds)
         print(json.dumps(report, indent=2) if args.json else format_latency(report))
         return 0
     from ..perf.remote import run_produce_latency
@@ -255,7 +270,9 @@ def cmd_perf_produce_latency(args: argparse.Namespace) -> int:
     return _print(run_produce_latency(args.appends, args.endpoint, args.backlog_mib,
                                       upload_bytes_per_sec=args.upload_bytes_per_sec,
                                       fetch_bytes_per_sec=args.fetch_bytes_per_sec,
-                                      copies_in_flight=args.copies_in_flight), args.json)
+                                      copies_in_flight=args.copies_in_flight,
+                                      rounds=args.rounds or DEFAULT_LATENCY_ROUNDS,
+                                      progress=args.progress), args.json)
 
 
 # ---- a cluster: failover, replicated-latency ---------------------------------------------------

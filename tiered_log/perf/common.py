@@ -25,6 +25,8 @@ DEFAULT_BATCH = 1000
 """Records per batch (append) and per page (read)."""
 DEFAULT_REPEAT = 3
 """Runs per system; the best one counts."""
+DEFAULT_LATENCY_ROUNDS = 5
+"""Rounds of ``perf produce-latency`` (each runs its three phases once)."""
 
 
 class Progress:
