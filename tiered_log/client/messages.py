@@ -24,7 +24,7 @@ import json
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import httpx
@@ -165,24 +165,31 @@ def encode_produce_body(records: Iterable[ProducerRecord | bytes | str]) -> byte
     clock. The offsets in the frames are 0, 1, ... (the server assigns the real ones);
     value sizes are checked by the server (against the topic's append threshold).
     InvalidArgumentError for records no log accepts (empty value, wrong types).
+
+    The encoder's own ``bytes``, not a copy: a second 1 MiB buffer a batch (and the
+    fresh pages the kernel faulted in for it every time) cost the client ~1 ms a batch.
     """
-    items: list[ProducerRecord | bytes] = []
-    for r in records:
-        if isinstance(r, bytes | ProducerRecord):
-            items.append(r)
-        elif isinstance(r, str):
-            try:
-                items.append(r.encode("utf-8"))
-            except UnicodeEncodeError:
-                raise E.InvalidArgumentError("a text value is not encodable as UTF-8") from None
-        elif isinstance(r, bytearray | memoryview):
-            items.append(bytes(r))
-        else:
-            raise E.InvalidArgumentError(
-                f"records must be ProducerRecord, bytes or str, not {type(r).__name__}")
+    items: list[ProducerRecord | bytes]
+    if isinstance(records, list) and records and set(map(type, records)) == {bytes}:
+        items = cast("list[ProducerRecord | bytes]", records)  # bare values: as they are
+    else:
+        items = []
+        for r in records:
+            if isinstance(r, bytes | ProducerRecord):
+                items.append(r)
+            elif isinstance(r, str):
+                try:
+                    items.append(r.encode("utf-8"))
+                except UnicodeEncodeError:
+                    raise E.InvalidArgumentError("a text value is not encodable as UTF-8") from None
+            elif isinstance(r, bytearray | memoryview):
+                items.append(bytes(r))
+            else:
+                raise E.InvalidArgumentError(
+                    f"records must be ProducerRecord, bytes or str, not {type(r).__name__}")
     if not items:
         raise E.InvalidArgumentError("a batch needs at least one record")
-    return bytes(encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES).data)
+    return bytes(encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES).data)  # bytes already
 
 
 def _fetch_headers(resp: httpx.Response) -> tuple[int, int, int, int]:

@@ -275,6 +275,7 @@ def receive_batches(
     append_threshold: int,
     *,
     max_records: int | None = None,
+    in_place: bool = False,
 ) -> EncodedBatch:
     """A client's batches (the binary produce request), checked whole, ready to append.
 
@@ -283,7 +284,10 @@ def receive_batches(
     bytes), its timestamps (below 2**62; a negative one means "the appending log's clock"),
     its headers and its attributes (no bit outside :data:`KNOWN_ATTRIBUTES`, none
     today). The batches' offsets are not checked against each other: the log
-    assigns new ones (:meth:`EncodedBatch.rebased`). ``buf`` is copied once.
+    assigns new ones (:meth:`EncodedBatch.rebased`). ``buf`` is copied once, unless
+    ``in_place`` and it is a ``bytearray``: then it becomes the returned batch's ``data``
+    as it is (the service's produce body, read into a buffer of its own; the caller hands
+    it over and must not touch it again, as the rebase rewrites it in place).
 
     Raises CorruptRecordError naming the first bad batch (index, byte position, offset),
     also when ``buf`` ends inside a batch or a batch has unknown attribute bits;
@@ -291,7 +295,7 @@ def receive_batches(
     an empty ``buf``, more than ``max_records`` records, an empty value or a timestamp
     past the 2**62 ms range.
     """
-    data = bytearray(buf)
+    data = buf if in_place and isinstance(buf, bytearray) else bytearray(buf)
     end = len(data)
     if end == 0:
         raise InvalidArgumentError("the body holds no record batches")

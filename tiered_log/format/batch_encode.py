@@ -14,6 +14,7 @@ not safe to mutate from two).
 
 from __future__ import annotations
 
+import struct
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
@@ -21,11 +22,12 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import cast
 
+from xxhash import xxh3_64
+
 from ..errors import InvalidArgumentError, RecordTooLargeError
 from .batch import (
     CHECKED_FROM,
     CHECKSUM_AT,
-    HEADER,
     HEADER_SIZE,
     MAGIC,
     MAX_BATCH_BYTES,
@@ -41,6 +43,11 @@ from .batch import (
     le_bytes,
     read_column,
 )
+
+_PREFIX = struct.Struct("<QIQ")
+"""The unchecked head of a batch's header: base offset, size, checksum (bytes 0-19)."""
+_CHECKED_HEAD = struct.Struct("<HHI")
+"""The rest of the header, under the checksum: magic, attributes, count (bytes 20-27)."""
 
 
 def validate_value(value: object, append_threshold: int) -> None:
@@ -97,7 +104,10 @@ class EncodedBatch:
             U64.pack_into(data, p, off)
             ts = read_column(mv, p + HEADER_SIZE, "q", n)
             if min(ts) < 0:
-                ts = array("q", [now_ms if t < 0 else t for t in ts])
+                if max(ts) < 0:  # every record takes the log's clock (what the clients send)
+                    ts = array("q", [now_ms]) * n
+                else:
+                    ts = array("q", [now_ms if t < 0 else t for t in ts])
                 mv[p + HEADER_SIZE : p + HEADER_SIZE + 8 * n] = le_bytes(ts)
             U64.pack_into(data, p + CHECKSUM_AT, h64(mv[p + CHECKED_FROM : p + b.size], off))
             out.append(batch_info(off, p, b.size, ts))
@@ -124,25 +134,19 @@ def _assemble(parts: list[bytes | bytearray | memoryview], off: int,
               timestamps: array[int], klens: array[int], vlens: array[int],
               hlens: array[int], payload: Sequence[bytes | memoryview], at: int,
               ) -> BatchInfo:
-    """Append one batch's pieces to ``parts`` (its header last patched by the caller via
-    :func:`_seal_batches`); return its info with ``position`` = ``at``."""
-    body = [le_bytes(timestamps), le_bytes(klens), le_bytes(vlens), le_bytes(hlens), *payload]
-    size = HEADER_SIZE + sum(map(len, body))
-    parts.append(HEADER.pack(off, size, 0, MAGIC, 0, len(timestamps)))
+    """Append one whole batch's pieces to ``parts``, its header and checksum included:
+    the checksum is computed over the pieces as they are (a streaming xxh3, the same
+    value as over the joined bytes), so the batches are joined once, into ``bytes``,
+    and never patched. Returns the batch's info with ``position`` = ``at``."""
+    body = [_CHECKED_HEAD.pack(MAGIC, 0, len(timestamps)), le_bytes(timestamps),
+            le_bytes(klens), le_bytes(vlens), le_bytes(hlens), *payload]
+    size = CHECKED_FROM + sum(map(len, body))
+    h = xxh3_64(seed=off)
+    for piece in body:
+        h.update(piece)
+    parts.append(_PREFIX.pack(off, size, h.intdigest()))
     parts.extend(body)
     return batch_info(off, at, size, timestamps)
-
-
-def _seal_batches(parts: list[bytes | bytearray | memoryview], infos: list[BatchInfo]) -> bytearray:
-    """Join ``parts`` and write every batch's checksum into it."""
-    data = bytearray().join(parts)
-    mv = memoryview(data)
-    for b in infos:
-        p = b.position
-        U64.pack_into(data, p + CHECKSUM_AT,
-                        h64(mv[p + CHECKED_FROM : p + b.size], b.base_offset))
-    mv.release()
-    return data
 
 
 def encode_batch(
@@ -238,7 +242,7 @@ def _encode_columns(base_offset: int, ts_col: array[int], kl: array[int], vl: ar
         infos.append(info)
         at += info.size
         i = j
-    return EncodedBatch(base_offset, _seal_batches(parts, infos), infos, len(values))
+    return EncodedBatch(base_offset, b"".join(parts), infos, len(values))
 
 
 def rebatch(records: Sequence[Record], max_batch_bytes: int = MAX_BATCH_BYTES) -> bytes:

@@ -4,7 +4,9 @@ Produce takes three bodies (see :data:`_PRODUCE_DOC`): a JSON batch, one raw
 ``application/octet-stream`` record streamed in, or a binary batch of record frames
 (``application/vnd.tiered-log.frames``, the stored frame layout: checksums verified,
 offsets reassigned, appended as one batch; the fast form the Python client uses; see
-:mod:`tiered_log.service.wire`). A JSON body must say so: ``application/json`` or
+:mod:`tiered_log.service.wire`; its body is read into one buffer that is verified,
+rebased and written as it is: :func:`~tiered_log.service.produce.receive_body`). A JSON
+body must say so: ``application/json`` or
 ``application/*+json``; any other type, or none, is 415 (a missing type is never read as
 JSON: a web page could send that cross-origin without a CORS preflight). The body is
 parsed and appended in one worker-thread call (:mod:`tiered_log.service.produce`); the
@@ -46,7 +48,14 @@ from ..deps import (
 from ..fetch import fetch_frames, fetch_records
 from ..longpoll import poll
 from ..openapi import errs
-from ..produce import Parse, one_record, parse_and_append, parse_batch, parse_frames
+from ..produce import (
+    Parse,
+    one_record,
+    parse_and_append,
+    parse_batch,
+    parse_frames,
+    receive_body,
+)
 from ..topics import PartitionLog
 from ..wire import (
     BINARY,
@@ -164,10 +173,10 @@ async def produce(
             raise InvalidRequestError("key and timestamp query parameters are for raw bodies; "
                                       "a batch carries its own")
         limit = manager.get(topic).meta.config.append_threshold
-        body = await read_body(request)
-        if not body:
+        frames = await receive_body(request)  # one buffer, verified and rebased in place
+        if not frames:
             raise InvalidRequestError("the body holds no record batches")
-        parse, args = parse_frames, (body, limit)
+        parse, args = parse_frames, (frames, limit)
     elif is_json(media):
         if key is not None or timestamp is not None:
             raise InvalidRequestError("key and timestamp query parameters are for raw bodies; "
