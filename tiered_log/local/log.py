@@ -55,7 +55,6 @@ LOCK_FILE = ".lock"
 """Held (flock) by the one open Log of a directory."""
 
 
-
 def now_ms() -> int:
     """Wall-clock milliseconds since the epoch."""
     return time.time_ns() // 1_000_000
@@ -285,14 +284,9 @@ class Log:
         if self._closed:
             raise LogClosedError(f"log {self.directory} is closed")
 
-    def append(
-        self,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        headers: Sequence[tuple[str, bytes | None]] = (),
-        timestamp: int | None = None,
-    ) -> int:
+    def append(self, value: bytes, *, key: bytes | None = None,
+               headers: Sequence[tuple[str, bytes | None]] = (),
+               timestamp: int | None = None) -> int:
         """Append one record; returns its offset."""
         try:
             hdrs = tuple(headers)
@@ -550,12 +544,8 @@ class Log:
             fsync_dir(self.directory)
             return infos
 
-    def retention_candidates(
-        self,
-        retention_ms: int | None,
-        retention_bytes: int | None,
-        now: int | None = None,
-    ) -> list[SegmentInfo]:
+    def retention_candidates(self, retention_ms: int | None, retention_bytes: int | None,
+                             now: int | None = None) -> list[SegmentInfo]:
         """Oldest sealed segments that time or size retention would remove, in order.
 
         Time: every record in the segment is older than ``retention_ms``. Bytes: while the
