@@ -96,6 +96,40 @@ def test_lagging_follower_is_proposed_for_removal_and_back_when_caught_up() -> N
     assert r.stale_followers() == set()
 
 
+def test_a_follower_out_of_the_isr_rejoins_only_by_fetching() -> None:
+    """A dead follower dropped from the ISR (by the controller) forgets its log end: when
+    its node comes back (maybe with an empty disk) it is not proposed for the ISR on
+    what it had before it died, only once a fetch shows it reached the HW again."""
+    leo, clock = [50], Clock()
+    r = leader(leo, clock)
+    r.record_fetch(2, 50)
+    r.record_fetch(3, 50)
+    assert r.high_watermark == 50
+    r.isr_committed({1, 2})  # 3 died: the controller dropped it
+    assert r.catching_up_followers() == set()  # not on its log end from before
+    assert [s["state"] for s in r.status() if s["node_id"] == 3] == ["offline"]
+    r.record_fetch(3, 0)  # back, empty
+    assert r.catching_up_followers() == set()
+    r.record_fetch(3, 50)
+    assert r.catching_up_followers() == {3}
+
+
+def test_an_isr_member_fetching_below_the_hw_is_dropped_at_once() -> None:
+    """An ISR member's log end is never below the HW unless it lost committed records
+    (its disk replaced within its lease): proposed for removal at its fetch, not after
+    the lag time."""
+    leo, clock = [50], Clock()
+    r = leader(leo, clock)
+    r.record_fetch(2, 50)
+    r.record_fetch(3, 50)
+    r.record_fetch(3, 0)
+    assert r.high_watermark == 50 and r.stale_followers() == {3}
+    r.isr_committed({1, 2})
+    r.record_fetch(3, 50)
+    r.isr_committed({1, 2, 3})
+    assert r.stale_followers() == set()
+
+
 def test_a_follower_that_never_fetches_leaves_after_the_lag_time() -> None:
     clock = Clock()
     r = leader([0], clock)

@@ -160,13 +160,46 @@ class ClusterNode:
 
     def start(self) -> ClusterNode:
         """Register (MetadataUnavailableError if etcd cannot be reached), campaign for
-        controller, and start applying the metadata."""
+        controller, and start applying the metadata. First, a node coming back waits
+        until it is out of the ISRs it shares (:meth:`_wait_out_of_isrs`)."""
+        self._wait_out_of_isrs()
         self.membership.start()
         self.election.start()
         self.controller.start()
         self.refresh()
         self._thread.start()
         return self
+
+    def _wait_out_of_isrs(self, poll_s: float = 0.2) -> None:
+        """A node that starts is a new incarnation: what its ISR memberships said of its
+        logs may no longer hold (its disk wiped or replaced, or restarted within its
+        lease, so the controller never saw it die). Before it registers, it waits until
+        it is in no ISR that has another live member (its previous registration's lease
+        ends, the controller drops it as dead); it then rejoins each ISR only by
+        fetching up to the high watermark, as Kafka fences a restarted broker's stale ISR
+        entries (KIP-903). Bounded by three lease TTLs and 5 s: then it registers
+        anyway, with a WARNING. An ISR it holds alone (an offline partition) is kept: it
+        is that partition's only clean leader."""
+        deadline = time.monotonic() + 3 * self.config.lease_ttl_s + 5
+        said = False
+        while True:
+            live = set(self.membership.live_nodes())
+            shared = sorted(f"{t}-{p}" for (t, p), (st, _rev) in self.metadata.partitions().items()
+                            if self.node_id in st.isr and (set(st.isr) - {self.node_id}) & live)
+            if not shared:
+                if said:
+                    log.info("node %d: out of every shared ISR; registering", self.node_id)
+                return
+            if time.monotonic() >= deadline:
+                log.warning("node %d: still in the ISR of %s; registering anyway",
+                            self.node_id, ", ".join(shared[:5]))
+                return
+            if not said:
+                log.info("node %d: in the ISR of %s from before this start: waiting for the "
+                         "controller to drop it (it rejoins by fetching)", self.node_id,
+                         ", ".join(shared[:5]))
+                said = True
+            time.sleep(poll_s)
 
     def close(self) -> None:
         """Resign every role, stop the threads, leave the cluster (lease revoked)."""

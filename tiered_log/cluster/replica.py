@@ -22,8 +22,11 @@ Invariants this keeps (the leader of ``leader_epoch`` is the only writer of its 
 - :meth:`stale_followers` proposes members whose fetches have not reached the leader's
   LEO for ``lag_time_max_ms`` (Kafka's ``replica.lag.time.max.ms``: a follower is caught
   up at a fetch that reaches the leader's LEO as it was then, or the LEO of its previous
-  fetch); :meth:`catching_up_followers` proposes non-members whose LEO reached the HW and
-  the start of the leader's epoch.
+  fetch), and at once a member that fetches below the HW (it lost committed records);
+  :meth:`catching_up_followers` proposes non-members whose LEO, as a fetch since they
+  left the ISR showed it, reached the HW and the start of the leader's epoch: a follower
+  leaving the ISR forgets its log end, so a node that comes back (perhaps with a new,
+  empty disk) rejoins only by fetching.
 - :meth:`resign` (leadership lost, or the log closed) fails every waiter with
   NotLeaderError: nothing is acknowledged after it.
 
@@ -66,6 +69,9 @@ class FollowerState:
     reset_ms: int = 0
     """When the leader last told it to restart its log at the remote end (a rebuild;
     0: never in this epoch)."""
+    lost_committed: bool = False
+    """As an ISR member it fetched below the high watermark: it lost committed records
+    (a wiped or replaced disk), so it must leave the ISR at once."""
 
 
 class LeaderReplication:
@@ -150,6 +156,8 @@ class LeaderReplication:
                 st.last_caught_up_ms = now
             elif fetch_offset >= st.last_fetch_leader_leo >= 0:
                 st.last_caught_up_ms = max(st.last_caught_up_ms, st.last_fetch_ms)
+            if replica_id in self._isr and fetch_offset < self._hw:
+                st.lost_committed = True  # see stale_followers
             if st.log_end_offset >= 0 and now > st.last_fetch_ms:
                 rate = max(0, fetch_offset - st.log_end_offset) * 1000 / (now - st.last_fetch_ms)
                 st.rate_offsets_s = 0.7 * st.rate_offsets_s + 0.3 * rate
@@ -231,12 +239,15 @@ class LeaderReplication:
     # ---- the ISR -------------------------------------------------------------------------------
 
     def stale_followers(self) -> set[int]:
-        """ISR members (not the leader) that have not caught up for ``lag_time_max_ms``:
-        the ISR shrink to propose to the metadata store."""
+        """ISR members (not the leader) that have not caught up for ``lag_time_max_ms``,
+        or that fetched below the high watermark (they lost committed records: a member
+        whose disk was replaced; an ISR member's log end is never below the HW
+        otherwise): the ISR shrink to propose to the metadata store."""
         now = self._clock()
         with self._cond:
             return {r for r in self._isr if r != self.leader_id
-                    and now - self._followers[r].last_caught_up_ms > self.lag_time_max_ms}
+                    and (self._followers[r].lost_committed
+                         or now - self._followers[r].last_caught_up_ms > self.lag_time_max_ms)}
 
     def catching_up_followers(self) -> set[int]:
         """Followers outside the ISR whose LEO reached the HW and the start of this
@@ -265,6 +276,15 @@ class LeaderReplication:
             for r in new - self._isr:
                 if r in self._followers:
                     self._followers[r].reset_ms = 0  # rebuilt: in sync again
+            for r in self._isr - new:
+                if r in self._followers:
+                    # Out of the ISR, it gets back in only by fetching up to the HW: what
+                    # it fetched before (a dead node's log end) says nothing of the log
+                    # it comes back with (its disk may be new).
+                    old = self._followers[r]
+                    self._followers[r] = FollowerState(last_caught_up_ms=old.last_caught_up_ms,
+                                                       last_fetch_ms=old.last_fetch_ms,
+                                                       reset_ms=old.reset_ms)
             self._isr = new
             self._adding = frozenset()
             self._advance_hw(leader_leo)
