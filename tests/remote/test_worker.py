@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ def fill(tlog: TieredLog, n: int) -> None:
     tlog.roll()
 
 
-def open_log(d: Path, storage: object, processes: int = 2) -> TieredLog:
+def open_log(d: Path, storage: object, processes: int = 1) -> TieredLog:
     return TieredLog(d, log_id="w-0", storage=storage, config=SMALL,  # type: ignore[arg-type]
                      tier=TierConfig(chunk_bytes=4096, worker_processes=processes),
                      start_shipper=False)
@@ -56,7 +58,7 @@ def test_copies_run_in_a_worker_and_ship_the_same_objects(tmp_path: Path) -> Non
         shipped = sorted(p.name for p in bucket.rglob("*") if p.is_file())
     finally:
         tlog.close()
-    worker = shared_worker(2)
+    worker = shared_worker(1)
     assert worker is not None
     pids = worker.pids()
     assert pids and os.getpid() not in pids  # the work ran elsewhere
@@ -118,3 +120,29 @@ def test_a_store_only_this_process_has_is_used_here(tmp_path: Path) -> None:
         assert tlog.tier_once() > 0 and tlog.read(0).value.startswith(b"v000000")
     finally:
         tlog.close()
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path: Path) -> None:
+    """The worker is a plain child process: it does not import the caller's script
+    again (as multiprocessing's spawn and forkserver would, running its top level)."""
+    script = tmp_path / "ship.py"
+    script.write_text(f"""
+from pathlib import Path
+from tiered_log import LogConfig, ProducerRecord
+from tiered_log.remote.fs import LocalDirStorage
+from tiered_log.remote.tier import TierConfig
+from tiered_log.tiered import TieredLog
+print("top level ran", flush=True)
+log = TieredLog(Path({str(tmp_path / 'log')!r}), log_id="s-0",
+                storage=LocalDirStorage({str(tmp_path / 'bucket')!r}),
+                config=LogConfig(segment_bytes=4096), tier=TierConfig(worker_processes=1),
+                start_shipper=False)
+log.append_batch([ProducerRecord(b"x" * 100) for _ in range(100)])
+log.roll()
+print("shipped", log.tier_once(), flush=True)
+log.close()
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("top level ran") == 1 and "shipped" in done.stdout

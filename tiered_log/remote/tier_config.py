@@ -37,7 +37,7 @@ class TierConfig:
     fetch_bytes_per_sec: int | None = None
     fetch_max_wait_ms: int = 5000  # a reader's wait for the bucket (remote/fetch_wait.py)
     copies_in_flight: int = 2
-    worker_processes: int = 2
+    worker_processes: int = 1
     """Worker processes that upload and scan segments off this process's interpreter
     (:mod:`~tiered_log.remote.worker`, shared by every log of the process); 0: on this
     process's threads."""

@@ -1,27 +1,35 @@
-"""The tier's heavy work in worker processes, off the producers' interpreter (issue 18).
+"""The tier's heavy work in a worker process, off the producers' interpreter (issue 18).
 
 A segment's copy has two heavy parts: uploading the store (boto3's request handling,
 checksums, multipart bookkeeping) and the scan that verifies every batch and cuts the
 store into chunks for the manifest. Run on threads of the process that appends, they
 take the GIL from the producers: a producer whose fsync returned waits for it, so an
-acknowledged append's p99 follows how busy shipping is. Here both run in a small pool
-of worker processes (:func:`shared_worker`, process-wide as the thread pools of
+acknowledged append's p99 follows how busy shipping is. Here both run in worker
+processes (:func:`shared_worker`, process-wide as the thread pools of
 :mod:`~tiered_log.remote.limits`): a worker reads the sealed segment file itself and
 uploads it through its own client of the same store; the log's process only waits
 (without the GIL) and keeps every decision: the copy journal, the leader's fence before
 the manifest is put (the commit point), rate limits, retries and cleanup stay where they
 were (:mod:`~tiered_log.remote.copy`).
 
-Only stores a worker can open again from plain arguments go there (a directory store and
-S3, :func:`spec_of`); any other (an in-memory store in tests) is used in-process as
-before. ``worker_processes`` 0 (:class:`~tiered_log.remote.tier_config.TierConfig`)
-turns the pool off.
+A worker is a plain child process running :func:`main` (not
+:mod:`multiprocessing`, which would import the caller's ``__main__`` script again in the
+child and run whatever it does at top level). It runs tasks on a few threads of its own.
+The channel is its stdin and stdout, frames of::
 
-Processes start with the ``forkserver`` method (``spawn`` where there is none): never a
-fork of a process with threads. A worker whose parent died finds its task pipe closed and
-exits; an upload it had under way may still complete after that (an object without its
-manifest: the restarted log's cleanup of the interrupted attempt, or the next rebuild,
-deletes it).
+    length   4 bytes, big-endian: the bytes of the pickle that follows
+    pickle   request:  (task id, task name, args)   task name "upload" or "scan"
+             answer:   (task id, ok, result or the exception raised)
+
+between this package's own processes only. Only stores a worker can open again from
+plain arguments go there (a directory store and S3, :func:`spec_of`); any other (the
+tests' in-memory store) is used in-process as before. ``worker_processes`` 0
+(:class:`~tiered_log.remote.tier_config.TierConfig`) turns the workers off.
+
+A worker whose parent died reads the end of its stdin and exits; an upload it had under
+way may still complete (an object without its manifest: the restarted log's cleanup of
+the interrupted attempt, or the next rebuild, deletes it). A worker that dies fails the
+tasks it had with a retriable RemoteStorageError; the next task starts a new one.
 
 Thread-safety: :func:`shared_worker` and :class:`TierWorker`'s methods may be called
 from any thread; each call blocks until its task is done.
@@ -29,16 +37,19 @@ from any thread; each call blocks until its task is done.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
-import multiprocessing
 import os
+import pickle
+import struct
+import subprocess
+import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..errors import RemoteStorageError
 from ..format.remote_index import RemoteLogIndexEntry
@@ -46,6 +57,11 @@ from .manifest import chunk_entries
 from .storage import RemoteStorage
 
 log = logging.getLogger(__name__)
+
+THREADS = 4
+"""Tasks one worker runs at once (a log has at most ``copies_in_flight`` copies of two
+tasks each under way)."""
+_LEN = struct.Struct(">I")
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,24 @@ def spec_of(storage: RemoteStorage) -> StorageSpec | None:
     return None
 
 
+def _write_frame(out: IO[bytes], obj: object) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_LEN.pack(len(data)) + data)
+    out.flush()
+
+
+def _read_frame(inp: IO[bytes]) -> Any:
+    """The next frame's object; None at the end of the stream."""
+    head = inp.read(_LEN.size)
+    if len(head) < _LEN.size:
+        return None
+    (n,) = _LEN.unpack(head)
+    data = inp.read(n)
+    if len(data) < n:
+        return None
+    return pickle.loads(data)
+
+
 # ---- in the worker process -----------------------------------------------------------------
 
 _stores: dict[StorageSpec, RemoteStorage] = {}
@@ -104,72 +138,158 @@ def _store(spec: StorageSpec) -> RemoteStorage:
 
 
 def _upload(spec: StorageSpec, key: str, path: str) -> int:
-    """Worker: put the file ``path`` at ``key``; its size."""
+    """Put the file ``path`` at ``key``; its size."""
     return _store(spec).put_file(key, path).size
 
 
 def _scan(path: str, size: int, base_offset: int, expected_next: int, object_key: str,
           chunk_bytes: int) -> list[RemoteLogIndexEntry]:
-    """Worker: :func:`~tiered_log.remote.manifest.chunk_entries`."""
     return chunk_entries(Path(path), size, base_offset, expected_next, object_key, chunk_bytes)
+
+
+_TASKS: dict[str, Any] = {"upload": _upload, "scan": _scan}
+
+
+def serve(inp: IO[bytes], out: IO[bytes]) -> None:
+    """The worker's loop: run each request on a thread, answer on ``out``; return at
+    the end of ``inp`` (the parent is gone or closed the channel)."""
+    write_lock = threading.Lock()
+
+    def run(task_id: int, name: str, args: tuple[Any, ...]) -> None:
+        try:
+            answer: tuple[Any, ...] = (task_id, True, _TASKS[name](*args))
+        except BaseException as exc:  # returned to the caller, raised there
+            answer = (task_id, False, exc)
+        with write_lock:
+            try:
+                _write_frame(out, answer)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                _write_frame(out, (task_id, False, RemoteStorageError(
+                    f"tier worker task {name} failed: {answer[2]!r} ({exc})")))
+
+    with ThreadPoolExecutor(THREADS, thread_name_prefix="tier-worker") as pool:
+        while (req := _read_frame(inp)) is not None:
+            pool.submit(run, *req)
 
 
 # ---- in the log's process ------------------------------------------------------------------
 
 
+class _Process:
+    """One worker process and the tasks it has under way."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from tiered_log.remote.worker import main; main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=None, close_fds=True)
+        self.pending: dict[int, Future[Any]] = {}
+        self.lock = threading.Lock()
+        self.dead: str | None = None
+        self.reader = threading.Thread(target=self._read, daemon=True,
+                                       name=f"tier-worker-{self.proc.pid}")
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            while (ans := _read_frame(self.proc.stdout)) is not None:
+                task_id, ok, value = ans
+                with self.lock:
+                    fut = self.pending.pop(task_id, None)
+                if fut is not None:
+                    if ok:
+                        fut.set_result(value)
+                    else:
+                        fut.set_exception(value)
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
+            log.warning("tier worker %d: channel broken: %s", self.proc.pid, exc)
+        self._fail("the tier worker process ended")
+
+    def _fail(self, why: str) -> None:
+        with self.lock:
+            self.dead = why
+            pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            fut.set_exception(RemoteStorageError(f"{why} (pid {self.proc.pid}, exit "
+                                                 f"{self.proc.poll()})", retriable=True))
+
+    def submit(self, task_id: int, name: str, args: tuple[Any, ...]) -> Future[Any]:
+        fut: Future[Any] = Future()
+        with self.lock:
+            if self.dead is not None:
+                raise RemoteStorageError(self.dead, retriable=True)
+            self.pending[task_id] = fut
+            try:
+                assert self.proc.stdin is not None
+                _write_frame(self.proc.stdin, (task_id, name, args))
+            except (OSError, ValueError) as exc:
+                self.pending.pop(task_id, None)
+                self.dead = f"the tier worker process is gone ({exc})"
+                raise RemoteStorageError(self.dead, retriable=True) from None
+        return fut
+
+    def close(self) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # the worker finishes what it has, then exits
+        except OSError:
+            pass
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(5)
+
+
 class TierWorker:
-    """A pool of ``processes`` worker processes (started on first use) running the
-    copy's upload and scan; see the module docstring."""
+    """``processes`` worker processes (started on first use, again after one dies),
+    tasks spread over them in turn; see the module docstring."""
 
     def __init__(self, processes: int) -> None:
         if processes < 1:
-            raise ValueError("a worker pool needs at least one process")
+            raise ValueError("a tier worker pool needs at least one process")
         self.processes = processes
         self._lock = threading.Lock()
-        self._pool: ProcessPoolExecutor | None = None
+        self._procs: list[_Process | None] = [None] * processes
+        self._ids = itertools.count()
+        self._turn = itertools.count()
 
-    def _executor(self) -> ProcessPoolExecutor:
+    def _run(self, name: str, *args: Any) -> Any:
+        task_id = next(self._ids)
         with self._lock:
-            if self._pool is None:
-                methods = multiprocessing.get_all_start_methods()
-                ctx = multiprocessing.get_context(
-                    "forkserver" if "forkserver" in methods else "spawn")
-                self._pool = ProcessPoolExecutor(self.processes, mp_context=ctx)
-            return self._pool
-
-    def _run(self, fn: Any, *args: Any) -> Any:
-        try:
-            return self._executor().submit(fn, *args).result()
-        except BrokenProcessPool as exc:  # a worker died (killed, out of memory): a new pool
-            with self._lock:
-                self._pool = None
-            raise RemoteStorageError(f"a tier worker process died: {exc}",
-                                     retriable=True) from None
+            i = next(self._turn) % self.processes
+            p = self._procs[i]
+            if p is None or p.dead is not None:
+                p = self._procs[i] = _Process()
+        return p.submit(task_id, name, args).result()
 
     def upload(self, spec: StorageSpec, key: str, path: Path) -> int:
         """Put the file ``path`` at ``key`` of the store ``spec`` names, in a worker;
         returns its size. The store's errors as it raises them."""
-        return int(self._run(_upload, spec, key, str(path)))
+        return int(self._run("upload", spec, key, str(path)))
 
     def scan(self, path: Path, size: int, base_offset: int, expected_next: int,
              object_key: str, chunk_bytes: int) -> list[RemoteLogIndexEntry]:
         """:func:`~tiered_log.remote.manifest.chunk_entries` in a worker (it verifies
         every batch: CorruptRecordError if the store is damaged)."""
-        got: list[RemoteLogIndexEntry] = self._run(_scan, str(path), size, base_offset,
+        got: list[RemoteLogIndexEntry] = self._run("scan", str(path), size, base_offset,
                                                    expected_next, object_key, chunk_bytes)
         return got
 
     def pids(self) -> list[int]:
         """The pids of the worker processes running now (none before first use)."""
         with self._lock:
-            procs = getattr(self._pool, "_processes", None) or {}
-            return sorted(p.pid for p in procs.values() if p.pid is not None)
+            return sorted(p.proc.pid for p in self._procs if p is not None and p.dead is None)
 
     def close(self) -> None:
+        """Stop the workers (each finishes the tasks it has first)."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            procs, self._procs = self._procs, [None] * self.processes
+        for p in procs:
+            if p is not None:
+                p.close()
 
 
 _workers: dict[int, TierWorker] = {}
@@ -187,4 +307,12 @@ def shared_worker(processes: int) -> TierWorker | None:
         return w
 
 
-__all__ = ["StorageSpec", "TierWorker", "shared_worker", "spec_of"]
+def main() -> None:
+    """A worker process's entry point: serve tasks on stdin/stdout until stdin ends. Nothing else may write to stdout: prints and logs go to stderr."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    serve(inp, out)
+
+
+__all__ = ["StorageSpec", "TierWorker", "serve", "shared_worker", "spec_of"]
