@@ -34,7 +34,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .bounds import PartitionBounds
 from .errors import (
@@ -48,8 +48,9 @@ from .errors import (
 )
 from .format import naming
 from .format.records import EncodedBatch, FetchData, ProducerRecord, Record
-from .local.batch_read import read_batches as read_local_batches
+from .local.batch_read import walk_batches as walk_local_batches
 from .local.log import Log, LogConfig, now_ms
+from .local.ranges import BytesPage, FetchRanges, Page, RangesPage
 from .local.segment import SegmentInfo
 from .remote.storage import RemoteStorage
 from .remote.tier import RemoteTier, TierConfig, TierLimits
@@ -58,6 +59,7 @@ from .shipper import Shipper
 from .tiered_report import LogReportMixin
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 TieredBounds = PartitionBounds
@@ -301,18 +303,37 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         stored batch at ``offset`` is damaged (a page stops before damage further on);
         the remote tier's errors below the local start. Blocks on disk and the bucket;
         any thread, no lock (as :meth:`read_range`)."""
+        return self._read_batches(offset, max_records, max_bytes, upto, BytesPage)
+
+    def read_batch_ranges(self, offset: int, max_records: int = 500,
+                          max_bytes: int = 1 << 20, *, upto: int | None = None) -> FetchRanges:
+        """:meth:`read_batches`'s other result form: the same read (same walk, checks,
+        limits and errors) answering *where* the batches lie instead of their bytes, for
+        a sender that moves them from the files to a socket (``sendfile``): a
+        :class:`~tiered_log.local.ranges.FetchRanges` of ranges of the segment files
+        and, below the local start, of the chunk cache's files (a chunk not on disk yet
+        is a ``bytes`` part, fetched as for :meth:`read_batches`). The checks read the
+        page cache where the data lies (mapped), not a copy. It holds the files open:
+        :meth:`~tiered_log.local.ranges.FetchRanges.close` it once sent. Any thread."""
+        return self._read_batches(offset, max_records, max_bytes, upto, RangesPage)
+
+    def _read_batches(self, offset: int, max_records: int, max_bytes: int, upto: int | None,
+                      page: Callable[[int], Page[R]]) -> R:
+        """The batch read of :meth:`read_batches`, its result in the form of the page
+        ``page(offset)`` makes."""
         self._check_read(offset, max_records, max_bytes)
         for _ in range(3):  # the bounds may move under the read: look again
             start, nxt = self.log_start_offset, self.next_offset
             if offset < start or offset > nxt:
                 break
             if offset == nxt or (upto is not None and self._at_cap(offset, upto)):
-                return FetchData(b"", offset, offset)
+                return page(offset).result(offset)
             try:
                 if offset >= self._local.log_start_offset or self._remote is None:
-                    return read_local_batches(self._local.segment_for, offset, max_records,
-                                              max_bytes, upto)
-                return self.read_remote_batches(offset, max_records, max_bytes, upto=upto)
+                    return walk_local_batches(self._local.segment_for, offset, max_records,
+                                              max_bytes, upto, page(offset))
+                return self._walk_remote_batches(offset, max_records, max_bytes, upto,
+                                                  page(offset))
             except CorruptRangeError:
                 raise  # damaged where the read starts: no other tier has it
             except (OffsetOutOfRangeError, DataLossError):
@@ -334,10 +355,20 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         OffsetOutOfRangeError below the log start; DataLossError at or above the local
         start (read those from the local segments) or where no tier holds ``offset``."""
         self._check_read(offset, max_records, max_bytes)
+        return self._walk_remote_batches(offset, max_records, max_bytes, upto, BytesPage(offset))
+
+    def _walk_remote_batches(self, offset: int, max_records: int, max_bytes: int,
+                             upto: int | None, page: Page[R]) -> R:
         local_start = self._local.log_start_offset
         if offset >= local_start:
+            page.close()
             raise DataLossError(f"offset {offset} is not below the local start {local_start}")
-        return self._archive_of(offset).read_batches(offset, max_records, max_bytes, upto)
+        try:
+            archive = self._archive_of(offset)
+        except BaseException:
+            page.close()
+            raise
+        return archive.walk_batches(offset, max_records, max_bytes, upto, page)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset whose timestamp is >= ``timestamp`` in either tier, or None."""

@@ -10,6 +10,12 @@ headers to honour ``max_records``/``max_bytes``, checking each batch's checksum 
 xxh3 pass, no decode). As in Kafka, a page is made of whole batches: its first batch may
 begin before the asked offset and its last may run past ``max_records``.
 
+One walk, two result forms (:mod:`tiered_log.local.ranges`): the page it fills decides
+whether the checked bytes are returned (:class:`~tiered_log.local.ranges.BytesPage`, a
+``FetchData``) or where they lie (:class:`~tiered_log.local.ranges.RangesPage`, a
+``FetchRanges`` of the segment files' ranges, checked through mappings of the page
+cache rather than read into memory).
+
 Damage: nothing damaged is served. A page stops before a batch that fails its checksum
 (the batches before it are returned; the page's ``next_offset`` is the damaged batch's);
 a read that starts in a damaged batch raises :class:`~tiered_log.errors.CorruptRangeError`
@@ -26,16 +32,19 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 import xxhash
 
 from ..errors import CorruptIndexError, CorruptRangeError, CorruptRecordError, OffsetOutOfRangeError
 from ..format.records import CHECKED_FROM, HEADER, HEADER_SIZE, FetchData, batch_header
+from .ranges import BytesPage, Page, Reader
 from .segment import Segment
 
 log = logging.getLogger(__name__)
 
 _h64 = xxhash.xxh3_64_intdigest
+R = TypeVar("R")
 _reported: set[tuple[str, int]] = set()
 _reported_lock = threading.Lock()
 
@@ -56,36 +65,47 @@ def read_batches(segment_for: Callable[[int], Segment], offset: int, max_records
     at or past it is taken, not even the first (batches are whole: one straddling ``end``
     ends the page before it, possibly empty). The walk stops there; nothing past it is
     read for the page's sake."""
-    parts: list[bytes | memoryview] = []
-    total = 0
+    return walk_batches(segment_for, offset, max_records, max_bytes, end, BytesPage(offset))
+
+
+def walk_batches(segment_for: Callable[[int], Segment], offset: int, max_records: int,
+                 max_bytes: int, end: int | None, page: Page[R]) -> R:
+    """:func:`read_batches` into ``page``, which decides the result's form (see the
+    module docstring); the same walk, limits and errors."""
     cur = offset
-    while cur - offset < max_records and total < max_bytes and (end is None or cur < end):
-        try:
-            seg = segment_for(cur)
-        except OffsetOutOfRangeError:
-            if not parts:
-                raise
-            break
-        size = seg.size  # complete batches only: size grows after a write completes
-        try:
-            pos, base = _position_of(seg, cur)
-        except CorruptRangeError:
-            if not parts:
-                raise
-            break  # serve what came before the damage
-        if pos >= size:
-            break
-        buf, taken, nxt = _take_batches(seg, pos, size, base, offset + max_records - base,
-                                        max_bytes - total, not parts, end)
-        if taken == 0:
-            break
-        parts.append(buf if taken == len(buf) else memoryview(buf)[:taken])  # no copy
-        total += taken
-        cur = nxt
-        if pos + taken < size:
-            break  # a limit was reached inside this segment
-    data: bytes | memoryview = parts[0] if len(parts) == 1 else b"".join(parts)
-    return FetchData(data, offset, cur)
+    try:
+        while cur - offset < max_records and page.size < max_bytes and (end is None or cur < end):
+            first = not page.size
+            try:
+                seg = segment_for(cur)
+            except OffsetOutOfRangeError:
+                if first:
+                    raise
+                break
+            fd = seg.read_fd()
+            read = page.reader(fd, seg.cut_guard)  # before size and index: see the page
+            size = seg.size  # complete batches only: size grows after a write completes
+            try:
+                pos, base = _position_of(seg, cur)
+            except CorruptRangeError:
+                if first:
+                    raise
+                break  # serve what came before the damage
+            if pos >= size:
+                break
+            buf, taken, nxt = _take_batches(seg, read, pos, size, base,
+                                            offset + max_records - base,
+                                            max_bytes - page.size, first, end)
+            if taken == 0:
+                break
+            page.add(fd, pos, buf, 0, taken)
+            cur = nxt
+            if pos + taken < size:
+                break  # a limit was reached inside this segment
+    except BaseException:
+        page.close()
+        raise
+    return page.result(cur)
 
 
 def _damaged(seg: Segment, pos: int, offset: int, what: str) -> CorruptRangeError:
@@ -124,7 +144,7 @@ def _position_of(seg: Segment, offset: int) -> tuple[int, int]:
     return seg.position_of(offset)
 
 
-def _intact(buf: bytes, at: int, size: int, base: int) -> bool:
+def _intact(buf: bytes | memoryview, at: int, size: int, base: int) -> bool:
     """Whether the batch at ``buf[at:at+size]`` (base offset ``base``) matches its
     checksum: one xxh3 pass, covering every byte but the base offset (the seed) and the
     size (a wrong size hashes the wrong bytes)."""
@@ -132,13 +152,15 @@ def _intact(buf: bytes, at: int, size: int, base: int) -> bool:
                 == HEADER.unpack_from(buf, at)[2])
 
 
-def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, budget: int,
-                  first: bool, upto: int | None = None) -> tuple[bytes, int, int]:
+def _take_batches(seg: Segment, read: Reader, pos: int, end: int, base: int, records: int,
+                  budget: int, first: bool,
+                  upto: int | None = None) -> tuple[bytes | memoryview, int, int]:
     """Read whole batches of ``seg`` from byte ``pos`` (the batch at offset ``base``)
     until they hold ``records`` records from ``base`` or take ``budget`` bytes (the first
     batch always, when ``first``), and never one holding an offset at or past ``upto``
-    (not even the first: then nothing is taken). Returns the bytes read, how many of them
-    are batches taken, and the offset after the last one taken.
+    (not even the first: then nothing is taken). ``read(position, length)`` reads the
+    segment's store. Returns the bytes read, how many of them are batches taken, and the
+    offset after the last one taken.
 
     Reads about what the page needs: a first guess from the segment's mean record size
     (plus slack), grown when it falls short, never past ``budget`` (except for a first
@@ -153,7 +175,7 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
         records = min(records, upto - base)
     checked = 0  # bytes from ``pos`` already verified (a re-read holds the same batches)
     while True:
-        buf = seg.read_bytes(pos, guess)
+        buf = read(pos, guess)
         walked, nxt, short, capped = 0, base, False, False
         while nxt - base < records and walked < budget:
             if walked + HEADER_SIZE > len(buf):
@@ -175,7 +197,7 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
                 break
             if walked >= checked and not _intact(buf, walked, size, off):
                 if walked == 0 and first:
-                    return _first_batch_again(seg, pos, end, base)
+                    return _first_batch_again(seg, read, pos, end, base)
                 break  # serve the batches before it; a read from it gets the error
             walked += size
             checked = max(checked, walked)
@@ -188,15 +210,16 @@ def _take_batches(seg: Segment, pos: int, end: int, base: int, records: int, bud
             if len(buf) < HEADER_SIZE:
                 raise CorruptRecordError(f"truncated batch at byte {pos} of {seg.store_path.name}")
             # The first batch is larger than the budget: take it whole on its own.
-            return _first_batch_again(seg, pos, end, base)
+            return _first_batch_again(seg, read, pos, end, base)
         return buf, walked, nxt
 
 
-def _first_batch_again(seg: Segment, pos: int, end: int, base: int) -> tuple[bytes, int, int]:
+def _first_batch_again(seg: Segment, read: Reader, pos: int, end: int,
+                       base: int) -> tuple[bytes | memoryview, int, int]:
     """The first batch of a page on its own (read again, whole): the batch at byte ``pos``
     holding offset ``base``, verified; CorruptRangeError if it does not verify."""
     off, size, n = batch_header(seg.read_bytes(pos, HEADER_SIZE))
-    whole = seg.read_bytes(pos, size) if size >= HEADER_SIZE and pos + size <= end else b""
+    whole = read(pos, size) if size >= HEADER_SIZE and pos + size <= end else b""
     where = f"the stored batch at byte {pos} of segment {seg.store_path.name}"
     if off != base or len(whole) != size:
         raise _damaged(seg, pos, base, f"{where} has a damaged header")
@@ -205,4 +228,4 @@ def _first_batch_again(seg: Segment, pos: int, end: int, base: int) -> tuple[byt
     return whole, size, off + n
 
 
-__all__ = ["read_batches"]
+__all__ = ["read_batches", "walk_batches"]

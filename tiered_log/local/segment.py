@@ -20,6 +20,9 @@ re-exported here for their importers).
 Thread-safety: one writer at a time (the owning :class:`~tiered_log.local.log.Log` holds
 its lock around append, seal, truncate); any number of concurrent readers, which use
 ``os.pread`` on their own descriptor and take no lock, so reads never block appends.
+Readers that map the store to check it (:class:`~tiered_log.local.ranges.MappedReader`)
+hold :attr:`Segment.cut_guard`; a truncation waits for them before the store shrinks,
+and they wait for a truncation under way.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from ..format.index import (
     SegmentIndex,
 )
 from .files import ReadFd, fsync_dir, write_atomic
+from .ranges import CutGuard
 from .segment_index import IndexCache, build_index, index_batches
 
 log = logging.getLogger(__name__)
@@ -107,6 +111,7 @@ class Segment:
         self.created_ms = 0  # wall clock of the first append (0 = empty), for segment_ms
         self.index_rebuilds = 0  # times rebuild_index ran (reported by the log's recovery)
         self._damage_logged = False  # a read met damage and logged it
+        self.cut_guard = CutGuard()  # a truncation waits for readers that map the store
         # Active-segment state (None once sealed).
         self._index: SegmentIndex | None = None
         self._wfd: int | None = None
@@ -348,19 +353,21 @@ class Segment:
             self._wfd = None
         for p in (self.index_path, self.timeindex_path):
             p.unlink(missing_ok=True)
-        self._apply_cut(pos, again)
-        data = self.store_path.read_bytes()
-        idx, end, max_ts, max_rel, _ = build_index(data, self.base_offset, self.index_interval_bytes)
-        self._index = idx
-        self.sealed = False
-        self.size = end
-        self.next_offset = offset
-        self.max_timestamp = max_ts
-        self._max_ts_rel = max_rel
-        self._since_index = end - (idx.positions[-1] if len(idx.positions) else 0)
-        if end == 0:
-            self.created_ms = 0
-        self._open_active(truncate=False)  # the store was fsynced by _apply_cut
+        with self.cut_guard.cutting():  # no reader maps the store, or sees it half cut
+            self._apply_cut(pos, again)
+            data = self.store_path.read_bytes()
+            idx, end, max_ts, max_rel, _ = build_index(data, self.base_offset,
+                                                       self.index_interval_bytes)
+            self._index = idx
+            self.sealed = False
+            self.size = end
+            self.next_offset = offset
+            self.max_timestamp = max_ts
+            self._max_ts_rel = max_rel
+            self._since_index = end - (idx.positions[-1] if len(idx.positions) else 0)
+            if end == 0:
+                self.created_ms = 0
+            self._open_active(truncate=False)  # the store was fsynced by _apply_cut
 
     @property
     def _cut_path(self) -> Path:
@@ -518,6 +525,11 @@ class Segment:
     def read_bytes(self, position: int, length: int) -> bytes:
         """Raw bytes of the store (any thread)."""
         return self._reader()[1].pread(length, position)
+
+    def read_fd(self) -> ReadFd:
+        """The store's read descriptor: held, it stays readable after the segment is
+        deleted (any thread)."""
+        return self._reader()[1]
 
     def offset_for_timestamp(self, ts: int) -> int | None:
         """First offset in this segment whose timestamp is >= ``ts``, or None."""

@@ -12,6 +12,10 @@ written are kept even past the bound): readers get it from there at once.
 discarded meanwhile (a damaged chunk never stays on disk). A catch-up reader therefore
 never waits for the cache's disk writes, nor reads back a chunk just written.
 
+A reader that sends a chunk from its file (:meth:`ChunkCache.open_file`) holds it open:
+an eviction (an unlink) or a rewrite (a rename over it) leaves the bytes it holds as
+they were; files are never shrunk in place.
+
 Thread-safety: all methods are safe from any thread (a lock guards the LRU map; file
 writes go to unique temp names first).
 """
@@ -26,6 +30,8 @@ from pathlib import Path
 
 import xxhash
 
+from ..local.files import ReadFd
+
 
 class ChunkCache:
     """See the module docstring."""
@@ -39,7 +45,9 @@ class ChunkCache:
         self._bytes = 0
         self._fresh: OrderedDict[str, bytes] = OrderedDict()  # held, not read yet
         self._fresh_bytes = 0
-        self._pending: set[str] = set()  # held, file not written yet, not discarded
+        # Held and not written yet (not discarded): how many writes of each are due
+        # (two fetches of one chunk may both hold it; the file is good after either).
+        self._pending: dict[str, int] = {}
         self.hits = 0
         self.misses = 0
         directory.mkdir(parents=True, exist_ok=True)
@@ -88,6 +96,26 @@ class ChunkCache:
             self.hits += 1
         return data
 
+    def open_file(self, key: str, position: int, length: int) -> ReadFd | None:
+        """The chunk's file, opened (held, it stays readable after an eviction), when it
+        is on disk with the right length; None when it is not (only in memory, being
+        written, or not cached: read it with :meth:`get`). Counts a hit when found."""
+        name = self._name(key, position, length)
+        with self._lock:
+            if name not in self._lru or name in self._pending:
+                return None
+            self._lru.move_to_end(name)
+        try:
+            fd = ReadFd(self.directory / name)
+        except OSError:
+            return None
+        if os.fstat(fd.fd).st_size != length:
+            self.discard(key, position, length)
+            return None
+        with self._lock:
+            self.hits += 1
+        return fd
+
     def contains(self, key: str, position: int, length: int) -> bool:
         name = self._name(key, position, length)
         return name in self._lru or name in self._fresh
@@ -98,7 +126,7 @@ class ChunkCache:
         name = self._name(key, position, len(data))
         with self._lock:
             self._take_fresh(name)
-            self._pending.add(name)
+            self._pending[name] = self._pending.get(name, 0) + 1
             if len(data) <= self.memory_bytes:
                 self._fresh[name] = data
                 self._fresh_bytes += len(data)
@@ -142,7 +170,12 @@ class ChunkCache:
             if held and name not in self._pending:
                 ok = False  # discarded while being written: it must not stay
                 path.unlink(missing_ok=True)
-            self._pending.discard(name)
+            elif held:
+                left = self._pending[name] - 1
+                if left:
+                    self._pending[name] = left
+                else:
+                    del self._pending[name]
             if ok:
                 old = self._lru.pop(name, None)
                 if old is not None:
@@ -166,7 +199,7 @@ class ChunkCache:
             if size is not None:
                 self._bytes -= size
             self._take_fresh(name)
-            self._pending.discard(name)
+            self._pending.pop(name, None)
         (self.directory / name).unlink(missing_ok=True)
 
     def _evict(self) -> None:

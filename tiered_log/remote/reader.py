@@ -9,7 +9,10 @@ RemoteCorruptionError and is dropped from the cache. Fetches wait for the fetch 
 (a node's, :class:`~tiered_log.remote.limits.TierLimits`), and a reader waits for its
 fetch at most ``fetch_max_wait_ms`` (:mod:`~tiered_log.remote.fetch_wait`). Two read
 forms: decoded :class:`~tiered_log.format.records.Record` lists (:meth:`RemoteReader.read_range`)
-and the stored batches as they are, for a binary fetch (:meth:`RemoteReader.read_batches`).
+and the stored batches as they are, for a binary fetch (:meth:`RemoteReader.read_batches`);
+the latter's walk (:meth:`RemoteReader.walk_batches`) also says where the batches lie
+instead (a :class:`~tiered_log.local.ranges.RangesPage`: the chunk cache's files, checked
+where they lie in the page cache; a chunk not on disk yet comes from memory).
 A page stops before a hole or damage; a read starting there gets the error.
 
 Thread-safety: reads are lock-free and may run from any thread (fetches run on the
@@ -21,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import (
     CorruptRecordError,
@@ -33,9 +36,13 @@ from ..errors import (
 from ..format import naming
 from ..format.records import FetchData, Record, batch_header, batch_table, decode_records, rebatch
 from ..format.remote_index import RemoteLogIndexEntry
+from ..local.files import ReadFd
+from ..local.ranges import BytesPage, Page
 from .cache import ChunkCache
 from .limits import RateLimiter
 from .state import TierState
+
+R = TypeVar("R")
 
 
 class RemoteReader:
@@ -209,7 +216,6 @@ class RemoteReader:
         """
         data = self.cache.get(entry.object_key, entry.position, entry.data_length)
         ahead = self._window(entry)
-        window = self._prefetch_window
         if data is None:
             futs = self._schedule([entry, *ahead])
             fut = futs.get((entry.object_key, entry.position))
@@ -226,19 +232,47 @@ class RemoteReader:
                                         entry.position + entry.data_length)
                 self.st.stats.remote_fetch_bytes += len(blob)
                 data = blob
-        elif ahead and self._covered(ahead) < window // 2:
-            # Top the window up only once half of it is consumed: then the uncached tail
-            # goes out as a few requests of up to fetch_bytes, not one small request per
-            # chunk read (on stores that read the whole object per ranged GET, as moto's
-            # server does, many small requests cost far more than few large ones).
+        else:
+            self._top_up(ahead)
+        self._check_start(entry, data)
+        return data
+
+    def _top_up(self, ahead: list[RemoteLogIndexEntry]) -> None:
+        """Prefetch ``ahead`` of a cached chunk read, only once half the window is
+        consumed: then the uncached tail goes out as a few requests of up to fetch_bytes,
+        not one small request per chunk read (on stores that read the whole object per
+        ranged GET, as moto's server does, many small requests cost far more than few
+        large ones)."""
+        if ahead and self._covered(ahead) < self._prefetch_window // 2:
             self._schedule(ahead)
+
+    def _check_start(self, entry: RemoteLogIndexEntry, data: bytes | memoryview) -> None:
+        """RemoteCorruptionError (the chunk dropped from the cache) unless ``data``
+        starts with the batch the index entry names."""
         if len(data) >= 20 and batch_header(data)[0] != entry.first_offset:
             self.cache.discard(entry.object_key, entry.position, entry.data_length)
             raise RemoteCorruptionError(
                 f"chunk at {entry.position} of {entry.object_key} does not start at offset "
                 f"{entry.first_offset}"
             )
-        return data
+
+    def _chunk_place(self, entry: RemoteLogIndexEntry,
+                     page: Page[Any]) -> tuple[ReadFd | None, bytes | memoryview]:
+        """The bytes of one chunk for ``page``: from its cache file, read through the
+        page's reader (``(file, view)``), when the page wants files and the file is on
+        disk; else :meth:`_chunk`'s bytes (``(None, bytes)``)."""
+        if page.wants_files:
+            fd = self.cache.open_file(entry.object_key, entry.position, entry.data_length)
+            if fd is not None:
+                try:
+                    data = page.reader(fd)(0, entry.data_length)
+                except OSError:  # unreadable cache file: drop it, fetch the chunk again
+                    self.cache.discard(entry.object_key, entry.position, entry.data_length)
+                else:
+                    self._top_up(self._window(entry))
+                    self._check_start(entry, data)
+                    return fd, data
+        return None, self._chunk(entry)
 
     def _remote_end_above(self, offset: int) -> int:
         """The remote end, if ``offset`` is in the remote tier; else DataLossError."""
@@ -249,11 +283,14 @@ class RemoteReader:
             )
         return end
 
-    def _chunks_from(self, offset: int) -> Iterator[tuple[RemoteLogIndexEntry, bytes]]:
+    def _chunks_from(self, offset: int, page: Page[Any] | None = None,
+                     ) -> Iterator[tuple[RemoteLogIndexEntry, ReadFd | None, bytes | memoryview]]:
         """The chunk holding ``offset`` and the ones after it, in order, each with its
-        bytes (fetched when the caller gets to it). A hole in the remote index or a chunk
-        that cannot be had ends the chunks after the first; at the first, it raises (see
-        :meth:`_hole`), so a page stops before damage and the next read names it."""
+        bytes (fetched when the caller gets to it; for a ``page`` that wants files, from
+        the cache file where there is one, with that file: see :meth:`_chunk_place`). A
+        hole in the remote index or a chunk that cannot be had ends the chunks after the
+        first; at the first, it raises (see :meth:`_hole`), so a page stops before damage
+        and the next read names it."""
         expect = offset
         for entry in self.st.index.entries_from(offset):
             if entry.last_offset < expect:
@@ -263,12 +300,13 @@ class RemoteReader:
                     return  # a page stops before a hole; a read starting there gets the error
                 raise self._hole(expect)
             try:
-                data = self._chunk(entry)
+                fd, data = (None, self._chunk(entry)) if page is None else self._chunk_place(
+                    entry, page)
             except RemoteStorageError:
                 if expect > offset:
                     return  # likewise before a chunk that cannot be fetched or is damaged
                 raise
-            yield entry, data
+            yield entry, fd, data
             expect = entry.last_offset + 1
         if offset == expect < self.st.remote_end:
             raise self._hole(expect)
@@ -301,7 +339,7 @@ class RemoteReader:
         end = self._remote_end_above(offset)
         out: list[Record] = []
         budget = max_bytes
-        for entry, data in self._chunks_from(offset):
+        for entry, _, data in self._chunks_from(offset):
             try:
                 recs, _, used = decode_records(data, 0, len(data), start_offset=offset,
                                               max_records=max_records - len(out),
@@ -340,16 +378,29 @@ class RemoteReader:
         ``upto`` (a replicated log's high watermark): the page ends before the first batch
         holding an offset at or past it (batches stay whole; the page may be empty).
         """
+        return self.walk_batches(offset, max_records, max_bytes, upto, BytesPage(offset))
+
+    def walk_batches(self, offset: int, max_records: int, max_bytes: int, upto: int | None,
+                     page: Page[R]) -> R:
+        """:meth:`read_batches` into ``page``, which decides the result's form (a
+        :class:`~tiered_log.local.ranges.RangesPage`: where the batches lie, the chunk
+        cache's files where it has them); the same walk, limits and errors."""
+        try:
+            return self._walk(offset, max_records, max_bytes, upto, page)
+        except BaseException:
+            page.close()
+            raise
+
+    def _walk(self, offset: int, max_records: int, max_bytes: int, upto: int | None,
+              page: Page[R]) -> R:
         end = self._remote_end_above(offset)
-        parts: list[bytes | memoryview] = []
-        taken = 0
         cur = offset
-        for entry, data in self._chunks_from(offset):
+        for entry, fd, data in self._chunks_from(offset, page):
             batches, verified = batch_table(data, entry.first_offset)
             if verified != len(data) or not batches:
                 self.cache.discard(entry.object_key, entry.position, entry.data_length)
                 self.st.stats.remote_fetch_errors += 1
-                if parts:
+                if page.size:
                     break  # the page stops before the damaged chunk
                 raise RemoteCorruptionError(
                     f"{entry.object_key}: the chunk at byte {entry.position} does not verify "
@@ -362,22 +413,20 @@ class RemoteReader:
                 if b.base_offset >= stop:
                     break
                 if upto is not None and after > upto:
-                    return FetchData(b"".join(parts), offset, cur)
-                if parts and (taken + b.size > max_bytes or cur - offset >= max_records):
-                    return FetchData(b"".join(parts), offset, cur)
-                part: bytes | memoryview
+                    return page.result(cur)
+                if page.size and (page.size + b.size > max_bytes or cur - offset >= max_records):
+                    return page.result(cur)
                 if after > stop:  # cut by a truncation: only the records below the cut
                     recs = decode_records(data, b.position, b.position + b.size)[0]
-                    part = rebatch([r for r in recs if r.offset < stop])
+                    again = rebatch([r for r in recs if r.offset < stop])
+                    page.add(None, 0, again, 0, len(again))
                     after = stop
                 else:
-                    part = memoryview(data)[b.position : b.position + b.size]
-                parts.append(part)
-                taken += len(part)
+                    page.add(fd, b.position, data, b.position, b.size)
                 cur = after
                 if cur >= end or (upto is not None and cur >= upto):
-                    return FetchData(b"".join(parts), offset, cur)
-        return FetchData(b"".join(parts), offset, cur)
+                    return page.result(cur)
+        return page.result(cur)
 
     def archived_segments(self, log_start: int) -> list[dict[str, Any]]:
         """Finished remote segments holding offsets at or above ``log_start``, clipped by

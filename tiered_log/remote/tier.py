@@ -33,10 +33,11 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..format import naming
 from ..format.records import FetchData, Record
+from ..local.ranges import Page
 from ..local.segment import SegmentInfo
 from .cache import ChunkCache
 from .copy import CopyAttempt, CopyTask
@@ -48,6 +49,8 @@ from .retention import RetentionTask
 from .state import LOCATION_FILE, TierState, read_location
 from .storage import RemoteStorage
 from .tier_config import TierConfig, TierStats
+
+R = TypeVar("R")
 
 __all__ = [
     "COPY_THREADS", "FETCH_THREADS", "LOCATION_FILE", "CopyAttempt", "RateLimiter",
@@ -145,6 +148,10 @@ class RemoteTier(TierState):
     def read_batches(self, offset: int, max_records: int, max_bytes: int,
                      upto: int | None = None) -> FetchData:
         return self.reader.read_batches(offset, max_records, max_bytes, upto)
+
+    def walk_batches(self, offset: int, max_records: int, max_bytes: int, upto: int | None,
+                     page: Page[R]) -> R:
+        return self.reader.walk_batches(offset, max_records, max_bytes, upto, page)
 
     def archived_segments(self, log_start: int) -> list[dict[str, Any]]:
         return self.reader.archived_segments(log_start)
