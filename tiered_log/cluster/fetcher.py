@@ -46,6 +46,7 @@ from ..errors import (
     NotLeaderError,
     TieredLogError,
 )
+from ..local.ranges import FetchRanges
 from ..tiered import TieredLog
 from .protocol import PATH, ReplicaAnswer, ReplicaFetch
 
@@ -158,8 +159,9 @@ class ReplicaFetcher:
                      ans.diverging[0], ans.diverging[1], req.offset, cut)
             plog.truncate(cut)
         elif ans.data:
+            data = ans.data if not isinstance(ans.data, FetchRanges) else ans.data.read()
             try:
-                plog.append_replica(ans.data, ans.epochs, ans.rolls)
+                plog.append_replica(data, ans.epochs, ans.rolls)
             except (CorruptRecordError, InvalidArgumentError) as exc:
                 raise TieredLogError(f"leader {self.leader_id} sent batches that do not "
                                      f"append at {req.offset}: {exc}") from None

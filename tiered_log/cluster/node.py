@@ -56,6 +56,7 @@ from ..errors import (
     NotLeaderError,
     TieredLogError,
 )
+from ..local.ranges import FetchRanges
 from ..tiered import TieredLog
 from .controller import Controller
 from .etcd import MetaStore
@@ -411,7 +412,7 @@ class ClusterNode:
         b = plog.bounds()
         entries = [(e.epoch, e.start_offset) for e in plog.leader_epoch_entries()]
 
-        def answer(data: bytes = b"", **kw: Any) -> ReplicaAnswer:
+        def answer(data: bytes | FetchRanges = b"", **kw: Any) -> ReplicaAnswer:
             remote_end = b.remote_end_offset if b.remote_end_offset is not None else 0
             return ReplicaAnswer(data, rep.high_watermark, b.log_start_offset, remote_end,
                                  epochs_from(entries, req.offset), **kw)
@@ -437,9 +438,10 @@ class ClusterNode:
                 return answer()
             with role.appended:
                 role.appended.wait(min(left, 0.1))
-        fetched = plog.read_batches(req.offset, 1 << 30, req.max_bytes)
+        # Where the batches lie: the route sends them from the files (sendfile).
+        fetched = plog.read_batch_ranges(req.offset, 1 << 30, req.max_bytes)
         rolls = tuple(plog.segment_bases(req.offset, fetched.next_offset))
-        return answer(bytes(fetched.data), rolls=rolls)
+        return answer(fetched, rolls=rolls)
 
     def create_topic(self, meta: TopicMeta) -> list[PartitionState]:
         """Create a topic in the cluster metadata (replicas over the live nodes); the

@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError
+from ..local.ranges import FetchRanges
 
 PATH = "/v1/internal/replicate/{topic}/{partition}"
 
@@ -88,7 +89,9 @@ class ReplicaAnswer:
     divergence (``diverging`` = the leader's ``(epoch, end_offset)``), or a reset
     (``reset_to``); and the leader's offsets and epoch entries."""
 
-    data: bytes
+    data: bytes | FetchRanges
+    """The batches: their bytes (as the follower receives them) or, on the leader, where
+    they lie (sent from the files: :mod:`tiered_log.service.zerocopy`)."""
     high_watermark: int
     log_start_offset: int
     remote_end_offset: int

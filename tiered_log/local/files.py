@@ -36,6 +36,10 @@ class ReadFd:
     def pread(self, n: int, pos: int) -> bytes:
         return os.pread(self.fd, n, pos)
 
+    def fileno(self) -> int:
+        """The descriptor (valid while this object lives)."""
+        return self.fd
+
     def __del__(self) -> None:
         fd = getattr(self, "fd", None)  # unset if os.open failed
         if fd is not None:

@@ -1,9 +1,11 @@
 """Reading records for the API: decoded (JSON form) or as raw batches (binary form).
 
 Both go through the partition's log: :func:`fetch_frames` is
-:meth:`TieredLog.read_batches <tiered_log.tiered.TieredLog.read_batches>` (the stored
-batches of either tier, verified, not decoded: disk format == bucket format == wire
-format) with the bounds the answer reports; :func:`fetch_records` is
+:meth:`TieredLog.read_batch_ranges <tiered_log.tiered.TieredLog.read_batch_ranges>` (the
+stored batches of either tier, verified, not decoded: disk format == bucket format ==
+wire format; answered as the places they lie, which the response sends from the files
+with ``sendfile``: :mod:`tiered_log.service.zerocopy`) with the bounds the answer
+reports; :func:`fetch_records` is
 :meth:`TieredLog.read_range <tiered_log.tiered.TieredLog.read_range>`, which decodes and
 so verifies every record it returns.
 
@@ -21,28 +23,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import CorruptIndexError, CorruptRecordError
-from ..format.records import FetchData, Record
+from ..format.records import Record
+from ..local.ranges import FetchRanges
 from .topics import PartitionBounds, PartitionLog, partition_bounds
 
 
 @dataclass(frozen=True, slots=True)
 class FrameBatch:
-    """A page of a binary fetch: the log's :class:`~tiered_log.format.batch.FetchData`
-    and the partition's bounds after reading (the answer's headers report them)."""
+    """A page of a binary fetch: where the log's batches lie (a
+    :class:`~tiered_log.local.ranges.FetchRanges`, which holds their files open until
+    sent) and the partition's bounds after reading (the answer's headers report them)."""
 
-    fetched: FetchData
+    fetched: FetchRanges
     bounds: PartitionBounds
 
 
 def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: int,
                  upto: int | None = None) -> FrameBatch:
-    """Batches from the one holding ``offset`` on (see
-    :meth:`TieredLog.read_batches <tiered_log.tiered.TieredLog.read_batches>`): at least
+    """Batches from the one holding ``offset`` on, as places in files (see
+    :meth:`TieredLog.read_batch_ranges <tiered_log.tiered.TieredLog.read_batch_ranges>`): at least
     one batch if there is a record at ``offset``, then whole batches while fewer than
     ``max_records`` records and ``max_bytes`` bytes were taken; empty at exactly the next
     offset. OffsetOutOfRangeError outside the log. ``upto``: nothing at or past it (a
     cluster's consumers read below the high watermark)."""
-    fetched = plog.read_batches(offset, max_records, max_bytes, upto=upto)
+    fetched = plog.read_batch_ranges(offset, max_records, max_bytes, upto=upto)
     return FrameBatch(fetched, partition_bounds(plog))
 
 

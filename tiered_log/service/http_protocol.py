@@ -25,6 +25,10 @@ class that :func:`protocol_class` binds to an :class:`HttpLimits`) adds:
   not count.
 - **Transfer codings**: a request whose ``Transfer-Encoding`` holds any coding other than
   ``chunked`` is answered ``501`` (RFC 9112, 6.1) before the app sees it.
+- **Zero-copy bodies**: on a plain TCP connection every request's scope offers ASGI's
+  ``http.response.zerocopysend`` extension, answered with ``sendfile``
+  (:mod:`~tiered_log.service.zerocopy`): a binary fetch's batches go from their files
+  to the socket without passing through the program.
 - **JSON rejections**: what the parser refuses (bad chunk sizes, ``Content-Length`` with
   ``Transfer-Encoding``, two ``Content-Length``s, control characters in a header, ...) is
   answered ``400`` with the API's error body, ``{"error": {"code": "invalid_request",
@@ -53,6 +57,8 @@ import httptools
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
+
+from . import zerocopy
 
 log = logging.getLogger("tiered_log.service.http")
 
@@ -119,11 +125,13 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         self._rejection: _Rejection | None = None
         self._lingering = False
         self._linger_bytes = 0
+        self._zerocopy = False  # the connection can send file ranges (zerocopy.py)
 
     # ---- connection events ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._zerocopy = zerocopy.offers_zerocopy(transport)
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -211,6 +219,9 @@ class HardenedHttpProtocol(HttpToolsProtocol):
                 "send the body as is or chunked")
             raise self._rejection
         super().on_headers_complete()  # on an exception, still in the head (answerable)
+        cycle = self.cycle
+        if self._zerocopy and cycle is not None and cycle.scope is self.scope:
+            zerocopy.install(self.scope, cycle, self.transport)  # type: ignore[arg-type]
         self._in_head = False
         self._maybe_trailer = False
         self._body_start = self._body_last = self.loop.time()

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...cluster.protocol import PATH, ReplicaFetch
 from ...errors import TopicNotFoundError
+from ...local.ranges import FetchRanges
 from ..deps import (
     AdminGrant,
     Authenticated,
@@ -34,6 +35,7 @@ from ..deps import (
 from ..openapi import errs
 from ..state import ServiceState
 from ..wire import BINARY
+from ..zerocopy import RangesResponse
 
 if TYPE_CHECKING:  # a single node never loads the cluster node (nor its etcd client)
     from ...cluster.node import ClusterNode
@@ -131,6 +133,8 @@ async def replicate(
     req = ReplicaFetch(replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms,
                        bool(empty))
     ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, req)
+    if isinstance(ans.data, FetchRanges):  # sent from the files (zerocopy.py)
+        return RangesResponse(ans.data, media_type=BINARY, headers=ans.headers())
     return Response(ans.data, media_type=BINARY, headers=ans.headers())
 
 

@@ -14,7 +14,8 @@ partition's long polls are then woken.
 
 Fetch answers JSON, or the stored record batches as they are when ``Accept`` prefers
 ``application/octet-stream`` (:func:`wants_binary`); the batches come from
-:mod:`tiered_log.service.fetch`. At the end of the log it may long-poll
+:mod:`tiered_log.service.fetch` as places in files, sent from there with ``sendfile``
+(:class:`~tiered_log.service.zerocopy.RangesResponse`). At the end of the log it may long-poll
 (:mod:`tiered_log.service.longpoll`).
 
 Concurrency: handlers run on the event loop; reading bodies is async, parsing, appending
@@ -70,6 +71,7 @@ from ..wire import (
     ProduceResponse,
     record_to_json,
 )
+from ..zerocopy import RangesResponse
 
 router = APIRouter(tags=["records"])
 
@@ -290,8 +292,8 @@ async def fetch(
         m.fetch_requests.inc(topic, "binary")
         page, b = fb.fetched, fb.bounds
         m.fetch_records.inc(topic, amount=page.count)
-        m.fetch_bytes.inc(topic, amount=len(page.data))
-        return Response(page.data, media_type=BINARY, headers={
+        m.fetch_bytes.inc(topic, amount=page.size)
+        return RangesResponse(page, media_type=BINARY, headers={
             H_NEXT_OFFSET: str(page.next_offset), H_HIGH_WATERMARK: str(b.high_watermark),
             H_LOG_START: str(b.log_start_offset), H_RECORD_COUNT: str(page.count)})
     body, count, size = await poll(
