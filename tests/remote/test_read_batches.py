@@ -91,12 +91,15 @@ def test_pages_of_one_big_batch_and_of_small_ones(tmp_path: Path) -> None:
 ARCHIVE_SEGMENTS = LogConfig(segment_bytes=8192, index_interval_bytes=256)
 
 
-def archived_log(root: Path, batches: list[list[int]]) -> tuple[TieredLog, int]:
+def archived_log(root: Path, batches: list[list[int]],
+                 worker_processes: int = 1) -> tuple[TieredLog, int]:
     """A log whose every sealed segment is shipped and dropped locally; record ``i`` is
-    ``bytes([i % 251]) * size`` with timestamp ``1000 + i``."""
+    ``bytes([i % 251]) * size`` with timestamp ``1000 + i``. ``worker_processes`` 0:
+    uploads and fetches on this process's threads."""
     log = TieredLog(root / "log", log_id="t-0", storage=LocalDirStorage(root / "bucket"),
                     config=ARCHIVE_SEGMENTS, tier=TierConfig(local_retention_bytes=0, chunk_bytes=2048,
-                                                  fetch_bytes=8192, prefetch_bytes=8192),
+                                                  fetch_bytes=8192, prefetch_bytes=8192,
+                                                  worker_processes=worker_processes),
                     start_shipper=False)
     i = 0
     for sizes in batches:

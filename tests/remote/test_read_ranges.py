@@ -40,9 +40,10 @@ def same_page(log: TieredLog, offset: int, max_records: int, max_bytes: int,
 
 
 def wait_cache_written(log: TieredLog) -> None:
+    """Until no fetch (prefetches too) and no cache file write is under way."""
     reader = log._remote.reader  # type: ignore[union-attr]
     deadline = time.monotonic() + 10
-    while reader.cache_writes() and time.monotonic() < deadline:
+    while (reader.cache_writes() or reader.fetch_futures()) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -217,11 +218,16 @@ def test_archived_ranges_from_memory_then_from_the_cache_files(
             log.close()
 
 
-def test_archived_uncached_is_in_memory_and_damage_answers_alike(tmp_path: Path) -> None:
-    log, _ = archived_log(tmp_path, [[200] * 10 for _ in range(40)])
+@pytest.mark.parametrize("workers", [0, 1])
+def test_archived_uncached_is_in_memory_and_damage_answers_alike(tmp_path: Path,
+                                                                 workers: int) -> None:
+    """Fetched on this process's threads, a chunk is read from memory until its cache
+    file is written (in the background: either may come first); fetched by the tier's
+    worker process, from the file it wrote. Damage answers alike."""
+    log, _ = archived_log(tmp_path, [[200] * 10 for _ in range(40)], worker_processes=workers)
     try:
-        page = same_page(log, 0, 5, 1 << 20)  # fetched now: from memory
-        assert page.size > 0 and page.file_bytes == 0
+        page = same_page(log, 0, 5, 1 << 20)  # fetched now
+        assert page.size > 0 and page.file_bytes in ((page.size,) if workers else (0, page.size))
         seg = log._remote.finished_segments[-1]  # type: ignore[union-attr]  # not prefetched yet
         path = tmp_path / "bucket" / naming.segment_object_key("t-0", seg.base_offset, seg.id,
                                                                naming.LOG_SUFFIX)
@@ -246,5 +252,21 @@ def test_archived_uncached_is_in_memory_and_damage_answers_alike(tmp_path: Path)
         with pytest.raises(RemoteCorruptionError):
             log.read_batch_ranges(0, 5, 1 << 20)
         same_page(log, 0, 5, 1 << 20).close()  # fetched again, intact
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_archives_last_chunk_is_fetched_once(tmp_path: Path, workers: int) -> None:
+    """Reading the last archived chunk fetches it once: its prefetch window is empty
+    (the index lookup past the archive's end yields the last chunk again, which the
+    window once took as the next one and fetched a second time)."""
+    log, n = archived_log(tmp_path, [[100] * 5 for _ in range(30)], worker_processes=workers)
+    try:
+        page = log.read_batch_ranges(n - 1, 1, 1 << 20)
+        assert page.next_offset == n
+        page.close()
+        wait_cache_written(log)
+        assert log.stats()["remote_fetch_requests"] == 1
     finally:
         log.close()

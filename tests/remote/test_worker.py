@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from tiered_log import LogConfig, ProducerRecord
-from tiered_log.errors import CorruptRecordError, RemoteStorageError, TieredLogError
+from tiered_log.errors import (
+    CorruptRecordError,
+    RemoteCorruptionError,
+    RemoteStorageError,
+    TieredLogError,
+)
 from tiered_log.format import naming
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
@@ -146,3 +151,96 @@ log.close()
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("top level ran") == 1 and "shipped" in done.stdout
+
+
+def _written_by(pid: int) -> int:
+    """Bytes the process ``pid`` has written with write(2) and the like (its wchar)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no wchar")
+
+
+def archived(tmp_path: Path, n: int = 2000) -> TieredLog:
+    """A log whose sealed segments are shipped and dropped locally (fs store)."""
+    tlog = TieredLog(tmp_path / "log", log_id="w-0", storage=LocalDirStorage(tmp_path / "bucket"),
+                     config=SMALL, tier=TierConfig(chunk_bytes=4096, worker_processes=1,
+                                                   local_retention_bytes=0),
+                     start_shipper=False)
+    fill(tlog, n)
+    while tlog.tier_once():
+        pass
+    tlog.maintain()
+    assert tlog.bounds().local_start_offset > n // 2
+    return tlog
+
+
+def test_archived_reads_fetch_in_the_worker(tmp_path: Path) -> None:
+    """A catch-up read's GETs, checks and cache writes happen in the worker: its process
+    writes the chunk files (this one does not), and both read forms see every record."""
+    tlog = archived(tmp_path)
+    try:
+        worker = shared_worker(1)
+        assert worker is not None and worker.pids()
+        pid = worker.pids()[0]
+        before = _written_by(pid)
+        local_start = tlog.bounds().local_start_offset
+        off, seen = 0, 0
+        while off < local_start:
+            page = tlog.read_batch_ranges(off, 500, 64 << 10)
+            assert page.count > 0
+            off = page.next_offset
+            page.close()
+        cache = tmp_path / "log" / naming.REMOTE_DIR / naming.CHUNK_CACHE_DIR
+        cached = sum(p.stat().st_size for p in cache.iterdir())
+        assert cached > 0 and _written_by(pid) - before >= cached
+        for r in tlog.read_range(0, local_start, 1 << 30):
+            assert r.value.startswith(b"v%06d" % r.offset)
+            seen += 1
+        assert seen == local_start
+        assert tlog.stats()["remote_fetch_requests"] > 0
+    finally:
+        tlog.close()
+
+
+def test_a_damaged_object_is_refused_and_not_cached(tmp_path: Path) -> None:
+    """The worker finds the damage and writes no cache file; the read answers
+    RemoteCorruptionError as it would in-process; the rest of the archive reads."""
+    tlog = archived(tmp_path)
+    try:
+        objects = sorted((tmp_path / "bucket").rglob("*" + naming.LOG_SUFFIX))
+        data = bytearray(objects[1].read_bytes())
+        data[200] ^= 0x01
+        objects[1].write_bytes(bytes(data))
+        base = int(objects[1].name.split("-")[0])
+        with pytest.raises(RemoteCorruptionError):
+            tlog.read_batch_ranges(base, 5, 1 << 20)
+        page = tlog.read_batch_ranges(0, 5, 1 << 20)
+        assert page.count > 0 and page.read()
+        page.close()
+    finally:
+        tlog.close()
+
+
+def test_a_worker_killed_under_reads_costs_a_retry(tmp_path: Path) -> None:
+    tlog = archived(tmp_path)
+    try:
+        worker = shared_worker(1)
+        assert worker is not None
+        for pid in worker.pids():
+            os.kill(pid, signal.SIGKILL)
+        local_start = tlog.bounds().local_start_offset
+        off, failures = 0, 0
+        while off < local_start:
+            try:
+                page = tlog.read_batch_ranges(off, 500, 64 << 10)
+            except RemoteStorageError as exc:
+                assert exc.retriable
+                failures += 1
+                assert failures < 5
+                continue
+            off = page.next_offset
+            page.close()
+        assert worker.pids() and all(p > 0 for p in worker.pids())
+    finally:
+        tlog.close()

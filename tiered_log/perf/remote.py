@@ -358,9 +358,12 @@ def _p99_ratios(phases: dict[str, list[float]]) -> tuple[float, float]:
 
 class _CatchUpReader:
     """A thread reading the archive of ``tlog`` from its log start to its local start, in
-    a loop, as the service's binary fetch does for a catch-up consumer (stored batches
-    fetched, cached and verified; the consumer would decode them in its own process).
-    ``start`` it, then ``stop`` it: the records it read and for how long."""
+    a loop, as the service's binary fetch does for a catch-up consumer: stored batches
+    fetched, verified and cached (in the tier's worker process where the store allows),
+    then named as ranges of the chunk cache's files, which the service would ``sendfile``
+    (:meth:`~tiered_log.tiered.TieredLog.read_batch_ranges`; the consumer decodes them
+    in its own process). ``start`` it, then ``stop`` it: the records it read and for
+    how long."""
 
     def __init__(self, tlog: TieredLog) -> None:
         self.tlog = tlog
@@ -374,7 +377,9 @@ class _CatchUpReader:
         while not self._stop.is_set():
             o = tlog.log_start_offset
             while not self._stop.is_set() and o < tlog.bounds().local_start_offset:
-                nxt = tlog.read_remote_batches(o, 2000, 4 << 20).next_offset
+                page = tlog.read_batch_ranges(o, 2000, 4 << 20)
+                nxt = page.next_offset
+                page.close()
                 self.records += nxt - o
                 o = nxt
 

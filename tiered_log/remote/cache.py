@@ -12,6 +12,11 @@ written are kept even past the bound): readers get it from there at once.
 discarded meanwhile (a damaged chunk never stays on disk). A catch-up reader therefore
 never waits for the cache's disk writes, nor reads back a chunk just written.
 
+A chunk may also be fetched, verified and written by a worker process
+(:mod:`~tiered_log.remote.worker`, off the producers' interpreter): :meth:`ChunkCache.expect`
+before, :meth:`ChunkCache.adopt` once its file is there (:func:`write_chunk_file` is the
+one way both write a chunk file); readers then read the file.
+
 A reader that sends a chunk from its file (:meth:`ChunkCache.open_file`) holds it open:
 an eviction (an unlink) or a rewrite (a rename over it) leaves the bytes it holds as
 they were; files are never shrunk in place.
@@ -30,7 +35,28 @@ from pathlib import Path
 
 import xxhash
 
+from ..format import naming
 from ..local.files import ReadFd
+
+
+def chunk_file_name(key: str, position: int, length: int) -> str:
+    """The cache file name of the chunk ``[position, position + length)`` of object ``key``."""
+    return xxhash.xxh3_128_hexdigest(f"{key}\0{position}\0{length}".encode())
+
+
+def write_chunk_file(directory: Path, name: str, data: bytes | memoryview) -> bool:
+    """Write a chunk's cache file atomically (a unique temp name, then a rename over
+    ``name``); whether it was written. Any process may call it: the cache's own threads
+    and the tier's worker processes (:mod:`~tiered_log.remote.worker`)."""
+    tmp = directory / f"{name}.{uuid.uuid4().hex}{naming.TMP_SUFFIX}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, directory / name)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 class ChunkCache:
@@ -53,7 +79,7 @@ class ChunkCache:
         directory.mkdir(parents=True, exist_ok=True)
         found = []
         for p in directory.iterdir():
-            if p.name.endswith(".tmp"):
+            if p.name.endswith(naming.TMP_SUFFIX):
                 p.unlink(missing_ok=True)
                 continue
             try:
@@ -68,7 +94,7 @@ class ChunkCache:
 
     @staticmethod
     def _name(key: str, position: int, length: int) -> str:
-        return xxhash.xxh3_128_hexdigest(f"{key}\0{position}\0{length}".encode())
+        return chunk_file_name(key, position, length)
 
     def get(self, key: str, position: int, length: int) -> bytes | None:
         name = self._name(key, position, length)
@@ -151,21 +177,35 @@ class ChunkCache:
         """Write ``data``'s file (tmp, rename) and enter it in the LRU."""
         self._write(self._name(key, position, len(data)), data, held=False)
 
+    def expect(self, key: str, position: int, length: int) -> None:
+        """A chunk's file is about to be written by someone else (a worker process,
+        :func:`write_chunk_file`): :meth:`adopt` enters it once written, unless it is
+        discarded meanwhile."""
+        name = self._name(key, position, length)
+        with self._lock:
+            self._pending[name] = self._pending.get(name, 0) + 1
+
+    def adopt(self, key: str, position: int, length: int, written: bool) -> None:
+        """After :meth:`expect`: the file was ``written`` (enter it in the LRU, unless
+        discarded meanwhile, then it is removed) or not (forget the expectation)."""
+        name = self._name(key, position, length)
+        path = self.directory / name
+        if written and length > self.max_bytes:  # never cached: larger than the whole cache
+            path.unlink(missing_ok=True)
+            written = False
+        self._enter(name, path, length, written, held=True)
+
     def _write(self, name: str, data: bytes, *, held: bool) -> None:
         if held:
             with self._lock:
                 if name not in self._pending:
                     return
-        path = self.directory / name
-        ok = len(data) <= self.max_bytes
-        if ok:
-            tmp = self.directory / f"{name}.{uuid.uuid4().hex}.tmp"
-            try:
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
-            except OSError:
-                tmp.unlink(missing_ok=True)
-                ok = False
+        ok = len(data) <= self.max_bytes and write_chunk_file(self.directory, name, data)
+        self._enter(name, self.directory / name, len(data), ok, held=held)
+
+    def _enter(self, name: str, path: Path, length: int, ok: bool, *, held: bool) -> None:
+        """A chunk file written (``ok``) or not: in the LRU, unless it was held and
+        discarded meanwhile (then its file goes)."""
         with self._lock:
             if held and name not in self._pending:
                 ok = False  # discarded while being written: it must not stay
@@ -180,8 +220,8 @@ class ChunkCache:
                 old = self._lru.pop(name, None)
                 if old is not None:
                     self._bytes -= old
-                self._lru[name] = len(data)
-                self._bytes += len(data)
+                self._lru[name] = length
+                self._bytes += length
                 self._evict()
             self._trim_fresh()
 

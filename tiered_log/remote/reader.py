@@ -4,7 +4,10 @@ Reads of remote offsets look up the chunk in the remote-index files and fetch it
 ranged GET, coalescing consecutive chunks of one object into one request of up to
 ``fetch_bytes`` and prefetching ahead of a sequential reader; chunks go through a
 bounded on-disk LRU cache (:mod:`~tiered_log.remote.cache`), held in memory for their
-first read. Every record's checksum is verified; a corrupt chunk raises
+first read. Where the store can be opened again by another process (a directory or S3),
+the GET, the chunks' checks and the cache file writes run in the tier's worker process
+(:mod:`~tiered_log.remote.worker`), off the producers' interpreter; this process waits
+for them and reads the files. Every record's checksum is verified; a corrupt chunk raises
 RemoteCorruptionError and is dropped from the cache. Fetches wait for the fetch quota
 (a node's, :class:`~tiered_log.remote.limits.TierLimits`), and a reader waits for its
 fetch at most ``fetch_max_wait_ms`` (:mod:`~tiered_log.remote.fetch_wait`). Two read
@@ -41,6 +44,7 @@ from ..local.ranges import BytesPage, Page
 from .cache import ChunkCache
 from .limits import RateLimiter
 from .state import TierState
+from .worker import StorageSpec, TierWorker, shared_worker, spec_of
 
 R = TypeVar("R")
 
@@ -84,10 +88,17 @@ class RemoteReader:
             return set(self._persisting)
 
     def _fetch_group(self, group: Sequence[RemoteLogIndexEntry]) -> None:
-        """One ranged GET covering consecutive chunks of one object; caches each chunk."""
+        """One ranged GET covering consecutive chunks of one object; caches each chunk.
+        In a worker process where the store allows (:mod:`~tiered_log.remote.worker`:
+        it GETs, verifies and writes the cache files; this process only waits)."""
         first, last = group[0], group[-1]
         start, end = first.position, last.position + last.data_length
         self._fetch_quota(end - start)
+        worker = shared_worker(self.st.config.worker_processes)
+        spec = spec_of(self.st.storage) if worker is not None else None
+        if worker is not None and spec is not None:
+            self._fetch_in_worker(worker, spec, group, start, end)
+            return
         try:
             blob = self.st.storage.get(first.object_key, start, end)
         except RemoteStorageError:
@@ -110,6 +121,25 @@ class RemoteReader:
         with self._inflight_lock:
             self._persisting.add(fut)
         fut.add_done_callback(self._persisted)
+
+    def _fetch_in_worker(self, worker: TierWorker, spec: StorageSpec,
+                         group: Sequence[RemoteLogIndexEntry], start: int, end: int) -> None:
+        cache = self.cache
+        for e in group:
+            cache.expect(e.object_key, e.position, e.data_length)
+        written: list[bool] = [False] * len(group)
+        try:
+            written = worker.fetch(spec, group[0].object_key, start, end,
+                                   [(e.position, e.data_length, e.first_offset) for e in group],
+                                   cache.directory)
+        except RemoteStorageError:
+            self.st.stats.remote_fetch_errors += 1
+            raise
+        finally:
+            for e, ok in zip(group, written, strict=True):
+                cache.adopt(e.object_key, e.position, e.data_length, ok)
+        self.st.stats.remote_fetch_requests += 1
+        self.st.stats.remote_fetch_bytes += end - start
 
     def _fetch_quota(self, n: int) -> None:
         """Wait until ``n`` more bytes from the bucket fit the fetch quota (not past this
@@ -140,10 +170,11 @@ class RemoteReader:
                     self._inflight[(e.object_key, e.position)] = fut
                     futs[(e.object_key, e.position)] = fut
 
-                def done(_: Future[None], g: list[RemoteLogIndexEntry] = g) -> None:
+                def done(f: Future[None], g: list[RemoteLogIndexEntry] = g) -> None:
                     with self._inflight_lock:
-                        for e in g:
-                            self._inflight.pop((e.object_key, e.position), None)
+                        for e in g:  # only its own: a later fetch may have the chunk now
+                            if self._inflight.get((e.object_key, e.position)) is f:
+                                del self._inflight[(e.object_key, e.position)]
 
                 fut.add_done_callback(done)
                 group.clear()
@@ -193,6 +224,8 @@ class RemoteReader:
         rest: list[RemoteLogIndexEntry] = []
         budget, rest_bytes, key = self._prefetch_window, 0, entry.object_key
         for e in self.st.index.entries_from(entry.last_offset + 1):
+            if e.last_offset <= entry.last_offset:
+                continue  # past the archive's end the lookup yields the last chunk again
             if budget > 0:
                 ahead.append(e)
                 budget -= e.data_length

@@ -2,15 +2,19 @@
 
 A segment's copy has two heavy parts: uploading the store (boto3's request handling,
 checksums, multipart bookkeeping) and the scan that verifies every batch and cuts the
-store into chunks for the manifest. Run on threads of the process that appends, they
-take the GIL from the producers: a producer whose fsync returned waits for it, so an
-acknowledged append's p99 follows how busy shipping is. Here both run in worker
-processes (:func:`shared_worker`, process-wide as the thread pools of
-:mod:`~tiered_log.remote.limits`): a worker reads the sealed segment file itself and
-uploads it through its own client of the same store; the log's process only waits
+store into chunks for the manifest; a catch-up read of archived data has one: fetching
+chunks (a ranged GET through boto3), verifying them and writing them to the chunk cache.
+Run on threads of the process that appends, they take the GIL from the producers: a
+producer whose fsync returned waits for it, so an acknowledged append's p99 follows how
+busy tiering is. Here all three run in worker processes (:func:`shared_worker`,
+process-wide as the thread pools of :mod:`~tiered_log.remote.limits`): a worker reads
+the sealed segment file itself and uploads it through its own client of the same store,
+or GETs a range, verifies each chunk and writes its cache file itself
+(:func:`~tiered_log.remote.cache.write_chunk_file`); the log's process only waits
 (without the GIL) and keeps every decision: the copy journal, the leader's fence before
-the manifest is put (the commit point), rate limits, retries and cleanup stay where they
-were (:mod:`~tiered_log.remote.copy`).
+the manifest is put (the commit point), rate limits, retries, cleanup and the chunk
+cache's bookkeeping stay where they were (:mod:`~tiered_log.remote.copy`,
+:mod:`~tiered_log.remote.reader`).
 
 A worker is a plain child process running :func:`main` (not
 :mod:`multiprocessing`, which would import the caller's ``__main__`` script again in the
@@ -18,7 +22,7 @@ child and run whatever it does at top level). It runs tasks on a few threads of 
 The channel is its stdin and stdout, frames of::
 
     length   4 bytes, big-endian: the bytes of the pickle that follows
-    pickle   request:  (task id, task name, args)   task name "upload" or "scan"
+    pickle   request:  (task id, task name, args)   task name "upload", "scan" or "fetch"
              answer:   (task id, ok, result or the exception raised)
 
 between this package's own processes only. Only stores a worker can open again from
@@ -51,16 +55,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import RemoteStorageError
+from ..errors import RemoteCorruptionError, RemoteStorageError
+from ..format.records import batch_table
 from ..format.remote_index import RemoteLogIndexEntry
+from .cache import chunk_file_name, write_chunk_file
 from .manifest import chunk_entries
 from .storage import RemoteStorage
 
 log = logging.getLogger(__name__)
 
-THREADS = 4
+THREADS = 8
 """Tasks one worker runs at once (a log has at most ``copies_in_flight`` copies of two
-tasks each under way)."""
+tasks each under way, and its readers a few fetches)."""
 _LEN = struct.Struct(">I")
 
 
@@ -80,7 +86,7 @@ class StorageSpec:
         if self.kind == "fs":
             from .fs import LocalDirStorage
 
-            return LocalDirStorage(args["root"])
+            return LocalDirStorage(args["root"], read_only=args.get("read_only", False))
         from .s3 import S3Storage
 
         env = json.loads(self.env_json)
@@ -96,8 +102,9 @@ def spec_of(storage: RemoteStorage) -> StorageSpec | None:
     from .fs import LocalDirStorage
     from .s3 import S3Storage
 
-    if isinstance(storage, LocalDirStorage) and not storage.read_only:
-        return StorageSpec("fs", json.dumps({"root": str(storage.root)}))
+    if isinstance(storage, LocalDirStorage):
+        return StorageSpec("fs", json.dumps({"root": str(storage.root),
+                                             "read_only": storage.read_only}))
     if isinstance(storage, S3Storage):
         env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
         return StorageSpec("s3", json.dumps(storage.reopen_args, sort_keys=True),
@@ -147,7 +154,26 @@ def _scan(path: str, size: int, base_offset: int, expected_next: int, object_key
     return chunk_entries(Path(path), size, base_offset, expected_next, object_key, chunk_bytes)
 
 
-_TASKS: dict[str, Any] = {"upload": _upload, "scan": _scan}
+def _fetch(spec: StorageSpec, key: str, start: int, end: int,
+           chunks: list[tuple[int, int, int]], cache_dir: str) -> list[bool]:
+    """GET ``[start, end)`` of ``key``; for each chunk ``(position, length, first
+    offset)`` in it, verify its batches and write its chunk cache file. Whether each
+    was written (False: damaged; the reader then meets the damage itself)."""
+    blob = _store(spec).get(key, start, end)
+    if len(blob) != end - start:
+        raise RemoteCorruptionError(f"{key}: asked for {end - start} bytes at {start}, "
+                                    f"got {len(blob)}")
+    view = memoryview(blob)
+    out: list[bool] = []
+    for position, length, first_offset in chunks:
+        data = view[position - start : position - start + length]
+        batches, verified = batch_table(data, first_offset)
+        out.append(bool(batches) and verified == length and write_chunk_file(
+            Path(cache_dir), chunk_file_name(key, position, length), data))
+    return out
+
+
+_TASKS: dict[str, Any] = {"upload": _upload, "scan": _scan, "fetch": _fetch}
 
 
 def serve(inp: IO[bytes], out: IO[bytes]) -> None:
@@ -276,6 +302,16 @@ class TierWorker:
         every batch: CorruptRecordError if the store is damaged)."""
         got: list[RemoteLogIndexEntry] = self._run("scan", str(path), size, base_offset,
                                                    expected_next, object_key, chunk_bytes)
+        return got
+
+    def fetch(self, spec: StorageSpec, key: str, start: int, end: int,
+              chunks: list[tuple[int, int, int]], cache_dir: Path) -> list[bool]:
+        """In a worker: GET ``[start, end)`` of ``key``, verify each chunk ``(position,
+        length, first offset)`` and write its file into the chunk cache ``cache_dir``
+        (see :meth:`~tiered_log.remote.cache.ChunkCache.expect`); whether each was
+        written (False: its batches do not verify). The store's errors as it raises
+        them; RemoteCorruptionError for a short answer."""
+        got: list[bool] = self._run("fetch", spec, key, start, end, chunks, str(cache_dir))
         return got
 
     def pids(self) -> list[int]:
