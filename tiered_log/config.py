@@ -242,6 +242,11 @@ class Settings(BaseSettings):
         "its leader for this long leaves the in-sync replicas (Kafka's "
         "replica.lag.time.max.ms)."
     )
+    replica_fetch_wait_max_ms: int = Field(
+        300, ge=0, le=60_000, description="How long a follower's fetch waits at its leader "
+        "for new records before it is answered empty (Kafka's replica.fetch.wait.max.ms); "
+        "less than replica_lag_time_max_ms."
+    )
     replication_timeout_ms: int = Field(
         30_000, ge=100, le=600_000, description="How long an acks=all produce waits for "
         "the in-sync replicas before answering 503 replication_timeout."
@@ -316,6 +321,10 @@ class Settings(BaseSettings):
             v = getattr(self, name)
             if v is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
                 raise ValueError(f"{name}: must be an http:// or https:// URL, got {v!r}")
+        if self.replica_fetch_wait_max_ms >= self.replica_lag_time_max_ms:
+            raise ValueError("replica_fetch_wait_max_ms: must be less than "
+                             f"replica_lag_time_max_ms ({self.replica_lag_time_max_ms}): a "
+                             "follower waiting that long at its leader would leave the ISR")
         return self
 
     @property

@@ -134,6 +134,7 @@ def _run_server(env: dict[str, str], *args: str, timeout: float = 30) -> subproc
     ({"tls_certfile": "/nonexistent/cert.pem"}, "tls_keyfile"),
     ({"s3_secret_key": "very-secret-token", "max_request_bytes": "12"}, "max_request_bytes"),
     ({"config_file": "/nonexistent/tiered.toml"}, "config_file"),
+    ({"replica_fetch_wait_max_ms": "10000"}, "replica_fetch_wait_max_ms"),  # >= the lag time
 ])
 def test_invalid_settings_exit_2_with_one_line(tmp_path: Path, settings: dict[str, str], name: str) -> None:
     env = service_env(data_dir=str(tmp_path / "d"), **settings)

@@ -87,6 +87,12 @@ class ReplicaFetcher:
         self._thread.start()
         return self
 
+    def stop_soon(self) -> None:
+        """Ask the thread to stop after the round under way, without waiting (a node
+        stopping many fetchers asks them all first, then waits: their parked fetches
+        end together, not one after the other)."""
+        self._stop.set()
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop after the round under way (idempotent); the log is left as it is."""
         self._stop.set()

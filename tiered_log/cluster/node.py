@@ -83,6 +83,8 @@ class NodeConfig:
     unclean_leader_election: bool = False
     poll_interval_s: float = 0.1
     fetch_headers: dict[str, str] = field(default_factory=dict)
+    replica_fetch_wait_ms: int = 300
+    """How long this node's followers' fetches wait at their leader for records."""
 
 
 class LocalLogs(Protocol):
@@ -208,6 +210,9 @@ class ClusterNode:
         if self._thread.is_alive():
             self._thread.join(5)
         with self._lock:
+            for role in self._roles.values():  # all at once: their parked fetches end together
+                if role.fetcher is not None:
+                    role.fetcher.stop_soon()
             for role in self._roles.values():
                 role.stop("the node is shutting down")
             self._roles.clear()
@@ -307,7 +312,8 @@ class ClusterNode:
             role.fetcher = ReplicaFetcher(
                 plog, topic=state.topic, partition=state.partition, replica_id=me,
                 leader_id=state.leader, leader_url=url, leader_epoch=state.leader_epoch,
-                headers=self.config.fetch_headers).start()
+                headers=self.config.fetch_headers,
+                wait_ms=self.config.replica_fetch_wait_ms).start()
             return
         role.stop("not the leader")
         plog.follow()
@@ -377,6 +383,13 @@ class ClusterNode:
                 raise self._not_leader(topic, partition, role)
             return rep
 
+    def leads(self, topic: str, partition: int, epoch: int) -> bool:
+        """Whether this node leads the partition in ``epoch`` now (no waiting: a lock)."""
+        with self._lock:
+            role = self._roles.get((topic, partition))
+            rep = role.replication if role is not None else None
+            return rep is not None and not rep.resigned and rep.leader_epoch == epoch
+
     def appended(self, topic: str, partition: int) -> None:
         """The leader appended to a partition: move the HW (a lone ISR) and wake the
         followers' waiting fetches."""
@@ -393,7 +406,8 @@ class ClusterNode:
 
     def replica_fetch(self, topic: str, partition: int, req: ReplicaFetch) -> ReplicaAnswer:
         """Answer a follower's fetch (in a worker thread; may wait ``req.wait_ms`` for
-        records). See :mod:`~tiered_log.cluster.protocol`."""
+        records, holding the thread: the service asks with ``wait_ms`` 0 and waits on its
+        event loop instead). See :mod:`~tiered_log.cluster.protocol`."""
         with self._lock:
             role = self._roles.get((topic, partition))
             rep = role.replication if role is not None else None

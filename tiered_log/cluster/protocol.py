@@ -101,6 +101,13 @@ class ReplicaAnswer:
     rolls: tuple[int, ...] = ()
     """Base offsets of the leader's segments that begin among the returned batches."""
 
+    @property
+    def waits(self) -> bool:
+        """A records answer with no records: the follower is at the leader's log end (a
+        long poll waits for an append)."""
+        size = self.data.size if isinstance(self.data, FetchRanges) else len(self.data)
+        return self.diverging is None and self.reset_to is None and not size
+
     def headers(self) -> dict[str, str]:
         h = {H_HIGH_WATERMARK: str(self.high_watermark),
              H_LOG_START: str(self.log_start_offset),

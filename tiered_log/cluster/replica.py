@@ -299,6 +299,27 @@ class LeaderReplication:
             self._check_leading()
             self._check_isr_size(appended=False)
 
+    def committed(self, offset: int) -> bool:
+        """Whether the HW has passed ``offset`` (the ``acks=all`` acknowledgment of the
+        record there), without waiting: for a caller that waits on its own terms (the
+        service's event loop, woken when the HW moves). Raises as :meth:`wait_for`:
+        NotEnoughReplicasError if the ISR shrank below ``min_insync_replicas``,
+        NotLeaderError once leadership ended."""
+        with self._cond:
+            if self._hw > offset:
+                return True
+            self._check_leading(appended=True)
+            self._check_isr_size(appended=True)
+            return False
+
+    def timeout_error(self, offset: int, timeout_s: float) -> ReplicationTimeoutError:
+        """The error of an ``acks=all`` wait for ``offset`` that ran out of time."""
+        with self._cond:
+            return ReplicationTimeoutError(
+                f"offset {offset} was not replicated to the in-sync replicas "
+                f"{sorted(self._isr)} within {timeout_s:g}s (high watermark "
+                f"{self._hw}); it may still be committed")
+
     def wait_for(self, offset: int, timeout_s: float) -> int:
         """Block until the HW passes ``offset`` (the record at ``offset`` is on every ISR
         member): the ``acks=all`` acknowledgment. Returns the HW. Raises
@@ -312,10 +333,7 @@ class LeaderReplication:
                 self._check_isr_size(appended=True)
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise ReplicationTimeoutError(
-                        f"offset {offset} was not replicated to the in-sync replicas "
-                        f"{sorted(self._isr)} within {timeout_s:g}s (high watermark "
-                        f"{self._hw}); it may still be committed")
+                    raise self.timeout_error(offset, timeout_s)
                 self._cond.wait(min(left, 0.5))
             return self._hw
 

@@ -81,7 +81,8 @@ def start_node(settings: Settings, topics: TopicManager) -> ClusterNode:
         etcd_url=settings.cluster_etcd, cluster_name=settings.cluster_name,
         lease_ttl_s=settings.cluster_lease_ttl_s,
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
-        unclean_leader_election=settings.unclean_leader_election, fetch_headers=headers)
+        unclean_leader_election=settings.unclean_leader_election, fetch_headers=headers,
+        replica_fetch_wait_ms=settings.replica_fetch_wait_max_ms)
     return ClusterNode(config, TopicLogs(topics)).start()
 
 

@@ -1,4 +1,7 @@
-"""Long-polling: per-partition wake-ups and the wait of a fetch at the end of a log.
+"""Long-polling: per-partition wake-ups and the waits of the event loop on them: a fetch
+at the end of a log (:func:`poll`), an ``acks=all`` produce until the high watermark
+passes its records (:func:`await_commit`), a follower's fetch at its leader's log end.
+None of them holds a worker thread while it waits.
 
 A fetch at exactly the next offset with ``wait_ms`` > 0 takes its partition's event
 (:meth:`Waiters.event`) *before* reading, so an append that lands between the read and
@@ -53,6 +56,30 @@ async def poll(waiters: Waiters, stopping: asyncio.Event | None, key: tuple[str,
     return result
 
 
+async def await_commit(waiters: Waiters, key: tuple[str, int], committed: Callable[[], bool],
+                       timeout_s: float, recheck_s: float = 0.5) -> bool:
+    """Wait on the event loop, not in a thread, until ``committed()`` (an ``acks=all``
+    produce waiting for the high watermark: woken when it moves, see ``on_commit`` in
+    :mod:`~tiered_log.service.lifespan`; looked at every ``recheck_s`` anyway, for what
+    does not wake it: the ISR shrinking, leadership ending, which ``committed`` raises).
+    True once committed, False after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        ev = waiters.event(key)  # taken before looking: no move can slip between
+        if committed():
+            return True
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await wait_event(ev, None, min(left, recheck_s))
+
+
+async def wait_event(ev: asyncio.Event, stopping: asyncio.Event | None, timeout: float) -> None:
+    """Until ``ev`` (or ``stopping``) is set, or ``timeout`` seconds passed."""
+    await _wait_for(ev, stopping, timeout)
+
+
 async def _wait_for(ev: asyncio.Event, stopping: asyncio.Event | None, timeout: float) -> None:
     waits = [asyncio.ensure_future(ev.wait())]
     if stopping is not None:
@@ -64,4 +91,4 @@ async def _wait_for(ev: asyncio.Event, stopping: asyncio.Event | None, timeout: 
             w.cancel()
 
 
-__all__ = ["Waiters", "poll"]
+__all__ = ["Waiters", "await_commit", "poll", "wait_event"]

@@ -34,6 +34,10 @@ class ServiceState:
         self.auth = Authenticator.from_settings(settings)
         self.metrics = ServiceMetrics(topics)
         self.waiters = Waiters()
+        """Consumers' long polls (woken by appends; in a cluster by high watermark moves,
+        which also wake ``acks=all`` produces)."""
+        self.appends = Waiters()
+        """A cluster's followers' long polls at their leader's log end (woken by appends)."""
         self.stopping: asyncio.Event | None = None
         self.cluster: ClusterNode | None = None
         """This node's part in a cluster (None: a single node, the embedded default)."""
@@ -48,6 +52,7 @@ class ServiceState:
         if self.stopping is not None:
             self.stopping.set()
         self.waiters.notify_all()
+        self.appends.notify_all()
 
 
 __all__ = ["ServiceState"]

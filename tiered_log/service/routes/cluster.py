@@ -32,6 +32,7 @@ from ..deps import (
     TopicPath,
     run_log_call,
 )
+from ..longpoll import wait_event
 from ..openapi import errs
 from ..state import ServiceState
 from ..wire import BINARY
@@ -128,11 +129,22 @@ async def replicate(
     wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
     empty: Annotated[int, Query(ge=0, le=1)] = 0,
 ) -> Response:
-    """A follower's fetch (see :mod:`tiered_log.cluster.protocol`)."""
+    """A follower's fetch (see :mod:`tiered_log.cluster.protocol`). At the leader's log
+    end it waits up to ``wait_ms`` on the event loop (woken by an append), not in a
+    thread: a node leading many partitions holds no thread per waiting follower."""
     node = cluster_of(state)
-    req = ReplicaFetch(replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms,
+    now = ReplicaFetch(replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, 0,
                        bool(empty))
-    ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, req)
+    key = (topic, partition)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_ms / 1000
+    ev = state.appends.event(key)  # taken before reading: no append slips between
+    ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, now)
+    while ans.waits and not state.is_stopping and (left := deadline - loop.time()) > 0:
+        await wait_event(ev, state.stopping, min(left, 0.1))
+        if ev.is_set() or not node.leads(topic, partition, leader_epoch):
+            ev = state.appends.event(key)
+            ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, now)
     if isinstance(ans.data, FetchRanges):  # sent from the files (zerocopy.py)
         return RangesResponse(ans.data, media_type=BINARY, headers=ans.headers())
     return Response(ans.data, media_type=BINARY, headers=ans.headers())

@@ -47,7 +47,7 @@ from ..deps import (
     run_log_call,
 )
 from ..fetch import fetch_frames, fetch_records
-from ..longpoll import poll
+from ..longpoll import await_commit, poll
 from ..openapi import errs
 from ..produce import (
     Parse,
@@ -191,9 +191,13 @@ async def produce(
     done = await run_log_call(state, topic, parse_and_append, plog, parse, *args)
     if state.cluster is not None and leader is not None:
         state.cluster.appended(topic, partition)
-        if acks == "all":
-            await run_log_call(state, topic, leader.wait_for, done.last,
-                               state.settings.replication_timeout_ms / 1000)
+        state.appends.notify((topic, partition))  # the followers' waiting fetches
+        if acks == "all":  # waits on the loop (woken as the HW moves), not in a thread
+            timeout = state.settings.replication_timeout_ms / 1000
+            last = done.last
+            if not await await_commit(state.waiters, (topic, partition),
+                                      lambda: leader.committed(last), timeout):
+                raise leader.timeout_error(last, timeout)
     m = state.metrics
     m.append_requests.inc(topic)
     m.append_records.inc(topic, amount=done.count)
