@@ -25,7 +25,8 @@ re-exported here) is the per-topic set of log settings, the one configuration th
 log's and the remote tier's settings derive from; the service's ``topic_defaults``
 supply every value a topic does not override. The node-level tier settings
 (``remote_chunk_bytes``, ``remote_cache_bytes``, ``ship_interval_ms``,
-``remote_copies_in_flight``, ``remote_fetch_max_wait_ms``, ``remote_worker_processes``)
+``remote_copies_in_flight``, ``remote_fetch_max_wait_ms``, ``remote_worker_processes``,
+``remote_worker_nice``)
 default to the tier's own
 defaults (:data:`~tiered_log.remote.tier_config.TIER_DEFAULTS`). The default
 flush policy is ``flush_messages=1``: every append batch is fsynced before the service
@@ -169,6 +170,11 @@ class Settings(BaseSettings):
         TIER_DEFAULTS.worker_processes, ge=0, le=16,
         description="Worker processes that upload and verify segments, so that shipping "
         "does not take the producers' interpreter (0: threads of the server process).",
+    )
+    remote_worker_nice: int = Field(
+        TIER_DEFAULTS.worker_nice, ge=0, le=19,
+        description="How much lower the tier workers' CPU priority is (nice; 0: the "
+        "server's): on a busy machine producers and consumers get the CPU first.",
     )
     remote_chunk_bytes: int = Field(
         TIER_DEFAULTS.chunk_bytes, ge=4096, le=1 << 30,

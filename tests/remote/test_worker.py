@@ -63,10 +63,13 @@ def test_copies_run_in_a_worker_and_ship_the_same_objects(tmp_path: Path) -> Non
         shipped = sorted(p.name for p in bucket.rglob("*") if p.is_file())
     finally:
         tlog.close()
-    worker = shared_worker(1)
+    worker = shared_worker(1, TierConfig().worker_nice)
     assert worker is not None
     pids = worker.pids()
     assert pids and os.getpid() not in pids  # the work ran elsewhere
+    # ... at a lower CPU priority: producers first when the CPU is short.
+    assert all(os.getpriority(os.PRIO_PROCESS, p) - os.getpriority(os.PRIO_PROCESS, 0) == 10
+               for p in pids)
     # The same log shipped on this process's threads puts the same kinds of objects.
     bucket2 = tmp_path / "bucket2"
     plain = open_log(tmp_path / "b", LocalDirStorage(bucket2), processes=0)
@@ -180,7 +183,7 @@ def test_archived_reads_fetch_in_the_worker(tmp_path: Path) -> None:
     writes the chunk files (this one does not), and both read forms see every record."""
     tlog = archived(tmp_path)
     try:
-        worker = shared_worker(1)
+        worker = shared_worker(1, TierConfig().worker_nice)
         assert worker is not None and worker.pids()
         pid = worker.pids()[0]
         before = _written_by(pid)
@@ -225,7 +228,7 @@ def test_a_damaged_object_is_refused_and_not_cached(tmp_path: Path) -> None:
 def test_a_worker_killed_under_reads_costs_a_retry(tmp_path: Path) -> None:
     tlog = archived(tmp_path)
     try:
-        worker = shared_worker(1)
+        worker = shared_worker(1, TierConfig().worker_nice)
         assert worker is not None
         for pid in worker.pids():
             os.kill(pid, signal.SIGKILL)

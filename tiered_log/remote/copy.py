@@ -112,7 +112,7 @@ class CopyTask:
                 if progress is not None:
                     progress(n)
 
-            worker = shared_worker(self.st.config.worker_processes)
+            worker = shared_worker(self.st.config.worker_processes, self.st.config.worker_nice)
             spec = spec_of(self.st.storage) if worker is not None else None
 
             def upload() -> None:

@@ -94,7 +94,7 @@ class RemoteReader:
         first, last = group[0], group[-1]
         start, end = first.position, last.position + last.data_length
         self._fetch_quota(end - start)
-        worker = shared_worker(self.st.config.worker_processes)
+        worker = shared_worker(self.st.config.worker_processes, self.st.config.worker_nice)
         spec = spec_of(self.st.storage) if worker is not None else None
         if worker is not None and spec is not None:
             self._fetch_in_worker(worker, spec, group, start, end)

@@ -38,9 +38,11 @@ class TierConfig:
     fetch_max_wait_ms: int = 5000  # a reader's wait for the bucket (remote/fetch_wait.py)
     copies_in_flight: int = 2
     worker_processes: int = 1
-    """Worker processes that upload and scan segments off this process's interpreter
+    """Worker processes that upload, scan and fetch off this process's interpreter
     (:mod:`~tiered_log.remote.worker`, shared by every log of the process); 0: on this
     process's threads."""
+    worker_nice: int = 10
+    """How much lower the workers' CPU priority is (``nice``, 0-19; 0: the same)."""
     ship_interval_ms: int = 500
     index_rotate_bytes: int = 16 << 20
     index_rotate_ms: int = 7 * 24 * 3600 * 1000
@@ -72,6 +74,9 @@ class TierConfig:
         v = self.worker_processes
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 16:
             raise InvalidArgumentError(f"worker_processes must be an integer 0-16, got {v!r}")
+        v = self.worker_nice
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 19:
+            raise InvalidArgumentError(f"worker_nice must be an integer 0-19, got {v!r}")
         v = self.end_record_interval_ms
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise InvalidArgumentError(f"end_record_interval_ms must be an integer >= 0, "

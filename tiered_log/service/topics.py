@@ -92,6 +92,7 @@ def tier_config_of(config: TopicConfig, settings: Settings) -> TierConfig:
         cache_bytes=max(1, settings.remote_cache_bytes),
         copies_in_flight=settings.remote_copies_in_flight,
         worker_processes=settings.remote_worker_processes,
+        worker_nice=settings.remote_worker_nice,
         ship_interval_ms=settings.ship_interval_ms,
         fetch_max_wait_ms=settings.remote_fetch_max_wait_ms,
     )
