@@ -54,13 +54,8 @@ def check_page(log: TieredLog, page: FetchData, offset: int, max_records: int,
 def test_read_batches_pages_whole_batches(batches: list[list[int]],
                                           queries: list[tuple[int, int, int]]) -> None:
     with tempfile.TemporaryDirectory() as d:
-        log = TieredLog(Path(d) / "p", config=LogConfig(segment_bytes=8192,
-                                                         index_interval_bytes=256))
+        log, i = local_log(Path(d), batches)
         try:
-            i = 0
-            for sizes in batches:
-                log.append_batch([bytes([(i + k) % 251]) * n for k, n in enumerate(sizes)])
-                i += len(sizes)
             for offset, max_records, max_bytes in queries:
                 offset = min(offset, i - 1)
                 check_page(log, log.read_batches(offset, max_records, max_bytes), offset,
@@ -89,6 +84,17 @@ def test_pages_of_one_big_batch_and_of_small_ones(tmp_path: Path) -> None:
 # ---- from the remote tier ---------------------------------------------------------------
 
 ARCHIVE_SEGMENTS = LogConfig(segment_bytes=8192, index_interval_bytes=256)
+
+
+def local_log(root: Path, batches: list[list[int]]) -> tuple[TieredLog, int]:
+    """A local log (8 KiB segments) with one batch per entry of ``batches``, record ``i``
+    being ``bytes([i % 251]) * size``; and its record count."""
+    log = TieredLog(root / "p", config=LogConfig(segment_bytes=8192, index_interval_bytes=256))
+    i = 0
+    for sizes in batches:
+        log.append_batch([bytes([(i + k) % 251]) * n for k, n in enumerate(sizes)])
+        i += len(sizes)
+    return log, i
 
 
 def archived_log(root: Path, batches: list[list[int]],

@@ -24,7 +24,7 @@ from tiered_log.local import ranges
 from tiered_log.local.files import ReadFd
 from tiered_log.local.ranges import CutGuard, FetchRanges, FileRange, MappedReader
 
-from .test_read_batches import archived_log
+from .test_read_batches import archived_log, local_log
 
 
 def same_page(log: TieredLog, offset: int, max_records: int, max_bytes: int,
@@ -56,13 +56,8 @@ def wait_cache_written(log: TieredLog) -> None:
 def test_local_ranges_name_the_bytes_read_batches_returns(
         batches: list[list[int]], queries: list[tuple[int, int, int, int]]) -> None:
     with tempfile.TemporaryDirectory() as d:
-        log = TieredLog(Path(d) / "p", config=LogConfig(segment_bytes=8192,
-                                                         index_interval_bytes=256))
+        log, i = local_log(Path(d), batches)
         try:
-            i = 0
-            for sizes in batches:
-                log.append_batch([bytes([(i + k) % 251]) * n for k, n in enumerate(sizes)])
-                i += len(sizes)
             for offset, max_records, max_bytes, cap in queries:
                 offset = min(offset, i)
                 page = same_page(log, offset, max_records, max_bytes,
