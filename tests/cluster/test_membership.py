@@ -159,3 +159,22 @@ def test_resign_hands_over_at_once(store: MetaStore) -> None:
             took = wait_until(lambda: e2.is_controller, 2, "node 2 takes over")
             assert took < 1.0
         assert store.get("controller") is None  # e2 resigned on close
+
+
+def test_a_restart_ends_its_dead_predecessors_registration(store: MetaStore) -> None:
+    """A node restarted on the same host within its lease (its previous process
+    SIGKILLed) ends that process's registration at once instead of waiting out the
+    lease; a registration whose process still runs (the same id started twice) is left
+    alone."""
+    with node_process(store, 7, ttl_s=30) as child:
+        wait_until(lambda: store.get("nodes/7") is not None, 5, "the child registered")
+        again = Membership(store, 7, "http://n7", lease_ttl_s=30)
+        assert not again.end_previous_incarnation()  # it lives: only its lease ends it
+        assert store.get("nodes/7") is not None
+        child.kill()
+        child.wait(10)
+    kept = store.get("nodes/7")
+    assert kept is not None and kept.lease  # a 30 s lease outlives the process
+    assert again.end_previous_incarnation()
+    assert store.get("nodes/7") is None and store.get("controller") is None
+    assert not again.end_previous_incarnation()  # nothing left to end

@@ -2,7 +2,10 @@
 
 :class:`Membership`: a node announces itself as ``nodes/<node_id>`` ->
 ``{"node_id", "url"}``, bound to an etcd lease of ``lease_ttl_s`` that a daemon thread
-renews every ``lease_ttl_s / 3``. Invariant: a node's key exists only while its lease
+renews every ``lease_ttl_s / 3``; the value also names the process (its
+:func:`incarnation`), so that a node restarted on the same host within its lease can
+end its previous start's registration at once (:meth:`Membership.end_previous_incarnation`)
+instead of waiting it out. Invariant: a node's key exists only while its lease
 does, so :meth:`Membership.live_nodes` lists the nodes that renewed within the last TTL
 (a crashed or partitioned node drops out at most one TTL after its last renewal, plus
 etcd's expiry check, ~0.5 s). If the lease is lost anyway (etcd was out of reach, or
@@ -27,9 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tiered_log.cluster.etcd import Fence, MetaStore
@@ -39,6 +45,52 @@ log = logging.getLogger(__name__)
 
 NODES_PREFIX = "nodes/"
 CONTROLLER_KEY = "controller"
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot: /proc/<pid>/stat's 22nd
+    field); None if there is no such process (or no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:  # the command name (field 2) may hold spaces and parentheses: split after it
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def incarnation() -> dict[str, Any]:
+    """What tells this process apart from any other that ran or runs on any machine: the
+    host name, the kernel's boot id, the pid and the process's start time."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid,
+            "started": _started(pid) or 0}
+
+
+def is_gone(recorded: Any) -> bool:
+    """Whether the process a registration's ``incarnation`` names has surely ended: it ran
+    on this host since this boot, and its pid now names no process or another one (a
+    different start time). False whenever that cannot be known (another host, another
+    boot, no /proc, an older registration without an incarnation): then only its
+    lease's end says it is gone."""
+    if not isinstance(recorded, dict):
+        return False
+    here = incarnation()
+    pid, started = recorded.get("pid"), recorded.get("started")
+    if (not here["boot"] or recorded.get("boot") != here["boot"]
+            or recorded.get("host") != here["host"] or not isinstance(pid, int)
+            or not isinstance(started, int) or not started):
+        return False
+    now = _started(pid)
+    return now is None or now != started
 
 
 class Membership:
@@ -92,10 +144,32 @@ class Membership:
         self._thread.start()
         return self
 
+    def end_previous_incarnation(self) -> bool:
+        """Before this node registers: if ``nodes/<node_id>`` is still there from a start
+        of this node whose process has surely ended (:func:`is_gone`: same host and
+        boot, its process gone; a restart within the lease), end that registration's
+        lease now, as its expiry would have a moment later: the controller then treats
+        the previous incarnation as dead at once (drops it from ISRs, moves its
+        leaderships). True if it did. A registration it cannot prove dead (another
+        host, or a live process: a second node started with the same id) is left to
+        its lease. MetadataUnavailableError if etcd cannot be reached."""
+        v = self.store.get(self.key)
+        if v is None or not v.lease or not isinstance(v.value, dict):
+            return False
+        if not is_gone(v.value.get("incarnation")):
+            return False
+        if self.store.revoke(v.lease):
+            log.info("node %s: the registration of its previous start (pid %s) outlived "
+                     "it: its lease %x ended now", self.node_id,
+                     v.value["incarnation"].get("pid"), v.lease)
+            return True
+        return False
+
     def _register(self) -> None:
         sent = time.monotonic()
         lease = self.store.grant(self.lease_ttl_s)
-        self.store.put(self.key, {"node_id": self.node_id, "url": self.url}, lease=lease)
+        self.store.put(self.key, {"node_id": self.node_id, "url": self.url,
+                                  "incarnation": incarnation()}, lease=lease)
         with self._lock:
             self._lease = lease
             self._alive_until = sent + self.lease_ttl_s

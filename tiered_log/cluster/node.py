@@ -180,9 +180,15 @@ class ClusterNode:
         it is in no ISR that has another live member (its previous registration's lease
         ends, the controller drops it as dead); it then rejoins each ISR only by
         fetching up to the high watermark, as Kafka fences a restarted broker's stale ISR
-        entries (KIP-903). Bounded by three lease TTLs and 5 s: then it registers
+        entries (KIP-903). Restarted on the same host, it first ends its previous
+        start's lease (:meth:`Membership.end_previous_incarnation`), so the wait is the
+        controller's reaction rather than the rest of the lease. Bounded by three lease
+        TTLs and 5 s: then it registers
         anyway, with a WARNING. An ISR it holds alone (an offline partition) is kept: it
         is that partition's only clean leader."""
+        # A restart on the same host: its previous start's registration ends now rather
+        # than at its lease's end, so the controller drops it from the ISRs at once.
+        self.membership.end_previous_incarnation()
         deadline = time.monotonic() + 3 * self.config.lease_ttl_s + 5
         said = False
         while True:
