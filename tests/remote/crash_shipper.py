@@ -19,7 +19,7 @@ Modes (each prints one marker line per step on stdout, flushed at once):
   before each copy, ``sent <base> <bytes>`` from the copy's progress callback,
   ``copied <base>`` after it, ``done`` at the end. The test kills it while a copy is
   under way.
-- ``round``: like ``upload`` (same records, same throttle), but ships with one real
+- ``round``: like ``upload`` (same records, a slower throttle: :data:`ROUND_RATE`), but ships with one real
   :meth:`TieredLog.tier_once`, which keeps two copies in flight; markers ``produced``
   and ``done``. The test kills it while two copies are under way.
 - ``delete``: opens the (already shipped) log with remote retention
@@ -48,6 +48,9 @@ SEGMENT_BYTES = 8 * 1024
 RECORDS = 400
 SLOW_RATE = 4 * 1024
 """Upload rate limit (bytes/s) of the ``upload`` mode: about 2 s per segment."""
+ROUND_RATE = SLOW_RATE // 4
+"""The ``round`` mode's: two copies share it, about 16 s each, so both are surely under
+way when the test has seen bytes of both (on a busy machine the second starts late)."""
 RETAIN_BYTES = 3 * SEGMENT_BYTES
 """Remote retention of the ``delete`` mode: keeps about the last 3 segments."""
 TS_BASE = 1_700_000_000_000
@@ -98,9 +101,10 @@ def produce(tlog: TieredLog, n: int) -> None:
     tlog.roll()
 
 
-def open_produced(log_dir: Path, storage: RemoteStorage) -> TieredLog:
-    """The log of the ``upload`` and ``round`` modes, throttled, with its records."""
-    tier = TierConfig(upload_bytes_per_sec=SLOW_RATE, chunk_bytes=1024)
+def open_produced(log_dir: Path, storage: RemoteStorage, rate: int = SLOW_RATE) -> TieredLog:
+    """The log of the ``upload`` and ``round`` modes, throttled to ``rate`` bytes/s, with
+    its records."""
+    tier = TierConfig(upload_bytes_per_sec=rate, chunk_bytes=1024)
     tlog = TieredLog(log_dir, log_id=LOG_ID, storage=storage, config=log_config(), tier=tier,
                      start_shipper=False)
     if tlog.next_offset == 0:
@@ -124,7 +128,7 @@ def run_upload(log_dir: Path, storage: RemoteStorage) -> None:
 
 
 def run_round(log_dir: Path, storage: RemoteStorage) -> None:
-    tlog = open_produced(log_dir, storage)
+    tlog = open_produced(log_dir, storage, ROUND_RATE)
     tlog.tier_once()
     say("done")
     tlog.close()

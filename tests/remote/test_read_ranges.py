@@ -156,6 +156,42 @@ def test_a_cut_waits_for_mapped_readers_and_they_for_it() -> None:
     assert order == ["reader done", "cut", "cut done", "late reader"]
 
 
+def test_a_walk_back_in_a_grown_segment_does_not_wait_for_a_waiting_cut(
+        tmp_path: Path) -> None:
+    """A walk that comes back to a segment it already read (appends grew it meanwhile)
+    must not enter its guard again: a cut waiting for the walk's first entry would wait
+    forever, and the walk for the cut (found under load: a reader and a truncation of
+    the active segment both hung)."""
+    path = tmp_path / "f"
+    path.write_bytes(b"z" * 8192)
+    fd = ReadFd(path)
+    guard = CutGuard()
+    page = ranges.RangesPage(0)
+    page.reader(fd, guard)(0, 10)
+    cut_done = threading.Event()
+
+    def cut() -> None:
+        with guard.cutting():
+            cut_done.set()
+
+    cutter = threading.Thread(target=cut, daemon=True)
+    cutter.start()
+    deadline = time.monotonic() + 5
+    while not guard._cutting and time.monotonic() < deadline:  # the cut waits for the page
+        time.sleep(0.01)
+    assert guard._cutting and not cut_done.is_set()
+    again: list[object] = []
+    walker = threading.Thread(target=lambda: again.append(page.reader(fd, guard)(4096, 10)),
+                              daemon=True)
+    walker.start()
+    walker.join(5)
+    assert again and bytes(again[0]) == b"z" * 10, "the walk waited for the cut"  # type: ignore[arg-type]
+    assert not cut_done.is_set()
+    page.result(1)  # the page lets go once: the cut goes on
+    cutter.join(5)
+    assert cut_done.is_set()
+
+
 def test_truncation_during_mapped_reads(tmp_path: Path) -> None:
     """Readers map while a truncation cuts the active segment again and again: every
     read either names the log's bytes or fails as the bytes form would; no fault."""

@@ -200,6 +200,10 @@ class MappedReader:
                 m.close()
         return self._fd.pread(length, position)
 
+    def inside(self, guard: CutGuard) -> bool:
+        """Whether this reader has entered ``guard`` and not released it yet."""
+        return self._guard is guard
+
     def release(self) -> None:
         maps, self._maps = self._maps, []
         for m in maps:
@@ -276,6 +280,11 @@ class RangesPage:
         self._readers: list[MappedReader] = []
 
     def reader(self, fd: ReadFd, guard: CutGuard | None = None) -> Reader:
+        # A walk may come back to a segment it has read (it grew meanwhile): the page is
+        # inside that segment's guard already and stays there. Entering a second time
+        # would wait for a cut under way, which waits for the first entry: a deadlock.
+        if guard is not None and any(r.inside(guard) for r in self._readers):
+            guard = None  # this page is inside it already (the file may be another fd)
         r = MappedReader(fd, guard)
         self._readers.append(r)
         return r
