@@ -44,10 +44,12 @@ Progress goes to stderr; the result is one JSON-able dict. Not thread-safe.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import shutil
+import stat
 import statistics
 import threading
 import time
@@ -201,9 +203,8 @@ def _any(http: httpx.Client, urls: Sequence[str], method: str, path: str,
 
 def create_topic(http: httpx.Client, urls: Sequence[str], topic: str,
                  config: dict[str, Any]) -> None:
-    body = {"name": topic, "partitions": 1, "replication_factor": REPLICATION_FACTOR,
-            "config": config}
-    r = _any(http, urls, "POST", "/v1/topics", json=body)
+    r = _any(http, urls, "POST", "/v1/topics", json={
+        "name": topic, "partitions": 1, "replication_factor": REPLICATION_FACTOR, "config": config})
     if r.status_code != 201:
         raise RuntimeError(f"could not create {topic}: {r.status_code} {r.text}")
     if wait_for(lambda: len(_isr(http, urls, topic) or ()) == REPLICATION_FACTOR,
@@ -258,11 +259,15 @@ def partition_bytes(node: DevNode, topic: str) -> tuple[int, int, int | None]:
     d = Path(node.data_dir) / "topics" / topic / "0"
     if not d.is_dir():
         return 0, 0, None
-    files = [p for p in d.rglob("*") if p.is_file()]
-    logs = [p for p in files if p.suffix == ".log"]
+    sizes: dict[Path, int] = {}
+    for p in d.rglob("*"):  # the node's retention may delete a file before its stat
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISREG((st := p.stat()).st_mode):
+                sizes[p] = st.st_size
+    logs = [p for p in sizes if p.suffix == ".log"]
     first = min((int(p.name.split(".")[0]) for p in logs if p.name.split(".")[0].isdigit()),
                 default=None)
-    return (sum(p.stat().st_size for p in logs), sum(p.stat().st_size for p in files), first)
+    return sum(sizes[p] for p in logs), sum(sizes.values()), first
 
 
 def replica_view(http: httpx.Client, leader_url: str, topic: str,
