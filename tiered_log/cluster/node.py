@@ -118,7 +118,6 @@ class _Role:
         self.state = state
         self.replication: LeaderReplication | None = None
         self.fetcher: ReplicaFetcher | None = None
-        self.appended = threading.Condition()
 
     def stop(self, why: str) -> None:
         if self.replication is not None:
@@ -127,8 +126,6 @@ class _Role:
         if self.fetcher is not None:
             self.fetcher.stop()
             self.fetcher = None
-        with self.appended:
-            self.appended.notify_all()
 
 
 class ClusterNode:
@@ -397,8 +394,8 @@ class ClusterNode:
             return rep is not None and not rep.resigned and rep.leader_epoch == epoch
 
     def appended(self, topic: str, partition: int) -> None:
-        """The leader appended to a partition: move the HW (a lone ISR) and wake the
-        followers' waiting fetches."""
+        """The leader appended to a partition: move the HW (a lone ISR). (The followers'
+        fetches waiting at the log end are the service's to wake.)"""
         with self._lock:
             role = self._roles.get((topic, partition))
         if role is None:
@@ -407,13 +404,12 @@ class ClusterNode:
         if rep is not None:
             rep.record_append()
             self._sync_hw(topic, partition, rep)
-        with role.appended:
-            role.appended.notify_all()
 
     def replica_fetch(self, topic: str, partition: int, req: ReplicaFetch) -> ReplicaAnswer:
-        """Answer a follower's fetch (in a worker thread; may wait ``req.wait_ms`` for
-        records, holding the thread: the service asks with ``wait_ms`` 0 and waits on its
-        event loop instead). See :mod:`~tiered_log.cluster.protocol`."""
+        """Answer a follower's fetch at once (in a worker thread): an answer without
+        records at the log end, which the service's route waits out on its event loop
+        for up to ``req.wait_ms`` before it asks again. See
+        :mod:`~tiered_log.cluster.protocol`."""
         with self._lock:
             role = self._roles.get((topic, partition))
             rep = role.replication if role is not None else None
@@ -451,13 +447,8 @@ class ClusterNode:
             return answer(reset_to=max(remote_end, b.local_start_offset))
         rep.record_fetch(req.replica_id, req.offset)
         self._sync_hw(topic, partition, rep)
-        deadline = time.monotonic() + req.wait_ms / 1000
-        while plog.next_offset <= req.offset:
-            left = deadline - time.monotonic()
-            if left <= 0 or rep.resigned:
-                return answer()
-            with role.appended:
-                role.appended.wait(min(left, 0.1))
+        if plog.next_offset <= req.offset:
+            return answer()
         # Where the batches lie: the route sends them from the files (sendfile).
         fetched = plog.read_batch_ranges(req.offset, 1 << 30, req.max_bytes)
         rolls = tuple(plog.segment_bases(req.offset, fetched.next_offset))

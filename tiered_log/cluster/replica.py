@@ -328,9 +328,7 @@ class LeaderReplication:
         ``timeout_s`` (the records were appended; they may still be committed later)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._hw <= offset:
-                self._check_leading(appended=True)
-                self._check_isr_size(appended=True)
+            while not self.committed(offset):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise self.timeout_error(offset, timeout_s)

@@ -92,9 +92,7 @@ class ChunkCache:
             self._bytes += size
         self._evict()
 
-    @staticmethod
-    def _name(key: str, position: int, length: int) -> str:
-        return chunk_file_name(key, position, length)
+    _name = staticmethod(chunk_file_name)
 
     def get(self, key: str, position: int, length: int) -> bytes | None:
         name = self._name(key, position, length)

@@ -52,7 +52,7 @@ from .limits import RateLimiter
 from .manifest import COMMITTED, chunk_entries, encode_manifest
 from .metadata import CopyState, RemoteSegment, new_segment_id
 from .state import TierState
-from .worker import shared_worker, spec_of
+from .worker import worker_for
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,11 @@ class CopyTask:
                 if progress is not None:
                     progress(n)
 
-            worker = shared_worker(self.st.config.worker_processes, self.st.config.worker_nice)
-            spec = spec_of(self.st.storage) if worker is not None else None
+            placed = worker_for(self.st.config, self.st.storage)
 
             def upload() -> None:
-                if worker is not None and spec is not None:
+                if placed is not None:
+                    worker, spec = placed
                     # The quota is taken before (the worker cannot report as it sends):
                     # the same rate over a segment, paid up front.
                     on_progress(seg.size)
@@ -129,8 +129,7 @@ class CopyTask:
             def put_manifest() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
                 args = (seg.store_path, seg.size, seg.base_offset, seg.next_offset, data_key,
                         self.st.config.chunk_bytes)
-                entries = (worker.scan(*args) if worker is not None and spec is not None
-                           else chunk_entries(*args))
+                entries = placed[0].scan(*args) if placed is not None else chunk_entries(*args)
                 done = replace(rs, chunks=len(entries))
                 if fence is not None and not fence():  # the commit point: a deposed leader stops
                     raise RemoteStorageError(

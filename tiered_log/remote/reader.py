@@ -44,7 +44,7 @@ from ..local.ranges import BytesPage, Page
 from .cache import ChunkCache
 from .limits import RateLimiter
 from .state import TierState
-from .worker import StorageSpec, TierWorker, shared_worker, spec_of
+from .worker import StorageSpec, TierWorker, worker_for
 
 R = TypeVar("R")
 
@@ -94,10 +94,9 @@ class RemoteReader:
         first, last = group[0], group[-1]
         start, end = first.position, last.position + last.data_length
         self._fetch_quota(end - start)
-        worker = shared_worker(self.st.config.worker_processes, self.st.config.worker_nice)
-        spec = spec_of(self.st.storage) if worker is not None else None
-        if worker is not None and spec is not None:
-            self._fetch_in_worker(worker, spec, group, start, end)
+        placed = worker_for(self.st.config, self.st.storage)
+        if placed is not None:
+            self._fetch_in_worker(*placed, group, start, end)
             return
         try:
             blob = self.st.storage.get(first.object_key, start, end)

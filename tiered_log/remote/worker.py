@@ -67,6 +67,7 @@ from ..format.remote_index import RemoteLogIndexEntry
 from .cache import chunk_file_name, write_chunk_file
 from .manifest import chunk_entries
 from .storage import RemoteStorage
+from .tier_config import TierConfig
 
 log = logging.getLogger(__name__)
 
@@ -353,6 +354,15 @@ def shared_worker(processes: int, nice: int = 0) -> TierWorker | None:
         return w
 
 
+def worker_for(config: TierConfig, storage: RemoteStorage) -> tuple[TierWorker, StorageSpec] | None:
+    """Where a log's tier work goes: the process-wide pool ``config`` names and how a
+    worker opens ``storage`` (:func:`spec_of`); None when workers are off or the store
+    cannot be opened in another process (then on this process's threads)."""
+    worker = shared_worker(config.worker_processes, config.worker_nice)
+    spec = spec_of(storage) if worker is not None else None
+    return (worker, spec) if worker is not None and spec is not None else None
+
+
 def main() -> None:
     """A worker process's entry point: serve tasks on stdin/stdout until stdin ends. Nothing else may write to stdout: prints and logs go to stderr."""
     inp, out = sys.stdin.buffer, sys.stdout.buffer
@@ -364,4 +374,4 @@ def main() -> None:
     serve(inp, out)
 
 
-__all__ = ["StorageSpec", "TierWorker", "serve", "shared_worker", "spec_of"]
+__all__ = ["StorageSpec", "TierWorker", "serve", "shared_worker", "spec_of", "worker_for"]

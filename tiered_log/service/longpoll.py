@@ -51,7 +51,7 @@ async def poll(waiters: Waiters, stopping: asyncio.Event | None, key: tuple[str,
     ev = waiters.event(key)  # taken before reading: no append can slip between
     result = await read()
     if wait_ms and empty(result) and not (stopping is not None and stopping.is_set()):
-        await _wait_for(ev, stopping, wait_ms / 1000)
+        await wait_event(ev, stopping, wait_ms / 1000)
         result = await read()
     return result
 
@@ -77,10 +77,6 @@ async def await_commit(waiters: Waiters, key: tuple[str, int], committed: Callab
 
 async def wait_event(ev: asyncio.Event, stopping: asyncio.Event | None, timeout: float) -> None:
     """Until ``ev`` (or ``stopping``) is set, or ``timeout`` seconds passed."""
-    await _wait_for(ev, stopping, timeout)
-
-
-async def _wait_for(ev: asyncio.Event, stopping: asyncio.Event | None, timeout: float) -> None:
     waits = [asyncio.ensure_future(ev.wait())]
     if stopping is not None:
         waits.append(asyncio.ensure_future(stopping.wait()))

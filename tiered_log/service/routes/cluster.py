@@ -133,18 +133,18 @@ async def replicate(
     end it waits up to ``wait_ms`` on the event loop (woken by an append), not in a
     thread: a node leading many partitions holds no thread per waiting follower."""
     node = cluster_of(state)
-    now = ReplicaFetch(replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, 0,
+    req = ReplicaFetch(replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms,
                        bool(empty))
     key = (topic, partition)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000
     ev = state.appends.event(key)  # taken before reading: no append slips between
-    ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, now)
+    ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, req)
     while ans.waits and not state.is_stopping and (left := deadline - loop.time()) > 0:
         await wait_event(ev, state.stopping, min(left, 0.1))
         if ev.is_set() or not node.leads(topic, partition, leader_epoch):
             ev = state.appends.event(key)
-            ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, now)
+            ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, req)
     if isinstance(ans.data, FetchRanges):  # sent from the files (zerocopy.py)
         return RangesResponse(ans.data, media_type=BINARY, headers=ans.headers())
     return Response(ans.data, media_type=BINARY, headers=ans.headers())
