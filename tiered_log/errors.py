@@ -39,10 +39,12 @@ answer (:func:`error_class`) read one table: this tree::
     ├── NotLeaderError             not_leader                421    ask the leader
     ├── NotEnoughReplicasError     not_enough_replicas       503    ISR below min
     ├── ReplicationTimeoutError    replication_timeout       503    acks=all not in time
+    ├── PartitionNotReadyError     not_ready                 503    new leader's remote view
     ├── FencedEpochError           fenced_epoch              409    a deposed leader's epoch
     ├── DataLossError              data_loss                 410    removed by retention
     │   └── CorruptRangeError      corrupt_record            410    stored batch damaged
     │                                                               (also CorruptRecord)
+    ├── NotAClusterError           not_a_cluster             404    a single node: no cluster
     ├── ConnectionFailedError      connection_failed         500*   client: unreachable
     └── ServiceError               service_error             500*   client: unknown code
 
@@ -53,8 +55,8 @@ never raised: a body over ``max_request_bytes`` is refused by the HTTP layer wit
 and the code ``request_too_large``, which the client decodes to this class).
 ``retriable`` defaults to False except for RemoteStorageError, RemoteTimeoutError,
 MetadataUnavailableError (and LeaseNotFoundError), NotLeaderError,
-NotEnoughReplicasError, ReplicationTimeoutError, ShuttingDownError and
-ConnectionFailedError; an instance may say otherwise.
+NotEnoughReplicasError, ReplicationTimeoutError, PartitionNotReadyError,
+ShuttingDownError and ConnectionFailedError; an instance may say otherwise.
 
 The last two are the client's own (:mod:`tiered_log.client`): the service never answers
 them, and :func:`error_class` does not map their codes (nor the root's ``error``: an
@@ -305,6 +307,19 @@ class ReplicationTimeoutError(TieredLogError):
     status = 503
 
 
+class PartitionNotReadyError(TieredLogError):
+    """A replica that has just become leader does not know its remote state yet (where
+    the log starts, what the bucket holds: others shipped while it followed): reads
+    below its local start, its bounds and timestamp lookups wait for that, rather than
+    answer from a stale view (a log start above the true one, a 416 for an archived
+    offset). Retriable within moments: the new leader's first tiering round rebuilds the
+    view (Kafka's LEADER_NOT_AVAILABLE)."""
+
+    retriable = True
+    code = "not_ready"
+    status = 503
+
+
 class FencedEpochError(TieredLogError):
     """A request carried a leader epoch older than the one this replica knows: it comes
     from a deposed leader (or a follower that has not learnt of a newer one) and is
@@ -348,6 +363,16 @@ class UnsupportedMediaTypeError(InvalidArgumentError):
 
     code = "unsupported_media_type"
     status = 415
+
+
+class NotAClusterError(TieredLogError):
+    """A cluster operation (``/v1/cluster...``) asked of a node started without cluster
+    settings, which has no cluster to describe, reassign or restore into: 404, with its
+    own code so that it is not taken for a missing topic. Clients tell a single node by
+    this answer to ``GET /v1/cluster``."""
+
+    code = "not_a_cluster"
+    status = 404
 
 
 class RequestTooLargeError(InvalidArgumentError):
@@ -469,9 +494,11 @@ __all__ = [
     "LogClosedError",
     "LogInUseError",
     "MetadataUnavailableError",
+    "NotAClusterError",
     "NotEnoughReplicasError",
     "NotLeaderError",
     "OffsetOutOfRangeError",
+    "PartitionNotReadyError",
     "PermissionDeniedError",
     "RecordTooLargeError",
     "RemoteCorruptionError",

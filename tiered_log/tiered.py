@@ -43,7 +43,9 @@ from .errors import (
     InvalidArgumentError,
     InvalidOffsetError,
     LogClosedError,
+    NotLeaderError,
     OffsetOutOfRangeError,
+    PartitionNotReadyError,
     RemoteStorageError,
 )
 from .format import naming
@@ -128,7 +130,8 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             # local segments below it left them here: never serve them again.
             self._local.delete_segments_before(self._remote.meta.log_start_offset)
         self._shipper: Shipper | None = None
-        self._end_recorded_ms = 0
+        self._reserve_lock = threading.Lock()
+        self._reserve_failing = False
         self._open_replication(replicated, hw_checkpoint_interval_ms)
         if start_shipper:
             self.start_shipper()
@@ -147,9 +150,9 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         if end <= resume:
             return resume
         if not any(a <= resume and end <= b for a, b in r.meta.lost):
-            log.warning("%s: offsets [%d, %d) were acknowledged but never reached the bucket "
-                        "before the local disk was lost: they are lost; the log continues "
-                        "at %d", self.log_id, resume, end, end)
+            log.warning("%s: offsets [%d, %d) were handed out (or reserved to be) but never "
+                        "reached the bucket before the local disk was lost: they are lost; "
+                        "the log continues at %d", self.log_id, resume, end, end)
             r.note_lost(resume, end)
         return end
 
@@ -202,12 +205,30 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         if self._closed:
             raise LogClosedError(f"log {self.log_id} is closed")
 
+    def check_remote_view(self, offset: int | None = None) -> None:
+        """PartitionNotReadyError (retriable) while this replica leads but has not yet
+        rebuilt its view of the bucket (:meth:`lead`: others shipped, and retention moved
+        the log start, while it followed): for a read at ``offset`` below its local
+        start, or (``offset`` None) a question about the whole log (its bounds as the API
+        reports them, a timestamp lookup). Until then its own view would answer a log
+        start above the true one and 416 for archived offsets. Offsets at or above the
+        local start are always served. Any thread, no lock."""
+        if not self._resync_pending or self._remote is None or self._following:
+            return
+        local_start = self._local.log_start_offset
+        if offset is None or offset < local_start:
+            raise PartitionNotReadyError(
+                f"{self.log_id}: this replica has just become leader and is reading the "
+                f"bucket for its archived offsets (below {local_start}): retry shortly")
+
     def append(self, value: bytes, *, key: bytes | None = None,
                headers: Sequence[tuple[str, bytes | None]] = (),
                timestamp: int | None = None) -> int:
         self._check_open()
+        self._reserve_offsets(self._local.next_offset + 1)
         active = self._local.active_base_offset
         offset = self._local.append(value, key=key, headers=headers, timestamp=timestamp)
+        self._reserve_offsets(offset + 1)
         if self._shipper is not None and self._local.active_base_offset != active:
             self._shipper.wake()  # the append rolled a segment: there may be one to ship
         return offset
@@ -215,11 +236,39 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
     def append_batch(self, records: Sequence[ProducerRecord | bytes] | EncodedBatch,
                      ) -> tuple[int, int]:
         self._check_open()
+        count = records.count if isinstance(records, EncodedBatch) else len(records)
+        self._reserve_offsets(self._local.next_offset + count)
         active = self._local.active_base_offset
         first_last = self._local.append_batch(records)
+        self._reserve_offsets(first_last[1] + 1)
         if self._shipper is not None and self._local.active_base_offset != active:
             self._shipper.wake()
         return first_last
+
+    def _reserve_offsets(self, end: int) -> None:
+        """Make sure the bucket records that offsets up to ``end`` may be handed out
+        (:attr:`RemoteMeta.end_offset <tiered_log.remote.metadata.RemoteMeta.end_offset>`)
+        before an append past the recorded end is acknowledged: a log rebuilt from the
+        bucket after its disk was lost continues above it and never hands an
+        acknowledged offset out again. Reserved ``offset_reserve`` offsets ahead, so one
+        small write covers many appends; :meth:`maintain` renews the reservation before
+        it runs out, so appends rarely wait for it. Called before an append (with the
+        offsets it will take) and after it (appends racing for the same offsets); raises
+        RemoteStorageError when the bucket cannot record it (not acknowledged: retry) and
+        NotLeaderError when the fence says this node was deposed. Leaders and single
+        nodes only (a follower's appends are its leader's). Any thread."""
+        r = self._remote
+        if r is None or self._following or end <= r.meta.end_offset:
+            return
+        with self._reserve_lock:
+            if end <= r.meta.end_offset:
+                return
+            ahead = end + self.tier_config.offset_reserve
+            # A new leader's view of the bucket is stale until its first round: it moves
+            # only the end of the bucket's own metadata.
+            record = r.record_end_fresh if self._resync_pending else r.record_end
+            if not record(ahead):
+                raise NotLeaderError(f"{self.log_id}: this node no longer leads the partition")
 
     def flush(self) -> int:
         return self._local.flush()
@@ -272,7 +321,9 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
 
     def _archive_of(self, offset: int) -> RemoteTier:
         """The remote tier, for an ``offset`` below the local start: OffsetOutOfRangeError
-        below the log start, DataLossError if no remote tier holds it."""
+        below the log start, DataLossError if no remote tier holds it,
+        PartitionNotReadyError before a new leader knows the bucket."""
+        self.check_remote_view(offset)
         start, nxt = self.log_start_offset, self.next_offset
         if offset < start:
             raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {nxt})",
@@ -323,6 +374,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         ``page(offset)`` makes."""
         self._check_read(offset, max_records, max_bytes)
         for _ in range(3):  # the bounds may move under the read: look again
+            self.check_remote_view(offset)
             start, nxt = self.log_start_offset, self.next_offset
             if offset < start or offset > nxt:
                 break
@@ -375,6 +427,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         if not isinstance(timestamp, int) or isinstance(timestamp, bool):
             raise InvalidArgumentError(f"timestamp must be an integer (ms), got {timestamp!r}")
         self._check_open()
+        self.check_remote_view()
         r = self._remote
         if r is not None and r.has_data and r.start_offset < self._local.log_start_offset:
             found = r.offset_for_timestamp(timestamp)
@@ -462,9 +515,6 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             self._apply_retention()
             self._epochs.truncate_from_start(self.log_start_offset)
             self._clamp_high_watermark()
-            if r is not None and copied:  # with each round that shipped (and in maintain)
-                r.record_end(self.high_watermark)
-                self._end_recorded_ms = now_ms()
             return copied
 
     def _apply_retention(self) -> None:
@@ -505,14 +555,17 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             return
         rolled = self._local.maybe_roll_by_age()
         self._checkpoint_if_due()
-        if (self._remote is not None
-                and now_ms() - self._end_recorded_ms >= self.tier_config.end_record_interval_ms):
-            self._end_recorded_ms = now_ms()
-            try:  # offsets handed out, kept in the bucket: a rebuilt log never reuses them
-                self._remote.record_end(self.high_watermark)
-            except RemoteStorageError as exc:
-                log.warning("%s: end offset not recorded in the bucket: %s", self.log_id,
-                            exc.message)
+        if self._remote is not None and not self._resync_pending:
+            # Renew the offsets reserved in the bucket before appends run out of them.
+            ahead = self._local.next_offset + self.tier_config.offset_reserve // 2
+            try:
+                self._reserve_offsets(ahead)
+            except (RemoteStorageError, NotLeaderError) as exc:
+                if not self._reserve_failing:  # once per outage, not every upkeep round
+                    log.warning("%s: offsets not reserved in the bucket: %s", self.log_id, exc)
+                self._reserve_failing = True
+            else:
+                self._reserve_failing = False
         if not tier:
             return
         if self._shipper is None:
@@ -562,7 +615,20 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             self._closed = True
             self._local.close()
             if self._remote is not None:
+                if not self._following and not self._resync_pending:
+                    self._release_reserved_offsets()
                 self._remote.close()
+
+    def _release_reserved_offsets(self) -> None:
+        """On a clean close, lower the end recorded in the bucket from the reservation
+        to the offsets truly handed out (no append can follow): a log rebuilt after a
+        later disk loss then reports exactly the unshipped tail lost. Best effort."""
+        assert self._remote is not None
+        try:
+            self._remote.release_end(self._local.next_offset)
+        except RemoteStorageError as exc:
+            log.warning("%s: reserved offsets not released in the bucket: %s", self.log_id,
+                        exc.message)
 
     @property
     def closed(self) -> bool:

@@ -10,6 +10,8 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -150,3 +152,81 @@ def test_reassign_a_dead_nodes_replicas(cluster: DevCluster) -> None:
         check_exactly_once(cluster, topic, acked)
     finally:
         restart_dead(cluster)
+
+
+def test_a_new_leader_serves_reads_only_once_it_knows_the_bucket(cluster: DevCluster) -> None:
+    """A follower whose local start is far above 0 (local retention dropped what the
+    bucket holds) becomes leader: until it has read the bucket it answers retriable
+    503 not_ready for its bounds and for archived offsets, never a log start above the
+    true one, a 416 for offset 0 or a 500 (an index file replaced under a read)."""
+    topic = "newleader"
+    r = _any(cluster, "POST", "/v1/topics", json={
+        "name": topic, "partitions": 1, "replication_factor": 3,
+        "config": {"segment_bytes": 4096, "local_retention_bytes": 65536}})
+    assert r.status_code == 201, r.text
+    wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 10, "a full ISR")
+    n = 0
+    while n < 4000:
+        url = leader_url(cluster, topic)
+        assert url is not None
+        recs = [{"value": f"r{i:05d}-" + "x" * 64} for i in range(n, n + 200)]
+        r = httpx.post(f"{url}/v1/topics/{topic}/partitions/0/records", params={"acks": "all"},
+                       json={"records": recs}, timeout=10)
+        assert r.status_code == 200, r.text
+        n += 200
+
+    def bounds(url: str) -> dict[str, Any]:
+        return dict(httpx.get(f"{url}/v1/topics/{topic}/partitions/0/bounds", timeout=5).json())
+
+    st = partition_state(cluster, topic)
+    leader = cluster.nodes[st["leader"]]
+    wait_until(lambda: bounds(leader.url)["local_start_offset"] > 1000, 30,
+               "the leader to ship and drop local segments")
+    follower = cluster.nodes[next(r for r in st["replicas"] if r != st["leader"])]
+    follower.kill()
+    follower.start()
+    wait_until(lambda: follower.node_id in partition_state(cluster, topic)["isr"], 30,
+               "the restarted follower back in the ISR")
+    def own_local_start(url: str) -> int:  # a follower describes its own log
+        return int(httpx.get(f"{url}/v1/topics/{topic}", timeout=5).json()[
+            "partition_info"][0]["local_start_offset"])
+
+    wait_until(lambda: own_local_start(follower.url) > 1000, 30,
+               "the follower's local retention")
+    others = [m for m in cluster.nodes.values() if m.node_id != follower.node_id]
+    stoppers = [threading.Thread(target=m.stop) for m in others]  # both at once
+    for t in stoppers:
+        t.start()
+    for t in stoppers:
+        t.join(30)
+    answers: list[tuple[int, str, int | None]] = []
+    try:
+        deadline = time.monotonic() + 30
+        served = 0
+        while served < 20 and time.monotonic() < deadline:
+            try:
+                b = httpx.get(f"{follower.url}/v1/topics/{topic}/partitions/0/bounds",
+                              timeout=5)
+                f = httpx.get(f"{follower.url}/v1/topics/{topic}/partitions/0/records",
+                              params={"offset": 0, "max_records": 5}, timeout=5)
+            except httpx.TransportError:
+                continue
+            for resp, what in ((b, "bounds"), (f, "fetch")):
+                code = resp.json().get("error", {}).get("code") if resp.status_code != 200 else None
+                answers.append((resp.status_code, what, None))
+                assert resp.status_code in (200, 421, 503), (what, resp.status_code, resp.text)
+                if resp.status_code == 503:
+                    assert code in ("not_ready", "not_leader", "metadata_unavailable",
+                                    "remote_timeout"), resp.text
+            if b.status_code == 200:
+                assert b.json()["log_start_offset"] == 0, b.json()
+            if f.status_code == 200:
+                assert f.json()["records"][0]["offset"] == 0, f.text
+            if b.status_code == 200 and f.status_code == 200:
+                served += 1
+        assert served == 20, answers[-10:]
+    finally:
+        for m in others:
+            m.start()
+        wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 60,
+                   "every node back in the ISR")

@@ -435,3 +435,45 @@ def test_a_round_under_way_commits_nothing_after_follow(tmp_path: Path) -> None:
         assert [c.epoch for c in copies] == [1, 1], copies
     finally:
         a.close()
+
+
+def test_a_new_leader_answers_not_ready_until_it_has_read_the_bucket(tmp_path: Path) -> None:
+    """A follower whose local retention dropped what its leader shipped takes the lead:
+    before its first round has read the bucket, its bounds (as the API reports them),
+    archived reads and timestamp lookups answer retriable not_ready, never a log start
+    above the true one or a 416 for an archived offset; local offsets are served. The
+    round makes every offset readable again."""
+    from tiered_log.errors import PartitionNotReadyError
+    from tiered_log.service.topics import partition_bounds
+
+    bucket = tmp_path / "bucket"
+    a = open_log(tmp_path / "a", bucket)
+    b = open_log(tmp_path / "b", bucket, local_retention_bytes=0)
+    try:
+        a.lead(1, fence=lambda: True)
+        produce(a, 500)
+        replicate(a, b)
+        a.roll()
+        a.set_high_watermark(a.next_offset)
+        b.set_high_watermark(a.next_offset)
+        assert a.tier_once() > 4
+        b.apply_replica_retention(a.bounds().remote_end_offset)
+        local_start = b.bounds().local_start_offset
+        assert local_start > 0
+        a.close()
+        b.lead(2)
+        for call in (lambda: partition_bounds(b), lambda: b.read_batches(0),
+                     lambda: b.read_range(0), lambda: b.offset_for_timestamp(0)):
+            with pytest.raises(PartitionNotReadyError) as err:
+                call()
+            assert err.value.retriable and err.value.code == "not_ready"
+        if local_start < b.next_offset:
+            assert b.read_range(local_start, 1)[0].offset == local_start
+        produce(b, 10)  # appends are not held up (the bucket's end is moved alone)
+        b.tier_once()
+        assert partition_bounds(b).log_start_offset == 0
+        assert b.offset_for_timestamp(0) == 0
+        assert read_all(b) == [(o, value(o)) for o in range(510)]
+    finally:
+        a.close()
+        b.close()

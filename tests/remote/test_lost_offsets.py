@@ -1,7 +1,7 @@
-"""Never hand out an acknowledged offset twice (issue 17): a log records in the bucket
-how far it handed out offsets, and a log rebuilt from the bucket after its disk was lost
-resumes above that, reporting the offsets in neither tier as lost (describe, stats), not
-giving them to new records."""
+"""Never hand out an acknowledged offset twice: a log reserves offsets in the bucket
+before it hands them out, and a log rebuilt from the bucket after its disk was lost
+resumes above the reservation, reporting the offsets in neither tier as lost (describe,
+stats), not giving them to new records."""
 
 from __future__ import annotations
 
@@ -18,30 +18,71 @@ from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
 
 CFG = LogConfig(segment_bytes=1 << 20)
+RESERVE = 100
 
 
 def open_log(d: Path, bucket: Path) -> TieredLog:
     return TieredLog(d, log_id="orders-0", storage=LocalDirStorage(bucket), config=CFG,
-                     tier=TierConfig(chunk_bytes=1024, end_record_interval_ms=0),
+                     tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE),
                      start_shipper=False)
 
 
+def _bucket_end(bucket: Path) -> int:
+    meta = json.loads((bucket / naming.meta_object_key("orders-0")).read_bytes())
+    return int(meta.get("end_offset", 0))
+
+
+def test_the_bucket_records_every_offset_before_it_is_handed_out(tmp_path: Path) -> None:
+    """The crash case: at every moment the end recorded in the bucket is above every
+    offset an append returned, so a log rebuilt after a disk loss (no clean close)
+    continues above all of them."""
+    log_dir, bucket = tmp_path / "log", tmp_path / "bucket"
+    tlog = open_log(log_dir, bucket)
+    for i in range(300):
+        off = tlog.append(b"v%d" % i)
+        assert _bucket_end(bucket) > off
+    tlog.roll()
+    tlog.tier_once()  # ships every sealed segment
+    assert tlog.bounds().remote_end_offset == 300
+    for i in range(300, 420, 20):  # acknowledged, not shipped
+        _, last = tlog.append_batch([b"v%d" % j for j in range(i, i + 20)])
+        assert _bucket_end(bucket) > last
+    tlog.maintain()  # renews the reservation ahead of the log end
+    reserved = _bucket_end(bucket)
+    assert 420 + RESERVE // 2 <= reserved <= 420 + 2 * RESERVE
+
+    shutil.rmtree(log_dir)  # the disk is lost; the process dies (no clean close)
+    rebuilt = open_log(log_dir, bucket)
+    try:
+        assert rebuilt.next_offset == reserved  # above every offset handed out
+        assert rebuilt.lost_offsets() == [[300, reserved]]
+        assert rebuilt.describe()["lost_offsets"] == [[300, reserved]]
+        assert rebuilt.stats()["lost_offsets"] == reserved - 300
+        assert rebuilt.read(299).value == b"v299"
+        with pytest.raises(DataLossError):
+            rebuilt.read(350)
+        assert rebuilt.append(b"new") == reserved
+        assert rebuilt.read(reserved).value == b"new"
+    finally:
+        rebuilt.close()
+
+
 def test_a_log_rebuilt_after_its_disk_is_lost_never_reuses_offsets(tmp_path: Path) -> None:
+    """After a clean close the bucket records exactly the offsets handed out (the
+    reservation is released), so the lost range is exactly the unshipped tail."""
     log_dir, bucket = tmp_path / "log", tmp_path / "bucket"
     tlog = open_log(log_dir, bucket)
     for i in range(300):
         tlog.append(b"v%d" % i)
     tlog.roll()
-    tlog.tier_once()  # ships every sealed segment, records the end (300)
+    tlog.tier_once()  # ships every sealed segment
     shipped = tlog.bounds().remote_end_offset
     assert shipped == 300
     for i in range(300, 420):
         tlog.append(b"v%d" % i)  # acknowledged, not shipped
-    tlog.tier_once()  # nothing sealed to ship, nothing recorded: a round that shipped does
-    tlog.maintain()  # the upkeep (every end_record_interval_ms) records 420
-    meta = json.loads((bucket / naming.meta_object_key("orders-0")).read_bytes())
-    assert meta["end_offset"] == 420
+    assert _bucket_end(bucket) > 420
     tlog.close()
+    assert _bucket_end(bucket) == 420
 
     shutil.rmtree(log_dir)  # the disk is lost
     rebuilt = open_log(log_dir, bucket)
@@ -80,7 +121,7 @@ def test_a_fresh_log_records_nothing_lost(tmp_path: Path) -> None:
 def open_replica(d: Path, bucket: Path) -> TieredLog:
     """A cluster replica's log: created empty by the node (never rebuilt at open)."""
     return TieredLog(d, log_id="orders-0", storage=LocalDirStorage(bucket), config=CFG,
-                     tier=TierConfig(chunk_bytes=1024, end_record_interval_ms=0),
+                     tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE),
                      start_shipper=False, rebuild=False, replicated=True)
 
 

@@ -81,6 +81,12 @@ def tlog(tmp_path: Path, store: MemoryStorage) -> TieredLog:
     return t
 
 
+def segment_keys(store: MemoryStorage) -> list[str]:
+    """The stored keys of segment copies (not the log's metadata, which holds the
+    offsets reserved before the appends)."""
+    return [k for k in store.stored_keys() if "/segments/" in k]
+
+
 def test_a_torn_data_upload_is_cleaned_up_and_copied_again(store: MemoryStorage,
                                                            tlog: TieredLog) -> None:
     store.inject("put_file", torn_at=4096)
@@ -88,7 +94,7 @@ def test_a_torn_data_upload_is_cleaned_up_and_copied_again(store: MemoryStorage,
         tlog.tier_once()
     failed = written_keys(store)
     assert failed  # the torn copy and any started beside it
-    assert store.stored_keys() == []  # every object they put was deleted
+    assert segment_keys(store) == []  # every object they put was deleted
     assert store.partial_keys() == []  # and the torn upload's leftover discarded at once
     b = tlog.bounds()
     assert b.remote_end_offset == 0 and b.local_start_offset == 0  # nothing dropped locally
@@ -117,7 +123,7 @@ def test_a_refused_manifest_put_is_cleaned_up_and_copied_again(store: MemoryStor
     store.before = refuse_first_manifest
     with pytest.raises(RemoteStorageError, match="Slow Down"):
         tlog.tier_once()
-    assert store.stored_keys() == []
+    assert segment_keys(store) == []
     assert tlog.tier_once() == 6
     assert refused[0] not in store.stored_keys()
     check_everything_reads(tlog, N)

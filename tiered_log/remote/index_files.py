@@ -17,7 +17,9 @@ and append-only arrays).
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import threading
 import time
 from array import array
@@ -44,6 +46,12 @@ _BLOCK_READ = 64 << 10
 
 @dataclass
 class _IndexFile:
+    """One set of the three files, as loaded: the offset and time entries in memory, and
+    the remoteLogIndex file held open (``reader``) from the moment the set is known, so
+    that a reader holding this set reads *its* file even after a rebuild renamed a new
+    one over the path or a drop unlinked it (the descriptor closes when the last
+    holder lets go of the set)."""
+
     base: int
     log_path: Path
     offset_path: Path
@@ -55,9 +63,20 @@ class _IndexFile:
     size: int = 0
     created: float = field(default_factory=time.time)
     last_offset: int = -1
+    reader: io.FileIO | None = None
+
+    def open_reader(self) -> None:
+        """Open the remoteLogIndex file for reading (its inode from now on)."""
+        self.reader = io.FileIO(self.log_path, "r")
+
+    def _fd(self) -> int:
+        if self.reader is None:
+            self.open_reader()
+        assert self.reader is not None
+        return self.reader.fileno()
 
     def read_entry(self, position: int) -> tuple[RemoteLogIndexEntry, int]:
-        fd = os.open(self.log_path, os.O_RDONLY)
+        fd = self._fd()
         try:
             buf = os.pread(fd, _ENTRY_READ, position)
             entry, end = RemoteLogIndexEntry.decode_from(buf, 0)
@@ -67,34 +86,29 @@ class _IndexFile:
             buf = os.pread(fd, 1 << 16, position)
             entry, end = RemoteLogIndexEntry.decode_from(buf, 0)
             return entry, position + end
-        finally:
-            os.close(fd)
 
     def iter_entries(self, j: int) -> Iterator[RemoteLogIndexEntry]:
-        """Entries ``j``, ``j+1``, ... of this file in order, read through one descriptor in
-        blocks of ``_BLOCK_READ`` bytes (a sequential reader looks up many entries, and
-        opening the file for each one cost more than the decoding)."""
-        fd = os.open(self.log_path, os.O_RDONLY)
-        try:
-            buf = b""
-            buf_pos = 0  # file position of buf[0]
-            while j < len(self.positions):
-                pos = self.positions[j]
-                rel = pos - buf_pos
-                try:
-                    if rel < 0 or rel >= len(buf):
-                        raise CorruptIndexError("outside the block")
-                    entry, _ = RemoteLogIndexEntry.decode_from(buf, rel)
-                except CorruptIndexError:
-                    # Not (wholly) in the block read: read the next block from here. An
-                    # entry damaged on disk fails again here and is raised.
-                    buf = os.pread(fd, _BLOCK_READ, pos)
-                    buf_pos = pos
-                    entry, _ = RemoteLogIndexEntry.decode_from(buf, 0)
-                yield entry
-                j += 1
-        finally:
-            os.close(fd)
+        """Entries ``j``, ``j+1``, ... of this file in order, read in blocks of
+        ``_BLOCK_READ`` bytes (a sequential reader looks up many entries, and a read
+        per entry cost more than the decoding)."""
+        fd = self._fd()
+        buf = b""
+        buf_pos = 0  # file position of buf[0]
+        while j < len(self.positions):
+            pos = self.positions[j]
+            rel = pos - buf_pos
+            try:
+                if rel < 0 or rel >= len(buf):
+                    raise CorruptIndexError("outside the block")
+                entry, _ = RemoteLogIndexEntry.decode_from(buf, rel)
+            except CorruptIndexError:
+                # Not (wholly) in the block read: read the next block from here. An
+                # entry damaged on disk fails again here and is raised.
+                buf = os.pread(fd, _BLOCK_READ, pos)
+                buf_pos = pos
+                entry, _ = RemoteLogIndexEntry.decode_from(buf, 0)
+            yield entry
+            j += 1
 
 
 def _paths(directory: Path, base: int) -> tuple[Path, Path, Path]:
@@ -130,6 +144,7 @@ class RemoteIndexFiles:
             lp, op, tp = _paths(self.directory, base)
             f = _IndexFile(base, lp, op, tp)
             try:
+                f.open_reader()
                 data = lp.read_bytes()
                 f.size = len(data)
                 entries = list(decode_entries(data))
@@ -224,21 +239,40 @@ class RemoteIndexFiles:
             p.write_bytes(b"")
         fsync_dir(self.directory)
         f = _IndexFile(base, lp, op, tp)
+        f.open_reader()
         self._files = [*self._files, f]
         return f
 
     def rewrite(self, entries: Sequence[RemoteLogIndexEntry]) -> None:
-        """Replace every file with ones holding exactly ``entries`` (a rebuild)."""
+        """Replace every file with ones holding exactly ``entries`` (a rebuild), at once
+        for readers: the new files are written beside the directory, renamed over the
+        old names, and published in one step; a lookup under way keeps reading the old
+        set it holds (never a file half written, never one missing)."""
+        stage = self.directory.with_name(self.directory.name + ".rewrite")
+        shutil.rmtree(stage, ignore_errors=True)
+        staged = RemoteIndexFiles(stage, rotate_bytes=self.rotate_bytes,
+                                  rotate_ms=self.rotate_ms)
+        staged._fill(entries)
         with self._lock:
-            for f in self._files:
-                for p in (f.log_path, f.offset_path, f.time_path):
-                    p.unlink(missing_ok=True)
+            files: list[_IndexFile] = []
+            for f in staged._files:
+                lp, op, tp = _paths(self.directory, f.base)
+                for src, dst in ((f.log_path, lp), (f.offset_path, op), (f.time_path, tp)):
+                    os.replace(src, dst)
+                f.log_path, f.offset_path, f.time_path = lp, op, tp  # same inodes
+                files.append(f)
+            keep = {p.name for f in files for p in (f.log_path, f.offset_path, f.time_path)}
             for p in self.directory.iterdir():
-                if p.suffix in naming.REMOTE_INDEX_SUFFIXES:
+                if p.suffix in naming.REMOTE_INDEX_SUFFIXES and p.name not in keep:
                     p.unlink(missing_ok=True)
-            self._files = []
+            self._files = files
             self._damage = []
-        # Rotation by size still applies to a rebuild: write in file-sized groups.
+            fsync_dir(self.directory)
+        shutil.rmtree(stage, ignore_errors=True)
+
+    def _fill(self, entries: Sequence[RemoteLogIndexEntry]) -> None:
+        """Append ``entries`` to empty files; rotation by size still applies: written in
+        file-sized groups."""
         group: list[RemoteLogIndexEntry] = []
         size = 0
         for e in entries:
@@ -248,7 +282,6 @@ class RemoteIndexFiles:
                 self.append(group)  # the next append starts a new file
                 group, size = [], 0
         self.append(group)
-        fsync_dir(self.directory)
 
     def drop_files_below(self, offset: int) -> int:
         """Delete whole files whose every entry lies below ``offset`` (remote retention).

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import RemoteStorageError
+from ..errors import RemoteObjectNotFoundError, RemoteStorageError
 from ..format import naming
 from ..local.segment import write_atomic
 from .index_files import RemoteIndexFiles
@@ -155,6 +155,36 @@ class TierState:
         successor's. RemoteStorageError if the bucket fails."""
         with self.lock:
             if offset <= self.meta.end_offset or (self.fence is not None and not self.fence()):
+                return False
+            self.meta.end_offset = offset
+            self.save_meta()
+            return True
+
+    def record_end_fresh(self, offset: int) -> bool:
+        """:meth:`record_end` for a replica whose view of the bucket may be stale (a new
+        leader before its first round rebuilt that view): the bucket's metadata is read,
+        only its end moved up and written back, the rest left for the rebuild. Fenced
+        as :meth:`record_end`. RemoteStorageError if the bucket fails."""
+        key = naming.meta_object_key(self.log_id)
+        with self.lock:
+            if self.fence is not None and not self.fence():
+                return False
+            try:
+                fresh = RemoteMeta.from_bytes(self.storage.get(key))
+            except RemoteObjectNotFoundError:
+                fresh = RemoteMeta()
+            if offset > fresh.end_offset:
+                fresh.end_offset = offset
+                self.storage.put(key, fresh.to_bytes())
+            self.meta.end_offset = max(self.meta.end_offset, fresh.end_offset)
+            return True
+
+    def release_end(self, offset: int) -> bool:
+        """Lower the recorded end to ``offset`` (a clean close: offsets from there on were
+        reserved, never handed out), if it is above; whether it did. Fenced as
+        :meth:`record_end`. RemoteStorageError if the bucket fails."""
+        with self.lock:
+            if offset >= self.meta.end_offset or (self.fence is not None and not self.fence()):
                 return False
             self.meta.end_offset = offset
             self.save_meta()

@@ -46,10 +46,11 @@ class TierConfig:
     ship_interval_ms: int = 500
     index_rotate_bytes: int = 16 << 20
     index_rotate_ms: int = 7 * 24 * 3600 * 1000
-    end_record_interval_ms: int = 5000
-    """At most this often (and after each round that shipped) the log records in the
-    bucket how far it handed out offsets (see ``RemoteMeta.end_offset``); 0: at every
-    upkeep round."""
+    offset_reserve: int = 100_000
+    """How many offsets ahead of the log end a leader records in the bucket before it
+    hands them out (``RemoteMeta.end_offset``: a log rebuilt after its disk was lost
+    continues above it). One bucket write per this many offsets; a larger reserve means
+    fewer writes and a larger gap of unused offsets after a disk loss."""
 
     @classmethod
     def of(cls, topic: TopicConfig, **node: Any) -> TierConfig:
@@ -77,9 +78,9 @@ class TierConfig:
         v = self.worker_nice
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 19:
             raise InvalidArgumentError(f"worker_nice must be an integer 0-19, got {v!r}")
-        v = self.end_record_interval_ms
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise InvalidArgumentError(f"end_record_interval_ms must be an integer >= 0, "
+        v = self.offset_reserve
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 1 << 40:
+            raise InvalidArgumentError(f"offset_reserve must be an integer 1 - 2**40, "
                                        f"got {v!r}")
 
 

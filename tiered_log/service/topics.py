@@ -139,7 +139,9 @@ def partition_stats(plog: PartitionLog) -> dict[str, float]:
 
 
 def partition_bounds(plog: PartitionLog) -> PartitionBounds:
-    """Bounds of a partition log, as the API reports them."""
+    """Bounds of a partition log, as the API reports them (PartitionNotReadyError while
+    a new leader has not read the bucket yet: its log start is not known)."""
+    plog.check_remote_view()
     return plog.bounds()
 
 

@@ -215,6 +215,10 @@ class PartitionInfo(BaseModel):
         None, description="Only when some are: [first, end) ranges of offsets acknowledged "
         "before the local disk was lost that never reached the bucket; never handed out "
         "again (reads there answer 410 data_loss).")
+    not_ready: str | None = Field(
+        None, description="Only while this node has just become the partition's leader and "
+        "has not read the bucket yet: why. The offsets shown are its view until then (its "
+        "bounds and archived reads answer 503 not_ready meanwhile).")
 
 
 class TopicSummary(BaseModel):

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from ...errors import InvalidArgumentError, LogClosedError, TopicNotFoundError
+from ...errors import (
+    InvalidArgumentError,
+    LogClosedError,
+    PartitionNotReadyError,
+    TopicNotFoundError,
+)
 from ..deps import AdminGrant, Authenticated, JsonContent, ReadGrant, State, TopicPath
 from ..openapi import errs
 from ..topics import Topic, partition_bounds, validate_topic_name
@@ -35,11 +40,17 @@ def _describe(topic: Topic, cluster: ClusterNode | None = None) -> dict[str, Any
     and each partition's leader, epoch, replicas and ISR (as this node last read them)."""
     infos = []
     for i, plog in enumerate(topic.logs):
+        not_ready = None
         try:
-            b = partition_bounds(plog)
+            try:
+                b = partition_bounds(plog)
+            except PartitionNotReadyError as exc:  # a new leader reading the bucket
+                not_ready, b = exc.message, plog.bounds()
         except LogClosedError:
             continue
         info = {"partition": i, **b.as_dict(), "remote_damage": plog.remote_damage()}
+        if not_ready is not None:
+            info["not_ready"] = not_ready
         lost = plog.lost_offsets()
         if lost:
             info["lost_offsets"] = lost
