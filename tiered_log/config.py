@@ -176,6 +176,13 @@ class Settings(BaseSettings):
         description="How much lower the tier workers' CPU priority is (nice; 0: the "
         "server's): on a busy machine producers and consumers get the CPU first.",
     )
+    replica_catchup_retention_bytes: int = Field(
+        TIER_DEFAULTS.catchup_retention_bytes, ge=0, le=1 << 50,
+        description="How many bytes of shipped segments past local retention a partition's "
+        "leader keeps on disk while a live follower still copies them (a rebuilt node "
+        "catching up), so it is not sent back to the remote end again and again while "
+        "producers move the local start (0: none).",
+    )
     remote_chunk_bytes: int = Field(
         TIER_DEFAULTS.chunk_bytes, ge=4096, le=1 << 30,
         description="A shipped segment gets one remoteLogIndex entry per chunk of this size.",

@@ -171,6 +171,7 @@ class ReplicatedLogMixin:
     _epochs: LeaderEpochCache
     _replicated: bool
     _following: bool
+    _local_hold: int | None
     _resync_pending: bool
     _hw: int
     _hw_lock: threading.RLock
@@ -237,6 +238,7 @@ class ReplicatedLogMixin:
         or age, and ships nothing (its shipper stops; :meth:`maintain` flushes and
         checkpoints only). The node, on a role change."""
         self._following = True
+        self._local_hold = None  # a follower keeps nothing for others
         # The copies under way stay fenced: the fence (kept) now answers False, and the
         # round starts no more (the shipper's stop is asked after each wait).
         self.stop_shipper(wait=False)

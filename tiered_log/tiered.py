@@ -132,6 +132,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         self._shipper: Shipper | None = None
         self._reserve_lock = threading.Lock()
         self._reserve_failing = False
+        self._local_hold: int | None = None
         self._open_replication(replicated, hw_checkpoint_interval_ms)
         if start_shipper:
             self.start_shipper()
@@ -538,8 +539,26 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         end = r.remote_end
         cands = self._local.retention_candidates(tc.local_retention_ms, tc.local_retention_bytes, now)
         shipped = [s for s in cands if s.next_offset <= end]
+        hold = self._local_hold
+        if hold is not None:
+            # Keep the newest of those a follower still copies, within the bound.
+            kept, cut = 0, len(shipped)
+            while cut > 0 and shipped[cut - 1].next_offset > hold \
+                    and kept + shipped[cut - 1].size <= tc.catchup_retention_bytes:
+                cut -= 1
+                kept += shipped[cut].size
+            shipped = shipped[:cut]
         if shipped:
             self._local.delete_segments_before(shipped[-1].next_offset)
+
+    def hold_local_from(self, offset: int | None) -> None:
+        """This leader's followers still copy from ``offset`` (the lowest next fetch of a
+        live follower; None: none does): local retention keeps the shipped segments
+        from there, up to ``catchup_retention_bytes`` past what it would keep, so a
+        follower catching up (a rebuilt node) is not sent back to the remote end again
+        and again while producers push the local start up, as Kafka's followers rely on
+        their leader's local log. The node, after each follower fetch; any thread."""
+        self._local_hold = offset
 
     def maintain(self, *, tier: bool = True) -> None:
         """Time-based upkeep, run periodically by the owner (the service): flush by

@@ -265,7 +265,7 @@ def test_status_names_each_replica_state_and_its_lag() -> None:
     leo, clock = [100], Clock()
     r = leader(leo, clock, isr=(1, 2))
     r.record_fetch(2, 100)
-    r.record_reset(3)  # told to restart at the remote end: rebuilding
+    r.record_reset(3, 0)  # told to restart at the remote end: rebuilding
     r.record_fetch(3, 40)
     clock.now += 1000
     r.record_fetch(3, 90)  # 50 offsets in a second
@@ -279,3 +279,17 @@ def test_status_names_each_replica_state_and_its_lag() -> None:
     clock.now += 10_000
     r.isr_committed({1, 2})
     assert {s["node_id"]: s["state"] for s in r.status()}[3] == "offline"
+
+
+def test_retention_floor_holds_what_live_followers_still_copy() -> None:
+    leo, clock = [100], Clock()
+    r = leader(leo, clock, isr=(1, 2))
+    assert r.retention_floor() is None  # nobody fetched yet
+    r.record_fetch(2, 100)
+    r.record_reset(3, 40)  # sent to the remote end: its next fetch is at 40
+    assert r.retention_floor() == 40
+    r.record_fetch(3, 60)
+    assert r.retention_floor() == 60
+    assert {s["node_id"]: s["resets"] for s in r.status()} == {1: 0, 2: 0, 3: 1}
+    clock.now += 10_000  # both silent past lag_time_max_ms: they hold nothing
+    assert r.retention_floor() is None

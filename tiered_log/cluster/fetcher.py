@@ -15,8 +15,9 @@ latest leader epoch) to the leader's replication route and applies the answer:
 - reset: the leader keeps nothing locally at this log's end, or this log is empty (a
   node rebuilt on a new disk) and the leader has shipped past it: restart the local log
   at the leader's remote end (:meth:`~tiered_log.tiered.TieredLog.reset_replica`), so
-  only the unshipped tail is copied (KIP-1023), and rebuild the view of the bucket from
-  its manifests (:meth:`~tiered_log.tiered.TieredLog.resync_remote`).
+  only the unshipped tail is copied (KIP-1023), and fetch again at once: the view of
+  the bucket is rebuilt only if this replica leads (:meth:`TieredLog.lead
+  <tiered_log.tiered.TieredLog.lead>`), whose reads of archived offsets wait for it.
 
 Invariant: a follower's log is always a prefix of some leader's log in an epoch at
 least its own: it appends only what the leader of ``leader_epoch`` sent from exactly
@@ -82,6 +83,9 @@ class ReplicaFetcher:
             name=f"tiered-log-fetcher-{topic}-{partition}-from-{leader_id}")
         self.last_error: str | None = None
         self.rounds = 0
+        self.resets = 0
+        """How often the leader sent this replica back to its remote end (shown by the
+        leader's status; several in a row: it cannot keep up with local retention)."""
 
     def start(self) -> ReplicaFetcher:
         self._thread.start()
@@ -154,10 +158,9 @@ class ReplicaFetcher:
             plog.reset_replica(ans.reset_to)
             for epoch, start in ans.epochs:
                 plog.record_leader_epoch(epoch, max(start, ans.reset_to))
-            # Reads of archived offsets work here (once this replica leads) from now on.
-            n = plog.resync_remote()
-            log.info("%s-%d: remote view rebuilt from the bucket: %d segment(s)",
-                     self.topic, self.partition, n)
+            # The next fetch goes at once: the view of the bucket is not read here (it
+            # is rebuilt when this replica leads, before it serves archived offsets).
+            self.resets += 1
         elif ans.diverging is not None:
             cut = plog.divergence(ans.diverging)
             log.info("%s-%d: log diverges from leader %d (epoch %d ends at %d there): "

@@ -443,9 +443,12 @@ class ClusterNode:
         if req.offset < b.local_start_offset or (req.empty and req.offset < remote_end):
             # Below what this leader keeps locally, or an empty (rebuilt) follower: it
             # starts at the first offset not in the bucket (KIP-1023) and copies the tail.
-            rep.record_reset(req.replica_id)
-            return answer(reset_to=max(remote_end, b.local_start_offset))
+            reset_to = max(remote_end, b.local_start_offset)
+            rep.record_reset(req.replica_id, reset_to)
+            plog.hold_local_from(rep.retention_floor())
+            return answer(reset_to=reset_to)
         rep.record_fetch(req.replica_id, req.offset)
+        plog.hold_local_from(rep.retention_floor())
         self._sync_hw(topic, partition, rep)
         if plog.next_offset <= req.offset:
             return answer()

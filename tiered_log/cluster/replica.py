@@ -72,6 +72,14 @@ class FollowerState:
     lost_committed: bool = False
     """As an ISR member it fetched below the high watermark: it lost committed records
     (a wiped or replaced disk), so it must leave the ISR at once."""
+    resets: int = 0
+    """How often the leader told it to restart at the remote end in this epoch (more
+    than a few: it cannot keep up with the leader's local retention)."""
+    needs_from: int = -1
+    """The first offset it will fetch next (its log end, or where a reset sent it;
+    -1: unknown): the leader's local retention keeps what it still has to copy."""
+    needs_ms: int = 0
+    """When ``needs_from`` was last set."""
 
 
 class LeaderReplication:
@@ -164,6 +172,7 @@ class LeaderReplication:
             st.log_end_offset = fetch_offset
             st.last_fetch_leader_leo = leader_leo
             st.last_fetch_ms = now
+            st.needs_from, st.needs_ms = fetch_offset, now
             self._advance_hw(leader_leo)
             return self._hw
 
@@ -183,24 +192,42 @@ class LeaderReplication:
             self._isr = frozenset(r for r in self._isr if r in new) | {self.leader_id}
             self._advance_hw(leader_leo)
 
-    def record_reset(self, replica_id: int) -> None:
-        """The leader told ``replica_id`` to restart its log at the remote end (it is
-        rebuilding): shown in :meth:`status` until it is in sync."""
+    def record_reset(self, replica_id: int, reset_to: int) -> None:
+        """The leader told ``replica_id`` to restart its log at ``reset_to`` (the remote
+        end: it is rebuilding): shown in :meth:`status` until it is in sync, counted,
+        and its next fetch's offset held by :meth:`retention_floor`."""
+        now = self._clock()
         with self._cond:
-            self._follower(replica_id).reset_ms = self._clock()
+            st = self._follower(replica_id)
+            st.reset_ms = now
+            st.resets += 1
+            st.needs_from, st.needs_ms = reset_to, now
+
+    def retention_floor(self) -> int | None:
+        """The lowest offset a live follower still has to copy from this leader's local
+        log (its next fetch, or where a reset sent it), or None: the leader's local
+        retention keeps the segments from there (within a bound of its own), so a
+        catching-up follower is not sent back to the remote end again and again.
+        Followers silent for longer than ``lag_time_max_ms`` hold nothing."""
+        now = self._clock()
+        with self._cond:
+            needs = [st.needs_from for st in self._followers.values()
+                     if st.needs_from >= 0 and now - st.needs_ms <= self.lag_time_max_ms]
+            return min(needs) if needs else None
 
     def status(self) -> list[dict[str, object]]:
         """Each replica as this leader sees it: ``node_id``, ``state`` (``leader``,
         ``in_sync``, ``rebuilding``: restarted at the remote end and catching up,
         ``catching_up``, ``offline``: no fetch within ``lag_time_max_ms``),
         ``log_end_offset``, ``lag_offsets`` (to the leader's log end) and
-        ``rate_offsets_s``, ``eta_s`` (the lag at that rate; None when not moving)."""
+        ``rate_offsets_s``, ``eta_s`` (the lag at that rate; None when not moving),
+        ``resets`` (how often it was sent back to the remote end in this epoch)."""
         leo = self._log_end()
         now = self._clock()
         with self._cond:
             out: list[dict[str, object]] = [
                 {"node_id": self.leader_id, "state": "leader", "log_end_offset": leo,
-                 "lag_offsets": 0, "rate_offsets_s": 0.0, "eta_s": 0.0}]
+                 "lag_offsets": 0, "rate_offsets_s": 0.0, "eta_s": 0.0, "resets": 0}]
             for rid, st in sorted(self._followers.items()):
                 lag = max(0, leo - max(st.log_end_offset, 0))
                 if rid in self._isr:
@@ -214,7 +241,7 @@ class LeaderReplication:
                 rate = round(st.rate_offsets_s, 1)
                 out.append({"node_id": rid, "state": state,
                             "log_end_offset": st.log_end_offset, "lag_offsets": lag,
-                            "rate_offsets_s": rate,
+                            "rate_offsets_s": rate, "resets": st.resets,
                             "eta_s": round(lag / rate, 1) if rate > 0 else (0.0 if not lag else None)})
             return out
 

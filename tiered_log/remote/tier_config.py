@@ -46,6 +46,9 @@ class TierConfig:
     ship_interval_ms: int = 500
     index_rotate_bytes: int = 16 << 20
     index_rotate_ms: int = 7 * 24 * 3600 * 1000
+    catchup_retention_bytes: int = 256 << 20
+    """How many bytes of shipped segments past local retention a leader keeps on disk for
+    followers still copying them (:meth:`TieredLog.hold_local_from`); 0: none."""
     offset_reserve: int = 100_000
     """How many offsets ahead of the log end a leader records in the bucket before it
     hands them out (``RemoteMeta.end_offset``: a log rebuilt after its disk was lost
@@ -78,6 +81,10 @@ class TierConfig:
         v = self.worker_nice
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 19:
             raise InvalidArgumentError(f"worker_nice must be an integer 0-19, got {v!r}")
+        v = self.catchup_retention_bytes
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise InvalidArgumentError(f"catchup_retention_bytes must be an integer >= 0, "
+                                       f"got {v!r}")
         v = self.offset_reserve
         if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 1 << 40:
             raise InvalidArgumentError(f"offset_reserve must be an integer 1 - 2**40, "

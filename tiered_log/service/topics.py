@@ -93,6 +93,7 @@ def tier_config_of(config: TopicConfig, settings: Settings) -> TierConfig:
         copies_in_flight=settings.remote_copies_in_flight,
         worker_processes=settings.remote_worker_processes,
         worker_nice=settings.remote_worker_nice,
+        catchup_retention_bytes=settings.replica_catchup_retention_bytes,
         ship_interval_ms=settings.ship_interval_ms,
         fetch_max_wait_ms=settings.remote_fetch_max_wait_ms,
     )
