@@ -3,14 +3,19 @@
 ::
 
     tiered-log dump PATH [--print-data] [--type log|index|timeindex]
-    tiered-log verify DIR [--json]        check a log without changing it (exit 1 if damaged)
+    tiered-log verify DIR [--json]        check a log, or every log of a data directory,
+                                          without changing it (exit 1 if damaged, or if
+                                          nothing was checked)
     tiered-log describe DIR [--json] [--remote URL] [--endpoint-url URL] [--region R] [--log-id ID]
 
 ``dump`` and ``verify`` read segment files as they are (:mod:`tiered_log.tools`: nothing
-is written, the log is never opened) and exit 1 when they find damage. ``dump`` prints
-every batch, record and index entry of a file or a log directory, each checked (like
-``kafka-dump-log``); ``verify`` prints each problem as found, then a summary (or one JSON
-report).
+is written, no lock is taken, the log is never opened, so a running server's logs can be
+read) and exit 1 when they find damage. ``dump`` prints every batch, record and index
+entry of a file or a log directory, each checked (like ``kafka-dump-log``); ``verify``
+checks DIR when it is a log, else every log below it (a service's data directory: every
+partition, ``topics/<topic>/<partition>``), prints each problem as found, a line per log
+(of a directory of logs), then a summary (or one JSON report). A log without segments,
+or a DIR without logs, is not clean: nothing was checked, which it says (exit 1).
 
 ``describe`` opens every log under DIR (DIR itself if it is a log directory, else the log
 directories below it, e.g. a service's data directory) without starting a shipper and
@@ -28,14 +33,18 @@ Output goes to stdout, progress to stderr. One command per process; not thread-s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
 from ..format import naming
 from .registry import CommandGroup, UsageError, progress_flag
+
+if TYPE_CHECKING:
+    from ..tools.verify import LogsReport, VerifyReport
 
 COMMANDS = CommandGroup()
 """``dump``, ``verify``, ``describe``."""
@@ -88,53 +97,139 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 
 def _verify_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("directory", metavar="DIR", help="log directory")
+    p.add_argument("directory", metavar="DIR",
+                   help="a log directory, or a directory of logs (e.g. a service's data "
+                        "directory: every partition is checked)")
     p.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     progress_flag(p)
 
 
-@COMMANDS.command("verify", "check every segment of a log without changing it; exit 1 if damaged",
+def _nothing_to_check(directory: Path) -> InvalidArgumentError:
+    """The error of a verify that found no log to check under ``directory``."""
+    if (directory / naming.TOPICS_DIR).is_dir():
+        return InvalidArgumentError(f"nothing to check: {directory} is a service's data "
+                                    "directory without partitions (it has no topics)")
+    return InvalidArgumentError(f"nothing to check: no segment files in {directory} or in "
+                                "the directories below it (give a log directory or a "
+                                "service's data directory)")
+
+
+def _summary(report: VerifyReport | LogsReport) -> str:
+    """``N segments, N records[ (offsets [a, b))], N bytes`` of a report."""
+    from ..tools.dump import plural
+    from ..tools.verify import VerifyReport
+
+    if isinstance(report, VerifyReport):
+        span = "" if report.next_offset is None else \
+            f" (offsets [{report.log_start_offset}, {report.next_offset}))"
+        segments = len(report.segments)
+    else:
+        span = ""
+        segments = report.segments
+    return (f"{plural(segments, 'segment')}, {plural(report.records, 'record')}{span}, "
+            f"{plural(report.size, 'byte')}")
+
+
+def _verdict(report: VerifyReport, where: str = "") -> str:
+    """How one log came out: ``clean``, ``DAMAGED: ...``, or that nothing was checked
+    (no segment store file ``where``)."""
+    from ..tools.dump import plural
+
+    removed = (f"; {plural(len(report.removed), 'segment')} deleted by the running log "
+               "while checked" if report.removed else "")
+    warnings = plural(len(report.warnings), "warning")
+    extra = f" ({warnings})" if report.warnings else ""
+    if not report.checked:
+        return f"NOTHING CHECKED: no segment store files (*.log){where}{extra}"
+    if report.ok:
+        return f"clean{extra}{removed}"
+    return f"DAMAGED: {plural(len(report.errors), 'error')}, {warnings}{removed}"
+
+
+@COMMANDS.command("verify", "check every segment of a log, or of every log of a data "
+                  "directory, without changing it; exit 1 if damaged or nothing was checked",
                   _verify_args)
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Check checksums, offsets, segment continuity and indexes (see tools.verify_log).
+    """Check checksums, offsets, segment continuity and indexes (see tools.verify_logs).
 
-    Prints each problem as it is found, then a summary; exit status 0 when no error was
-    found (warnings allowed), 1 otherwise.
+    DIR is one log, or a directory of logs (a service's data directory: every partition).
+    Prints each problem as it is found, then a line per log (for a directory of logs)
+    and a summary; exit status 0 when every log had segments and no error was found
+    (warnings allowed), 1 otherwise. Nothing to check at all is a one-line error. Reads
+    files only (no lock, no write): a running server's directory can be checked.
     """
     from ..perf.common import Progress
     from ..tools.dump import plural
-    from ..tools.verify import Problem, SegmentReport, verify_log
+    from ..tools.verify import (
+        Problem,
+        SegmentReport,
+        VerifyReport,
+        find_log_dirs,
+        verify_log,
+        verify_logs,
+    )
 
     out = sys.stdout
     directory = Path(args.directory)
-    total = len(naming.list_segment_bases(directory)) if directory.is_dir() else None
-    with Progress(total, "verify", unit="segments", enabled=args.progress) as progress:
+    logs = find_log_dirs(directory)
+    if not logs:
+        raise _nothing_to_check(directory)
+    single = logs == [directory]
 
-        def on_problem(p: Problem) -> None:
-            if not args.json:
-                print(p, file=out, flush=True)
+    def where(path: str | Path) -> str:
+        try:
+            return str(Path(path).relative_to(directory))
+        except ValueError:
+            return str(path)
+
+    def on_problem(p: Problem) -> None:
+        if args.json:
+            return
+        prefix = "warning: " if p.severity == "warning" else ""
+        name = Path(p.path).name if single else where(p.path)
+        print(f"{prefix}{name}: {p.message}", file=out, flush=True)
+
+    def on_log(r: VerifyReport) -> None:
+        if not args.json:
+            print(f"{where(r.directory)}: {_summary(r)}: {_verdict(r)}", file=out, flush=True)
+
+    total = 0
+    for d in logs:
+        with contextlib.suppress(OSError):
+            total += len(naming.list_segment_bases(d))
+    with Progress(total, "verify", unit="segments", enabled=args.progress) as progress:
 
         def on_segment(_s: SegmentReport) -> None:
             progress.advance()
 
-        report = verify_log(directory, on_problem=on_problem, on_segment=on_segment)
+        if single:
+            report: VerifyReport | LogsReport = verify_log(
+                directory, on_problem=on_problem, on_segment=on_segment)
+        else:
+            report = verify_logs(directory, on_problem=on_problem, on_segment=on_segment,
+                                 on_log=on_log)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2), file=out)
         return 0 if report.ok else 1
-    span = "" if report.next_offset is None else \
-        f" (offsets [{report.log_start_offset}, {report.next_offset}))"
-    head = (f"{plural(len(report.segments), 'segment')}, {plural(report.records, 'record')}"
-            f"{span}, {plural(report.size, 'byte')}")
-    if report.ok:
-        extra = f" ({plural(len(report.warnings), 'warning')})" if report.warnings else ""
+    if isinstance(report, VerifyReport):
+        print(f"{_summary(report)}: {_verdict(report, f' in {directory}')}", file=out)
+        return 0 if report.ok else 1
+    head = f"{plural(len(report.logs), 'log')}: {_summary(report)}"
+    warnings = plural(len(report.warnings), "warning")
+    unchecked = report.unchecked
+    nothing = (f"{len(unchecked)} of {plural(len(report.logs), 'log')} with nothing to check"
+               if unchecked else "")
+    if report.damaged:
+        print(f"{head}: DAMAGED: {plural(len(report.errors), 'error')} in "
+              f"{plural(len(report.damaged), 'log')}, {warnings}"
+              f"{'; ' + nothing if nothing else ''}", file=out)
+    elif unchecked:
+        print(f"{head}: NOT ALL CHECKED: {nothing}", file=out)
+    else:
+        extra = f" ({warnings})" if report.warnings else ""
         print(f"{head}: clean{extra}", file=out)
-        return 0
-    print(f"{head}: DAMAGED: {plural(len(report.errors), 'error')}, "
-          f"{plural(len(report.warnings), 'warning')}", file=out)
-    return 1
+    return 0 if report.ok else 1
 
-
-# ---- describe ------------------------------------------------------------------------------
 
 # ---- describe ------------------------------------------------------------------------------
 

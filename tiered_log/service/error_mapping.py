@@ -6,7 +6,8 @@ Every error answer is ``{"error": {"code", "message", "retriable", "details"?}}`
 class carries next to its code (:func:`tiered_log.errors.status_of`; the tree with every
 code and status is drawn in :mod:`tiered_log.errors`): invalid input 400,
 unauthenticated 401 (with ``WWW-Authenticate: Bearer``), no grant 403, unknown topic or
-partition 404, topic exists 409, data removed by retention 410, record too large 413,
+partition 404, a cluster route on a node without a cluster 404 (``not_a_cluster``),
+topic exists 409, data removed by retention 410, record too large 413,
 unsupported content type 415, offset outside ``[log_start, next_offset]`` 416
 (``details`` holds both bounds), remote object missing or damaged 502, shutting down or
 remote tier unavailable 503, any other retriable error 503, anything else 500.

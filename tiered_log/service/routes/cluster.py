@@ -1,8 +1,11 @@
 """Routes of the cluster: ``GET /v1/cluster`` (nodes, controller, partition leadership),
 ``POST /v1/cluster/reassign`` (move a node's replicas), ``POST /v1/cluster/restore``
-(recreate the bucket's topics in a new cluster) and the followers' replication fetch ``GET /v1/internal/replicate/{topic}/{p}``
-(:mod:`tiered_log.cluster.protocol`). A node started without cluster settings answers
-both with 404 (there is no cluster).
+(recreate the bucket's topics in a new cluster) and the followers' replication fetch
+``GET /v1/internal/replicate/{topic}/{p}`` (:mod:`tiered_log.cluster.protocol`). A node
+started without cluster settings answers every one of them with 404 ``not_a_cluster``
+(:class:`~tiered_log.errors.NotAClusterError`), once the caller is authenticated and
+before the body is looked at (a single node has nothing to reassign or restore, whatever
+the body says).
 
 The replication route needs ``admin`` on the topic when authentication is on (nodes use
 the cluster token, ``Settings.cluster_token``).
@@ -16,12 +19,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...cluster.protocol import PATH, ReplicaFetch
-from ...errors import TopicNotFoundError
+from ...errors import NotAClusterError
 from ...local.ranges import FetchRanges
 from ..deps import (
     AdminGrant,
@@ -44,16 +47,33 @@ if TYPE_CHECKING:  # a single node never loads the cluster node (nor its etcd cl
 router = APIRouter(tags=["cluster"])
 
 
+NOT_A_CLUSTER = ("this node is not part of a cluster: it runs alone (start it with "
+                 "cluster_etcd, node_id and advertised_url to join or form one)")
+"""The message of :class:`~tiered_log.errors.NotAClusterError`."""
+
+_NOT_A_CLUSTER = {404: "Not a cluster: this node runs alone (`not_a_cluster`)"}
+"""What 404 means on the cluster routes (errs' description of a 404 names topics)."""
+
+
 def cluster_of(state: ServiceState) -> ClusterNode:
-    """The node's cluster part; 404 when this node is not clustered."""
+    """The node's cluster part; NotAClusterError (404) when this node is not clustered."""
     node = state.cluster
     if node is None:
-        raise TopicNotFoundError("this node is not part of a cluster (start it with "
-                                 "cluster_etcd, node_id and advertised_url)")
+        raise NotAClusterError(NOT_A_CLUSTER)
     return node
 
 
-@router.get("/v1/cluster", responses=errs(401, 404))
+async def on_a_cluster(request: Request) -> None:
+    """Dependency of the cluster routes that take a body: NotAClusterError on a single
+    node. Declared after authentication and before the JSON body's checks, so a single
+    node says what it is rather than what is wrong with a body it could not use."""
+    cluster_of(request.app.state.service)
+
+
+OnACluster = Annotated[None, Depends(on_a_cluster)]
+
+
+@router.get("/v1/cluster", responses=errs(401, 404, described=_NOT_A_CLUSTER))
 async def describe_cluster(_: Authenticated, state: State) -> dict[str, Any]:
     """The nodes (alive, address), the controller, and per partition its leader, leader
     epoch, replicas and in-sync replicas, as this node last read them from etcd."""
@@ -69,9 +89,10 @@ class ReassignRequest(BaseModel):
     to_node: int = Field(ge=0, description="The live node that takes them.")
 
 
-@router.post("/v1/cluster/reassign", status_code=202, responses=errs(400, 401, 403, 404, 503))
-async def reassign(body: ReassignRequest, principal: Authenticated, _json: JsonContent,
-                   state: State) -> dict[str, Any]:
+@router.post("/v1/cluster/reassign", status_code=202,
+             responses=errs(400, 401, 403, 404, 503, described=_NOT_A_CLUSTER))
+async def reassign(body: ReassignRequest, principal: Authenticated, _cluster: OnACluster,
+                   _json: JsonContent, state: State) -> dict[str, Any]:
     """Move every replica ``from_node`` holds to ``to_node`` (needs ``admin`` on every
     topic): ``to_node`` joins each such partition's replicas and rebuilds from the bucket
     plus the unshipped tail; ``from_node`` is dropped from the replicas once the others
@@ -99,9 +120,10 @@ class RestoreRequest(BaseModel):
         "factor)).")
 
 
-@router.post("/v1/cluster/restore", responses=errs(400, 401, 403, 404, 503))
-async def restore(body: RestoreRequest, principal: Authenticated, _json: JsonContent,
-                  state: State) -> dict[str, Any]:
+@router.post("/v1/cluster/restore",
+             responses=errs(400, 401, 403, 404, 503, described=_NOT_A_CLUSTER))
+async def restore(body: RestoreRequest, principal: Authenticated, _cluster: OnACluster,
+                  _json: JsonContent, state: State) -> dict[str, Any]:
     """Whole-cluster restore from the bucket (needs ``admin`` on every topic): a new
     cluster (fresh etcd, empty disks) pointed at the bucket recreates the topics the
     bucket keeps, each with its own id and config; each partition continues above every
