@@ -20,6 +20,23 @@ reads the live nodes (``nodes/``) and every partition state (one snapshot of
     that any member coming back is elected cleanly) and is logged once as a WARNING
     until it has a leader again.
 
+**The grace after a gap in contact with etcd.** A node is "dead" when its registration
+is missing, i.e. its lease ended. etcd also ends leases whose renewals it did not
+process because *it* stalled or was out of reach (a paused etcd wakes and expires every
+lease whose time ran out meanwhile): right after such a gap a missing registration says
+nothing of the node, which registers again as soon as etcd answers it. So the
+controller acts on a node's absence (an election away from a leader, an ISR shrink, a
+hand-over in a reassignment) only once this node's store has seen etcd answer promptly
+for a whole lease TTL (:meth:`~tiered_log.cluster.etcd.MetaStore.contact_since`: after
+an outage, after a stall of etcd, and after this node started, so also after a
+controller failover that happened with or after such a gap), as Kafka's controller
+waits for broker heartbeats after a failover. Until then a partition whose leader or
+ISR names an unregistered node is left as it is (``RoundResult.deferred``), for at
+most :data:`MAX_GRACE_TTLS` lease TTLs from the first round that missed that node. Liveness
+itself is etcd's (leases), not the controller's memory, so a controller that has had
+etcd's answers for a TTL needs no further wait: a live node that can reach etcd
+renewed within that TTL. Leaders keep serving meanwhile; nothing is lost by waiting.
+
 Invariants (who may write what):
 
 - **Only the controller of the current controller epoch writes leadership.** Every write
@@ -48,6 +65,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Set
 from dataclasses import dataclass, field
 
@@ -62,6 +80,12 @@ log = logging.getLogger(__name__)
 PROMPT_RERUNS = 3
 """How many rounds the daemon runs back to back after rounds that lost a
 compare-and-swap, before it waits ``interval_s`` again."""
+
+MAX_GRACE_TTLS = 2
+"""The grace holds back action on one unregistered node for at most this many lease
+TTLs from the first round that missed it: a live node registers again within moments
+of etcd answering it, and an etcd that stays slow (every slow answer is a gap) must
+not stop failovers for good."""
 
 
 def decide(state: PartitionState, live: Set[int], unclean: bool = False) -> PartitionState | None:
@@ -87,13 +111,16 @@ class RoundResult:
     and nothing was read or written. ``written``: the new states stored (elections and
     ISR shrinks, in partition order). ``lost``: partitions whose write was refused (a
     concurrent change, or the fence failed): they are decided again next round.
-    ``offline``: partitions without a leader after this round.
+    ``offline``: partitions without a leader after this round. ``deferred``: partitions
+    left as they are because their leader or ISR names an unregistered node and the
+    grace after a gap in contact with etcd runs (see the module docstring).
     """
 
     acted: bool = False
     written: list[PartitionState] = field(default_factory=list)
     lost: list[PartitionKey] = field(default_factory=list)
     offline: list[PartitionKey] = field(default_factory=list)
+    deferred: list[PartitionKey] = field(default_factory=list)
 
 
 class Controller:
@@ -117,6 +144,8 @@ class Controller:
         self._lock = threading.Lock()
         self._offline: dict[PartitionKey, int] = {}  # offline partitions warned of -> leader epoch
         self._deposed_epoch: int | None = None  # a controller epoch we saw end
+        self._graced: float | None = None  # the contact_since a grace was logged for
+        self._absent_since: dict[int, float] = {}  # node -> first round that missed it
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -176,13 +205,25 @@ class Controller:
         result = RoundResult()
         fence = self.election.fence
         if fence is None or not self.election.is_controller:
+            with self._lock:
+                self._absent_since.clear()  # a later tenure starts its own count
             return result
         with self._lock:
             if self._deposed_epoch == fence.create_revision:
+                self._absent_since.clear()
                 return result  # seen deposed: wait for the election to notice
         result.acted = True
         live = set(self.membership.live_nodes())
-        for key, (state, revision) in self.metadata.partitions().items():
+        grace_left = self.grace_left()
+        partitions = self.metadata.partitions()
+        named = {r for state, _ in partitions.values()
+                 for r in (state.leader, *state.isr) if r is not None}
+        waited = self._note_absent(named - live)
+        for key, (state, revision) in partitions.items():
+            absent = {r for r in (state.leader, *state.isr) if r is not None} - live
+            if grace_left > 0 and any(waited[r] < self._max_grace_s for r in absent):
+                result.deferred.append(key)
+                continue
             new = decide(state, live, self.unclean_leader_election)
             now = state
             if new is not None:
@@ -198,7 +239,42 @@ class Controller:
             self._note_offline(key, now)
         if result.lost:
             self._check_deposed(fence.create_revision)
+        if result.deferred:
+            self._log_grace(result.deferred, live, grace_left)
         return result
+
+    @property
+    def _max_grace_s(self) -> float:
+        """The longest the grace holds back action on one node: an etcd that stays slow
+        (each answer counted as a gap) must not stop failovers for good."""
+        return MAX_GRACE_TTLS * self.membership.lease_ttl_s
+
+    def _note_absent(self, absent: Set[int]) -> dict[int, float]:
+        """Seconds since the first round (of this controller) that found each node of
+        ``absent`` unregistered, counted afresh once a round finds it registered."""
+        now = time.monotonic()
+        with self._lock:
+            self._absent_since = {n: self._absent_since.get(n, now) for n in absent}
+            return {n: now - t for n, t in self._absent_since.items()}
+
+    def grace_left(self) -> float:
+        """Seconds until this controller may act on a node's absence: one lease TTL after
+        the store last saw a gap in contact with etcd (a node notes its start as one);
+        0 once it may. See the module docstring."""
+        since = self.store.contact_since()
+        return max(0.0, since + self.membership.lease_ttl_s - time.monotonic())
+
+    def _log_grace(self, deferred: list[PartitionKey], live: Set[int], left: float) -> None:
+        """Log once per gap in contact that the controller waits for absent nodes."""
+        since = self.store.contact_since()
+        with self._lock:
+            if self._graced == since:
+                return
+            self._graced = since
+        log.info("controller on node %s: etcd answers again (or this node just started): "
+                 "waiting %.1f s for the nodes to renew before acting on absent ones "
+                 "(registered now: %s; %d partition(s) wait)", self.membership.node_id,
+                 left, sorted(live), len(deferred))
 
     def _log_change(self, old: PartitionState, new: PartitionState, live: Set[int]) -> None:
         if new.leader != old.leader and new.leader is not None:
@@ -249,4 +325,4 @@ class Controller:
                             "absent" if v is None else f"epoch {v.create_revision}")
 
 
-__all__ = ["PROMPT_RERUNS", "Controller", "RoundResult", "decide"]
+__all__ = ["MAX_GRACE_TTLS", "PROMPT_RERUNS", "Controller", "RoundResult", "decide"]

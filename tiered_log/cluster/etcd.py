@@ -28,6 +28,15 @@ a write naming a lease etcd no longer has raises
 :class:`~tiered_log.errors.LeaseNotFoundError`. After a timeout the outcome of a write
 is unknown: read the key back (a ``mod_revision`` that moved may be the writer's own).
 
+**Contact.** The store also notes how well etcd has been answering
+(:meth:`MetaStore.contact_since`): the end of the last request that got no answer, or
+an answer slower than ``slow_s``. etcd expires a lease whose renewals it did not
+process in time, also when it was itself the one that stalled (a paused or overloaded
+etcd wakes and drops every lease whose time ran out meanwhile): a node's registration
+missing right after such a gap says nothing of the node. The controller acts on a
+node's absence only once it has seen etcd answer promptly for a whole lease TTL
+(:class:`~tiered_log.cluster.controller.Controller`).
+
 Changes are observed by polling (:meth:`MetaStore.poll_prefix`), not by etcd watches:
 a poll after an outage simply sees the current state, with no stream to resume, no
 compacted revision to fall behind, and no events to miss; metadata is small and
@@ -46,6 +55,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -139,7 +149,7 @@ class MetaStore:
     """
 
     def __init__(self, endpoint: str, cluster_name: str, *, timeout_s: float = 2.0,
-                 root: str = "/tiered_log") -> None:
+                 root: str = "/tiered_log", slow_s: float = 0.5) -> None:
         url = urlsplit(endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"etcd endpoint must be http(s)://host:port, not {endpoint!r}")
@@ -155,6 +165,9 @@ class MetaStore:
         self._lock = threading.Lock()
         self._clients: list[Etcd3Client] = []
         self._closed = False
+        self.slow_s = slow_s
+        """An answer slower than this counts as a gap in contact (:meth:`contact_since`)."""
+        self._contact_since = 0.0  # no gap seen (a node notes its start: note_gap)
 
     # ---- transport -----------------------------------------------------------------
 
@@ -172,11 +185,44 @@ class MetaStore:
             self._local.client = client
         return client
 
+    def contact_since(self) -> float:
+        """Since when (``time.monotonic()``) etcd has answered every request of this
+        store promptly: the end of the last request that failed to get an answer (or
+        got one slower than ``slow_s``), or the last :meth:`note_gap`; 0.0 if neither
+        happened. Only an answer counts as contact: etcd refusing a request (a lease it
+        no longer has, an invalid request) is an answer; a timeout, a refused
+        connection or a 5xx is not."""
+        with self._lock:
+            return self._contact_since
+
+    def note_gap(self) -> None:
+        """Count the time until now as a gap in contact: for an owner that saw nothing
+        of etcd before (a node starting, which cannot tell whether etcd just came
+        back)."""
+        self._note_gap()
+
+    def _note_gap(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._contact_since = max(self._contact_since, now)
+
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` to the gateway's ``/v3/<path>``; the answer's JSON object.
 
         Maps every failure to :class:`MetadataUnavailableError` (one line, naming the
-        endpoint and the operation)."""
+        endpoint and the operation), and notes gaps in contact (:meth:`contact_since`)."""
+        sent = time.monotonic()
+        try:
+            answer = self._post_once(path, body)
+        except MetadataUnavailableError as exc:
+            if exc.retriable and not isinstance(exc, LeaseNotFoundError):
+                self._note_gap()
+            raise
+        if time.monotonic() - sent > self.slow_s:
+            self._note_gap()
+        return answer
+
+    def _post_once(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if self._closed:
             raise MetadataUnavailableError("metadata store is closed", retriable=False)
         client = self._client()

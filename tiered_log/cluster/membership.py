@@ -10,7 +10,8 @@ does, so :meth:`Membership.live_nodes` lists the nodes that renewed within the l
 (a crashed or partitioned node drops out at most one TTL after its last renewal, plus
 etcd's expiry check, ~0.5 s). If the lease is lost anyway (etcd was out of reach, or
 the node stalled, longer than the TTL, and etcd then says the lease is gone), the thread
-registers again under a new lease and counts it in ``reregistrations``.
+registers again under a new lease and counts it in ``reregistrations``; after a failed
+renewal it retries at once, so it learns of a lost lease as soon as etcd answers again.
 
 :class:`ControllerElection`: at most one node at a time is the controller: the one
 whose ``create("controller", {"node_id": ...}, lease)`` succeeded, until its lease ends
@@ -175,10 +176,19 @@ class Membership:
             self._alive_until = sent + self.lease_ttl_s
 
     def _run(self) -> None:
+        """Renew every third of the TTL. After a failed renewal, retry at once (0.1 s,
+        doubling up to a third of the TTL while etcd refuses connections): on a stalled
+        etcd a renewal is then nearly always in flight, so when etcd wakes and says the
+        lease is gone (it expired while etcd stalled) the node registers again within
+        moments, inside the controller's grace (see
+        :class:`~tiered_log.cluster.controller.Controller`)."""
         interval = self.lease_ttl_s / 3
-        while not self._stop.wait(interval):
+        wait = interval
+        failing_since: float | None = None
+        while not self._stop.wait(wait):
             lease = self.lease_id
             if lease is None:
+                wait = interval
                 continue
             sent = time.monotonic()
             try:
@@ -186,14 +196,27 @@ class Membership:
                     with self._lock:
                         if self._lease == lease:
                             self._alive_until = sent + self.lease_ttl_s
-                    continue
-                log.warning("node %s: lease %x is gone; registering again", self.node_id, lease)
-                with self._lock:
-                    self._alive_until = 0.0
-                self._register()
-                self.reregistrations += 1
-            except MetadataUnavailableError as exc:  # LeaseNotFoundError too: next tick
-                log.warning("node %s: lease renewal failed: %s", self.node_id, exc)
+                else:
+                    log.warning("node %s: lease %x is gone; registering again",
+                                self.node_id, lease)
+                    with self._lock:
+                        self._alive_until = 0.0
+                    self._register()
+                    self.reregistrations += 1
+            except MetadataUnavailableError as exc:  # LeaseNotFoundError too: next try
+                if failing_since is None:
+                    log.warning("node %s: lease renewal failed: %s (retrying)", self.node_id,
+                                exc)
+                    failing_since = sent
+                    wait = 0.1
+                else:
+                    wait = min(wait * 2, interval)
+                continue
+            if failing_since is not None:
+                log.info("node %s: etcd answers again after %.1f s of failed renewals",
+                         self.node_id, time.monotonic() - failing_since)
+                failing_since = None
+            wait = interval
 
     def live_nodes(self) -> dict[int, str]:
         """node_id -> url of every registered node (this one included while alive)."""

@@ -135,7 +135,12 @@ class ClusterNode:
         self.config = config
         self.node_id = config.node_id
         self._logs = logs
-        self.store = MetaStore(config.etcd_url, config.cluster_name)
+        # A stall of etcd two thirds of the lease long can cost a lease (each is renewed
+        # every third of it); an answer half the lease late counts as a gap in contact,
+        # after which the controller waits (see the Controller's docstring).
+        self.store = MetaStore(config.etcd_url, config.cluster_name,
+                               slow_s=config.lease_ttl_s / 2)
+        self.store.note_gap()  # a node starting knows nothing of etcd's recent past
         self.metadata = ClusterMetadata(self.store)
         self.membership = Membership(self.store, config.node_id, config.advertised_url,
                                      lease_ttl_s=config.lease_ttl_s)
