@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tiered_log.client import Client
 from tiered_log.cluster.dev import DevCluster
 from tiered_log.cluster.etcd import MetaStore
 from tiered_log.cluster.etcd_process import EtcdProcess
@@ -142,5 +143,47 @@ def test_an_etcd_pause_past_the_lease_moves_no_leader_and_shrinks_no_isr(
         assert regone, "the pauses outlived the leases (else this test checks nothing)"
         for i, n in cluster.nodes.items():
             assert n.alive, f"node {i} died: {n.log_tail()}"
+    finally:
+        store.close()
+
+
+def test_while_etcd_is_down_the_cluster_view_is_served_stale_and_clients_route(
+        cluster: DevCluster) -> None:
+    """``GET /v1/cluster`` answers the last view read, marked stale with its age, and a
+    client that starts during the outage finds every leader and produces acks=all."""
+    topic = "stale-view"
+    r = httpx.post(cluster.nodes[1].url + "/v1/topics", timeout=15,
+                   json={"name": topic, "partitions": 3, "replication_factor": 3})
+    assert r.status_code == 201, r.text
+    store, meta = _etcd_view(cluster)
+    try:
+        wait_until(lambda: all(len(st.isr) == 3 for st, _ in meta.partitions(topic).values()),
+                   20, "every ISR full")
+        leaders = {p: st.leader for (_, p), (st, _) in meta.partitions(topic).items()}
+        cluster.etcd.pause()
+        try:
+            time.sleep(1.2)
+            for n in cluster.nodes.values():
+                started = time.monotonic()
+                r = httpx.get(n.url + "/v1/cluster", timeout=5)
+                assert r.status_code == 200, r.text
+                assert time.monotonic() - started < 1.0, "it waited for etcd"
+                view = r.json()
+                assert view["stale"] is True and view["metadata_age_ms"] >= 1000, view
+                assert view["controller_id"] is not None
+                got = {p["partition"]: p["leader"] for p in view["partitions"]
+                       if p["topic"] == topic}
+                assert got == leaders
+            with Client(cluster.urls, retry_timeout_s=10) as client:
+                for p in leaders:
+                    [offset] = client.produce(topic, p, [b"during the outage"], acks="all")
+                    got_back = client.fetch(topic, p, offset)
+                    assert [rec.value for rec in got_back.records] == [b"during the outage"]
+        finally:
+            cluster.etcd.resume()
+        wait_until(lambda: httpx.get(cluster.nodes[1].url + "/v1/cluster", timeout=5)
+                   .json()["stale"] is False, 10, "a fresh view once etcd is back")
+        fresh = httpx.get(cluster.nodes[1].url + "/v1/cluster", timeout=5).json()
+        assert fresh["metadata_age_ms"] < 1000
     finally:
         store.close()

@@ -6,7 +6,10 @@ partition's leader accepts produce and consumer fetches; :class:`Routes` caches 
 node leads which partition, learnt from ``GET /v1/cluster`` (asked of each known URL in
 turn, :meth:`Routes.cluster_urls`). A node that answers 404 there is a single node (not
 clustered): every request then goes to it, and nothing is retried, exactly as before
-clusters existed.
+clusters existed. While etcd is out of reach a node answers its last view, marked
+``stale`` (with ``metadata_age_ms``): it is used as any other, since leaders keep serving
+through an etcd outage, and a leader replaced meanwhile answers ``not_leader`` naming its
+successor.
 
 Retry rules (:class:`Attempts`, only once the client has seen a cluster), until the
 client's ``retry_timeout_s`` has passed (then the last error is raised), with a short

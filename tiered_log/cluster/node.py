@@ -70,6 +70,11 @@ from .replica import LeaderReplication
 log = logging.getLogger(__name__)
 
 
+STALE_AFTER_S = 1.0
+"""A node whose last successful read of the metadata is older than this (it polls every
+``poll_interval_s``) reports its view as stale: it cannot reach etcd now."""
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     """A node's cluster settings (from the service's :class:`~tiered_log.config.Settings`)."""
@@ -153,6 +158,9 @@ class ClusterNode:
         self._seen: dict[int, str] = {}
         """Every node registered since this one started, with its last URL (describe)."""
         self._topics: dict[str, TopicMeta] = {}
+        self._controller_id: int | None = None
+        self._read_at = 0.0
+        """When (monotonic) the last successful read of the metadata began."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"tiered-log-node-{config.node_id}")
@@ -249,9 +257,11 @@ class ClusterNode:
 
     def refresh(self) -> None:
         """Read the metadata once and move every local replica to its role."""
+        began = time.monotonic()
         topics = self.metadata.topics()
         parts = self.metadata.partitions()
         nodes = self.membership.live_nodes()
+        controller = self.election.controller_id()
         for meta in topics.values():
             if meta.name not in self._topics:
                 self._logs.ensure_topic(meta)
@@ -259,6 +269,8 @@ class ClusterNode:
             self._nodes = dict(nodes)
             self._seen.update(nodes)
             self._topics = dict(topics)
+            self._controller_id = controller
+            self._read_at = max(self._read_at, began)
             seen: set[tuple[str, int]] = set()
             for (topic, p), (state, _rev) in parts.items():
                 if topic not in topics:
@@ -550,18 +562,22 @@ class ClusterNode:
         return out
 
     def describe(self) -> dict[str, Any]:
-        """``GET /v1/cluster``: the nodes (alive, address; a dead one is listed while it
-        holds a replica or this node saw it alive, with its last address), the
-        controller, and per partition its leader, epoch, replicas and ISR, as this node
-        last read them."""
+        """``GET /v1/cluster`` (:class:`~tiered_log.service.cluster_view.ClusterView`):
+        the nodes (alive, address; a dead one is listed while it holds a replica or this
+        node saw it alive, with its last address), the controller, and per partition its
+        leader, epoch, replicas and ISR, as this node last read them. Reads nothing from
+        etcd, so it answers while etcd is out of reach: ``stale`` is then true (the last
+        read is older than :data:`STALE_AFTER_S`) and ``metadata_age_ms`` says how old."""
         with self._lock:
             nodes = dict(self._nodes)
             seen = dict(self._seen)
             parts = [r.state for r in self._roles.values()]
+            controller, read_at = self._controller_id, self._read_at
+        age_s = time.monotonic() - read_at
         ids = set(seen) | {r for s in parts for r in s.replicas}
         return {
             "node_id": self.node_id,
-            "controller_id": self.election.controller_id(),
+            "controller_id": controller,
             "nodes": [{"node_id": n, "url": nodes.get(n, seen.get(n)), "alive": n in nodes}
                       for n in sorted(ids)],
             "partitions": [
@@ -570,7 +586,9 @@ class ClusterNode:
                  "isr": list(s.isr)}
                 for s in sorted(parts, key=lambda s: (s.topic, s.partition))],
             "replication": self.replication(),
+            "stale": age_s > STALE_AFTER_S,
+            "metadata_age_ms": int(age_s * 1000),
         }
 
 
-__all__ = ["ClusterNode", "LocalLogs", "NodeConfig"]
+__all__ = ["STALE_AFTER_S", "ClusterNode", "LocalLogs", "NodeConfig"]

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...cluster.protocol import PATH, ReplicaFetch
 from ...errors import NotAClusterError
 from ...local.ranges import FetchRanges
+from ..cluster_view import ClusterView
 from ..deps import (
     AdminGrant,
     Authenticated,
@@ -74,10 +75,12 @@ OnACluster = Annotated[None, Depends(on_a_cluster)]
 
 
 @router.get("/v1/cluster", responses=errs(401, 404, described=_NOT_A_CLUSTER))
-async def describe_cluster(_: Authenticated, state: State) -> dict[str, Any]:
+async def describe_cluster(_: Authenticated, state: State) -> ClusterView:
     """The nodes (alive, address), the controller, and per partition its leader, leader
-    epoch, replicas and in-sync replicas, as this node last read them from etcd."""
-    return cluster_of(state).describe()
+    epoch, replicas and in-sync replicas, as this node last read them from etcd. While
+    etcd cannot be reached it answers the last view read, with ``stale`` true and its
+    age in ``metadata_age_ms`` (leaders keep serving meanwhile)."""
+    return ClusterView.model_validate(cluster_of(state).describe())
 
 
 class ReassignRequest(BaseModel):
