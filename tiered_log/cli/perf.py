@@ -19,9 +19,12 @@
                                 [--before-s S] [--wipes N] [--lease-ttl S] [--dir D] [--keep]
     tiered-log perf spark-scan [--json] [--records N] [--partitions P] [--segment-bytes B]
                                 [--repeat R] [--dir D] [--keep]
+    tiered-log perf kafka-codec [--json] [--total-kib N] [--record-bytes B]
+                                [--batch-records N] [--compression C] [--rounds R]
 
 Each command parses its arguments and runs one benchmark of :mod:`tiered_log.perf`
-(``.local``, ``.http``, ``.remote``, ``.cluster``, ``.rebuild``, ``.spark``; imported
+(``.local``, ``.http``, ``.remote``, ``.cluster``, ``.rebuild``, ``.spark``,
+``.kafka_codec``; imported
 only when it runs), which measures its baseline in the same run. The remote ones start
 moto's S3 server on 127.0.0.1 unless ``--endpoint`` names one; the cluster ones
 (``.cluster``, ``.rebuild``) start etcd and ``tiered-log serve`` processes on loopback
@@ -448,6 +451,37 @@ def cmd_perf_spark_scan(args: argparse.Namespace) -> int:
     else:
         print(format_table(report))
     return 0
+
+
+# ---- the Kafka batch codec: kafka-codec ---------------------------------------------------
+
+
+def _kafka_codec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    p.add_argument("--total-kib", type=positive_int, default=1024, metavar="N",
+                   help="KiB of record values in the buffer (default: 1024)")
+    p.add_argument("--record-bytes", type=positive_int, default=1024, metavar="B",
+                   help="bytes of each record's value (default: 1024)")
+    p.add_argument("--batch-records", type=positive_int, default=16, metavar="N",
+                   help="records per batch (default: 16)")
+    p.add_argument("--compression", default="none",
+                   choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                   help="codec of the batches (default: none)")
+    p.add_argument("--rounds", type=positive_int, default=7, metavar="R",
+                   help="rounds of ours and the baselines, alternating (default: 7)")
+    progress_flag(p)
+
+
+@PERF.command("kafka-codec", "the Kafka batch walk vs crc32c alone, record decoding vs "
+              "kafka-python's reader", _kafka_codec_args)
+def cmd_perf_kafka_codec(args: argparse.Namespace) -> int:
+    """``tiered-log perf kafka-codec``; exit 0 whatever the figures."""
+    from ..perf.kafka_codec import run
+
+    report = run(args.total_kib * 1024, record_bytes=args.record_bytes,
+                 batch_records=args.batch_records, compression=args.compression,
+                 rounds=args.rounds, progress=args.progress)
+    return _print(report, args.json)
 
 
 __all__ = ["COMMANDS", "PERF", "format_lines"]
