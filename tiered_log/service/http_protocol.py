@@ -23,6 +23,13 @@ class that :func:`protocol_class` binds to an :class:`HttpLimits`) adds:
   it is stored. Time during which the server itself is not reading (back-pressure, a
   pipelined request waiting its turn, ``Expect: 100-continue`` not yet answered) does
   not count.
+- **Server stalls do not count against a client**: the header, body and keep-alive
+  timeouts run on :class:`StallClock`, a clock of the event loop that stops while the
+  loop does not run (the process stopped by ``SIGSTOP``, suspended, starved of CPU, or
+  a callback blocking the loop), and a timeout that comes due while the client's bytes
+  are waiting unread in the socket is put off until they are read: the bytes were
+  there, the server was not reading them. A client that really sends nothing, or
+  trickles, is still cut off.
 - **Transfer codings**: a request whose ``Transfer-Encoding`` holds any coding other than
   ``chunked`` is answered ``501`` (RFC 9112, 6.1) before the app sees it.
 - **Zero-copy bodies**: on a plain TCP connection every request's scope offers ASGI's
@@ -36,6 +43,9 @@ class that :func:`protocol_class` binds to an :class:`HttpLimits`) adds:
 
 Every rejection is answered only where no earlier response on the connection could be
 interleaved with it (else the connection is just closed), carries ``Connection: close``,
+marks every request of the connection still being answered as disconnected (its app
+sees ``http.disconnect`` and what it sends is dropped; uvicorn never finds an app that
+returned without completing its response),
 and is followed by a short lingering close: the write side is shut, what the client
 still sends is read and dropped for up to :data:`LINGER_S` seconds or
 :data:`LINGER_BYTES` bytes, then the connection is closed. Closing at once with unread
@@ -50,12 +60,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import select
+import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 from uvicorn.server import ServerState
 
 from . import zerocopy
@@ -66,6 +83,59 @@ LINGER_S = 2.0
 """After a rejection, how long the client's further bytes are read and dropped at most."""
 LINGER_BYTES = 4 << 20
 """After a rejection, how many of the client's further bytes are read and dropped at most."""
+STALL_TICK_S = 0.1
+"""How often :class:`StallClock` looks whether its loop runs."""
+STALL_SLACK_S = 0.25
+"""How late a :class:`StallClock` tick may come before the rest of the gap is a stall."""
+MAX_DEFERRALS = 8
+"""How many times in a row a due timeout is put off because the client's bytes wait
+unread in the socket (each time until the loop's next turn has read them)."""
+
+
+class StallClock:
+    """A clock of one event loop that stops while the loop does not run: the time a
+    client's timeouts are measured in.
+
+    A tick every :data:`STALL_TICK_S` notes the loop's time; a gap between ticks longer
+    than :data:`STALL_TICK_S` + :data:`STALL_SLACK_S` is a stall (the process was
+    stopped, suspended or starved, or a callback blocked the loop), and the part of it
+    past that allowance does not count. :meth:`now` counts a stall still in progress
+    too, so a timer that runs before the first tick after a stall already sees it.
+    Get the clock of a loop with :meth:`of`.
+
+    Async-safety: one instance per event loop, used from that loop's thread only.
+    """
+
+    _clocks: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StallClock]] = \
+        weakref.WeakKeyDictionary()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._last = loop.time()
+        self._stalled = 0.0
+        loop.call_later(STALL_TICK_S, self._tick)
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> StallClock:
+        """The clock of ``loop`` (started on first use). Call it on ``loop``'s thread."""
+        clock = cls._clocks.get(loop)
+        if clock is None:
+            clock = cls._clocks[loop] = cls(loop)
+        return clock
+
+    def _pending(self, t: float) -> float:
+        return max(0.0, t - self._last - STALL_TICK_S - STALL_SLACK_S)
+
+    def _tick(self) -> None:
+        t = self.loop.time()
+        self._stalled += self._pending(t)
+        self._last = t
+        self.loop.call_later(STALL_TICK_S, self._tick)
+
+    def now(self) -> float:
+        """The loop's time less every stall so far (never decreases)."""
+        t = self.loop.time()
+        return t - self._stalled - self._pending(t)
 
 
 @dataclass(frozen=True)
@@ -126,19 +196,29 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         self._lingering = False
         self._linger_bytes = 0
         self._zerocopy = False  # the connection can send file ranges (zerocopy.py)
+        self._clock: StallClock | None = None
+        self._head_since = 0.0  # stall-clock time the head timer counts from
+        self._keepalive_since = 0.0  # stall-clock time the keep-alive timer counts from
+        self._deferrals = 0  # timeouts put off in a row for unread bytes
+        # The cycle whose app runs (self.cycle is the newest; with pipelining, an older
+        # one may still be answered).
+        self._running: RequestResponseCycle | None = None
 
     # ---- connection events ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._clock = StallClock.of(self.loop)
         self._zerocopy = zerocopy.offers_zerocopy(transport)
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        self._disconnect_cycles()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._deferrals = 0
         if self._lingering:
             self._linger_bytes += len(data)
             if self._linger_bytes > LINGER_BYTES:
@@ -220,11 +300,14 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             raise self._rejection
         super().on_headers_complete()  # on an exception, still in the head (answerable)
         cycle = self.cycle
-        if self._zerocopy and cycle is not None and cycle.scope is self.scope:
-            zerocopy.install(self.scope, cycle, self.transport)  # type: ignore[arg-type]
+        if cycle is not None and cycle.scope is self.scope:
+            if self._zerocopy:
+                zerocopy.install(self.scope, cycle, self.transport)  # type: ignore[arg-type]
+            cycle.send = self._guarded_send(  # type: ignore[method-assign,assignment]
+                cycle, cycle.send)
         self._in_head = False
         self._maybe_trailer = False
-        self._body_start = self._body_last = self.loop.time()
+        self._body_start = self._body_last = self._now()
         self._body_bytes = 0
 
     def on_chunk_header(self) -> None:
@@ -234,7 +317,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         self._maybe_trailer = False
         self._body_bytes += len(body)
-        self._body_last = self.loop.time()
+        self._body_last = self._now()
         super().on_body(body)
 
     def on_message_complete(self) -> None:
@@ -246,10 +329,73 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             self._body_timer = None
         super().on_message_complete()
 
+    # ---- the app's side -------------------------------------------------------------------
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        self._running = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._keepalive_since = self._now()
+
+    def _guarded_send(self, cycle: RequestResponseCycle,
+                      send: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+        """``send`` of ``cycle``, marking the cycle disconnected when its response can no
+        longer complete because the connection is closing (a send that returned without
+        writing, e.g. a zero-copy range on a connection that closed meanwhile): the app
+        then sees a disconnect, and uvicorn does not take its return for an app that
+        left its response unfinished."""
+        transport = self.transport
+
+        async def guarded(message: Any) -> None:
+            await send(message)
+            if not cycle.response_complete and transport.is_closing():
+                cycle.disconnected = True
+                cycle.message_event.set()
+
+        return guarded
+
+    def _disconnect_cycles(self) -> None:
+        """Mark every request of the connection not yet answered as disconnected (the
+        running one, the newest and the pipelined ones waiting) and wake their apps."""
+        cycles = [self._running, self.cycle, *(c for c, _ in self.pipeline)]
+        for cycle in cycles:
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+
     # ---- timeouts ------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        """The connection's clock: the loop's time less its stalls (:class:`StallClock`)."""
+        clock = self._clock
+        return clock.now() if clock is not None else self.loop.time()
+
+    def _unread_bytes_wait(self) -> bool:
+        """Whether a due timeout must wait because the client's bytes (or its close) sit
+        unread in the socket while reading is on: True at most :data:`MAX_DEFERRALS` times
+        in a row (until data is received), so a socket the loop does not drain cannot
+        hold a timeout off for ever."""
+        if self._deferrals >= MAX_DEFERRALS or self.flow.read_paused:
+            return False
+        sock = self.transport.get_extra_info("socket")
+        try:
+            fd = sock.fileno() if sock is not None else -1
+            if fd < 0:
+                return False
+            poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+            ready = bool(poller.poll(0))
+        except (OSError, ValueError):
+            return False
+        if ready:
+            self._deferrals += 1
+        return ready
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
+        self._head_since = self._now()
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s,
                                                 self._on_head_timer)
 
@@ -267,6 +413,13 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             # time starts again from here.
             self._arm_head_timer()
             return
+        left = self._head_since + self.limits.header_timeout_s - self._now()
+        if left > 1e-3:  # the loop stalled meanwhile: that time was not the client's
+            self._head_timer = self.loop.call_later(left, self._on_head_timer)
+            return
+        if self._unread_bytes_wait():  # read them first (the loop's next turn)
+            self._head_timer = self.loop.call_later(0, self._on_head_timer)
+            return
         if self._head_bytes == 0:
             self.transport.close()  # asked nothing: nothing to answer
             return
@@ -279,7 +432,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         if self._in_head or self._lingering or self.transport.is_closing():
             return
         lim = self.limits
-        now = self.loop.time()
+        now = self._now()
         cycle = self.cycle
         if self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue):
             # Not the client's fault: the server does not read (yet). Start over.
@@ -294,10 +447,30 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         if now + 1e-3 < deadline:
             self._body_timer = self.loop.call_later(deadline - now, self._on_body_timer)
             return
+        if self._unread_bytes_wait():  # read them first (the loop's next turn)
+            self._body_timer = self.loop.call_later(0, self._on_body_timer)
+            return
         log.info("%srequest body stalled: %d bytes in %.1f s", self._peer(),
                  self._body_bytes, now - self._body_start)
         self._reject(408, "request_timeout",
                      "the request body stopped or arrived too slowly", retriable=True)
+
+    def timeout_keep_alive_handler(self) -> None:
+        """uvicorn's keep-alive timeout between requests, on the stall clock, and never
+        while the next request's bytes wait unread in the socket."""
+        self.timeout_keep_alive_task = None
+        if self.transport.is_closing():
+            return
+        left = self._keepalive_since + self.timeout_keep_alive - self._now()
+        if left > 1e-3:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                left, self.timeout_keep_alive_handler)
+            return
+        if self._unread_bytes_wait():
+            self.timeout_keep_alive_task = self.loop.call_later(
+                0, self.timeout_keep_alive_handler)
+            return
+        super().timeout_keep_alive_handler()
 
     def _cancel_timers(self) -> None:
         for timer in (self._head_timer, self._body_timer, self._linger_timer):
@@ -329,12 +502,11 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         log.log(logging.WARNING if status == 400 else logging.INFO, "%s%d %s: %s%s",
                 self._peer(), status, code, message, "" if answer else " (closed unanswered)")
         self._cancel_timers()
+        self._unset_keepalive_if_required()
         self._lingering = True
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            # The app (if it runs this request) sees a disconnect; its response is dropped.
-            cycle.disconnected = True
-            cycle.message_event.set()
+        # The apps of the requests not yet answered see a disconnect; what they send is
+        # dropped (this answer, if any, is the connection's last).
+        self._disconnect_cycles()
         if not answer or self.transport.is_closing():
             self.transport.close()
             return
@@ -367,4 +539,5 @@ def protocol_class(limits: HttpLimits) -> type[HardenedHttpProtocol]:
     return BoundHttpProtocol
 
 
-__all__ = ["LINGER_BYTES", "LINGER_S", "HardenedHttpProtocol", "HttpLimits", "protocol_class"]
+__all__ = ["LINGER_BYTES", "LINGER_S", "MAX_DEFERRALS", "STALL_SLACK_S", "STALL_TICK_S",
+           "HardenedHttpProtocol", "HttpLimits", "StallClock", "protocol_class"]
