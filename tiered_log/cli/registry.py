@@ -24,7 +24,8 @@ modules (the service, boto3, benchmarks) inside the command function so that eve
 command starts fast.
 
 Also here: the argument types (:func:`positive_int`, :func:`non_negative_int`,
-:func:`timestamp_ms`), the ``--progress`` flag, and the stderr note. Registration happens
+:func:`timestamp_ms`), the ``--progress`` flag, the stderr note, and :func:`counted`
+(how numbers of things are written). Registration happens
 at import time, in one thread.
 """
 
@@ -176,10 +177,16 @@ def progress_flag(p: argparse.ArgumentParser) -> None:
                    help="show progress on stderr (default: only when stderr is a terminal)")
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun, as every progress line and summary writes them: digits grouped
+    by commas, the plural from 0 and 2 on (``1 record``, ``98,500 records``)."""
+    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def note(message: str) -> None:
     """A one-line note on stderr (not an error)."""
     print(f"{PROG}: {message}", file=sys.stderr)
 
 
 __all__ = ["PROG", "Command", "CommandGroup", "Configure", "Parser", "Runner", "UsageError",
-           "non_negative_int", "note", "positive_int", "progress_flag", "timestamp_ms"]
+           "counted", "non_negative_int", "note", "positive_int", "progress_flag", "timestamp_ms"]

@@ -34,10 +34,17 @@ from typing import IO, Any
 
 from ..client import Client
 from ..errors import TieredLogError
-from ..format.records import Record
+from ..format.records import ProducerRecord, Record
 from ..service.wire import record_to_json
-from .log import input_lines
-from .registry import CommandGroup, Runner
+from .produce import Acknowledged, line_to_record, lines_with_linger
+from .registry import (
+    CommandGroup,
+    Runner,
+    UsageError,
+    counted,
+    non_negative_int,
+    positive_int,
+)
 
 COMMANDS = CommandGroup()
 """``serve``, ``topics ...``, ``produce``, ``consume``."""
@@ -95,7 +102,7 @@ class Progress:
             return
         self.last = now
         rate = count / max(now - self.start, 1e-9)
-        self.stream.write(f"\r{self.verb} {count} records ({rate:,.0f}/s){extra}   ")
+        self.stream.write(f"\r{self.verb} {counted(count, 'record')} ({rate:,.0f}/s){extra}   ")
         self.stream.flush()
         self.shown = True
 
@@ -159,10 +166,22 @@ def _topic_name_args(p: argparse.ArgumentParser) -> None:
 
 
 def _produce_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic")
-    p.add_argument("-p", "--partition", type=int, default=0)
-    p.add_argument("-f", "--file", help="read lines from this file instead of stdin")
-    p.add_argument("--batch-size", type=int, default=500, help="records per request")
+    p.add_argument("topic", help="the topic to append to")
+    p.add_argument("-p", "--partition", type=non_negative_int, metavar="N",
+                   help="send every record to partition N (default: as Kafka's default "
+                   "partitioner: a keyed record to the partition of the murmur2 hash of its "
+                   "key, keyless records one partition per batch, in turn)")
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument("-K", "--key-separator", metavar="SEP",
+                      help="each line is KEY SEP VALUE, split at the first SEP (a line "
+                      "without SEP is a value without a key); default: no key")
+    keys.add_argument("--key", help="the key (UTF-8) of every record; default: no key")
+    p.add_argument("-f", "--file", help="read lines from this file (default: stdin)")
+    p.add_argument("--batch-size", type=positive_int, default=500, metavar="N",
+                   help="most records per request (default: %(default)s)")
+    p.add_argument("--linger-ms", type=non_negative_int, default=100, metavar="MS",
+                   help="send a batch at the latest this long after its first line was read, "
+                   "as Kafka's linger.ms (default: %(default)s)")
     p.add_argument("--acks", choices=["all", "1"],
                    help="cluster: all (every in-sync replica has the records; the default "
                    "with replicas) or 1 (the leader has them)")
@@ -277,48 +296,56 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
 @COMMANDS.command("produce", "append lines (stdin or --file) as records", _produce_args)
 @_guard
 def cmd_produce(args: argparse.Namespace) -> int:
-    if args.batch_size < 1:
-        print("tiered-log: --batch-size must be at least 1", file=sys.stderr)
-        return 2
+    """Send the input's lines in batches (see :mod:`.produce`); print on stderr what was
+    acknowledged, on Ctrl-C too (exit 130)."""
+    if args.key_separator == "":
+        raise UsageError("--key-separator must not be empty")
+    separator = None if args.key_separator is None else args.key_separator.encode("utf-8")
+    key = None if args.key is None else args.key.encode("utf-8")
     try:
         stream: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
     except OSError as exc:
         return _fail(f"cannot read {args.file}: {exc.strerror or exc}")
     progress = Progress("produced", _progress_enabled(args))
-    produced = 0
-    skipped = 0
-    first: int | None = None
-    last: int | None = None
+    acked = Acknowledged(args.topic)
     try:
         with _client(args) as c:
-            batch: list[bytes] = []
-
-            def send() -> None:
-                nonlocal produced, first, last
-                offsets = c.produce(args.topic, args.partition, batch, acks=args.acks)
-                produced += len(offsets)
-                first = offsets[0] if first is None else first
-                last = offsets[-1]
-                batch.clear()
-                progress.update(produced)
-
-            for line in input_lines(stream):
-                if not line:
-                    skipped += 1
+            for lines, _ in lines_with_linger(stream, batch_size=args.batch_size,
+                                              linger_ms=args.linger_ms):
+                batch: list[ProducerRecord | bytes] = []
+                for line in lines:
+                    rec = line_to_record(line, separator=separator, key=key)
+                    if rec is None:
+                        acked.skipped += 1
+                    else:
+                        batch.append(rec)
+                if not batch:
                     continue
-                batch.append(line)
-                if len(batch) >= args.batch_size:
-                    send()
-            if batch:
-                send()
+                acked.unsent = len(batch)
+                groups = ({args.partition: list(range(len(batch)))}
+                          if args.partition is not None
+                          else c.assign_partitions(args.topic, batch))
+                for p, idx in groups.items():
+                    acked.unsent -= len(idx)
+                    acked.in_flight = len(idx)
+                    acked.add(p, c.produce(args.topic, p, [batch[i] for i in idx],
+                                           acks=args.acks))
+                    acked.in_flight = 0
+                progress.update(acked.total)
+    except KeyboardInterrupt:
+        progress.done()
+        print(f"tiered-log: {acked.summary(interrupted=True)}", file=sys.stderr)
+        return 130
+    except TieredLogError:
+        if acked.total:  # what the service has, before the error line
+            progress.done()
+            print(acked.summary(), file=sys.stderr)
+        raise
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
         progress.done()
-    where = f" (offsets {first}..{last})" if produced else ""
-    note = f", skipped {skipped} empty line(s)" if skipped else ""
-    print(f"produced {produced} record(s) to {args.topic}/{args.partition}{where}{note}",
-          file=sys.stderr)
+    print(acked.summary(), file=sys.stderr)
     return 0
 
 

@@ -16,7 +16,10 @@ Produce sends binary batches (``Content-Type: application/vnd.tiered-log.frames`
 records encoded here as batches in the stored layout with
 :func:`tiered_log.format.records.encode_batch` (no JSON, no base64; timestamps left to
 the server's clock unless a record gives one), or one raw streamed body with
-:meth:`Client.produce_raw`.
+:meth:`Client.produce_raw`. A produce with ``partition=None`` (or :meth:`Client.send`)
+places records as Kafka's default partitioner does (:mod:`.partitioner`: the murmur2 hash
+of the key, so a key lands on the partition a Kafka client would choose; keyless records
+one partition per batch, in turn).
 
 Clusters: a client takes one URL or several (a sequence or a comma-separated string).
 A partition's produce, fetch, consume, bounds, offsets and truncate go to the
@@ -40,7 +43,8 @@ Modules: :mod:`.sync` (:class:`Client`), :mod:`.aio` (:class:`AsyncClient`),
 :mod:`.traffic` (the kept-alive ``http.client`` pool of record traffic both use),
 :mod:`.messages` (paths, produce bodies, fetch answers, error answers, result types),
 :mod:`.paging` (how ``consume`` sizes its requests and pages), :mod:`.routing` (which
-node a partition's requests go to, and the retry rules). Error classes are in
+node a partition's requests go to, and the retry rules), :mod:`.partitioner` (which
+partition a record goes to when none is named). Error classes are in
 :mod:`tiered_log.errors`; this package imports nothing of the service.
 
 Thread-safety: a :class:`Client` may be shared between threads (httpx.Client, the record
@@ -72,6 +76,7 @@ from .messages import (
     error_from_response,
 )
 from .paging import FETCH_RECORDS
+from .partitioner import DefaultPartitioner, RecordMetadata, murmur2, partition_for_key
 from .sync import Client
 
 __all__ = [
@@ -79,11 +84,15 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ConnectionFailedError",
+    "DefaultPartitioner",
     "FetchResult",
     "FetchedBatches",
     "PartitionBounds",
+    "RecordMetadata",
     "RequestNotSentError",
     "ServiceError",
     "encode_produce_body",
     "error_from_response",
+    "murmur2",
+    "partition_for_key",
 ]

@@ -47,6 +47,7 @@ from .messages import (
     encode_produce_body,
 )
 from .paging import FETCH_RECORDS, _check_consume, _consume_done, _left, _page_plan, _pages
+from .partitioner import DefaultPartitioner, PartitionCounts, RecordMetadata
 from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
 from .traffic import RecordPools
 
@@ -75,6 +76,8 @@ class AsyncClient:
         # request to finish in its thread; its connection then goes back to the pool).
         self._pools = (None if transport is not None else
                        RecordPools(_headers(token), timeout, verify))
+        self._partitioner = DefaultPartitioner()
+        self._counts = PartitionCounts()
 
     # ---- sending -------------------------------------------------------------------------
 
@@ -193,19 +196,55 @@ class AsyncClient:
 
     # ---- records -------------------------------------------------------------------------
 
-    async def produce(self, topic: str, partition: int,
+    async def partitions(self, topic: str) -> int:
+        """The topic's partition count; see :meth:`Client.partitions
+        <tiered_log.client.Client.partitions>`."""
+        count = self._counts.get(topic)
+        if count is None:
+            count = int((await self.describe_topic(topic))["partitions"])
+            self._counts.put(topic, count)
+        return count
+
+    async def send(self, topic: str, records: Iterable[ProducerRecord | bytes | str], *,
+                   acks: str | None = None) -> list[RecordMetadata]:
+        """Append ``records`` where Kafka's default partitioner puts them; see
+        :meth:`Client.send <tiered_log.client.Client.send>`."""
+        items = list(records)
+        if not items:
+            raise E.InvalidArgumentError("a batch needs at least one record")
+        groups = self._partitioner.assign(topic, items, await self.partitions(topic))
+        bodies = {p: encode_produce_body([items[i] for i in idx]) for p, idx in groups.items()}
+        out: list[RecordMetadata] = [RecordMetadata(-1, -1)] * len(items)
+        for p, idx in groups.items():
+            offsets = await self._produce_body(topic, p, bodies[p], acks)
+            for i, off in zip(idx, offsets, strict=True):
+                out[i] = RecordMetadata(p, off)
+        return out
+
+    async def produce(self, topic: str, partition: int | None,
                       records: Iterable[ProducerRecord | bytes | str], *,
                       acks: str | None = None) -> list[int]:
         """Append a batch on the partition's leader; see :meth:`Client.produce
-        <tiered_log.client.Client.produce>` (``acks``, and when it is retried)."""
+        <tiered_log.client.Client.produce>` (``acks``, when it is retried, and
+        ``partition=None``: Kafka's default partitioner, as :meth:`send`)."""
+        if partition is None:
+            return [m.offset for m in await self.send(topic, records, acks=acks)]
+        return await self._produce_body(topic, partition, encode_produce_body(records), acks)
+
+    async def _produce_body(self, topic: str, partition: int, body: bytes,
+                            acks: str | None) -> list[int]:
+        """Send an encoded produce body to the partition's leader; the offsets."""
         path = f"{_part_path(topic, partition)}/records"
-        body = encode_produce_body(records)
         params = _acks_params(acks)
 
         def send(url: str) -> Awaitable[httpx.Response]:
             return self._post_frames(url, path, body, params)
 
-        resp = await self._routed(topic, partition, send, writes=True)
+        try:
+            resp = await self._routed(topic, partition, send, writes=True)
+        except E.TopicNotFoundError:
+            self._counts.forget(topic)
+            raise
         offsets: list[int] = resp.json()["offsets"]
         return offsets
 

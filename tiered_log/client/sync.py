@@ -19,7 +19,12 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ..errors import ConnectionFailedError, TieredLogError
+from ..errors import (
+    ConnectionFailedError,
+    InvalidArgumentError,
+    TieredLogError,
+    TopicNotFoundError,
+)
 from ..format.records import ProducerRecord
 from .messages import (
     _ACCEPT_BINARY,
@@ -45,6 +50,7 @@ from .messages import (
     encode_produce_body,
 )
 from .paging import FETCH_RECORDS, _check_consume, _consume_done, _left, _page_plan, _pages
+from .partitioner import DefaultPartitioner, PartitionCounts, RecordMetadata
 from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
 from .traffic import RecordPools
 
@@ -77,6 +83,8 @@ class Client:
                                   timeout=timeout, verify=_verify(verify), transport=transport)
         self._pools = (None if transport is not None else
                        RecordPools(_headers(token), timeout, verify))
+        self._partitioner = DefaultPartitioner()
+        self._counts = PartitionCounts()
 
     # ---- sending -------------------------------------------------------------------------
 
@@ -215,7 +223,45 @@ class Client:
         return result
 
     # records
-    def produce(self, topic: str, partition: int,
+    def partitions(self, topic: str) -> int:
+        """The topic's partition count (learnt from :meth:`describe_topic`, then kept for
+        :data:`~tiered_log.client.partitioner.PARTITION_COUNT_MAX_AGE_S`)."""
+        count = self._counts.get(topic)
+        if count is None:
+            count = int(self.describe_topic(topic)["partitions"])
+            self._counts.put(topic, count)
+        return count
+
+    def assign_partitions(self, topic: str,
+                          records: Sequence[ProducerRecord | bytes | str]) -> dict[int, list[int]]:
+        """Where Kafka's default partitioner sends each of ``records`` (one batch):
+        partition -> the indexes of its records. Keyed records by the murmur2 hash of the
+        key; keyless ones all to one partition, the next partition for the next batch
+        (see :mod:`tiered_log.client.partitioner`)."""
+        return self._partitioner.assign(topic, records, self.partitions(topic))
+
+    def send(self, topic: str, records: Iterable[ProducerRecord | bytes | str], *,
+             acks: str | None = None) -> list[RecordMetadata]:
+        """Append ``records`` to the partitions Kafka's default partitioner chooses
+        (:meth:`assign_partitions`); returns each record's partition and offset, in order.
+
+        One :meth:`produce` request per partition, in turn; each is all or nothing, but
+        the batch as a whole is not: an error raised for one partition leaves the
+        records already acknowledged on the partitions before it appended. Every
+        record is checked before anything is sent."""
+        items = list(records)
+        if not items:
+            raise InvalidArgumentError("a batch needs at least one record")
+        groups = self.assign_partitions(topic, items)
+        bodies = {p: encode_produce_body([items[i] for i in idx]) for p, idx in groups.items()}
+        out: list[RecordMetadata] = [RecordMetadata(-1, -1)] * len(items)
+        for p, idx in groups.items():
+            offsets = self._produce_body(topic, p, bodies[p], acks)
+            for i, off in zip(idx, offsets, strict=True):
+                out[i] = RecordMetadata(p, off)
+        return out
+
+    def produce(self, topic: str, partition: int | None,
                 records: Iterable[ProducerRecord | bytes | str], *,
                 acks: str | None = None) -> list[int]:
         """Append a batch (all or nothing, binary frames) on the partition's leader;
@@ -224,12 +270,26 @@ class Client:
         leader has them); None leaves it to the server. Retried only where nothing was
         appended (see :mod:`tiered_log.client.routing`): a connection that broke after
         sending raises ConnectionFailedError, and the records may or may not be in the
-        log (the caller decides whether to send them again)."""
+        log (the caller decides whether to send them again).
+
+        ``partition=None``: the partitions Kafka's default partitioner chooses, as
+        :meth:`send` (which also says which partition each record went to)."""
+        if partition is None:
+            return [m.offset for m in self.send(topic, records, acks=acks)]
+        return self._produce_body(topic, partition, encode_produce_body(records), acks)
+
+    def _produce_body(self, topic: str, partition: int, body: bytes,
+                      acks: str | None) -> list[int]:
+        """Send an encoded produce body to the partition's leader; the offsets."""
         path = f"{_part_path(topic, partition)}/records"
-        body = encode_produce_body(records)
         params = _acks_params(acks)
-        resp = self._routed(topic, partition,
-                            lambda url: self._post_frames(url, path, body, params), writes=True)
+        try:
+            resp = self._routed(topic, partition,
+                                lambda url: self._post_frames(url, path, body, params),
+                                writes=True)
+        except TopicNotFoundError:
+            self._counts.forget(topic)
+            raise
         offsets: list[int] = resp.json()["offsets"]
         return offsets
 
