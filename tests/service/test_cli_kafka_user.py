@@ -4,11 +4,13 @@ typed lines, a summary on Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tiered_log.client import Client
 from tiered_log.client.partitioner import RecordMetadata, murmur2
@@ -143,3 +145,110 @@ def test_produce_help_and_bad_input(server: ServerProcess, topic_name: str, tmp_
         assert p.returncode == 2, (bad, p.stderr)
         assert len(p.stderr.decode().strip().splitlines()) == 1, p.stderr
         assert b"Traceback" not in p.stderr
+
+
+# ---- consume ---------------------------------------------------------------------------------
+
+
+def _three_partitions(server: ServerProcess, topic: str) -> Client:
+    c = Client(server.url, token=ADMIN)
+    c.create_topic(topic, 3)
+    for p in range(3):
+        c.produce(topic, p, [ProducerRecord(f"p{p}-v{i}".encode(), key=f"k{i}".encode(),
+                                            headers=(("h", b"x"),), timestamp=1_000 + i)
+                             for i in range(5)])
+    return c
+
+
+def test_consume_reads_every_partition_with_kcat_offsets_and_format(
+        server: ServerProcess, topic_name: str) -> None:
+    with _three_partitions(server, topic_name):
+        p = _cli(server, "consume", topic_name)
+        assert p.returncode == 0, p.stderr
+        assert sorted(p.stdout.decode().split()) == sorted(
+            f"p{q}-v{i}" for q in range(3) for i in range(5))
+        p = _cli(server, "consume", topic_name, "-o", "-2", "-f", r"%t|%p|%o|%k|%s|%T|%h\n")
+        assert p.returncode == 0, p.stderr
+        assert sorted(p.stdout.decode().splitlines()) == sorted(
+            f"{topic_name}|{q}|{i}|k{i}|p{q}-v{i}|{1000 + i}|h=x" for q in range(3) for i in (3, 4))
+        for spec, first in (("beginning", 0), ("3", 3), ("s@1004", 4), ("end", 5)):
+            p = _cli(server, "consume", topic_name, "-p", "1", "-o", spec, "-f", "%o ")
+            assert p.returncode == 0, (spec, p.stderr)
+            assert p.stdout.decode().split() == [str(o) for o in range(first, 5)], spec
+        p = _cli(server, "consume", topic_name, "-p", "2", "--timestamp",
+                 "1970-01-01T00:00:01.003Z", "-f", "json")
+        assert [json.loads(x)["offset"] for x in p.stdout.decode().splitlines()] == [3, 4]
+        assert json.loads(p.stdout.decode().splitlines()[0])["partition"] == 2
+        p = _cli(server, "consume", topic_name, "-n", "7")
+        assert len(p.stdout.decode().splitlines()) == 7
+        for bad in (["-o", "latest-ish"], ["-o", "stored"], ["-f", "%q"], ["-f", "plain"],
+                    ["--timestamp", "yesterday"]):
+            p = _cli(server, "consume", topic_name, *bad)
+            assert p.returncode == 2, (bad, p.stderr)
+            assert len(p.stderr.decode().strip().splitlines()) == 1 and b"Traceback" not in p.stderr
+
+
+def test_consume_follow_goes_on_through_a_server_restart(
+        server_factory: Any, topic_name: str) -> None:
+    srv = server_factory()
+    with Client(srv.url) as c:
+        c.create_topic(topic_name, 2)
+        c.produce(topic_name, 0, [b"before"])
+    env = service_env()
+    env["TIERED_LOG_URL"] = srv.url
+    proc = subprocess.Popen([sys.executable, "-m", "tiered_log.cli", "consume", topic_name,
+                             "--follow"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"before\n"
+        srv.restart()
+        with Client(srv.url) as c:
+            c.produce(topic_name, 1, [b"after"])
+        assert proc.stdout.readline() == b"after\n"
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        assert "retrying" in err and "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_consume_after_a_restore_with_lost_offsets(server_factory: Any, tmp_path: Path,
+                                                   topic_name: str) -> None:
+    settings = {"remote_url": str(tmp_path / "bucket"), "ship_interval_ms": "50"}
+    srv = server_factory(**settings)
+    with Client(srv.url) as c:
+        c.create_topic(topic_name, 1, {"segment_bytes": 4096})
+        for start in range(0, 300, 30):
+            c.produce(topic_name, 0, [b"v%04d-" % i + b"x" * 100 for i in range(start, start + 30)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with srv.client(None) as h:
+                shipped = h.get(f"/v1/topics/{topic_name}/partitions/0/remote-segments").json()[
+                    "remote_end_offset"]
+            if shipped >= 240:
+                break
+            time.sleep(0.05)
+    assert srv.stop() == 0
+    srv2 = server_factory(**settings)  # an empty disk, the same bucket: the tail is lost
+    with Client(srv2.url) as c:
+        info = c.describe_topic(topic_name)["partition_info"][0]
+        (lost_first, lost_end), = info["lost_offsets"]
+        c.produce(topic_name, 0, [b"new"])
+    env = service_env()
+    env["TIERED_LOG_URL"] = srv2.url
+    p = subprocess.run([sys.executable, "-m", "tiered_log.cli", "consume", topic_name],
+                       env=env, capture_output=True, timeout=60)
+    assert p.returncode == 1
+    assert len(p.stdout.splitlines()) == lost_first
+    err = p.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and f"the next readable offset of partition 0 is {lost_end}" in err[0]
+    p = subprocess.run([sys.executable, "-m", "tiered_log.cli", "consume", topic_name,
+                        "--skip-lost", "-f", r"%o\n"], env=env, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().split() == [str(o) for o in [*range(lost_first), lost_end]]
+    assert f"offsets {lost_first}..{lost_end - 1} are lost; skipped" in p.stderr.decode()

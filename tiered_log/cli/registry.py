@@ -35,7 +35,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
 PROG = "tiered-log"
@@ -165,7 +165,8 @@ def timestamp_ms(text: str) -> int:
             ) from None
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
-        v = int(dt.timestamp() * 1000)
+        # exact: dt.timestamp() * 1000 is a float (1.003 s gave 1002 ms)
+        v = (dt - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {v}")
     return v

@@ -26,16 +26,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import IO, Any
 
-from ..client import Client
+from ..client import Client, FetchResult
 from ..errors import TieredLogError
-from ..format.records import ProducerRecord, Record
-from ..service.wire import record_to_json
+from ..format.records import ProducerRecord
+from .consume import OffsetSpec, RecordFormat, offset_spec, partition_pages, start_offset
 from .produce import Acknowledged, line_to_record, lines_with_linger
 from .registry import (
     CommandGroup,
@@ -44,6 +47,7 @@ from .registry import (
     counted,
     non_negative_int,
     positive_int,
+    timestamp_ms,
 )
 
 COMMANDS = CommandGroup()
@@ -191,15 +195,31 @@ def _produce_args(p: argparse.ArgumentParser) -> None:
 
 
 def _consume_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic")
-    p.add_argument("-p", "--partition", type=int, default=0)
+    p.add_argument("topic", help="the topic to read")
+    p.add_argument("-p", "--partition", type=non_negative_int, metavar="N",
+                   help="read partition N only (default: every partition of the topic)")
     start = p.add_mutually_exclusive_group()
-    start.add_argument("--offset", type=int, help="first offset (default: the log start)")
-    start.add_argument("--timestamp", type=int, metavar="MS",
-                       help="start at the first record at or after this time (ms)")
-    p.add_argument("--follow", action="store_true", help="keep waiting for new records")
-    p.add_argument("-n", "--max-records", type=int, help="stop after this many records")
-    p.add_argument("--format", choices=["value", "json"], default="value")
+    start.add_argument("-o", "--offset", type=offset_spec, metavar="SPEC",
+                       help="where to start in each partition, as kcat's -o: beginning, end, "
+                       "N (that offset), -N (N records before the end), s@TIME (the first "
+                       "record at or after TIME, ms or ISO 8601) (default: beginning)")
+    start.add_argument("--timestamp", type=timestamp_ms, metavar="TIME",
+                       help="start at the first record at or after TIME (ms since the epoch "
+                       "or ISO 8601, UTC if no zone), as -o s@TIME")
+    p.add_argument("--follow", action="store_true",
+                   help="keep waiting for new records (through a server restart) until "
+                   "Ctrl-C or SIGTERM")
+    p.add_argument("-n", "--max-records", type=positive_int, metavar="N",
+                   help="stop after N records (default: no limit)")
+    p.add_argument("-f", "--format", default="value", metavar="FORMAT",
+                   help="how to print a record: value (the value, one a line), json (one "
+                   "JSON object a line, with topic and partition) or a kcat -f format string: "
+                   "%%t topic, %%p partition, %%o offset, %%k key, %%s value, %%T timestamp "
+                   "(ms), %%h headers (name=value,...), %%K/%%S key/value size, \\n \\t "
+                   "(nothing is added at the end) (default: %(default)s)")
+    p.add_argument("--skip-lost", action="store_true",
+                   help="go on past offsets lost in a restore (410 data_loss) instead of "
+                   "stopping there")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show progress on stderr (default: when stderr is a terminal)")
     _client_options(p)
@@ -352,62 +372,121 @@ def cmd_produce(args: argparse.Namespace) -> int:
 # ---- consume ---------------------------------------------------------------------------------
 
 
-def _write_record(out: IO[bytes], rec: Record, fmt: str) -> None:
-    if fmt == "json":
-        out.write(json.dumps(record_to_json(rec)).encode() + b"\n")
-    else:
-        out.write(rec.value + b"\n")
+_PUT_WAIT_S = 0.2
+"""How often a partition's reader thread, with a full queue, looks whether to stop."""
 
 
-@COMMANDS.command("consume", "print records (values, one per line)", _consume_args)
+def _put(q: queue.Queue[tuple[int, object]], item: tuple[int, object],
+         stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=_PUT_WAIT_S)
+            return
+        except queue.Full:
+            continue
+
+
+def _merged(pages_of: Callable[[int], Iterator[FetchResult]], parts: list[int],
+            stop: threading.Event) -> Iterator[tuple[int, FetchResult]]:
+    """The pages of every partition in ``parts`` as they come, each partition read by a
+    daemon thread (``--follow`` over several partitions); an error of one is raised here."""
+    q: queue.Queue[tuple[int, object]] = queue.Queue(maxsize=4 * len(parts))
+
+    def pump(p: int) -> None:
+        try:
+            for page in pages_of(p):
+                _put(q, (p, page), stop)
+            _put(q, (p, None), stop)
+        except BaseException as exc:  # raised by the consuming thread
+            _put(q, (p, exc), stop)
+
+    for p in parts:
+        threading.Thread(target=pump, args=(p,), name=f"tl-consume-{p}", daemon=True).start()
+    live = len(parts)
+    while live and not stop.is_set():
+        try:
+            p, item = q.get(timeout=_PUT_WAIT_S)
+        except queue.Empty:
+            continue
+        if item is None:
+            live -= 1
+        elif isinstance(item, BaseException):
+            raise item
+        else:
+            assert isinstance(item, FetchResult)
+            yield p, item
+
+
+@COMMANDS.command("consume", "print records of every partition (values, one a line)",
+                  _consume_args)
 @_guard
 def cmd_consume(args: argparse.Namespace) -> int:
-    stop = False
+    """Print the records of the topic's partitions from the start ``-o`` says (see
+    :mod:`.consume`); with ``--follow`` until Ctrl-C or SIGTERM."""
+    try:
+        fmt = RecordFormat(args.format, args.topic)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(str(exc)) from None
+    spec = (OffsetSpec("timestamp", args.timestamp) if args.timestamp is not None
+            else args.offset or OffsetSpec("beginning"))
+    stop = threading.Event()
 
     def on_term(sig: int, frame: FrameType | None) -> None:
-        nonlocal stop
-        stop = True
+        stop.set()
 
     old = signal.signal(signal.SIGTERM, on_term)
     progress = Progress("consumed", _progress_enabled(args))
     out = sys.stdout.buffer
     count = 0
-    offset: int | None = None
     limit = args.max_records
+    next_offsets: dict[int, int] = {}
     try:
         with _client(args) as c:
-            if args.timestamp is not None:
-                found = c.offset_for_timestamp(args.topic, args.partition, args.timestamp)
-                offset = found if found is not None else c.bounds(args.topic, args.partition).next_offset
-            elif args.offset is not None:
-                offset = args.offset
-            else:
-                offset = c.bounds(args.topic, args.partition).log_start_offset
-            pages = c.consume(args.topic, args.partition, offset, follow=args.follow,
-                              end_offset=None if limit is None else offset + limit)
-            for r in pages:
-                for rec in r.records:
-                    _write_record(out, rec, args.format)
-                count += len(r.records)
-                offset = r.next_offset
+            parts = ([args.partition] if args.partition is not None
+                     else list(range(c.partitions(args.topic))))
+            next_offsets = {p: start_offset(c, args.topic, p, spec) for p in parts}
+            one = len(parts) == 1
+
+            def pages_of(p: int) -> Iterator[FetchResult]:
+                end = next_offsets[p] + limit if one and limit is not None else None
+                return partition_pages(c, args.topic, p, next_offsets[p], end_offset=end,
+                                       follow=args.follow, skip_lost=args.skip_lost,
+                                       stop=stop)
+
+            stream = (_merged(pages_of, parts, stop) if args.follow and not one
+                      else ((p, page) for p in parts for page in pages_of(p)))
+            for p, page in stream:
+                for rec in page.records:
+                    if limit is not None and count >= limit:
+                        break
+                    out.write(fmt.render(p, rec))
+                    count += 1
+                    next_offsets[p] = rec.offset + 1
+                else:
+                    next_offsets[p] = page.next_offset
                 out.flush()
-                progress.update(count, f", at offset {offset}")
-                if stop:
+                progress.update(count, f", at offset {page.next_offset} of partition {p}")
+                if stop.is_set() or (limit is not None and count >= limit):
                     break
-            pages.close()
+            stop.set()
     except KeyboardInterrupt:
-        pass
+        stop.set()
     except BrokenPipeError:
         # The reader went away (``| head``): exit quietly, without a flush error at exit.
+        stop.set()
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return 0
     finally:
+        stop.set()
         signal.signal(signal.SIGTERM, old)
         progress.done()
     if args.progress:
-        print(f"consumed {count} record(s), next offset {offset}", file=sys.stderr)
+        where = ", ".join(f"{p}: {o}" for p, o in sorted(next_offsets.items()))
+        print(f"consumed {counted(count, 'record')}, next offset{'s' if len(next_offsets) > 1 else ''} "
+              f"{where if len(next_offsets) > 1 else next(iter(next_offsets.values()), 0)}",
+              file=sys.stderr)
     return 0
 
 
