@@ -443,6 +443,18 @@ class ReplicatedLogMixin:
             self._check_open()
             return r.resync_from_bucket(read_only=True)
 
+    def refresh_remote_meta(self) -> None:
+        """A follower's copy of the bucket's metadata (log start, lost ranges, recorded
+        end): one small read, so that it reports what its leader does; its view of the
+        copies is rebuilt only if it leads (:meth:`lead`). Reads only; no-op without a
+        remote tier. RemoteStorageError if the bucket fails (nothing changes)."""
+        r = self._remote
+        if r is None:
+            return
+        with self._ctl:
+            self._check_open()
+            r.load_meta_from_bucket()
+
     def apply_replica_retention(self, remote_end: int) -> None:
         """A follower's retention round (it ships nothing; the leader does): delete the
         oldest local segments past local retention (``local_retention_ms`` /

@@ -320,6 +320,15 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             raise InvalidArgumentError("max_records and max_bytes must be at least 1")
         self._check_open()
 
+    def remote_view_status(self) -> dict[str, Any]:
+        """``remote_view`` (``ready``, or ``not_ready`` while a new leader has not read
+        the bucket yet) and ``rebuild_requests`` (bucket requests of the last rebuild of
+        that view): for a cluster's status. Any thread, no I/O."""
+        r = self._remote
+        pending = r is not None and self._resync_pending and not self._following
+        return {"remote_view": "not_ready" if pending else "ready",
+                "rebuild_requests": r.rebuild_requests if r is not None else 0}
+
     def _archive_of(self, offset: int) -> RemoteTier:
         """The remote tier, for an ``offset`` below the local start: OffsetOutOfRangeError
         below the log start, DataLossError if no remote tier holds it,
@@ -516,6 +525,8 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             self._apply_retention()
             self._epochs.truncate_from_start(self.log_start_offset)
             self._clamp_high_watermark()
+            if r is not None and r.snapshot_due():
+                r.write_snapshot()  # a successor reads this view in a few requests
             return copied
 
     def _apply_retention(self) -> None:
@@ -574,8 +585,10 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             return
         rolled = self._local.maybe_roll_by_age()
         self._checkpoint_if_due()
-        if self._remote is not None and not self._resync_pending:
-            # Renew the offsets reserved in the bucket before appends run out of them.
+        if self._remote is not None and not self._resync_pending and self._local.next_offset:
+            # Renew the offsets reserved in the bucket before appends run out of them
+            # (not for a log that never handed one out: a cluster's replica that leads
+            # with an empty log continues above the reservation).
             ahead = self._local.next_offset + self.tier_config.offset_reserve // 2
             try:
                 self._reserve_offsets(ahead)

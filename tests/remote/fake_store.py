@@ -238,12 +238,12 @@ class MemoryStorage:
             raise RemoteObjectNotFoundError(f"no object {key!r} in {self.url}")
         return len(stored[0])
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         validate_prefix(prefix)
         self._enter("list", prefix)
         with self._lock:
             found = [ObjectInfo(k, len(d), c) for k, (d, c) in self._objects.items()
-                     if k.startswith(prefix)]
+                     if k.startswith(prefix) and k > start_after]
         return iter(sorted(found, key=lambda i: i.key))
 
     def delete(self, keys: Sequence[str]) -> None:

@@ -99,7 +99,7 @@ def bucket_files(bucket: Path) -> tuple[dict[tuple[int, str], set[str]], list[st
     groups: dict[tuple[int, str], set[str]] = {}
     stray: list[str] = []
     for p in bucket.rglob("*"):
-        if not p.is_file() or p.name.endswith(".xxh3") or p.name == "meta.json":
+        if not p.is_file() or p.name.endswith(".xxh3") or p.name in ("meta.json", "snapshot.bin"):
             continue
         parsed = naming.parse_segment_object_key(p.name)
         if parsed is None:

@@ -1,8 +1,9 @@
 """SIGKILL in the middle of shipping: a real shipper process (crash_shipper.py) is killed
 while it uploads a segment and while remote retention deletes segments; the log is then
 opened again here and tiers once. Afterwards the bucket must hold exactly one copy of
-each segment, nothing else but ``meta.json`` (no orphaned objects, temp files or
-unfinished multipart uploads), and every record must read back identical.
+each segment, nothing else but ``meta.json`` and the partition snapshot (no orphaned
+objects, temp files or unfinished multipart uploads), and every record must read back
+identical.
 
 Runs against the local-directory store and against S3 (moto's server on 127.0.0.1, or
 ``TIERED_LOG_TEST_S3_ENDPOINT``).
@@ -28,6 +29,7 @@ from tiered_log import OffsetOutOfRangeError
 from tiered_log.format import naming
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.metadata import CopyState
+from tiered_log.remote.snapshot import snapshot_key
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
 from tiered_log.tiered import TieredLog
@@ -159,12 +161,13 @@ def check_bucket(target: Target, tlog: TieredLog) -> None:
     assert all(s.state == CopyState.COPY_FINISHED for s in tlog._remote.journal.segments())
     keys = target.raw_keys()
     meta = naming.meta_object_key(LOG_ID)
+    snapshot = snapshot_key(LOG_ID)  # the partition snapshot, rewritten by each leader
     by_base: dict[int, set[str]] = {}
     stray = []
     for k in keys:
         parsed = naming.parse_segment_object_key(k) if ":" not in k else None
         if parsed is None:
-            if k != meta:
+            if k not in (meta, snapshot):
                 stray.append(k)
             continue
         by_base.setdefault(parsed[0], set()).add(parsed[1])
@@ -173,7 +176,7 @@ def check_bucket(target: Target, tlog: TieredLog) -> None:
     assert {b: next(iter(ids)) for b, ids in by_base.items()} == {s.base_offset: s.id for s in finished}
     expected = sorted(naming.segment_object_key(LOG_ID, s.base_offset, s.id, sfx)
                       for s in finished for sfx in naming.SEGMENT_OBJECT_SUFFIXES)
-    assert sorted(k for k in keys if k != meta) == expected
+    assert sorted(k for k in keys if k not in (meta, snapshot)) == expected
 
 
 def check_records(tlog: TieredLog, start: int, end: int) -> None:

@@ -19,6 +19,7 @@ from tiered_log import CorruptIndexError, RemoteCorruptionError
 from tiered_log.format import naming
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.manifest import decode_manifest
+from tiered_log.remote.snapshot import snapshot_key
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.tiered import TieredLog
 
@@ -35,12 +36,15 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
 
 
 def _shipped(path: Path, storage: RemoteStorage) -> TieredLog:
-    """A log of N records, every sealed segment shipped and dropped from local disk."""
+    """A log of N records, every sealed segment shipped and dropped from local disk. The
+    partition snapshot is deleted: these tests are about the manifests, which a rebuild
+    reads without one."""
     tlog = open_log(path, storage, local_retention_bytes=0)
     produce(tlog, N)
     tlog.roll()
     tlog.tier_once()
     assert tlog._remote is not None and len(tlog._remote.finished_segments) >= 4
+    storage.delete([snapshot_key("orders-0")])
     return tlog
 
 

@@ -173,3 +173,24 @@ def test_a_new_partitions_leader_starts_at_zero(tmp_path: Path) -> None:
         assert tlog.lead(0) == 0 and tlog.append(b"x") == 0 and tlog.lost_offsets() == []
     finally:
         tlog.close()
+
+
+def test_an_idle_partition_reserves_nothing_and_its_next_leader_starts_at_zero(
+        tmp_path: Path) -> None:
+    """A partition that never held a record reserves no offsets (its upkeep renews a
+    reservation only once offsets were handed out), so a replica that takes the lead
+    with an empty log starts at 0, not above a reservation nobody used."""
+    bucket = tmp_path / "bucket"
+    a = open_replica(tmp_path / "a", bucket)
+    b = open_replica(tmp_path / "b", bucket)
+    try:
+        a.lead(0)
+        a.maintain()
+        a.tier_once()
+        meta = bucket / naming.meta_object_key("orders-0")
+        assert not meta.exists() or _bucket_end(bucket) == 0
+        a.follow()
+        assert b.lead(1) == 0 and b.append(b"x") == 0 and b.lost_offsets() == []
+    finally:
+        a.close()
+        b.close()

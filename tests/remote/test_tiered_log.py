@@ -14,6 +14,7 @@ import pytest
 from tiered_log import LogConfig, OffsetOutOfRangeError, ProducerRecord, RemoteCorruptionError
 from tiered_log.format import naming
 from tiered_log.remote.fs import LocalDirStorage
+from tiered_log.remote.snapshot import snapshot_key
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
 from tiered_log.tiered import TieredLog
@@ -237,6 +238,9 @@ def test_manifest_carries_indexes_and_a_copy_needs_both_objects(
     last = finished[-1]
     storage.delete([naming.segment_object_key("orders-0", last.base_offset, last.id,
                                               naming.LOG_SUFFIX)])
+    # Without the partition snapshot (it would stand for the copies it lists), the
+    # rebuild reads the bucket's listing and manifests.
+    storage.delete([snapshot_key("orders-0")])
     rebuilt = open_log(tmp_path / "b", storage)
     assert rebuilt._remote is not None
     assert [s.id for s in rebuilt._remote.finished_segments] == [s.id for s in finished[:-1]]

@@ -394,6 +394,13 @@ def _rebuild_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease-ttl", type=positive_int, default=rb.DEFAULT_LEASE_TTL_S,
                    metavar="S", help=f"the nodes' membership lease in seconds (default: "
                    f"{rb.DEFAULT_LEASE_TTL_S})")
+    p.add_argument("--segments", type=_mb_list, metavar="N,N",
+                   help="instead: archives of this many small segments on an S3 bucket "
+                   "(moto's server), a follower wiped while producers write at full speed, "
+                   "then the leader moved (time to rejoin, resets, the new leader's bucket "
+                   "requests); e.g. 200,2000")
+    p.add_argument("--segment-kib", type=positive_int, default=64, metavar="K",
+                   help="with --segments: KiB per segment (default: 64)")
     p.add_argument("--dir", metavar="D",
                    help="where to put the cluster (a fresh subdirectory; default: the temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the files (node logs) afterwards")
@@ -407,6 +414,14 @@ def cmd_perf_rebuild(args: argparse.Namespace) -> int:
     """``tiered-log perf rebuild``; exit 0 whether or not the targets are met."""
     from ..perf.rebuild import format_rebuild, run_rebuild
 
+    if args.segments:
+        from ..perf.rebuild_segments import run_rebuild_segments
+
+        seg_report = run_rebuild_segments(args.segments, segment_kib=args.segment_kib,
+                                          lease_ttl_s=args.lease_ttl, directory=args.dir,
+                                          keep=args.keep, progress=args.progress)
+        print(json.dumps(seg_report, indent=2))
+        return 0
     if min(args.archive_mb) <= args.tail_mb:
         raise UsageError("--archive-mb: every archive must be larger than --tail-mb "
                          f"({args.tail_mb})")

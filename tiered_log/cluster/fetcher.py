@@ -45,6 +45,7 @@ from ..errors import (
     InvalidArgumentError,
     LogClosedError,
     NotLeaderError,
+    RemoteStorageError,
     TieredLogError,
 )
 from ..local.ranges import FetchRanges
@@ -158,9 +159,15 @@ class ReplicaFetcher:
             plog.reset_replica(ans.reset_to)
             for epoch, start in ans.epochs:
                 plog.record_leader_epoch(epoch, max(start, ans.reset_to))
-            # The next fetch goes at once: the view of the bucket is not read here (it
-            # is rebuilt when this replica leads, before it serves archived offsets).
+            # The next fetch goes at once: the view of the bucket's copies is not read
+            # here (it is rebuilt when this replica leads, before it serves archived
+            # offsets); only its metadata (lost ranges, log start), one small read.
             self.resets += 1
+            try:
+                plog.refresh_remote_meta()
+            except RemoteStorageError as exc:
+                log.warning("%s-%d: the bucket's metadata not read: %s", self.topic,
+                            self.partition, exc.message)
         elif ans.diverging is not None:
             cut = plog.divergence(ans.diverging)
             log.info("%s-%d: log diverges from leader %d (epoch %d ends at %d there): "

@@ -557,6 +557,7 @@ class ClusterNode:
                         "remote_end_offset": (plog.bounds().remote_end_offset
                                               if plog is not None else None),
                         "lost_offsets": plog.lost_offsets() if plog is not None else [],
+                        **(plog.remote_view_status() if plog is not None else {}),
                         "replicas": [{**r, "lag_bytes": _lag_bytes(plog, r)}
                                      for r in rep.status()]})
         return out

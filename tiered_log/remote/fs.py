@@ -325,7 +325,7 @@ class LocalDirStorage:
             raise RemoteObjectNotFoundError(f"no object {key!r} in {self.url}")
         return st.st_size
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         """Every object whose key starts with ``prefix``, sorted by key.
 
         Walks only the directory the prefix points into; skips temp and digest files.
@@ -333,7 +333,7 @@ class LocalDirStorage:
         """
         self._check_open()
         validate_prefix(prefix)
-        return self._list(prefix)
+        return (o for o in self._list(prefix) if o.key > start_after)
 
     def _list(self, prefix: str) -> Iterator[ObjectInfo]:
         dir_part, _, name_part = prefix.rpartition("/")

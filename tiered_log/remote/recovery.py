@@ -34,6 +34,7 @@ from ..format import naming
 from ..format.remote_index import RemoteLogIndexEntry
 from .manifest import COMMITTED, clip_entries, decode_manifest, repair_manifest
 from .metadata import CopyState, RemoteMeta, RemoteSegment
+from .snapshot import read_snapshot, tail_start_after
 from .state import TierState
 from .storage import ObjectInfo, RemoteStorage
 
@@ -69,15 +70,43 @@ class RecoveryTask:
     def __init__(self, state: TierState) -> None:
         self.st = state
 
-    def _list_copies(self) -> dict[tuple[int, str], dict[str, ObjectInfo]]:
-        """The log's segment objects in the bucket, by copy attempt ``(base, id)`` and
-        suffix (one listing)."""
+    def _list_copies(self, start_after: str = "") -> dict[tuple[int, str], dict[str, ObjectInfo]]:
+        """The log's segment objects in the bucket (those after ``start_after`` only), by
+        copy attempt ``(base, id)`` and suffix (one listing; counted in
+        ``rebuild_requests`` as S3 pages it: 1,000 keys a request)."""
         groups: dict[tuple[int, str], dict[str, ObjectInfo]] = {}
-        for info in self.st.storage.list(naming.segment_objects_prefix(self.st.log_id)):
+        n = 0
+        for info in self.st.storage.list(naming.segment_objects_prefix(self.st.log_id),
+                                         start_after):
+            n += 1
             parsed = naming.parse_segment_object_key(info.key)
             if parsed is not None:
                 groups.setdefault((parsed[0], parsed[1]), {})[parsed[2]] = info
+        self.st.rebuild_requests += 1 + n // 1000
         return groups
+
+    def _snapshot_view(self) -> tuple[list[tuple[RemoteSegment, list[RemoteLogIndexEntry]]],
+                                      str] | None:
+        """The copies the partition snapshot lists above the log start (with their
+        index entries) and the ``start_after`` key of the listing of what came after it;
+        None without a usable snapshot (missing, damaged: logged; a full rebuild then)."""
+        self.st.rebuild_requests += 1
+        try:
+            snap = read_snapshot(self.st.storage, self.st.log_id)
+        except RemoteCorruptionError as exc:
+            log.warning("%s: %s; rebuilding from every manifest", self.st.log_id, exc.message)
+            return None
+        if snap is None:
+            return None
+        by_key: dict[str, list[RemoteLogIndexEntry]] = {}
+        for e in snap.entries:
+            by_key.setdefault(e.object_key, []).append(e)
+        start = self.st.meta.log_start_offset
+        segs = [(s, by_key.get(naming.segment_object_key(self.st.log_id, s.base_offset, s.id,
+                                                         naming.LOG_SUFFIX), []))
+                for s in snap.segments if self.st.served_end(s) > start]
+        self.st.snapshot_end = snap.end
+        return segs, tail_start_after(self.st.log_id, snap.end)
 
     def _load_manifest(self, base: int, seg_id: str, data_size: int | None = None, *,
                        read_only: bool = False
@@ -233,8 +262,11 @@ class RecoveryTask:
                             read_only: bool = False) -> int:
         """Rebuild journal, metadata and remote-index files from the bucket alone.
 
-        Lists the log's objects once and reads only the small ``.rli`` manifests (never
-        segment data, unless a manifest is damaged and must be made again). Deletes
+        Takes the partition snapshot (:mod:`~tiered_log.remote.snapshot`) for the copies
+        below its end when there is a usable one, then lists only the objects after it;
+        otherwise lists the log's objects once. Reads only the small ``.rli`` manifests of
+        the copies listed (never segment data, unless a manifest is damaged and must be
+        made again); ``rebuild_requests`` counts the requests. Deletes
         incomplete attempts (a data object or a manifest alone), copies that end below
         the log start, and exact duplicates of a copy already taken (same offsets, both
         manifests checked). Never deletes because of what another object claims: a copy
@@ -253,18 +285,28 @@ class RecoveryTask:
         taken as otherwise.
         """
         with self.st.lock:
+            self.st.rebuild_requests = 1
+            self.st.snapshot_end = -1
             try:
                 self.st.meta = RemoteMeta.from_bytes(self.st.storage.get(naming.meta_object_key(self.st.log_id)))
             except RemoteObjectNotFoundError:
                 self.st.meta = RemoteMeta()
-            groups = self._list_copies()
+            # The partition snapshot, if there is one, stands for every copy below its
+            # end: only what came after it is listed and its manifests read.
+            seeded = self._snapshot_view()
+            segs: list[tuple[RemoteSegment, list[RemoteLogIndexEntry]]] = []
+            if seeded is not None:
+                segs, after = seeded
+                groups = self._list_copies(after)
+            else:
+                groups = self._list_copies()
             complete = sorted(k for k, objs in groups.items() if set(objs) >= COMMITTED)
             orphans = [o.key for k, objs in groups.items() if k not in complete
                        for o in objs.values()]
-            segs: list[tuple[RemoteSegment, list[RemoteLogIndexEntry]]] = []
             damaged: list[tuple[int, str, int, str]] = []  # base, id, size, what
             for n, (base, seg_id) in enumerate(complete):
                 size = groups[(base, seg_id)][naming.LOG_SUFFIX].size
+                self.st.rebuild_requests += 1
                 got = self._load_manifest(base, seg_id, size, read_only=read_only)
                 if progress is not None:
                     progress(n + 1, len(complete))
@@ -308,7 +350,7 @@ class RecoveryTask:
                                     CopyState.COPY_FINISHED)
             self.st.meta.save(self.st.dir / naming.REMOTE_META_FILE)
             self.st.refresh()
-            self.st.damage = {seg_id: what for _, seg_id, _, what in damaged}
+            self.st.damage.update({seg_id: what for _, seg_id, _, what in damaged})
             self.st.index.rewrite([e for rs, ents in segs
                                 for e in clip_entries(ents, self.st.served_end(rs))])
             self.st.needs_index_rebuild = False

@@ -96,6 +96,7 @@ class RetentionTask:
                     self.st.save_meta()
             if not doomed and clipped is None:
                 return
+            self.st.drop_snapshot()  # it names copies about to go: never read it again
             marked = [self.st.journal.record(s, CopyState.DELETE_STARTED) for s in doomed]
             if clipped is not None:
                 self.st.meta.clips[clipped.id] = offset

@@ -471,15 +471,15 @@ class S3Storage:
         with self._boundary("head", key):
             return int(self.client.head_object(Bucket=self.bucket, Key=full)["ContentLength"])
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         """Every object whose key starts with ``prefix``, sorted by key (ListObjectsV2 order),
         fetched lazily ``list_page_size`` (1000) keys per request. ``checksum`` is None
         (listings carry no user metadata). Thread-safe (each iterator is for one thread)."""
         self._check_open()
         validate_prefix(prefix)
-        return self._list(prefix)
+        return self._list(prefix, start_after)
 
-    def _list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def _list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         full_prefix = self._key_prefix + prefix
         cut = len(self._key_prefix)
         token: str | None = None
@@ -488,6 +488,8 @@ class S3Storage:
                                       "MaxKeys": self.list_page_size}
             if token:
                 params["ContinuationToken"] = token
+            elif start_after:
+                params["StartAfter"] = self._key_prefix + start_after
             with self._boundary("list", prefix):
                 resp = self.client.list_objects_v2(**params)
             for obj in resp.get("Contents", []):

@@ -27,6 +27,7 @@ from ..format import naming
 from ..local.segment import write_atomic
 from .index_files import RemoteIndexFiles
 from .metadata import CopyJournal, RemoteMeta, RemoteSegment
+from .snapshot import Snapshot, encode_snapshot, snapshot_key
 from .storage import RemoteStorage
 from .tier_config import TierConfig, TierStats
 
@@ -82,6 +83,11 @@ class TierState:
         abandoned (a deposed leader ships nothing more)."""
         """The remote-index files are damaged or out of step with the journal: the next
         tiering round (or the open) rebuilds them from the manifests."""
+        self.snapshot_end = -1
+        """The ``end`` of the partition snapshot last written or read (-1: none known):
+        :meth:`snapshot_due` counts the copies finished above it."""
+        self.rebuild_requests = 0
+        """Bucket requests the last rebuild of this view made (reads and listings)."""
 
     def record_location(self) -> None:
         """Remember the log id and where its remote tier lives (``remote/location.json``),
@@ -160,6 +166,18 @@ class TierState:
             self.save_meta()
             return True
 
+    def load_meta_from_bucket(self) -> None:
+        """Take the bucket's metadata as this log's (a follower: reads only); kept when
+        the bucket has none. RemoteStorageError if the bucket fails."""
+        try:
+            meta = RemoteMeta.from_bytes(self.storage.get(naming.meta_object_key(self.log_id)))
+        except RemoteObjectNotFoundError:
+            return
+        with self.lock:
+            self.meta = meta
+            self.meta.save(self.dir / naming.REMOTE_META_FILE)
+            self.refresh()
+
     def record_end_fresh(self, offset: int) -> bool:
         """:meth:`record_end` for a replica whose view of the bucket may be stale (a new
         leader before its first round rebuilt that view): the bucket's metadata is read,
@@ -202,6 +220,37 @@ class TierState:
                 self.meta.save(self.dir / naming.REMOTE_META_FILE)
                 log.warning("%s: lost offsets not recorded in the bucket: %s", self.log_id,
                             exc.message)
+
+    def snapshot_due(self) -> bool:
+        """Whether enough copies finished since the last partition snapshot (or none is
+        known) that the next one should be written (``snapshot_interval_segments``)."""
+        fin = self.finished
+        if not fin or self.needs_index_rebuild:
+            return False
+        if self.snapshot_end < 0:
+            return True
+        newer = sum(1 for s in fin if s.base_offset >= self.snapshot_end)
+        return newer >= self.config.snapshot_interval_segments
+
+    def write_snapshot(self) -> bool:
+        """Put the partition snapshot (:mod:`~tiered_log.remote.snapshot`): every finished
+        copy and its remoteLogIndex entries, so a replica taking the lead reads this view
+        in a few requests. Not for a deposed leader (the fence); whether it was written.
+        RemoteStorageError if the bucket fails (the next round tries again)."""
+        with self.lock:
+            if self.fence is not None and not self.fence():
+                return False
+            end = self.remote_end
+            snap = Snapshot(self.leader_epoch, end, list(self.finished), self.index.all_entries())
+            self.storage.put(snapshot_key(self.log_id), encode_snapshot(snap))
+            self.snapshot_end = end
+            return True
+
+    def drop_snapshot(self) -> None:
+        """Delete the partition snapshot before objects it names are deleted out of
+        order (a truncation): readers rebuild from the manifests until the next one."""
+        self.storage.delete([snapshot_key(self.log_id)])
+        self.snapshot_end = -1
 
     def save_meta(self) -> None:
         self.meta.save(self.dir / naming.REMOTE_META_FILE)

@@ -86,8 +86,10 @@ class RemoteStorage(Protocol):
         """The object's size in bytes; RemoteObjectNotFoundError if it does not exist."""
         ...
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object whose key starts with ``prefix`` (a plain string prefix), by key."""
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix`` (a plain string prefix), by key;
+        with ``start_after``, only keys greater than it (S3's ``StartAfter``: a listing
+        that skips what it knows costs no requests for it)."""
         ...
 
     def delete(self, keys: Sequence[str]) -> None:

@@ -17,7 +17,8 @@ from ..topic_config import TOPIC_DEFAULTS, TopicConfig, no_limit
 _OPTIONAL = ("local_retention_bytes", "local_retention_ms", "retention_bytes", "retention_ms",
              "upload_bytes_per_sec", "fetch_bytes_per_sec")
 _POSITIVE = ("chunk_bytes", "fetch_bytes", "prefetch_bytes", "cache_bytes", "copies_in_flight",
-             "ship_interval_ms", "index_rotate_bytes", "index_rotate_ms", "fetch_max_wait_ms")
+             "ship_interval_ms", "index_rotate_bytes", "index_rotate_ms", "fetch_max_wait_ms",
+             "snapshot_interval_segments")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,9 @@ class TierConfig:
     ship_interval_ms: int = 500
     index_rotate_bytes: int = 16 << 20
     index_rotate_ms: int = 7 * 24 * 3600 * 1000
+    snapshot_interval_segments: int = 100
+    """A leader writes the partition snapshot (its remote view, for a successor to read
+    in a few requests) after this many copies finished since the last one."""
     catchup_retention_bytes: int = 256 << 20
     """How many bytes of shipped segments past local retention a leader keeps on disk for
     followers still copying them (:meth:`TieredLog.hold_local_from`); 0: none."""

@@ -47,6 +47,9 @@ class ReplicaStatus(BaseModel):
                                 "moving.")
     lag_bytes: int | None = Field(description="What the leader's local log holds above "
                                   "the replica's end; null when unknown.")
+    resets: int = Field(0, description="How often this leader sent it back to the remote "
+                        "end in this epoch (a rebuild: once; many: it cannot keep up with "
+                        "the leader's local retention).")
 
 
 class LedPartition(BaseModel):
@@ -60,6 +63,11 @@ class LedPartition(BaseModel):
     remote_end_offset: int | None
     lost_offsets: list[list[int]] = Field(description="[first, end) ranges lost before a "
                                           "restore from the bucket.")
+    remote_view: str = Field("ready", description="ready, or not_ready while this new "
+                             "leader reads the bucket (its archived reads wait).")
+    rebuild_requests: int = Field(0, description="Bucket requests its last rebuild of the "
+                                  "remote view made (the partition snapshot, a listing of "
+                                  "what came after it, those copies' manifests).")
     replicas: list[ReplicaStatus]
 
 

@@ -1,0 +1,157 @@
+"""The partition snapshot: a log's remote view kept in the bucket, so that a rebuild (a
+new disk, a new leader) reads it in a few requests, not one per archived segment; the
+per-segment manifests stay the source of truth when it is missing or damaged."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tiered_log import LogConfig, ProducerRecord
+from tiered_log.format import naming
+from tiered_log.remote.snapshot import read_snapshot, snapshot_key
+from tiered_log.remote.tier import TierConfig
+from tiered_log.tiered import TieredLog
+
+from .fake_store import MemoryStorage
+
+CFG = LogConfig(segment_bytes=1024, index_interval_bytes=256)
+LOG_ID = "orders-0"
+
+
+def open_log(path: Path, store: MemoryStorage, **tier: object) -> TieredLog:
+    cfg = {"chunk_bytes": 1024, "fetch_bytes": 4096, "prefetch_bytes": 4096,
+           "snapshot_interval_segments": 20, "local_retention_bytes": 0, **tier}
+    return TieredLog(path, log_id=LOG_ID, storage=store, config=CFG,
+                     tier=TierConfig(**cfg), start_shipper=False)  # type: ignore[arg-type]
+
+
+def value(o: int) -> bytes:
+    return b"value-%08d-" % o + b"x" * 40
+
+
+def ship(tlog: TieredLog, n: int) -> None:
+    """Append ``n`` records (about 14 per 1 KiB segment) and ship round by round, as the
+    shipper does."""
+    o = tlog.next_offset
+    for start in range(o, o + n, 50):
+        tlog.append_batch([ProducerRecord(value(x), timestamp=1_000_000 + x)
+                           for x in range(start, min(start + 50, o + n))])
+        tlog.roll()
+        tlog.tier_once()
+
+
+def read_all(tlog: TieredLog) -> list[tuple[int, bytes]]:
+    o, out = tlog.log_start_offset, []
+    while o < tlog.next_offset:
+        got = tlog.read_range(o, 1000, 1 << 20)
+        out += [(r.offset, bytes(r.value)) for r in got]
+        o = got[-1].offset + 1
+    return out
+
+
+def manifest_reads(store: MemoryStorage) -> int:
+    return sum(1 for op, key in store.calls if op == "get" and key.endswith(naming.RLI_SUFFIX))
+
+
+def rebuilt(tmp_path: Path, store: MemoryStorage, name: str) -> TieredLog:
+    store.calls.clear()
+    return open_log(tmp_path / name, store)
+
+
+@pytest.mark.parametrize("records", [1_500, 4_500])
+def test_a_rebuild_reads_the_snapshot_and_only_the_copies_after_it(
+        tmp_path: Path, records: int) -> None:
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store)
+    ship(tlog, records)
+    r = tlog._remote
+    assert r is not None
+    segments = len(r.finished_segments)
+    snap = read_snapshot(store, LOG_ID)
+    assert snap is not None and 0 < snap.end <= r.remote_end
+    after = sum(1 for s in r.finished_segments if s.base_offset >= snap.end)
+    assert after < 20  # written every 20 copies
+    expected = read_all(tlog)
+    end = tlog.next_offset
+    tlog.close()
+
+    again = rebuilt(tmp_path, store, "new-disk")
+    try:
+        assert again._remote is not None
+        assert len(again._remote.finished_segments) == segments
+        assert manifest_reads(store) == after  # not one per archived segment
+        # meta + snapshot + one listing page + the manifests after the snapshot
+        assert again._remote.rebuild_requests == 3 + after
+        assert again.next_offset == end
+        assert read_all(again) == expected == [(o, value(o)) for o in range(end)]
+        assert again.offset_for_timestamp(1_000_000 + end // 2) == end // 2
+    finally:
+        again.close()
+
+
+def test_without_a_usable_snapshot_every_manifest_is_read(tmp_path: Path) -> None:
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store)
+    ship(tlog, 1_000)
+    assert tlog._remote is not None
+    segments = len(tlog._remote.finished_segments)
+    expected = read_all(tlog)
+    tlog.close()
+    store.flip_byte(snapshot_key(LOG_ID), 40)  # damaged: never trusted
+    again = rebuilt(tmp_path, store, "damaged")
+    try:
+        assert manifest_reads(store) == segments
+        assert read_all(again) == expected
+    finally:
+        again.close()
+    store.lose(snapshot_key(LOG_ID))  # missing
+    again = rebuilt(tmp_path, store, "missing")
+    try:
+        assert manifest_reads(store) == segments
+        assert read_all(again) == expected
+    finally:
+        again.close()
+
+
+def test_retention_after_the_snapshot_moves_the_rebuilt_log_start(tmp_path: Path) -> None:
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store)
+    ship(tlog, 1_000)
+    snap = read_snapshot(store, LOG_ID)
+    assert snap is not None
+    r = tlog._remote
+    assert r is not None
+    cut = r.finished_segments[5].next_offset
+    r.delete_before(cut)  # remote retention after the snapshot was written
+    assert read_snapshot(store, LOG_ID) == snap  # not rewritten: it lists deleted copies
+    expected = read_all(tlog)
+    tlog.close()
+    again = rebuilt(tmp_path, store, "after-retention")
+    try:
+        assert again.log_start_offset == cut
+        assert read_all(again) == expected
+    finally:
+        again.close()
+
+
+def test_a_truncation_drops_the_snapshot_and_the_next_round_writes_one(tmp_path: Path) -> None:
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store)
+    ship(tlog, 1_000)
+    r = tlog._remote
+    assert r is not None and read_snapshot(store, LOG_ID) is not None
+    tlog.truncate(r.finished_segments[-3].base_offset + 3)
+    assert read_snapshot(store, LOG_ID) is None
+    ship(tlog, 100)
+    assert read_snapshot(store, LOG_ID) is not None
+    expected = read_all(tlog)
+    tlog.close()
+    again = rebuilt(tmp_path, store, "after-truncation")
+    try:
+        assert read_all(again) == expected
+    finally:
+        again.close()
+    shutil.rmtree(tmp_path / "after-truncation")

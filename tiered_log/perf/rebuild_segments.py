@@ -1,0 +1,283 @@
+"""``tiered-log perf rebuild --segments N [N ...]``: a rebuild with an archive of many small
+segments and producers writing at full speed, on a real 3-node
+:class:`~tiered_log.cluster.dev.DevCluster` whose remote tier is an S3 bucket (moto's
+server in its own process unless ``endpoint`` names another).
+
+Per archive (``segments`` sealed segments of ``segment_kib``, shipped, with a short local
+retention so the leaders' local start runs ahead all the time), on a fresh one-partition
+topic with replication factor 3:
+
+1. **Wiped follower under load.** Producer threads send ``acks=all`` requests of
+   ``request_kib`` as fast as they are answered; a follower that does not lead is
+   SIGKILLed, its data directory deleted, and started again. ``rejoin_s``: from its start
+   until the leader lists it in the ISR; ``resets``: how often the leader sent it back
+   to its remote end (from the leader's status).
+2. **New leader.** The producers stop; the leader is stopped (SIGTERM), and
+   ``leader_ready_s`` runs from then until the new leader answers the partition's bounds
+   with 200 (it serves reads only once it has read the bucket); ``rebuild_requests`` is
+   the number of bucket requests that rebuild of its remote view made (the partition
+   snapshot, one listing of what came after it, those copies' manifests).
+
+Top-level figures: ``growth_10x_segments`` (``rejoin_s`` of the largest archive over the
+smallest's; target < 1.5 when it is 10 times larger), ``leader_ready_growth`` likewise,
+and ``rebuild_requests`` per archive (target: independent of the segment count). Progress
+goes to stderr; the result is one JSON-able dict. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from .common import environment, ratio, say
+
+if TYPE_CHECKING:
+    from ..cluster.dev import DevCluster
+
+DEFAULT_SEGMENTS = (200, 2000)
+DEFAULT_SEGMENT_KIB = 64
+DEFAULT_REQUEST_KIB = 256
+DEFAULT_PRODUCERS = 2
+LOCAL_RETENTION_SEGMENTS = 4
+STEP_TIMEOUT_S = 120.0
+TARGET_GROWTH = 1.5
+
+
+def _cluster(http: httpx.Client, c: DevCluster) -> dict[str, Any]:
+    for n in c.nodes.values():
+        if n.alive:
+            try:
+                r = http.get(n.url + "/v1/cluster")
+                if r.status_code == 200:
+                    return dict(r.json())
+            except httpx.HTTPError:
+                continue
+    raise RuntimeError("no node answered GET /v1/cluster")
+
+
+def _partition(http: httpx.Client, c: DevCluster, topic: str) -> dict[str, Any]:
+    for p in _cluster(http, c)["partitions"]:
+        if p["topic"] == topic:
+            return dict(p)
+    raise RuntimeError(f"{topic} is not in the cluster metadata")
+
+
+def _wait(what: str, cond: Any, timeout_s: float = STEP_TIMEOUT_S, every_s: float = 0.05) -> float:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout_s:
+            raise RuntimeError(f"not within {timeout_s:.0f} s: {what}")
+        time.sleep(every_s)
+    return time.monotonic() - t0
+
+
+class _Producers:
+    """``n`` threads sending binary acks=all requests as fast as they are answered,
+    following the partition's leader."""
+
+    def __init__(self, c: DevCluster, topic: str, body: bytes, n: int) -> None:
+        self.c, self.topic, self.body = c, topic, body
+        self.stop = threading.Event()
+        self.acked = 0
+        self._lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self) -> None:
+        url: str | None = None
+        headers = {"Content-Type": "application/octet-stream"}
+        with httpx.Client(timeout=30) as http:
+            while not self.stop.is_set():
+                try:
+                    if url is None:
+                        leader = _partition(http, self.c, self.topic)["leader"]
+                        node = self.c.nodes.get(leader) if leader is not None else None
+                        url = node.url if node is not None and node.alive else None
+                        if url is None:
+                            time.sleep(0.1)
+                            continue
+                    r = http.post(f"{url}/v1/topics/{self.topic}/partitions/0/records",
+                                  params={"acks": "all"}, content=self.body, headers=headers)
+                except (httpx.HTTPError, RuntimeError):
+                    url = None
+                    time.sleep(0.05)
+                    continue
+                if r.status_code == 200:
+                    with self._lock:
+                        self.acked += 1
+                else:
+                    url = None if r.status_code == 421 else url
+                    time.sleep(0.05)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
+             segment_kib: int, request_kib: int, producers: int, show: bool) -> dict[str, Any]:
+    """One archive of ``segments`` segments: fill, ship, wipe a follower under load, then
+    move the leadership; see the module docstring."""
+    from ..client.messages import encode_produce_body
+
+    seg_bytes = segment_kib << 10
+    r = http.post(c.urls[0] + "/v1/topics", json={
+        "name": topic, "partitions": 1, "replication_factor": 3,
+        "config": {"segment_bytes": seg_bytes,
+                   "local_retention_bytes": LOCAL_RETENTION_SEGMENTS * seg_bytes}})
+    if r.status_code != 201:
+        raise RuntimeError(f"creating {topic}: {r.status_code} {r.text}")
+    _wait("a full ISR", lambda: len(_partition(http, c, topic)["isr"]) == 3)
+    record = os.urandom(1024)
+    body = encode_produce_body([record] * max(1, request_kib))
+    target = segments * seg_bytes
+    sent = 0
+    t0 = time.monotonic()
+    while sent < target:
+        leader = c.nodes[_partition(http, c, topic)["leader"]]
+        r = http.post(f"{leader.url}/v1/topics/{topic}/partitions/0/records",
+                      params={"acks": "all"}, content=body,
+                      headers={"Content-Type": "application/octet-stream"})
+        if r.status_code == 200:
+            sent += len(body)
+        if show and (sent // len(body)) % 200 == 0:
+            say(f"rebuild --segments {segments}: filled {sent >> 20:,} of "
+                f"{target >> 20:,} MiB ({(time.monotonic() - t0):.0f} s)")
+
+    def shipped() -> int:
+        view = next(p for p in _cluster(http, c)["replication"] if p["topic"] == topic)
+        return int(view["remote_end_offset"] or 0)
+
+    records = sent // len(body) * max(1, request_kib)
+    last = [-1.0]
+
+    def all_shipped() -> bool:
+        n = shipped()
+        if show and time.monotonic() - last[0] > 5:
+            last[0] = time.monotonic()
+            say(f"rebuild --segments {segments}: shipped {n:,} of ~{records:,} records")
+        return n >= records * 9 // 10
+
+    _wait("the archive to ship", all_shipped, timeout_s=max(STEP_TIMEOUT_S, segments * 0.5),
+          every_s=0.5)
+    load = _Producers(c, topic, body, producers)
+    try:
+        time.sleep(1.0)
+        st = _partition(http, c, topic)
+        victim = next(n for n in c.nodes.values() if n.node_id != st["leader"])
+        victim.kill()
+        shutil.rmtree(victim.data_dir, ignore_errors=True)
+        say(f"rebuild --segments {segments}: node {victim.node_id} wiped; producers at full "
+            "speed", enabled=show)
+        victim.start()
+        started = time.monotonic()
+        _wait("the wiped follower back in the ISR",
+              lambda: victim.node_id in _partition(http, c, topic)["isr"], every_s=0.1)
+        rejoin_s = time.monotonic() - started
+        view = next(p for p in _cluster(http, c)["replication"] if p["topic"] == topic)
+        resets = next((int(r.get("resets", 0)) for r in view["replicas"]
+                       if r["node_id"] == victim.node_id), 0)
+    finally:
+        load.close()
+    acked = load.acked
+    # The new leader: time until it serves reads (it has read the bucket).
+    leader_node = c.nodes[_partition(http, c, topic)["leader"]]
+    leader_node.stop()
+
+    def new_leader_serves() -> bool:
+        st = _partition(http, c, topic)
+        node = c.nodes.get(st["leader"]) if st["leader"] is not None else None
+        if node is None or not node.alive:
+            return False
+        try:
+            b = http.get(f"{node.url}/v1/topics/{topic}/partitions/0/bounds")
+        except httpx.HTTPError:
+            return False
+        return b.status_code == 200 and b.json()["log_start_offset"] == 0
+
+    leader_ready_s = _wait("the new leader to serve reads", new_leader_serves)
+    view = next(p for p in _cluster(http, c)["replication"] if p["topic"] == topic)
+    requests = int(view.get("rebuild_requests", 0))
+    leader_node.start()
+    _wait("every node back in the ISR", lambda: len(_partition(http, c, topic)["isr"]) == 3)
+    http.delete(f"{c.urls[0]}/v1/topics/{topic}")
+    say(f"rebuild --segments {segments}: rejoined in {rejoin_s:.2f} s after {resets} "
+        f"reset(s); new leader served reads after {leader_ready_s:.2f} s, "
+        f"{requests} bucket requests", enabled=show)
+    return {"segments": segments, "segment_kib": segment_kib, "archive_mb": target >> 20,
+            "rejoin_s": round(rejoin_s, 3), "resets": resets,
+            "acked_requests_during": acked, "leader_ready_s": round(leader_ready_s, 3),
+            "rebuild_requests": requests}
+
+
+def run_rebuild_segments(segments: Sequence[int] = DEFAULT_SEGMENTS, *,
+                         segment_kib: int = DEFAULT_SEGMENT_KIB,
+                         request_kib: int = DEFAULT_REQUEST_KIB,
+                         producers: int = DEFAULT_PRODUCERS, lease_ttl_s: int = 2,
+                         endpoint: str | None = None,
+                         directory: str | os.PathLike[str] | None = None, keep: bool = False,
+                         progress: bool | None = None) -> dict[str, Any]:
+    """Rebuilds with archives of ``segments`` small segments; see the module docstring."""
+    from ..cluster.dev import DevCluster
+    from ..errors import InvalidArgumentError
+    from .local import work_dir
+    from .remote import s3_target
+
+    counts = sorted(set(segments))
+    if not counts or min(counts) < 1 or min(segment_kib, request_kib, producers) < 1:
+        raise InvalidArgumentError("segments, segment_kib, request_kib and producers must be "
+                                   "positive")
+    show = progress is not False
+    runs: list[dict[str, Any]] = []
+    with s3_target(endpoint) as t, work_dir(directory, keep=keep) as root:
+        import boto3
+
+        boto3.client("s3", endpoint_url=t.endpoint, region_name=t.region,
+                     aws_access_key_id=t.access_key,
+                     aws_secret_access_key=t.secret_key).create_bucket(Bucket=t.bucket)
+        settings = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(lease_ttl_s),
+                    "TIERED_LOG_REMOTE_URL": f"s3://{t.bucket}",
+                    "TIERED_LOG_S3_ENDPOINT_URL": t.endpoint,
+                    "TIERED_LOG_S3_REGION": t.region,
+                    "TIERED_LOG_S3_ACCESS_KEY": t.access_key or "testing",
+                    "TIERED_LOG_S3_SECRET_KEY": t.secret_key or "testing",
+                    "TIERED_LOG_SHIP_INTERVAL_MS": "100"}
+        cluster = DevCluster(Path(root) / "cluster", 3, settings=settings,
+                             progress=lambda m: say(f"rebuild --segments: {m}", enabled=show))
+        try:
+            cluster.start()
+            with httpx.Client(timeout=30) as http:
+                for i, n in enumerate(counts):
+                    runs.append(run_case(cluster, http, f"segments-{i}", n,
+                                         segment_kib=segment_kib, request_kib=request_kib,
+                                         producers=producers, show=show))
+        finally:
+            cluster.stop()
+    small, large = runs[0], runs[-1]
+    growth = ratio(large["rejoin_s"], small["rejoin_s"])
+    return {
+        "benchmark": "rebuild-segments", "runs": runs,
+        "growth_10x_segments": growth,
+        "segments_ratio": ratio(large["segments"], small["segments"]),
+        "leader_ready_growth": ratio(large["leader_ready_s"], small["leader_ready_s"]),
+        "rebuild_requests": {str(r["segments"]): r["rebuild_requests"] for r in runs},
+        "targets": {"growth_10x_segments": TARGET_GROWTH,
+                    "rebuild_requests": "independent of the segment count"},
+        "met": {"growth_10x_segments": growth < TARGET_GROWTH},
+        "params": {"segments": counts, "segment_kib": segment_kib, "request_kib": request_kib,
+                   "producers": producers, "lease_ttl_s": lease_ttl_s,
+                   "endpoint": "moto" if endpoint is None else endpoint},
+        "environment": environment(),
+    }
+
+
+__all__ = ["run_rebuild_segments"]
