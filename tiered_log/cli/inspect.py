@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
 from ..format import naming
-from .registry import CommandGroup, UsageError, progress_flag
+from .registry import CommandGroup, UsageError, counted, progress_flag
 
 if TYPE_CHECKING:
     from ..tools.verify import LogsReport, VerifyReport
@@ -345,10 +345,12 @@ def format_describe(logs: list[dict[str, Any]]) -> str:
                      f"{_n(b['local_start_offset'])}, remote end {_n(b['remote_end_offset'])}, "
                      f"next {_n(b['next_offset'])}")
         rsegs = d.get("remote_segments", [])
-        lines.append(f"  local: {len(d['local_segments'])} segments, {_n(d['local_bytes'])} bytes;"
-                     f" remote: {len(rsegs)} segments, {_n(d.get('remote_bytes', 0))} bytes")
-        lines.append(f"  copy lag: {d['copy_lag_segments']} segments, "
-                     f"{_n(d['copy_lag_bytes'])} bytes")
+        lines.append(f"  local: {counted(len(d['local_segments']), 'segment')}, "
+                     f"{counted(d['local_bytes'], 'byte')}; remote: "
+                     f"{counted(len(rsegs), 'segment')}, "
+                     f"{counted(d.get('remote_bytes', 0), 'byte')}")
+        lines.append(f"  copy lag: {counted(d['copy_lag_segments'], 'segment')}, "
+                     f"{counted(d['copy_lag_bytes'], 'byte')}")
         if d["remote_enabled"]:
             rate = d.get("cache_hit_rate")
             rate_s = "n/a (no reads by this process)" if rate is None else f"{rate:.1%}"

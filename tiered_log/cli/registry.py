@@ -58,6 +58,16 @@ Configure = Callable[[argparse.ArgumentParser], None]
 """Adds a subcommand's arguments to its parser."""
 
 
+def _help_of(parser: argparse.ArgumentParser) -> Runner:
+    """The runner of a group given no command: prints the group's help, exit status 0."""
+
+    def show_help(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 0
+
+    return show_help
+
+
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
     """Configure for a subcommand without arguments."""
 
@@ -116,8 +126,11 @@ class CommandGroup:
     def install(self, parser: argparse.ArgumentParser, path: str = PROG) -> None:
         """Add every registered subcommand (and group, recursively) to ``parser``;
         ``path`` is the command line that leads to this group (``tiered-log perf``)."""
-        sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True,
+        sub = parser.add_subparsers(title="commands", metavar="COMMAND",
                                     dest=f"_{path.replace(' ', '_').replace('-', '_')}")
+        # Without a command (``tiered-log``, ``tiered-log topics``): the group's help, as
+        # rpk does, not an error; a command chosen sets its own ``_run`` over this one.
+        parser.set_defaults(_run=_help_of(parser))
         for name, entry in self.entries.items():
             p = sub.add_parser(name, help=entry.help, description=entry.help)
             if isinstance(entry, CommandGroup):

@@ -146,8 +146,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def _topics_create_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name")
-    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("name", help="the topic's name")
+    p.add_argument("--partitions", type=positive_int, default=1, metavar="N",
+                   help="how many partitions the topic has (default: %(default)s)")
     p.add_argument("--replication-factor", type=int, metavar="N",
                    help="copies of each partition (cluster; default min(3, live nodes))")
     p.add_argument("--min-insync-replicas", type=int, metavar="N",
@@ -160,12 +161,12 @@ def _topics_create_args(p: argparse.ArgumentParser) -> None:
 
 
 def _topics_list_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
     _client_options(p)
 
 
 def _topic_name_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name")
+    p.add_argument("name", help="the topic's name")
     _client_options(p)
 
 
