@@ -457,9 +457,13 @@ class ClusterNode:
         if req.offset > b.next_offset:
             return answer(diverging=plog.end_offset_for_epoch(req.last_fetched_epoch))
         remote_end = b.remote_end_offset if b.remote_end_offset is not None else 0
-        if req.offset < b.local_start_offset or (req.empty and req.offset < remote_end):
+        if req.offset < b.local_start_offset or (
+                req.empty and req.offset < remote_end
+                and not rep.was_reset_to(req.replica_id, req.offset)):
             # Below what this leader keeps locally, or an empty (rebuilt) follower: it
-            # starts at the first offset not in the bucket (KIP-1023) and copies the tail.
+            # starts at the first offset not in the bucket (KIP-1023) and copies the tail
+            # (once: an empty follower that fetches where a reset sent it copies from
+            # there, though the remote end moved on meanwhile).
             reset_to = max(remote_end, b.local_start_offset)
             rep.record_reset(req.replica_id, reset_to)
             plog.hold_local_from(rep.retention_floor())

@@ -203,6 +203,14 @@ class LeaderReplication:
             st.resets += 1
             st.needs_from, st.needs_ms = reset_to, now
 
+    def was_reset_to(self, replica_id: int, offset: int) -> bool:
+        """Whether the last reset of ``replica_id`` sent it to ``offset`` (and it has not
+        fetched since): its first fetch after a reset."""
+        with self._cond:
+            st = self._followers.get(replica_id)
+            return st is not None and st.reset_ms > 0 and st.needs_from == offset \
+                and st.needs_ms == st.reset_ms
+
     def retention_floor(self) -> int | None:
         """The lowest offset a live follower still has to copy from this leader's local
         log (its next fetch, or where a reset sent it), or None: the leader's local

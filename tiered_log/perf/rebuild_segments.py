@@ -62,6 +62,16 @@ def _cluster(http: httpx.Client, c: DevCluster) -> dict[str, Any]:
     raise RuntimeError("no node answered GET /v1/cluster")
 
 
+def _led(http: httpx.Client, c: DevCluster, topic: str) -> dict[str, Any]:
+    """The partition's replication state as its leader reports it."""
+    leader = c.nodes[_partition(http, c, topic)["leader"]]
+    view = http.get(leader.url + "/v1/cluster").json()
+    for p in view["replication"]:
+        if p["topic"] == topic:
+            return dict(p)
+    raise RuntimeError(f"node {leader.node_id} does not report {topic}'s replication")
+
+
 def _partition(http: httpx.Client, c: DevCluster, topic: str) -> dict[str, Any]:
     for p in _cluster(http, c)["partitions"]:
         if p["topic"] == topic:
@@ -79,11 +89,11 @@ def _wait(what: str, cond: Any, timeout_s: float = STEP_TIMEOUT_S, every_s: floa
 
 
 class _Producers:
-    """``n`` threads sending binary acks=all requests as fast as they are answered,
-    following the partition's leader."""
+    """``n`` threads sending acks=all batches as fast as they are answered (each its own
+    :class:`~tiered_log.client.Client`, which follows the leader)."""
 
-    def __init__(self, c: DevCluster, topic: str, body: bytes, n: int) -> None:
-        self.c, self.topic, self.body = c, topic, body
+    def __init__(self, c: DevCluster, topic: str, batch: list[bytes], n: int) -> None:
+        self.c, self.topic, self.batch = c, topic, batch
         self.stop = threading.Event()
         self.acked = 0
         self._lock = threading.Lock()
@@ -92,42 +102,30 @@ class _Producers:
             t.start()
 
     def _run(self) -> None:
-        url: str | None = None
-        headers = {"Content-Type": "application/octet-stream"}
-        with httpx.Client(timeout=30) as http:
+        from ..client import Client
+        from ..errors import TieredLogError
+
+        with Client(self.c.urls, timeout=30, retry_timeout_s=30) as client:
             while not self.stop.is_set():
                 try:
-                    if url is None:
-                        leader = _partition(http, self.c, self.topic)["leader"]
-                        node = self.c.nodes.get(leader) if leader is not None else None
-                        url = node.url if node is not None and node.alive else None
-                        if url is None:
-                            time.sleep(0.1)
-                            continue
-                    r = http.post(f"{url}/v1/topics/{self.topic}/partitions/0/records",
-                                  params={"acks": "all"}, content=self.body, headers=headers)
-                except (httpx.HTTPError, RuntimeError):
-                    url = None
+                    client.produce(self.topic, 0, self.batch, acks="all")
+                except TieredLogError:
                     time.sleep(0.05)
                     continue
-                if r.status_code == 200:
-                    with self._lock:
-                        self.acked += 1
-                else:
-                    url = None if r.status_code == 421 else url
-                    time.sleep(0.05)
+                with self._lock:
+                    self.acked += 1
 
     def close(self) -> None:
         self.stop.set()
         for t in self.threads:
-            t.join(30)
+            t.join(60)
 
 
 def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
              segment_kib: int, request_kib: int, producers: int, show: bool) -> dict[str, Any]:
     """One archive of ``segments`` segments: fill, ship, wipe a follower under load, then
     move the leadership; see the module docstring."""
-    from ..client.messages import encode_produce_body
+    from ..client import Client
 
     seg_bytes = segment_kib << 10
     r = http.post(c.urls[0] + "/v1/topics", json={
@@ -137,27 +135,26 @@ def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
     if r.status_code != 201:
         raise RuntimeError(f"creating {topic}: {r.status_code} {r.text}")
     _wait("a full ISR", lambda: len(_partition(http, c, topic)["isr"]) == 3)
-    record = os.urandom(1024)
-    body = encode_produce_body([record] * max(1, request_kib))
+    # One batch a segment (a segment rolls once a batch takes it past its size).
+    batch = [os.urandom(1024)] * max(1, min(request_kib, segment_kib))
+    per_request = len(batch) * 1024
     target = segments * seg_bytes
-    sent = 0
-    t0 = time.monotonic()
-    while sent < target:
-        leader = c.nodes[_partition(http, c, topic)["leader"]]
-        r = http.post(f"{leader.url}/v1/topics/{topic}/partitions/0/records",
-                      params={"acks": "all"}, content=body,
-                      headers={"Content-Type": "application/octet-stream"})
-        if r.status_code == 200:
-            sent += len(body)
-        if show and (sent // len(body)) % 200 == 0:
-            say(f"rebuild --segments {segments}: filled {sent >> 20:,} of "
-                f"{target >> 20:,} MiB ({(time.monotonic() - t0):.0f} s)")
+    sent = requests_sent = 0
+    t0 = last_say = time.monotonic()
+    with Client(c.urls, timeout=60, retry_timeout_s=60) as client:
+        while sent < target:
+            client.produce(topic, 0, batch, acks="1")
+            sent += per_request
+            requests_sent += 1
+            if show and time.monotonic() - last_say > 5:
+                last_say = time.monotonic()
+                say(f"rebuild --segments {segments}: filled {sent >> 20:,} of "
+                    f"{target >> 20:,} MiB ({time.monotonic() - t0:.0f} s)")
 
     def shipped() -> int:
-        view = next(p for p in _cluster(http, c)["replication"] if p["topic"] == topic)
-        return int(view["remote_end_offset"] or 0)
+        return int(_led(http, c, topic)["remote_end_offset"] or 0)
 
-    records = sent // len(body) * max(1, request_kib)
+    records = requests_sent * len(batch)
     last = [-1.0]
 
     def all_shipped() -> bool:
@@ -169,7 +166,7 @@ def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
 
     _wait("the archive to ship", all_shipped, timeout_s=max(STEP_TIMEOUT_S, segments * 0.5),
           every_s=0.5)
-    load = _Producers(c, topic, body, producers)
+    load = _Producers(c, topic, batch, producers)
     try:
         time.sleep(1.0)
         st = _partition(http, c, topic)
@@ -183,7 +180,7 @@ def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
         _wait("the wiped follower back in the ISR",
               lambda: victim.node_id in _partition(http, c, topic)["isr"], every_s=0.1)
         rejoin_s = time.monotonic() - started
-        view = next(p for p in _cluster(http, c)["replication"] if p["topic"] == topic)
+        view = _led(http, c, topic)
         resets = next((int(r.get("resets", 0)) for r in view["replicas"]
                        if r["node_id"] == victim.node_id), 0)
     finally:
@@ -205,8 +202,7 @@ def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
         return b.status_code == 200 and b.json()["log_start_offset"] == 0
 
     leader_ready_s = _wait("the new leader to serve reads", new_leader_serves)
-    view = next(p for p in _cluster(http, c)["replication"] if p["topic"] == topic)
-    requests = int(view.get("rebuild_requests", 0))
+    requests = int(_led(http, c, topic).get("rebuild_requests", 0))
     leader_node.start()
     _wait("every node back in the ISR", lambda: len(_partition(http, c, topic)["isr"]) == 3)
     http.delete(f"{c.urls[0]}/v1/topics/{topic}")
