@@ -45,23 +45,30 @@ class LocalService:
     def start(self, timeout: float = 30.0) -> LocalService:
         """Start the process and wait until ``/healthz`` answers 200."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
-        env.update({
-            "TIERED_LOG_DATA_DIR": str(self.data_dir),
-            "TIERED_LOG_HOST": "127.0.0.1",
-            "TIERED_LOG_PORT": str(self.port),
-            "TIERED_LOG_ACCESS_LOG": "false",
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "TIERED_LOG_DATA_DIR": str(self.data_dir),
+                "TIERED_LOG_HOST": "127.0.0.1",
+                "TIERED_LOG_PORT": str(self.port),
+                "TIERED_LOG_ACCESS_LOG": "false",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update({f"TIERED_LOG_{k.upper()}": v for k, v in self.settings.items()})
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tiered_log.service"], env=env,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tiered_log.service"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the service exited with status {self.proc.returncode}:\n"
-                                   + self.log_text())
+                raise RuntimeError(
+                    f"the service exited with status {self.proc.returncode}:\n" + self.log_text()
+                )
             try:
                 if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
                     return self
@@ -93,13 +100,18 @@ class LocalService:
     def __enter__(self) -> LocalService:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 
-def wait_until(what: str, check: Callable[[], object], timeout: float = 30.0,
-               interval: float = 0.1) -> None:
+def wait_until(
+    what: str, check: Callable[[], object], timeout: float = 30.0, interval: float = 0.1
+) -> None:
     """Call ``check()`` until it returns true; RuntimeError naming ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

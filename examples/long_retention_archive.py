@@ -59,7 +59,7 @@ def metric(text: str, name: str, topic: str) -> float:
     prefix = f'{name}{{topic="{topic}"}} '
     for line in text.splitlines():
         if line.startswith(prefix):
-            return float(line[len(prefix):])
+            return float(line[len(prefix) :])
     return 0.0
 
 
@@ -74,13 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--record-bytes", type=int, default=200)
     parser.add_argument("--segment-bytes", type=int, default=16 * 1024)
-    parser.add_argument("--timeout", type=float, default=60.0,
-                        help="how long to wait for shipping (seconds)")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="how long to wait for shipping (seconds)"
+    )
     parser.add_argument("--keep", action="store_true", help="do not delete the topic at the end")
     args = parser.parse_args(argv)
 
-    config = {"segment_bytes": args.segment_bytes, "local_retention_bytes": 0,
-              "remote_enabled": True}
+    config = {
+        "segment_bytes": args.segment_bytes,
+        "local_retention_bytes": 0,
+        "remote_enabled": True,
+    }
     with service_url(args.url, args.remote_url) as url, Client(url, token=args.token) as client:
         client.create_topic(args.topic, partitions=1, config=config)
         print(f"created topic {args.topic!r} with config {config}")
@@ -89,13 +93,17 @@ def main(argv: list[str] | None = None) -> int:
             values = [b"%08d|" % i + b"x" * pad for i in range(args.records)]
             # Small batches: a batch never straddles segments, so segments roll between them.
             for i in range(0, len(values), 50):
-                client.produce(args.topic, 0, values[i:i + 50])
+                client.produce(args.topic, 0, values[i : i + 50])
             b = client.bounds(args.topic, 0)
-            print(f"produced {len(values)} records of {args.record_bytes} bytes "
-                  f"({len(values) * args.record_bytes / 1024:.0f} KiB) into "
-                  f"{args.segment_bytes // 1024} KiB segments")
-            print(f"bounds right after producing: log_start={b.log_start_offset} "
-                  f"local_start={b.local_start_offset} next={b.next_offset}")
+            print(
+                f"produced {len(values)} records of {args.record_bytes} bytes "
+                f"({len(values) * args.record_bytes / 1024:.0f} KiB) into "
+                f"{args.segment_bytes // 1024} KiB segments"
+            )
+            print(
+                f"bounds right after producing: log_start={b.log_start_offset} "
+                f"local_start={b.local_start_offset} next={b.next_offset}"
+            )
 
             print("waiting for the shipper to copy sealed segments and drop them locally ...")
 
@@ -106,17 +114,23 @@ def main(argv: list[str] | None = None) -> int:
 
             wait_until("the sealed segments to be shipped", shipped, timeout=args.timeout)
             b = client.bounds(args.topic, 0)
-            print(f"bounds after shipping:       log_start={b.log_start_offset} "
-                  f"local_start={b.local_start_offset} next={b.next_offset}")
-            print(f"offsets {b.log_start_offset}..{b.local_start_offset - 1} are only in the "
-                  f"remote tier now; {b.local_start_offset}..{b.next_offset - 1} are local")
+            print(
+                f"bounds after shipping:       log_start={b.log_start_offset} "
+                f"local_start={b.local_start_offset} next={b.next_offset}"
+            )
+            print(
+                f"offsets {b.log_start_offset}..{b.local_start_offset - 1} are only in the "
+                f"remote tier now; {b.local_start_offset}..{b.next_offset - 1} are local"
+            )
             if b.log_start_offset != 0 or b.local_start_offset <= 0:
                 print("unexpected bounds", file=sys.stderr)
                 return 1
 
             first = client.fetch(args.topic, 0, 0, max_records=1).records[0]
-            print(f"read offset 0 (from the remote tier): {first.value[:9]!r}... "
-                  f"({len(first.value)} bytes)")
+            print(
+                f"read offset 0 (from the remote tier): {first.value[:9]!r}... "
+                f"({len(first.value)} bytes)"
+            )
             got: list[bytes] = []
             offset = 0
             while offset < b.next_offset:
@@ -126,18 +140,22 @@ def main(argv: list[str] | None = None) -> int:
                 got.extend(r.value for r in batch.records)
                 offset = batch.next_offset
             if got != values:
-                print(f"MISMATCH: read {len(got)} records, expected {len(values)}",
-                      file=sys.stderr)
+                print(f"MISMATCH: read {len(got)} records, expected {len(values)}", file=sys.stderr)
                 return 1
-            print(f"read all {len(got)} records back from offset 0 (remote tier, then local); "
-                  f"every value matches")
+            print(
+                f"read all {len(got)} records back from offset 0 (remote tier, then local); "
+                f"every value matches"
+            )
 
             text = client.metrics()
-            for name in ("tiered_log_remote_copy_segments_total",
-                         "tiered_log_remote_fetch_bytes_total",
-                         "tiered_log_remote_cache_misses_total",
-                         "tiered_log_remote_cache_hits_total",
-                         "tiered_log_local_bytes", "tiered_log_remote_bytes"):
+            for name in (
+                "tiered_log_remote_copy_segments_total",
+                "tiered_log_remote_fetch_bytes_total",
+                "tiered_log_remote_cache_misses_total",
+                "tiered_log_remote_cache_hits_total",
+                "tiered_log_local_bytes",
+                "tiered_log_remote_bytes",
+            ):
                 print(f"  {name} = {metric(text, name, args.topic):.0f}")
         finally:
             if not args.keep:

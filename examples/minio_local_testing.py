@@ -62,8 +62,13 @@ def s3_endpoint(endpoint: str | None) -> Iterator[str]:
 def s3_client(endpoint: str, access_key: str, secret_key: str, region: str) -> Any:
     """A boto3 S3 client for the endpoint (path-style addressing, as MinIO wants)."""
     return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint, region_name=region, aws_access_key_id=access_key,
-        aws_secret_access_key=secret_key, config=Config(s3={"addressing_style": "path"}))
+        "s3",
+        endpoint_url=endpoint,
+        region_name=region,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        config=Config(s3={"addressing_style": "path"}),
+    )
 
 
 def list_objects(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
@@ -101,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     topic = "orders"
-    with s3_endpoint(args.endpoint) as endpoint, \
-            tempfile.TemporaryDirectory(prefix="tiered-log-s3-") as tmp:
+    with (
+        s3_endpoint(args.endpoint) as endpoint,
+        tempfile.TemporaryDirectory(prefix="tiered-log-s3-") as tmp,
+    ):
         s3 = s3_client(endpoint, args.access_key, args.secret_key, args.region)
         existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
         if args.bucket not in existing:
@@ -119,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             "s3_secret_key": args.secret_key,
             "ship_interval_ms": "100",
         }
-        print(f"service settings: TIERED_LOG_REMOTE_URL={remote_url} "
-              f"TIERED_LOG_S3_ENDPOINT_URL={endpoint} (credentials not shown)")
+        print(
+            f"service settings: TIERED_LOG_REMOTE_URL={remote_url} "
+            f"TIERED_LOG_S3_ENDPOINT_URL={endpoint} (credentials not shown)"
+        )
         values = [b"record %06d " % i + b"." * 180 for i in range(args.records)]
         config = {"segment_bytes": 16 * 1024, "local_retention_bytes": 0}
         try:
@@ -128,25 +137,34 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"service listening on {svc.url}")
                 client.create_topic(topic, partitions=1, config=config)
                 for i in range(0, len(values), 50):
-                    client.produce(topic, 0, values[i:i + 50])
+                    client.produce(topic, 0, values[i : i + 50])
                 print(f"produced {len(values)} records to {topic}/0 (config {config})")
 
                 def shipped() -> bool:
                     text = client.metrics()
-                    lag = next((float(ln.split()[-1]) for ln in text.splitlines()
-                                if ln.startswith(f'tiered_log_copy_lag_segments{{topic="{topic}"}}')),
-                               1.0)
+                    lag = next(
+                        (
+                            float(ln.split()[-1])
+                            for ln in text.splitlines()
+                            if ln.startswith(f'tiered_log_copy_lag_segments{{topic="{topic}"}}')
+                        ),
+                        1.0,
+                    )
                     return lag == 0 and client.bounds(topic, 0).local_start_offset > 0
 
                 wait_until("the sealed segments to be shipped", shipped, timeout=args.timeout)
                 b = client.bounds(topic, 0)
-                print(f"shipped: log_start={b.log_start_offset} local_start={b.local_start_offset} "
-                      f"next={b.next_offset}")
+                print(
+                    f"shipped: log_start={b.log_start_offset} local_start={b.local_start_offset} "
+                    f"next={b.next_offset}"
+                )
 
                 objects = list_objects(s3, args.bucket, args.prefix + "/")
                 total = sum(int(o["Size"]) for o in objects)
-                print(f"objects under s3://{args.bucket}/{args.prefix}/ ({len(objects)}, "
-                      f"{total:,} bytes):")
+                print(
+                    f"objects under s3://{args.bucket}/{args.prefix}/ ({len(objects)}, "
+                    f"{total:,} bytes):"
+                )
                 kinds: dict[str, int] = {}
                 for o in objects:
                     kind = o["Key"].rsplit("/", 1)[-1].rsplit(".", 1)[-1]
@@ -164,20 +182,26 @@ def main(argv: list[str] | None = None) -> int:
                 if got != values:
                     print(f"MISMATCH: read {len(got)} of {len(values)} records", file=sys.stderr)
                     return 1
-                print(f"read all {len(got)} records back; offsets 0..{b.local_start_offset - 1} "
-                      "came from the bucket")
+                print(
+                    f"read all {len(got)} records back; offsets 0..{b.local_start_offset - 1} "
+                    "came from the bucket"
+                )
                 end = b.next_offset
             print("service stopped")
 
             # A lost disk: a new server on an empty data directory, same bucket and prefix.
-            with LocalService(Path(tmp) / "fresh-data", **settings) as svc, \
-                    Client(svc.url) as client:
+            with (
+                LocalService(Path(tmp) / "fresh-data", **settings) as svc,
+                Client(svc.url) as client,
+            ):
                 print(f"restarted on an EMPTY data directory: {svc.url}")
                 names = [t["name"] for t in client.list_topics()]
                 b = client.bounds(topic, 0)
-                print(f"topics restored from the bucket: {names}; bounds log_start="
-                      f"{b.log_start_offset} local_start={b.local_start_offset} "
-                      f"next={b.next_offset}")
+                print(
+                    f"topics restored from the bucket: {names}; bounds log_start="
+                    f"{b.log_start_offset} local_start={b.local_start_offset} "
+                    f"next={b.next_offset}"
+                )
                 first = client.fetch(topic, 0, 0, max_records=1).records[0]
                 print(f"offset 0 read from the bucket: {first.value[:13]!r}...")
                 if first.value != values[0] or topic not in names:
@@ -187,23 +211,32 @@ def main(argv: list[str] | None = None) -> int:
                 lost = info.get("lost_offsets") or []
                 shipped = lost[0][0] if lost else b.next_offset
                 archived = read_all(client, topic, shipped)
-                if archived != values[:len(archived)] or len(archived) != shipped or (
-                        b.next_offset != end):
+                if (
+                    archived != values[: len(archived)]
+                    or len(archived) != shipped
+                    or (b.next_offset != end)
+                ):
                     print("MISMATCH in the restored records", file=sys.stderr)
                     return 1
-                print(f"read {len(archived)} restored records; every value matches (offsets "
-                      f"{shipped}..{end - 1} were in the active segment, never shipped, so "
-                      f"they were lost with the old disk: reported as lost_offsets {lost}, and "
-                      f"never handed out again: the log goes on at {b.next_offset})")
+                print(
+                    f"read {len(archived)} restored records; every value matches (offsets "
+                    f"{shipped}..{end - 1} were in the active segment, never shipped, so "
+                    f"they were lost with the old disk: reported as lost_offsets {lost}, and "
+                    f"never handed out again: the log goes on at {b.next_offset})"
+                )
                 if not args.keep:
                     client.delete_topic(topic)
         finally:
             if not args.keep:
                 leftover = list_objects(s3, args.bucket, args.prefix + "/")
                 for i in range(0, len(leftover), 1000):
-                    s3.delete_objects(Bucket=args.bucket, Delete={
-                        "Objects": [{"Key": o["Key"]} for o in leftover[i:i + 1000]],
-                        "Quiet": True})
+                    s3.delete_objects(
+                        Bucket=args.bucket,
+                        Delete={
+                            "Objects": [{"Key": o["Key"]} for o in leftover[i : i + 1000]],
+                            "Quiet": True,
+                        },
+                    )
                 print(f"removed the example's objects under s3://{args.bucket}/{args.prefix}/")
     print("MinIO/moto local testing OK")
     return 0

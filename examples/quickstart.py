@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with service_url(args.url) as url, Client(url, token=args.token) as client:
         print(f"health: {client.health()}")
-        desc = client.create_topic(args.topic, partitions=args.partitions,
-                                   config={"segment_bytes": 64 * 1024})
+        desc = client.create_topic(
+            args.topic, partitions=args.partitions, config={"segment_bytes": 64 * 1024}
+        )
         print(f"created topic {desc['name']!r} with {desc['partitions']} partition(s)")
         try:
             expected: dict[int, list[bytes]] = {}
@@ -66,13 +67,19 @@ def main(argv: list[str] | None = None) -> int:
                 # A batch mixes plain values and records with a key and headers.
                 batch: list[ProducerRecord | bytes] = [
                     ProducerRecord(v, key=b"k%d" % (i % 4), headers=(("source", b"quickstart"),))
-                    if i % 10 == 0 else v for i, v in enumerate(values)]
+                    if i % 10 == 0
+                    else v
+                    for i, v in enumerate(values)
+                ]
                 offsets = client.produce(args.topic, p, batch)
                 expected[p] = values
-                print(f"produced {len(offsets)} records to partition {p}: offsets "
-                      f"{offsets[0]}..{offsets[-1]}")
-            raw_offset = client.produce_raw(args.topic, 0, b"\x00\x01 a binary value \xff",
-                                            key="raw")
+                print(
+                    f"produced {len(offsets)} records to partition {p}: offsets "
+                    f"{offsets[0]}..{offsets[-1]}"
+                )
+            raw_offset = client.produce_raw(
+                args.topic, 0, b"\x00\x01 a binary value \xff", key="raw"
+            )
             print(f"produced one raw binary record to partition 0 at offset {raw_offset}")
 
             for p in range(args.partitions):
@@ -86,19 +93,25 @@ def main(argv: list[str] | None = None) -> int:
                     offset = batch_read.next_offset
                 want = expected[p] + ([b"\x00\x01 a binary value \xff"] if p == 0 else [])
                 if got != want:
-                    print(f"MISMATCH on partition {p}: read {len(got)} records, "
-                          f"expected {len(want)}", file=sys.stderr)
+                    print(
+                        f"MISMATCH on partition {p}: read {len(got)} records, expected {len(want)}",
+                        file=sys.stderr,
+                    )
                     return 1
-                print(f"consumed {len(got)} records from partition {p} (binary fetch, "
-                      f"checksums verified); next offset {offset}")
+                print(
+                    f"consumed {len(got)} records from partition {p} (binary fetch, "
+                    f"checksums verified); next offset {offset}"
+                )
             first = client.fetch(args.topic, 0, 0, max_records=1).records[0]
             print(f"record 0: key={first.key!r} value={first.value!r} headers={first.headers!r}")
             ts = client.offset_for_timestamp(args.topic, 0, int(time.time() * 1000) - 60_000)
             print(f"first offset in the last minute: {ts}")
             b = client.bounds(args.topic, 0)
-            print(f"bounds of partition 0: log_start={b.log_start_offset} "
-                  f"local_start={b.local_start_offset} high_watermark={b.high_watermark} "
-                  f"next={b.next_offset}")
+            print(
+                f"bounds of partition 0: log_start={b.log_start_offset} "
+                f"local_start={b.local_start_offset} high_watermark={b.high_watermark} "
+                f"next={b.next_offset}"
+            )
             print(f"topics on the service: {[t['name'] for t in client.list_topics()]}")
         finally:
             if not args.keep:

@@ -29,9 +29,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from tiered_log.spark import register
 
-    spark = (SparkSession.builder.master(args.master).appName("tiered-log-follow")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("tiered-log-follow")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     try:
@@ -65,20 +70,31 @@ def follow(spark: Any, args: argparse.Namespace) -> int:
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
-    opts = {"serviceUrl": args.service_url, "bucketUrl": args.bucket_url, "topic": args.topic,
-            "startingOffsets": args.starting_offsets,
-            "maxOffsetsPerTrigger": str(args.max_offsets_per_trigger)}
-    for k, v in (("token", args.token), ("s3.endpointUrl", args.s3_endpoint_url),
-                 ("s3.region", args.s3_region), ("s3.accessKey", args.s3_access_key),
-                 ("s3.secretKey", args.s3_secret_key)):
+    opts = {
+        "serviceUrl": args.service_url,
+        "bucketUrl": args.bucket_url,
+        "topic": args.topic,
+        "startingOffsets": args.starting_offsets,
+        "maxOffsetsPerTrigger": str(args.max_offsets_per_trigger),
+    }
+    for k, v in (
+        ("token", args.token),
+        ("s3.endpointUrl", args.s3_endpoint_url),
+        ("s3.region", args.s3_region),
+        ("s3.accessKey", args.s3_access_key),
+        ("s3.secretKey", args.s3_secret_key),
+    ):
         if v:
             opts[k] = v
     totals = {"batches": 0, "records": 0}
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
-        rows: list[Any] = (batch.groupBy("partition")
-                           .agg(F.count("*").alias("n"), F.min("offset").alias("lo"),
-                                F.max("offset").alias("hi")).orderBy("partition").collect())
+        rows: list[Any] = (
+            batch.groupBy("partition")
+            .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
+            .orderBy("partition")
+            .collect()
+        )
         n = sum(r.n for r in rows)
         if not n:
             return
@@ -88,8 +104,13 @@ def follow(spark: Any, args: argparse.Namespace) -> int:
         print(f"batch {batch_id}: {n} records ({where})", flush=True)
 
     t0 = time.monotonic()
-    writer = (spark.readStream.format("tiered_log").options(**opts).load()
-              .writeStream.foreachBatch(on_batch).option("checkpointLocation", args.checkpoint))
+    writer = (
+        spark.readStream.format("tiered_log")
+        .options(**opts)
+        .load()
+        .writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", args.checkpoint)
+    )
     if args.available_now:
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
@@ -101,8 +122,10 @@ def follow(spark: Any, args: argparse.Namespace) -> int:
     if err is not None:
         print(f"query failed: {err}", file=sys.stderr)
         return 1
-    print(f"summary: {totals['records']} records in {totals['batches']} batch(es) "
-          f"in {time.monotonic() - t0:.1f}s")
+    print(
+        f"summary: {totals['records']} records in {totals['batches']} batch(es) "
+        f"in {time.monotonic() - t0:.1f}s"
+    )
     print("spark_follow OK")
     return 0
 

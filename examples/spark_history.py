@@ -60,9 +60,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from tiered_log.spark import register
 
-    spark = (SparkSession.builder.master(args.master).appName("tiered-log-history")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("tiered-log-history")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     stop = threading.Event()
@@ -70,11 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     watcher.start()
     t0 = time.monotonic()
     try:
-        opts = {"serviceUrl": args.service_url, "bucketUrl": args.bucket_url, "topic": args.topic,
-                "startingOffsets": "earliest", "endingOffsets": "latest"}
-        for k, v in (("token", args.token), ("s3.endpointUrl", args.s3_endpoint_url),
-                     ("s3.region", args.s3_region), ("s3.accessKey", args.s3_access_key),
-                     ("s3.secretKey", args.s3_secret_key)):
+        opts = {
+            "serviceUrl": args.service_url,
+            "bucketUrl": args.bucket_url,
+            "topic": args.topic,
+            "startingOffsets": "earliest",
+            "endingOffsets": "latest",
+        }
+        for k, v in (
+            ("token", args.token),
+            ("s3.endpointUrl", args.s3_endpoint_url),
+            ("s3.region", args.s3_region),
+            ("s3.accessKey", args.s3_access_key),
+            ("s3.secretKey", args.s3_secret_key),
+        ):
             if v:
                 opts[k] = v
         df = spark.read.format("tiered_log").options(**opts).load()
@@ -83,23 +97,37 @@ def main(argv: list[str] | None = None) -> int:
         dated = df.withColumn("date", F.to_date("timestamp"))
         dated.write.mode("overwrite").partitionBy("date").parquet(args.out)
         copy = spark.read.parquet(args.out)
-        daily = (copy.groupBy("date")
-                 .agg(F.count("*").alias("records"), F.sum(F.length("value")).alias("value_bytes"),
-                      F.min("offset").alias("min_offset"), F.max("offset").alias("max_offset"))
-                 .orderBy("date").collect())
-        per_part = copy.groupBy("partition").agg(F.count("*").alias("n"), F.min("offset").alias("lo"),
-                                                 F.max("offset").alias("hi")).orderBy("partition")
+        daily = (
+            copy.groupBy("date")
+            .agg(
+                F.count("*").alias("records"),
+                F.sum(F.length("value")).alias("value_bytes"),
+                F.min("offset").alias("min_offset"),
+                F.max("offset").alias("max_offset"),
+            )
+            .orderBy("date")
+            .collect()
+        )
+        per_part = (
+            copy.groupBy("partition")
+            .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
+            .orderBy("partition")
+        )
         total = 0
         print("daily aggregate:")
         for r in daily:
-            print(f"  {r.date}: {r.records} records, {r.value_bytes} value bytes, "
-                  f"offsets {r.min_offset}..{r.max_offset}")
+            print(
+                f"  {r.date}: {r.records} records, {r.value_bytes} value bytes, "
+                f"offsets {r.min_offset}..{r.max_offset}"
+            )
             total += r.records
         for r in per_part.collect():
             print(f"partition {r.partition}: {r.n} records, offsets {r.lo}..{r.hi}")
         secs = time.monotonic() - t0
-        print(f"summary: {total} records over {len(daily)} day(s) written to {args.out} "
-              f"in {secs:.1f}s ({total / secs:,.0f} records/s)")
+        print(
+            f"summary: {total} records over {len(daily)} day(s) written to {args.out} "
+            f"in {secs:.1f}s ({total / secs:,.0f} records/s)"
+        )
         print("spark_history OK")
     finally:
         stop.set()

@@ -84,8 +84,9 @@ def s3_target() -> Iterator[S3TestTarget]:
         server.start()
         try:
             host, port = server.get_host_and_port()
-            yield S3TestTarget(f"http://{host}:{port}", "testing", "testing", "us-east-1",
-                               None, is_moto=True)
+            yield S3TestTarget(
+                f"http://{host}:{port}", "testing", "testing", "us-east-1", None, is_moto=True
+            )
         finally:
             server.stop()
             werkzeug_log.setLevel(old_level)
@@ -101,9 +102,13 @@ def s3_endpoint(s3_target: S3TestTarget) -> str:
 def s3_client(s3_target: S3TestTarget) -> Any:
     """A raw boto3 S3 client on the test endpoint, for looking behind S3Storage's back."""
     return boto3.session.Session().client(
-        "s3", endpoint_url=s3_target.endpoint, region_name=s3_target.region,
-        aws_access_key_id=s3_target.access_key, aws_secret_access_key=s3_target.secret_key,
-        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 3}))
+        "s3",
+        endpoint_url=s3_target.endpoint,
+        region_name=s3_target.region,
+        aws_access_key_id=s3_target.access_key,
+        aws_secret_access_key=s3_target.secret_key,
+        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 3}),
+    )
 
 
 def _empty(client: Any, bucket: str, prefix: str) -> None:
@@ -146,8 +151,9 @@ def s3_bucket(s3_location: S3Location) -> str:
 
 
 @pytest.fixture
-def s3_storage_factory(s3_target: S3TestTarget,
-                       s3_location: S3Location) -> Iterator[Callable[..., S3Storage]]:
+def s3_storage_factory(
+    s3_target: S3TestTarget, s3_location: S3Location
+) -> Iterator[Callable[..., S3Storage]]:
     """Make S3Storage instances on this test's location; keyword arguments override the
     defaults (``prefix`` is appended to the location's prefix). All closed afterwards."""
     made: list[S3Storage] = []
@@ -155,8 +161,10 @@ def s3_storage_factory(s3_target: S3TestTarget,
     def make(**overrides: Any) -> S3Storage:
         prefix = "/".join(p for p in (s3_location.prefix, overrides.pop("prefix", "")) if p)
         options: dict[str, Any] = {
-            "endpoint_url": s3_target.endpoint, "region": s3_target.region,
-            "access_key": s3_target.access_key, "secret_key": s3_target.secret_key,
+            "endpoint_url": s3_target.endpoint,
+            "region": s3_target.region,
+            "access_key": s3_target.access_key,
+            "secret_key": s3_target.secret_key,
         }
         options.update(overrides)
         storage = S3Storage(s3_location.bucket, prefix=prefix, **options)

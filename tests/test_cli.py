@@ -31,16 +31,22 @@ BATCH = 50
 TS0 = 1_700_000_000_000
 
 
-def run(*args: str | os.PathLike[str], stdin: bytes | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str | os.PathLike[str], stdin: bytes | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run the CLI; stdout/stderr as text."""
     proc = subprocess.run(
         [sys.executable, "-m", "tiered_log.cli", *map(str, args)],
-        input=stdin, capture_output=True, timeout=timeout,
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
     )
-    return subprocess.CompletedProcess(proc.args, proc.returncode,
-                                       proc.stdout.decode("utf-8", "replace"),
-                                       proc.stderr.decode("utf-8", "replace"))
+    return subprocess.CompletedProcess(
+        proc.args,
+        proc.returncode,
+        proc.stdout.decode("utf-8", "replace"),
+        proc.stderr.decode("utf-8", "replace"),
+    )
 
 
 def assert_one_line_error(p: subprocess.CompletedProcess[str], code: int | None = None) -> str:
@@ -70,11 +76,17 @@ def base_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("base") / "log"
     with Log.open(d, SMALL) as log:
         for start in range(0, RECORDS, BATCH):
-            log.append_batch([
-                ProducerRecord(value_for(i), key=f"k{i % 5}".encode(),
-                               headers=(("n", str(i).encode()),), timestamp=TS0 + i)
-                for i in range(start, start + BATCH)
-            ])
+            log.append_batch(
+                [
+                    ProducerRecord(
+                        value_for(i),
+                        key=f"k{i % 5}".encode(),
+                        headers=(("n", str(i).encode()),),
+                        timestamp=TS0 + i,
+                    )
+                    for i in range(start, start + BATCH)
+                ]
+            )
     assert len(naming.list_segment_bases(d)) >= 4
     return d
 
@@ -96,8 +108,15 @@ def seg(d: Path, i: int, suffix: str) -> Path:
 
 def test_append_then_read_round_trip(tmp_path: Path) -> None:
     d = tmp_path / "log"
-    lines = [b"hello", b"world with spaces", "caf\u00e9".encode(), b"\xff\xfe binary", b"",
-             b"tab\there", b"base64:looks-encoded"]
+    lines = [
+        b"hello",
+        b"world with spaces",
+        "caf\u00e9".encode(),
+        b"\xff\xfe binary",
+        b"",
+        b"tab\there",
+        b"base64:looks-encoded",
+    ]
     p = run("append", d, "--key", "k1", stdin=b"\n".join(lines) + b"\r\n")
     assert p.returncode == 0, p.stderr
     assert "appended 6 records at offsets 0..5" in p.stdout
@@ -179,12 +198,15 @@ def test_dump_store(base_log: Path) -> None:
     lines = p.stdout.splitlines()
     assert lines[0].startswith(f"Dumping {store}")
     # A header line per batch, then a "| " line per record of it.
-    assert lines[1].startswith(f"base_offset: 0 last_offset: {BATCH - 1} count: {BATCH} "
-                               f"position: 0 size: ")
+    assert lines[1].startswith(
+        f"base_offset: 0 last_offset: {BATCH - 1} count: {BATCH} position: 0 size: "
+    )
     assert f" first_timestamp: {TS0} max_timestamp: {TS0 + BATCH - 1} checksum: 0x" in lines[1]
     assert lines[1].endswith("valid: true")
-    assert lines[2] == (f"| offset: 0 timestamp: {TS0} key_length: 2 "
-                        f"value_length: {len(value_for(0))} header_count: 1")
+    assert lines[2] == (
+        f"| offset: 0 timestamp: {TS0} key_length: 2 "
+        f"value_length: {len(value_for(0))} header_count: 1"
+    )
     assert lines[1 + BATCH].startswith(f"| offset: {BATCH - 1} timestamp: {TS0 + BATCH - 1} ")
     assert lines[2 + BATCH].startswith(f"base_offset: {BATCH} last_offset: {2 * BATCH - 1} ")
     assert not any("value: " in line for line in lines)
@@ -192,12 +214,14 @@ def test_dump_store(base_log: Path) -> None:
     records = [line for line in lines[1:-1] if line.startswith("| ")]
     assert len(records) == BATCH * len(headers)
     last = records[-1].split()[2]
-    assert lines[-1].startswith(f"Summary: {len(headers)} batches, {len(records)} readable "
-                                f"records, offsets 0..{last}, ")
+    assert lines[-1].startswith(
+        f"Summary: {len(headers)} batches, {len(records)} readable records, offsets 0..{last}, "
+    )
     assert lines[-1].endswith("; all batches verify")
     p = run("dump", store, "--print-data")
     assert p.stdout.splitlines()[2].endswith(
-        f"header_count: 1 key: k0 value: {value_for(0).decode()} headers: n=0")
+        f"header_count: 1 key: k0 value: {value_for(0).decode()} headers: n=0"
+    )
 
 
 def test_dump_store_with_a_damaged_batch(log_copy: Path) -> None:
@@ -278,9 +302,11 @@ def test_verify_clean(base_log: Path) -> None:
     p = run("verify", base_log)
     assert p.returncode == 0, p.stdout + p.stderr
     n = len(naming.list_segment_bases(base_log))
-    assert p.stdout.strip() == (f"{n} segments, {RECORDS} records (offsets [0, {RECORDS})), "
-                                f"{sum(f.stat().st_size for f in base_log.glob('*.log')):,} "
-                                f"bytes: clean")
+    assert p.stdout.strip() == (
+        f"{n} segments, {RECORDS} records (offsets [0, {RECORDS})), "
+        f"{sum(f.stat().st_size for f in base_log.glob('*.log')):,} "
+        f"bytes: clean"
+    )
     p = run("verify", base_log, "--json")
     assert p.returncode == 0
     report = json.loads(p.stdout)
@@ -332,10 +358,14 @@ def test_verify_index_pointing_at_the_wrong_record(log_copy: Path) -> None:
     tdata[12] += 1  # entry 1's max timestamp
     timeindex.write_bytes(bytes(tdata))
     problems, _ = _verify_damaged(log_copy)
-    assert any(p.startswith(f"{index.name}: entry 1: ")
-               and f"points at the batch with base offset {BATCH}" in p for p in problems)
-    assert any(p.startswith(f"{timeindex.name}: entry 1: ") and "largest timestamp" in p
-               for p in problems)
+    assert any(
+        p.startswith(f"{index.name}: entry 1: ")
+        and f"points at the batch with base offset {BATCH}" in p
+        for p in problems
+    )
+    assert any(
+        p.startswith(f"{timeindex.name}: entry 1: ") and "largest timestamp" in p for p in problems
+    )
 
 
 def test_verify_index_entry_inside_a_batch(log_copy: Path) -> None:
@@ -346,8 +376,10 @@ def test_verify_index_entry_inside_a_batch(log_copy: Path) -> None:
     struct.pack_into("<II", data, 8, rel + 1, pos + HEADER_SIZE)  # entry 1, one record on
     index.write_bytes(bytes(data))
     problems, report = _verify_damaged(log_copy)
-    assert problems == [f"{index.name}: entry 1: entry (offset {rel + 1}, position "
-                        f"{pos + HEADER_SIZE}) points not at the start of a batch"]
+    assert problems == [
+        f"{index.name}: entry 1: entry (offset {rel + 1}, position "
+        f"{pos + HEADER_SIZE}) points not at the start of a batch"
+    ]
     assert report["problems"][0]["kind"] == "offset_index"  # type: ignore[index]
 
 
@@ -394,8 +426,9 @@ def test_verify_deleted_index_of_a_sealed_segment(log_copy: Path) -> None:
     index = seg(log_copy, 1, naming.INDEX_SUFFIX)
     index.unlink()
     problems, report = _verify_damaged(log_copy)
-    assert problems == [f"{index.name}: the offset index of a sealed segment is missing "
-                        "(Log.open would rebuild it)"]
+    assert problems == [
+        f"{index.name}: the offset index of a sealed segment is missing (Log.open would rebuild it)"
+    ]
     assert report["problems"][0]["kind"] == "missing_index"  # type: ignore[index]
 
 
@@ -461,8 +494,9 @@ def test_verify_warnings_are_not_damage(log_copy: Path) -> None:
         (["verify", "{tmp}/notes.txt"], 1, "not a directory"),
     ],
 )
-def test_bad_input_is_one_line(base_log: Path, tmp_path: Path, args: list[str], code: int,
-                               fragment: str) -> None:
+def test_bad_input_is_one_line(
+    base_log: Path, tmp_path: Path, args: list[str], code: int, fragment: str
+) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     subst = {"missing": str(tmp_path / "missing"), "log": str(base_log), "tmp": str(tmp_path)}
     p = run(*[a.format(**subst) for a in args])
@@ -490,8 +524,11 @@ def test_record_too_large_is_one_line(tmp_path: Path) -> None:
 
 
 def test_closed_pipe_is_not_a_traceback(base_log: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "tiered_log.cli", "read", str(base_log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tiered_log.cli", "read", str(base_log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.readline()
     proc.stdout.close()
@@ -507,6 +544,8 @@ def test_verify_zero_filled_tail(log_copy: Path) -> None:
     with open(store, "ab") as f:
         f.write(bytes(300))
     problems, _ = _verify_damaged(log_copy)
-    assert problems == [f"{store.name}: damage starts at byte {size} of {size + 300} (300 bytes "
-                        f"not readable): the last 300 bytes are all zeros (a torn write, or space "
-                        f"the file system preallocated)"]
+    assert problems == [
+        f"{store.name}: damage starts at byte {size} of {size + 300} (300 bytes "
+        f"not readable): the last 300 bytes are all zeros (a torn write, or space "
+        f"the file system preallocated)"
+    ]

@@ -34,8 +34,11 @@ def _arguments(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str
 
 
 def test_every_argument_has_help() -> None:
-    missing = [f"{path}: {'/'.join(a.option_strings) or a.dest}"
-               for path, a in _arguments(build_parser(), "tiered-log") if not a.help]
+    missing = [
+        f"{path}: {'/'.join(a.option_strings) or a.dest}"
+        for path, a in _arguments(build_parser(), "tiered-log")
+        if not a.help
+    ]
     assert missing == []
 
 

@@ -78,28 +78,40 @@ def _params() -> list[object]:
 
 
 def test_table_covers_the_tree() -> None:
-    defined = {v for v in vars(E).values()
-               if isinstance(v, type) and issubclass(v, E.TieredLogError)}
+    defined = {
+        v for v in vars(E).values() if isinstance(v, type) and issubclass(v, E.TieredLogError)
+    }
     assert defined == {row[0] for row in TABLE}
     assert {c.__name__ for c in defined} <= set(E.__all__)
 
 
 @pytest.mark.parametrize(("cls", "code", "status", "retriable_status"), _params())
-def test_code_and_status(cls: type[E.TieredLogError], code: str, status: int,
-                         retriable_status: int) -> None:
+def test_code_and_status(
+    cls: type[E.TieredLogError], code: str, status: int, retriable_status: int
+) -> None:
     assert cls.code == code
     assert cls.status == status
     assert E.status_of(_instance(cls, False)) == status
     assert E.status_of(_instance(cls, True)) == retriable_status
     assert E.status_of(cls("m") if cls is not E.ServiceError else _instance(cls, False)) == (
-        retriable_status if cls.retriable else status)
+        retriable_status if cls.retriable else status
+    )
 
 
 @pytest.mark.parametrize(("cls", "code", "status", "retriable_status"), _params())
-def test_client_decodes_the_code(cls: type[E.TieredLogError], code: str, status: int,
-                                 retriable_status: int) -> None:
-    body = json.dumps({"error": {"code": code, "message": "m", "retriable": True,
-                                 "details": {"log_start_offset": 3, "next_offset": 9}}})
+def test_client_decodes_the_code(
+    cls: type[E.TieredLogError], code: str, status: int, retriable_status: int
+) -> None:
+    body = json.dumps(
+        {
+            "error": {
+                "code": code,
+                "message": "m",
+                "retriable": True,
+                "details": {"log_start_offset": 3, "next_offset": 9},
+            }
+        }
+    )
     exc = error_from_response(status, body.encode())
     assert exc.retriable is True
     assert str(exc) == "m"
@@ -121,11 +133,17 @@ def test_unknown_answers() -> None:
     assert type(exc) is E.ServiceError and (exc.status, exc.code) == (418, "teapot")
     exc = error_from_response(502, b"<html>bad gateway</html>")
     assert type(exc) is E.ServiceError and (exc.status, exc.code, exc.retriable) == (
-        502, "http_error", True)
+        502,
+        "http_error",
+        True,
+    )
 
 
-@pytest.mark.parametrize("exc", [ValueError("x"), OSError("x"), KeyboardInterrupt()],
-                         ids=["ValueError", "OSError", "KeyboardInterrupt"])
+@pytest.mark.parametrize(
+    "exc",
+    [ValueError("x"), OSError("x"), KeyboardInterrupt()],
+    ids=["ValueError", "OSError", "KeyboardInterrupt"],
+)
 def test_status_of_other_exceptions(exc: BaseException) -> None:
     assert E.status_of(exc) == 500
 
@@ -142,15 +160,26 @@ def test_a_subclass_elsewhere_inherits_its_status() -> None:
     assert E.status_of(Bare("m", retriable=True)) == 503
 
 
-@pytest.mark.parametrize(("module", "names"), [
-    pytest.param("tiered_log.service.auth", ["AuthenticationError", "PermissionDeniedError"],
-                 id="auth"),
-    pytest.param("tiered_log.service.wire", ["InvalidRequestError", "RequestTooLargeError",
-                                             "ShuttingDownError", "UnsupportedMediaTypeError"],
-                 id="wire"),
-    pytest.param("tiered_log.service.topics", ["DataDirLockedError"], id="topics"),
-    pytest.param("tiered_log.client", ["ConnectionFailedError", "ServiceError"], id="client"),
-])
+@pytest.mark.parametrize(
+    ("module", "names"),
+    [
+        pytest.param(
+            "tiered_log.service.auth", ["AuthenticationError", "PermissionDeniedError"], id="auth"
+        ),
+        pytest.param(
+            "tiered_log.service.wire",
+            [
+                "InvalidRequestError",
+                "RequestTooLargeError",
+                "ShuttingDownError",
+                "UnsupportedMediaTypeError",
+            ],
+            id="wire",
+        ),
+        pytest.param("tiered_log.service.topics", ["DataDirLockedError"], id="topics"),
+        pytest.param("tiered_log.client", ["ConnectionFailedError", "ServiceError"], id="client"),
+    ],
+)
 def test_old_homes_reexport(module: str, names: list[str]) -> None:
     mod = importlib.import_module(module)
     for name in names:
@@ -158,8 +187,10 @@ def test_old_homes_reexport(module: str, names: list[str]) -> None:
 
 
 def test_client_imports_nothing_of_the_service() -> None:
-    code = ("import sys, tiered_log.client\n"
-            "bad = sorted(m for m in sys.modules if m.startswith('tiered_log.service'))\n"
-            "print(bad)\nsys.exit(1 if bad else 0)\n")
+    code = (
+        "import sys, tiered_log.client\n"
+        "bad = sorted(m for m in sys.modules if m.startswith('tiered_log.service'))\n"
+        "print(bad)\nsys.exit(1 if bad else 0)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -30,8 +30,14 @@ from _service import LocalService  # noqa: E402
 def run_example(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
     env["PYTHONUNBUFFERED"] = "1"
-    return subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +65,19 @@ def test_quickstart_starts_its_own_service() -> None:
 
 
 def test_quickstart_against_a_running_service(auth_service: LocalService) -> None:
-    p = run_example("quickstart.py", "--url", auth_service.url, "--token", TOKEN,
-                    "--topic", "qs-url", "--partitions", "1", "--records", "20")
+    p = run_example(
+        "quickstart.py",
+        "--url",
+        auth_service.url,
+        "--token",
+        TOKEN,
+        "--topic",
+        "qs-url",
+        "--partitions",
+        "1",
+        "--records",
+        "20",
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "starting the service" not in p.stdout
     assert "created topic 'qs-url' with 1 partition(s)" in p.stdout
@@ -100,8 +117,17 @@ def test_long_retention_archive_reads_old_offsets_from_the_remote_tier() -> None
 
 
 def test_long_retention_archive_against_a_running_service(auth_service: LocalService) -> None:
-    p = run_example("long_retention_archive.py", "--url", auth_service.url, "--token", TOKEN,
-                    "--records", "300", "--topic", "archive-url")
+    p = run_example(
+        "long_retention_archive.py",
+        "--url",
+        auth_service.url,
+        "--token",
+        TOKEN,
+        "--records",
+        "300",
+        "--topic",
+        "archive-url",
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert _bounds(p.stdout, "bounds after shipping:")["local_start"] > 0
     assert "deleted topic 'archive-url'" in p.stdout
@@ -112,10 +138,12 @@ def test_minio_local_testing() -> None:
     endpoint = os.environ.get("TIERED_LOG_TEST_S3_ENDPOINT")
     if endpoint:
         args += ["--endpoint", endpoint]
-        for opt, var in (("--access-key", "TIERED_LOG_TEST_S3_ACCESS_KEY"),
-                         ("--secret-key", "TIERED_LOG_TEST_S3_SECRET_KEY"),
-                         ("--region", "TIERED_LOG_TEST_S3_REGION"),
-                         ("--bucket", "TIERED_LOG_TEST_S3_BUCKET")):
+        for opt, var in (
+            ("--access-key", "TIERED_LOG_TEST_S3_ACCESS_KEY"),
+            ("--secret-key", "TIERED_LOG_TEST_S3_SECRET_KEY"),
+            ("--region", "TIERED_LOG_TEST_S3_REGION"),
+            ("--bucket", "TIERED_LOG_TEST_S3_BUCKET"),
+        ):
             if os.environ.get(var):
                 args += [opt, os.environ[var]]
     p = run_example("minio_local_testing.py", *args, timeout=180)

@@ -92,7 +92,7 @@ def dockerfile_env() -> dict[str, str]:
 def setting_path(name: str) -> tuple[str, ...]:
     """The Settings field path a ``TIERED_LOG_*`` variable names; AssertionError if none."""
     assert name.startswith(PREFIX), name
-    parts = tuple(p.lower() for p in name[len(PREFIX):].split("__"))
+    parts = tuple(p.lower() for p in name[len(PREFIX) :].split("__"))
     assert parts[0] in Settings.model_fields, f"{name}: no setting {parts[0]!r}"
     if len(parts) > 1:
         assert parts[0] == "topic_defaults" and len(parts) == 2, f"{name}: not a nested setting"
@@ -114,8 +114,13 @@ def load_in_subprocess(env: dict[str, str]) -> dict[str, Any]:
         "    d[k] = v.get_secret_value() if v is not None else None\n"
         "print(json.dumps(d))\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     data: dict[str, Any] = json.loads(p.stdout)
     return data
@@ -156,11 +161,15 @@ def test_compose_start_order_and_healthchecks(compose: dict[str, Any]) -> None:
     assert deps["create-bucket"]["condition"] == "service_completed_successfully"
     # The healthcheck probes the port the service listens on.
     env = service_env(services["tiered-log"])
-    assert f":{env['TIERED_LOG_PORT']}/healthz" in " ".join(services["tiered-log"]["healthcheck"]["test"])
+    assert f":{env['TIERED_LOG_PORT']}/healthz" in " ".join(
+        services["tiered-log"]["healthcheck"]["test"]
+    )
 
 
 def test_every_tiered_log_variable_is_a_setting(compose: dict[str, Any]) -> None:
-    names = [k for s in compose["services"].values() for k in service_env(s) if k.startswith(PREFIX)]
+    names = [
+        k for s in compose["services"].values() for k in service_env(s) if k.startswith(PREFIX)
+    ]
     names += [k for k in dockerfile_env() if k.startswith(PREFIX)]
     assert len(names) >= 8
     for name in names:
@@ -168,11 +177,21 @@ def test_every_tiered_log_variable_is_a_setting(compose: dict[str, Any]) -> None
 
 
 def test_service_environment_loads_with_the_values_written(compose: dict[str, Any]) -> None:
-    env = {k: v for k, v in service_env(compose["services"]["tiered-log"]).items()
-           if k.startswith(PREFIX)}
-    for required in ("TIERED_LOG_REMOTE_URL", "TIERED_LOG_S3_ENDPOINT_URL", "TIERED_LOG_S3_ACCESS_KEY",
-                     "TIERED_LOG_S3_SECRET_KEY", "TIERED_LOG_S3_REGION", "TIERED_LOG_HOST",
-                     "TIERED_LOG_PORT", "TIERED_LOG_DATA_DIR"):
+    env = {
+        k: v
+        for k, v in service_env(compose["services"]["tiered-log"]).items()
+        if k.startswith(PREFIX)
+    }
+    for required in (
+        "TIERED_LOG_REMOTE_URL",
+        "TIERED_LOG_S3_ENDPOINT_URL",
+        "TIERED_LOG_S3_ACCESS_KEY",
+        "TIERED_LOG_S3_SECRET_KEY",
+        "TIERED_LOG_S3_REGION",
+        "TIERED_LOG_HOST",
+        "TIERED_LOG_PORT",
+        "TIERED_LOG_DATA_DIR",
+    ):
         assert required in env, required
     loaded = load_in_subprocess(env)
     for name, raw in env.items():
@@ -206,8 +225,9 @@ def check_bucket(services: dict[str, Any], node: str) -> None:
     script = command_text(services["create-bucket"])
     made = re.findall(r"\bmc mb\b[^&;|]*?\s(\w+)/([a-z0-9][a-z0-9.-]+)", script)
     assert made, script
-    aliases = {a: (u, k, s) for a, u, k, s in
-               re.findall(r"\bmc alias set (\w+) (\S+) (\S+) (\S+)", script)}
+    aliases = {
+        a: (u, k, s) for a, u, k, s in re.findall(r"\bmc alias set (\w+) (\S+) (\S+) (\S+)", script)
+    }
     alias, bucket = made[0]
     assert bucket == url.netloc
     # mc talks to the same MinIO, with the same credentials, as the service.
@@ -253,8 +273,11 @@ def test_dockerfile_instructions() -> None:
 
 
 def test_dockerignore_keeps_the_sources() -> None:
-    lines = [ln.strip() for ln in (INFRA / "Dockerfile.dockerignore").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in (INFRA / "Dockerfile.dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     for needed in ("pyproject.toml", "README.md", "tiered_log/**"):
         assert f"!{needed}" in lines
 
@@ -293,8 +316,12 @@ def test_cluster_compose_services(cluster_compose: dict[str, Any]) -> None:
 
 
 def test_cluster_every_tiered_log_variable_is_a_setting(cluster_compose: dict[str, Any]) -> None:
-    names = [k for s in cluster_compose["services"].values() for k in service_env(s)
-             if k.startswith(PREFIX)]
+    names = [
+        k
+        for s in cluster_compose["services"].values()
+        for k in service_env(s)
+        if k.startswith(PREFIX)
+    ]
     assert len(names) >= 3 * 10
     for name in names:
         setting_path(name)
@@ -319,11 +346,19 @@ def test_cluster_nodes_load_as_cluster_nodes(cluster_compose: dict[str, Any]) ->
     for name in NODES:
         svc = services[name]
         env = {k: v for k, v in service_env(svc).items() if k.startswith(PREFIX)}
-        for required in ("TIERED_LOG_NODE_ID", "TIERED_LOG_ADVERTISED_URL",
-                         "TIERED_LOG_CLUSTER_ETCD", "TIERED_LOG_REMOTE_URL",
-                         "TIERED_LOG_S3_ENDPOINT_URL", "TIERED_LOG_S3_ACCESS_KEY",
-                         "TIERED_LOG_S3_SECRET_KEY", "TIERED_LOG_S3_REGION", "TIERED_LOG_HOST",
-                         "TIERED_LOG_PORT", "TIERED_LOG_DATA_DIR"):
+        for required in (
+            "TIERED_LOG_NODE_ID",
+            "TIERED_LOG_ADVERTISED_URL",
+            "TIERED_LOG_CLUSTER_ETCD",
+            "TIERED_LOG_REMOTE_URL",
+            "TIERED_LOG_S3_ENDPOINT_URL",
+            "TIERED_LOG_S3_ACCESS_KEY",
+            "TIERED_LOG_S3_SECRET_KEY",
+            "TIERED_LOG_S3_REGION",
+            "TIERED_LOG_HOST",
+            "TIERED_LOG_PORT",
+            "TIERED_LOG_DATA_DIR",
+        ):
             assert required in env, (name, required)
         loaded = load_in_subprocess(env)
         for var, raw in env.items():

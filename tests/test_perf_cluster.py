@@ -31,8 +31,9 @@ RUN = "import sys, tiered_log.cli as cli; sys.exit(cli.main(sys.argv[1:]))"
 
 
 def perf(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", RUN, "perf", *args], capture_output=True,
-                          text=True, timeout=200)
+    return subprocess.run(
+        [sys.executable, "-c", RUN, "perf", *args], capture_output=True, text=True, timeout=200
+    )
 
 
 def skip_unless_etcd_runs() -> None:
@@ -69,14 +70,16 @@ def test_failover_json(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [], "the cluster's files are removed afterwards"
     text = format_failover(r)
     assert "kill  2: node" in text
-    assert text.endswith(f"target: p50 <= lease TTL + 1 s, acked_lost 0: "
-                         f"{'met' if r['met'] else 'NOT MET'}")
+    assert text.endswith(
+        f"target: p50 <= lease TTL + 1 s, acked_lost 0: {'met' if r['met'] else 'NOT MET'}"
+    )
 
 
 def test_replicated_latency_json() -> None:
     skip_unless_etcd_runs()
-    p = perf("replicated-latency", "--json", "--records", "60", "--rounds", "3",
-             "--value-bytes", "50")
+    p = perf(
+        "replicated-latency", "--json", "--records", "60", "--rounds", "3", "--value-bytes", "50"
+    )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["benchmark"] == "replicated-latency"
@@ -114,10 +117,19 @@ def test_check_acks_counts_missing_duplicated_and_moved() -> None:
 def test_failover_report_target() -> None:
     checked = check_acks([], [])
     kills = [{"failover_s": s} for s in (2.5, 2.0, 9.0)]
-    r = failover_report(kills, checked, kills=3, lease_ttl_s=2, nodes=3, acked=0, attempts=0,
-                        errors={})
+    r = failover_report(
+        kills, checked, kills=3, lease_ttl_s=2, nodes=3, acked=0, attempts=0, errors={}
+    )
     assert (r["failover_p50_s"], r["failover_min_s"], r["failover_max_s"]) == (2.5, 2.0, 9.0)
     assert r["met"] and r["p50_vs_lease_ttl"] == 1.25
-    r = failover_report([*kills[:1], {"failover_s": None}], checked, kills=2, lease_ttl_s=2,
-                        nodes=3, acked=0, attempts=0, errors={})
+    r = failover_report(
+        [*kills[:1], {"failover_s": None}],
+        checked,
+        kills=2,
+        lease_ttl_s=2,
+        nodes=3,
+        acked=0,
+        attempts=0,
+        errors={},
+    )
     assert r["failover_timed_out"] == 1 and not r["met"]

@@ -17,17 +17,18 @@ import pytest
 
 from tiered_log.perf.http import latency_figures, percentile
 
-RUN = ("import sys, tiered_log.cli as cli, tiered_log.perf.http; "
-       "sys.exit(cli.main(sys.argv[1:]))")
+RUN = "import sys, tiered_log.cli as cli, tiered_log.perf.http; sys.exit(cli.main(sys.argv[1:]))"
 
 
 def perf(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", RUN, "perf", *args], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", RUN, "perf", *args], capture_output=True, text=True, timeout=300
+    )
 
 
-def check_common(report: dict[str, Any], kind: str, records: int, target: str,
-                 limits: tuple[str, ...] = ()) -> None:
+def check_common(
+    report: dict[str, Any], kind: str, records: int, target: str, limits: tuple[str, ...] = ()
+) -> None:
     assert report["benchmark"] == kind
     p = report["params"]
     assert p["records"] == records and p["record_bytes"] == 1024 and p["repeat"] == 1
@@ -38,7 +39,9 @@ def check_common(report: dict[str, Any], kind: str, records: int, target: str,
             assert isinstance(r[field], int | float) and r[field] > 0, r
         assert len(r["runs_seconds"]) == 1
         assert r["records_per_s"] == pytest.approx(records / r["seconds"], rel=0.01)
-    want = report["results"]["http"]["records_per_s"] / report["results"]["library"]["records_per_s"]
+    want = (
+        report["results"]["http"]["records_per_s"] / report["results"]["library"]["records_per_s"]
+    )
     assert set(report["targets"]) == {target, *limits}
     t = report["targets"][target]
     assert t["baseline"] == "library" and t["min_ratio"] == 0.5
@@ -50,8 +53,20 @@ def check_common(report: dict[str, Any], kind: str, records: int, target: str,
 
 
 def test_http_produce_json(tmp_path: Path) -> None:
-    p = perf("http-produce", "--json", "--records", "3000", "--batch", "500", "--repeat", "1",
-             "--single", "50", "--dir", str(tmp_path))
+    p = perf(
+        "http-produce",
+        "--json",
+        "--records",
+        "3000",
+        "--batch",
+        "500",
+        "--repeat",
+        "1",
+        "--single",
+        "50",
+        "--dir",
+        str(tmp_path),
+    )
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout)
     check_common(report, "http-produce", 3000, "produce_vs_library")
@@ -70,8 +85,13 @@ def test_http_fetch_json_and_table(tmp_path: Path) -> None:
     p = perf("http-fetch", "--json", "--records", "2500", "--repeat", "1", "--dir", str(tmp_path))
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout)
-    check_common(report, "http-fetch", 2500, "fetch_vs_library",
-                 ("local_vs_loopback", "archived_vs_loopback"))
+    check_common(
+        report,
+        "http-fetch",
+        2500,
+        "fetch_vs_library",
+        ("local_vs_loopback", "archived_vs_loopback"),
+    )
     assert "latency" not in report
     # The batches-only fetch next to the loopback limit, local and archived, one round.
     b = report["batches"]
@@ -87,8 +107,7 @@ def test_http_fetch_json_and_table(tmp_path: Path) -> None:
         assert t["met"] == (t["ratio"] >= minimum)
     assert list(tmp_path.iterdir()) == []
 
-    p = perf("http-fetch", "--records", "1200", "--batch", "500", "--repeat", "1",
-             "--no-progress")
+    p = perf("http-fetch", "--records", "1200", "--batch", "500", "--repeat", "1", "--no-progress")
     assert p.returncode == 0, p.stderr
     assert "perf http-fetch: 1,200 records of 1024 bytes, 500 a batch" in p.stdout
     assert "fetch_vs_library: ratio" in p.stdout
@@ -96,8 +115,19 @@ def test_http_fetch_json_and_table(tmp_path: Path) -> None:
 
 
 def test_http_produce_durable_flag_and_no_latency(tmp_path: Path) -> None:
-    p = perf("http-produce", "--json", "--records", "1000", "--repeat", "1", "--single", "0",
-             "--durable", "--dir", str(tmp_path))
+    p = perf(
+        "http-produce",
+        "--json",
+        "--records",
+        "1000",
+        "--repeat",
+        "1",
+        "--single",
+        "0",
+        "--durable",
+        "--dir",
+        str(tmp_path),
+    )
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout)
     assert report["params"]["durable"] is True

@@ -21,8 +21,12 @@ SYSTEMS = {"tiered_log", "plain_file", "sqlite_wal"}
 
 
 def perf(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiered_log.cli", "perf", *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tiered_log.cli", "perf", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def check_report(report: dict[str, Any], kind: str, targets: set[str], records: int) -> None:
@@ -42,7 +46,9 @@ def check_report(report: dict[str, Any], kind: str, targets: set[str], records: 
         for base in ("plain_file", "sqlite_wal"):
             got = w["ratios"][f"vs_{base}"]
             assert got > 0
-            assert got == pytest.approx(ours / w["results"][base]["records_per_s"], rel=0.01, abs=0.001)  # ratios are rounded to 3 places
+            assert got == pytest.approx(
+                ours / w["results"][base]["records_per_s"], rel=0.01, abs=0.001
+            )  # ratios are rounded to 3 places
     assert set(report["targets"]) == targets
     for name, t in report["targets"].items():
         assert t["workload"] == "1KiB" and t["min_ratio"] > 0 and t["ratio"] > 0
@@ -55,14 +61,25 @@ def check_report(report: dict[str, Any], kind: str, targets: set[str], records: 
 def test_perf_append_json(tmp_path: Path) -> None:
     p = perf("append", "--json", "--records", "5000", "--repeat", "1", "--dir", str(tmp_path))
     assert p.returncode == 0, p.stderr
-    check_report(json.loads(p.stdout), "append", {"append_vs_plain_file", "append_vs_sqlite_wal"},
-                 5000)
+    check_report(
+        json.loads(p.stdout), "append", {"append_vs_plain_file", "append_vs_sqlite_wal"}, 5000
+    )
     assert list(tmp_path.iterdir()) == [], "the benchmark's files are removed afterwards"
 
 
 def test_perf_read_json(tmp_path: Path) -> None:
-    p = perf("read", "--json", "--records", "3000", "--small-records", "3000", "--repeat", "1",
-             "--dir", str(tmp_path))
+    p = perf(
+        "read",
+        "--json",
+        "--records",
+        "3000",
+        "--small-records",
+        "3000",
+        "--repeat",
+        "1",
+        "--dir",
+        str(tmp_path),
+    )
     assert p.returncode == 0, p.stderr
     check_report(json.loads(p.stdout), "read", {"read_vs_sqlite_wal"}, 3000)
     assert list(tmp_path.iterdir()) == []

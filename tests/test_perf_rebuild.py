@@ -26,8 +26,9 @@ RUN = "import sys, tiered_log.cli as cli; sys.exit(cli.main(sys.argv[1:]))"
 
 
 def perf(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", RUN, "perf", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", RUN, "perf", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def skip_unless_etcd_runs() -> None:
@@ -44,20 +45,43 @@ def skip_unless_etcd_runs() -> None:
 
 def test_rebuild_json(tmp_path: Path) -> None:
     skip_unless_etcd_runs()
-    p = perf("rebuild", "--json", "--archive-mb", "4,8", "--tail-mb", "1", "--request-kib",
-             "256", "--record-bytes", "16384", "--before-s", "1", "--load-rate", "30",
-             "--wipes", "1", "--dir", str(tmp_path))
+    p = perf(
+        "rebuild",
+        "--json",
+        "--archive-mb",
+        "4,8",
+        "--tail-mb",
+        "1",
+        "--request-kib",
+        "256",
+        "--record-bytes",
+        "16384",
+        "--before-s",
+        "1",
+        "--load-rate",
+        "30",
+        "--wipes",
+        "1",
+        "--dir",
+        str(tmp_path),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout)
     assert r["benchmark"] == "rebuild" and r["params"]["wipes"] == 1
-    for key in ("rebuild_s", "rereplication_s", "speedup", "growth_10x",
-                "p99_ratio_during_rebuild"):
+    for key in (
+        "rebuild_s",
+        "rereplication_s",
+        "speedup",
+        "growth_10x",
+        "p99_ratio_during_rebuild",
+    ):
         assert isinstance(r[key], float) and r[key] > 0, key
     assert [run["archive_mb"] for run in r["runs"]] == [4, 8]
     assert r["rebuild_s"] == r["runs"][1]["rebuild_s"]
     assert r["speedup"] == pytest.approx(r["rereplication_s"] / r["rebuild_s"], rel=0.01)
-    assert r["growth_10x"] == pytest.approx(r["runs"][1]["rebuild_s"] / r["runs"][0]["rebuild_s"],
-                                            rel=0.01)
+    assert r["growth_10x"] == pytest.approx(
+        r["runs"][1]["rebuild_s"] / r["runs"][0]["rebuild_s"], rel=0.01
+    )
     per_request = r["params"]["records_per_request"]
     request_bytes = r["params"]["request_bytes"]
     for run in r["runs"]:
@@ -80,8 +104,10 @@ def test_rebuild_json(tmp_path: Path) -> None:
         assert tiered["fetched_bytes"] == run["tail_bytes"]
         assert untiered["follower_first_offset"] == 0
         assert untiered["fetched_bytes"] == run["archive_bytes"] + run["tail_bytes"]
-        assert run["fetched_bytes"] == {"rebuild": tiered["fetched_bytes"],
-                                        "rereplication": untiered["fetched_bytes"]}
+        assert run["fetched_bytes"] == {
+            "rebuild": tiered["fetched_bytes"],
+            "rereplication": untiered["fetched_bytes"],
+        }
     assert r["fetched_bytes"]["rebuild"] < r["fetched_bytes"]["rereplication"]
     assert set(r["targets"]) == {"speedup", "growth_10x", "p99_ratio_during_rebuild"}
     assert r["met"] == all(t["met"] for t in r["targets"].values())
@@ -93,8 +119,13 @@ def test_rebuild_json(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_are_usage_errors() -> None:
-    for args in (("--archive-mb", "0"), ("--archive-mb", "a,b"), ("--tail-mb", "0"),
-                 ("--load-rate", "-1"), ("--archive-mb", "200,64")):
+    for args in (
+        ("--archive-mb", "0"),
+        ("--archive-mb", "a,b"),
+        ("--tail-mb", "0"),
+        ("--load-rate", "-1"),
+        ("--archive-mb", "200,64"),
+    ):
         p = perf("rebuild", *args, timeout=60)
         assert p.returncode == 2, (args, p.stderr)
         assert args[0] in p.stderr
@@ -103,8 +134,12 @@ def test_bad_arguments_are_usage_errors() -> None:
 def test_the_plan_ends_the_archive_on_a_segment_boundary() -> None:
     """The archive is whole segments, each at least one request longer than the tail, so
     the tail stays in the active segment (unshipped)."""
-    for archive_mb, tail_mb, request in ((200, 64, 1 << 20), (2048, 64, 1 << 20),
-                                         (4, 1, 262492), (65, 64, 1 << 20)):
+    for archive_mb, tail_mb, request in (
+        (200, 64, 1 << 20),
+        (2048, 64, 1 << 20),
+        (4, 1, 262492),
+        (65, 64, 1 << 20),
+    ):
         plan = plan_for(archive_mb, tail_mb, request, 16)
         assert plan.per_segment > plan.tail_requests >= 1
         assert plan.segment_bytes == plan.per_segment * request
@@ -116,21 +151,27 @@ def test_the_plan_ends_the_archive_on_a_segment_boundary() -> None:
     assert plan_for(65, 64, 1 << 20, 16).segments == 1
 
 
-def _case(rebuild_s: float, catch_up_s: float, fetched: int,
-          p99: tuple[float, float]) -> dict[str, Any]:
+def _case(
+    rebuild_s: float, catch_up_s: float, fetched: int, p99: tuple[float, float]
+) -> dict[str, Any]:
     before, during = {"p99_ms": p99[0]}, {"p99_ms": p99[1]}
-    return {"rebuild_s": rebuild_s, "catch_up_s": catch_up_s, "fetched_bytes": fetched,
-            "load": {"before": before, "during": during, "p99_ratio": p99[1] / p99[0]}}
+    return {
+        "rebuild_s": rebuild_s,
+        "catch_up_s": catch_up_s,
+        "fetched_bytes": fetched,
+        "load": {"before": before, "during": during, "p99_ratio": p99[1] / p99[0]},
+    }
 
 
 def test_the_report_takes_the_largest_archive_and_checks_the_targets() -> None:
     small, big = plan_for(200, 64, 1 << 20, 16), plan_for(2048, 64, 1 << 20, 16)
-    runs = [run_figures(small, _case(2.0, 0.5, 64, (10.0, 11.0)),
-                        _case(5.0, 3.0, 264, (10.0, 20.0))),
-            run_figures(big, _case(2.5, 1.0, 64, (10.0, 12.0)),
-                        _case(60.0, 58.5, 2112, (10.0, 30.0)))]
-    r = rebuild_report(runs, {"tail_mb": 64, "request_bytes": 1 << 20, "load_rate": 50,
-                              "load_records": 10})
+    runs = [
+        run_figures(small, _case(2.0, 0.5, 64, (10.0, 11.0)), _case(5.0, 3.0, 264, (10.0, 20.0))),
+        run_figures(big, _case(2.5, 1.0, 64, (10.0, 12.0)), _case(60.0, 58.5, 2112, (10.0, 30.0))),
+    ]
+    r = rebuild_report(
+        runs, {"tail_mb": 64, "request_bytes": 1 << 20, "load_rate": 50, "load_records": 10}
+    )
     assert (r["rebuild_s"], r["rereplication_s"], r["speedup"]) == (2.5, 60.0, 24.0)
     assert r["speedup_after_startup"] == 58.5
     assert r["growth_10x"] == 1.25 and r["growth_10x_after_startup"] == 2.0

@@ -44,8 +44,11 @@ def _readme_commands() -> tuple[str, str]:
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     _, test_command = _readme_commands()
-    lines = [ln for ln in (ROOT / ".ci/run").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln
+        for ln in (ROOT / ".ci/run").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert lines[-1] == test_command
 
 
@@ -63,18 +66,26 @@ def _fresh_shell_env(port: int) -> dict[str, str]:
     """A shell's environment on a machine with Python and pip only: no venv on PATH, no
     service settings, the service on ``port`` (8080 may be taken on a test machine)."""
     venv_bin = str(Path(sys.prefix) / "bin")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TIERED_LOG_", "VIRTUAL_ENV", "PYTHON"))}
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                  if p and Path(p) != Path(venv_bin))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TIERED_LOG_", "VIRTUAL_ENV", "PYTHON"))
+    }
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p) != Path(venv_bin)
+    )
     env["TIERED_LOG_PORT"] = str(port)
     return env
 
 
 def _copy_clone(dest: Path) -> None:
     """The project's files as a fresh clone has them (tracked and new, not ignored)."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
     for name in files:
         if not name:
             continue
@@ -94,8 +105,10 @@ def _serve_child(shell_pid: int) -> int | None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("git") is None,
-                    reason="needs /proc and git")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or shutil.which("git") is None,
+    reason="needs /proc and git",
+)
 @pytest.mark.timeout(900)
 def test_first_command_then_later_commands_in_the_same_shell(tmp_path: Path) -> None:
     """Run the README's first command verbatim in a fresh copy of the project (a new venv,
@@ -106,16 +119,23 @@ def test_first_command_then_later_commands_in_the_same_shell(tmp_path: Path) -> 
     clone.mkdir()
     _copy_clone(clone)
     port = free_port()
-    script = "\n".join([
-        run,
-        'echo "first command ended: $?"',
-        "tiered-log --version",
-        'python -c "import sys, tiered_log; print(sys.prefix)"',
-        "tiered-log topics list --url http://127.0.0.1:1 2>/dev/null; echo \"topics: $?\"",
-    ])
-    proc = subprocess.Popen(["bash", "-c", script], cwd=clone, env=_fresh_shell_env(port),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    script = "\n".join(
+        [
+            run,
+            'echo "first command ended: $?"',
+            "tiered-log --version",
+            'python -c "import sys, tiered_log; print(sys.prefix)"',
+            'tiered-log topics list --url http://127.0.0.1:1 2>/dev/null; echo "topics: $?"',
+        ]
+    )
+    proc = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=clone,
+        env=_fresh_shell_env(port),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 600
         up = False
@@ -155,9 +175,21 @@ def test_building_the_project_prints_no_deprecation(tmp_path: Path) -> None:
     (tmp_path / "tiered_log").mkdir()
     (tmp_path / "tiered_log" / "__init__.py").write_text("")
     (tmp_path / "tiered_log" / "py.typed").write_text("")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w",
-                        str(tmp_path / "wheels"), str(tmp_path)],
-                       capture_output=True, text=True, timeout=540)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-w",
+            str(tmp_path / "wheels"),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     output = p.stdout + p.stderr
     assert "deprecated" not in output.lower(), output
@@ -171,6 +203,7 @@ def test_spark_extra_keeps_pandas_below_3() -> None:
     from packaging.requirements import Requirement
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]["spark"]
+        "optional-dependencies"
+    ]["spark"]
     pandas = next(Requirement(r) for r in extra if Requirement(r).name == "pandas")
     assert not pandas.specifier.contains("3.0.0") and pandas.specifier.contains("2.3.3")

@@ -45,6 +45,11 @@ class PartitionBounds:
         return cls(*(int(d[k]) for k in WIRE_FIELDS))
 
 
-WIRE_FIELDS = ("log_start_offset", "local_start_offset", "high_watermark", "next_offset",
-               "flushed_offset")
+WIRE_FIELDS = (
+    "log_start_offset",
+    "local_start_offset",
+    "high_watermark",
+    "next_offset",
+    "flushed_offset",
+)
 """The fields of :class:`PartitionBounds` the HTTP bounds body carries, in order."""

@@ -95,9 +95,7 @@ def _check_log_config(cfg: TopicConfig) -> TopicConfig:
 def validate_topic_pattern(pattern: str) -> str:
     """A grant's topic pattern: a topic name, or a glob of topic-name characters and ``*?``."""
     if not _TOPIC_PATTERN_RE.match(pattern) or pattern in (".", ".."):
-        raise ValueError(
-            "topic patterns are 1-200 letters, digits, '.', '_', '-', '*' or '?'"
-        )
+        raise ValueError("topic patterns are 1-200 letters, digits, '.', '_', '-', '*' or '?'")
     return pattern
 
 
@@ -133,7 +131,8 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", min_length=1, description="Listen address.")
     port: int = Field(8080, ge=0, le=65535, description="Listen port (0: any free port).")
     remote_url: str | None = Field(
-        None, description="s3://bucket/prefix, file:///dir or a directory; unset: <data_dir>/remote."
+        None,
+        description="s3://bucket/prefix, file:///dir or a directory; unset: <data_dir>/remote.",
     )
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
@@ -147,44 +146,60 @@ class Settings(BaseSettings):
         TIER_DEFAULTS.ship_interval_ms, ge=1, description="How often the shipper looks for work."
     )
     remote_upload_bytes_per_sec: int | None = Field(
-        None, ge=1, description="Upload rate limit of the node, shared by its partitions "
-        "(bytes/s, as Kafka's remote copy quota); null: unlimited."
+        None,
+        ge=1,
+        description="Upload rate limit of the node, shared by its partitions "
+        "(bytes/s, as Kafka's remote copy quota); null: unlimited.",
     )
     remote_fetch_bytes_per_sec: int | None = Field(
-        None, ge=1, description="Remote fetch quota of the node, shared by its partitions "
-        "(bytes/s read from the bucket, as Kafka's remote fetch quota); null: unlimited."
+        None,
+        ge=1,
+        description="Remote fetch quota of the node, shared by its partitions "
+        "(bytes/s read from the bucket, as Kafka's remote fetch quota); null: unlimited.",
     )
     remote_fetch_max_wait_ms: int = Field(
-        TIER_DEFAULTS.fetch_max_wait_ms, ge=1, le=600_000,
+        TIER_DEFAULTS.fetch_max_wait_ms,
+        ge=1,
+        le=600_000,
         description="How long a read waits for the bucket (ms, as "
         "Kafka's remote.fetch.max.wait.ms): then it answers 503 remote_timeout, retriable, "
         "while the fetch goes on to be cached for the retry. Waits for the fetch quota do "
-        "not count. S3 GET attempts get at least this long (and at least 5 s) each."
+        "not count. S3 GET attempts get at least this long (and at least 5 s) each.",
     )
     remote_copies_in_flight: int = Field(
-        TIER_DEFAULTS.copies_in_flight, ge=1, le=8,
+        TIER_DEFAULTS.copies_in_flight,
+        ge=1,
+        le=8,
         description="Segment copies a partition keeps under way at once (1: "
-        "one after another; more ships faster, at some cost in producer latency)."
+        "one after another; more ships faster, at some cost in producer latency).",
     )
     remote_worker_processes: int = Field(
-        TIER_DEFAULTS.worker_processes, ge=0, le=16,
+        TIER_DEFAULTS.worker_processes,
+        ge=0,
+        le=16,
         description="Worker processes that upload and verify segments, so that shipping "
         "does not take the producers' interpreter (0: threads of the server process).",
     )
     remote_worker_nice: int = Field(
-        TIER_DEFAULTS.worker_nice, ge=0, le=19,
+        TIER_DEFAULTS.worker_nice,
+        ge=0,
+        le=19,
         description="How much lower the tier workers' CPU priority is (nice; 0: the "
         "server's): on a busy machine producers and consumers get the CPU first.",
     )
     replica_catchup_retention_bytes: int = Field(
-        TIER_DEFAULTS.catchup_retention_bytes, ge=0, le=1 << 50,
+        TIER_DEFAULTS.catchup_retention_bytes,
+        ge=0,
+        le=1 << 50,
         description="How many bytes of shipped segments past local retention a partition's "
         "leader keeps on disk while a live follower still copies them (a rebuilt node "
         "catching up), so it is not sent back to the remote end again and again while "
         "producers move the local start (0: none).",
     )
     remote_chunk_bytes: int = Field(
-        TIER_DEFAULTS.chunk_bytes, ge=4096, le=1 << 30,
+        TIER_DEFAULTS.chunk_bytes,
+        ge=4096,
+        le=1 << 30,
         description="A shipped segment gets one remoteLogIndex entry per chunk of this size.",
     )
     topic_defaults: TopicConfig = Field(TOPIC_DEFAULTS)
@@ -203,22 +218,30 @@ class Settings(BaseSettings):
         64 << 20, ge=1024, le=1 << 31, description="Cap on a fetch's max_bytes."
     )
     max_request_head_bytes: int = Field(
-        64 << 10, ge=1024, le=16 << 20,
+        64 << 10,
+        ge=1024,
+        le=16 << 20,
         description="Largest request head (request line and header fields, bytes), and "
         "largest trailer section of a chunked body; larger: 431 and the connection closed.",
     )
     header_timeout_s: float = Field(
-        10.0, gt=0, le=3600,
+        10.0,
+        gt=0,
+        le=3600,
         description="A request head must arrive within this (s) from the connection's "
         "opening or its first byte; else 408 and the connection closed.",
     )
     body_timeout_s: float = Field(
-        20.0, gt=0, le=3600,
+        20.0,
+        gt=0,
+        le=3600,
         description="Longest pause in a request body (s), and the grace before "
         "body_min_bytes_per_s applies; else 408 and the connection closed.",
     )
     body_min_bytes_per_s: int = Field(
-        500, ge=0, le=1 << 30,
+        500,
+        ge=0,
+        le=1 << 30,
         description="Slowest average request body rate (bytes/s) accepted once "
         "body_timeout_s has passed; 0: no minimum.",
     )
@@ -232,45 +255,65 @@ class Settings(BaseSettings):
         30.0, gt=0, le=3600, description="How long SIGTERM waits for in-flight requests."
     )
     node_id: int | None = Field(
-        None, ge=0, le=1_000_000, description="This node's id in a cluster (with "
-        "advertised_url and cluster_etcd); unset: a single node, no etcd."
+        None,
+        ge=0,
+        le=1_000_000,
+        description="This node's id in a cluster (with "
+        "advertised_url and cluster_etcd); unset: a single node, no etcd.",
     )
     advertised_url: str | None = Field(
         None, description="The URL other nodes and clients reach this node at (cluster)."
     )
     cluster_etcd: str | None = Field(
-        None, description="etcd client URL holding the cluster's metadata, e.g. "
-        "http://127.0.0.1:2379; unset: a single node."
+        None,
+        description="etcd client URL holding the cluster's metadata, e.g. "
+        "http://127.0.0.1:2379; unset: a single node.",
     )
     cluster_name: str = Field(
-        "tiered-log", pattern=r"^[A-Za-z0-9._-]{1,100}$",
-        description="Names the cluster's keys in etcd (several clusters may share one etcd)."
+        "tiered-log",
+        pattern=r"^[A-Za-z0-9._-]{1,100}$",
+        description="Names the cluster's keys in etcd (several clusters may share one etcd).",
     )
     cluster_lease_ttl_s: int = Field(
-        3, ge=1, le=300, description="A node's membership lease: a node silent this long "
-        "is dead to the cluster and loses its leaderships."
+        3,
+        ge=1,
+        le=300,
+        description="A node's membership lease: a node silent this long "
+        "is dead to the cluster and loses its leaderships.",
     )
     replica_lag_time_max_ms: int = Field(
-        10_000, ge=100, le=3_600_000, description="A follower that has not caught up with "
+        10_000,
+        ge=100,
+        le=3_600_000,
+        description="A follower that has not caught up with "
         "its leader for this long leaves the in-sync replicas (Kafka's "
-        "replica.lag.time.max.ms)."
+        "replica.lag.time.max.ms).",
     )
     replica_fetch_wait_max_ms: int = Field(
-        300, ge=0, le=60_000, description="How long a follower's fetch waits at its leader "
+        300,
+        ge=0,
+        le=60_000,
+        description="How long a follower's fetch waits at its leader "
         "for new records before it is answered empty (Kafka's replica.fetch.wait.max.ms); "
-        "less than replica_lag_time_max_ms."
+        "less than replica_lag_time_max_ms.",
     )
     replication_timeout_ms: int = Field(
-        30_000, ge=100, le=600_000, description="How long an acks=all produce waits for "
-        "the in-sync replicas before answering 503 replication_timeout."
+        30_000,
+        ge=100,
+        le=600_000,
+        description="How long an acks=all produce waits for "
+        "the in-sync replicas before answering 503 replication_timeout.",
     )
     unclean_leader_election: bool = Field(
-        False, description="Elect a replica outside the ISR when no ISR member is alive "
-        "(may lose acknowledged records; off as in Kafka)."
+        False,
+        description="Elect a replica outside the ISR when no ISR member is alive "
+        "(may lose acknowledged records; off as in Kafka).",
     )
     cluster_token: SecretStr | None = Field(
-        None, repr=False, description="Bearer token the nodes send each other when auth "
-        "is on (it needs admin on every topic)."
+        None,
+        repr=False,
+        description="Bearer token the nodes send each other when auth "
+        "is on (it needs admin on every topic).",
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = True
@@ -311,7 +354,9 @@ class Settings(BaseSettings):
 
     @field_validator("auth_tokens")
     @classmethod
-    def _tokens_valid(cls, v: dict[str, dict[str, list[Grant]]]) -> dict[str, dict[str, list[Grant]]]:
+    def _tokens_valid(
+        cls, v: dict[str, dict[str, list[Grant]]]
+    ) -> dict[str, dict[str, list[Grant]]]:
         for i, (token, grants) in enumerate(v.items()):
             if not token or any(c.isspace() for c in token) or not token.isprintable():
                 raise ValueError(f"token #{i + 1} is empty or has whitespace or control characters")
@@ -324,20 +369,25 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _cluster_complete(self) -> Settings:
-        given = [n for n in ("node_id", "advertised_url", "cluster_etcd")
-                 if getattr(self, n) is not None]
+        given = [
+            n for n in ("node_id", "advertised_url", "cluster_etcd") if getattr(self, n) is not None
+        ]
         if given and len(given) != 3:
             missing = [n for n in ("node_id", "advertised_url", "cluster_etcd") if n not in given]
-            raise ValueError(f"{missing[0]}: a cluster node needs node_id, advertised_url "
-                             "and cluster_etcd together")
+            raise ValueError(
+                f"{missing[0]}: a cluster node needs node_id, advertised_url "
+                "and cluster_etcd together"
+            )
         for name in ("advertised_url", "cluster_etcd"):
             v = getattr(self, name)
             if v is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", v):
                 raise ValueError(f"{name}: must be an http:// or https:// URL, got {v!r}")
         if self.replica_fetch_wait_max_ms >= self.replica_lag_time_max_ms:
-            raise ValueError("replica_fetch_wait_max_ms: must be less than "
-                             f"replica_lag_time_max_ms ({self.replica_lag_time_max_ms}): a "
-                             "follower waiting that long at its leader would leave the ISR")
+            raise ValueError(
+                "replica_fetch_wait_max_ms: must be less than "
+                f"replica_lag_time_max_ms ({self.replica_lag_time_max_ms}): a "
+                "follower waiting that long at its leader would leave the ISR"
+            )
         return self
 
     @property
@@ -471,7 +521,9 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
         # pydantic-settings' parse errors name the field and source, never the value.
         m = re.search(r'field "([^"]+)"', str(exc))
         name = m.group(1) if m else "environment"
-        raise ConfigError(name, "cannot parse the value from the environment (expected JSON)") from None
+        raise ConfigError(
+            name, "cannot parse the value from the environment (expected JSON)"
+        ) from None
     finally:
         _FILE_DATA.reset(token)
 

@@ -99,8 +99,9 @@ class TieredLogError(Exception):
         return (_restore_error, (type(self), self.args, dict(self.__dict__)))
 
 
-def _restore_error(cls: type[TieredLogError], args: tuple[Any, ...],
-                   state: dict[str, Any]) -> TieredLogError:
+def _restore_error(
+    cls: type[TieredLogError], args: tuple[Any, ...], state: dict[str, Any]
+) -> TieredLogError:
     err = cls.__new__(cls)
     Exception.__init__(err, *args)
     err.__dict__.update(state)
@@ -279,8 +280,9 @@ class NotLeaderError(TieredLogError):
     code = "not_leader"
     status = 421
 
-    def __init__(self, message: str, *, leader_id: int | None = None,
-                 leader_url: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, leader_id: int | None = None, leader_url: str | None = None
+    ) -> None:
         super().__init__(message)
         self.leader_id = leader_id
         self.leader_url = leader_url
@@ -345,7 +347,6 @@ class CorruptRangeError(DataLossError, CorruptRecordError):
 
     code = "corrupt_record"
     status = 410
-
 
 
 # ---- service side: what the HTTP layer refuses ----------------------------------------
@@ -459,8 +460,12 @@ def _answered_codes() -> dict[str, type[TieredLogError]]:
     client_side = (TieredLogError, ConnectionFailedError, ServiceError)
     table: dict[str, type[TieredLogError]] = {}
     for obj in list(globals().values()):  # definition order: bases before subclasses
-        if (not isinstance(obj, type) or not issubclass(obj, TieredLogError)
-                or obj.__module__ != __name__ or obj in client_side):
+        if (
+            not isinstance(obj, type)
+            or not issubclass(obj, TieredLogError)
+            or obj.__module__ != __name__
+            or obj in client_side
+        ):
             continue
         known = table.setdefault(obj.code, obj)
         if not issubclass(obj, known):

@@ -84,11 +84,16 @@ def read_high_watermark(path: Path) -> int | None:
     except FileNotFoundError:
         return None
     lines = data.split(b"\n")
-    if (len(lines) == 3 and lines[0] == str(HW_FILE_VERSION).encode() and lines[1].isdigit()
-            and lines[2] == b""):
+    if (
+        len(lines) == 3
+        and lines[0] == str(HW_FILE_VERSION).encode()
+        and lines[1].isdigit()
+        and lines[2] == b""
+    ):
         return int(lines[1])
-    log.warning("high-watermark checkpoint %s is damaged (%r): using the log start", path,
-                data[:40])
+    log.warning(
+        "high-watermark checkpoint %s is damaged (%r): using the log start", path, data[:40]
+    )
     return None
 
 
@@ -109,10 +114,14 @@ def _split_at(batch: EncodedBatch, at: set[int]) -> list[EncodedBatch]:
             part = infos[start:i]
             first, last = part[0], part[-1]
             lo, hi = first.position, last.position + last.size
-            out.append(EncodedBatch(
-                first.base_offset, bytes(memoryview(batch.data)[lo:hi]),
-                [b._replace(position=b.position - lo) for b in part],
-                last.next_offset - first.base_offset))
+            out.append(
+                EncodedBatch(
+                    first.base_offset,
+                    bytes(memoryview(batch.data)[lo:hi]),
+                    [b._replace(position=b.position - lo) for b in part],
+                    last.next_offset - first.base_offset,
+                )
+            )
             start = i
     return out
 
@@ -125,12 +134,17 @@ def _epoch_pairs(epochs: Sequence[tuple[int, int]]) -> list[EpochEntry]:
         try:
             epoch, start = pair
         except (TypeError, ValueError):
-            raise InvalidArgumentError(f"a leader epoch entry is (epoch, start_offset), not {pair!r:.60}") from None
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (epoch, start)):
+            raise InvalidArgumentError(
+                f"a leader epoch entry is (epoch, start_offset), not {pair!r:.60}"
+            ) from None
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (epoch, start)
+        ):
             raise InvalidArgumentError(f"leader epoch entry {pair!r:.60} must hold two ints >= 0")
         if out and (epoch <= out[-1].epoch or start <= out[-1].start_offset):
-            raise InvalidArgumentError(f"leader epoch entries must increase: {tuple(out[-1])} "
-                                       f"then {(epoch, start)}")
+            raise InvalidArgumentError(
+                f"leader epoch entries must increase: {tuple(out[-1])} then {(epoch, start)}"
+            )
         out.append(EpochEntry(epoch, start))
     return out
 
@@ -184,8 +198,10 @@ class ReplicatedLogMixin:
         """Open the epoch cache (cut to the log's bounds) and, for a replicated log, read
         the HW checkpoint back (clamped). Called once the local log is open."""
         if not isinstance(hw_checkpoint_interval_ms, int) or hw_checkpoint_interval_ms < 0:
-            raise InvalidArgumentError("hw_checkpoint_interval_ms must be an integer >= 0, got "
-                                       f"{hw_checkpoint_interval_ms!r}")
+            raise InvalidArgumentError(
+                "hw_checkpoint_interval_ms must be an integer >= 0, got "
+                f"{hw_checkpoint_interval_ms!r}"
+            )
         try:
             self._epochs = LeaderEpochCache(self.directory)
         except CorruptIndexError as exc:
@@ -282,8 +298,12 @@ class ReplicatedLogMixin:
                     self._clamp_high_watermark()
                 # Everything below was committed before: readable (archived) at once.
                 self.set_high_watermark(resume)
-                log.info("%s: leads from the bucket: archived up to %d, continues at %d",
-                         self.log_id, r.remote_end, resume)
+                log.info(
+                    "%s: leads from the bucket: archived up to %d, continues at %d",
+                    self.log_id,
+                    r.remote_end,
+                    resume,
+                )
 
     def local_bytes_from(self, offset: int) -> int:
         """Bytes of the local log from ``offset`` to its end: what a follower whose log
@@ -338,15 +358,19 @@ class ReplicatedLogMixin:
         finds the rest. Truncates nothing: the fetcher calls :meth:`truncate`."""
         start = self.log_start_offset
         hw = self._hw if self._replicated else start
-        cut = _divergence_point(self._epochs, self.next_offset, leader_answer,
-                                high_watermark=max(hw, start))
+        cut = _divergence_point(
+            self._epochs, self.next_offset, leader_answer, high_watermark=max(hw, start)
+        )
         return max(cut.offset, start)
 
     # ---- the follower's append ----------------------------------------------------------
 
-    def append_replica(self, data: bytes | bytearray | memoryview,
-                       epochs: Sequence[tuple[int, int]],
-                       rolls: Sequence[int] | None = None) -> int:
+    def append_replica(
+        self,
+        data: bytes | bytearray | memoryview,
+        epochs: Sequence[tuple[int, int]],
+        rolls: Sequence[int] | None = None,
+    ) -> int:
         """Append the leader's stored batches (as its ``read_batches`` returned them) at
         the offsets and with the timestamps they carry; returns the new next offset
         (empty ``data``: nothing happens).
@@ -373,21 +397,26 @@ class ReplicatedLogMixin:
         expect = batch.base_offset
         for b in batch.batches:
             if b.base_offset != expect:
-                raise InvalidArgumentError(f"replica batches do not follow each other: offset "
-                                           f"{b.base_offset} where {expect} was expected")
+                raise InvalidArgumentError(
+                    f"replica batches do not follow each other: offset "
+                    f"{b.base_offset} where {expect} was expected"
+                )
             expect = b.next_offset
         active = self._local.active_base_offset
         with self._local._lock:  # nothing else appends between the check and the write
             nxt = self._local.next_offset
             if batch.base_offset != nxt:
-                raise InvalidArgumentError(f"replica batches start at offset {batch.base_offset}"
-                                           f" but this log's next offset is {nxt}")
+                raise InvalidArgumentError(
+                    f"replica batches start at offset {batch.base_offset}"
+                    f" but this log's next offset is {nxt}"
+                )
             assign = _epochs_for(pairs, nxt, batch.next_offset)
             latest = self._epochs.latest_epoch
             if assign and latest is not None and assign[0].epoch < latest:
                 raise InvalidArgumentError(
                     f"the leader's epoch {assign[0].epoch} at offset {nxt} is below this "
-                    f"log's latest epoch {latest}: truncate to the divergence point first")
+                    f"log's latest epoch {latest}: truncate to the divergence point first"
+                )
             for e in assign:
                 self._epochs.assign(e.epoch, e.start_offset)
             try:
@@ -397,8 +426,10 @@ class ReplicatedLogMixin:
                     self._local.append_batch(batch)
                 at = set(rolls or ())
                 for piece in _split_at(batch, at) if rolls is not None else ():
-                    if (piece.base_offset in at
-                            and self._local.active_base_offset != piece.base_offset):
+                    if (
+                        piece.base_offset in at
+                        and self._local.active_base_offset != piece.base_offset
+                    ):
                         self._local.roll()
                     self._local.append_batch(piece, roll=False)
             except BaseException:
@@ -469,10 +500,13 @@ class ReplicatedLogMixin:
                 return
             limit = min(remote_end, self.high_watermark)
             if self._remote is None:
-                cands = self._local.retention_candidates(tc.retention_ms, tc.retention_bytes, now_ms())
+                cands = self._local.retention_candidates(
+                    tc.retention_ms, tc.retention_bytes, now_ms()
+                )
             else:
-                cands = self._local.retention_candidates(tc.local_retention_ms,
-                                                         tc.local_retention_bytes, now_ms())
+                cands = self._local.retention_candidates(
+                    tc.local_retention_ms, tc.local_retention_bytes, now_ms()
+                )
             cands = [s for s in cands if s.next_offset <= limit]
             if cands:
                 self._local.delete_segments_before(cands[-1].next_offset)
@@ -533,7 +567,9 @@ class ReplicatedLogMixin:
             if value == self._hw_written:
                 return
             try:
-                write_atomic(self.directory / naming.HIGH_WATERMARK_FILE, encode_high_watermark(value))
+                write_atomic(
+                    self.directory / naming.HIGH_WATERMARK_FILE, encode_high_watermark(value)
+                )
             except OSError as exc:
                 if not quiet:
                     raise

@@ -68,8 +68,9 @@ class TieringScheduler:
         entry = (due, next(self._seq), sh._generation, sh)
         heapq.heappush(self._queue, entry)
         if len(self._threads) < self.workers:
-            t = threading.Thread(target=self._work, name=f"tiering-{len(self._threads)}",
-                                 daemon=True)
+            t = threading.Thread(
+                target=self._work, name=f"tiering-{len(self._threads)}", daemon=True
+            )
             self._threads.append(t)
             t.start()
         if self._queue[0] is entry:
@@ -127,8 +128,9 @@ def default_scheduler() -> TieringScheduler:
 class Shipper:
     """Background tiering of one log; see the module docstring."""
 
-    def __init__(self, tlog: TieredLog, interval_ms: int,
-                 scheduler: TieringScheduler | None = None) -> None:
+    def __init__(
+        self, tlog: TieredLog, interval_ms: int, scheduler: TieringScheduler | None = None
+    ) -> None:
         self.tlog = tlog
         self.interval = interval_ms / 1000
         self.scheduler = scheduler or default_scheduler()
@@ -177,8 +179,12 @@ class Shipper:
         now = time.monotonic()
         try:
             state = self.tlog.tiering_state()
-            if (state == self._last_state and not self._wake_pending and not self.backoff
-                    and now - self._last_full < FULL_ROUND_S):
+            if (
+                state == self._last_state
+                and not self._wake_pending
+                and not self.backoff
+                and now - self._last_full < FULL_ROUND_S
+            ):
                 # Nothing changed: nothing to ship, nothing to drop. Look again later and
                 # later (up to FULL_ROUND_S) while the log stays idle.
                 self._skip_delay = min(FULL_ROUND_S, max(self.interval, 2 * self._skip_delay))
@@ -192,8 +198,9 @@ class Shipper:
         except TieredLogError as exc:
             self.backoff = min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.backoff * 2))
             self.last_error = str(exc)
-            log.warning("tiering %s failed, retrying in %.1fs: %s", self.tlog.log_id,
-                        self.backoff, exc)
+            log.warning(
+                "tiering %s failed, retrying in %.1fs: %s", self.tlog.log_id, self.backoff, exc
+            )
         except Exception as exc:  # keep the tiering alive whatever happens
             self.backoff = min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.backoff * 2))
             self.last_error = f"{type(exc).__name__}: {exc}"

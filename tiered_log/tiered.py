@@ -108,16 +108,20 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         fresh = not naming.list_segment_bases(self.directory)
         self._remote: RemoteTier | None = None
         if storage is not None and self.tier_config.remote_enabled:
-            self._remote = RemoteTier(self.directory, self.log_id, storage, self.tier_config,
-                                     limits)
+            self._remote = RemoteTier(
+                self.directory, self.log_id, storage, self.tier_config, limits
+            )
             if fresh and rebuild and not self._remote.finished_segments:
                 self._remote.rebuild_from_bucket(rebuild_progress)
             elif self._remote.needs_index_rebuild:
                 try:
                     self._remote.rebuild_index_files()
                 except RemoteStorageError as exc:  # reads answer retriable errors meanwhile
-                    log.warning("%s: remote index not rebuilt yet, the bucket failed: %s",
-                                self.log_id, exc.message)
+                    log.warning(
+                        "%s: remote index not rebuilt yet, the bucket failed: %s",
+                        self.log_id,
+                        exc.message,
+                    )
         resume = self._remote.remote_end if self._remote is not None else 0
         if fresh:
             resume = self._resume_offset()
@@ -151,9 +155,15 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         if end <= resume:
             return resume
         if not any(a <= resume and end <= b for a, b in r.meta.lost):
-            log.warning("%s: offsets [%d, %d) were handed out (or reserved to be) but never "
-                        "reached the bucket before the local disk was lost: they are lost; "
-                        "the log continues at %d", self.log_id, resume, end, end)
+            log.warning(
+                "%s: offsets [%d, %d) were handed out (or reserved to be) but never "
+                "reached the bucket before the local disk was lost: they are lost; "
+                "the log continues at %d",
+                self.log_id,
+                resume,
+                end,
+                end,
+            )
             r.note_lost(resume, end)
         return end
 
@@ -195,10 +205,18 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
 
     def bounds(self) -> PartitionBounds:
         nxt = self._local.next_offset
-        remote_end = self._remote.remote_end if self._remote is not None else self._local.log_start_offset
+        remote_end = (
+            self._remote.remote_end if self._remote is not None else self._local.log_start_offset
+        )
         hw = min(self.high_watermark, nxt)
-        return PartitionBounds(self.log_start_offset, self._local.log_start_offset, hw, nxt,
-                               self._local.flushed_offset, remote_end)
+        return PartitionBounds(
+            self.log_start_offset,
+            self._local.log_start_offset,
+            hw,
+            nxt,
+            self._local.flushed_offset,
+            remote_end,
+        )
 
     # ---- appending (local only) ----------------------------------------------------------
 
@@ -220,11 +238,17 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         if offset is None or offset < local_start:
             raise PartitionNotReadyError(
                 f"{self.log_id}: this replica has just become leader and is reading the "
-                f"bucket for its archived offsets (below {local_start}): retry shortly")
+                f"bucket for its archived offsets (below {local_start}): retry shortly"
+            )
 
-    def append(self, value: bytes, *, key: bytes | None = None,
-               headers: Sequence[tuple[str, bytes | None]] = (),
-               timestamp: int | None = None) -> int:
+    def append(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+        timestamp: int | None = None,
+    ) -> int:
         self._check_open()
         self._reserve_offsets(self._local.next_offset + 1)
         active = self._local.active_base_offset
@@ -234,8 +258,10 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             self._shipper.wake()  # the append rolled a segment: there may be one to ship
         return offset
 
-    def append_batch(self, records: Sequence[ProducerRecord | bytes] | EncodedBatch,
-                     ) -> tuple[int, int]:
+    def append_batch(
+        self,
+        records: Sequence[ProducerRecord | bytes] | EncodedBatch,
+    ) -> tuple[int, int]:
         self._check_open()
         count = records.count if isinstance(records, EncodedBatch) else len(records)
         self._reserve_offsets(self._local.next_offset + count)
@@ -287,11 +313,19 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         if not recs:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is not in the log [{self.log_start_offset}, {self.next_offset})",
-                log_start=self.log_start_offset, next_offset=self.next_offset)
+                log_start=self.log_start_offset,
+                next_offset=self.next_offset,
+            )
         return recs[0]
 
-    def read_range(self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20, *,
-                   upto: int | None = None) -> list[Record]:
+    def read_range(
+        self,
+        offset: int,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+        *,
+        upto: int | None = None,
+    ) -> list[Record]:
         """Records from ``offset`` on, from whichever tier holds them (see module doc).
         ``upto`` (a consumer's read: the high watermark): none at or past it; ``[]`` at or
         past it (up to the next offset)."""
@@ -326,8 +360,10 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         that view): for a cluster's status. Any thread, no I/O."""
         r = self._remote
         pending = r is not None and self._resync_pending and not self._following
-        return {"remote_view": "not_ready" if pending else "ready",
-                "rebuild_requests": r.rebuild_requests if r is not None else 0}
+        return {
+            "remote_view": "not_ready" if pending else "ready",
+            "rebuild_requests": r.rebuild_requests if r is not None else 0,
+        }
 
     def _archive_of(self, offset: int) -> RemoteTier:
         """The remote tier, for an ``offset`` below the local start: OffsetOutOfRangeError
@@ -336,17 +372,28 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         self.check_remote_view(offset)
         start, nxt = self.log_start_offset, self.next_offset
         if offset < start:
-            raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {nxt})",
-                                        log_start=start, next_offset=nxt)
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is not in the log [{start}, {nxt})",
+                log_start=start,
+                next_offset=nxt,
+            )
         r = self._remote
         if r is None or offset >= r.remote_end:
-            raise DataLossError(f"offset {offset} is in neither tier (remote ends at "
-                                f"{r.remote_end if r else start}, local starts at "
-                                f"{self._local.log_start_offset})")
+            raise DataLossError(
+                f"offset {offset} is in neither tier (remote ends at "
+                f"{r.remote_end if r else start}, local starts at "
+                f"{self._local.log_start_offset})"
+            )
         return r
 
-    def read_batches(self, offset: int, max_records: int = 500,
-                     max_bytes: int = 1 << 20, *, upto: int | None = None) -> FetchData:
+    def read_batches(
+        self,
+        offset: int,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+        *,
+        upto: int | None = None,
+    ) -> FetchData:
         """The stored batches from the one holding ``offset`` on, from whichever tier
         holds them, verified and not decoded (a binary fetch sends them as they are): at
         least one batch if there is a record at ``offset``, then whole batches while
@@ -366,8 +413,14 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         any thread, no lock (as :meth:`read_range`)."""
         return self._read_batches(offset, max_records, max_bytes, upto, BytesPage)
 
-    def read_batch_ranges(self, offset: int, max_records: int = 500,
-                          max_bytes: int = 1 << 20, *, upto: int | None = None) -> FetchRanges:
+    def read_batch_ranges(
+        self,
+        offset: int,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+        *,
+        upto: int | None = None,
+    ) -> FetchRanges:
         """:meth:`read_batches`'s other result form: the same read (same walk, checks,
         limits and errors) answering *where* the batches lie instead of their bytes, for
         a sender that moves them from the files to a socket (``sendfile``): a
@@ -378,8 +431,14 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         :meth:`~tiered_log.local.ranges.FetchRanges.close` it once sent. Any thread."""
         return self._read_batches(offset, max_records, max_bytes, upto, RangesPage)
 
-    def _read_batches(self, offset: int, max_records: int, max_bytes: int, upto: int | None,
-                      page: Callable[[int], Page[R]]) -> R:
+    def _read_batches(
+        self,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        upto: int | None,
+        page: Callable[[int], Page[R]],
+    ) -> R:
         """The batch read of :meth:`read_batches`, its result in the form of the page
         ``page(offset)`` makes."""
         self._check_read(offset, max_records, max_bytes)
@@ -392,25 +451,35 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
                 return page(offset).result(offset)
             try:
                 if offset >= self._local.log_start_offset or self._remote is None:
-                    return walk_local_batches(self._local.segment_for, offset, max_records,
-                                              max_bytes, upto, page(offset))
-                return self._walk_remote_batches(offset, max_records, max_bytes, upto,
-                                                  page(offset))
+                    return walk_local_batches(
+                        self._local.segment_for, offset, max_records, max_bytes, upto, page(offset)
+                    )
+                return self._walk_remote_batches(offset, max_records, max_bytes, upto, page(offset))
             except CorruptRangeError:
                 raise  # damaged where the read starts: no other tier has it
             except (OffsetOutOfRangeError, DataLossError):
                 # Local retention or a truncation moved the local start past ``offset``
                 # (read it from the bucket now), or the log start past it (416), or a
                 # truncation moved the remote end below it (read it locally now).
-                if self.log_start_offset <= offset < self._local.log_start_offset \
-                        and self._remote is not None and offset >= self._remote.remote_end:
+                if (
+                    self.log_start_offset <= offset < self._local.log_start_offset
+                    and self._remote is not None
+                    and offset >= self._remote.remote_end
+                ):
                     raise  # truly missing from both tiers
         start, nxt = self.log_start_offset, self.next_offset
-        raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {nxt})",
-                                    log_start=start, next_offset=nxt)
+        raise OffsetOutOfRangeError(
+            f"offset {offset} is not in the log [{start}, {nxt})", log_start=start, next_offset=nxt
+        )
 
-    def read_remote_batches(self, offset: int, max_records: int = 500,
-                            max_bytes: int = 1 << 20, *, upto: int | None = None) -> FetchData:
+    def read_remote_batches(
+        self,
+        offset: int,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+        *,
+        upto: int | None = None,
+    ) -> FetchData:
         """The remote tier's half of :meth:`read_batches`: the stored batches from the one
         holding ``offset``, verified, not decoded (see
         :meth:`RemoteTier.read_batches <tiered_log.remote.tier.RemoteTier.read_batches>`).
@@ -419,8 +488,9 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         self._check_read(offset, max_records, max_bytes)
         return self._walk_remote_batches(offset, max_records, max_bytes, upto, BytesPage(offset))
 
-    def _walk_remote_batches(self, offset: int, max_records: int, max_bytes: int,
-                             upto: int | None, page: Page[R]) -> R:
+    def _walk_remote_batches(
+        self, offset: int, max_records: int, max_bytes: int, upto: int | None, page: Page[R]
+    ) -> R:
         local_start = self._local.log_start_offset
         if offset >= local_start:
             page.close()
@@ -461,8 +531,11 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             self._check_open()
             start, nxt = self.log_start_offset, self.next_offset
             if offset < start or offset > nxt:
-                raise OffsetOutOfRangeError(f"cannot truncate to {offset}: the log holds [{start}, {nxt})",
-                                            log_start=start, next_offset=nxt)
+                raise OffsetOutOfRangeError(
+                    f"cannot truncate to {offset}: the log holds [{start}, {nxt})",
+                    log_start=start,
+                    next_offset=nxt,
+                )
             with self._hw_lock:
                 self._lower_high_watermark(offset)
                 local_start = self._local.log_start_offset
@@ -485,16 +558,24 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             return []
         end = self._remote.remote_end
         flushed = min(self._local.flushed_offset, self.high_watermark)
-        return [s for s in self._local.segments()
-                if s.sealed and s.base_offset >= end and s.next_offset <= flushed]
+        return [
+            s
+            for s in self._local.segments()
+            if s.sealed and s.base_offset >= end and s.next_offset <= flushed
+        ]
 
     def tiering_state(self) -> tuple[int, ...]:
         """What a tiering round depends on, besides the clock: the shipper skips a round
         when this has not changed since the last one. Cheap (no I/O, no lock); a racing
         append at worst causes one more round."""
         loc, r = self._local, self._remote
-        state = (loc.next_offset, loc.flushed_offset, loc.log_start_offset,
-                 loc.active_base_offset, self.high_watermark)
+        state = (
+            loc.next_offset,
+            loc.flushed_offset,
+            loc.log_start_offset,
+            loc.active_base_offset,
+            self.high_watermark,
+        )
         if r is None:
             return state
         return (*state, r.remote_end, r.start_offset, int(r.needs_index_rebuild))
@@ -515,8 +596,14 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
                 n = r.resync_from_bucket()
                 self._resync_pending = False
                 self._local.delete_segments_before(r.meta.log_start_offset)
-                log.info("%s: remote state rebuilt from the bucket (%d segment(s), remote end "
-                         "%d) for leader epoch %s", self.log_id, n, r.remote_end, r.leader_epoch)
+                log.info(
+                    "%s: remote state rebuilt from the bucket (%d segment(s), remote end "
+                    "%d) for leader epoch %s",
+                    self.log_id,
+                    n,
+                    r.remote_end,
+                    r.leader_epoch,
+                )
             if r is not None:
                 r.cleanup_pending()
                 if r.needs_index_rebuild:
@@ -548,14 +635,19 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         self._local.delete_segments_before(max(cut or 0, r.meta.log_start_offset))
         # Local retention: only segments whose copy is finished.
         end = r.remote_end
-        cands = self._local.retention_candidates(tc.local_retention_ms, tc.local_retention_bytes, now)
+        cands = self._local.retention_candidates(
+            tc.local_retention_ms, tc.local_retention_bytes, now
+        )
         shipped = [s for s in cands if s.next_offset <= end]
         hold = self._local_hold
         if hold is not None:
             # Keep the newest of those a follower still copies, within the bound.
             kept, cut = 0, len(shipped)
-            while cut > 0 and shipped[cut - 1].next_offset > hold \
-                    and kept + shipped[cut - 1].size <= tc.catchup_retention_bytes:
+            while (
+                cut > 0
+                and shipped[cut - 1].next_offset > hold
+                and kept + shipped[cut - 1].size <= tc.catchup_retention_bytes
+            ):
                 cut -= 1
                 kept += shipped[cut].size
             shipped = shipped[:cut]
@@ -605,8 +697,9 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         elif rolled:
             self._shipper.wake()  # a segment to ship
 
-    def remote_segments(self, log_start: int) -> tuple[str | None, int | None,
-                                                       list[dict[str, Any]]]:
+    def remote_segments(
+        self, log_start: int
+    ) -> tuple[str | None, int | None, list[dict[str, Any]]]:
         """``(remote_url, remote_end, segments)``: the remote tier's URL and end and its
         finished segments holding offsets at or above ``log_start``, as
         :meth:`RemoteTier.archived_segments <tiered_log.remote.tier.RemoteTier.archived_segments>`
@@ -659,8 +752,9 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         try:
             self._remote.release_end(self._local.next_offset)
         except RemoteStorageError as exc:
-            log.warning("%s: reserved offsets not released in the bucket: %s", self.log_id,
-                        exc.message)
+            log.warning(
+                "%s: reserved offsets not released in the bucket: %s", self.log_id, exc.message
+            )
 
     @property
     def closed(self) -> bool:

@@ -32,8 +32,11 @@ def _skip_unless_etcd_runs() -> None:
         else:
             try:
                 done = subprocess.run([binary, "--version"], capture_output=True, timeout=20)
-                _usable = "" if done.returncode == 0 else (
-                    f"{binary} --version exited {done.returncode}: {done.stderr[-300:]!r}")
+                _usable = (
+                    ""
+                    if done.returncode == 0
+                    else (f"{binary} --version exited {done.returncode}: {done.stderr[-300:]!r}")
+                )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 _usable = f"cannot run {binary}: {exc}"
     if _usable:
@@ -78,8 +81,9 @@ def store(shared_etcd: EtcdProcess) -> Iterator[MetaStore]:
         s.close()
 
 
-def dev_cluster(factory: pytest.TempPathFactory, settings: dict[str, str],
-                nodes: int = 3) -> Iterator[DevCluster]:
+def dev_cluster(
+    factory: pytest.TempPathFactory, settings: dict[str, str], nodes: int = 3
+) -> Iterator[DevCluster]:
     """A module's :class:`DevCluster` (etcd and ``nodes`` serve processes, each given
     ``settings``), stopped after the module; skipped when etcd cannot run."""
     _skip_unless_etcd_runs()

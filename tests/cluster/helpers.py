@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable
 
 
-def wait_until(pred: Callable[[], bool], timeout_s: float, what: str,
-               interval_s: float = 0.05) -> float:
+def wait_until(
+    pred: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05
+) -> float:
     """Poll ``pred`` until it is true; the seconds it took. Fails the test after
     ``timeout_s`` naming ``what``."""
     start = time.monotonic()

@@ -32,22 +32,29 @@ MAX_RESETS = 3
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, s3_target: Any,
-            s3_client: Any) -> Iterator[DevCluster]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, s3_target: Any, s3_client: Any
+) -> Iterator[DevCluster]:
     bucket = f"tiered-log-catchup-{uuid.uuid4().hex[:8]}"
     s3_client.create_bucket(Bucket=bucket)
-    settings = {**SETTINGS, "TIERED_LOG_REMOTE_URL": f"s3://{bucket}",
-                "TIERED_LOG_S3_ENDPOINT_URL": s3_target.endpoint,
-                "TIERED_LOG_S3_REGION": s3_target.region,
-                "TIERED_LOG_S3_ACCESS_KEY": s3_target.access_key or "testing",
-                "TIERED_LOG_S3_SECRET_KEY": s3_target.secret_key or "testing",
-                "TIERED_LOG_SHIP_INTERVAL_MS": "100"}
+    settings = {
+        **SETTINGS,
+        "TIERED_LOG_REMOTE_URL": f"s3://{bucket}",
+        "TIERED_LOG_S3_ENDPOINT_URL": s3_target.endpoint,
+        "TIERED_LOG_S3_REGION": s3_target.region,
+        "TIERED_LOG_S3_ACCESS_KEY": s3_target.access_key or "testing",
+        "TIERED_LOG_S3_SECRET_KEY": s3_target.secret_key or "testing",
+        "TIERED_LOG_SHIP_INTERVAL_MS": "100",
+    }
     yield from dev_cluster(tmp_path_factory, settings)
 
 
 def _states(c: DevCluster) -> dict[int, dict[str, Any]]:
-    return {p["partition"]: p for p in _any(c, "GET", "/v1/cluster").json()["partitions"]
-            if p["topic"] == TOPIC}
+    return {
+        p["partition"]: p
+        for p in _any(c, "GET", "/v1/cluster").json()["partitions"]
+        if p["topic"] == TOPIC
+    }
 
 
 class Producers:
@@ -59,8 +66,9 @@ class Producers:
         self.stop = threading.Event()
         self.acked = [0] * PARTITIONS
         self.refused: list[str] = []
-        self.threads = [threading.Thread(target=self._run, args=(p,), daemon=True)
-                        for p in range(PARTITIONS)]
+        self.threads = [
+            threading.Thread(target=self._run, args=(p,), daemon=True) for p in range(PARTITIONS)
+        ]
         for t in self.threads:
             t.start()
 
@@ -77,8 +85,11 @@ class Producers:
                         if url is None:
                             time.sleep(0.1)
                             continue
-                    r = http.post(f"{url}/v1/topics/{TOPIC}/partitions/{p}/records",
-                                  params={"acks": "all"}, json=body)
+                    r = http.post(
+                        f"{url}/v1/topics/{TOPIC}/partitions/{p}/records",
+                        params={"acks": "all"},
+                        json=body,
+                    )
                 except (httpx.HTTPError, AssertionError, KeyError):
                     url = None
                     time.sleep(0.05)
@@ -96,17 +107,24 @@ class Producers:
             t.join(15)
 
 
-def test_a_wiped_follower_rejoins_while_producers_write_at_full_speed(
-        cluster: DevCluster) -> None:
-    r = _any(cluster, "POST", "/v1/topics", json={
-        "name": TOPIC, "partitions": PARTITIONS, "replication_factor": 3,
-        "min_insync_replicas": 2,
-        "config": {"segment_bytes": 32768, "local_retention_bytes": 262144}})
+def test_a_wiped_follower_rejoins_while_producers_write_at_full_speed(cluster: DevCluster) -> None:
+    r = _any(
+        cluster,
+        "POST",
+        "/v1/topics",
+        json={
+            "name": TOPIC,
+            "partitions": PARTITIONS,
+            "replication_factor": 3,
+            "min_insync_replicas": 2,
+            "config": {"segment_bytes": 32768, "local_retention_bytes": 262144},
+        },
+    )
     assert r.status_code == 201, r.text
-    wait_until(lambda: all(len(s["isr"]) == 3 for s in _states(cluster).values()), 15,
-               "full ISRs")
+    wait_until(lambda: all(len(s["isr"]) == 3 for s in _states(cluster).values()), 15, "full ISRs")
     producers = Producers(cluster)
     try:
+
         def shipped_and_dropped() -> bool:
             for p, st in _states(cluster).items():
                 url = cluster.nodes[st["leader"]].url
@@ -115,20 +133,26 @@ def test_a_wiped_follower_rejoins_while_producers_write_at_full_speed(
                     return False
             return True
 
-        wait_until(shipped_and_dropped, 60, "leaders to ship and drop local segments",
-                   interval_s=0.5)
+        wait_until(
+            shipped_and_dropped, 60, "leaders to ship and drop local segments", interval_s=0.5
+        )
         # A node that leads none of the partitions, if there is one.
         leaders = {s["leader"] for s in _states(cluster).values()}
-        victim = next((n for n in cluster.nodes.values() if n.node_id not in leaders),
-                      cluster.nodes[next(iter(leaders))])
+        victim = next(
+            (n for n in cluster.nodes.values() if n.node_id not in leaders),
+            cluster.nodes[next(iter(leaders))],
+        )
         victim.kill()
         shutil.rmtree(victim.data_dir)
         before = sum(producers.acked)
         victim.start()
         t0 = time.monotonic()
-        wait_until(lambda: all(victim.node_id in s["isr"] for s in _states(cluster).values()),
-                   REJOIN_BOUND_S, "the wiped follower back in every ISR while producers write",
-                   interval_s=0.2)
+        wait_until(
+            lambda: all(victim.node_id in s["isr"] for s in _states(cluster).values()),
+            REJOIN_BOUND_S,
+            "the wiped follower back in every ISR while producers write",
+            interval_s=0.2,
+        )
         took = time.monotonic() - t0
         assert sum(producers.acked) > before  # the producers kept writing meanwhile
     finally:

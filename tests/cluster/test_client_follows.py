@@ -36,9 +36,11 @@ from .helpers import wait_until
 pytestmark = pytest.mark.timeout(120)
 
 LEASE_TTL_S = 2
-SETTINGS = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(LEASE_TTL_S),
-            "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "1500",
-            "TIERED_LOG_REPLICATION_TIMEOUT_MS": "5000"}
+SETTINGS = {
+    "TIERED_LOG_CLUSTER_LEASE_TTL_S": str(LEASE_TTL_S),
+    "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "1500",
+    "TIERED_LOG_REPLICATION_TIMEOUT_MS": "5000",
+}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,8 @@ def check_exactly_once(got: list[tuple[int, bytes]], acked: dict[bytes, int]) ->
         where.setdefault(v, []).append(o)
     for value, offset in acked.items():
         assert where.get(value) == [offset], (
-            f"acknowledged {value!r} at {offset} is read at {where.get(value)}")
+            f"acknowledged {value!r} at {offset} is read at {where.get(value)}"
+        )
 
 
 def test_a_client_given_a_follower_produces_and_consumes(cluster: DevCluster) -> None:
@@ -102,7 +105,8 @@ def test_a_client_given_a_follower_produces_and_consumes(cluster: DevCluster) ->
 
 
 def test_sigkill_the_leader_under_acks_all_produce_and_a_follow_consume(
-        cluster: DevCluster) -> None:
+    cluster: DevCluster,
+) -> None:
     topic = "kill-leader"
     admin = create(cluster, topic)
     acked: dict[bytes, int] = {}
@@ -137,8 +141,10 @@ def test_sigkill_the_leader_under_acks_all_produce_and_a_follow_consume(
         except BaseException as exc:
             consumer_error.append(exc)
 
-    threads = [threading.Thread(target=producer, daemon=True),
-               threading.Thread(target=consumer, daemon=True)]
+    threads = [
+        threading.Thread(target=producer, daemon=True),
+        threading.Thread(target=consumer, daemon=True),
+    ]
     for t in threads:
         t.start()
     try:
@@ -147,8 +153,11 @@ def test_sigkill_the_leader_under_acks_all_produce_and_a_follow_consume(
         killed_at = time.monotonic()
         at_kill = len(acked)
         cluster.nodes[old].kill()
-        wait_until(lambda: len(acked) >= at_kill + 60, LEASE_TTL_S + 20,
-                   "acks=all produce to go on on the new leader")
+        wait_until(
+            lambda: len(acked) >= at_kill + 60,
+            LEASE_TTL_S + 20,
+            "acks=all produce to go on on the new leader",
+        )
         failover_s = time.monotonic() - killed_at
         new = partition(admin, topic)["leader"]
         assert new not in (None, old)
@@ -159,13 +168,15 @@ def test_sigkill_the_leader_under_acks_all_produce_and_a_follow_consume(
     threads[1].join(30)
     assert not threads[1].is_alive(), "the follow consumer did not reach the end"
     assert not consumer_error, consumer_error
-    print(f"failover to the first acknowledged produce took <= {failover_s:.2f}s; "
-          f"{len(acked)} acknowledged, {len(failures)} failed: {failures[:3]}")
+    print(
+        f"failover to the first acknowledged produce took <= {failover_s:.2f}s; "
+        f"{len(acked)} acknowledged, {len(failures)} failed: {failures[:3]}"
+    )
     got = read_all(admin, topic)
     check_exactly_once(got, acked)
     # the consumer that ran through the failover: no offset twice, no gap
     assert [o for o, _ in consumed] == list(range(len(consumed)))
-    assert consumed == got[:len(consumed)]
+    assert consumed == got[: len(consumed)]
     restart_dead(cluster, admin, topic)
     admin.close()
 
@@ -179,17 +190,20 @@ def test_async_client_through_a_leader_change(cluster: DevCluster) -> None:
         async with AsyncClient(cluster.urls, retry_timeout_s=20) as c:
             for i in range(5):
                 values = [f"a{i}-{j}".encode() for j in range(3)]
-                acked.update(zip(values, await c.produce(topic, 0, values, acks="all"),
-                                 strict=True))
+                acked.update(
+                    zip(values, await c.produce(topic, 0, values, acks="all"), strict=True)
+                )
             old = partition(admin, topic)["leader"]
             cluster.nodes[old].kill()
             for i in range(5, 10):  # retried until the new leader takes them
                 values = [f"a{i}-{j}".encode() for j in range(3)]
-                acked.update(zip(values, await c.produce(topic, 0, values, acks="all"),
-                                 strict=True))
+                acked.update(
+                    zip(values, await c.produce(topic, 0, values, acks="all"), strict=True)
+                )
             assert partition(admin, topic)["leader"] not in (None, old)
-            got = [(r.offset, r.value) async for page in c.consume(topic, 0, 0)
-                   for r in page.records]
+            got = [
+                (r.offset, r.value) async for page in c.consume(topic, 0, 0) for r in page.records
+            ]
             assert (await c.bounds(topic, 0)).high_watermark == 30
         check_exactly_once(got, acked)
         assert len(got) == 30
@@ -221,25 +235,57 @@ def test_a_single_node_works_as_before(tmp_path: Path) -> None:
     assert time.monotonic() - start < 5, "a single unreachable URL is not retried"
 
 
-def test_cli_takes_several_urls(cluster: DevCluster, tmp_path: Path,
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_takes_several_urls(
+    cluster: DevCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tiered_log.cli import main
 
     dead = f"http://127.0.0.1:{free_port()}"
     urls = ",".join([dead, *cluster.urls])
-    assert main(["topics", "create", "cli-topic", "--replication-factor", "3",
-                 "--min-insync-replicas", "2", "--json", "--url", urls]) == 0
+    assert (
+        main(
+            [
+                "topics",
+                "create",
+                "cli-topic",
+                "--replication-factor",
+                "3",
+                "--min-insync-replicas",
+                "2",
+                "--json",
+                "--url",
+                urls,
+            ]
+        )
+        == 0
+    )
     described = capsys.readouterr().out
     assert '"replication_factor": 3' in described and '"min_insync_replicas": 2' in described
     lines = tmp_path / "lines.txt"
     lines.write_text("".join(f"line {i}\n" for i in range(7)))
-    assert main(["produce", "cli-topic", "--file", str(lines), "--batch-size", "3",
-                 "--acks", "all", "--url", urls]) == 0
+    assert (
+        main(
+            [
+                "produce",
+                "cli-topic",
+                "--file",
+                str(lines),
+                "--batch-size",
+                "3",
+                "--acks",
+                "all",
+                "--url",
+                urls,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["consume", "cli-topic", "--offset", "0", "--url", urls]) == 0
     assert capsys.readouterr().out.splitlines() == [f"line {i}" for i in range(7)]
-    assert main(["produce", "cli-topic", "--file", str(lines), "--acks", "2",
-                 "--url", urls]) == 2  # argparse refuses it
+    assert (
+        main(["produce", "cli-topic", "--file", str(lines), "--acks", "2", "--url", urls]) == 2
+    )  # argparse refuses it
     capsys.readouterr()
     assert main(["topics", "list", "--url", dead]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -253,9 +299,13 @@ def test_retry_rules() -> None:
     from tiered_log.client.routing import Attempts, Routes
 
     routes = Routes(["http://a"])
-    cluster = {"nodes": [{"node_id": 1, "url": "http://a", "alive": True},
-                         {"node_id": 2, "url": "http://b", "alive": True}],
-               "partitions": [{"topic": "t", "partition": 0, "leader": 1}]}
+    cluster = {
+        "nodes": [
+            {"node_id": 1, "url": "http://a", "alive": True},
+            {"node_id": 2, "url": "http://b", "alive": True},
+        ],
+        "partitions": [{"topic": "t", "partition": 0, "leader": 1}],
+    }
 
     def retried(exc: E.TieredLogError, *, writes: bool) -> str | bool | None:
         try:
@@ -265,8 +315,9 @@ def test_retry_rules() -> None:
             return False
         return step.url
 
-    refused = E.NotLeaderError("node 1 does not lead t-0: node 2 (http://b) leads it",
-                               leader_id=2, leader_url="http://b")
+    refused = E.NotLeaderError(
+        "node 1 does not lead t-0: node 2 (http://b) leads it", leader_id=2, leader_url="http://b"
+    )
     assert retried(refused, writes=True) is False  # not clustered yet: as a single node
     assert routes.learn("http://a", cluster, "t", 0) == "http://a"
     assert retried(refused, writes=True) == "http://b"
@@ -276,10 +327,13 @@ def test_retry_rules() -> None:
     lost_after_append = E.NotLeaderError("leader epoch 4 begins")
     assert retried(lost_after_append, writes=True) is False
     assert retried(lost_after_append, writes=False) is None
-    before = E.NotEnoughReplicasError("1 in-sync replicas [1], fewer than "
-                                      "min_insync_replicas=2; nothing was appended")
-    after = E.NotEnoughReplicasError("1 in-sync replicas [1], fewer than min_insync_replicas="
-                                     "2; the records were appended but are not acknowledged")
+    before = E.NotEnoughReplicasError(
+        "1 in-sync replicas [1], fewer than min_insync_replicas=2; nothing was appended"
+    )
+    after = E.NotEnoughReplicasError(
+        "1 in-sync replicas [1], fewer than min_insync_replicas="
+        "2; the records were appended but are not acknowledged"
+    )
     assert retried(before, writes=True) is not False
     assert retried(after, writes=True) is False
     assert retried(E.ReplicationTimeoutError("not replicated"), writes=True) is False

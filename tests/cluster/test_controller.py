@@ -136,14 +136,15 @@ def test_dead_node_loses_leadership_and_isr_membership(store: MetaStore, stack: 
         assert new.partition_epoch == old.partition_epoch + 1
 
 
-def test_offline_partition_waits_for_its_isr(store: MetaStore, stack: ExitStack,
-                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_offline_partition_waits_for_its_isr(
+    store: MetaStore, stack: ExitStack, caplog: pytest.LogCaptureFixture
+) -> None:
     m1, m2 = node(store, stack, 1), node(store, stack, 2)
     md = ClusterMetadata(store)
     # t/0 on node 2 alone, t/1 on node 1; u/0 on nodes 2 and 1 (2 leading, ISR shrunk to 2)
     md.create_topic(TopicMeta("t", 2, 1, 1), [1, 2], start=1)
     md.create_topic(TopicMeta("u", 1, 2, 1), [1, 2], start=1)
-    (u0, _), = md.partitions("u").values()
+    ((u0, _),) = md.partitions("u").values()
     assert u0.leader == 2
     assert md.change_isr("u", 0, 2, 0, [2]) is not None
     ctl = controller_on(store, stack, m1)
@@ -195,7 +196,7 @@ def test_deposed_controller_cannot_write(store: MetaStore, stack: ExitStack) -> 
     assert new_fence is not None and new_fence.create_revision > old_fence.create_revision
     assert old.election.is_controller  # node 1 still believes it leads
 
-    (state, rev), = [md.partitions("orders")[("orders", 0)]]
+    ((state, rev),) = [md.partitions("orders")[("orders", 0)]]
     leader = elect_leader(state, {r for r in state.replicas if r != state.leader})
     assert leader is not None
     assert not md.update_partition(state, rev, leader, fence=old_fence)
@@ -240,7 +241,9 @@ def test_deposed_leader_cannot_change_the_isr(store: MetaStore, stack: ExitStack
         md.change_isr("t", 5, 3, 1, [3])
 
 
-def test_isr_change_does_not_undo_the_controllers_removal(store: MetaStore, stack: ExitStack) -> None:
+def test_isr_change_does_not_undo_the_controllers_removal(
+    store: MetaStore, stack: ExitStack
+) -> None:
     m1, _, m3 = (node(store, stack, i) for i in (1, 2, 3))
     md = ClusterMetadata(store)
     md.create_topic(TopicMeta("t", 1, 3, 1), [1, 2, 3], start=0)
@@ -260,7 +263,7 @@ def test_isr_change_does_not_undo_the_controllers_removal(store: MetaStore, stac
 def test_update_partition_refuses_a_bad_successor(store: MetaStore) -> None:
     md = ClusterMetadata(store)
     md.create_topic(TopicMeta("t", 1, 2, 1), [1, 2], start=0)
-    (s, rev), = md.partitions("t").values()
+    ((s, rev),) = md.partitions("t").values()
     same_epoch = PartitionState("t", 0, s.replicas, 2, s.leader_epoch, s.isr, s.partition_epoch + 1)
     with pytest.raises(InvalidArgumentError, match="without a larger leader epoch"):
         md.update_partition(s, rev, same_epoch)
@@ -286,14 +289,20 @@ def test_racing_controllers_never_share_a_leader_epoch(store: MetaStore, stack: 
     a = controller_on(store, stack, members[1])
     b = Controller(store, members[1], a.election)
     history: dict[tuple[str, int], dict[int, PartitionState]] = {
-        key: {s.partition_epoch: s} for key, (s, _) in md.partitions().items()}
+        key: {s.partition_epoch: s} for key, (s, _) in md.partitions().items()
+    }
     lock = threading.Lock()
 
     def record(ctl_md: ClusterMetadata) -> None:
         inner = ctl_md.update_partition
 
-        def update(old_state: PartitionState, mod_revision: int, new_state: PartitionState,
-                   *, fence: Fence | None = None) -> bool:
+        def update(
+            old_state: PartitionState,
+            mod_revision: int,
+            new_state: PartitionState,
+            *,
+            fence: Fence | None = None,
+        ) -> bool:
             ok = inner(old_state, mod_revision, new_state, fence=fence)
             if ok:
                 with lock:
@@ -301,6 +310,7 @@ def test_racing_controllers_never_share_a_leader_epoch(store: MetaStore, stack: 
                     assert new_state.partition_epoch not in chain, new_state
                     chain[new_state.partition_epoch] = new_state
             return ok
+
         ctl_md.update_partition = update  # type: ignore[method-assign]
 
     for ctl in (a, b, deposed):
@@ -317,6 +327,7 @@ def test_racing_controllers_never_share_a_leader_epoch(store: MetaStore, stack: 
                 fn()
             except BaseException as exc:  # reported below
                 errors.append(exc)
+
         threads = [threading.Thread(target=go, args=(c.run_once,)) for c in (a, b, deposed)]
         for t in threads:
             t.start()
@@ -347,6 +358,10 @@ def test_racing_controllers_never_share_a_leader_epoch(store: MetaStore, stack: 
                 assert cur.leader is None or cur.leader in prev.isr, (prev, cur)
             else:
                 assert cur.leader_epoch == prev.leader_epoch
-    elections = sum(1 for chain in history.values() for pe in chain
-                    if pe and chain[pe].leader_epoch != chain[pe - 1].leader_epoch)
+    elections = sum(
+        1
+        for chain in history.values()
+        for pe in chain
+        if pe and chain[pe].leader_epoch != chain[pe - 1].leader_epoch
+    )
     assert elections >= 3  # the race did exercise failovers

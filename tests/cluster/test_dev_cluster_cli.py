@@ -47,8 +47,13 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _start(args: list[str], out: Path, err: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with open(out, "wb") as o, open(err, "wb") as e:
-        return subprocess.Popen([sys.executable, "-m", "tiered_log.cli", "dev-cluster", *args],
-                                cwd=ROOT, stdout=o, stderr=e, env=env)
+        return subprocess.Popen(
+            [sys.executable, "-m", "tiered_log.cli", "dev-cluster", *args],
+            cwd=ROOT,
+            stdout=o,
+            stderr=e,
+            env=env,
+        )
 
 
 def _commands(parent: int | None = None) -> dict[int, str]:
@@ -60,7 +65,9 @@ def _commands(parent: int | None = None) -> dict[int, str]:
         try:
             state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
             if state != "Z" and parent in (None, int(ppid)):
-                out[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                out[int(entry.name)] = (
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                )
         except (OSError, ValueError, IndexError):
             continue
     return out
@@ -81,8 +88,9 @@ def dev_cluster(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path,
     process group's children) if a test leaves it running."""
     _skip_unless_etcd_runs()
     out, err = tmp_path / "stdout", tmp_path / "stderr"
-    proc = _start(["--nodes", "3", "--dir", str(tmp_path / "cluster"), "--lease-ttl", "2"],
-                  out, err, _env())
+    proc = _start(
+        ["--nodes", "3", "--dir", str(tmp_path / "cluster"), "--lease-ttl", "2"], out, err, _env()
+    )
     children: dict[int, str] = {}
     try:
         yield proc, out, err
@@ -101,7 +109,8 @@ def dev_cluster(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path,
 
 
 def test_dev_cluster_serves_a_replicated_topic_and_stops_on_sigterm(
-        dev_cluster: tuple[subprocess.Popen[bytes], Path, Path], tmp_path: Path) -> None:
+    dev_cluster: tuple[subprocess.Popen[bytes], Path, Path], tmp_path: Path
+) -> None:
     proc, out, err = dev_cluster
 
     def ready() -> bool:
@@ -125,11 +134,13 @@ def test_dev_cluster_serves_a_replicated_topic_and_stops_on_sigterm(
     assert sum("tiered_log.service" in cmd for cmd in children.values()) == 3, children
 
     with Client(urls, retry_timeout_s=20) as c:
+
         def all_seen() -> bool:  # a node reads the others' registrations every 100 ms
             info = c.cluster()
             assert info is not None
             return {(n["node_id"], n["url"], n["alive"]) for n in info["nodes"]} == {
-                (i, u, True) for i, u in nodes.items()}
+                (i, u, True) for i, u in nodes.items()
+            }
 
         wait_until(all_seen, 10, "every node in the cluster's view")
         c.create_topic("cli-demo", 1, replication_factor=3, min_insync_replicas=2)
@@ -137,8 +148,7 @@ def test_dev_cluster_serves_a_replicated_topic_and_stops_on_sigterm(
         def full_isr() -> bool:
             got = c.cluster()
             assert got is not None
-            return any(p["topic"] == "cli-demo" and len(p["isr"]) == 3
-                       for p in got["partitions"])
+            return any(p["topic"] == "cli-demo" and len(p["isr"]) == 3 for p in got["partitions"])
 
         wait_until(full_isr, 20, "a full ISR")
         acked: list[tuple[int, bytes]] = []
@@ -155,16 +165,20 @@ def test_dev_cluster_serves_a_replicated_topic_and_stops_on_sigterm(
     text = err.read_text()
     assert "Traceback" not in text and "error" not in text, text
     assert "stopping" in text
-    wait_until(lambda: not any(_running(pid) for pid in children), 10,
-               "etcd and every node gone")
+    wait_until(lambda: not any(_running(pid) for pid in children), 10, "etcd and every node gone")
     kept = tmp_path / "cluster"
     assert {"etcd", "node-1", "node-2", "node-3", "node-1.log"} <= {p.name for p in kept.iterdir()}
 
 
 def _run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiered_log.cli", "dev-cluster", *args],
-                          cwd=ROOT, env=_env(**env), capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tiered_log.cli", "dev-cluster", *args],
+        cwd=ROOT,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _one_error_line(p: subprocess.CompletedProcess[str]) -> str:
@@ -183,14 +197,16 @@ def test_bad_input_is_one_line_and_nothing_is_left_running(tmp_path: Path) -> No
     a_file.write_text("")
     p = _run(["--dir", str(a_file)], tmp_path)
     assert p.returncode == 2 and "not a directory" in _one_error_line(p)
-    p = _run(["--dir", str(tmp_path / "x")], tmp_path,
-             TIERED_LOG_ETCD_BIN=str(tmp_path / "no-etcd"))
+    p = _run(
+        ["--dir", str(tmp_path / "x")], tmp_path, TIERED_LOG_ETCD_BIN=str(tmp_path / "no-etcd")
+    )
     assert p.returncode == 1 and "no etcd binary" in _one_error_line(p)
 
     _skip_unless_etcd_runs()
     work = tmp_path / "bad-settings"
-    p = _run(["--nodes", "2", "--dir", str(work)], tmp_path,
-             TIERED_LOG_REPLICATION_TIMEOUT_MS="1")  # below its bound: serve refuses to start
+    p = _run(
+        ["--nodes", "2", "--dir", str(work)], tmp_path, TIERED_LOG_REPLICATION_TIMEOUT_MS="1"
+    )  # below its bound: serve refuses to start
     line = _one_error_line(p)
     assert p.returncode == 1, p.stderr
     assert "node 1 did not start" in line and str(work / "node-1.log") in line, line

@@ -34,12 +34,14 @@ PARTITIONS = 6
 PAUSE_S = 2 * LEASE_TTL_S + 0.5
 NODE_STALL_S = 1.2
 """Less than the lease TTL: a node stalled this long is alive."""
-SETTINGS = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(LEASE_TTL_S),
-            # Above the node stall plus a parked fetch: the stalled leader's followers
-            # are not late by its own clock (a leader stalled past this drops them, as
-            # Kafka's does).
-            "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "4000",
-            "TIERED_LOG_MAINTENANCE_INTERVAL_MS": "200"}
+SETTINGS = {
+    "TIERED_LOG_CLUSTER_LEASE_TTL_S": str(LEASE_TTL_S),
+    # Above the node stall plus a parked fetch: the stalled leader's followers
+    # are not late by its own clock (a leader stalled past this drops them, as
+    # Kafka's does).
+    "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "4000",
+    "TIERED_LOG_MAINTENANCE_INTERVAL_MS": "200",
+}
 
 
 @pytest.fixture(scope="module")
@@ -95,15 +97,25 @@ def test_the_store_notes_when_etcd_stops_answering(etcd: EtcdProcess) -> None:
 
 
 def test_an_etcd_pause_past_the_lease_moves_no_leader_and_shrinks_no_isr(
-        cluster: DevCluster) -> None:
+    cluster: DevCluster,
+) -> None:
     topic = "outage"
-    r = httpx.post(cluster.nodes[1].url + "/v1/topics", timeout=15,
-                   json={"name": topic, "partitions": PARTITIONS, "replication_factor": 3})
+    r = httpx.post(
+        cluster.nodes[1].url + "/v1/topics",
+        timeout=15,
+        json={"name": topic, "partitions": PARTITIONS, "replication_factor": 3},
+    )
     assert r.status_code == 201, r.text
     store, meta = _etcd_view(cluster)
     try:
-        wait_until(lambda: all(len(st.isr) == 3 for st, _ in meta.partitions(topic).values())
-                   and len(meta.partitions(topic)) == PARTITIONS, 20, "every ISR full")
+        wait_until(
+            lambda: (
+                all(len(st.isr) == 3 for st, _ in meta.partitions(topic).values())
+                and len(meta.partitions(topic)) == PARTITIONS
+            ),
+            20,
+            "every ISR full",
+        )
         before = meta.partitions(topic)
         leaders = {k: st.leader for k, (st, _) in before.items()}
         assert len(set(leaders.values())) > 1, "leaders spread over the nodes"
@@ -126,20 +138,32 @@ def test_an_etcd_pause_past_the_lease_moves_no_leader_and_shrinks_no_isr(
                     stalled.resume()
             # The leases ran out during the pause: etcd drops them as it wakes, the
             # nodes register again and a controller is elected again.
-            wait_until(lambda: _live(store) == set(cluster.nodes) and _controller(store)
-                       is not None, 3 * LEASE_TTL_S, "every node registered, a controller")
+            wait_until(
+                lambda: _live(store) == set(cluster.nodes) and _controller(store) is not None,
+                3 * LEASE_TTL_S,
+                "every node registered, a controller",
+            )
             # A lease TTL and more after that, nothing was written to any partition.
             deadline = time.monotonic() + LEASE_TTL_S + 1.5
             while time.monotonic() < deadline and not changed:
-                changed = {f"{k[0]}-{k[1]}": (f"leader {before[k][0].leader}->{st.leader}, "
-                                              f"isr {list(before[k][0].isr)}->{list(st.isr)}")
-                           for k, (st, rev) in meta.partitions(topic).items()
-                           if rev != before[k][1]}
+                changed = {
+                    f"{k[0]}-{k[1]}": (
+                        f"leader {before[k][0].leader}->{st.leader}, "
+                        f"isr {list(before[k][0].isr)}->{list(st.isr)}"
+                    )
+                    for k, (st, rev) in meta.partitions(topic).items()
+                    if rev != before[k][1]
+                }
                 time.sleep(0.1)
-            assert not changed, (f"partition states changed after an etcd pause of {PAUSE_S}s"
-                                 f"{' and a node stalled' if stalled else ''}: {changed}")
-        regone = [i for i, n in cluster.nodes.items()
-                  if b"is gone; registering again" in n.log_path.read_bytes()[log_sizes[i]:]]
+            assert not changed, (
+                f"partition states changed after an etcd pause of {PAUSE_S}s"
+                f"{' and a node stalled' if stalled else ''}: {changed}"
+            )
+        regone = [
+            i
+            for i, n in cluster.nodes.items()
+            if b"is gone; registering again" in n.log_path.read_bytes()[log_sizes[i] :]
+        ]
         assert regone, "the pauses outlived the leases (else this test checks nothing)"
         for i, n in cluster.nodes.items():
             assert n.alive, f"node {i} died: {n.log_tail()}"
@@ -148,17 +172,24 @@ def test_an_etcd_pause_past_the_lease_moves_no_leader_and_shrinks_no_isr(
 
 
 def test_while_etcd_is_down_the_cluster_view_is_served_stale_and_clients_route(
-        cluster: DevCluster) -> None:
+    cluster: DevCluster,
+) -> None:
     """``GET /v1/cluster`` answers the last view read, marked stale with its age, and a
     client that starts during the outage finds every leader and produces acks=all."""
     topic = "stale-view"
-    r = httpx.post(cluster.nodes[1].url + "/v1/topics", timeout=15,
-                   json={"name": topic, "partitions": 3, "replication_factor": 3})
+    r = httpx.post(
+        cluster.nodes[1].url + "/v1/topics",
+        timeout=15,
+        json={"name": topic, "partitions": 3, "replication_factor": 3},
+    )
     assert r.status_code == 201, r.text
     store, meta = _etcd_view(cluster)
     try:
-        wait_until(lambda: all(len(st.isr) == 3 for st, _ in meta.partitions(topic).values()),
-                   20, "every ISR full")
+        wait_until(
+            lambda: all(len(st.isr) == 3 for st, _ in meta.partitions(topic).values()),
+            20,
+            "every ISR full",
+        )
         leaders = {p: st.leader for (_, p), (st, _) in meta.partitions(topic).items()}
         cluster.etcd.pause()
         try:
@@ -171,8 +202,9 @@ def test_while_etcd_is_down_the_cluster_view_is_served_stale_and_clients_route(
                 view = r.json()
                 assert view["stale"] is True and view["metadata_age_ms"] >= 1000, view
                 assert view["controller_id"] is not None
-                got = {p["partition"]: p["leader"] for p in view["partitions"]
-                       if p["topic"] == topic}
+                got = {
+                    p["partition"]: p["leader"] for p in view["partitions"] if p["topic"] == topic
+                }
                 assert got == leaders
             with Client(cluster.urls, retry_timeout_s=10) as client:
                 for p in leaders:
@@ -181,8 +213,13 @@ def test_while_etcd_is_down_the_cluster_view_is_served_stale_and_clients_route(
                     assert [rec.value for rec in got_back.records] == [b"during the outage"]
         finally:
             cluster.etcd.resume()
-        wait_until(lambda: httpx.get(cluster.nodes[1].url + "/v1/cluster", timeout=5)
-                   .json()["stale"] is False, 10, "a fresh view once etcd is back")
+        wait_until(
+            lambda: (
+                httpx.get(cluster.nodes[1].url + "/v1/cluster", timeout=5).json()["stale"] is False
+            ),
+            10,
+            "a fresh view once etcd is back",
+        )
         fresh = httpx.get(cluster.nodes[1].url + "/v1/cluster", timeout=5).json()
         assert fresh["metadata_age_ms"] < 1000
     finally:

@@ -58,8 +58,11 @@ def test_paused_etcd_times_out_then_resumes(etcd: EtcdProcess) -> None:
         assert store.create("k", {"v": 1})
         etcd.pause()
         try:
-            for call in (lambda: store.get("k"), lambda: store.put_if("k", {"v": 2}, 0),
-                         lambda: store.grant(5)):
+            for call in (
+                lambda: store.get("k"),
+                lambda: store.put_if("k", {"v": 2}, 0),
+                lambda: store.grant(5),
+            ):
                 t0 = time.monotonic()
                 with pytest.raises(MetadataUnavailableError):
                     call()

@@ -26,11 +26,13 @@ from .helpers import wait_until
 pytestmark = pytest.mark.timeout(240)
 
 LEASE_TTL_S = 2
-SETTINGS = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(LEASE_TTL_S),
-            "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "1500",
-            "TIERED_LOG_REPLICATION_TIMEOUT_MS": "5000",
-            "TIERED_LOG_MAINTENANCE_INTERVAL_MS": "200",
-            "TIERED_LOG_TOPIC_DEFAULTS__SEGMENT_BYTES": "2048"}
+SETTINGS = {
+    "TIERED_LOG_CLUSTER_LEASE_TTL_S": str(LEASE_TTL_S),
+    "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "1500",
+    "TIERED_LOG_REPLICATION_TIMEOUT_MS": "5000",
+    "TIERED_LOG_MAINTENANCE_INTERVAL_MS": "200",
+    "TIERED_LOG_TOPIC_DEFAULTS__SEGMENT_BYTES": "2048",
+}
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +67,9 @@ def leader_url(c: DevCluster, topic: str, p: int = 0) -> str | None:
 
 
 def create(c: DevCluster, topic: str) -> None:
-    r = _any(c, "POST", "/v1/topics", json={"name": topic, "partitions": 1,
-                                              "replication_factor": 3})
+    r = _any(
+        c, "POST", "/v1/topics", json={"name": topic, "partitions": 1, "replication_factor": 3}
+    )
     assert r.status_code == 201, r.text
     wait_until(lambda: len(partition_state(c, topic)["isr"]) == 3, 10, "a full ISR")
 
@@ -81,8 +84,11 @@ def read_all(c: DevCluster, topic: str) -> list[tuple[int, str]]:
         wait_until(lambda: leader_url(c, topic) is not None, 15, "a leader")
         url = leader_url(c, topic)
         try:
-            r = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/records",
-                          params={"offset": offset, "max_records": 1000}, timeout=10)
+            r = httpx.get(
+                f"{url}/v1/topics/{topic}/partitions/0/records",
+                params={"offset": offset, "max_records": 1000},
+                timeout=10,
+            )
         except httpx.TransportError:
             r = None
         if r is None or r.status_code != 200:
@@ -91,7 +97,8 @@ def read_all(c: DevCluster, topic: str) -> list[tuple[int, str]]:
             retriable = r is None or r.status_code in (421, 503)
             assert retriable and time.monotonic() < deadline, (
                 f"reading {topic} at {offset}: {r.status_code if r else 'refused'} "
-                f"{r.text if r else ''}")
+                f"{r.text if r else ''}"
+            )
             time.sleep(0.1)
             continue
         body = r.json()
@@ -106,8 +113,12 @@ def produce(url: str | None, topic: str, value: str, acks: str = "all") -> int |
     if url is None:
         return None
     try:
-        r = httpx.post(f"{url}/v1/topics/{topic}/partitions/0/records",
-                       params={"acks": acks}, json={"records": [{"value": value}]}, timeout=10)
+        r = httpx.post(
+            f"{url}/v1/topics/{topic}/partitions/0/records",
+            params={"acks": acks},
+            json={"records": [{"value": value}]},
+            timeout=10,
+        )
     except httpx.HTTPError:
         return None
     return int(r.json()["first_offset"]) if r.status_code == 200 else None
@@ -155,11 +166,19 @@ def test_sigkill_the_leader_again_and_again_under_acks_all(cluster: DevCluster) 
             wait_until(lambda b=before: len(acked) > b + 20, 30, "acks=all produce to go on")
             st = partition_state(cluster, topic)
             cluster.nodes[st["leader"]].kill()
-            wait_until(lambda old=st["leader"]: partition_state(cluster, topic)["leader"]
-                       not in (None, old), 15, "a new leader")
+            wait_until(
+                lambda old=st["leader"]: (
+                    partition_state(cluster, topic)["leader"] not in (None, old)
+                ),
+                15,
+                "a new leader",
+            )
             restart_dead(cluster)
-            wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 30,
-                       "the restarted node back in the ISR")
+            wait_until(
+                lambda: len(partition_state(cluster, topic)["isr"]) == 3,
+                30,
+                "the restarted node back in the ISR",
+            )
     finally:
         stop.set()
         th.join(20)
@@ -170,17 +189,28 @@ def test_sigkill_the_leader_again_and_again_under_acks_all(cluster: DevCluster) 
 def test_a_paused_leader_is_fenced_and_its_tail_truncated(cluster: DevCluster) -> None:
     topic = "paused"
     create(cluster, topic)
-    acked = {f"a{i}": off for i in range(20)
-             if (off := produce(leader_url(cluster, topic), topic, f"a{i}")) is not None}
+    acked = {
+        f"a{i}": off
+        for i in range(20)
+        if (off := produce(leader_url(cluster, topic), topic, f"a{i}")) is not None
+    }
     assert len(acked) == 20
     st = partition_state(cluster, topic)
     old = cluster.nodes[st["leader"]]
     old.pause()
     try:
-        wait_until(lambda: partition_state(cluster, topic)["leader"] not in (None, old.node_id),
-                   LEASE_TTL_S + 10, "a new leader while the old one sleeps")
-        acked.update({f"b{i}": off for i in range(10)
-                      if (off := produce(leader_url(cluster, topic), topic, f"b{i}")) is not None})
+        wait_until(
+            lambda: partition_state(cluster, topic)["leader"] not in (None, old.node_id),
+            LEASE_TTL_S + 10,
+            "a new leader while the old one sleeps",
+        )
+        acked.update(
+            {
+                f"b{i}": off
+                for i in range(10)
+                if (off := produce(leader_url(cluster, topic), topic, f"b{i}")) is not None
+            }
+        )
     finally:
         old.resume()
     # Woken, the old leader may take a write before it learns it was replaced: an
@@ -188,8 +218,11 @@ def test_a_paused_leader_is_fenced_and_its_tail_truncated(cluster: DevCluster) -
     stale_all = produce(old.url, topic, "stale-all", acks="all")
     stale_one = produce(old.url, topic, "stale-one", acks="1")
     assert stale_all is None, "a deposed leader acknowledged an acks=all write"
-    wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 30,
-               "the old leader back in the ISR as a follower")
+    wait_until(
+        lambda: len(partition_state(cluster, topic)["isr"]) == 3,
+        30,
+        "the old leader back in the ISR as a follower",
+    )
     values = [v for _, v in read_all(cluster, topic)]
     assert "stale-all" not in values
     if stale_one is not None:
@@ -200,8 +233,11 @@ def test_a_paused_leader_is_fenced_and_its_tail_truncated(cluster: DevCluster) -
     for _ in range(2):
         cur = partition_state(cluster, topic)["leader"]
         cluster.nodes[cur].kill()
-        wait_until(lambda cur=cur: partition_state(cluster, topic)["leader"] not in (None, cur),
-                   15, "a new leader")
+        wait_until(
+            lambda cur=cur: partition_state(cluster, topic)["leader"] not in (None, cur),
+            15,
+            "a new leader",
+        )
         restart_dead(cluster)
         wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 30, "full ISR")
         assert read_all(cluster, topic) == first
@@ -213,20 +249,35 @@ def test_a_follower_down_catches_up_and_rejoins(cluster: DevCluster) -> None:
     st = partition_state(cluster, topic)
     follower = cluster.nodes[next(r for r in st["replicas"] if r != st["leader"])]
     follower.kill()
-    wait_until(lambda: follower.node_id not in partition_state(cluster, topic)["isr"],
-               LEASE_TTL_S + 10, "the dead follower out of the ISR")
-    acked = {f"c{i}": off for i in range(200)
-             if (off := produce(leader_url(cluster, topic), topic, f"c{i}")) is not None}
+    wait_until(
+        lambda: follower.node_id not in partition_state(cluster, topic)["isr"],
+        LEASE_TTL_S + 10,
+        "the dead follower out of the ISR",
+    )
+    acked = {
+        f"c{i}": off
+        for i in range(200)
+        if (off := produce(leader_url(cluster, topic), topic, f"c{i}")) is not None
+    }
     assert len(acked) == 200  # two in-sync replicas meet min_insync_replicas=2
     follower.start()
-    wait_until(lambda: follower.node_id in partition_state(cluster, topic)["isr"], 30,
-               "the follower back in the ISR")
+    wait_until(
+        lambda: follower.node_id in partition_state(cluster, topic)["isr"],
+        30,
+        "the follower back in the ISR",
+    )
     check_exactly_once(cluster, topic, acked)
     # Every replica rolled where the leader did: the same segments, byte for byte (from
     # where each begins: a follower that was still empty when it went down starts at the
     # leader's remote end, KIP-1023, and skips what the bucket holds).
-    files = [{p.name: p.read_bytes() for p in (n.data_dir / "topics" / topic / "0").glob("*.log")
-              if p.stat().st_size} for n in cluster.nodes.values()]
+    files = [
+        {
+            p.name: p.read_bytes()
+            for p in (n.data_dir / "topics" / topic / "0").glob("*.log")
+            if p.stat().st_size
+        }
+        for n in cluster.nodes.values()
+    ]
     first = max(min(f) for f in files)
     tails = [{k: v for k, v in f.items() if k >= first} for f in files]
     assert len(tails[0]) >= 1 and tails[0] == tails[1] == tails[2]
@@ -244,16 +295,21 @@ def test_leaders_keep_serving_while_etcd_is_down(cluster: DevCluster) -> None:
             off = produce(url, topic, f"d{i}")
             assert off is not None, "the leader stopped serving without etcd"
             acked[f"d{i}"] = off
-        r = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/records", params={"offset": 0},
-                      timeout=10)
+        r = httpx.get(
+            f"{url}/v1/topics/{topic}/partitions/0/records", params={"offset": 0}, timeout=10
+        )
         assert r.status_code == 200 and len(r.json()["records"]) == 40
-        r = httpx.post(f"{url}/v1/topics", json={"name": "no-etcd", "replication_factor": 3},
-                       timeout=15)
+        r = httpx.post(
+            f"{url}/v1/topics", json={"name": "no-etcd", "replication_factor": 3}, timeout=15
+        )
         assert r.status_code == 503 and r.json()["error"]["code"] == "metadata_unavailable"
     finally:
         cluster.etcd.restart()
-    wait_until(lambda: produce(leader_url(cluster, topic), topic, "after") is not None, 30,
-               "the cluster to serve after etcd is back")
+    wait_until(
+        lambda: produce(leader_url(cluster, topic), topic, "after") is not None,
+        30,
+        "the cluster to serve after etcd is back",
+    )
     check_exactly_once(cluster, topic, acked)
     create(cluster, "etcd-back")  # metadata changes work again
 
@@ -283,15 +339,21 @@ def test_shipping_continues_after_a_failover_each_range_once(cluster: DevCluster
     wait_until(lambda: len(_bucket_copies(cluster, topic)) >= 3, 30, "the leader to ship")
     st = partition_state(cluster, topic)
     cluster.nodes[st["leader"]].kill()
-    wait_until(lambda: partition_state(cluster, topic)["leader"] not in (None, st["leader"]),
-               15, "a new leader")
+    wait_until(
+        lambda: partition_state(cluster, topic)["leader"] not in (None, st["leader"]),
+        15,
+        "a new leader",
+    )
     shipped_before = _bucket_copies(cluster, topic)[-1][1]
     for i in range(150, 300):
         off = produce(leader_url(cluster, topic), topic, f"s{i}")
         if off is not None:
             acked[f"s{i}"] = off
-    wait_until(lambda: _bucket_copies(cluster, topic)[-1][1] > shipped_before + 40, 30,
-               "the new leader to ship on")
+    wait_until(
+        lambda: _bucket_copies(cluster, topic)[-1][1] > shipped_before + 40,
+        30,
+        "the new leader to ship on",
+    )
     restart_dead(cluster)
     wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 30, "full ISR")
     copies = _bucket_copies(cluster, topic)
@@ -302,7 +364,8 @@ def test_shipping_continues_after_a_failover_each_range_once(cluster: DevCluster
 
 
 def test_a_long_poll_at_the_high_watermark_gets_the_next_committed_record(
-        cluster: DevCluster) -> None:
+    cluster: DevCluster,
+) -> None:
     """A consumer waiting at the end is woken when the high watermark passes the next
     record (not when it is appended, when it may not be committed yet): its one long
     poll answers that record."""
@@ -311,13 +374,18 @@ def test_a_long_poll_at_the_high_watermark_gets_the_next_committed_record(
     url = leader_url(cluster, topic)
     assert produce(url, topic, "first") == 0
     got: list[httpx.Response] = []
-    th = threading.Thread(target=lambda: got.append(httpx.get(
-        f"{url}/v1/topics/{topic}/partitions/0/records",
-        params={"offset": 1, "wait_ms": 20_000}, timeout=30)))
+    th = threading.Thread(
+        target=lambda: got.append(
+            httpx.get(
+                f"{url}/v1/topics/{topic}/partitions/0/records",
+                params={"offset": 1, "wait_ms": 20_000},
+                timeout=30,
+            )
+        )
+    )
     th.start()
     time.sleep(0.5)  # the poll is waiting
     assert produce(url, topic, "second") == 1
     th.join(30)
     assert got and got[0].status_code == 200
     assert [r["value"] for r in got[0].json()["records"]] == ["second"]
-

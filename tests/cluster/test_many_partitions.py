@@ -25,10 +25,12 @@ from .helpers import wait_until
 pytestmark = pytest.mark.timeout(180)
 
 PARTITIONS = 12
-SETTINGS = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": "3",
-            "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "30000",
-            "TIERED_LOG_REPLICA_FETCH_WAIT_MAX_MS": "4000",
-            "TIERED_LOG_REPLICATION_TIMEOUT_MS": "20000"}
+SETTINGS = {
+    "TIERED_LOG_CLUSTER_LEASE_TTL_S": "3",
+    "TIERED_LOG_REPLICA_LAG_TIME_MAX_MS": "30000",
+    "TIERED_LOG_REPLICA_FETCH_WAIT_MAX_MS": "4000",
+    "TIERED_LOG_REPLICATION_TIMEOUT_MS": "20000",
+}
 
 
 @pytest.fixture(scope="module")

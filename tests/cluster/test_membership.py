@@ -33,7 +33,10 @@ def node_process(store: MetaStore, node_id: int, ttl_s: int) -> Iterator[subproc
     cluster = store.prefix.rstrip("/").rsplit("/", 1)[1]
     proc = subprocess.Popen(
         [sys.executable, str(NODE_PROC), store.endpoint, cluster, str(node_id), str(ttl_s)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # bounded by the test's timeout
@@ -65,8 +68,10 @@ def test_keepalive_keeps_a_node(store: MetaStore) -> None:
 
 
 def test_crashed_node_drops_out_within_its_ttl(store: MetaStore) -> None:
-    with Membership(store, 1, "http://a", lease_ttl_s=1) as m, \
-            node_process(store, 2, ttl_s=1) as child:
+    with (
+        Membership(store, 1, "http://a", lease_ttl_s=1) as m,
+        node_process(store, 2, ttl_s=1) as child,
+    ):
         wait_until(lambda: set(m.live_nodes()) == {1, 2}, 5, "the child registered")
         child.kill()
         took = wait_until(lambda: set(m.live_nodes()) == {1}, 5, "the killed node left")
@@ -74,8 +79,10 @@ def test_crashed_node_drops_out_within_its_ttl(store: MetaStore) -> None:
 
 
 def test_lease_lost_in_an_outage_registers_again(etcd: EtcdProcess) -> None:
-    with new_store(etcd, timeout_s=0.5) as store, \
-            Membership(store, 1, "http://a", lease_ttl_s=1) as m:
+    with (
+        new_store(etcd, timeout_s=0.5) as store,
+        Membership(store, 1, "http://a", lease_ttl_s=1) as m,
+    ):
         first = m.lease_id
         etcd.pause()  # longer than the TTL: etcd expires the lease when it resumes
         try:
@@ -101,12 +108,16 @@ def test_membership_survives_an_etcd_restart(etcd: EtcdProcess) -> None:
 
 def test_one_controller_and_failover_on_revoke(store: MetaStore) -> None:
     changes: list[tuple[int, bool, int | None]] = []
-    with Membership(store, 1, "a", lease_ttl_s=2) as m1, \
-            Membership(store, 2, "b", lease_ttl_s=2) as m2:
-        e1 = ControllerElection(store, m1, interval_s=0.1,
-                                on_change=lambda c, e: changes.append((1, c, e)))
-        e2 = ControllerElection(store, m2, interval_s=0.1,
-                                on_change=lambda c, e: changes.append((2, c, e)))
+    with (
+        Membership(store, 1, "a", lease_ttl_s=2) as m1,
+        Membership(store, 2, "b", lease_ttl_s=2) as m2,
+    ):
+        e1 = ControllerElection(
+            store, m1, interval_s=0.1, on_change=lambda c, e: changes.append((1, c, e))
+        )
+        e2 = ControllerElection(
+            store, m2, interval_s=0.1, on_change=lambda c, e: changes.append((2, c, e))
+        )
         assert e1.campaign() and not e2.campaign()
         with e1, e2:
             assert e1.is_controller and not e2.is_controller
@@ -135,8 +146,7 @@ def test_one_controller_and_failover_on_revoke(store: MetaStore) -> None:
 
 
 def test_controller_failover_when_it_crashes(store: MetaStore) -> None:
-    with node_process(store, 9, ttl_s=1) as child, \
-            Membership(store, 1, "a", lease_ttl_s=1) as m:
+    with node_process(store, 9, ttl_s=1) as child, Membership(store, 1, "a", lease_ttl_s=1) as m:
         e = ControllerElection(store, m, interval_s=0.1)
         assert not e.campaign() and e.controller_id() == 9
         with e:
@@ -149,8 +159,10 @@ def test_controller_failover_when_it_crashes(store: MetaStore) -> None:
 
 
 def test_resign_hands_over_at_once(store: MetaStore) -> None:
-    with Membership(store, 1, "a", lease_ttl_s=5) as m1, \
-            Membership(store, 2, "b", lease_ttl_s=5) as m2:
+    with (
+        Membership(store, 1, "a", lease_ttl_s=5) as m1,
+        Membership(store, 2, "b", lease_ttl_s=5) as m2,
+    ):
         e1 = ControllerElection(store, m1, interval_s=0.1)
         assert e1.campaign()
         with ControllerElection(store, m2, interval_s=0.1) as e2:

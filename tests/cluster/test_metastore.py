@@ -32,7 +32,7 @@ def test_create_only_if_absent(store: MetaStore) -> None:
 
 def test_put_if_compares_mod_revision(store: MetaStore) -> None:
     assert not store.put_if("k", {"n": 1}, 12345)  # absent: mod_revision is 0
-    assert store.put_if("k", {"n": 1}, 0)          # 0: only if absent
+    assert store.put_if("k", {"n": 1}, 0)  # 0: only if absent
     assert not store.put_if("k", {"n": 9}, 0)
     v1 = store.get("k")
     assert v1 is not None
@@ -195,8 +195,9 @@ def test_put_if_keeps_a_keys_lease(store: MetaStore) -> None:
 
 def test_poll_prefix_reports_changes(store: MetaStore) -> None:
     seen: list[dict[str, Any]] = []
-    poller = store.poll_prefix("nodes/", lambda snap: seen.append(
-        {k: v.value for k, v in snap.items()}), interval_s=0.05)
+    poller = store.poll_prefix(
+        "nodes/", lambda snap: seen.append({k: v.value for k, v in snap.items()}), interval_s=0.05
+    )
     try:
         wait_until(lambda: seen == [{}], 3, "the first snapshot")
         assert store.create("nodes/1", "a")

@@ -28,8 +28,13 @@ from tiered_log.cluster.model import (
 from tiered_log.errors import InvalidArgumentError
 
 
-def state(replicas: tuple[int, ...] = (1, 2, 3), leader: int | None = 1, isr: tuple[int, ...] = (1, 2, 3),
-          leader_epoch: int = 4, partition_epoch: int = 9) -> PartitionState:
+def state(
+    replicas: tuple[int, ...] = (1, 2, 3),
+    leader: int | None = 1,
+    isr: tuple[int, ...] = (1, 2, 3),
+    leader_epoch: int = 4,
+    partition_epoch: int = 9,
+) -> PartitionState:
     return PartitionState("orders", 0, replicas, leader, leader_epoch, isr, partition_epoch)
 
 
@@ -54,19 +59,26 @@ def test_topic_meta_round_trip() -> None:
     assert again == t and again.config == config
     config["segment_bytes"] = 1  # the topic holds a copy
     assert t.config["segment_bytes"] == 1024
-    assert TopicMeta.from_json(json.dumps({k: v for k, v in t.to_dict().items()
-                                           if k != "topic_id"})).topic_id == ""
+    assert (
+        TopicMeta.from_json(
+            json.dumps({k: v for k, v in t.to_dict().items() if k != "topic_id"})
+        ).topic_id
+        == ""
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (("orders", 3, 3, 4), "min insync replicas 4 is more than the replication factor 3"),
-    (("orders", 3, 3, 0), "min insync replicas must be >= 1, not 0"),
-    (("orders", 0, 1, 1), "partitions must be >= 1, not 0"),
-    (("orders", 1, 0, 1), "replication factor must be >= 1, not 0"),
-    (("orders", 1, True, 1), "replication factor must be an integer, not true"),
-    (("..", 1, 1, 1), "invalid topic name"),
-    (("a/b", 1, 1, 1), "invalid topic name"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("orders", 3, 3, 4), "min insync replicas 4 is more than the replication factor 3"),
+        (("orders", 3, 3, 0), "min insync replicas must be >= 1, not 0"),
+        (("orders", 0, 1, 1), "partitions must be >= 1, not 0"),
+        (("orders", 1, 0, 1), "replication factor must be >= 1, not 0"),
+        (("orders", 1, True, 1), "replication factor must be an integer, not true"),
+        (("..", 1, 1, 1), "invalid topic name"),
+        (("a/b", 1, 1, 1), "invalid topic name"),
+    ],
+)
 def test_topic_meta_validation(args: tuple[Any, ...], message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=re.escape(message)) as info:
         TopicMeta(*args)
@@ -79,16 +91,30 @@ def test_topic_meta_config_must_be_json() -> None:
     with pytest.raises(InvalidArgumentError, match="config is not JSON"):
         TopicMeta("t", 1, 1, 1, {"x": float("nan")})
     with pytest.raises(InvalidArgumentError, match="config must be a JSON object"):
-        TopicMeta.from_json('{"version": 1, "name": "t", "partitions": 1, '
-                            '"replication_factor": 1, "min_insync_replicas": 1, "config": []}')
+        TopicMeta.from_json(
+            '{"version": 1, "name": "t", "partitions": 1, '
+            '"replication_factor": 1, "min_insync_replicas": 1, "config": []}'
+        )
 
 
 def test_topic_name_rule_is_the_services() -> None:
     from tiered_log.service.wire import TOPIC_NAME_PATTERN
 
     service = re.compile(TOPIC_NAME_PATTERN)
-    for name in ("orders", "a.b_c-d", "x" * 200, "x" * 201, ".", "..", "...", "a b", "",
-                 "a/b", "é", ".hidden"):
+    for name in (
+        "orders",
+        "a.b_c-d",
+        "x" * 200,
+        "x" * 201,
+        ".",
+        "..",
+        "...",
+        "a b",
+        "",
+        "a/b",
+        "é",
+        ".hidden",
+    ):
         ours = True
         try:
             validate_topic_name(name)
@@ -103,8 +129,15 @@ def test_topic_name_rule_is_the_services() -> None:
 def test_partition_state_round_trip() -> None:
     s = state()
     assert json.loads(s.to_json()) == {
-        "version": 1, "topic": "orders", "partition": 0, "replicas": [1, 2, 3], "leader": 1,
-        "leader_epoch": 4, "isr": [1, 2, 3], "partition_epoch": 9}
+        "version": 1,
+        "topic": "orders",
+        "partition": 0,
+        "replicas": [1, 2, 3],
+        "leader": 1,
+        "leader_epoch": 4,
+        "isr": [1, 2, 3],
+        "partition_epoch": 9,
+    }
     assert PartitionState.from_json(s.to_json()) == s
     offline = state(leader=None, isr=(2,))
     assert json.loads(offline.to_json())["leader"] is None
@@ -117,32 +150,41 @@ def good() -> dict[str, Any]:
     return state().to_dict()
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"leader": 7}, "leader 7 is not in its isr [1, 2, 3]"),
-    ({"isr": [1, 4]}, "isr [1, 4] is not a subset of its replicas [1, 2, 3]"),
-    ({"replicas": [1, 1, 2]}, "replicas [1, 1, 2] has duplicates"),
-    ({"replicas": [], "isr": [], "leader": None}, "has no replicas"),
-    ({"leader_epoch": -1}, "leader_epoch must be >= 0, not -1"),
-    ({"partition_epoch": "3"}, 'partition_epoch must be an integer, not "3"'),
-    ({"leader": True}, "leader must be an integer, not true"),
-    ({"isr": "1,2"}, 'isr must be a list of node ids, not "1,2"'),
-    ({"isr": [1, 2.0]}, "isr entry must be an integer, not 2.0"),
-    ({"version": 2}, "has version 2, expected 1"),
-    ({"topic": "a/b"}, "invalid topic name"),
-    ({"partition": -1}, "partition must be >= 0, not -1"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"leader": 7}, "leader 7 is not in its isr [1, 2, 3]"),
+        ({"isr": [1, 4]}, "isr [1, 4] is not a subset of its replicas [1, 2, 3]"),
+        ({"replicas": [1, 1, 2]}, "replicas [1, 1, 2] has duplicates"),
+        ({"replicas": [], "isr": [], "leader": None}, "has no replicas"),
+        ({"leader_epoch": -1}, "leader_epoch must be >= 0, not -1"),
+        ({"partition_epoch": "3"}, 'partition_epoch must be an integer, not "3"'),
+        ({"leader": True}, "leader must be an integer, not true"),
+        ({"isr": "1,2"}, 'isr must be a list of node ids, not "1,2"'),
+        ({"isr": [1, 2.0]}, "isr entry must be an integer, not 2.0"),
+        ({"version": 2}, "has version 2, expected 1"),
+        ({"topic": "a/b"}, "invalid topic name"),
+        ({"partition": -1}, "partition must be >= 0, not -1"),
+    ],
+)
 def test_partition_state_strict_decoding(change: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=re.escape(message)) as info:
         PartitionState.from_json(json.dumps(dict(good(), **change)))
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("data, message", [
-    ("{", "partition state is not JSON"),
-    ("[1]", "partition state must be a JSON object"),
-    (json.dumps({k: v for k, v in state().to_dict().items() if k != "isr"}), "has no 'isr'"),
-    (json.dumps({k: v for k, v in state().to_dict().items() if k != "version"}), "has no 'version'"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ("{", "partition state is not JSON"),
+        ("[1]", "partition state must be a JSON object"),
+        (json.dumps({k: v for k, v in state().to_dict().items() if k != "isr"}), "has no 'isr'"),
+        (
+            json.dumps({k: v for k, v in state().to_dict().items() if k != "version"}),
+            "has no 'version'",
+        ),
+    ],
+)
 def test_partition_state_bad_documents(data: str, message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=re.escape(message)):
         PartitionState.from_json(data)
@@ -226,7 +268,9 @@ def test_expand_isr() -> None:
     assert new is not None
     assert (new.isr, new.leader_epoch, new.partition_epoch) == ((3, 1), 4, 10)  # replica order
     assert expand_isr(new, 3) is None
-    with pytest.raises(InvalidArgumentError, match=r"node 7 is not one of its replicas \[3, 1, 2\]"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"node 7 is not one of its replicas \[3, 1, 2\]"
+    ):
         expand_isr(s, 7)
     with pytest.raises(InvalidArgumentError, match="has no leader to admit node 2"):
         expand_isr(state(leader=None, isr=(1,)), 2)
@@ -238,14 +282,26 @@ def test_expand_isr() -> None:
 def test_assign_replicas_matches_kafka() -> None:
     # AdminUtilsTest.testReplicaAssignment: 5 brokers, 10 partitions, rf 3, start index 0
     assert assign_replicas(10, 3, [4, 2, 0, 3, 1], 0) == [
-        (0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4, 0), (4, 0, 1),
-        (0, 2, 3), (1, 3, 4), (2, 4, 0), (3, 0, 1), (4, 1, 2)]
+        (0, 1, 2),
+        (1, 2, 3),
+        (2, 3, 4),
+        (3, 4, 0),
+        (4, 0, 1),
+        (0, 2, 3),
+        (1, 3, 4),
+        (2, 4, 0),
+        (3, 0, 1),
+        (4, 1, 2),
+    ]
 
 
-@pytest.mark.parametrize("nodes, partitions, rf, start", [
-    ([0, 1, 2, 3, 4], 20, 3, 0), ([5, 7, 9], 9, 2, 2), ([1, 2, 3, 4, 5, 6], 12, 3, 4)])
+@pytest.mark.parametrize(
+    "nodes, partitions, rf, start",
+    [([0, 1, 2, 3, 4], 20, 3, 0), ([5, 7, 9], 9, 2, 2), ([1, 2, 3, 4, 5, 6], 12, 3, 4)],
+)
 def test_assign_replicas_spreads_leaders_and_replicas_evenly(
-        nodes: list[int], partitions: int, rf: int, start: int) -> None:
+    nodes: list[int], partitions: int, rf: int, start: int
+) -> None:
     got = assign_replicas(partitions, rf, nodes, start)
     assert len(got) == partitions
     assert all(len(r) == rf == len(set(r)) and set(r) <= set(nodes) for r in got)
@@ -265,8 +321,9 @@ def test_assign_replicas_continues_from_first_partition() -> None:
 
 
 def test_assign_replicas_refuses() -> None:
-    with pytest.raises(InvalidArgumentError,
-                       match=r"^replication factor 3 is more than the 2 live nodes$"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"^replication factor 3 is more than the 2 live nodes$"
+    ):
         assign_replicas(4, 3, [0, 1], 0)
     assert assign_replicas(2, 1, [7], 0) == [(7,), (7,)]
     for args in ((0, 1, [0], 0), (1, 0, [0], 0), (1, 1, [0, 0], 0), (1, 1, [0], -1)):
@@ -294,10 +351,14 @@ def check_invariants(s: PartitionState) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(replicas=st.lists(st.sampled_from(NODES), min_size=1, max_size=5, unique=True),
-       live=node_sets, steps=st.lists(ops, max_size=40))
-def test_transitions_keep_every_invariant(replicas: list[int], live: frozenset[int],
-                                          steps: list[tuple[str, Any, bool]]) -> None:
+@given(
+    replicas=st.lists(st.sampled_from(NODES), min_size=1, max_size=5, unique=True),
+    live=node_sets,
+    steps=st.lists(ops, max_size=40),
+)
+def test_transitions_keep_every_invariant(
+    replicas: list[int], live: frozenset[int], steps: list[tuple[str, Any, bool]]
+) -> None:
     s = initial_state("t", 0, replicas, live | {replicas[-1]})
     leader_of_epoch: dict[int, int | None] = {s.leader_epoch: s.leader}
     for op, arg, unclean in steps:

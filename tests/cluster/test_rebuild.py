@@ -62,8 +62,11 @@ def test_a_wiped_follower_rebuilds_from_the_bucket_and_the_tail(cluster: DevClus
     for i in range(200, 260):  # the producers go on while it rebuilds
         if (off := produce(leader_url(cluster, topic), topic, f"w{i}")) is not None:
             acked[f"w{i}"] = off
-    wait_until(lambda: follower.node_id in partition_state(cluster, topic)["isr"], 30,
-               "the rebuilt follower back in the ISR")
+    wait_until(
+        lambda: follower.node_id in partition_state(cluster, topic)["isr"],
+        30,
+        "the rebuilt follower back in the ISR",
+    )
     # Restarted within its lease, it waits to be dropped from the ISR before it
     # registers: it gets back in by fetching, not on what its lost disk held (KIP-903).
     # (On a busy machine its start may outlast the lease: then the controller dropped
@@ -75,22 +78,47 @@ def test_a_wiped_follower_rebuilds_from_the_bucket_and_the_tail(cluster: DevClus
     leader = cluster.nodes[partition_state(cluster, topic)["leader"]]
 
     def segments(n: Any) -> dict[str, bytes]:
-        return {p.name: p.read_bytes() for p in (n.data_dir / "topics" / topic / "0").glob("*.log")
-                if p.stat().st_size}
+        return {
+            p.name: p.read_bytes()
+            for p in (n.data_dir / "topics" / topic / "0").glob("*.log")
+            if p.stat().st_size
+        }
 
     # Visible: every replica in sync in `tiered-log cluster status` and in /metrics.
-    done = subprocess.run([sys.executable, "-m", "tiered_log.cli", "cluster", "status",
-                           "--wait", "--timeout", "60", "--json", "--topic", topic, "--url",
-                           ",".join(cluster.urls)], capture_output=True, text=True, timeout=90)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiered_log.cli",
+            "cluster",
+            "status",
+            "--wait",
+            "--timeout",
+            "60",
+            "--json",
+            "--topic",
+            topic,
+            "--url",
+            ",".join(cluster.urls),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stderr
     parts = [p for p in json.loads(done.stdout)["partitions"] if p["topic"] == topic]
     assert [sorted(r["state"] for r in p["replicas"]) for p in parts] == [
-        ["in_sync", "in_sync", "leader"]]
+        ["in_sync", "in_sync", "leader"]
+    ]
     metrics = httpx.get(f"{leader.url}/metrics", timeout=10).text
-    assert (f'tiered_log_replica_in_sync{{topic="{topic}",partition="0",'
-            f'replica="{follower.node_id}"}} 1') in metrics
-    assert (f'tiered_log_replica_lag_bytes{{topic="{topic}",partition="0",'
-            f'replica="{follower.node_id}"}}') in metrics
+    assert (
+        f'tiered_log_replica_in_sync{{topic="{topic}",partition="0",'
+        f'replica="{follower.node_id}"}} 1'
+    ) in metrics
+    assert (
+        f'tiered_log_replica_lag_bytes{{topic="{topic}",partition="0",'
+        f'replica="{follower.node_id}"}}'
+    ) in metrics
     mine, theirs = segments(follower), segments(leader)
     first = min(mine)
     assert int(first.split(".")[0]) > 0, "the rebuilt follower copied the archived head again"
@@ -112,14 +140,20 @@ def test_a_wiped_leader_comes_back_as_a_rebuilt_follower(cluster: DevCluster) ->
     old = cluster.nodes[partition_state(cluster, topic)["leader"]]
     old.kill()
     shutil.rmtree(old.data_dir)
-    wait_until(lambda: partition_state(cluster, topic)["leader"] not in (None, old.node_id),
-               15, "a new leader")
+    wait_until(
+        lambda: partition_state(cluster, topic)["leader"] not in (None, old.node_id),
+        15,
+        "a new leader",
+    )
     for i in range(200, 240):
         if (off := produce(leader_url(cluster, topic), topic, f"l{i}")) is not None:
             acked[f"l{i}"] = off
     old.start()
-    wait_until(lambda: old.node_id in partition_state(cluster, topic)["isr"], 30,
-               "the wiped node back in the ISR")
+    wait_until(
+        lambda: old.node_id in partition_state(cluster, topic)["isr"],
+        30,
+        "the wiped node back in the ISR",
+    )
     logs = old.data_dir / "topics" / topic / "0"
     assert min(int(p.name.split(".")[0]) for p in logs.glob("*.log")) > 0
     check_exactly_once(cluster, topic, acked)
@@ -129,22 +163,46 @@ def test_reassign_a_dead_nodes_replicas(cluster: DevCluster) -> None:
     """A dead node replaced for good: `tiered-log cluster reassign --from N --to M` gives
     its replicas to M, which rebuilds and joins the ISR; then N is dropped (issue 17)."""
     topic = "moved"
-    r = _any(cluster, "POST", "/v1/topics", json={"name": topic, "partitions": 1,
-                                                     "replication_factor": 2})
+    r = _any(
+        cluster,
+        "POST",
+        "/v1/topics",
+        json={"name": topic, "partitions": 1, "replication_factor": 2},
+    )
     assert r.status_code == 201, r.text
     wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 2, 10, "a full ISR")
-    acked = {f"m{i}": off for i in range(50)
-             if (off := produce(leader_url(cluster, topic), topic, f"m{i}")) is not None}
+    acked = {
+        f"m{i}": off
+        for i in range(50)
+        if (off := produce(leader_url(cluster, topic), topic, f"m{i}")) is not None
+    }
     assert len(acked) == 50
     st = partition_state(cluster, topic)
     dead = next(n for n in st["replicas"] if n != st["leader"])
     spare = next(n for n in cluster.nodes if n not in st["replicas"])
     cluster.nodes[dead].kill()
     try:
-        done = subprocess.run([sys.executable, "-m", "tiered_log.cli", "cluster", "reassign",
-                               "--from", str(dead), "--to", str(spare), "--wait", "--timeout",
-                               "60", "--url", leader_url(cluster, topic) or ""],
-                              capture_output=True, text=True, timeout=90)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tiered_log.cli",
+                "cluster",
+                "reassign",
+                "--from",
+                str(dead),
+                "--to",
+                str(spare),
+                "--wait",
+                "--timeout",
+                "60",
+                "--url",
+                leader_url(cluster, topic) or "",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         after = partition_state(cluster, topic)
         assert sorted(after["replicas"]) == sorted([st["leader"], spare])
@@ -160,9 +218,17 @@ def test_a_new_leader_serves_reads_only_once_it_knows_the_bucket(cluster: DevClu
     503 not_ready for its bounds and for archived offsets, never a log start above the
     true one, a 416 for offset 0 or a 500 (an index file replaced under a read)."""
     topic = "newleader"
-    r = _any(cluster, "POST", "/v1/topics", json={
-        "name": topic, "partitions": 1, "replication_factor": 3,
-        "config": {"segment_bytes": 4096, "local_retention_bytes": 65536}})
+    r = _any(
+        cluster,
+        "POST",
+        "/v1/topics",
+        json={
+            "name": topic,
+            "partitions": 1,
+            "replication_factor": 3,
+            "config": {"segment_bytes": 4096, "local_retention_bytes": 65536},
+        },
+    )
     assert r.status_code == 201, r.text
     wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 10, "a full ISR")
     n = 0
@@ -170,8 +236,12 @@ def test_a_new_leader_serves_reads_only_once_it_knows_the_bucket(cluster: DevClu
         url = leader_url(cluster, topic)
         assert url is not None
         recs = [{"value": f"r{i:05d}-" + "x" * 64} for i in range(n, n + 200)]
-        r = httpx.post(f"{url}/v1/topics/{topic}/partitions/0/records", params={"acks": "all"},
-                       json={"records": recs}, timeout=10)
+        r = httpx.post(
+            f"{url}/v1/topics/{topic}/partitions/0/records",
+            params={"acks": "all"},
+            json={"records": recs},
+            timeout=10,
+        )
         assert r.status_code == 200, r.text
         n += 200
 
@@ -180,19 +250,28 @@ def test_a_new_leader_serves_reads_only_once_it_knows_the_bucket(cluster: DevClu
 
     st = partition_state(cluster, topic)
     leader = cluster.nodes[st["leader"]]
-    wait_until(lambda: bounds(leader.url)["local_start_offset"] > 1000, 30,
-               "the leader to ship and drop local segments")
+    wait_until(
+        lambda: bounds(leader.url)["local_start_offset"] > 1000,
+        30,
+        "the leader to ship and drop local segments",
+    )
     follower = cluster.nodes[next(r for r in st["replicas"] if r != st["leader"])]
     follower.kill()
     follower.start()
-    wait_until(lambda: follower.node_id in partition_state(cluster, topic)["isr"], 30,
-               "the restarted follower back in the ISR")
-    def own_local_start(url: str) -> int:  # a follower describes its own log
-        return int(httpx.get(f"{url}/v1/topics/{topic}", timeout=5).json()[
-            "partition_info"][0]["local_start_offset"])
+    wait_until(
+        lambda: follower.node_id in partition_state(cluster, topic)["isr"],
+        30,
+        "the restarted follower back in the ISR",
+    )
 
-    wait_until(lambda: own_local_start(follower.url) > 1000, 30,
-               "the follower's local retention")
+    def own_local_start(url: str) -> int:  # a follower describes its own log
+        return int(
+            httpx.get(f"{url}/v1/topics/{topic}", timeout=5).json()["partition_info"][0][
+                "local_start_offset"
+            ]
+        )
+
+    wait_until(lambda: own_local_start(follower.url) > 1000, 30, "the follower's local retention")
     others = [m for m in cluster.nodes.values() if m.node_id != follower.node_id]
     stoppers = [threading.Thread(target=m.stop) for m in others]  # both at once
     for t in stoppers:
@@ -205,10 +284,12 @@ def test_a_new_leader_serves_reads_only_once_it_knows_the_bucket(cluster: DevClu
         served = 0
         while served < 20 and time.monotonic() < deadline:
             try:
-                b = httpx.get(f"{follower.url}/v1/topics/{topic}/partitions/0/bounds",
-                              timeout=5)
-                f = httpx.get(f"{follower.url}/v1/topics/{topic}/partitions/0/records",
-                              params={"offset": 0, "max_records": 5}, timeout=5)
+                b = httpx.get(f"{follower.url}/v1/topics/{topic}/partitions/0/bounds", timeout=5)
+                f = httpx.get(
+                    f"{follower.url}/v1/topics/{topic}/partitions/0/records",
+                    params={"offset": 0, "max_records": 5},
+                    timeout=5,
+                )
             except httpx.TransportError:
                 continue
             for resp, what in ((b, "bounds"), (f, "fetch")):
@@ -216,8 +297,12 @@ def test_a_new_leader_serves_reads_only_once_it_knows_the_bucket(cluster: DevClu
                 answers.append((resp.status_code, what, None))
                 assert resp.status_code in (200, 421, 503), (what, resp.status_code, resp.text)
                 if resp.status_code == 503:
-                    assert code in ("not_ready", "not_leader", "metadata_unavailable",
-                                    "remote_timeout"), resp.text
+                    assert code in (
+                        "not_ready",
+                        "not_leader",
+                        "metadata_unavailable",
+                        "remote_timeout",
+                    ), resp.text
             if b.status_code == 200:
                 assert b.json()["log_start_offset"] == 0, b.json()
             if f.status_code == 200:
@@ -228,5 +313,8 @@ def test_a_new_leader_serves_reads_only_once_it_knows_the_bucket(cluster: DevClu
     finally:
         for m in others:
             m.start()
-        wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 3, 60,
-                   "every node back in the ISR")
+        wait_until(
+            lambda: len(partition_state(cluster, topic)["isr"]) == 3,
+            60,
+            "every node back in the ISR",
+        )

@@ -28,12 +28,21 @@ class Clock:
         return self.now
 
 
-def leader(leo: list[int], clock: Clock, *, isr: tuple[int, ...] = (1, 2, 3),
-           min_isr: int = 2, hw: int = 0) -> LeaderReplication:
-    return LeaderReplication(leader_id=1, leader_epoch=5, replicas=(1, 2, 3), isr=isr,
-                             min_insync_replicas=min_isr, lag_time_max_ms=100,
-                             log_end=lambda: leo[0], high_watermark=hw,
-                             epoch_start_offset=0, clock=clock)
+def leader(
+    leo: list[int], clock: Clock, *, isr: tuple[int, ...] = (1, 2, 3), min_isr: int = 2, hw: int = 0
+) -> LeaderReplication:
+    return LeaderReplication(
+        leader_id=1,
+        leader_epoch=5,
+        replicas=(1, 2, 3),
+        isr=isr,
+        min_insync_replicas=min_isr,
+        lag_time_max_ms=100,
+        log_end=lambda: leo[0],
+        high_watermark=hw,
+        epoch_start_offset=0,
+        clock=clock,
+    )
 
 
 def test_high_watermark_is_the_lowest_isr_log_end() -> None:
@@ -215,8 +224,14 @@ def test_acks_all_times_out() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["append", "fetch2", "fetch3", "shrink", "expand"]),
-                          st.integers(0, 5)), max_size=60))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["append", "fetch2", "fetch3", "shrink", "expand"]), st.integers(0, 5)
+        ),
+        max_size=60,
+    )
+)
 def test_hw_never_passes_an_isr_member_nor_moves_back(steps: list[tuple[str, int]]) -> None:
     """Whatever happens, the HW is at most every ISR member's LEO (so every ISR member
     holds what was acknowledged), and it never decreases."""

@@ -35,9 +35,13 @@ def s3_settings(request: pytest.FixtureRequest) -> dict[str, str]:
     target: Any = request.getfixturevalue("s3_target")
     loc: Any = request.getfixturevalue("s3_location")
     url = f"s3://{loc.bucket}/{loc.prefix}" if loc.prefix else f"s3://{loc.bucket}"
-    out = {**SETTINGS, "TIERED_LOG_REMOTE_URL": url,
-           "TIERED_LOG_S3_ENDPOINT_URL": target.endpoint, "TIERED_LOG_S3_REGION": target.region,
-           "TIERED_LOG_SHIP_INTERVAL_MS": "100"}
+    out = {
+        **SETTINGS,
+        "TIERED_LOG_REMOTE_URL": url,
+        "TIERED_LOG_S3_ENDPOINT_URL": target.endpoint,
+        "TIERED_LOG_S3_REGION": target.region,
+        "TIERED_LOG_SHIP_INTERVAL_MS": "100",
+    }
     if target.access_key:
         out["TIERED_LOG_S3_ACCESS_KEY"] = target.access_key
         out["TIERED_LOG_S3_SECRET_KEY"] = target.secret_key or ""
@@ -68,11 +72,16 @@ def leader(c: DevCluster, p: int) -> str:
 
 
 def test_a_new_cluster_restores_every_topic_from_the_bucket(
-        tmp_path: Path, s3_settings: dict[str, str], clusters: list[DevCluster]) -> None:
+    tmp_path: Path, s3_settings: dict[str, str], clusters: list[DevCluster]
+) -> None:
     old = DevCluster(tmp_path / "old", 3, settings=s3_settings).start()
     clusters.append(old)
-    r = _any(old, "POST", "/v1/topics", json={"name": TOPIC, "partitions": PARTITIONS,
-                                                "replication_factor": 3})
+    r = _any(
+        old,
+        "POST",
+        "/v1/topics",
+        json={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 3},
+    )
     assert r.status_code == 201, r.text
     for p in range(PARTITIONS):
         wait_until(lambda p=p: len(partition_state(old, TOPIC, p)["isr"]) == 3, 15, "full ISRs")
@@ -80,13 +89,21 @@ def test_a_new_cluster_restores_every_topic_from_the_bucket(
     for i in range(150):
         for p in range(PARTITIONS):
             value = f"p{p}-r{i}-" + "x" * 40
-            resp = httpx.post(f"{leader(old, p)}/v1/topics/{TOPIC}/partitions/{p}/records",
-                              params={"acks": "all"}, json={"records": [{"value": value}]},
-                              timeout=10)
+            resp = httpx.post(
+                f"{leader(old, p)}/v1/topics/{TOPIC}/partitions/{p}/records",
+                params={"acks": "all"},
+                json={"records": [{"value": value}]},
+                timeout=10,
+            )
             assert resp.status_code == 200, resp.text
             acked[p][int(resp.json()["first_offset"])] = value
-    wait_until(lambda: all(replication(old)[(TOPIC, p)]["remote_end_offset"] >= 60
-                           for p in range(PARTITIONS)), 60, "the leaders to ship")
+    wait_until(
+        lambda: all(
+            replication(old)[(TOPIC, p)]["remote_end_offset"] >= 60 for p in range(PARTITIONS)
+        ),
+        60,
+        "the leaders to ship",
+    )
     before = replication(old)
     for node in old.nodes.values():
         node.kill()  # the whole cluster is lost, etcd and disks with it
@@ -97,9 +114,24 @@ def test_a_new_cluster_restores_every_topic_from_the_bucket(
 
     new = DevCluster(tmp_path / "new", 3, settings=s3_settings).start()
     clusters.append(new)
-    done = subprocess.run([sys.executable, "-m", "tiered_log.cli", "cluster", "restore",
-                           "--wait", "--timeout", "120", "--json", "--url", new.urls[0]],
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiered_log.cli",
+            "cluster",
+            "restore",
+            "--wait",
+            "--timeout",
+            "120",
+            "--json",
+            "--url",
+            new.urls[0],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert [t["name"] for t in report["restored"]] == [TOPIC] and not report["missing"]
@@ -119,8 +151,11 @@ def test_a_new_cluster_restores_every_topic_from_the_bucket(
         got: dict[int, str] = {}
         offset = 0
         while offset < shipped_now:
-            resp = httpx.get(f"{leader(new, p)}/v1/topics/{TOPIC}/partitions/{p}/records",
-                             params={"offset": offset, "max_records": 500}, timeout=10)
+            resp = httpx.get(
+                f"{leader(new, p)}/v1/topics/{TOPIC}/partitions/{p}/records",
+                params={"offset": offset, "max_records": 500},
+                timeout=10,
+            )
             assert resp.status_code == 200, resp.text
             recs = resp.json()["records"]
             assert recs, f"partition {p}: nothing at {offset}"
@@ -128,12 +163,18 @@ def test_a_new_cluster_restores_every_topic_from_the_bucket(
             offset = resp.json()["next_offset"]
         assert got == {o: v for o, v in acked[p].items() if o < shipped_now}
         if unshipped:  # the lost offsets are not served, nor handed out again
-            resp = httpx.get(f"{leader(new, p)}/v1/topics/{TOPIC}/partitions/{p}/records",
-                             params={"offset": unshipped[0]}, timeout=10)
+            resp = httpx.get(
+                f"{leader(new, p)}/v1/topics/{TOPIC}/partitions/{p}/records",
+                params={"offset": unshipped[0]},
+                timeout=10,
+            )
             assert resp.status_code == 410, resp.text
-        resp = httpx.post(f"{leader(new, p)}/v1/topics/{TOPIC}/partitions/{p}/records",
-                          params={"acks": "all"}, json={"records": [{"value": "after"}]},
-                          timeout=10)
+        resp = httpx.post(
+            f"{leader(new, p)}/v1/topics/{TOPIC}/partitions/{p}/records",
+            params={"acks": "all"},
+            json={"records": [{"value": "after"}]},
+            timeout=10,
+        )
         assert resp.status_code == 200, resp.text
         assert resp.json()["first_offset"] == end
     # The topic describe and /metrics say the same.

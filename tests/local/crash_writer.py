@@ -43,23 +43,27 @@ def expected_record(offset: int) -> ProducerRecord:
     value = (h * (size // len(h) + 1))[:size]
     key = None
     if h[2] % 3 == 0:
-        key = h[3:4 + h[3] % 20]
+        key = h[3 : 4 + h[3] % 20]
     elif h[2] % 3 == 1 and h[4] % 2:
         key = b""
     headers: tuple[tuple[str, bytes | None], ...] = ()
     if h[5] % 4 == 0:
         headers = (("offset", str(offset).encode()), ("none", None))
     elif h[5] % 4 == 1:
-        headers = (("é-name", h[6:6 + h[6] % 12]),)
+        headers = (("é-name", h[6 : 6 + h[6] % 12]),)
     return ProducerRecord(value, key=key, headers=headers, timestamp=TS_BASE + offset)
 
 
 def config(segment_bytes: int) -> LogConfig:
     # No fsync per append (the default fsyncs each one): the writer flushes now and then,
     # so a kill finds appends that reached only the OS, as the tests mean it to.
-    return LogConfig(segment_bytes=segment_bytes, index_interval_bytes=512, segment_ms=None,
-                     flush_messages=None,
-                     retention_bytes=max(64 * 1024, 40 * segment_bytes))
+    return LogConfig(
+        segment_bytes=segment_bytes,
+        index_interval_bytes=512,
+        segment_ms=None,
+        flush_messages=None,
+        retention_bytes=max(64 * 1024, 40 * segment_bytes),
+    )
 
 
 def write_acked(path: Path, offset: int) -> None:
@@ -94,9 +98,13 @@ def install_kill_hook(kill_at: str, directory: Path) -> None:
             hit = src.startswith(prefix) and dst.endswith(suffix)
         elif name == "open" and event == "create-store":
             path, flags = args[0], args[2]
-            hit = (isinstance(path, str | os.PathLike) and str(path).endswith(".log")
-                   and str(path).startswith(prefix) and isinstance(flags, int)
-                   and bool(flags & os.O_TRUNC))
+            hit = (
+                isinstance(path, str | os.PathLike)
+                and str(path).endswith(".log")
+                and str(path).startswith(prefix)
+                and isinstance(flags, int)
+                and bool(flags & os.O_TRUNC)
+            )
         elif name == "os.remove" and event == "unlink-index":
             hit = str(args[0]).startswith(prefix) and str(args[0]).endswith(".index")
         if hit:
@@ -121,7 +129,9 @@ def main() -> None:
         n = rng.randint(1, 12)
         first, last = log.append_batch([expected_record(base + i) for i in range(n)])
         if (first, last) != (base, base + n - 1):
-            raise SystemExit(f"append_batch returned {(first, last)}, expected {(base, base + n - 1)}")
+            raise SystemExit(
+                f"append_batch returned {(first, last)}, expected {(base, base + n - 1)}"
+            )
         if rng.random() < 0.3:
             flushed = log.flush()
             write_acked(acked, flushed)

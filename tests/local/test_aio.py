@@ -23,10 +23,13 @@ from tiered_log import (
 THRESHOLD = 10_000
 
 
-def run(tmp_path: Path, body: Callable[[AsyncLog], Awaitable[None]],
-        config: LogConfig | None = None) -> None:
+def run(
+    tmp_path: Path, body: Callable[[AsyncLog], Awaitable[None]], config: LogConfig | None = None
+) -> None:
     async def main() -> None:
-        async with AsyncLog(Log.open(tmp_path, config or LogConfig(append_threshold=THRESHOLD))) as alog:
+        async with AsyncLog(
+            Log.open(tmp_path, config or LogConfig(append_threshold=THRESHOLD))
+        ) as alog:
             await body(alog)
 
     asyncio.run(main())
@@ -55,7 +58,7 @@ def test_async_round_trip(tmp_path: Path) -> None:
         assert [r.value for r in await alog.read_range(0)] == [b"a", b"b", b"c"]
         assert [r.offset for r in await alog.read_range(1, max_records=1)] == [1]
         assert await alog.offset_for_timestamp(8) == 1  # b"b" was timestamped now
-        assert await alog.offset_for_timestamp(10 ** 15) is None
+        assert await alog.offset_for_timestamp(10**15) is None
         assert await alog.flush() == 3
         b = alog.bounds()
         assert (b.log_start_offset, b.next_offset, b.flushed_offset) == (0, 3, 3)
@@ -121,8 +124,9 @@ def test_append_stream_over_threshold_leaves_nothing(tmp_path: Path, chunks: lis
         assert (log.next_offset, log.size_bytes, [s.size for s in log.segments()]) == before
         assert store.stat().st_size == store_size
         # the stream is not read past the chunk that crossed the threshold
-        crossing = next(i for i in range(len(chunks))
-                        if sum(len(c) for c in chunks[: i + 1]) > THRESHOLD)
+        crossing = next(
+            i for i in range(len(chunks)) if sum(len(c) for c in chunks[: i + 1]) > THRESHOLD
+        )
         assert stream.pulled == crossing + 1
         assert await alog.append(b"three") == 2
         assert [r.value for r in await alog.read_range(0)] == [b"one", b"two", b"three"]
@@ -172,10 +176,16 @@ def test_async_calls_after_close(tmp_path: Path) -> None:
         alog = AsyncLog(Log.open(tmp_path))
         await alog.append(b"x")
         await alog.close()
-        for call in (lambda: alog.append(b"y"), lambda: alog.append_batch([b"y"]),
-                     lambda: alog.read(0), lambda: alog.read_range(0),
-                     lambda: alog.offset_for_timestamp(0), lambda: alog.truncate(0),
-                     lambda: alog.flush(), lambda: alog.append_stream(Stream([b"z"]))):
+        for call in (
+            lambda: alog.append(b"y"),
+            lambda: alog.append_batch([b"y"]),
+            lambda: alog.read(0),
+            lambda: alog.read_range(0),
+            lambda: alog.offset_for_timestamp(0),
+            lambda: alog.truncate(0),
+            lambda: alog.flush(),
+            lambda: alog.append_stream(Stream([b"z"])),
+        ):
             with pytest.raises(LogClosedError):
                 await call()
         await alog.close()  # idempotent

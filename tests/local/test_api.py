@@ -111,16 +111,30 @@ def test_config_rejects_bad_values(kwargs: dict[str, Any]) -> None:
 
 
 def test_config_minus_one_means_no_limit() -> None:
-    cfg = LogConfig(segment_ms=-1, flush_messages=-1, flush_ms=-1, retention_ms=-1,
-                    retention_bytes=-1)
-    assert (cfg.segment_ms, cfg.flush_messages, cfg.flush_ms, cfg.retention_ms,
-            cfg.retention_bytes) == (None, None, None, None, None)
+    cfg = LogConfig(
+        segment_ms=-1, flush_messages=-1, flush_ms=-1, retention_ms=-1, retention_bytes=-1
+    )
+    assert (
+        cfg.segment_ms,
+        cfg.flush_messages,
+        cfg.flush_ms,
+        cfg.retention_ms,
+        cfg.retention_bytes,
+    ) == (None, None, None, None, None)
 
 
 def test_config_accepts_boundaries() -> None:
-    cfg = LogConfig(segment_bytes=64, segment_ms=1, index_interval_bytes=1, append_threshold=1,
-                    flush_messages=1, flush_ms=0, retention_ms=0, retention_bytes=0,
-                    num_index_cached_read_segments=1)
+    cfg = LogConfig(
+        segment_bytes=64,
+        segment_ms=1,
+        index_interval_bytes=1,
+        append_threshold=1,
+        flush_messages=1,
+        flush_ms=0,
+        retention_ms=0,
+        retention_bytes=0,
+        num_index_cached_read_segments=1,
+    )
     assert cfg.segment_bytes == 64
 
 
@@ -139,30 +153,48 @@ BAD_BATCHES = [
     pytest.param([b""], InvalidArgumentError, id="zero-length-bytes"),
     pytest.param([ProducerRecord(b"")], InvalidArgumentError, id="zero-length-record"),
     pytest.param([b"x" * (THRESHOLD + 1)], RecordTooLargeError, id="oversized-bytes"),
-    pytest.param([ProducerRecord(b"x" * (THRESHOLD + 1))], RecordTooLargeError,
-                 id="oversized-record"),
+    pytest.param(
+        [ProducerRecord(b"x" * (THRESHOLD + 1))], RecordTooLargeError, id="oversized-record"
+    ),
     pytest.param([ProducerRecord("text")], InvalidArgumentError, id="str-value"),
     pytest.param([ProducerRecord(None)], InvalidArgumentError, id="none-value"),
     pytest.param([ProducerRecord(b"v", key="k")], InvalidArgumentError, id="str-key"),
     pytest.param([ProducerRecord(b"v", key=5)], InvalidArgumentError, id="int-key"),
-    pytest.param([ProducerRecord(b"v", headers=((b"n", b"v"),))], InvalidArgumentError,
-                 id="bytes-header-name"),
-    pytest.param([ProducerRecord(b"v", headers=(("n", "v"),))], InvalidArgumentError,
-                 id="str-header-value"),
-    pytest.param([ProducerRecord(b"v", headers=(("\ud800", b"v"),))], InvalidArgumentError,
-                 id="surrogate-header-name"),
-    pytest.param([ProducerRecord(b"v", headers=(("n", b"v", b"extra"),))], InvalidArgumentError,
-                 id="header-triple"),
-    pytest.param([ProducerRecord(b"v", headers=(("n",),))], InvalidArgumentError,
-                 id="header-single"),
-    pytest.param([ProducerRecord(b"v", headers=("ab",))], InvalidArgumentError,
-                 id="header-not-a-pair"),
-    pytest.param([ProducerRecord(b"v", headers=(5,))], InvalidArgumentError,
-                 id="header-int"),
-    pytest.param([ProducerRecord(b"v", headers=(("n" * 70000, b"v"),))], InvalidArgumentError,
-                 id="header-name-too-long"),
-    pytest.param([ProducerRecord(b"v", headers=tuple(("h", None) for _ in range(65536)))],
-                 InvalidArgumentError, id="too-many-headers"),
+    pytest.param(
+        [ProducerRecord(b"v", headers=((b"n", b"v"),))],
+        InvalidArgumentError,
+        id="bytes-header-name",
+    ),
+    pytest.param(
+        [ProducerRecord(b"v", headers=(("n", "v"),))], InvalidArgumentError, id="str-header-value"
+    ),
+    pytest.param(
+        [ProducerRecord(b"v", headers=(("\ud800", b"v"),))],
+        InvalidArgumentError,
+        id="surrogate-header-name",
+    ),
+    pytest.param(
+        [ProducerRecord(b"v", headers=(("n", b"v", b"extra"),))],
+        InvalidArgumentError,
+        id="header-triple",
+    ),
+    pytest.param(
+        [ProducerRecord(b"v", headers=(("n",),))], InvalidArgumentError, id="header-single"
+    ),
+    pytest.param(
+        [ProducerRecord(b"v", headers=("ab",))], InvalidArgumentError, id="header-not-a-pair"
+    ),
+    pytest.param([ProducerRecord(b"v", headers=(5,))], InvalidArgumentError, id="header-int"),
+    pytest.param(
+        [ProducerRecord(b"v", headers=(("n" * 70000, b"v"),))],
+        InvalidArgumentError,
+        id="header-name-too-long",
+    ),
+    pytest.param(
+        [ProducerRecord(b"v", headers=tuple(("h", None) for _ in range(65536)))],
+        InvalidArgumentError,
+        id="too-many-headers",
+    ),
     pytest.param([ProducerRecord(b"v", timestamp=-1)], InvalidArgumentError, id="negative-ts"),
     pytest.param([ProducerRecord(b"v", timestamp=1.5)], InvalidArgumentError, id="float-ts"),
     pytest.param([ProducerRecord(b"v", timestamp=True)], InvalidArgumentError, id="bool-ts"),
@@ -236,25 +268,40 @@ def ten_records(tmp_path: Path) -> Log:
         pytest.param(lambda log: log.read(1 << 70), OffsetOutOfRangeError, id="read-huge"),
         pytest.param(lambda log: log.read_range(-5), InvalidOffsetError, id="range-negative"),
         pytest.param(lambda log: log.read_range(20), OffsetOutOfRangeError, id="range-past"),
-        pytest.param(lambda log: log.read_range(0, max_records=0), InvalidArgumentError,
-                     id="range-zero-records"),
-        pytest.param(lambda log: log.read_range(0, max_bytes=0), InvalidArgumentError,
-                     id="range-zero-bytes"),
-        pytest.param(lambda log: log.read_range(0, max_records=-1), InvalidArgumentError,
-                     id="range-negative-records"),
-        pytest.param(lambda log: log.read_range(0, max_records="10"), InvalidArgumentError,
-                     id="range-str-records"),
-        pytest.param(lambda log: log.read_range(0, max_bytes=None), InvalidArgumentError,
-                     id="range-none-bytes"),
+        pytest.param(
+            lambda log: log.read_range(0, max_records=0),
+            InvalidArgumentError,
+            id="range-zero-records",
+        ),
+        pytest.param(
+            lambda log: log.read_range(0, max_bytes=0), InvalidArgumentError, id="range-zero-bytes"
+        ),
+        pytest.param(
+            lambda log: log.read_range(0, max_records=-1),
+            InvalidArgumentError,
+            id="range-negative-records",
+        ),
+        pytest.param(
+            lambda log: log.read_range(0, max_records="10"),
+            InvalidArgumentError,
+            id="range-str-records",
+        ),
+        pytest.param(
+            lambda log: log.read_range(0, max_bytes=None),
+            InvalidArgumentError,
+            id="range-none-bytes",
+        ),
         pytest.param(lambda log: log.truncate(-1), InvalidOffsetError, id="truncate-negative"),
         pytest.param(lambda log: log.truncate(14), OffsetOutOfRangeError, id="truncate-past"),
         pytest.param(lambda log: log.truncate("1"), InvalidOffsetError, id="truncate-str"),
         pytest.param(lambda log: log.segment_for(-1), InvalidOffsetError, id="segment-negative"),
         pytest.param(lambda log: log.segment_for(13), OffsetOutOfRangeError, id="segment-next"),
-        pytest.param(lambda log: log.offset_for_timestamp("x"), InvalidArgumentError,
-                     id="timestamp-str"),
-        pytest.param(lambda log: log.offset_for_timestamp(None), InvalidArgumentError,
-                     id="timestamp-none"),
+        pytest.param(
+            lambda log: log.offset_for_timestamp("x"), InvalidArgumentError, id="timestamp-str"
+        ),
+        pytest.param(
+            lambda log: log.offset_for_timestamp(None), InvalidArgumentError, id="timestamp-none"
+        ),
         pytest.param(lambda log: log.reset(-3), InvalidOffsetError, id="reset-negative"),
     ],
 )
@@ -429,8 +476,10 @@ def test_one_open_log_per_directory(tmp_path: Path) -> None:
     with pytest.raises(LogInUseError):
         Log.open(tmp_path / "l")
     # Another process is refused too, with the library's error.
-    code = ("import sys\nfrom tiered_log import Log, LogInUseError\n"
-            "try:\n    Log.open(sys.argv[1])\nexcept LogInUseError:\n    sys.exit(3)\n")
+    code = (
+        "import sys\nfrom tiered_log import Log, LogInUseError\n"
+        "try:\n    Log.open(sys.argv[1])\nexcept LogInUseError:\n    sys.exit(3)\n"
+    )
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "l")], timeout=60)
     assert p.returncode == 3
     log.close()

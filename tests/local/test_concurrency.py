@@ -23,15 +23,21 @@ RECORDS = 3_000
 
 
 def record_for(offset: int) -> ProducerRecord:
-    return ProducerRecord(value_for(offset, 1 + offset % 180),
-                          key=str(offset).encode() if offset % 5 == 0 else None,
-                          timestamp=10_000 + offset)
+    return ProducerRecord(
+        value_for(offset, 1 + offset % 180),
+        key=str(offset).encode() if offset % 5 == 0 else None,
+        timestamp=10_000 + offset,
+    )
 
 
 def check(rec: Record, offset: int) -> None:
     want = record_for(offset)
     assert (rec.offset, rec.value, rec.key, rec.timestamp) == (
-        offset, want.value, want.key, want.timestamp)
+        offset,
+        want.value,
+        want.key,
+        want.timestamp,
+    )
 
 
 @pytest.fixture
@@ -53,6 +59,7 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
                 fn()
             except BaseException as exc:
                 errors.append(exc)
+
         return run
 
     threads = [threading.Thread(target=wrap(t)) for t in targets]
@@ -67,8 +74,7 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
 
 @pytest.mark.timeout(150)
 def test_reads_concurrent_with_appends(tmp_path: Path, fine_switching: None) -> None:
-    cfg = LogConfig(segment_bytes=4_000, index_interval_bytes=256,
-                    num_index_cached_read_segments=2)
+    cfg = LogConfig(segment_bytes=4_000, index_interval_bytes=256, num_index_cached_read_segments=2)
     log = Log.open(tmp_path, cfg)
     done = threading.Event()
 
@@ -80,7 +86,9 @@ def test_reads_concurrent_with_appends(tmp_path: Path, fine_switching: None) -> 
                 n = rng.randint(1, 8)
                 n = min(n, RECORDS - off)
                 assert log.append_batch([record_for(off + i) for i in range(n)]) == (
-                    off, off + n - 1)
+                    off,
+                    off + n - 1,
+                )
                 off += n
         finally:
             done.set()
@@ -89,8 +97,9 @@ def test_reads_concurrent_with_appends(tmp_path: Path, fine_switching: None) -> 
         """Follows the head of the log, reading everything exactly once, in order."""
         off = 0
         while off < RECORDS:
-            recs = log.read_range(off, max_records=rng_limits.randint(1, 40),
-                                  max_bytes=rng_limits.randint(1, 3_000))
+            recs = log.read_range(
+                off, max_records=rng_limits.randint(1, 40), max_bytes=rng_limits.randint(1, 3_000)
+            )
             for r in recs:
                 check(r, off)
                 off += 1
@@ -111,6 +120,7 @@ def test_reads_concurrent_with_appends(tmp_path: Path, fine_switching: None) -> 
                     check(r, off + i)
                 lookup = log.offset_for_timestamp(10_000 + off)
                 assert lookup == off
+
         return run
 
     run_threads([producer, tailer, random_reader(3), random_reader(4)])
@@ -122,8 +132,12 @@ def test_reads_concurrent_with_appends(tmp_path: Path, fine_switching: None) -> 
 @pytest.mark.timeout(150)
 def test_reads_concurrent_with_retention(tmp_path: Path, fine_switching: None) -> None:
     """Retention deletes old segments while readers read near the head and the tail."""
-    cfg = LogConfig(segment_bytes=2_000, index_interval_bytes=128,
-                    num_index_cached_read_segments=1, retention_bytes=12_000)
+    cfg = LogConfig(
+        segment_bytes=2_000,
+        index_interval_bytes=128,
+        num_index_cached_read_segments=1,
+        retention_bytes=12_000,
+    )
     log = Log.open(tmp_path, cfg)
     done = threading.Event()
 
@@ -157,11 +171,13 @@ def test_reads_concurrent_with_retention(tmp_path: Path, fine_switching: None) -
                     # (a reader starved that long on a loaded machine); a record still in
                     # the log is never reported out of range.
                     assert near_start or off < log.log_start_offset, (
-                        "a record still in the log was reported out of range")
+                        "a record still in the log was reported out of range"
+                    )
                     continue
                 assert recs, off
                 for i, r in enumerate(recs):
                     check(r, off + i)
+
         return run
 
     run_threads([producer, reader(6, True), reader(7, True), reader(8, False)])

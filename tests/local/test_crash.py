@@ -30,8 +30,9 @@ WRITER = Path(__file__).with_name("crash_writer.py")
 pytestmark = pytest.mark.slow
 
 
-def spawn(directory: Path, seed: int, segment_bytes: int,
-          kill_at: str | None = None) -> subprocess.Popen[bytes]:
+def spawn(
+    directory: Path, seed: int, segment_bytes: int, kill_at: str | None = None
+) -> subprocess.Popen[bytes]:
     args = [sys.executable, str(WRITER), str(directory), str(seed), str(segment_bytes)]
     if kill_at:
         args.append(kill_at)
@@ -51,8 +52,7 @@ def wait_ready(proc: subprocess.Popen[bytes]) -> int:
 def kill(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
         _, err = proc.communicate()
-        pytest.fail(f"writer exited by itself ({proc.returncode}):\n"
-                    f"{err.decode(errors='replace')}")
+        pytest.fail(f"writer exited by itself ({proc.returncode}):\n{err.decode(errors='replace')}")
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     assert proc.returncode == -signal.SIGKILL
@@ -71,7 +71,11 @@ def verify(directory: Path, segment_bytes: int) -> tuple[RecoveryReport, int, in
         for r in recs:
             want = expected_record(r.offset)
             assert (r.value, r.key, r.headers, r.timestamp) == (
-                want.value, want.key, want.headers, want.timestamp), f"offset {r.offset}"
+                want.value,
+                want.key,
+                want.headers,
+                want.timestamp,
+            ), f"offset {r.offset}"
         for off in range(start, nxt, max(1, (nxt - start) // 5)):
             assert log.offset_for_timestamp(TS_BASE + off) == off
         infos = log.segments()
@@ -128,8 +132,9 @@ KILL_POINTS = [
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("kill_at", "leftover"), KILL_POINTS)
-def test_sigkill_in_the_middle_of_a_roll(tmp_path: Path, kill_at: str,
-                                         leftover: str | None) -> None:
+def test_sigkill_in_the_middle_of_a_roll(
+    tmp_path: Path, kill_at: str, leftover: str | None
+) -> None:
     """The writer kills itself at an exact point of a roll (or of a retention delete);
     the file state it leaves is checked to be the intended one, then recovered."""
     segment_bytes = 2_048
@@ -219,8 +224,9 @@ print("not killed")
 
 
 @pytest.mark.parametrize("stage", ["before-cut", "after-cut", "mid-write"])
-def test_kill_during_a_truncation_inside_a_batch_loses_nothing_below_it(tmp_path: Path,
-                                                                        stage: str) -> None:
+def test_kill_during_a_truncation_inside_a_batch_loses_nothing_below_it(
+    tmp_path: Path, stage: str
+) -> None:
     """SIGKILL while a truncation inside a batch rewrites that batch (after the cut was
     saved, at the store's cut, halfway through writing the kept records): reopening
     finishes the cut, so every record below the truncation offset is still there."""
@@ -229,18 +235,23 @@ def test_kill_during_a_truncation_inside_a_batch_loses_nothing_below_it(tmp_path
 
     cfg = LogConfig(segment_bytes=1 << 20)
     with Log.open(tmp_path, cfg) as log:
-        log.append_batch([ProducerRecord(b"a%d" % i, key=b"k", timestamp=1_000 + i)
-                          for i in range(3)])
+        log.append_batch(
+            [ProducerRecord(b"a%d" % i, key=b"k", timestamp=1_000 + i) for i in range(3)]
+        )
         log.append_batch([ProducerRecord(b"v%d" % i * 40, timestamp=2_000 + i) for i in range(10)])
-    proc = subprocess.run([sys.executable, "-c", _CUT_CHILD, str(tmp_path), stage, "7"],
-                          capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CUT_CHILD, str(tmp_path), stage, "7"],
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode(errors="replace")
     assert list(tmp_path.glob("*" + naming.CUT_SUFFIX))  # the cut was saved before dying
     with Log.open(tmp_path, cfg) as log:
         assert log.next_offset == 7
         got = read_all(log)
         assert [r.value for r in got] == [b"a%d" % i for i in range(3)] + [
-            b"v%d" % i * 40 for i in range(4)]
+            b"v%d" % i * 40 for i in range(4)
+        ]
         assert [r.timestamp for r in got[3:]] == [2_000 + i for i in range(4)]
         assert log.append(b"next") == 7
     assert not list(tmp_path.glob("*" + naming.CUT_SUFFIX))

@@ -91,7 +91,15 @@ def test_assign_below_latest_start_replaces_entries_from_there(tmp_path: Path) -
 def test_epoch_for(tmp_path: Path) -> None:
     c = cache_of(tmp_path, (1, 5), (3, 10), (4, 20))
     assert [c.epoch_for(o) for o in (0, 4, 5, 9, 10, 19, 20, 1000)] == [
-        None, None, 1, 1, 3, 3, 4, 4]
+        None,
+        None,
+        1,
+        1,
+        3,
+        3,
+        4,
+        4,
+    ]
 
 
 def test_end_offset_for(tmp_path: Path) -> None:
@@ -144,8 +152,9 @@ def test_clear(tmp_path: Path) -> None:
 # ---- the follower's divergence point --------------------------------------------------
 
 
-def follower_truncates(follower: LeaderEpochCache, follower_leo: int,
-                       leader: LeaderEpochCache, leader_leo: int) -> int:
+def follower_truncates(
+    follower: LeaderEpochCache, follower_leo: int, leader: LeaderEpochCache, leader_leo: int
+) -> int:
     """The whole exchange, as a follower runs it: ask for the latest epoch, cut, repeat
     until the cut is complete. Returns the follower's new log end."""
     for _ in range(10):
@@ -246,23 +255,26 @@ def test_codec_round_trip() -> None:
     assert decode(encode([]), Path("x")) == []
 
 
-@pytest.mark.parametrize("data, why", [
-    (b"", "newline"),
-    (b"0\n2\n0 0\n3 12", "newline"),
-    (b"0\n", "count line"),
-    (b"1\n0\n", "version line"),
-    (b"0\nx\n", "count line"),
-    (b"0\n2\n0 0\n", "count 2 but 1"),
-    (b"0\n1\n0 0 0\n", "line 3"),
-    (b"0\n1\n0\n", "line 3"),
-    (b"0\n1\n-1 0\n", "line 3"),
-    (b"0\n1\na b\n", "line 3"),
-    (b"0\n1\n0  0\n", "line 3"),
-    (b"0\n2\n3 0\n2 5\n", "does not follow"),
-    (b"0\n2\n1 5\n2 5\n", "does not follow"),
-    (b"0\n2\n1 5\n1 9\n", "does not follow"),
-    (b"0\n1\n\xff 0\n", "ASCII"),
-])
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (b"", "newline"),
+        (b"0\n2\n0 0\n3 12", "newline"),
+        (b"0\n", "count line"),
+        (b"1\n0\n", "version line"),
+        (b"0\nx\n", "count line"),
+        (b"0\n2\n0 0\n", "count 2 but 1"),
+        (b"0\n1\n0 0 0\n", "line 3"),
+        (b"0\n1\n0\n", "line 3"),
+        (b"0\n1\n-1 0\n", "line 3"),
+        (b"0\n1\na b\n", "line 3"),
+        (b"0\n1\n0  0\n", "line 3"),
+        (b"0\n2\n3 0\n2 5\n", "does not follow"),
+        (b"0\n2\n1 5\n2 5\n", "does not follow"),
+        (b"0\n2\n1 5\n1 9\n", "does not follow"),
+        (b"0\n1\n\xff 0\n", "ASCII"),
+    ],
+)
 def test_damaged_file_is_detected_on_load(tmp_path: Path, data: bytes, why: str) -> None:
     (tmp_path / naming.LEADER_EPOCH_FILE).write_bytes(data)
     with pytest.raises(CorruptIndexError, match=why) as info:
@@ -283,7 +295,9 @@ def test_leftover_temp_file_is_ignored(tmp_path: Path) -> None:
     assert not tmp.exists()
 
 
-def test_failed_write_leaves_memory_as_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_write_leaves_memory_as_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     c = cache_of(tmp_path, (1, 5))
 
     def boom(path: Path, data: bytes) -> None:
@@ -315,6 +329,7 @@ def test_concurrent_assigns_keep_the_invariant(tmp_path: Path) -> None:
         t.join()
     assert not errors
     got = c.entries()
-    assert all(a.epoch < b.epoch and a.start_offset < b.start_offset
-               for a, b in itertools.pairwise(got))
+    assert all(
+        a.epoch < b.epoch and a.start_offset < b.start_offset for a, b in itertools.pairwise(got)
+    )
     assert LeaderEpochCache(c.path.parent).entries() == got

@@ -26,16 +26,23 @@ CFG = LogConfig(segment_bytes=2_000, index_interval_bytes=200)
 
 
 def record_for(i: int) -> ProducerRecord:
-    return ProducerRecord(value_for(i, 1 + (i * 37) % 160),
-                          key=None if i % 3 else b"key-%d" % i,
-                          headers=(("h", str(i).encode()), ("null", None)) if i % 4 == 0 else (),
-                          timestamp=50_000 + 10 * i - (25 if i % 5 == 0 else 0))
+    return ProducerRecord(
+        value_for(i, 1 + (i * 37) % 160),
+        key=None if i % 3 else b"key-%d" % i,
+        headers=(("h", str(i).encode()), ("null", None)) if i % 4 == 0 else (),
+        timestamp=50_000 + 10 * i - (25 if i % 5 == 0 else 0),
+    )
 
 
 def matches(rec: Record, i: int) -> bool:
     w = record_for(i)
     return (rec.offset, rec.value, rec.key, rec.headers, rec.timestamp) == (
-        i, w.value, w.key, w.headers, w.timestamp)
+        i,
+        w.value,
+        w.key,
+        w.headers,
+        w.timestamp,
+    )
 
 
 def build(path: Path, n: int = 120, batch: int = 3) -> list[Path]:
@@ -79,6 +86,7 @@ def garbage_same_size(p: Path) -> None:
 def fill(byte: int) -> Damage:
     def damage(p: Path) -> None:
         p.write_bytes(bytes([byte]) * p.stat().st_size)
+
     return damage
 
 
@@ -119,8 +127,10 @@ def test_damaged_index_is_rebuilt(tmp_path: Path, damage: Damage, which: str) ->
     victim = stores[2]
     base = int(victim.name[: naming.OFFSET_DIGITS])
     suffixes = [naming.INDEX_SUFFIX, naming.TIMEINDEX_SUFFIX] if which == "both" else [which]
-    originals = {s: naming.segment_path(tmp_path, base, s).read_bytes()
-                 for s in (naming.INDEX_SUFFIX, naming.TIMEINDEX_SUFFIX)}
+    originals = {
+        s: naming.segment_path(tmp_path, base, s).read_bytes()
+        for s in (naming.INDEX_SUFFIX, naming.TIMEINDEX_SUFFIX)
+    }
     if damage is reversed_entries and all(len(originals[s]) <= 12 for s in suffixes):
         pytest.skip("a single entry reversed is the same entry")
     for s in suffixes:
@@ -163,6 +173,7 @@ def append_garbage(n: int) -> TailDamage:
         with open(p, "ab") as f:
             f.write(bytes((i * 29 + 5) % 256 for i in range(n)))
         return n
+
     return damage
 
 
@@ -179,11 +190,13 @@ def stored(rec: Record) -> int:
 
 def cut_last_frame(keep: int) -> TailDamage:
     """Cut the store so only ``keep`` bytes of its last frame remain."""
+
     def damage(p: Path) -> int:
         with Log.open(p.parent, CFG) as log:
             last = log.read(log.next_offset - 1)
         os.truncate(p, p.stat().st_size - stored(last) + keep)
         return keep
+
     return damage
 
 
@@ -249,9 +262,15 @@ def test_torn_first_frame_leaves_an_empty_active_segment(tmp_path: Path) -> None
         assert log.recovery.truncated_bytes == stored(first) - 1
         assert log.next_offset == base
         check_log(log, base)
-        assert log.append(record_for(base).value, key=record_for(base).key,
-                          headers=record_for(base).headers,
-                          timestamp=record_for(base).timestamp) == base
+        assert (
+            log.append(
+                record_for(base).value,
+                key=record_for(base).key,
+                headers=record_for(base).headers,
+                timestamp=record_for(base).timestamp,
+            )
+            == base
+        )
         check_log(log, base + 1)
 
 
@@ -287,8 +306,7 @@ def test_every_flipped_byte_of_a_sealed_segment_is_caught(tmp_path: Path) -> Non
                 for off in range(victim.base_offset, victim.next_offset):
                     for max_records, max_bytes in reads:
                         try:
-                            got = log.read_range(off, max_records=max_records,
-                                                 max_bytes=max_bytes)
+                            got = log.read_range(off, max_records=max_records, max_bytes=max_bytes)
                         except CorruptRecordError:
                             continue
                         assert got, (byte, mask, off)

@@ -20,8 +20,11 @@ from tiered_log.format import naming
 
 from .helpers import read_all, same_content
 
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 keys = st.none() | st.binary(max_size=40)
 values = st.binary(min_size=1, max_size=600)
@@ -29,8 +32,9 @@ header_values = st.none() | st.binary(max_size=30)
 headers = st.lists(st.tuples(st.text(max_size=12), header_values), max_size=4).map(tuple)
 timestamps = st.none() | st.integers(min_value=0, max_value=(1 << 62) - 1)
 
-producer_records = st.builds(ProducerRecord, value=values, key=keys, headers=headers,
-                             timestamp=timestamps)
+producer_records = st.builds(
+    ProducerRecord, value=values, key=keys, headers=headers, timestamp=timestamps
+)
 items = producer_records | values  # a bare bytes item is a value with no key or headers
 batches = st.lists(st.lists(items, min_size=1, max_size=12), min_size=1, max_size=12)
 configs = st.builds(
@@ -45,21 +49,24 @@ def as_producer(item: ProducerRecord | bytes) -> ProducerRecord:
     return item if isinstance(item, ProducerRecord) else ProducerRecord(item)
 
 
-def check_matches(got: list[Record], want: list[ProducerRecord], start: int,
-                  t0: int, t1: int) -> None:
+def check_matches(
+    got: list[Record], want: list[ProducerRecord], start: int, t0: int, t1: int
+) -> None:
     assert [r.offset for r in got] == list(range(start, start + len(want)))
     for rec, w in zip(got, want, strict=True):
         assert same_content(rec, w), (rec, w)
         if w.timestamp is None:
             assert t0 <= rec.timestamp <= t1
         assert rec.size == 20 + len(rec.value) + len(rec.key or b"") + sum(
-            2 + len(n.encode()) + 4 + len(v or b"") for n, v in rec.headers)
+            2 + len(n.encode()) + 4 + len(v or b"") for n, v in rec.headers
+        )
 
 
 @SETTINGS
 @given(batches=batches, config=configs)
-def test_roundtrip_arbitrary_records(batches: list[list[ProducerRecord | bytes]],
-                                     config: LogConfig) -> None:
+def test_roundtrip_arbitrary_records(
+    batches: list[list[ProducerRecord | bytes]], config: LogConfig
+) -> None:
     with tempfile.TemporaryDirectory() as d:
         want: list[ProducerRecord] = []
         t0 = time.time_ns() // 1_000_000
@@ -95,18 +102,22 @@ def test_roundtrip_arbitrary_records(batches: list[list[ProducerRecord | bytes]]
     config=configs,
     split=st.integers(min_value=1, max_value=7),
 )
-def test_timestamp_lookup_matches_brute_force(ts_list: list[int], config: LogConfig,
-                                              split: int) -> None:
+def test_timestamp_lookup_matches_brute_force(
+    ts_list: list[int], config: LogConfig, split: int
+) -> None:
     """offset_for_timestamp(t) is the first offset whose timestamp is >= t, even when
     timestamps go backwards; the same after a reopen and after the indexes are rebuilt."""
 
     def expected(t: int) -> int | None:
         return next((i for i, ts in enumerate(ts_list) if ts >= t), None)
 
-    targets = sorted({-1, 0, max(ts_list) + 1, *ts_list, *(t + 1 for t in ts_list),
-                      *(t - 1 for t in ts_list)})
-    recs = [ProducerRecord(bytes([i % 251]) * (1 + i % 50), timestamp=ts)
-            for i, ts in enumerate(ts_list)]
+    targets = sorted(
+        {-1, 0, max(ts_list) + 1, *ts_list, *(t + 1 for t in ts_list), *(t - 1 for t in ts_list)}
+    )
+    recs = [
+        ProducerRecord(bytes([i % 251]) * (1 + i % 50), timestamp=ts)
+        for i, ts in enumerate(ts_list)
+    ]
     with tempfile.TemporaryDirectory() as d:
         with Log.open(d, config) as log:
             for i in range(0, len(recs), split):
@@ -124,18 +135,28 @@ def test_timestamp_lookup_matches_brute_force(ts_list: list[int], config: LogCon
 
 @SETTINGS
 @given(
-    sizes=st.lists(st.integers(min_value=1, max_value=400)
-                   | st.integers(min_value=4_000, max_value=30_000), min_size=1, max_size=40),
+    sizes=st.lists(
+        st.integers(min_value=1, max_value=400) | st.integers(min_value=4_000, max_value=30_000),
+        min_size=1,
+        max_size=40,
+    ),
     segment_bytes=st.sampled_from([64, 300, 1000, 1 << 20]),
     interval=st.sampled_from([1, 100, 4096]),
     start=st.integers(min_value=0, max_value=39),
     max_records=st.integers(min_value=1, max_value=50),
-    max_bytes=st.integers(min_value=1, max_value=5000) | st.integers(min_value=1, max_value=1 << 20),
+    max_bytes=st.integers(min_value=1, max_value=5000)
+    | st.integers(min_value=1, max_value=1 << 20),
     ascending=st.booleans(),
 )
-def test_read_range_limits_are_a_greedy_prefix(sizes: list[int], segment_bytes: int,
-                                               interval: int, start: int, max_records: int,
-                                               max_bytes: int, ascending: bool) -> None:
+def test_read_range_limits_are_a_greedy_prefix(
+    sizes: list[int],
+    segment_bytes: int,
+    interval: int,
+    start: int,
+    max_records: int,
+    max_bytes: int,
+    ascending: bool,
+) -> None:
     """read_range returns the longest run from ``offset`` within both limits (record
     sizes summed), across segment boundaries, and always at least one record. (Ascending
     sizes: small records then big ones, where a guess from the mean size falls short.)"""
@@ -160,7 +181,9 @@ def test_read_range_limits_are_a_greedy_prefix(sizes: list[int], segment_bytes: 
 
 @settings(max_examples=60, deadline=None)
 @given(records=st.lists(items, min_size=1, max_size=30), cut=st.integers(min_value=0, max_value=60))
-def test_decode_columns_matches_decode_records(records: list[ProducerRecord | bytes], cut: int) -> None:
+def test_decode_columns_matches_decode_records(
+    records: list[ProducerRecord | bytes], cut: int
+) -> None:
     """The columnar decoder (Spark's) sees exactly what the record decoder sees: the same
     fields, the same stop at a torn tail, the same refusal of a damaged batch."""
     from tiered_log import CorruptRecordError
@@ -185,10 +208,14 @@ def test_decode_columns_matches_decode_records(records: list[ProducerRecord | by
 
 
 @SETTINGS
-@given(records=st.lists(items, min_size=1, max_size=40),
-       limit=st.integers(min_value=1, max_value=3000), base=st.integers(0, 1 << 40))
-def test_batches_are_cut_at_max_batch_bytes(records: list[ProducerRecord | bytes], limit: int,
-                                            base: int) -> None:
+@given(
+    records=st.lists(items, min_size=1, max_size=40),
+    limit=st.integers(min_value=1, max_value=3000),
+    base=st.integers(0, 1 << 40),
+)
+def test_batches_are_cut_at_max_batch_bytes(
+    records: list[ProducerRecord | bytes], limit: int, base: int
+) -> None:
     """encode_batch cuts its input into batches of at most ``max_batch_bytes`` (a larger
     record alone), consecutive from ``base``, which decode back to the records; a batch
     moved to another offset (``rebased``) decodes at the new offsets."""
@@ -208,14 +235,19 @@ def test_batches_are_cut_at_max_batch_bytes(records: list[ProducerRecord | bytes
     again, _, _ = decode_records(bytes(moved.data))
     assert [r.offset for r in again] == [r.offset + 1000 for r in recs]
     assert [(r.value, r.key, r.headers, r.timestamp) for r in again] == [
-        (r.value, r.key, r.headers, r.timestamp) for r in recs]
+        (r.value, r.key, r.headers, r.timestamp) for r in recs
+    ]
 
 
 @SETTINGS
-@given(sizes=st.lists(st.integers(1, 12), min_size=1, max_size=8),
-       cut=st.integers(min_value=0, max_value=60), reopen=st.booleans())
-def test_truncate_inside_a_batch_keeps_the_records_before_it(sizes: list[int], cut: int,
-                                                             reopen: bool) -> None:
+@given(
+    sizes=st.lists(st.integers(1, 12), min_size=1, max_size=8),
+    cut=st.integers(min_value=0, max_value=60),
+    reopen=st.booleans(),
+)
+def test_truncate_inside_a_batch_keeps_the_records_before_it(
+    sizes: list[int], cut: int, reopen: bool
+) -> None:
     """Truncating at an offset inside a batch keeps every record below it (the rest of
     that batch is written again as a batch of its own), and appends go on from there."""
     with tempfile.TemporaryDirectory() as d:
@@ -224,9 +256,15 @@ def test_truncate_inside_a_batch_keeps_the_records_before_it(sizes: list[int], c
         log = Log.open(d, cfg)
         try:
             for k, n in enumerate(sizes):
-                batch = [ProducerRecord(bytes([k, i]) * (i + 1), key=b"k" if i % 2 else None,
-                                        headers=(("h", bytes([i])),) if i % 3 == 0 else (),
-                                        timestamp=1_000 + len(want) + i) for i in range(n)]
+                batch = [
+                    ProducerRecord(
+                        bytes([k, i]) * (i + 1),
+                        key=b"k" if i % 2 else None,
+                        headers=(("h", bytes([i])),) if i % 3 == 0 else (),
+                        timestamp=1_000 + len(want) + i,
+                    )
+                    for i in range(n)
+                ]
                 log.append_batch(batch)
                 want.extend(batch)
             cut = min(cut, len(want))

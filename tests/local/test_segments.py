@@ -51,7 +51,12 @@ def test_rolls_by_size(tmp_path: Path) -> None:
     with five_per_segment_log(tmp_path) as log:
         infos = log.segments()
         assert [(s.base_offset, s.next_offset) for s in infos] == [
-            (0, 5), (5, 10), (10, 15), (15, 20), (20, 23)]
+            (0, 5),
+            (5, 10),
+            (10, 15),
+            (15, 20),
+            (20, 23),
+        ]
         assert [s.sealed for s in infos] == [True] * 4 + [False]
         assert all(s.size == 500 for s in infos[:-1]) and infos[-1].size == 300
         for s in infos[:-1]:
@@ -61,7 +66,8 @@ def test_rolls_by_size(tmp_path: Path) -> None:
         active = infos[-1].base_offset
         assert not naming.segment_path(tmp_path, active, naming.INDEX_SUFFIX).exists()
         assert [p.name for p in store_files(tmp_path)] == [
-            naming.offset_name(b) + ".log" for b in (0, 5, 10, 15, 20)]
+            naming.offset_name(b) + ".log" for b in (0, 5, 10, 15, 20)
+        ]
         check_records(log, range(23))
 
 
@@ -70,8 +76,7 @@ def test_batch_larger_than_a_segment_goes_alone_into_a_new_one(tmp_path: Path) -
         log.append_batch([fixed_record(0, ts=1_000)])
         assert log.append_batch([fixed_record(i, ts=1_000 + i) for i in range(1, 9)]) == (1, 8)
         log.append_batch([fixed_record(9, ts=1_009)])
-        assert [(s.base_offset, s.next_offset) for s in log.segments()] == [(0, 1), (1, 9),
-                                                                            (9, 10)]
+        assert [(s.base_offset, s.next_offset) for s in log.segments()] == [(0, 1), (1, 9), (9, 10)]
         check_records(log, range(10))
 
 
@@ -105,7 +110,9 @@ def test_explicit_roll(tmp_path: Path) -> None:
         log.roll()
         infos = log.segments()
         assert [(s.base_offset, s.next_offset, s.sealed) for s in infos] == [
-            (0, 2, True), (2, 2, False)]
+            (0, 2, True),
+            (2, 2, False),
+        ]
         assert log.flushed_offset == 2
         log.append(b"c")
         assert [r.value for r in read_all(log)] == [b"a", b"b", b"c"]
@@ -141,7 +148,8 @@ def test_truncate_at_every_boundary(tmp_path: Path, point: int) -> None:
     assert infos[-1].next_offset == point and not infos[-1].sealed
     assert all(s.sealed for s in infos[:-1])
     assert [p.name for p in store_files(tmp_path)] == [
-        naming.offset_name(s.base_offset) + ".log" for s in infos]
+        naming.offset_name(s.base_offset) + ".log" for s in infos
+    ]
     if point < 23:
         with pytest.raises(OffsetOutOfRangeError):
             log.read(point)
@@ -195,8 +203,10 @@ def test_truncate_repeatedly_interleaved_with_appends(tmp_path: Path) -> None:
                 log.truncate(point)
                 del expected[point:]
             else:
-                batch = [value_for(rng.randrange(10_000), rng.randint(1, 150))
-                         for _ in range(rng.randint(1, 6))]
+                batch = [
+                    value_for(rng.randrange(10_000), rng.randint(1, 150))
+                    for _ in range(rng.randint(1, 6))
+                ]
                 log.append_batch(batch)
                 expected.extend(batch)
             assert [r.value for r in read_all(log)] == expected
@@ -252,8 +262,7 @@ def test_retention_by_bytes(tmp_path: Path, retention_bytes: int | None, start: 
         pytest.param(50, 10**9, 20, id="everything-sealed-expired"),
     ],
 )
-def test_retention_by_time(tmp_path: Path, retention_ms: int | None, now: int,
-                           start: int) -> None:
+def test_retention_by_time(tmp_path: Path, retention_ms: int | None, now: int, start: int) -> None:
     cfg = LogConfig(segment_bytes=500, retention_ms=retention_ms)
     with five_per_segment_log(tmp_path, config=cfg) as log:
         deleted = log.enforce_retention(now=now)
@@ -335,8 +344,9 @@ def test_index_cache_stays_bounded_and_reads_stay_right(tmp_path: Path) -> None:
         pytest.param(23, 500, 1 << 20, range(23, 23), id="next-offset"),
     ],
 )
-def test_reads_across_segments_with_limits(tmp_path: Path, offset: int, max_records: int,
-                                           max_bytes: int, expected: range) -> None:
+def test_reads_across_segments_with_limits(
+    tmp_path: Path, offset: int, max_records: int, max_bytes: int, expected: range
+) -> None:
     with five_per_segment_log(tmp_path) as log:
         got = log.read_range(offset, max_records=max_records, max_bytes=max_bytes)
         assert [r.offset for r in got] == list(expected)
@@ -431,9 +441,15 @@ def test_no_flush_policy_and_explicit_flush(tmp_path: Path) -> None:
 
 def test_reopen_after_close_keeps_everything(tmp_path: Path) -> None:
     cfg = LogConfig(segment_bytes=1_000, index_interval_bytes=100)
-    recs = [ProducerRecord(value_for(i, 1 + i % 90), key=None if i % 3 else b"k%d" % i,
-                           headers=(("n", str(i).encode()),) if i % 4 == 0 else (),
-                           timestamp=5_000 + 3 * i) for i in range(137)]
+    recs = [
+        ProducerRecord(
+            value_for(i, 1 + i % 90),
+            key=None if i % 3 else b"k%d" % i,
+            headers=(("n", str(i).encode()),) if i % 4 == 0 else (),
+            timestamp=5_000 + 3 * i,
+        )
+        for i in range(137)
+    ]
     with Log.open(tmp_path, cfg) as log:
         for i in range(0, 137, 4):
             log.append_batch(recs[i : i + 4])
@@ -445,7 +461,8 @@ def test_reopen_after_close_keeps_everything(tmp_path: Path) -> None:
             assert log.recovery.truncated_bytes == 0 and log.recovery.removed_files == 0
             got = read_all(log)
             assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in got] == [
-                (i, w.key, w.value, w.headers, w.timestamp) for i, w in enumerate(recs)]
+                (i, w.key, w.value, w.headers, w.timestamp) for i, w in enumerate(recs)
+            ]
             for i in (0, 1, 50, 136):
                 assert log.offset_for_timestamp(5_000 + 3 * i) == i
                 assert log.offset_for_timestamp(5_000 + 3 * i - 1) == i

@@ -61,7 +61,9 @@ def expected_record(offset: int) -> ProducerRecord:
     h = hashlib.sha256(str(offset).encode()).digest()
     value = h * (1 + h[0] % 8)
     key = h[:4] if offset % 3 else None
-    headers: tuple[tuple[str, bytes | None], ...] = (("o", str(offset).encode()),) if offset % 4 == 0 else ()
+    headers: tuple[tuple[str, bytes | None], ...] = (
+        (("o", str(offset).encode()),) if offset % 4 == 0 else ()
+    )
     return ProducerRecord(value, key=key, headers=headers, timestamp=TS_BASE + offset)
 
 
@@ -82,8 +84,9 @@ def open_storage(spec: str) -> RemoteStorage:
         endpoint, bucket, prefix = [*rest.split("|"), ""][:3]
         # multipart_threshold=0: even a small segment goes up as a multipart upload, so a
         # kill between its part and the completion leaves an unfinished upload behind.
-        return S3Storage(bucket, prefix=prefix, endpoint_url=endpoint, retries=0,
-                         multipart_threshold=0)
+        return S3Storage(
+            bucket, prefix=prefix, endpoint_url=endpoint, retries=0, multipart_threshold=0
+        )
     raise SystemExit(f"bad storage spec {spec!r}")
 
 
@@ -105,8 +108,9 @@ def open_produced(log_dir: Path, storage: RemoteStorage, rate: int = SLOW_RATE) 
     """The log of the ``upload`` and ``round`` modes, throttled to ``rate`` bytes/s, with
     its records."""
     tier = TierConfig(upload_bytes_per_sec=rate, chunk_bytes=1024)
-    tlog = TieredLog(log_dir, log_id=LOG_ID, storage=storage, config=log_config(), tier=tier,
-                     start_shipper=False)
+    tlog = TieredLog(
+        log_dir, log_id=LOG_ID, storage=storage, config=log_config(), tier=tier, start_shipper=False
+    )
     if tlog.next_offset == 0:
         produce(tlog, RECORDS)
     say(f"produced {tlog.next_offset}")
@@ -157,8 +161,9 @@ def run_delete(log_dir: Path, storage: RemoteStorage, kill_at: int) -> None:
 
     # Local copies are kept: the crash must not leave them serving deleted offsets.
     tier = TierConfig(retention_bytes=RETAIN_BYTES, chunk_bytes=1024)
-    tlog = TieredLog(log_dir, log_id=LOG_ID, storage=storage, config=log_config(), tier=tier,
-                     start_shipper=False)
+    tlog = TieredLog(
+        log_dir, log_id=LOG_ID, storage=storage, config=log_config(), tier=tier, start_shipper=False
+    )
     say(f"opened {tlog.log_start_offset} {tlog.next_offset}")
     sys.addaudithook(hook)
     tlog.tier_once()

@@ -138,8 +138,16 @@ class MemoryStorage:
             if self._closed:
                 raise RemoteStorageError(f"{self.url} is closed", retriable=False)
             self.calls.append((op, key))
-            fault = next((f for f in self.plan if not f.spent and f.op in ("*", op)
-                          and any(k.startswith(f.key) for k in keys or ("",))), None)
+            fault = next(
+                (
+                    f
+                    for f in self.plan
+                    if not f.spent
+                    and f.op in ("*", op)
+                    and any(k.startswith(f.key) for k in keys or ("",))
+                ),
+                None,
+            )
             if fault is not None:
                 fault.hits += 1
         if self.before is not None:
@@ -164,20 +172,27 @@ class MemoryStorage:
         fault = self._enter("put", key)
         return self._store(key, [bytes(data)], fault, None)
 
-    def put_file(self, key: str, path: str | os.PathLike[str],
-                 progress: Callable[[int], None] | None = None) -> ObjectInfo:
+    def put_file(
+        self, key: str, path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+    ) -> ObjectInfo:
         validate_key(key)
         fault = self._enter("put_file", key)
         try:
             with open(path, "rb") as f:
                 parts = list(iter(lambda: f.read(self.part_size), b""))
         except OSError as exc:
-            raise RemoteStorageError(f"cannot read local file {os.fspath(path)!r} to upload: "
-                                     f"{exc}", retriable=False) from exc
+            raise RemoteStorageError(
+                f"cannot read local file {os.fspath(path)!r} to upload: {exc}", retriable=False
+            ) from exc
         return self._store(key, parts, fault, progress)
 
-    def _store(self, key: str, parts: builtins.list[bytes], fault: Fault | None,
-               progress: Callable[[int], None] | None) -> ObjectInfo:
+    def _store(
+        self,
+        key: str,
+        parts: builtins.list[bytes],
+        fault: Fault | None,
+        progress: Callable[[int], None] | None,
+    ) -> ObjectInfo:
         """Upload ``parts`` (progress after each), tearing it if ``fault`` says so; the
         object appears whole, at once, when every part is in."""
         torn_at = fault.torn_at if fault is not None else None
@@ -188,8 +203,10 @@ class MemoryStorage:
                 sent.append(part[: torn_at - n])
                 with self._lock:
                     self._partials.setdefault(key, []).append(b"".join(sent))
-                raise RemoteStorageError(f"upload of {key!r} to {self.url} torn after "
-                                         f"{torn_at} bytes (injected)", retriable=True)
+                raise RemoteStorageError(
+                    f"upload of {key!r} to {self.url} torn after {torn_at} bytes (injected)",
+                    retriable=True,
+                )
             sent.append(part)
             n += len(part)
             if progress is not None:
@@ -198,8 +215,10 @@ class MemoryStorage:
         if torn_at is not None:  # torn at (or past) the end: the last request never landed
             with self._lock:
                 self._partials.setdefault(key, []).append(data)
-            raise RemoteStorageError(f"upload of {key!r} to {self.url} torn after "
-                                     f"{len(data)} bytes (injected)", retriable=True)
+            raise RemoteStorageError(
+                f"upload of {key!r} to {self.url} torn after {len(data)} bytes (injected)",
+                retriable=True,
+            )
         digest = xxh3_hex(data)
         with self._lock:
             self._check_open()
@@ -219,11 +238,13 @@ class MemoryStorage:
         if end == start:
             if start > size:
                 raise RemoteObjectNotFoundError(
-                    f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)")
+                    f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)"
+                )
             return b""
         if start >= size and not (start == 0 and end is None):
             raise RemoteObjectNotFoundError(
-                f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)")
+                f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)"
+            )
         stop = size if end is None else min(end, size)
         if start == 0 and stop == size and xxh3_hex(data) != digest:
             raise RemoteCorruptionError(f"object {key!r} in {self.url} fails its checksum")
@@ -242,8 +263,11 @@ class MemoryStorage:
         validate_prefix(prefix)
         self._enter("list", prefix)
         with self._lock:
-            found = [ObjectInfo(k, len(d), c) for k, (d, c) in self._objects.items()
-                     if k.startswith(prefix) and k > start_after]
+            found = [
+                ObjectInfo(k, len(d), c)
+                for k, (d, c) in self._objects.items()
+                if k.startswith(prefix) and k > start_after
+            ]
         return iter(sorted(found, key=lambda i: i.key))
 
     def delete(self, keys: Sequence[str]) -> None:

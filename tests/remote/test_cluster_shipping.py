@@ -38,12 +38,24 @@ LOG_ID = "orders-0"
 
 
 def open_log(path: Path, bucket: Path, *, replicated: bool = True, **tier: object) -> TieredLog:
-    cfg = {"chunk_bytes": 1024, "fetch_bytes": 4096, "prefetch_bytes": 4096,
-           "remote_enabled": True, **tier}
-    return TieredLog(path, log_id=LOG_ID, storage=LocalDirStorage(bucket), config=SMALL,
-                     tier=TierConfig(**cfg),  # type: ignore[arg-type]
-                     start_shipper=False, rebuild=False, replicated=replicated,
-                     hw_checkpoint_interval_ms=0)
+    cfg = {
+        "chunk_bytes": 1024,
+        "fetch_bytes": 4096,
+        "prefetch_bytes": 4096,
+        "remote_enabled": True,
+        **tier,
+    }
+    return TieredLog(
+        path,
+        log_id=LOG_ID,
+        storage=LocalDirStorage(bucket),
+        config=SMALL,
+        tier=TierConfig(**cfg),  # type: ignore[arg-type]
+        start_shipper=False,
+        rebuild=False,
+        replicated=replicated,
+        hw_checkpoint_interval_ms=0,
+    )
 
 
 def value(o: int) -> bytes:
@@ -55,8 +67,12 @@ def produce(log: TieredLog, n: int, per_batch: int = 7) -> None:
     end = o + n
     while o < end:
         k = min(per_batch, end - o)
-        log.append_batch([ProducerRecord(value(x), key=b"k%d" % x, timestamp=1_000_000 + 10 * x)
-                          for x in range(o, o + k)])
+        log.append_batch(
+            [
+                ProducerRecord(value(x), key=b"k%d" % x, timestamp=1_000_000 + 10 * x)
+                for x in range(o, o + k)
+            ]
+        )
         o += k
 
 
@@ -65,8 +81,9 @@ def replicate(leader: TieredLog, follower: TieredLog, max_bytes: int = 1500) -> 
     while follower.next_offset < leader.next_offset:
         o = follower.next_offset
         page = leader.read_batches(o, 500, max_bytes)
-        follower.append_replica(page.data, leader.leader_epoch_entries(),
-                                leader.segment_bases(o, page.next_offset))
+        follower.append_replica(
+            page.data, leader.leader_epoch_entries(), leader.segment_bases(o, page.next_offset)
+        )
 
 
 def bases(log: TieredLog) -> list[int]:
@@ -119,8 +136,15 @@ def complete_copies(bucket: Path) -> list[Copy]:
             key = naming.segment_object_key(LOG_ID, base, seg_id, naming.RLI_SUFFIX)
             head = json.loads((bucket / key).read_bytes().partition(b"\n")[0])
             assert head["base_offset"] == base and head["id"] == seg_id
-            out.append(Copy(base, int(head["next_offset"]), seg_id,  # type: ignore[call-overload]
-                            head.get("leader_epoch"), head))  # type: ignore[arg-type]
+            out.append(
+                Copy(
+                    base,
+                    int(head["next_offset"]),
+                    seg_id,  # type: ignore[call-overload]
+                    head.get("leader_epoch"),
+                    head,
+                )
+            )  # type: ignore[arg-type]
     return out
 
 
@@ -172,8 +196,10 @@ def test_new_leader_resyncs_and_ships_on(tmp_path: Path) -> None:
         b.maintain(tier=True)
         assert complete_copies(bucket) == before
         assert b.bounds().remote_end_offset == 0 and finished_ids(b) == set()
-        assert not (tmp_path / "b" / naming.REMOTE_DIR / naming.COPY_JOURNAL_FILE).exists() \
+        assert (
+            not (tmp_path / "b" / naming.REMOTE_DIR / naming.COPY_JOURNAL_FILE).exists()
             or journal_lines(tmp_path / "b") == []
+        )
         # B leads epoch 2 (A is gone); its first round rebuilds from the bucket.
         a.close()
         assert b.lead(2) == 500
@@ -190,8 +216,11 @@ def test_new_leader_resyncs_and_ships_on(tmp_path: Path) -> None:
         assert b.bounds().remote_end_offset == b.next_offset
         assert finished_ids(b) == {c.seg_id for c in copies}
         lines = journal_lines(tmp_path / "b")
-        assert {ln["id"]: ln.get("leader_epoch") for ln in lines
-                if ln["state"] == CopyState.COPY_FINISHED} == {c.seg_id: c.epoch for c in copies}
+        assert {
+            ln["id"]: ln.get("leader_epoch")
+            for ln in lines
+            if ln["state"] == CopyState.COPY_FINISHED
+        } == {c.seg_id: c.epoch for c in copies}
         # Local retention 0: the new leader reads A's copies and its own from the bucket.
         assert b.bounds().local_start_offset == b.next_offset
         assert read_all(b) == [(o, value(o)) for o in range(650)]
@@ -256,8 +285,11 @@ def test_fenced_leader_commits_nothing(tmp_path: Path) -> None:
             assert a.bounds().remote_end_offset == segs[2]
             groups, stray = bucket_files(bucket)
             assert stray == [] and set(groups) == {(c.base, c.seg_id) for c in before}
-            assert {ln["id"] for ln in journal_lines(tmp_path / "a")
-                    if ln["state"] == CopyState.COPY_FINISHED} == ids
+            assert {
+                ln["id"]
+                for ln in journal_lines(tmp_path / "a")
+                if ln["state"] == CopyState.COPY_FINISHED
+            } == ids
         # B leads on from A's last commit.
         b.lead(2)
         b.set_high_watermark(segs[5])
@@ -273,8 +305,9 @@ def test_fenced_leader_commits_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("older_lists_first", [True, False])
-def test_late_copies_by_a_deposed_leader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          older_lists_first: bool) -> None:
+def test_late_copies_by_a_deposed_leader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, older_lists_first: bool
+) -> None:
     """(The bucket lists two copies of one segment by their random ids: the resync is
     tried with the older epoch's copy listed first, and last.)"""
     id_first = ["a"]  # the first hex digit of the next copy ids
@@ -462,8 +495,12 @@ def test_a_new_leader_answers_not_ready_until_it_has_read_the_bucket(tmp_path: P
         assert local_start > 0
         a.close()
         b.lead(2)
-        for call in (lambda: partition_bounds(b), lambda: b.read_batches(0),
-                     lambda: b.read_range(0), lambda: b.offset_for_timestamp(0)):
+        for call in (
+            lambda: partition_bounds(b),
+            lambda: b.read_batches(0),
+            lambda: b.read_range(0),
+            lambda: b.offset_for_timestamp(0),
+        ):
             with pytest.raises(PartitionNotReadyError) as err:
                 call()
             assert err.value.retriable and err.value.code == "not_ready"

@@ -78,7 +78,9 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
 
     def s3_raw() -> list[str]:
         out: list[str] = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=full):
+        for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=loc.bucket, Prefix=full
+        ):
             out.extend(o["Key"][cut:] for o in page.get("Contents", []))
         uploads = client.list_multipart_uploads(Bucket=loc.bucket, Prefix=full).get("Uploads", [])
         out.extend(f"UPLOAD:{u['Key'][cut:]}" for u in uploads)
@@ -94,8 +96,12 @@ class Helper:
     """A running crash_shipper.py whose stdout markers we can wait for."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(HELPER), *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, cwd=Path(__file__).parents[2])
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HELPER), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=Path(__file__).parents[2],
+        )
         self.lines: list[str] = []
 
     def wait_for(self, pred: Callable[[str], bool]) -> str:
@@ -106,8 +112,10 @@ class Helper:
             raw = self.proc.stdout.readline()
             if not raw:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                pytest.fail(f"helper exited ({self.proc.wait()}) before the marker; "
-                            f"saw {self.lines}; stderr:\n{err}")
+                pytest.fail(
+                    f"helper exited ({self.proc.wait()}) before the marker; "
+                    f"saw {self.lines}; stderr:\n{err}"
+                )
             line = raw.decode().strip()
             self.lines.append(line)
             if pred(line):
@@ -173,9 +181,14 @@ def check_bucket(target: Target, tlog: TieredLog) -> None:
         by_base.setdefault(parsed[0], set()).add(parsed[1])
     assert stray == [], f"orphaned objects in the bucket: {stray}"
     assert {b: len(ids) for b, ids in by_base.items() if len(ids) != 1} == {}, "duplicate copies"
-    assert {b: next(iter(ids)) for b, ids in by_base.items()} == {s.base_offset: s.id for s in finished}
-    expected = sorted(naming.segment_object_key(LOG_ID, s.base_offset, s.id, sfx)
-                      for s in finished for sfx in naming.SEGMENT_OBJECT_SUFFIXES)
+    assert {b: next(iter(ids)) for b, ids in by_base.items()} == {
+        s.base_offset: s.id for s in finished
+    }
+    expected = sorted(
+        naming.segment_object_key(LOG_ID, s.base_offset, s.id, sfx)
+        for s in finished
+        for sfx in naming.SEGMENT_OBJECT_SUFFIXES
+    )
     assert sorted(k for k in keys if k not in (meta, snapshot)) == expected
 
 
@@ -188,14 +201,24 @@ def check_records(tlog: TieredLog, start: int, end: int) -> None:
         for r in recs:
             want = expected_record(r.offset)
             assert (r.value, r.key, r.headers, r.timestamp) == (
-                want.value, want.key, tuple(want.headers), want.timestamp), r.offset
+                want.value,
+                want.key,
+                tuple(want.headers),
+                want.timestamp,
+            ), r.offset
         o = recs[-1].offset + 1
     assert o == end
 
 
 def reopen(log_dir: Path, target: Target, **tier: Any) -> TieredLog:
-    return TieredLog(log_dir, log_id=LOG_ID, storage=target.storage, config=log_config(),
-                     tier=TierConfig(chunk_bytes=1024, **tier), start_shipper=False)
+    return TieredLog(
+        log_dir,
+        log_id=LOG_ID,
+        storage=target.storage,
+        config=log_config(),
+        tier=TierConfig(chunk_bytes=1024, **tier),
+        start_shipper=False,
+    )
 
 
 # ---- the tests ----------------------------------------------------------------------------
@@ -209,11 +232,18 @@ def test_sigkill_during_upload(tmp_path: Path, target: Target) -> None:
         h.wait_for(lambda line: line.startswith("copied "))
         line = h.wait_for(lambda line: line.startswith("copying "))
         base = int(line.split()[1])
+
         # Wait until that copy is journaled as started and has bytes in the bucket (an
         # object, or the temp file of one), then kill the process while it is throttled.
         def started(base: int = base) -> str | None:
-            return next((i for i, (b, st) in journal_states(log_dir).items()
-                         if b == base and st == CopyState.COPY_STARTED), None)
+            return next(
+                (
+                    i
+                    for i, (b, st) in journal_states(log_dir).items()
+                    if b == base and st == CopyState.COPY_STARTED
+                ),
+                None,
+            )
 
         attempt: str = wait_until(started, "COPY_STARTED")
 
@@ -253,13 +283,14 @@ def test_sigkill_with_two_copies_in_flight(tmp_path: Path, target: Target) -> No
     h.wait_for(lambda line: line.startswith("produced "))
 
     def two_started() -> list[str] | None:
-        ids = [i for i, (_, st) in journal_states(log_dir).items()
-               if st == CopyState.COPY_STARTED]
+        ids = [i for i, (_, st) in journal_states(log_dir).items() if st == CopyState.COPY_STARTED]
         return ids if len(ids) == 2 else None
 
     attempts: list[str] = wait_until(two_started, "two copies started")
-    wait_until(lambda: all(any(a in k for k in target.raw_keys()) for a in attempts),
-               "bytes of both copies in the bucket")
+    wait_until(
+        lambda: all(any(a in k for k in target.raw_keys()) for a in attempts),
+        "bytes of both copies in the bucket",
+    )
     h.kill()
     states = journal_states(log_dir)
     assert [states[a][1] for a in attempts] == [CopyState.COPY_STARTED] * 2

@@ -66,8 +66,9 @@ def _rli(seg_base: int, seg_id: str) -> str:
 
 
 @pytest.mark.parametrize("line", [0, 1, 5])
-def test_damaged_journal_line_is_recovered_from_the_bucket(tmp_path: Path, storage: RemoteStorage,
-                                                           line: int) -> None:
+def test_damaged_journal_line_is_recovered_from_the_bucket(
+    tmp_path: Path, storage: RemoteStorage, line: int
+) -> None:
     """Issue 14: ``{`` -> ``[`` in a journal line used to forget that segment silently
     (log start moved up, or a hole answering 410 while a timestamp lookup skipped it)."""
     tlog = _shipped(tmp_path / "log", storage)
@@ -97,8 +98,7 @@ def test_damaged_journal_line_is_recovered_from_the_bucket(tmp_path: Path, stora
     tlog.close()
 
 
-def test_damaged_journal_with_an_unreachable_bucket_stops_the_partition(
-        tmp_path: Path) -> None:
+def test_damaged_journal_with_an_unreachable_bucket_stops_the_partition(tmp_path: Path) -> None:
     """Without the bucket the damaged journal cannot be recovered: the log does not open
     (an error naming the file) rather than open shorter."""
     storage = LocalDirStorage(tmp_path / "bucket")
@@ -115,8 +115,9 @@ def test_damaged_journal_with_an_unreachable_bucket_stops_the_partition(
         open_log(tmp_path / "log", storage)
 
 
-def test_torn_last_journal_line_is_still_a_crash_not_damage(tmp_path: Path,
-                                                           storage: RemoteStorage) -> None:
+def test_torn_last_journal_line_is_still_a_crash_not_damage(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
     tlog = _shipped(tmp_path / "log", storage)
     tlog.close()
     journal = tmp_path / "log" / "remote" / "segments.jsonl"
@@ -127,7 +128,9 @@ def test_torn_last_journal_line_is_still_a_crash_not_damage(tmp_path: Path,
     tlog.close()
 
 
-def test_damaged_local_meta_is_taken_from_the_bucket(tmp_path: Path, storage: RemoteStorage) -> None:
+def test_damaged_local_meta_is_taken_from_the_bucket(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
     tlog = _shipped(tmp_path / "log", storage)
     tlog.truncate(N - 5)  # a clip: the metadata matters
     tlog.close()
@@ -139,8 +142,9 @@ def test_damaged_local_meta_is_taken_from_the_bucket(tmp_path: Path, storage: Re
 
 
 @pytest.mark.parametrize("empty_dir", [False, True])
-def test_damaged_manifest_is_made_again_from_its_data(tmp_path: Path, storage: RemoteStorage,
-                                                      empty_dir: bool) -> None:
+def test_damaged_manifest_is_made_again_from_its_data(
+    tmp_path: Path, storage: RemoteStorage, empty_dir: bool
+) -> None:
     """Issue 14: the local remote-index files gone (they are not fsynced) and one manifest
     damaged used to stop the whole service at start (or, on an empty data directory,
     leave the topic unrestored). The manifest is made again from its data object."""
@@ -173,8 +177,11 @@ def test_damaged_manifest_and_data_are_contained(tmp_path: Path, empty_dir: bool
     seg = segs[1]
     tlog.close()
     for suffix, at in ((naming.RLI_SUFFIX, -30), (naming.LOG_SUFFIX, 300)):
-        p = tmp_path / "bucket" / naming.segment_object_key("orders-0", seg.base_offset, seg.id,
-                                                             suffix)
+        p = (
+            tmp_path
+            / "bucket"
+            / naming.segment_object_key("orders-0", seg.base_offset, seg.id, suffix)
+        )
         blob = bytearray(p.read_bytes())
         blob[at] ^= 0x40
         p.write_bytes(bytes(blob))
@@ -194,7 +201,8 @@ def test_damaged_manifest_and_data_are_contained(tmp_path: Path, empty_dir: bool
     assert tlog.offset_for_timestamp(1_000_000 + (seg.next_offset + 2) * 10) == seg.next_offset + 2
     damage = tlog.describe()["remote_damage"]
     assert [(d["id"], d["base_offset"], d["next_offset"]) for d in damage] == [
-        (seg.id, seg.base_offset, seg.next_offset)]
+        (seg.id, seg.base_offset, seg.next_offset)
+    ]
     assert _keys(storage) == objects
     tlog.close()
 

@@ -30,8 +30,7 @@ def test_an_error_hits_the_next_calls_it_names_then_is_spent() -> None:
     assert st.stored_keys() == ["a/1", "b/1"]
 
 
-def test_a_torn_put_file_leaves_an_invisible_partial_that_discard_removes(
-        tmp_path: Path) -> None:
+def test_a_torn_put_file_leaves_an_invisible_partial_that_discard_removes(tmp_path: Path) -> None:
     st = MemoryStorage(part_size=1000)
     src = tmp_path / "f"
     src.write_bytes(bytes(5000))

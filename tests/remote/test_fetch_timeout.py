@@ -106,9 +106,16 @@ def _bounded(fn: Callable[[], Any], limit: float) -> tuple[BaseException | None,
 
 
 def test_a_get_from_a_hung_endpoint_gives_up_after_its_timeout_and_one_retry(
-        hung: HungServer) -> None:
-    st = S3Storage("bucket", endpoint_url=hung.url, access_key="a", secret_key="b",
-                   get_timeout=0.5, get_retries=1)
+    hung: HungServer,
+) -> None:
+    st = S3Storage(
+        "bucket",
+        endpoint_url=hung.url,
+        access_key="a",
+        secret_key="b",
+        get_timeout=0.5,
+        get_retries=1,
+    )
     try:
         exc, took = _bounded(lambda: st.get("k", 0, 100), 20)
         assert isinstance(exc, RemoteTimeoutError), repr(exc)
@@ -183,8 +190,11 @@ def test_a_reader_waits_at_most_fetch_max_wait_then_the_fetch_goes_on(tmp_path: 
     tlog = _archived_log(tmp_path, storage, fetch_max_wait_ms=300)
     try:
         storage.hang.set()
-        for read in (lambda: tlog.read_range(0, 50), lambda: tlog.read_remote_batches(0, 50),
-                     lambda: tlog.read_range(200, 50)):
+        for read in (
+            lambda: tlog.read_range(0, 50),
+            lambda: tlog.read_remote_batches(0, 50),
+            lambda: tlog.read_range(200, 50),
+        ):
             exc, took = _bounded(read, 10)
             assert isinstance(exc, RemoteTimeoutError), repr(exc)
             assert isinstance(exc, RemoteStorageError) and exc.retriable
@@ -212,8 +222,9 @@ def test_waiting_for_the_fetch_quota_does_not_count(tmp_path: Path) -> None:
     hung bucket: the reader waits for it (the quota slows readers, it does not fail
     them)."""
     storage = LocalDirStorage(tmp_path / "bucket")
-    tlog = _archived_log(tmp_path, storage, n=N_QUOTA, fetch_max_wait_ms=150,
-                         fetch_bytes_per_sec=QUOTA)
+    tlog = _archived_log(
+        tmp_path, storage, n=N_QUOTA, fetch_max_wait_ms=150, fetch_bytes_per_sec=QUOTA
+    )
     try:
         assert tlog._remote is not None
         size = sum(s.size for s in tlog._remote.finished_segments)
@@ -306,9 +317,19 @@ class MotoProcess:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from moto.server import main; main()",
-                 "-H", "127.0.0.1", "-p", str(self.port)], stdout=out, stderr=subprocess.STDOUT,
-                env=env)
+                [
+                    sys.executable,
+                    "-c",
+                    "from moto.server import main; main()",
+                    "-H",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -353,14 +374,23 @@ def bucket(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any
     else:
         hang = MotoProcess(tmp_path / "moto.log")
         bucket_name = "hung-bucket"
-        boto3.client("s3", endpoint_url=hang.url, region_name="us-east-1",
-                     aws_access_key_id="testing", aws_secret_access_key="testing",
-                     config=Config(s3={"addressing_style": "path"})
-                     ).create_bucket(Bucket=bucket_name)
-    settings = {"remote_url": f"s3://{bucket_name}", "s3_endpoint_url": hang.url,
-                "s3_region": "us-east-1", "s3_access_key": "testing",
-                "s3_secret_key": "testing", "ship_interval_ms": "50",
-                "remote_fetch_max_wait_ms": str(MAX_WAIT_MS)}
+        boto3.client(
+            "s3",
+            endpoint_url=hang.url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            config=Config(s3={"addressing_style": "path"}),
+        ).create_bucket(Bucket=bucket_name)
+    settings = {
+        "remote_url": f"s3://{bucket_name}",
+        "s3_endpoint_url": hang.url,
+        "s3_region": "us-east-1",
+        "s3_access_key": "testing",
+        "s3_secret_key": "testing",
+        "ship_interval_ms": "50",
+        "remote_fetch_max_wait_ms": str(MAX_WAIT_MS),
+    }
     try:
         yield hang, settings
     finally:
@@ -372,7 +402,8 @@ def _value(o: int) -> str:
 
 
 def test_the_service_answers_a_retriable_error_while_the_bucket_hangs(
-        tmp_path: Path, bucket: tuple[Any, dict[str, str]]) -> None:
+    tmp_path: Path, bucket: tuple[Any, dict[str, str]]
+) -> None:
     hang, settings = bucket
     srv = ServerProcess(tmp_path / "data", tmp_path, settings).start()
     try:
@@ -386,12 +417,20 @@ def test_the_service_answers_a_retriable_error_while_the_bucket_hangs(
 
 def _hang_and_read(srv: ServerProcess, hang: Any) -> None:
     with httpx.Client(base_url=srv.url, timeout=20.0) as c:
-        r = c.post("/v1/topics", json={"name": "t", "partitions": 1, "config": {
-            "segment_bytes": 4096, "local_retention_bytes": 0}})
+        r = c.post(
+            "/v1/topics",
+            json={
+                "name": "t",
+                "partitions": 1,
+                "config": {"segment_bytes": 4096, "local_retention_bytes": 0},
+            },
+        )
         assert r.status_code == 201, r.text
         for s in range(0, 300, 20):
-            r = c.post("/v1/topics/t/partitions/0/records",
-                       json={"records": [{"value": _value(o)} for o in range(s, s + 20)]})
+            r = c.post(
+                "/v1/topics/t/partitions/0/records",
+                json={"records": [{"value": _value(o)} for o in range(s, s + 20)]},
+            )
             assert r.status_code == 200, r.text
         deadline = time.monotonic() + 30
         while c.get("/v1/topics/t/partitions/0/bounds").json()["local_start_offset"] < 200:
@@ -403,8 +442,9 @@ def _hang_and_read(srv: ServerProcess, hang: Any) -> None:
         try:
             for offset, headers in ((0, {}), (100, {"Accept": "application/octet-stream"})):
                 t0 = time.monotonic()
-                r = c.get("/v1/topics/t/partitions/0/records", params={"offset": offset},
-                          headers=headers)
+                r = c.get(
+                    "/v1/topics/t/partitions/0/records", params={"offset": offset}, headers=headers
+                )
                 took = time.monotonic() - t0
                 assert r.status_code == 503, (r.status_code, r.text[:300])
                 err = r.json()["error"]
@@ -433,5 +473,6 @@ def _hang_and_read(srv: ServerProcess, hang: Any) -> None:
             assert r.status_code == 200, r.text
             body = r.json()
             assert [x["value"] for x in body["records"]] == [
-                _value(i) for i in range(o, body["next_offset"])]
+                _value(i) for i in range(o, body["next_offset"])
+            ]
             o = body["next_offset"]

@@ -22,9 +22,14 @@ RESERVE = 100
 
 
 def open_log(d: Path, bucket: Path) -> TieredLog:
-    return TieredLog(d, log_id="orders-0", storage=LocalDirStorage(bucket), config=CFG,
-                     tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE),
-                     start_shipper=False)
+    return TieredLog(
+        d,
+        log_id="orders-0",
+        storage=LocalDirStorage(bucket),
+        config=CFG,
+        tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE),
+        start_shipper=False,
+    )
 
 
 def _bucket_end(bucket: Path) -> int:
@@ -120,13 +125,19 @@ def test_a_fresh_log_records_nothing_lost(tmp_path: Path) -> None:
 
 def open_replica(d: Path, bucket: Path) -> TieredLog:
     """A cluster replica's log: created empty by the node (never rebuilt at open)."""
-    return TieredLog(d, log_id="orders-0", storage=LocalDirStorage(bucket), config=CFG,
-                     tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE),
-                     start_shipper=False, rebuild=False, replicated=True)
+    return TieredLog(
+        d,
+        log_id="orders-0",
+        storage=LocalDirStorage(bucket),
+        config=CFG,
+        tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE),
+        start_shipper=False,
+        rebuild=False,
+        replicated=True,
+    )
 
 
-def test_an_empty_replica_that_takes_the_lead_continues_above_the_bucket(
-        tmp_path: Path) -> None:
+def test_an_empty_replica_that_takes_the_lead_continues_above_the_bucket(tmp_path: Path) -> None:
     """A whole cluster restored onto new disks (or every replica's disk lost): the
     replica elected leader holds no record. It takes the bucket's view before its first
     append and continues above every offset the partition handed out, reporting the
@@ -176,7 +187,8 @@ def test_a_new_partitions_leader_starts_at_zero(tmp_path: Path) -> None:
 
 
 def test_an_idle_partition_reserves_nothing_and_its_next_leader_starts_at_zero(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A partition that never held a record reserves no offsets (its upkeep renews a
     reservation only once offsets were handed out), so a replica that takes the lead
     with an empty log starts at 0, not above a reservation nobody used."""

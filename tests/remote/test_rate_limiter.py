@@ -78,10 +78,21 @@ def test_the_fetch_quota_throttles_remote_reads(tmp_path: Path) -> None:
     record, the fetches beyond the first second's burst waited for the quota, and reading
     the archive took at least as long as the quota allows."""
     storage = LocalDirStorage(tmp_path / "bucket")
-    tier = TierConfig(chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192,
-                      local_retention_bytes=0, fetch_bytes_per_sec=64 * 1024)
-    tlog = TieredLog(tmp_path / "log", log_id="q-0", storage=storage, config=SMALL, tier=tier,
-                     start_shipper=False)
+    tier = TierConfig(
+        chunk_bytes=2048,
+        fetch_bytes=8192,
+        prefetch_bytes=8192,
+        local_retention_bytes=0,
+        fetch_bytes_per_sec=64 * 1024,
+    )
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id="q-0",
+        storage=storage,
+        config=SMALL,
+        tier=tier,
+        start_shipper=False,
+    )
     produce(tlog, 1200)
     tlog.roll()
     tlog.tier_once()
@@ -107,9 +118,12 @@ def test_the_quotas_are_the_nodes(tmp_path: Path) -> None:
     from tiered_log.config import Settings
     from tiered_log.service.topics import TopicManager
 
-    settings = Settings(data_dir=str(tmp_path / "data"), remote_url=str(tmp_path / "bucket"),
-                        remote_fetch_bytes_per_sec=5_000_000,
-                        remote_upload_bytes_per_sec=7_000_000)
+    settings = Settings(
+        data_dir=str(tmp_path / "data"),
+        remote_url=str(tmp_path / "bucket"),
+        remote_fetch_bytes_per_sec=5_000_000,
+        remote_upload_bytes_per_sec=7_000_000,
+    )
     topics = TopicManager(settings)
     topics.load()
     try:
@@ -131,19 +145,36 @@ def test_logs_sharing_limits_keep_to_them_together(tmp_path: Path) -> None:
     """Two logs reading their archives at once through shared limits fetch, together, no
     faster than the shared quota."""
     storage = LocalDirStorage(tmp_path / "bucket")
-    base = TierConfig(chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192,
-                      local_retention_bytes=0)
+    base = TierConfig(
+        chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192, local_retention_bytes=0
+    )
     for name in ("x", "y"):
-        tlog = TieredLog(tmp_path / name, log_id=f"{name}-0", storage=storage, config=SMALL,
-                         tier=base, start_shipper=False)
+        tlog = TieredLog(
+            tmp_path / name,
+            log_id=f"{name}-0",
+            storage=storage,
+            config=SMALL,
+            tier=base,
+            start_shipper=False,
+        )
         produce(tlog, 400)
         tlog.roll()
         tlog.tier_once()
         tlog.close()
     rate = 48 * 1024
     limits = TierLimits.of(None, rate)
-    logs = [TieredLog(tmp_path / name, log_id=f"{name}-0", storage=storage, config=SMALL,
-                      tier=base, start_shipper=False, limits=limits) for name in ("x", "y")]
+    logs = [
+        TieredLog(
+            tmp_path / name,
+            log_id=f"{name}-0",
+            storage=storage,
+            config=SMALL,
+            tier=base,
+            start_shipper=False,
+            limits=limits,
+        )
+        for name in ("x", "y")
+    ]
     t0 = time.monotonic()
     readers = [threading.Thread(target=read_all_checked, args=(t, 400)) for t in logs]
     for th in readers:
@@ -185,10 +216,17 @@ def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:
     the copy cut short this way is finished or cleaned up, and reopened without limits
     the log ships every segment exactly once."""
     storage = LocalDirStorage(tmp_path / "bucket")
-    base = TierConfig(chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192,
-                      local_retention_bytes=0)
-    tlog = TieredLog(tmp_path / "log", log_id="q-0", storage=storage, config=SMALL, tier=base,
-                     start_shipper=False)
+    base = TierConfig(
+        chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192, local_retention_bytes=0
+    )
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id="q-0",
+        storage=storage,
+        config=SMALL,
+        tier=base,
+        start_shipper=False,
+    )
     produce(tlog, 600)
     tlog.roll()
     tlog.tier_once()
@@ -203,7 +241,8 @@ def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:
     assert tlog._remote is not None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not (
-            tlog._remote.fetch_limiter.waiting and tlog._remote.limiter.waiting):
+        tlog._remote.fetch_limiter.waiting and tlog._remote.limiter.waiting
+    ):
         time.sleep(0.02)
     assert tlog._remote.fetch_limiter.waiting and tlog._remote.limiter.waiting
     t0 = time.monotonic()
@@ -211,8 +250,14 @@ def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:
     reader.join(60)
     assert not reader.is_alive() and time.monotonic() - t0 < 60
     assert got and (isinstance(got[0], Exception) or got[0] == 0)
-    tlog = TieredLog(tmp_path / "log", log_id="q-0", storage=storage, config=SMALL, tier=base,
-                     start_shipper=False)
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id="q-0",
+        storage=storage,
+        config=SMALL,
+        tier=base,
+        start_shipper=False,
+    )
     tlog.tier_once()
     assert tlog._remote is not None
     segs = tlog._remote.finished_segments

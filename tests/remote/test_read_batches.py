@@ -27,8 +27,9 @@ from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
 
 
-def check_page(log: TieredLog, page: FetchData, offset: int, max_records: int,
-               max_bytes: int) -> None:
+def check_page(
+    log: TieredLog, page: FetchData, offset: int, max_records: int, max_bytes: int
+) -> None:
     """``page`` holds whole verified batches whose records from ``offset`` are the log's,
     at least one, and it stops at the first batch that reaches a limit."""
     data = bytes(page.data)
@@ -47,19 +48,31 @@ def check_page(log: TieredLog, page: FetchData, offset: int, max_records: int,
 
 
 @settings(max_examples=40, deadline=None)
-@given(batches=st.lists(st.lists(st.integers(1, 300), min_size=1, max_size=6), min_size=1,
-                        max_size=40),
-       queries=st.lists(st.tuples(st.integers(0, 200), st.integers(1, 12),
-                                  st.integers(1, 20_000)), min_size=1, max_size=12))
-def test_read_batches_pages_whole_batches(batches: list[list[int]],
-                                          queries: list[tuple[int, int, int]]) -> None:
+@given(
+    batches=st.lists(
+        st.lists(st.integers(1, 300), min_size=1, max_size=6), min_size=1, max_size=40
+    ),
+    queries=st.lists(
+        st.tuples(st.integers(0, 200), st.integers(1, 12), st.integers(1, 20_000)),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_read_batches_pages_whole_batches(
+    batches: list[list[int]], queries: list[tuple[int, int, int]]
+) -> None:
     with tempfile.TemporaryDirectory() as d:
         log, i = local_log(Path(d), batches)
         try:
             for offset, max_records, max_bytes in queries:
                 offset = min(offset, i - 1)
-                check_page(log, log.read_batches(offset, max_records, max_bytes), offset,
-                           max_records, max_bytes)
+                check_page(
+                    log,
+                    log.read_batches(offset, max_records, max_bytes),
+                    offset,
+                    max_records,
+                    max_bytes,
+                )
         finally:
             log.close()
 
@@ -67,16 +80,22 @@ def test_read_batches_pages_whole_batches(batches: list[list[int]],
 def test_pages_of_one_big_batch_and_of_small_ones(tmp_path: Path) -> None:
     """A page from inside a batch starts with that whole batch; small batches fill a page
     up to the limits."""
-    log = TieredLog(tmp_path / "p", config=LogConfig(segment_bytes=1 << 20,
-                                                      index_interval_bytes=512))
+    log = TieredLog(
+        tmp_path / "p", config=LogConfig(segment_bytes=1 << 20, index_interval_bytes=512)
+    )
     try:
         log.append_batch([bytes([i % 251]) * (20 + i % 90) for i in range(3000)])
         for i in range(300):
             log.append(bytes([i % 251]) * 50)
         for offset in range(0, 3290, 37):
             for max_records, max_bytes in ((10, 1 << 20), (500, 1 << 20), (400, 3000)):
-                check_page(log, log.read_batches(offset, max_records, max_bytes), offset,
-                           max_records, max_bytes)
+                check_page(
+                    log,
+                    log.read_batches(offset, max_records, max_bytes),
+                    offset,
+                    max_records,
+                    max_bytes,
+                )
     finally:
         log.close()
 
@@ -97,20 +116,34 @@ def local_log(root: Path, batches: list[list[int]]) -> tuple[TieredLog, int]:
     return log, i
 
 
-def archived_log(root: Path, batches: list[list[int]],
-                 worker_processes: int = 1) -> tuple[TieredLog, int]:
+def archived_log(
+    root: Path, batches: list[list[int]], worker_processes: int = 1
+) -> tuple[TieredLog, int]:
     """A log whose every sealed segment is shipped and dropped locally; record ``i`` is
     ``bytes([i % 251]) * size`` with timestamp ``1000 + i``. ``worker_processes`` 0:
     uploads and fetches on this process's threads."""
-    log = TieredLog(root / "log", log_id="t-0", storage=LocalDirStorage(root / "bucket"),
-                    config=ARCHIVE_SEGMENTS, tier=TierConfig(local_retention_bytes=0, chunk_bytes=2048,
-                                                  fetch_bytes=8192, prefetch_bytes=8192,
-                                                  worker_processes=worker_processes),
-                    start_shipper=False)
+    log = TieredLog(
+        root / "log",
+        log_id="t-0",
+        storage=LocalDirStorage(root / "bucket"),
+        config=ARCHIVE_SEGMENTS,
+        tier=TierConfig(
+            local_retention_bytes=0,
+            chunk_bytes=2048,
+            fetch_bytes=8192,
+            prefetch_bytes=8192,
+            worker_processes=worker_processes,
+        ),
+        start_shipper=False,
+    )
     i = 0
     for sizes in batches:
-        log.append_batch([ProducerRecord(bytes([(i + k) % 251]) * n, timestamp=1000 + i + k)
-                          for k, n in enumerate(sizes)])
+        log.append_batch(
+            [
+                ProducerRecord(bytes([(i + k) % 251]) * n, timestamp=1000 + i + k)
+                for k, n in enumerate(sizes)
+            ]
+        )
         i += len(sizes)
     log.flush()
     log.roll()
@@ -119,12 +152,19 @@ def archived_log(root: Path, batches: list[list[int]],
 
 
 @settings(max_examples=25, deadline=None)
-@given(batches=st.lists(st.lists(st.integers(1, 400), min_size=1, max_size=8), min_size=2,
-                        max_size=40),
-       queries=st.lists(st.tuples(st.integers(0, 250), st.integers(1, 15),
-                                  st.integers(1, 20_000)), min_size=1, max_size=10))
-def test_remote_pages_are_whole_verified_batches(batches: list[list[int]],
-                                                 queries: list[tuple[int, int, int]]) -> None:
+@given(
+    batches=st.lists(
+        st.lists(st.integers(1, 400), min_size=1, max_size=8), min_size=2, max_size=40
+    ),
+    queries=st.lists(
+        st.tuples(st.integers(0, 250), st.integers(1, 15), st.integers(1, 20_000)),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_remote_pages_are_whole_verified_batches(
+    batches: list[list[int]], queries: list[tuple[int, int, int]]
+) -> None:
     with tempfile.TemporaryDirectory() as d:
         log, n = archived_log(Path(d), batches)
         try:
@@ -165,8 +205,11 @@ def test_damaged_remote_chunk_raises_and_is_not_cached(tmp_path: Path) -> None:
     log, _ = archived_log(tmp_path, [[200] * 10 for _ in range(40)])
     try:
         seg = log._remote.finished_segments[1]  # type: ignore[union-attr]
-        path = tmp_path / "bucket" / naming.segment_object_key("t-0", seg.base_offset, seg.id,
-                                                               naming.LOG_SUFFIX)
+        path = (
+            tmp_path
+            / "bucket"
+            / naming.segment_object_key("t-0", seg.base_offset, seg.id, naming.LOG_SUFFIX)
+        )
         data = bytearray(path.read_bytes())
         data[100] ^= 0x01
         path.write_bytes(bytes(data))

@@ -27,14 +27,18 @@ from tiered_log.local.ranges import CutGuard, FetchRanges, FileRange, MappedRead
 from .test_read_batches import archived_log, local_log
 
 
-def same_page(log: TieredLog, offset: int, max_records: int, max_bytes: int,
-              upto: int | None = None) -> FetchRanges:
+def same_page(
+    log: TieredLog, offset: int, max_records: int, max_bytes: int, upto: int | None = None
+) -> FetchRanges:
     """Both forms of one read agree; the ranges form's result (still open)."""
     want = log.read_batches(offset, max_records, max_bytes, upto=upto)
     got = log.read_batch_ranges(offset, max_records, max_bytes, upto=upto)
     assert got.read() == bytes(want.data)
     assert (got.first_offset, got.next_offset, got.count) == (
-        want.first_offset, want.next_offset, want.count)
+        want.first_offset,
+        want.next_offset,
+        want.count,
+    )
     assert got.size == len(want.data)
     return got
 
@@ -48,20 +52,33 @@ def wait_cache_written(log: TieredLog) -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(batches=st.lists(st.lists(st.integers(1, 300), min_size=1, max_size=6), min_size=1,
-                        max_size=40),
-       queries=st.lists(st.tuples(st.integers(0, 200), st.integers(1, 12),
-                                  st.integers(1, 20_000), st.integers(0, 3)),
-                        min_size=1, max_size=12))
+@given(
+    batches=st.lists(
+        st.lists(st.integers(1, 300), min_size=1, max_size=6), min_size=1, max_size=40
+    ),
+    queries=st.lists(
+        st.tuples(
+            st.integers(0, 200), st.integers(1, 12), st.integers(1, 20_000), st.integers(0, 3)
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
 def test_local_ranges_name_the_bytes_read_batches_returns(
-        batches: list[list[int]], queries: list[tuple[int, int, int, int]]) -> None:
+    batches: list[list[int]], queries: list[tuple[int, int, int, int]]
+) -> None:
     with tempfile.TemporaryDirectory() as d:
         log, i = local_log(Path(d), batches)
         try:
             for offset, max_records, max_bytes, cap in queries:
                 offset = min(offset, i)
-                page = same_page(log, offset, max_records, max_bytes,
-                                 upto=None if not cap else max(offset, i - cap))
+                page = same_page(
+                    log,
+                    offset,
+                    max_records,
+                    max_bytes,
+                    upto=None if not cap else max(offset, i - cap),
+                )
                 assert page.file_bytes == page.size  # all of it in files, none in memory
                 assert all(isinstance(p, FileRange) for p in page.parts)
                 page.close()
@@ -70,8 +87,9 @@ def test_local_ranges_name_the_bytes_read_batches_returns(
 
 
 def test_local_ranges_errors_and_deleted_segments(tmp_path: Path) -> None:
-    log = TieredLog(tmp_path / "p", config=LogConfig(segment_bytes=4096, index_interval_bytes=256),
-                    tier=None)
+    log = TieredLog(
+        tmp_path / "p", config=LogConfig(segment_bytes=4096, index_interval_bytes=256), tier=None
+    )
     try:
         for i in range(60):
             log.append_batch([bytes([i]) * 100] * 5)
@@ -156,8 +174,7 @@ def test_a_cut_waits_for_mapped_readers_and_they_for_it() -> None:
     assert order == ["reader done", "cut", "cut done", "late reader"]
 
 
-def test_a_walk_back_in_a_grown_segment_does_not_wait_for_a_waiting_cut(
-        tmp_path: Path) -> None:
+def test_a_walk_back_in_a_grown_segment_does_not_wait_for_a_waiting_cut(tmp_path: Path) -> None:
     """A walk that comes back to a segment it already read (appends grew it meanwhile)
     must not enter its guard again: a cut waiting for the walk's first entry would wait
     forever, and the walk for the cut (found under load: a reader and a truncation of
@@ -181,8 +198,9 @@ def test_a_walk_back_in_a_grown_segment_does_not_wait_for_a_waiting_cut(
         time.sleep(0.01)
     assert guard._cutting and not cut_done.is_set()
     again: list[object] = []
-    walker = threading.Thread(target=lambda: again.append(page.reader(fd, guard)(4096, 10)),
-                              daemon=True)
+    walker = threading.Thread(
+        target=lambda: again.append(page.reader(fd, guard)(4096, 10)), daemon=True
+    )
     walker.start()
     walker.join(5)
     assert again and bytes(again[0]) == b"z" * 10, "the walk waited for the cut"  # type: ignore[arg-type]
@@ -228,12 +246,19 @@ def test_truncation_during_mapped_reads(tmp_path: Path) -> None:
 
 
 @settings(max_examples=15, deadline=None)
-@given(batches=st.lists(st.lists(st.integers(1, 400), min_size=1, max_size=8), min_size=2,
-                        max_size=30),
-       queries=st.lists(st.tuples(st.integers(0, 200), st.integers(1, 15),
-                                  st.integers(1, 20_000)), min_size=1, max_size=8))
+@given(
+    batches=st.lists(
+        st.lists(st.integers(1, 400), min_size=1, max_size=8), min_size=2, max_size=30
+    ),
+    queries=st.lists(
+        st.tuples(st.integers(0, 200), st.integers(1, 15), st.integers(1, 20_000)),
+        min_size=1,
+        max_size=8,
+    ),
+)
 def test_archived_ranges_from_memory_then_from_the_cache_files(
-        batches: list[list[int]], queries: list[tuple[int, int, int]]) -> None:
+    batches: list[list[int]], queries: list[tuple[int, int, int]]
+) -> None:
     with tempfile.TemporaryDirectory() as d:
         log, n = archived_log(Path(d), batches)
         try:
@@ -250,8 +275,9 @@ def test_archived_ranges_from_memory_then_from_the_cache_files(
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_archived_uncached_is_in_memory_and_damage_answers_alike(tmp_path: Path,
-                                                                 workers: int) -> None:
+def test_archived_uncached_is_in_memory_and_damage_answers_alike(
+    tmp_path: Path, workers: int
+) -> None:
     """Fetched on this process's threads, a chunk is read from memory until its cache
     file is written (in the background: either may come first); fetched by the tier's
     worker process, from the file it wrote. Damage answers alike."""
@@ -260,8 +286,11 @@ def test_archived_uncached_is_in_memory_and_damage_answers_alike(tmp_path: Path,
         page = same_page(log, 0, 5, 1 << 20)  # fetched now
         assert page.size > 0 and page.file_bytes in ((page.size,) if workers else (0, page.size))
         seg = log._remote.finished_segments[-1]  # type: ignore[union-attr]  # not prefetched yet
-        path = tmp_path / "bucket" / naming.segment_object_key("t-0", seg.base_offset, seg.id,
-                                                               naming.LOG_SUFFIX)
+        path = (
+            tmp_path
+            / "bucket"
+            / naming.segment_object_key("t-0", seg.base_offset, seg.id, naming.LOG_SUFFIX)
+        )
         data = bytearray(path.read_bytes())
         data[100] ^= 0x01
         path.write_bytes(bytes(data))

@@ -21,8 +21,13 @@ from tiered_log.tiered import TieredLog
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiered_log.cli", *args], capture_output=True,
-                          text=True, timeout=300, cwd=Path(__file__).parents[2])
+    return subprocess.run(
+        [sys.executable, "-m", "tiered_log.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[2],
+    )
 
 
 def run_json(*args: str) -> dict[str, Any]:
@@ -40,46 +45,90 @@ def positive(*values: Any) -> bool:
 
 
 def test_perf_ship_json() -> None:
-    r = run_json("perf", "ship", "--json", "--total-mib", "2", "--segment-mib", "1", "--repeat", "2")
+    r = run_json(
+        "perf", "ship", "--json", "--total-mib", "2", "--segment-mib", "1", "--repeat", "2"
+    )
     assert r["benchmark"] == "ship" and r["endpoint"] == "moto" and r["repeat"] == 2
     for runs in r["runs_seconds"].values():
         assert len(runs) == 2 and positive(*runs)
     assert r["segments"] >= 2 and r["bytes"] >= 2 << 20
     assert positive(r["ship_mb_s"], r["baseline_boto3_upload_mb_s"], r["ratio_vs_boto3"])
-    assert r["ratio_vs_boto3"] == pytest.approx(r["ship_mb_s"] / r["baseline_boto3_upload_mb_s"],
-                                                rel=0.1, abs=0.01)
+    assert r["ratio_vs_boto3"] == pytest.approx(
+        r["ship_mb_s"] / r["baseline_boto3_upload_mb_s"], rel=0.1, abs=0.01
+    )
     assert r["target"] == 0.8 and r["met"] == (r["ratio_vs_boto3"] >= 0.8)
     assert positive(r["baseline_boto3_two_at_a_time_mb_s"], r["ratio_vs_boto3_two_at_a_time"])
 
 
 def test_perf_remote_read_json_and_lines(s3_endpoint: str) -> None:
-    r = run_json("perf", "remote-read", "--json", "--total-mib", "2", "--segment-mib", "1",
-                 "--repeat", "1", "--endpoint", s3_endpoint)
+    r = run_json(
+        "perf",
+        "remote-read",
+        "--json",
+        "--total-mib",
+        "2",
+        "--segment-mib",
+        "1",
+        "--repeat",
+        "1",
+        "--endpoint",
+        s3_endpoint,
+    )
     assert set(r["runs_seconds"]) == {"remote_read", "records_read", "baseline"}
     assert r["benchmark"] == "remote-read" and r["endpoint"] == s3_endpoint
     assert r["records"] * 1024 >= 2 << 20 and r["bytes"] == r["baseline_bytes"]
-    assert positive(r["remote_read_mb_s"], r["remote_read_records_s"],
-                    r["baseline_boto3_download_mb_s"], r["ratio_vs_boto3"],
-                    r["remote_fetch_requests"])
-    assert positive(r["records_read_mb_s"], r["records_read_records_s"],
-                    r["records_ratio_vs_boto3"])
+    assert positive(
+        r["remote_read_mb_s"],
+        r["remote_read_records_s"],
+        r["baseline_boto3_download_mb_s"],
+        r["ratio_vs_boto3"],
+        r["remote_fetch_requests"],
+    )
+    assert positive(
+        r["records_read_mb_s"], r["records_read_records_s"], r["records_ratio_vs_boto3"]
+    )
     assert r["target"] == 0.7 and r["met"] == (r["ratio_vs_boto3"] >= 0.7)
     assert r["records_met"] == (r["records_ratio_vs_boto3"] >= 0.7)
     # Without --json: one "key: value" line per figure on stdout, progress on stderr.
-    proc = cli("perf", "remote-read", "--total-mib", "1", "--segment-mib", "1", "--repeat", "1",
-               "--endpoint", s3_endpoint)
+    proc = cli(
+        "perf",
+        "remote-read",
+        "--total-mib",
+        "1",
+        "--segment-mib",
+        "1",
+        "--repeat",
+        "1",
+        "--endpoint",
+        s3_endpoint,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "benchmark: remote-read" in proc.stdout.splitlines()
     assert "[perf]" in proc.stderr and "[perf]" not in proc.stdout
 
 
 def test_perf_produce_latency_json() -> None:
-    r = run_json("perf", "produce-latency", "--json", "--appends", "100", "--backlog-mib", "3",
-                 "--copies-in-flight", "1", "--upload-bytes-per-sec", "100000000",
-                 "--fetch-bytes-per-sec", "100000000")
+    r = run_json(
+        "perf",
+        "produce-latency",
+        "--json",
+        "--appends",
+        "100",
+        "--backlog-mib",
+        "3",
+        "--copies-in-flight",
+        "1",
+        "--upload-bytes-per-sec",
+        "100000000",
+        "--fetch-bytes-per-sec",
+        "100000000",
+    )
     assert r["benchmark"] == "produce-latency" and r["appends_per_phase"] == 100
-    assert r["settings"] == {"upload_bytes_per_sec": 100_000_000,
-                             "fetch_bytes_per_sec": 100_000_000, "copies_in_flight": 1}
+    assert r["settings"] == {
+        "upload_bytes_per_sec": 100_000_000,
+        "fetch_bytes_per_sec": 100_000_000,
+        "copies_in_flight": 1,
+    }
     assert r["catchup_records_per_s"] > 0
     assert set(r["phases"]) == {"off", "shipping", "shipping_and_catchup_reader"}
     for p in r["phases"].values():
@@ -88,15 +137,26 @@ def test_perf_produce_latency_json() -> None:
     assert positive(r["p99_ratio_shipping_vs_off"], r["p99_ratio_catchup_vs_off"])
     assert r["catchup_records_read"] > 0  # the reader really read remote data meanwhile
     assert r["targets"] == {"shipping": 1.2, "catchup": 1.3}
-    assert r["met"] == {"shipping": r["p99_ratio_shipping_vs_off"] <= 1.2,
-                        "catchup": r["p99_ratio_catchup_vs_off"] <= 1.3}
+    assert r["met"] == {
+        "shipping": r["p99_ratio_shipping_vs_off"] <= 1.2,
+        "catchup": r["p99_ratio_catchup_vs_off"] <= 1.3,
+    }
 
 
 def test_perf_produce_latency_rounds() -> None:
     """``--rounds``: the three phases that many times in turn, each round's figures, and
     the targets judged on the median of the rounds' p99 ratios; progress on stderr."""
-    proc = cli("perf", "produce-latency", "--json", "--appends", "40", "--backlog-mib", "2",
-               "--rounds", "3")
+    proc = cli(
+        "perf",
+        "produce-latency",
+        "--json",
+        "--appends",
+        "40",
+        "--backlog-mib",
+        "2",
+        "--rounds",
+        "3",
+    )
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     assert r["rounds"] == 3 and [x["round"] for x in r["round_figures"]] == [1, 2, 3]
@@ -106,9 +166,11 @@ def test_perf_produce_latency_rounds() -> None:
             assert positive(*p.values()) and p["p50_ms"] <= p["p99_ms"]
         off = x["phases"]["off"]["p99_ms"]
         assert x["p99_ratio_shipping_vs_off"] == pytest.approx(
-            x["phases"]["shipping"]["p99_ms"] / off, rel=0.01, abs=0.002)
+            x["phases"]["shipping"]["p99_ms"] / off, rel=0.01, abs=0.002
+        )
         assert x["p99_ratio_catchup_vs_off"] == pytest.approx(
-            x["phases"]["shipping_and_catchup_reader"]["p99_ms"] / off, rel=0.01, abs=0.002)
+            x["phases"]["shipping_and_catchup_reader"]["p99_ms"] / off, rel=0.01, abs=0.002
+        )
     for kind in ("shipping", "catchup"):
         ratios = sorted(x[f"p99_ratio_{kind}_vs_off"] for x in r["round_figures"])
         assert r[f"median_p99_ratio_{kind}_vs_off"] == ratios[1]
@@ -133,10 +195,14 @@ def test_perf_bad_arguments() -> None:
 
 def make_log(directory: Path, storage: RemoteStorage, log_id: str) -> TieredLog:
     """A log with shipped, unshipped and active segments; left open for inspection."""
-    tlog = TieredLog(directory, log_id=log_id, storage=storage,
-                     config=LogConfig(segment_bytes=4096, index_interval_bytes=512),
-                     tier=TierConfig(chunk_bytes=1024, local_retention_bytes=5000),
-                     start_shipper=False)
+    tlog = TieredLog(
+        directory,
+        log_id=log_id,
+        storage=storage,
+        config=LogConfig(segment_bytes=4096, index_interval_bytes=512),
+        tier=TierConfig(chunk_bytes=1024, local_retention_bytes=5000),
+        start_shipper=False,
+    )
     for i in range(0, 200, 20):  # segments of about 20 records
         tlog.append_batch([ProducerRecord(b"x" * 100, timestamp=1000 + i + j) for j in range(20)])
     tlog.flush()
@@ -197,8 +263,9 @@ def test_describe_needs_a_remote_location(tmp_path: Path) -> None:
     proc = cli("describe", str(log_dir))
     assert proc.returncode == 2
     assert "location is not recorded" in proc.stderr and "--remote" in proc.stderr
-    r = run_json("describe", str(log_dir), "--json", "--remote", storage.url,
-                 "--log-id", "orders-0")
+    r = run_json(
+        "describe", str(log_dir), "--json", "--remote", storage.url, "--log-id", "orders-0"
+    )
     assert r["logs"][0]["log_id"] == "orders-0"
     assert r["logs"][0]["bounds"]["remote_end_offset"] == 200
     assert cli("describe", str(tmp_path / "missing")).returncode == 2

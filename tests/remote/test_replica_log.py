@@ -32,15 +32,32 @@ from tiered_log.tiered import TieredLog
 SMALL = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 
 
-def open_log(path: Path, bucket: Path | None = None, *, replicated: bool = True,
-             interval_ms: int = 0, **tier: object) -> TieredLog:
-    cfg = {"chunk_bytes": 1024, "fetch_bytes": 4096, "prefetch_bytes": 4096,
-           "remote_enabled": bucket is not None, **tier}
-    return TieredLog(path, log_id="orders-0",
-                     storage=LocalDirStorage(bucket) if bucket is not None else None,
-                     config=SMALL, tier=TierConfig(**cfg),  # type: ignore[arg-type]
-                     start_shipper=False, rebuild=False, replicated=replicated,
-                     hw_checkpoint_interval_ms=interval_ms)
+def open_log(
+    path: Path,
+    bucket: Path | None = None,
+    *,
+    replicated: bool = True,
+    interval_ms: int = 0,
+    **tier: object,
+) -> TieredLog:
+    cfg = {
+        "chunk_bytes": 1024,
+        "fetch_bytes": 4096,
+        "prefetch_bytes": 4096,
+        "remote_enabled": bucket is not None,
+        **tier,
+    }
+    return TieredLog(
+        path,
+        log_id="orders-0",
+        storage=LocalDirStorage(bucket) if bucket is not None else None,
+        config=SMALL,
+        tier=TierConfig(**cfg),  # type: ignore[arg-type]
+        start_shipper=False,
+        rebuild=False,
+        replicated=replicated,
+        hw_checkpoint_interval_ms=interval_ms,
+    )
 
 
 def value(o: int, tag: bytes = b"") -> bytes:
@@ -53,14 +70,23 @@ def produce(log: TieredLog, n: int, per_batch: int = 7, tag: bytes = b"") -> Non
     end = o + n
     while o < end:
         k = min(per_batch, end - o)
-        log.append_batch([ProducerRecord(value(x, tag), key=b"k%d" % x if x % 3 else None,
-                                         headers=(("h", b"%d" % x),) if x % 4 == 0 else (),
-                                         timestamp=1_000_000 + 10 * x) for x in range(o, o + k)])
+        log.append_batch(
+            [
+                ProducerRecord(
+                    value(x, tag),
+                    key=b"k%d" % x if x % 3 else None,
+                    headers=(("h", b"%d" % x),) if x % 4 == 0 else (),
+                    timestamp=1_000_000 + 10 * x,
+                )
+                for x in range(o, o + k)
+            ]
+        )
         o += k
 
 
-def copy(leader: TieredLog, follower: TieredLog, max_bytes: int = 1500,
-         upto: int | None = None) -> int:
+def copy(
+    leader: TieredLog, follower: TieredLog, max_bytes: int = 1500, upto: int | None = None
+) -> int:
     """The follower's fetcher, in process: pages from its log end until it reaches the
     leader's (or ``upto``). Returns the number of pages."""
     end = leader.next_offset if upto is None else upto
@@ -472,9 +498,15 @@ def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 def test_shipper_ships_only_committed_segments(tmp_path: Path) -> None:
-    leader = TieredLog(tmp_path / "a", log_id="orders-0", storage=LocalDirStorage(tmp_path / "bucket"),
-                       config=SMALL, tier=TierConfig(remote_enabled=True, ship_interval_ms=20),
-                       rebuild=False, replicated=True)
+    leader = TieredLog(
+        tmp_path / "a",
+        log_id="orders-0",
+        storage=LocalDirStorage(tmp_path / "bucket"),
+        config=SMALL,
+        tier=TierConfig(remote_enabled=True, ship_interval_ms=20),
+        rebuild=False,
+        replicated=True,
+    )
     try:
         produce(leader, 300)
         leader.roll()
@@ -508,6 +540,7 @@ def test_fetcher_and_consumer_threads(tmp_path: Path) -> None:
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
                 stop.set()
+
         return run
 
     def producer() -> None:
@@ -567,12 +600,18 @@ def test_a_follower_rolls_exactly_where_its_leader_did(tmp_path: Path) -> None:
                 while follower.next_offset < leader.next_offset:
                     o = follower.next_offset
                     page = leader.read_batches(o, 500, max_bytes)
-                    follower.append_replica(page.data, leader.leader_epoch_entries(),
-                                            leader.segment_bases(o, page.next_offset))
+                    follower.append_replica(
+                        page.data,
+                        leader.leader_epoch_entries(),
+                        leader.segment_bases(o, page.next_offset),
+                    )
             time.sleep(0.002)
             follower.maintain()  # segment_ms passed: a leader would roll, a follower not
-        bases = [s["base_offset"] for s in leader.describe()["local_segments"]
-                 if s["base_offset"] < leader.next_offset]  # not an empty active one
+        bases = [
+            s["base_offset"]
+            for s in leader.describe()["local_segments"]
+            if s["base_offset"] < leader.next_offset
+        ]  # not an empty active one
         assert len(bases) > 5
         assert [s["base_offset"] for s in follower.describe()["local_segments"]] == bases
         for base in bases:

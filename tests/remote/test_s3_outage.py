@@ -100,7 +100,9 @@ class Producers:
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(n)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(n)
+        ]
         for t in self._threads:
             t.start()
 
@@ -108,8 +110,12 @@ class Producers:
         seq = 0
         try:
             while not self._stop.is_set():
-                batch = [ProducerRecord(b"v-%d-%d-" % (pid, seq + i) + bytes(60 + (seq + i) % 50),
-                                        key=b"p%d" % pid) for i in range(8)]
+                batch = [
+                    ProducerRecord(
+                        b"v-%d-%d-" % (pid, seq + i) + bytes(60 + (seq + i) % 50), key=b"p%d" % pid
+                    )
+                    for i in range(8)
+                ]
                 first, _ = self.tlog.append_batch(batch)
                 self.tlog.flush()  # acknowledged = durable
                 with self._lock:
@@ -133,13 +139,17 @@ class Producers:
 
 
 def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server) -> None:
-    storage = S3Storage("outage-bucket", endpoint_url=server.endpoint, retries=0,
-                        connect_timeout=1, read_timeout=5)
+    storage = S3Storage(
+        "outage-bucket", endpoint_url=server.endpoint, retries=0, connect_timeout=1, read_timeout=5
+    )
     storage.ensure_bucket()
-    tlog = TieredLog(tmp_path / "log", log_id=LOG_ID, storage=storage,
-                     config=LogConfig(segment_bytes=SEGMENT_BYTES, index_interval_bytes=1024),
-                     tier=TierConfig(ship_interval_ms=20, local_retention_bytes=0,
-                                     chunk_bytes=4096))
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id=LOG_ID,
+        storage=storage,
+        config=LogConfig(segment_bytes=SEGMENT_BYTES, index_interval_bytes=1024),
+        tier=TierConfig(ship_interval_ms=20, local_retention_bytes=0, chunk_bytes=4096),
+    )
     assert tlog._shipper is not None and tlog._remote is not None
     producers = Producers(tlog)
     try:
@@ -154,9 +164,13 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
         end_at_outage = tlog.bounds().remote_end_offset
         lag_at_outage = tlog.describe()["copy_lag_segments"]
         # Producers are never blocked: records and unshipped segments pile up.
-        wait_until(lambda: producers.count() > outage_start + 200
-                   and tlog.describe()["copy_lag_segments"] >= lag_at_outage + 3,
-                   "unshipped segments to pile up")
+        wait_until(
+            lambda: (
+                producers.count() > outage_start + 200
+                and tlog.describe()["copy_lag_segments"] >= lag_at_outage + 3
+            ),
+            "unshipped segments to pile up",
+        )
         b = tlog.bounds()
         assert b.remote_end_offset == end_at_outage  # nothing could be shipped ...
         assert b.local_start_offset <= end_at_outage  # ... and nothing unshipped was dropped
@@ -168,8 +182,13 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
         # 3. The server comes back with its state (the same bucket and objects).
         server.start()
         tlog.roll()  # wakes the shipper out of its backoff
-        wait_until(lambda: tlog._shipper.last_error is None  # type: ignore[union-attr]
-                   and tlog.bounds().remote_end_offset > end_at_outage, "shipping to resume")
+        wait_until(
+            lambda: (
+                tlog._shipper.last_error is None  # type: ignore[union-attr]
+                and tlog.bounds().remote_end_offset > end_at_outage
+            ),
+            "shipping to resume",
+        )
     finally:
         producers.stop()
     tlog.flush()
@@ -187,8 +206,11 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
     for a, c in itertools.pairwise(finished):
         assert a.next_offset == c.base_offset
     keys = sorted(o.key for o in storage.list(naming.segment_objects_prefix(LOG_ID)))
-    assert keys == sorted(naming.segment_object_key(LOG_ID, s.base_offset, s.id, sfx)
-                          for s in finished for sfx in naming.SEGMENT_OBJECT_SUFFIXES)
+    assert keys == sorted(
+        naming.segment_object_key(LOG_ID, s.base_offset, s.id, sfx)
+        for s in finished
+        for sfx in naming.SEGMENT_OBJECT_SUFFIXES
+    )
     fetched = tlog._remote.stats.remote_fetch_requests
     o = 0
     while o < total:

@@ -44,8 +44,12 @@ BUCKET = "unit-bucket"
 @pytest.fixture
 def mocked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """moto's in-process S3 with one bucket; yields a raw boto3 client on it."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                 "AWS_SECURITY_TOKEN"):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+    ):
         monkeypatch.setenv(name, "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     with mock_aws():
@@ -80,8 +84,9 @@ def raw_keys(client: Any) -> list[str]:
 # ---- prefixes and construction -------------------------------------------------------------
 
 
-def test_prefix_is_prepended_and_stripped(make_storage: Callable[..., S3Storage],
-                                          mocked: Any) -> None:
+def test_prefix_is_prepended_and_stripped(
+    make_storage: Callable[..., S3Storage], mocked: Any
+) -> None:
     st = make_storage(prefix="/tenant/a/")
     assert st.url == f"s3://{BUCKET}/tenant/a"
     info = st.put("seg/1.log", b"hello")
@@ -117,12 +122,23 @@ def test_prefix_counts_toward_the_key_length_limit(make_storage: Callable[..., S
         st.put("k" * 24, b"v")
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"bucket": "ab"}, {"bucket": "has/slash"}, {"bucket": "white space"},
-    {"prefix": "a//b"}, {"prefix": "a/../b"}, {"prefix": "a\\b"},
-    {"part_size": 5 * MiB - 1}, {"multipart_threshold": -1}, {"retries": -1},
-    {"access_key": "only-half"}, {"max_pool_connections": 0}, {"read_timeout": 0},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"bucket": "ab"},
+        {"bucket": "has/slash"},
+        {"bucket": "white space"},
+        {"prefix": "a//b"},
+        {"prefix": "a/../b"},
+        {"prefix": "a\\b"},
+        {"part_size": 5 * MiB - 1},
+        {"multipart_threshold": -1},
+        {"retries": -1},
+        {"access_key": "only-half"},
+        {"max_pool_connections": 0},
+        {"read_timeout": 0},
+    ],
+)
 def test_invalid_construction(kwargs: dict[str, Any]) -> None:
     kwargs.setdefault("bucket", BUCKET)
     with pytest.raises(InvalidArgumentError):
@@ -152,13 +168,16 @@ def big_file(tmp_path: Path) -> tuple[Path, bytes]:
     return path, data
 
 
-def test_multipart_upload(make_storage: Callable[..., S3Storage], mocked: Any,
-                          big_file: tuple[Path, bytes]) -> None:
+def test_multipart_upload(
+    make_storage: Callable[..., S3Storage], mocked: Any, big_file: tuple[Path, bytes]
+) -> None:
     st = make_storage(multipart_threshold=5 * MiB, part_size=5 * MiB)
     path, data = big_file
     parts: list[int] = []
-    st.client.meta.events.register("provide-client-params.s3.UploadPart",
-                                   lambda params, **_: parts.append(params["PartNumber"]))
+    st.client.meta.events.register(
+        "provide-client-params.s3.UploadPart",
+        lambda params, **_: parts.append(params["PartNumber"]),
+    )
     seen: list[int] = []
     info = st.put_file("big", path, progress=seen.append)
     assert sorted(parts) == [1, 2, 3]
@@ -170,12 +189,14 @@ def test_multipart_upload(make_storage: Callable[..., S3Storage], mocked: Any,
     assert no_uploads(mocked)
 
 
-def test_file_at_threshold_is_one_put(make_storage: Callable[..., S3Storage],
-                                      tmp_path: Path) -> None:
+def test_file_at_threshold_is_one_put(
+    make_storage: Callable[..., S3Storage], tmp_path: Path
+) -> None:
     st = make_storage(multipart_threshold=1000)
     calls: list[str] = []
-    st.client.meta.events.register("provide-client-params.s3.*",
-                                   lambda model, **_: calls.append(model.name))
+    st.client.meta.events.register(
+        "provide-client-params.s3.*", lambda model, **_: calls.append(model.name)
+    )
     (tmp_path / "f").write_bytes(b"x" * 1000)
     st.put_file("f", tmp_path / "f")
     assert calls == ["PutObject"]
@@ -185,12 +206,14 @@ def _fail_part(number: int) -> Callable[..., None]:
     def hook(params: dict[str, Any], **_: Any) -> None:
         if params["PartNumber"] == number:
             raise EndpointConnectionError(endpoint_url="http://injected-failure")
+
     return hook
 
 
 @pytest.mark.parametrize("part", [1, 2, 3])
-def test_failed_part_aborts_the_upload(make_storage: Callable[..., S3Storage], mocked: Any,
-                                       big_file: tuple[Path, bytes], part: int) -> None:
+def test_failed_part_aborts_the_upload(
+    make_storage: Callable[..., S3Storage], mocked: Any, big_file: tuple[Path, bytes], part: int
+) -> None:
     st = make_storage(multipart_threshold=5 * MiB, part_size=5 * MiB)
     st.client.meta.events.register("provide-client-params.s3.UploadPart", _fail_part(part))
     with pytest.raises(RemoteStorageError) as exc_info:
@@ -202,8 +225,9 @@ def test_failed_part_aborts_the_upload(make_storage: Callable[..., S3Storage], m
     assert raw_keys(mocked) == []
 
 
-def test_failed_complete_aborts_the_upload(make_storage: Callable[..., S3Storage],
-                                           mocked: Any, big_file: tuple[Path, bytes]) -> None:
+def test_failed_complete_aborts_the_upload(
+    make_storage: Callable[..., S3Storage], mocked: Any, big_file: tuple[Path, bytes]
+) -> None:
     st = make_storage(multipart_threshold=5 * MiB, part_size=5 * MiB)
 
     def fail(**_: Any) -> None:
@@ -216,8 +240,9 @@ def test_failed_complete_aborts_the_upload(make_storage: Callable[..., S3Storage
     assert raw_keys(mocked) == []
 
 
-def test_file_shrinking_during_upload_aborts(make_storage: Callable[..., S3Storage],
-                                             mocked: Any, big_file: tuple[Path, bytes]) -> None:
+def test_file_shrinking_during_upload_aborts(
+    make_storage: Callable[..., S3Storage], mocked: Any, big_file: tuple[Path, bytes]
+) -> None:
     st = make_storage(multipart_threshold=5 * MiB, part_size=5 * MiB)
     path = big_file[0]
 
@@ -231,8 +256,9 @@ def test_file_shrinking_during_upload_aborts(make_storage: Callable[..., S3Stora
     assert raw_keys(mocked) == []
 
 
-def test_file_changing_during_upload_aborts(make_storage: Callable[..., S3Storage],
-                                            mocked: Any, big_file: tuple[Path, bytes]) -> None:
+def test_file_changing_during_upload_aborts(
+    make_storage: Callable[..., S3Storage], mocked: Any, big_file: tuple[Path, bytes]
+) -> None:
     st = make_storage(multipart_threshold=5 * MiB, part_size=5 * MiB)
     path = big_file[0]
 
@@ -248,8 +274,9 @@ def test_file_changing_during_upload_aborts(make_storage: Callable[..., S3Storag
     assert raw_keys(mocked) == []
 
 
-def test_progress_raising_aborts_the_upload(make_storage: Callable[..., S3Storage],
-                                            mocked: Any, big_file: tuple[Path, bytes]) -> None:
+def test_progress_raising_aborts_the_upload(
+    make_storage: Callable[..., S3Storage], mocked: Any, big_file: tuple[Path, bytes]
+) -> None:
     st = make_storage(multipart_threshold=5 * MiB, part_size=5 * MiB, part_concurrency=1)
 
     def progress(n: int) -> None:
@@ -271,14 +298,16 @@ def test_list_and_delete_batching(make_storage: Callable[..., S3Storage], mocked
     sizes: list[int] = []
     st.client.meta.events.register(
         "provide-client-params.s3.DeleteObjects",
-        lambda params, **_: sizes.append(len(params["Delete"]["Objects"])))
+        lambda params, **_: sizes.append(len(params["Delete"]["Objects"])),
+    )
     st.delete([f"k{i}" for i in range(2500)])
     assert sizes == [1000, 1000, 500]
     assert list(st.list("")) == []
 
 
-def test_list_follows_continuation_tokens(make_storage: Callable[..., S3Storage],
-                                          mocked: Any) -> None:
+def test_list_follows_continuation_tokens(
+    make_storage: Callable[..., S3Storage], mocked: Any
+) -> None:
     st = make_storage(prefix="p")
     st.list_page_size = 3
     for i in range(8):
@@ -287,7 +316,8 @@ def test_list_follows_continuation_tokens(make_storage: Callable[..., S3Storage]
     pages: list[str | None] = []
     st.client.meta.events.register(
         "provide-client-params.s3.ListObjectsV2",
-        lambda params, **_: pages.append(params.get("ContinuationToken")))
+        lambda params, **_: pages.append(params.get("ContinuationToken")),
+    )
     keys = [i.key for i in st.list("k")]
     assert keys == [f"k{i:04d}" for i in range(8)]
     assert len(pages) == 3 and pages[0] is None and all(pages[1:])
@@ -321,14 +351,27 @@ def closed_port() -> int:
 
 def test_unreachable_endpoint_is_retriable(tmp_path: Path) -> None:
     port = closed_port()
-    st = S3Storage("some-bucket", prefix="x", endpoint_url=f"http://127.0.0.1:{port}",
-                   region="us-east-1", access_key="a", secret_key="b",
-                   connect_timeout=0.2, read_timeout=0.2, retries=0)
+    st = S3Storage(
+        "some-bucket",
+        prefix="x",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region="us-east-1",
+        access_key="a",
+        secret_key="b",
+        connect_timeout=0.2,
+        read_timeout=0.2,
+        retries=0,
+    )
     (tmp_path / "f").write_bytes(b"data")
     calls: list[Callable[[], Any]] = [
-        lambda: st.put("k", b"x"), lambda: st.put_file("k", tmp_path / "f"),
-        lambda: st.get("k"), lambda: st.get("k", 1, 2), lambda: st.size("k"),
-        lambda: list(st.list("")), lambda: st.delete(["k"]), st.ensure_bucket,
+        lambda: st.put("k", b"x"),
+        lambda: st.put_file("k", tmp_path / "f"),
+        lambda: st.get("k"),
+        lambda: st.get("k", 1, 2),
+        lambda: st.size("k"),
+        lambda: list(st.list("")),
+        lambda: st.delete(["k"]),
+        st.ensure_bucket,
     ]
     started = time.monotonic()
     for call in calls:
@@ -355,8 +398,10 @@ class FakeS3:
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
 
     def error(self, status: int, code: str) -> None:
-        body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
-                f"<Message>injected {code}</Message></Error>").encode()
+        body = (
+            f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+            f"<Message>injected {code}</Message></Error>"
+        ).encode()
         self.respond = lambda *_: (status, {"Content-Type": "application/xml"}, body)
 
 
@@ -388,8 +433,9 @@ def fake_s3() -> Iterator[FakeS3]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
     fake.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     try:
@@ -401,17 +447,31 @@ def fake_s3() -> Iterator[FakeS3]:
 
 
 def fake_storage(fake: FakeS3, retries: int = 0) -> S3Storage:
-    return S3Storage("fake-bucket", endpoint_url=fake.endpoint, region="us-east-1",
-                     access_key="a", secret_key="b", retries=retries, connect_timeout=2,
-                     read_timeout=2)
+    return S3Storage(
+        "fake-bucket",
+        endpoint_url=fake.endpoint,
+        region="us-east-1",
+        access_key="a",
+        secret_key="b",
+        retries=retries,
+        connect_timeout=2,
+        read_timeout=2,
+    )
 
 
-@pytest.mark.parametrize(("status", "code", "retriable"), [
-    (503, "SlowDown", True), (500, "InternalError", True), (503, "ServiceUnavailable", True),
-    (403, "AccessDenied", False), (400, "InvalidRequest", False),
-])
-def test_http_errors_map_to_remote_storage_error(fake_s3: FakeS3, status: int, code: str,
-                                                 retriable: bool) -> None:
+@pytest.mark.parametrize(
+    ("status", "code", "retriable"),
+    [
+        (503, "SlowDown", True),
+        (500, "InternalError", True),
+        (503, "ServiceUnavailable", True),
+        (403, "AccessDenied", False),
+        (400, "InvalidRequest", False),
+    ],
+)
+def test_http_errors_map_to_remote_storage_error(
+    fake_s3: FakeS3, status: int, code: str, retriable: bool
+) -> None:
     fake_s3.error(status, code)
     st = fake_storage(fake_s3)
     for call in (lambda: st.get("k"), lambda: st.put("k", b"v"), lambda: list(st.list(""))):
@@ -433,14 +493,18 @@ def test_throttling_is_retried_before_it_is_reported(fake_s3: FakeS3) -> None:
     st.close()
 
 
-@pytest.mark.parametrize(("status", "code", "error"), [
-    (404, "NoSuchKey", RemoteObjectNotFoundError),
-    (416, "InvalidRange", RemoteObjectNotFoundError),
-    (400, "BadDigest", RemoteCorruptionError),
-    (400, "XAmzContentChecksumMismatch", RemoteCorruptionError),
-])
-def test_specific_error_codes(fake_s3: FakeS3, status: int, code: str,
-                              error: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("status", "code", "error"),
+    [
+        (404, "NoSuchKey", RemoteObjectNotFoundError),
+        (416, "InvalidRange", RemoteObjectNotFoundError),
+        (400, "BadDigest", RemoteCorruptionError),
+        (400, "XAmzContentChecksumMismatch", RemoteCorruptionError),
+    ],
+)
+def test_specific_error_codes(
+    fake_s3: FakeS3, status: int, code: str, error: type[Exception]
+) -> None:
     fake_s3.error(status, code)
     st = fake_storage(fake_s3)
     with pytest.raises(error):

@@ -22,10 +22,17 @@ LOG_ID = "orders-0"
 
 
 def open_log(path: Path, store: MemoryStorage, **tier: object) -> TieredLog:
-    cfg = {"chunk_bytes": 1024, "fetch_bytes": 4096, "prefetch_bytes": 4096,
-           "snapshot_interval_segments": 20, "local_retention_bytes": 0, **tier}
-    return TieredLog(path, log_id=LOG_ID, storage=store, config=CFG,
-                     tier=TierConfig(**cfg), start_shipper=False)  # type: ignore[arg-type]
+    cfg = {
+        "chunk_bytes": 1024,
+        "fetch_bytes": 4096,
+        "prefetch_bytes": 4096,
+        "snapshot_interval_segments": 20,
+        "local_retention_bytes": 0,
+        **tier,
+    }
+    return TieredLog(
+        path, log_id=LOG_ID, storage=store, config=CFG, tier=TierConfig(**cfg), start_shipper=False
+    )  # type: ignore[arg-type]
 
 
 def value(o: int) -> bytes:
@@ -37,8 +44,12 @@ def ship(tlog: TieredLog, n: int) -> None:
     shipper does."""
     o = tlog.next_offset
     for start in range(o, o + n, 50):
-        tlog.append_batch([ProducerRecord(value(x), timestamp=1_000_000 + x)
-                           for x in range(start, min(start + 50, o + n))])
+        tlog.append_batch(
+            [
+                ProducerRecord(value(x), timestamp=1_000_000 + x)
+                for x in range(start, min(start + 50, o + n))
+            ]
+        )
         tlog.roll()
         tlog.tier_once()
 
@@ -63,7 +74,8 @@ def rebuilt(tmp_path: Path, store: MemoryStorage, name: str) -> TieredLog:
 
 @pytest.mark.parametrize("records", [1_500, 4_500])
 def test_a_rebuild_reads_the_snapshot_and_only_the_copies_after_it(
-        tmp_path: Path, records: int) -> None:
+    tmp_path: Path, records: int
+) -> None:
     store = MemoryStorage()
     tlog = open_log(tmp_path / "log", store)
     ship(tlog, records)

@@ -56,7 +56,8 @@ def _fs_backend(tmp_path: Path) -> Backend:
 
 def _s3_backend(request: pytest.FixtureRequest) -> Backend:
     storage: S3Storage = request.getfixturevalue("s3_storage_factory")(
-        multipart_threshold=5 * MiB, part_size=5 * MiB)
+        multipart_threshold=5 * MiB, part_size=5 * MiB
+    )
     client = request.getfixturevalue("s3_client")
 
     def flip(key: str, pos: int) -> None:
@@ -64,8 +65,9 @@ def _s3_backend(request: pytest.FixtureRequest) -> Backend:
         obj = client.get_object(Bucket=storage.bucket, Key=full)
         data = bytearray(obj["Body"].read())
         data[pos] ^= 0xFF
-        client.put_object(Bucket=storage.bucket, Key=full, Body=bytes(data),
-                          Metadata=obj["Metadata"])  # keeps the (now wrong) xxh3
+        client.put_object(
+            Bucket=storage.bucket, Key=full, Body=bytes(data), Metadata=obj["Metadata"]
+        )  # keeps the (now wrong) xxh3
 
     return Backend("s3", storage, flip, "s3://")
 
@@ -75,8 +77,9 @@ def _mem_backend() -> Backend:
     return Backend("mem", storage, storage.flip_byte, "mem://")
 
 
-@pytest.fixture(params=[pytest.param("fs", id="fs"), pytest.param("s3", id="s3"),
-                        pytest.param("mem", id="mem")])
+@pytest.fixture(
+    params=[pytest.param("fs", id="fs"), pytest.param("s3", id="s3"), pytest.param("mem", id="mem")]
+)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "fs":
         b = _fs_backend(tmp_path)
@@ -142,18 +145,21 @@ def test_unicode_and_odd_characters_in_keys(store: RemoteStorage) -> None:
     assert [i.key for i in store.list("dir ")] == [key]
 
 
-@pytest.mark.parametrize(("start", "end", "expected"), [
-    (0, None, slice(0, 100)),      # whole object
-    (0, 10, slice(0, 10)),         # start
-    (40, 60, slice(40, 60)),       # middle
-    (90, 100, slice(90, 100)),     # exact end
-    (90, None, slice(90, 100)),    # open end
-    (95, 1000, slice(95, 100)),    # clipped end
-    (0, 1000, slice(0, 100)),      # clipped to the whole object
-    (99, 100, slice(99, 100)),     # last byte
-    (50, 50, slice(0, 0)),         # empty range
-    (100, 100, slice(0, 0)),       # empty range at the end
-])
+@pytest.mark.parametrize(
+    ("start", "end", "expected"),
+    [
+        (0, None, slice(0, 100)),  # whole object
+        (0, 10, slice(0, 10)),  # start
+        (40, 60, slice(40, 60)),  # middle
+        (90, 100, slice(90, 100)),  # exact end
+        (90, None, slice(90, 100)),  # open end
+        (95, 1000, slice(95, 100)),  # clipped end
+        (0, 1000, slice(0, 100)),  # clipped to the whole object
+        (99, 100, slice(99, 100)),  # last byte
+        (50, 50, slice(0, 0)),  # empty range
+        (100, 100, slice(0, 0)),  # empty range at the end
+    ],
+)
 def test_ranged_get(store: RemoteStorage, start: int, end: int | None, expected: slice) -> None:
     data = bytes(range(100))
     store.put("r", data)
@@ -161,8 +167,7 @@ def test_ranged_get(store: RemoteStorage, start: int, end: int | None, expected:
 
 
 @pytest.mark.parametrize(("start", "end"), [(100, None), (100, 101), (150, 200), (101, 101)])
-def test_range_past_the_end_is_not_found(store: RemoteStorage, start: int,
-                                         end: int | None) -> None:
+def test_range_past_the_end_is_not_found(store: RemoteStorage, start: int, end: int | None) -> None:
     store.put("r", bytes(100))
     with pytest.raises(RemoteObjectNotFoundError):
         store.get("r", start, end)
@@ -184,9 +189,13 @@ def test_bad_range_is_invalid(store: RemoteStorage, start: int, end: int | None)
 
 def test_missing_key(store: RemoteStorage) -> None:
     store.put("present", b"x")
-    for call in (lambda: store.get("absent"), lambda: store.get("absent", 0, 1),
-                 lambda: store.get("absent", 1, 1), lambda: store.size("absent"),
-                 lambda: store.get("present/child")):
+    for call in (
+        lambda: store.get("absent"),
+        lambda: store.get("absent", 0, 1),
+        lambda: store.get("absent", 1, 1),
+        lambda: store.size("absent"),
+        lambda: store.get("present/child"),
+    ):
         with pytest.raises(RemoteObjectNotFoundError) as exc_info:
             call()
         assert exc_info.value.retriable is False
@@ -284,7 +293,7 @@ def test_put_file_multipart(store: RemoteStorage, tmp_path: Path) -> None:
     assert seen[-1] == size
     assert store.size("files/big") == size
     assert store.get("files/big") == data
-    assert store.get("files/big", 5 * MiB - 10, 5 * MiB + 10) == data[5 * MiB - 10:5 * MiB + 10]
+    assert store.get("files/big", 5 * MiB - 10, 5 * MiB + 10) == data[5 * MiB - 10 : 5 * MiB + 10]
     assert [(i.key, i.size) for i in store.list("files/")] == [("files/big", size)]
 
 
@@ -340,16 +349,33 @@ def test_flipped_byte_in_multipart_object(backend: Backend, tmp_path: Path) -> N
 
 # ---- keys ----------------------------------------------------------------------------------
 
-BAD_KEYS = ["", "/abs", "a//b", "a/", "a/../b", "..", ".", "a/./b", "../x", "a\\b", "a\0b",
-            "a\nb", "x" * 1025, "é" * 600]
+BAD_KEYS = [
+    "",
+    "/abs",
+    "a//b",
+    "a/",
+    "a/../b",
+    "..",
+    ".",
+    "a/./b",
+    "../x",
+    "a\\b",
+    "a\0b",
+    "a\nb",
+    "x" * 1025,
+    "é" * 600,
+]
 
 
 @pytest.mark.parametrize("key", BAD_KEYS, ids=lambda k: repr(k)[:20])
 def test_invalid_keys_are_rejected(store: RemoteStorage, key: str, tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
     calls: list[Callable[[], Any]] = [
-        lambda: store.put(key, b"x"), lambda: store.put_file(key, tmp_path / "f"),
-        lambda: store.get(key), lambda: store.get(key, 1, 2), lambda: store.size(key),
+        lambda: store.put(key, b"x"),
+        lambda: store.put_file(key, tmp_path / "f"),
+        lambda: store.get(key),
+        lambda: store.get(key, 1, 2),
+        lambda: store.size(key),
         lambda: store.delete([key]),
     ]
     for call in calls:
@@ -408,8 +434,13 @@ def test_closed_store_refuses_calls(store: RemoteStorage) -> None:
     store.put("k", b"x")
     store.close()
     store.close()  # idempotent
-    for call in (lambda: store.get("k"), lambda: store.put("k", b"y"), lambda: store.size("k"),
-                 lambda: store.list(""), lambda: store.delete(["k"])):
+    for call in (
+        lambda: store.get("k"),
+        lambda: store.put("k", b"y"),
+        lambda: store.size("k"),
+        lambda: store.list(""),
+        lambda: store.delete(["k"]),
+    ):
         with pytest.raises(RemoteStorageError) as exc_info:
             call()
         assert exc_info.value.retriable is False
@@ -431,9 +462,14 @@ def test_open_storage_file_urls(tmp_path: Path) -> None:
 def test_open_storage_s3_url(s3_target: Any, s3_location: Any) -> None:
     bucket = s3_location.bucket
     prefix = "/".join(p for p in (s3_location.prefix, "tenant/a") if p)
-    st = open_storage(f"s3://{bucket}/{prefix}/", endpoint_url=s3_target.endpoint,
-                      region=s3_target.region, access_key=s3_target.access_key,
-                      secret_key=s3_target.secret_key, path_style=True)
+    st = open_storage(
+        f"s3://{bucket}/{prefix}/",
+        endpoint_url=s3_target.endpoint,
+        region=s3_target.region,
+        access_key=s3_target.access_key,
+        secret_key=s3_target.secret_key,
+        path_style=True,
+    )
     try:
         assert isinstance(st, S3Storage)
         assert st.url == f"s3://{bucket}/{prefix}"
@@ -445,18 +481,36 @@ def test_open_storage_s3_url(s3_target: Any, s3_location: Any) -> None:
 
 
 def test_open_storage_s3_url_without_prefix() -> None:
-    st = open_storage("s3://some-bucket", endpoint_url=None, region="us-east-1",
-                      access_key="a", secret_key="b")
+    st = open_storage(
+        "s3://some-bucket", endpoint_url=None, region="us-east-1", access_key="a", secret_key="b"
+    )
     assert isinstance(st, S3Storage) and st.url == "s3://some-bucket" and st.prefix == ""
     st.close()
 
 
-@pytest.mark.parametrize("url", [
-    "", "   ", "bucket-name", "relative/dir", "http://example.com/x", "gs://bucket/x",
-    "s3://", "s3:///prefix-only", "s3://user@bucket/x", "s3://bucket:9000/x", "s3://b/x?y=1",
-    "s3://bucket/a//b", "s3://bucket/../x", "s3://ab/x", "s3://-bad/x", "file://otherhost/x",
-    "file:relative", "file:///x?query=1",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "   ",
+        "bucket-name",
+        "relative/dir",
+        "http://example.com/x",
+        "gs://bucket/x",
+        "s3://",
+        "s3:///prefix-only",
+        "s3://user@bucket/x",
+        "s3://bucket:9000/x",
+        "s3://b/x?y=1",
+        "s3://bucket/a//b",
+        "s3://bucket/../x",
+        "s3://ab/x",
+        "s3://-bad/x",
+        "file://otherhost/x",
+        "file:relative",
+        "file:///x?query=1",
+    ],
+)
 def test_open_storage_bad_urls(url: str) -> None:
     with pytest.raises(InvalidArgumentError):
         open_storage(url)

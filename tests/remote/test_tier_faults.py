@@ -33,17 +33,32 @@ def value_for(offset: int) -> bytes:
 
 
 def open_log(path: Path, store: MemoryStorage, **tier: int) -> TieredLog:
-    cfg = {"chunk_bytes": 2048, "fetch_bytes": 8192, "prefetch_bytes": 8192,
-           "local_retention_bytes": 0, **tier}
-    return TieredLog(path, log_id="orders-0", storage=store, config=SMALL,
-                     tier=TierConfig(**cfg), start_shipper=False)  # type: ignore[arg-type]
+    cfg = {
+        "chunk_bytes": 2048,
+        "fetch_bytes": 8192,
+        "prefetch_bytes": 8192,
+        "local_retention_bytes": 0,
+        **tier,
+    }
+    return TieredLog(
+        path,
+        log_id="orders-0",
+        storage=store,
+        config=SMALL,
+        tier=TierConfig(**cfg),
+        start_shipper=False,
+    )  # type: ignore[arg-type]
 
 
 def produce(tlog: TieredLog, n: int) -> None:
     start = tlog.next_offset
     for lo in range(start, start + n, 50):
-        tlog.append_batch([ProducerRecord(value_for(o), timestamp=1_000 + o)
-                           for o in range(lo, min(lo + 50, start + n))])
+        tlog.append_batch(
+            [
+                ProducerRecord(value_for(o), timestamp=1_000 + o)
+                for o in range(lo, min(lo + 50, start + n))
+            ]
+        )
     tlog.flush()
 
 
@@ -87,8 +102,9 @@ def segment_keys(store: MemoryStorage) -> list[str]:
     return [k for k in store.stored_keys() if "/segments/" in k]
 
 
-def test_a_torn_data_upload_is_cleaned_up_and_copied_again(store: MemoryStorage,
-                                                           tlog: TieredLog) -> None:
+def test_a_torn_data_upload_is_cleaned_up_and_copied_again(
+    store: MemoryStorage, tlog: TieredLog
+) -> None:
     store.inject("put_file", torn_at=4096)
     with pytest.raises(RemoteStorageError):
         tlog.tier_once()
@@ -109,8 +125,9 @@ def test_a_torn_data_upload_is_cleaned_up_and_copied_again(store: MemoryStorage,
     tlog.close()
 
 
-def test_a_refused_manifest_put_is_cleaned_up_and_copied_again(store: MemoryStorage,
-                                                               tlog: TieredLog) -> None:
+def test_a_refused_manifest_put_is_cleaned_up_and_copied_again(
+    store: MemoryStorage, tlog: TieredLog
+) -> None:
     refused: list[str] = []
 
     def refuse_first_manifest(op: str, key: str) -> None:
@@ -131,10 +148,10 @@ def test_a_refused_manifest_put_is_cleaned_up_and_copied_again(store: MemoryStor
 
 
 def test_a_failed_cleanup_is_finished_next_round_partial_uploads_included(
-        store: MemoryStorage, tlog: TieredLog) -> None:
+    store: MemoryStorage, tlog: TieredLog
+) -> None:
     store.inject("put_file", torn_at=4096)
-    store.inject("delete", error=RemoteStorageError("delete refused", retriable=True),
-                 times=None)
+    store.inject("delete", error=RemoteStorageError("delete refused", retriable=True), times=None)
     with pytest.raises(RemoteStorageError):
         tlog.tier_once()
     assert store.partial_keys() == []  # the torn upload's leftovers: discarded at once
@@ -153,7 +170,9 @@ def test_a_failed_cleanup_is_finished_next_round_partial_uploads_included(
 def test_a_missing_object_reads_as_not_found(store: MemoryStorage, tlog: TieredLog) -> None:
     assert tlog.tier_once() == 6
     produce(tlog, 10)  # local records after the archived ones
-    first = next(k for k in store.stored_keys() if "/00000000000000000000-" in k and k.endswith(".log"))
+    first = next(
+        k for k in store.stored_keys() if "/00000000000000000000-" in k and k.endswith(".log")
+    )
     store.lose(first)
     with pytest.raises(RemoteObjectNotFoundError) as exc_info:
         tlog.read_range(0, max_records=10)
@@ -173,8 +192,9 @@ def test_an_injected_miss_is_not_remembered(store: MemoryStorage, tlog: TieredLo
     tlog.close()
 
 
-def test_a_slow_bucket_times_out_the_reader_then_serves(tmp_path: Path,
-                                                        store: MemoryStorage) -> None:
+def test_a_slow_bucket_times_out_the_reader_then_serves(
+    tmp_path: Path, store: MemoryStorage
+) -> None:
     tlog = open_log(tmp_path / "log", store, fetch_max_wait_ms=200)
     produce(tlog, N)
     tlog.roll()

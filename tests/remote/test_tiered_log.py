@@ -69,8 +69,14 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
 
 def open_log(path: Path, storage: RemoteStorage, **tier: object) -> TieredLog:
     cfg = {"chunk_bytes": 2048, "fetch_bytes": 8192, "prefetch_bytes": 8192, **tier}
-    return TieredLog(path, log_id="orders-0", storage=storage, config=SMALL,
-                     tier=TierConfig(**cfg), start_shipper=False)  # type: ignore[arg-type]
+    return TieredLog(
+        path,
+        log_id="orders-0",
+        storage=storage,
+        config=SMALL,
+        tier=TierConfig(**cfg),
+        start_shipper=False,
+    )  # type: ignore[arg-type]
 
 
 def test_ship_drop_local_read_back_everything(tmp_path: Path, storage: RemoteStorage) -> None:
@@ -81,7 +87,9 @@ def test_ship_drop_local_read_back_everything(tmp_path: Path, storage: RemoteSto
     assert copied >= 5
     b = tlog.bounds()
     assert b.log_start_offset == 0
-    assert b.local_start_offset == b.remote_end_offset == 2000  # every sealed segment dropped locally
+    assert (
+        b.local_start_offset == b.remote_end_offset == 2000
+    )  # every sealed segment dropped locally
     recs = []
     o = 0
     while o < 2000:
@@ -211,7 +219,8 @@ def test_rebuild_from_bucket_into_empty_directory(tmp_path: Path, storage: Remot
 
 
 def test_manifest_carries_indexes_and_a_copy_needs_both_objects(
-        tmp_path: Path, storage: RemoteStorage) -> None:
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
     """The ``.rli`` manifest holds the segment's own offset and time index files; a copy
     whose data object is missing (or whose manifest is) does not count at rebuild, and
     its leftover object is deleted."""
@@ -230,14 +239,19 @@ def test_manifest_carries_indexes_and_a_copy_needs_both_objects(
         got, entries, index, timeindex = decode_manifest(storage.get(key), key)
         seg = local[rs.base_offset]
         assert (got.id, got.base_offset, got.next_offset, got.chunks) == (
-            rs.id, rs.base_offset, rs.next_offset, len(entries))
+            rs.id,
+            rs.base_offset,
+            rs.next_offset,
+            len(entries),
+        )
         assert index == seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes()
         assert timeindex == seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes()
         assert index and timeindex
     tlog.close()
     last = finished[-1]
-    storage.delete([naming.segment_object_key("orders-0", last.base_offset, last.id,
-                                              naming.LOG_SUFFIX)])
+    storage.delete(
+        [naming.segment_object_key("orders-0", last.base_offset, last.id, naming.LOG_SUFFIX)]
+    )
     # Without the partition snapshot (it would stand for the copies it lists), the
     # rebuild reads the bucket's listing and manifests.
     storage.delete([snapshot_key("orders-0")])
@@ -292,8 +306,12 @@ def test_flipped_bytes_in_remote_object_are_detected(tmp_path: Path) -> None:
 
 
 def test_remote_disabled_is_a_plain_local_log(tmp_path: Path) -> None:
-    tlog = TieredLog(tmp_path / "log", config=SMALL, tier=TierConfig(retention_bytes=20 * 1024),
-                     start_shipper=False)
+    tlog = TieredLog(
+        tmp_path / "log",
+        config=SMALL,
+        tier=TierConfig(retention_bytes=20 * 1024),
+        start_shipper=False,
+    )
     produce(tlog, 1000)
     tlog.roll()
     tlog.tier_once()
@@ -305,8 +323,13 @@ def test_remote_disabled_is_a_plain_local_log(tmp_path: Path) -> None:
 def test_background_shipper_ships(tmp_path: Path, storage: RemoteStorage) -> None:
     import time
 
-    tlog = TieredLog(tmp_path / "log", log_id="bg-0", storage=storage, config=SMALL,
-                     tier=TierConfig(ship_interval_ms=20, local_retention_bytes=0))
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id="bg-0",
+        storage=storage,
+        config=SMALL,
+        tier=TierConfig(ship_interval_ms=20, local_retention_bytes=0),
+    )
     produce(tlog, 600)
     tlog.roll()
     deadline = time.monotonic() + 30
@@ -338,14 +361,17 @@ def test_damaged_local_segment_is_never_shipped(tmp_path: Path, storage: RemoteS
     assert [s.base_offset for s in tlog._remote.finished_segments] == [segs[0].base_offset]
     assert [s.state for s in tlog._remote.journal.segments()] == ["COPY_FINISHED"]
     keys = [i.key for i in storage.list(naming.segment_objects_prefix("orders-0"))]
-    assert len(keys) == len(naming.SEGMENT_OBJECT_SUFFIXES) and all(segs[0].base_offset == naming.parse_segment_object_key(k)[0]  # type: ignore[index]
-                                  for k in keys)
+    assert len(keys) == len(naming.SEGMENT_OBJECT_SUFFIXES) and all(
+        segs[0].base_offset == naming.parse_segment_object_key(k)[0]  # type: ignore[index]
+        for k in keys
+    )
     assert tlog.bounds().remote_end_offset == segs[0].next_offset
     tlog.close()
 
 
 def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
-        tmp_path: Path, storage: RemoteStorage) -> None:
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
     """Every shipper runs on one scheduler's workers (not a thread per log); a log whose
     state does not change gets no rounds; an append that rolls a segment wakes shipping
     at once; stop() waits for a running round and no round runs after it."""
@@ -358,8 +384,14 @@ def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
     before = threading.active_count()
     logs = []
     for i in range(30):
-        t = TieredLog(tmp_path / f"l{i}", log_id=f"many-{i}", storage=storage, config=SMALL,
-                      tier=TierConfig(ship_interval_ms=10), start_shipper=False)
+        t = TieredLog(
+            tmp_path / f"l{i}",
+            log_id=f"many-{i}",
+            storage=storage,
+            config=SMALL,
+            tier=TierConfig(ship_interval_ms=10),
+            start_shipper=False,
+        )
         from tiered_log.shipper import Shipper
 
         t._shipper = Shipper(t, 10, sched)
@@ -391,18 +423,28 @@ def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
     assert [t._shipper.rounds for t in logs] == after  # type: ignore[union-attr]
 
 
-def test_fetch_and_copy_threads_are_shared_by_all_logs(tmp_path: Path,
-                                                       storage: RemoteStorage) -> None:
+def test_fetch_and_copy_threads_are_shared_by_all_logs(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
     """Twenty logs shipping and reading back from the bucket use the process's shared
     pools, not threads of their own."""
     import threading
 
     from tiered_log.remote.tier import COPY_THREADS, FETCH_THREADS
 
-    logs = [TieredLog(tmp_path / f"s{i}", log_id=f"shared-{i}", storage=storage, config=SMALL,
-                      tier=TierConfig(chunk_bytes=2048, fetch_bytes=4096, prefetch_bytes=8192,
-                                      local_retention_bytes=0), start_shipper=False)
-            for i in range(20)]
+    logs = [
+        TieredLog(
+            tmp_path / f"s{i}",
+            log_id=f"shared-{i}",
+            storage=storage,
+            config=SMALL,
+            tier=TierConfig(
+                chunk_bytes=2048, fetch_bytes=4096, prefetch_bytes=8192, local_retention_bytes=0
+            ),
+            start_shipper=False,
+        )
+        for i in range(20)
+    ]
     for t in logs:
         produce(t, 300)
         t.roll()
@@ -421,8 +463,14 @@ def test_fetch_and_copy_threads_are_shared_by_all_logs(tmp_path: Path,
 def test_prefetch_never_outgrows_the_cache(tmp_path: Path, storage: RemoteStorage) -> None:
     """With a prefetch window configured larger than the chunk cache, a sequential reader
     still fetches every archived byte once: the window is capped at half the cache."""
-    tlog = open_log(tmp_path / "log", storage, local_retention_bytes=0, cache_bytes=16 * 1024,
-                    prefetch_bytes=256 * 1024, fetch_bytes=8192)
+    tlog = open_log(
+        tmp_path / "log",
+        storage,
+        local_retention_bytes=0,
+        cache_bytes=16 * 1024,
+        prefetch_bytes=256 * 1024,
+        fetch_bytes=8192,
+    )
     produce(tlog, 1500, batch_records=5)  # batches (so chunks) of ~750 bytes, as configured
     tlog.roll()
     tlog.tier_once()
@@ -434,12 +482,19 @@ def test_prefetch_never_outgrows_the_cache(tmp_path: Path, storage: RemoteStorag
 
 
 def test_sequential_reader_fetches_each_object_once_in_one_request(
-        tmp_path: Path, storage: RemoteStorage) -> None:
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
     """A prefetch window that ends inside a segment object takes the object's rest too
     (it fits in ``fetch_bytes``): a cold sequential reader makes one ranged GET per object
     and fetches every archived byte once."""
-    tlog = open_log(tmp_path / "log", storage, local_retention_bytes=0, chunk_bytes=2048,
-                    fetch_bytes=64 * 1024, prefetch_bytes=6 * 1024)
+    tlog = open_log(
+        tmp_path / "log",
+        storage,
+        local_retention_bytes=0,
+        chunk_bytes=2048,
+        fetch_bytes=64 * 1024,
+        prefetch_bytes=6 * 1024,
+    )
     produce(tlog, 1500, batch_records=5)
     tlog.roll()
     tlog.tier_once()
@@ -462,8 +517,9 @@ def test_copies_in_flight_bounds_concurrent_copies(tmp_path: Path, in_flight: in
     storage = LocalDirStorage(tmp_path / "bucket")
     # Slower than one segment a second: every copy waits for the limit, so the copies
     # started together are seen together; once they were, the limit is released.
-    tlog = open_log(tmp_path / "log", storage, copies_in_flight=in_flight,
-                    upload_bytes_per_sec=8 * 1024)
+    tlog = open_log(
+        tmp_path / "log", storage, copies_in_flight=in_flight, upload_bytes_per_sec=8 * 1024
+    )
     produce(tlog, 600)
     tlog.roll()
     assert len(tlog.eligible_segments()) >= 4

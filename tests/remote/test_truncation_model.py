@@ -25,8 +25,7 @@ from tiered_log.remote.tier import TierConfig
 from tiered_log.tiered import TieredLog
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256)
-TIER = TierConfig(chunk_bytes=512, fetch_bytes=2048, prefetch_bytes=2048,
-                  local_retention_bytes=0)
+TIER = TierConfig(chunk_bytes=512, fetch_bytes=2048, prefetch_bytes=2048, local_retention_bytes=0)
 
 CUTS = ["chunk_first", "chunk_mid", "chunk_last", "seg_first", "seg_last", "local", "any"]
 append_op = st.tuples(st.just("append"), st.integers(1, 60), st.integers(1, 9))
@@ -72,13 +71,17 @@ def _cut_offset(tlog: TieredLog, kind: str, k: int) -> int:
     assert r is not None
     chunks = [e for e in r.index.all_entries() if e.first_offset < r.remote_end]
     segs = [(s.base_offset, r.served_end(s)) for s in r.finished_segments]
-    local = [(s.base_offset, s.next_offset) for s in tlog._local.segments()
-             if s.next_offset > s.base_offset]
+    local = [
+        (s.base_offset, s.next_offset)
+        for s in tlog._local.segments()
+        if s.next_offset > s.base_offset
+    ]
     if kind.startswith("chunk") and chunks:
         e = chunks[k % len(chunks)]
         first, last = e.first_offset, min(e.last_offset, r.remote_end - 1)
-        return {"chunk_first": first, "chunk_last": last,
-                "chunk_mid": (first + last + 1) // 2}[kind]
+        return {"chunk_first": first, "chunk_last": last, "chunk_mid": (first + last + 1) // 2}[
+            kind
+        ]
     if kind.startswith("seg") and segs:
         base, end = segs[k % len(segs)]
         return base if kind == "seg_first" else end - 1
@@ -89,8 +92,9 @@ def _cut_offset(tlog: TieredLog, kind: str, k: int) -> int:
 
 
 def _open(path: Path, storage: LocalDirStorage) -> TieredLog:
-    return TieredLog(path, log_id="t-0", storage=storage, config=CONFIG, tier=TIER,
-                     start_shipper=False)
+    return TieredLog(
+        path, log_id="t-0", storage=storage, config=CONFIG, tier=TIER, start_shipper=False
+    )
 
 
 def _check(tlog: TieredLog, model: Model) -> None:
@@ -167,21 +171,44 @@ def _run(tmp: Path, steps: list[tuple[str, object, int]]) -> None:
         tlog.close()
 
 
-ISSUE_CASE = [("append", 150, 10), ("ship", 0, 0), ("append", 150, 10), ("ship", 0, 0),
-              ("truncate", "chunk_mid", 0), ("append", 120, 10), ("ship", 0, 0)]
+ISSUE_CASE = [
+    ("append", 150, 10),
+    ("ship", 0, 0),
+    ("append", 150, 10),
+    ("ship", 0, 0),
+    ("truncate", "chunk_mid", 0),
+    ("append", 120, 10),
+    ("ship", 0, 0),
+]
 
 
 def test_truncation_inside_an_archived_chunk_then_appends(tmp_path: Path) -> None:
     """Issue 14's case: cut inside a remote chunk, append, ship; the old records above the
     cut never come back, through any read path, after a reopen or a rebuild."""
-    _run(tmp_path, [("append", 150, 10), ("ship", 0, 0), ("append", 150, 10), ("ship", 0, 0),
-                    ("truncate", "chunk_mid", 9), ("append", 120, 10), ("ship", 0, 0),
-                    ("reopen", 0, 0), ("truncate", "chunk_mid", 13), ("append", 30, 7),
-                    ("rebuild", 0, 0), ("append", 5, 1)])
+    _run(
+        tmp_path,
+        [
+            ("append", 150, 10),
+            ("ship", 0, 0),
+            ("append", 150, 10),
+            ("ship", 0, 0),
+            ("truncate", "chunk_mid", 9),
+            ("append", 120, 10),
+            ("ship", 0, 0),
+            ("reopen", 0, 0),
+            ("truncate", "chunk_mid", 13),
+            ("append", 30, 7),
+            ("rebuild", 0, 0),
+            ("append", 5, 1),
+        ],
+    )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(steps=st.lists(step, min_size=1, max_size=9).map(lambda s: [("append", 80, 6), *s]))
 @example(steps=ISSUE_CASE)
 def test_truncations_model(tmp_path_factory, steps: list[tuple[str, object, int]]) -> None:  # type: ignore[no-untyped-def]

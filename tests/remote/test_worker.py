@@ -39,9 +39,14 @@ def fill(tlog: TieredLog, n: int) -> None:
 
 
 def open_log(d: Path, storage: object, processes: int = 1) -> TieredLog:
-    return TieredLog(d, log_id="w-0", storage=storage, config=SMALL,  # type: ignore[arg-type]
-                     tier=TierConfig(chunk_bytes=4096, worker_processes=processes),
-                     start_shipper=False)
+    return TieredLog(
+        d,
+        log_id="w-0",
+        storage=storage,
+        config=SMALL,  # type: ignore[arg-type]
+        tier=TierConfig(chunk_bytes=4096, worker_processes=processes),
+        start_shipper=False,
+    )
 
 
 def test_errors_cross_a_process_whole() -> None:
@@ -68,8 +73,9 @@ def test_copies_run_in_a_worker_and_ship_the_same_objects(tmp_path: Path) -> Non
     pids = worker.pids()
     assert pids and os.getpid() not in pids  # the work ran elsewhere
     # ... at a lower CPU priority: producers first when the CPU is short.
-    assert all(os.getpriority(os.PRIO_PROCESS, p) - os.getpriority(os.PRIO_PROCESS, 0) == 10
-               for p in pids)
+    assert all(
+        os.getpriority(os.PRIO_PROCESS, p) - os.getpriority(os.PRIO_PROCESS, 0) == 10 for p in pids
+    )
     # The same log shipped on this process's threads puts the same kinds of objects.
     bucket2 = tmp_path / "bucket2"
     plain = open_log(tmp_path / "b", LocalDirStorage(bucket2), processes=0)
@@ -80,7 +86,8 @@ def test_copies_run_in_a_worker_and_ship_the_same_objects(tmp_path: Path) -> Non
     finally:
         plain.close()
     assert [n.split("-")[0] + n.rsplit(".", 1)[-1] for n in shipped if naming.RLI_SUFFIX in n] == [
-        n.split("-")[0] + n.rsplit(".", 1)[-1] for n in same if naming.RLI_SUFFIX in n]
+        n.split("-")[0] + n.rsplit(".", 1)[-1] for n in same if naming.RLI_SUFFIX in n
+    ]
 
 
 def test_a_damaged_segment_fails_in_the_worker_and_is_not_shipped(tmp_path: Path) -> None:
@@ -141,8 +148,8 @@ from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
 from tiered_log.tiered import TieredLog
 print("top level ran", flush=True)
-log = TieredLog(Path({str(tmp_path / 'log')!r}), log_id="s-0",
-                storage=LocalDirStorage({str(tmp_path / 'bucket')!r}),
+log = TieredLog(Path({str(tmp_path / "log")!r}), log_id="s-0",
+                storage=LocalDirStorage({str(tmp_path / "bucket")!r}),
                 config=LogConfig(segment_bytes=4096), tier=TierConfig(worker_processes=1),
                 start_shipper=False)
 log.append_batch([ProducerRecord(b"x" * 100) for _ in range(100)])
@@ -150,8 +157,9 @@ log.roll()
 print("shipped", log.tier_once(), flush=True)
 log.close()
 """)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("top level ran") == 1 and "shipped" in done.stdout
 
@@ -166,10 +174,14 @@ def _written_by(pid: int) -> int:
 
 def archived(tmp_path: Path, n: int = 2000) -> TieredLog:
     """A log whose sealed segments are shipped and dropped locally (fs store)."""
-    tlog = TieredLog(tmp_path / "log", log_id="w-0", storage=LocalDirStorage(tmp_path / "bucket"),
-                     config=SMALL, tier=TierConfig(chunk_bytes=4096, worker_processes=1,
-                                                   local_retention_bytes=0),
-                     start_shipper=False)
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id="w-0",
+        storage=LocalDirStorage(tmp_path / "bucket"),
+        config=SMALL,
+        tier=TierConfig(chunk_bytes=4096, worker_processes=1, local_retention_bytes=0),
+        start_shipper=False,
+    )
     fill(tlog, n)
     while tlog.tier_once():
         pass

@@ -48,8 +48,9 @@ def service_env(**settings: str) -> dict[str, str]:
 class ServerProcess:
     """One server process; restartable on the same data directory and port."""
 
-    def __init__(self, data_dir: Path, log_dir: Path, settings: dict[str, str],
-                 scheme: str = "http") -> None:
+    def __init__(
+        self, data_dir: Path, log_dir: Path, settings: dict[str, str], scheme: str = "http"
+    ) -> None:
         self.data_dir = data_dir
         self.log_dir = log_dir
         self.settings = dict(settings)
@@ -64,13 +65,22 @@ class ServerProcess:
         return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0, verify: Any = True) -> ServerProcess:
-        env = service_env(data_dir=str(self.data_dir), port=str(self.port), host="127.0.0.1",
-                          access_log="false", **self.settings)
+        env = service_env(
+            data_dir=str(self.data_dir),
+            port=str(self.port),
+            host="127.0.0.1",
+            access_log="false",
+            **self.settings,
+        )
         self.log_path = self.log_dir / f"server-{self.starts}.log"
         self.starts += 1
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tiered_log.service"], env=env,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tiered_log.service"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         if isinstance(verify, str):
             import ssl
 
@@ -117,7 +127,9 @@ class ServerProcess:
             return ""
 
     def all_logs(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("server-*.log")))
+        return "".join(
+            p.read_text(errors="replace") for p in sorted(self.log_dir.glob("server-*.log"))
+        )
 
     def client(self, token: str | None = ADMIN, **kw: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -153,8 +165,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     import json
 
     base = tmp_path_factory.mktemp("server")
-    srv = ServerProcess(base / "data", base, {"auth_tokens": json.dumps(TOKENS),
-                                              "max_request_bytes": str(1 << 20)})
+    srv = ServerProcess(
+        base / "data", base, {"auth_tokens": json.dumps(TOKENS), "max_request_bytes": str(1 << 20)}
+    )
     srv.start()
     yield srv
     with contextlib.suppress(Exception):

@@ -54,15 +54,19 @@ _NOT_JSON: list[dict[str, str]] = [
 ]
 
 
-@pytest.mark.parametrize("headers", _NOT_JSON, ids=lambda h: h.get("Content-Type", "missing") or "empty")
-def test_json_bodies_without_a_json_content_type_are_415(admin: httpx.Client, topic_name: str,
-                                                         headers: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "headers", _NOT_JSON, ids=lambda h: h.get("Content-Type", "missing") or "empty"
+)
+def test_json_bodies_without_a_json_content_type_are_415(
+    admin: httpx.Client, topic_name: str, headers: dict[str, str]
+) -> None:
     """Produce, create and truncate (every route that takes a JSON body) answer 415 and
     change nothing when the body is JSON but not declared as such."""
     _create(admin, topic_name)
     records = json.dumps({"records": [{"value": "cross-origin"}]}).encode()
-    r = admin.post(f"/v1/topics/{topic_name}/partitions/0/records", content=records,
-                   headers=headers)
+    r = admin.post(
+        f"/v1/topics/{topic_name}/partitions/0/records", content=records, headers=headers
+    )
     assert r.status_code == 415 and _error_code(r) == "unsupported_media_type", r.text
     assert r.request.headers.get("content-type", "") == headers.get("Content-Type", "")
     assert _next_offset(admin, topic_name) == 0
@@ -72,10 +76,18 @@ def test_json_bodies_without_a_json_content_type_are_415(admin: httpx.Client, to
     assert r.status_code == 415 and _error_code(r) == "unsupported_media_type", r.text
     assert admin.get(f"/v1/topics/{other}").status_code == 404
 
-    assert admin.post(f"/v1/topics/{topic_name}/partitions/0/records",
-                      json={"records": [{"value": "a"}, {"value": "b"}]}).status_code == 200
-    r = admin.post(f"/v1/topics/{topic_name}/partitions/0/truncate",
-                   content=json.dumps({"offset": 0}).encode(), headers=headers)
+    assert (
+        admin.post(
+            f"/v1/topics/{topic_name}/partitions/0/records",
+            json={"records": [{"value": "a"}, {"value": "b"}]},
+        ).status_code
+        == 200
+    )
+    r = admin.post(
+        f"/v1/topics/{topic_name}/partitions/0/truncate",
+        content=json.dumps({"offset": 0}).encode(),
+        headers=headers,
+    )
     assert r.status_code == 415 and _error_code(r) == "unsupported_media_type", r.text
     assert _next_offset(admin, topic_name) == 2
 
@@ -85,14 +97,21 @@ def test_json_content_types_are_accepted(admin: httpx.Client, topic_name: str) -
     every JSON route (the check is not stricter than the documented types)."""
     for ct in ("application/json; charset=utf-8", "Application/JSON", "application/x.batch+json"):
         name = f"{topic_name}-{len(ct)}"
-        r = admin.post("/v1/topics", content=json.dumps({"name": name}).encode(),
-                       headers={"Content-Type": ct})
+        r = admin.post(
+            "/v1/topics", content=json.dumps({"name": name}).encode(), headers={"Content-Type": ct}
+        )
         assert r.status_code == 201, (ct, r.text)
-        r = admin.post(f"/v1/topics/{name}/partitions/0/records",
-                       content=b'{"records": [{"value": "v"}]}', headers={"Content-Type": ct})
+        r = admin.post(
+            f"/v1/topics/{name}/partitions/0/records",
+            content=b'{"records": [{"value": "v"}]}',
+            headers={"Content-Type": ct},
+        )
         assert r.status_code == 200, (ct, r.text)
-        r = admin.post(f"/v1/topics/{name}/partitions/0/truncate", content=b'{"offset": 0}',
-                       headers={"Content-Type": ct})
+        r = admin.post(
+            f"/v1/topics/{name}/partitions/0/truncate",
+            content=b'{"offset": 0}',
+            headers={"Content-Type": ct},
+        )
         assert r.status_code == 200, (ct, r.text)
         assert admin.delete(f"/v1/topics/{name}").status_code == 204
 
@@ -168,20 +187,27 @@ def test_openapi_topic_name_pattern_matches_the_server(server: ServerProcess) ->
         assert bool(re.search(pattern, name)) == valid, name
 
 
-_SETTINGS = settings(max_examples=60, deadline=None, database=None, derandomize=True,
-                     suppress_health_check=list(HealthCheck))
+_SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 
 
-def test_bodies_built_from_the_document_are_accepted(server: ServerProcess, admin: httpx.Client,
-                                                     topic_name: str) -> None:
+def test_bodies_built_from_the_document_are_accepted(
+    server: ServerProcess, admin: httpx.Client, topic_name: str
+) -> None:
     """Bodies generated from the document (schemathesis, positive mode) for create,
     produce and truncate are never refused as invalid: the document states every bound
     the server checks (config overrides, key or key_b64, integer offsets).
 
     Only the topic name and the partition count are chosen here (the server's
     ``max_total_partitions`` is a runtime limit the document cannot state)."""
-    schema = schemathesis.openapi.from_dict(json.loads(json.dumps(_document(server),
-                                                                  default=float)))
+    schema = schemathesis.openapi.from_dict(
+        json.loads(json.dumps(_document(server), default=float))
+    )
     _create(admin, topic_name, append_threshold=1 << 30)
     created = [0]
     tried: dict[str, list[str]] = {"create": [], "produce": [], "truncate": []}
@@ -189,7 +215,8 @@ def test_bodies_built_from_the_document_are_accepted(server: ServerProcess, admi
     def json_cases(path: str) -> Any:
         op = schema[path]["POST"]
         return op.as_strategy(media_type="application/json").filter(
-            lambda c: c.media_type == "application/json")
+            lambda c: c.media_type == "application/json"
+        )
 
     @_SETTINGS
     @given(json_cases("/v1/topics"))
@@ -231,8 +258,13 @@ def test_truncate_offset_takes_integral_numbers_only() -> None:
 
     from tiered_log.service.wire import TruncateRequest
 
-    for text, want in (("5", 5), ("5.0", 5), ("0.0", 0), (str(1 << 53) + ".0", 1 << 53),
-                       (str((1 << 63) - 1), (1 << 63) - 1)):
+    for text, want in (
+        ("5", 5),
+        ("5.0", 5),
+        ("0.0", 0),
+        (str(1 << 53) + ".0", 1 << 53),
+        (str((1 << 63) - 1), (1 << 63) - 1),
+    ):
         assert TruncateRequest.model_validate_json(f'{{"offset": {text}}}').offset == want
     for text in ('"5"', "true", "5.5", "-1", "1e19", str((1 << 53) + 2) + ".0", str(1 << 63)):
         with pytest.raises(ValidationError):

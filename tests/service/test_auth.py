@@ -20,7 +20,9 @@ def ro_topic(server: ServerProcess) -> str:
         assert c.post("/v1/topics", json={"name": "ro.data"}).status_code == 201
         assert c.post("/v1/topics", json={"name": "other"}).status_code == 201
         for t in ("ro.data", "other"):
-            r = c.post(f"/v1/topics/{t}/partitions/0/records", json={"records": [{"value": SECRET}]})
+            r = c.post(
+                f"/v1/topics/{t}/partitions/0/records", json={"records": [{"value": SECRET}]}
+            )
             assert r.status_code == 200
     return "ro.data"
 
@@ -40,17 +42,29 @@ def _no_data(r: httpx.Response) -> None:
     assert SECRET not in r.text
     assert base64.b64encode(SECRET.encode()).decode() not in r.text
     body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) <= {"code", "message", "retriable", "details"}
+    assert set(body) == {"error"} and set(body["error"]) <= {
+        "code",
+        "message",
+        "retriable",
+        "details",
+    }
 
 
 @pytest.mark.parametrize("method,path,body", ENDPOINTS)
-@pytest.mark.parametrize("auth", [None, "Bearer wrong-token", "Basic YWRtaW46YWRtaW4=", "Bearer", ADMIN])
-def test_missing_or_invalid_token_is_401(server: ServerProcess, ro_topic: str, method: str,
-                                         path: str, body: object, auth: str | None) -> None:
+@pytest.mark.parametrize(
+    "auth", [None, "Bearer wrong-token", "Basic YWRtaW46YWRtaW4=", "Bearer", ADMIN]
+)
+def test_missing_or_invalid_token_is_401(
+    server: ServerProcess, ro_topic: str, method: str, path: str, body: object, auth: str | None
+) -> None:
     headers = {"Authorization": auth} if auth else {}
     for accept in ("application/json", "application/octet-stream"):
-        r = httpx.request(method, server.url + path.format(t=ro_topic), json=body,
-                          headers={**headers, "Accept": accept})
+        r = httpx.request(
+            method,
+            server.url + path.format(t=ro_topic),
+            json=body,
+            headers={**headers, "Accept": accept},
+        )
         assert r.status_code == 401, r.text
         assert r.headers["www-authenticate"] == "Bearer"
         assert r.json()["error"]["code"] == "unauthenticated"
@@ -70,8 +84,11 @@ def test_reader_grant(server: ServerProcess, ro_topic: str) -> None:
     with server.client(READER) as c:
         r = c.get(f"/v1/topics/{ro_topic}/partitions/0/records", params={"offset": 0})
         assert r.status_code == 200 and r.json()["records"][0]["value"] == SECRET
-        r = c.get(f"/v1/topics/{ro_topic}/partitions/0/records", params={"offset": 0},
-                  headers={"Accept": "application/octet-stream"})
+        r = c.get(
+            f"/v1/topics/{ro_topic}/partitions/0/records",
+            params={"offset": 0},
+            headers={"Accept": "application/octet-stream"},
+        )
         assert r.status_code == 200 and SECRET.encode() in r.content
         assert c.get(f"/v1/topics/{ro_topic}/partitions/0/bounds").status_code == 200
         assert c.get(f"/v1/topics/{ro_topic}/partitions/0/offsets?timestamp=0").status_code == 200
@@ -90,14 +107,21 @@ def test_reader_grant(server: ServerProcess, ro_topic: str) -> None:
 
 def test_writer_grant(server: ServerProcess, ro_topic: str) -> None:
     with server.client(WRITER) as c:
-        r = c.post(f"/v1/topics/{ro_topic}/partitions/0/records", json={"records": [{"value": "w"}]})
+        r = c.post(
+            f"/v1/topics/{ro_topic}/partitions/0/records", json={"records": [{"value": "w"}]}
+        )
         assert r.status_code == 200
-        r = c.post(f"/v1/topics/{ro_topic}/partitions/0/records", content=b"raw",
-                   headers={"Content-Type": "application/octet-stream"})
+        r = c.post(
+            f"/v1/topics/{ro_topic}/partitions/0/records",
+            content=b"raw",
+            headers={"Content-Type": "application/octet-stream"},
+        )
         assert r.status_code == 200
         for method, path, body in [ENDPOINTS[0], ENDPOINTS[3], ENDPOINTS[4], ENDPOINTS[5]]:
             for accept in ("application/json", "application/octet-stream"):
-                r = c.request(method, path.format(t=ro_topic), json=body, headers={"Accept": accept})
+                r = c.request(
+                    method, path.format(t=ro_topic), json=body, headers={"Accept": accept}
+                )
                 assert r.status_code == 403, (method, path, r.text)
                 assert r.headers["content-type"].startswith("application/json")
                 _no_data(r)
@@ -105,12 +129,17 @@ def test_writer_grant(server: ServerProcess, ro_topic: str) -> None:
 
 @pytest.mark.parametrize("token", [READER, WRITER])
 @pytest.mark.parametrize("method,path,body", ENDPOINTS)
-def test_no_grant_on_other_topics_is_403_never_404(server: ServerProcess, ro_topic: str, token: str,
-                                                   method: str, path: str, body: object) -> None:
+def test_no_grant_on_other_topics_is_403_never_404(
+    server: ServerProcess, ro_topic: str, token: str, method: str, path: str, body: object
+) -> None:
     with server.client(token) as c:
         for topic in ("other", "does-not-exist"):  # same answer: existence is not revealed
-            r = c.request(method, path.format(t=topic), json=body,
-                          headers={"Accept": "application/octet-stream"})
+            r = c.request(
+                method,
+                path.format(t=topic),
+                json=body,
+                headers={"Accept": "application/octet-stream"},
+            )
             assert r.status_code == 403, (topic, r.text)
             _no_data(r)
     with server.client(ADMIN) as c:  # the record in "other" is still there

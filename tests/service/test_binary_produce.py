@@ -60,13 +60,21 @@ def _records_url(topic: str, partition: int = 0) -> str:
     return f"/v1/topics/{topic}/partitions/{partition}/records"
 
 
-def _encoded(records: Sequence[ProducerRecord | bytes], base_offset: int = 0, now_ms: int = -1,
-             max_batch_bytes: int = 1 << 20) -> EncodedBatch:
+def _encoded(
+    records: Sequence[ProducerRecord | bytes],
+    base_offset: int = 0,
+    now_ms: int = -1,
+    max_batch_bytes: int = 1 << 20,
+) -> EncodedBatch:
     return encode_batch(base_offset, records, now_ms, BIG, max_batch_bytes=max_batch_bytes)
 
 
-def _frames(records: Sequence[ProducerRecord | bytes], base_offset: int = 0,
-            now_ms: int = -1, max_batch_bytes: int = 1 << 20) -> bytes:
+def _frames(
+    records: Sequence[ProducerRecord | bytes],
+    base_offset: int = 0,
+    now_ms: int = -1,
+    max_batch_bytes: int = 1 << 20,
+) -> bytes:
     """A body of record batches; ``now_ms=-1`` (the default) leaves timestamps to the
     server; a small ``max_batch_bytes`` cuts the records into several batches."""
     return bytes(_encoded(records, base_offset, now_ms, max_batch_bytes).data)
@@ -85,8 +93,11 @@ def _next_offset(c: httpx.Client, topic: str) -> int:
 def _fetch_binary(c: httpx.Client, topic: str, offset: int = 0) -> list[Record]:
     """Every record from ``offset`` on, through one binary fetch (whole batches: the first
     may begin before ``offset``)."""
-    r = c.get(_records_url(topic), params={"offset": offset, "max_records": 10_000,
-                                           "max_bytes": 1 << 30}, headers=BIN)
+    r = c.get(
+        _records_url(topic),
+        params={"offset": offset, "max_records": 10_000, "max_bytes": 1 << 30},
+        headers=BIN,
+    )
     assert r.status_code == 200, r.text
     recs, pos, _ = decode_records(r.content, start_offset=offset)
     assert pos == len(r.content)
@@ -116,12 +127,19 @@ def _batch_at(enc: EncodedBatch, at: int) -> int:
     return next(i for i, b in enumerate(enc.batches) if b.position <= at < b.position + b.size)
 
 
-def _hand_made_batch(values: Sequence[bytes], timestamps: Sequence[int] | None = None, *,
-                     base: int = 0, keys: Sequence[bytes | None] | None = None,
-                     header_blocks: Sequence[bytes] | None = None,
-                     key_lengths: Sequence[int] | None = None,
-                     value_lengths: Sequence[int] | None = None,
-                     magic: int = MAGIC, count: int | None = None, attributes: int = 0) -> bytes:
+def _hand_made_batch(
+    values: Sequence[bytes],
+    timestamps: Sequence[int] | None = None,
+    *,
+    base: int = 0,
+    keys: Sequence[bytes | None] | None = None,
+    header_blocks: Sequence[bytes] | None = None,
+    key_lengths: Sequence[int] | None = None,
+    value_lengths: Sequence[int] | None = None,
+    magic: int = MAGIC,
+    count: int | None = None,
+    attributes: int = 0,
+) -> bytes:
     """One batch laid out by hand as the format documents it, with a correct checksum:
     for batches that encode_batch refuses to build. The ``*_lengths``, ``magic``,
     ``count`` and ``attributes`` overrides make batches whose checksum is right but whose
@@ -132,9 +150,15 @@ def _hand_made_batch(values: Sequence[bytes], timestamps: Sequence[int] | None =
     hs = list(header_blocks) if header_blocks is not None else [b""] * n
     kl = list(key_lengths) if key_lengths is not None else [-1 if k is None else len(k) for k in ks]
     vl = list(value_lengths) if value_lengths is not None else [len(v) for v in values]
-    body = (struct.pack(f"<{n}q", *ts) + struct.pack(f"<{n}i", *kl) + struct.pack(f"<{n}I", *vl)
-            + struct.pack(f"<{n}I", *map(len, hs))
-            + b"".join(k for k in ks if k is not None) + b"".join(values) + b"".join(hs))
+    body = (
+        struct.pack(f"<{n}q", *ts)
+        + struct.pack(f"<{n}i", *kl)
+        + struct.pack(f"<{n}I", *vl)
+        + struct.pack(f"<{n}I", *map(len, hs))
+        + b"".join(k for k in ks if k is not None)
+        + b"".join(values)
+        + b"".join(hs)
+    )
     size = HEADER_SIZE + len(body)
     cnt = n if count is None else count
     unsigned = HEADER.pack(base, size, 0, magic, attributes, cnt) + body
@@ -145,12 +169,15 @@ def _hand_made_batch(values: Sequence[bytes], timestamps: Sequence[int] | None =
 def test_hand_made_batches_match_the_encoder() -> None:
     """The hand-made layout above is the one the library writes (so the tests that use it
     test the real format)."""
-    recs = [ProducerRecord(b"value", key=b"ky", headers=(("h", b"x"),), timestamp=5),
-            ProducerRecord(b"v2", timestamp=6)]
+    recs = [
+        ProducerRecord(b"value", key=b"ky", headers=(("h", b"x"),), timestamp=5),
+        ProducerRecord(b"v2", timestamp=6),
+    ]
     enc = encode_batch(9, recs, 0, BIG)
     hdr = b"\x01\x00h\x01\x00\x00\x00x"
-    assert bytes(enc.data) == _hand_made_batch([b"value", b"v2"], [5, 6], base=9,
-                                               keys=[b"ky", None], header_blocks=[hdr, b""])
+    assert bytes(enc.data) == _hand_made_batch(
+        [b"value", b"v2"], [5, 6], base=9, keys=[b"ky", None], header_blocks=[hdr, b""]
+    )
 
 
 # ---- round trips ----------------------------------------------------------------------------
@@ -162,8 +189,11 @@ def test_round_trip_binary_produce_and_fetch(admin: httpx.Client, topic_name: st
     sent: list[ProducerRecord | bytes] = [
         b"plain value",
         ProducerRecord(binary, key=b"\x00\xffkey", timestamp=42),
-        ProducerRecord(b"\xfe\xfd", key=b"", headers=(("bin", b"\x00\x01"), ("null", None),
-                                                       ("ünï", "text ✓".encode()))),
+        ProducerRecord(
+            b"\xfe\xfd",
+            key=b"",
+            headers=(("bin", b"\x00\x01"), ("null", None), ("ünï", "text ✓".encode())),
+        ),
         ProducerRecord(os.urandom(3000), key=b"k", headers=(("h", b""),), timestamp=1 << 40),
         ProducerRecord(b"text", timestamp=0),
     ]
@@ -203,8 +233,9 @@ def test_round_trip_binary_produce_and_fetch(admin: httpx.Client, topic_name: st
     assert recs[4]["value"] == "text"
 
 
-def test_batches_with_any_base_offsets_are_appended_consecutively(admin: httpx.Client,
-                                                                  topic_name: str) -> None:
+def test_batches_with_any_base_offsets_are_appended_consecutively(
+    admin: httpx.Client, topic_name: str
+) -> None:
     """Several batches whose base offsets are not consecutive (repeated, far ahead, even
     the largest u64) are stored as sent at consecutive offsets after the log's end, each
     batch rewritten with its new base offset and a checksum that matches it."""
@@ -221,15 +252,30 @@ def test_batches_with_any_base_offsets_are_appended_consecutively(admin: httpx.C
     assert r.status_code == 200, r.text
     assert r.json()["offsets"] == list(range(1, 9))
     got = _fetch_binary(admin, topic_name)
-    assert [g.value for g in got] == [b"first", b"a0", b"a1", b"b0", b"c0", b"c1", b"c2",
-                                      b"d0", b"e0"]
+    assert [g.value for g in got] == [
+        b"first",
+        b"a0",
+        b"a1",
+        b"b0",
+        b"c0",
+        b"c1",
+        b"c2",
+        b"d0",
+        b"e0",
+    ]
     assert got[4].key == b"k"
 
     page = admin.get(_records_url(topic_name), params={"offset": 0}, headers=BIN).content
     table, end = batch_table(page, 0)  # verifies checksums and the offset sequence
     assert end == len(page)
     assert [(b.base_offset, b.record_count) for b in table] == [
-        (0, 1), (1, 2), (3, 1), (4, 3), (7, 1), (8, 1)]
+        (0, 1),
+        (1, 2),
+        (3, 1),
+        (4, 3),
+        (7, 1),
+        (8, 1),
+    ]
 
     # A fetch from inside a batch gets the whole batch; the records before are skipped.
     r = admin.get(_records_url(topic_name), params={"offset": 5}, headers=BIN)
@@ -248,8 +294,12 @@ def test_fetched_batches_produce_as_they_are(admin: httpx.Client, topic_name: st
     src, dst, mid, mirror = (topic_name + s for s in ("-src", "-dst", "-mid", "-mirror"))
     for t in (src, dst, mid, mirror):
         _create(admin, t)
-    recs = [ProducerRecord(f"v{i}".encode(), key=f"k{i}".encode(), headers=(("i", bytes([i])),),
-                           timestamp=1000 + i) for i in range(50)]
+    recs = [
+        ProducerRecord(
+            f"v{i}".encode(), key=f"k{i}".encode(), headers=(("i", bytes([i])),), timestamp=1000 + i
+        )
+        for i in range(50)
+    ]
     enc = _encoded(recs, max_batch_bytes=200)
     assert len(enc.batches) >= 5
     assert _post_frames(admin, src, bytes(enc.data)).status_code == 200
@@ -289,8 +339,11 @@ def test_fetched_batches_produce_as_they_are(admin: httpx.Client, topic_name: st
 
 def test_content_type_parameters_are_accepted(admin: httpx.Client, topic_name: str) -> None:
     _create(admin, topic_name)
-    r = admin.post(_records_url(topic_name), content=_frames([b"x"]),
-                   headers={"Content-Type": f"{FRAMES}; version=1"})
+    r = admin.post(
+        _records_url(topic_name),
+        content=_frames([b"x"]),
+        headers={"Content-Type": f"{FRAMES}; version=1"},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["offsets"] == [0]
 
@@ -300,8 +353,9 @@ def test_client_produce_uses_batches(server: ServerProcess, topic_name: str) -> 
     ProducerRecords, offsets back, server-side timestamps unless given."""
     with Client(server.url, token=ADMIN) as c:
         c.create_topic(topic_name, config={"append_threshold": 100})
-        assert c.produce(topic_name, 0, [b"\x00bin", "tëxt", b"ba",
-                                         ProducerRecord(b"v", key=b"k", timestamp=7)]) == [0, 1, 2, 3]
+        assert c.produce(
+            topic_name, 0, [b"\x00bin", "tëxt", b"ba", ProducerRecord(b"v", key=b"k", timestamp=7)]
+        ) == [0, 1, 2, 3]
         got = c.fetch(topic_name, 0, 0).records
         assert [g.value for g in got] == [b"\x00bin", "tëxt".encode(), b"ba", b"v"]
         assert got[3].key == b"k" and got[3].timestamp == 7 and got[0].timestamp > 1 << 40
@@ -313,8 +367,9 @@ def test_client_produce_uses_batches(server: ServerProcess, topic_name: str) -> 
 def test_negative_timestamps_take_the_servers_clock(admin: httpx.Client, topic_name: str) -> None:
     _create(admin, topic_name)
     before = int(time.time() * 1000)
-    body = (_hand_made_batch([b"a", b"b", b"c"], [-1, 5, -(1 << 63)])
-            + _frames([b"d", ProducerRecord(b"e", timestamp=6)], now_ms=-12345))
+    body = _hand_made_batch([b"a", b"b", b"c"], [-1, 5, -(1 << 63)]) + _frames(
+        [b"d", ProducerRecord(b"e", timestamp=6)], now_ms=-12345
+    )
     r = _post_frames(admin, topic_name, body)
     after = int(time.time() * 1000)
     assert r.status_code == 200 and r.json()["offsets"] == [0, 1, 2, 3, 4], r.text
@@ -328,8 +383,9 @@ def test_negative_timestamps_take_the_servers_clock(admin: httpx.Client, topic_n
 # ---- bad bodies: nothing stored -------------------------------------------------------------
 
 
-def test_corrupted_batch_is_400_naming_it_and_nothing_stored(admin: httpx.Client,
-                                                              topic_name: str) -> None:
+def test_corrupted_batch_is_400_naming_it_and_nothing_stored(
+    admin: httpx.Client, topic_name: str
+) -> None:
     _create(admin, topic_name)
     values = [bytes([65 + i]) * 100 for i in range(10)]
     enc = _encoded(values, max_batch_bytes=HEADER_SIZE + 2 * (RECORD_OVERHEAD + 100))
@@ -357,8 +413,9 @@ def test_corrupted_batch_is_400_naming_it_and_nothing_stored(admin: httpx.Client
         assert msg.startswith("bad record batch: "), (what, msg)
         assert f"batch 2 (at byte {b2.position}" in msg, (what, msg)
     # A batch carrying another base offset than it was checksummed with fails its check.
-    msg = _error(_post_frames(admin, topic_name, _corrupt(body, b3.position)), 400,
-                 "invalid_request")
+    msg = _error(
+        _post_frames(admin, topic_name, _corrupt(body, b3.position)), 400, "invalid_request"
+    )
     assert f"batch 3 (at byte {b3.position}" in msg and "checksum" in msg, msg
     # A size that cannot be.
     small = bytearray(body)
@@ -366,7 +423,7 @@ def test_corrupted_batch_is_400_naming_it_and_nothing_stored(admin: httpx.Client
     msg = _error(_post_frames(admin, topic_name, bytes(small)), 400, "invalid_request")
     assert f"batch 1 (at byte {b1.position}" in msg and "size" in msg, msg
     # A body that ends inside a batch: in its data, in its header, or past the last one.
-    for cut, index in ((body[:-7], 4), (body[:b4.position + 10], 4), (body + b"\0" * 5, 5)):
+    for cut, index in ((body[:-7], 4), (body[: b4.position + 10], 4), (body + b"\0" * 5, 5)):
         msg = _error(_post_frames(admin, topic_name, cut), 400, "invalid_request")
         assert f"batch {index} (at byte" in msg and "ends inside" in msg, msg
     # Garbage.
@@ -379,27 +436,41 @@ def test_corrupted_batch_is_400_naming_it_and_nothing_stored(admin: httpx.Client
     assert [g.value for g in _fetch_binary(admin, topic_name)] == values
 
 
-@pytest.mark.parametrize(("batch", "expect"), [
-    pytest.param(_hand_made_batch([b"abcd"], value_lengths=[3]), "do not add up",
-                 id="value-lengths"),
-    pytest.param(_hand_made_batch([b"abcd"], keys=[b"k"], key_lengths=[2]), "do not add up",
-                 id="key-lengths"),
-    pytest.param(_hand_made_batch([b"abcd"], key_lengths=[-2]), "key length", id="key-length"),
-    pytest.param(_hand_made_batch([b"abcd"], magic=0x4254), "bad header", id="magic"),
-    pytest.param(_hand_made_batch([b"abcd"], count=0), "bad header", id="no-records"),
-    pytest.param(_hand_made_batch([b"abcd"], count=2), "bad header", id="count"),
-    pytest.param(_hand_made_batch([b"abcd"], header_blocks=[b"\x05\x00ab"]), "header",
-                 id="header-block"),
-    # The format defines no attribute (the field is 0): any bit set is refused.
-    pytest.param(_hand_made_batch([b"abcd"], attributes=0xFFFF), "attributes 0xffff",
-                 id="attributes-all"),
-    pytest.param(_hand_made_batch([b"abcd"], attributes=1), "attributes 0x0001",
-                 id="attributes-low-bit"),
-    pytest.param(_hand_made_batch([b"abcd"], attributes=0x8000), "attributes 0x8000",
-                 id="attributes-high-bit"),
-])
-def test_checksummed_but_malformed_batch_is_400(admin: httpx.Client, topic_name: str,
-                                                batch: bytes, expect: str) -> None:
+@pytest.mark.parametrize(
+    ("batch", "expect"),
+    [
+        pytest.param(
+            _hand_made_batch([b"abcd"], value_lengths=[3]), "do not add up", id="value-lengths"
+        ),
+        pytest.param(
+            _hand_made_batch([b"abcd"], keys=[b"k"], key_lengths=[2]),
+            "do not add up",
+            id="key-lengths",
+        ),
+        pytest.param(_hand_made_batch([b"abcd"], key_lengths=[-2]), "key length", id="key-length"),
+        pytest.param(_hand_made_batch([b"abcd"], magic=0x4254), "bad header", id="magic"),
+        pytest.param(_hand_made_batch([b"abcd"], count=0), "bad header", id="no-records"),
+        pytest.param(_hand_made_batch([b"abcd"], count=2), "bad header", id="count"),
+        pytest.param(
+            _hand_made_batch([b"abcd"], header_blocks=[b"\x05\x00ab"]), "header", id="header-block"
+        ),
+        # The format defines no attribute (the field is 0): any bit set is refused.
+        pytest.param(
+            _hand_made_batch([b"abcd"], attributes=0xFFFF), "attributes 0xffff", id="attributes-all"
+        ),
+        pytest.param(
+            _hand_made_batch([b"abcd"], attributes=1), "attributes 0x0001", id="attributes-low-bit"
+        ),
+        pytest.param(
+            _hand_made_batch([b"abcd"], attributes=0x8000),
+            "attributes 0x8000",
+            id="attributes-high-bit",
+        ),
+    ],
+)
+def test_checksummed_but_malformed_batch_is_400(
+    admin: httpx.Client, topic_name: str, batch: bytes, expect: str
+) -> None:
     """A batch whose checksum is right but whose layout is not is refused too."""
     _create(admin, topic_name)
     body = _frames([b"ok"]) + batch
@@ -431,7 +502,7 @@ def test_body_over_max_request_bytes_is_413(admin: httpx.Client, topic_name: str
 
     def chunks() -> Iterator[bytes]:  # streamed without a Content-Length
         for i in range(0, len(body), 1 << 16):
-            yield body[i:i + (1 << 16)]
+            yield body[i : i + (1 << 16)]
 
     r = admin.post(_records_url(topic_name), content=chunks(), headers=FRAMES_CT)
     assert r.status_code == 413, r.text
@@ -480,13 +551,20 @@ def test_query_key_or_timestamp_with_frames_is_400(admin: httpx.Client, topic_na
     assert _next_offset(admin, topic_name) == 0
 
 
-def test_every_single_byte_flip_is_400_and_nothing_stored(admin: httpx.Client,
-                                                          topic_name: str) -> None:
+def test_every_single_byte_flip_is_400_and_nothing_stored(
+    admin: httpx.Client, topic_name: str
+) -> None:
     """Whatever byte of a batch is damaged (base offset, size, checksum, magic, count,
     columns, key, value, headers), the request is refused whole, naming that batch."""
     _create(admin, topic_name)
-    enc = _encoded([ProducerRecord(b"val", key=b"ky", headers=(("h", b"x"), ("n", None))),
-                    b"second", ProducerRecord(b"third", key=b"")], max_batch_bytes=80)
+    enc = _encoded(
+        [
+            ProducerRecord(b"val", key=b"ky", headers=(("h", b"x"), ("n", None))),
+            b"second",
+            ProducerRecord(b"third", key=b""),
+        ],
+        max_batch_bytes=80,
+    )
     assert len(enc.batches) == 2
     body = bytes(enc.data)
     for at in range(len(body)):
@@ -498,8 +576,9 @@ def test_every_single_byte_flip_is_400_and_nothing_stored(admin: httpx.Client,
 # ---- auth -----------------------------------------------------------------------------------
 
 
-def test_auth_like_the_other_endpoints(server: ServerProcess, admin: httpx.Client,
-                                       topic_name: str) -> None:
+def test_auth_like_the_other_endpoints(
+    server: ServerProcess, admin: httpx.Client, topic_name: str
+) -> None:
     ro = "ro.bin-" + topic_name[:60]
     _create(admin, ro)
     _create(admin, topic_name)
@@ -528,11 +607,20 @@ def test_auth_like_the_other_endpoints(server: ServerProcess, admin: httpx.Clien
 def test_json_form_still_works(admin: httpx.Client, topic_name: str) -> None:
     _create(admin, topic_name)
     binary = bytes(range(255, -1, -1))
-    r = admin.post(_records_url(topic_name), json={"records": [
-        {"value": "hello", "key": "k"},
-        {"value_b64": base64.b64encode(binary).decode(), "key_b64": base64.b64encode(b"\xff").decode(),
-         "timestamp": 99, "headers": [{"name": "h", "value_b64": base64.b64encode(b"\x00").decode()}]},
-    ]})
+    r = admin.post(
+        _records_url(topic_name),
+        json={
+            "records": [
+                {"value": "hello", "key": "k"},
+                {
+                    "value_b64": base64.b64encode(binary).decode(),
+                    "key_b64": base64.b64encode(b"\xff").decode(),
+                    "timestamp": 99,
+                    "headers": [{"name": "h", "value_b64": base64.b64encode(b"\x00").decode()}],
+                },
+            ]
+        },
+    )
     assert r.status_code == 200, r.text
     assert r.json()["offsets"] == [0, 1]
     got = _fetch_binary(admin, topic_name)
@@ -540,21 +628,28 @@ def test_json_form_still_works(admin: httpx.Client, topic_name: str) -> None:
     assert (got[1].value, got[1].key, got[1].timestamp) == (binary, b"\xff", 99)
     assert got[1].headers == (("h", b"\x00"),)
     for bad in ({"value_b64": "not base64!"}, {"value": "a", "key_b64": "***"}):
-        msg = _error(admin.post(_records_url(topic_name), json={"records": [bad]}), 400,
-                     "invalid_request")
+        msg = _error(
+            admin.post(_records_url(topic_name), json={"records": [bad]}), 400, "invalid_request"
+        )
         assert "base64" in msg
     assert _next_offset(admin, topic_name) == 2
     # A raw octet-stream body is still one record.
-    r = admin.post(_records_url(topic_name), content=_frames([b"a", b"b"]),
-                   headers={"Content-Type": "application/octet-stream"})
+    r = admin.post(
+        _records_url(topic_name),
+        content=_frames([b"a", b"b"]),
+        headers={"Content-Type": "application/octet-stream"},
+    )
     assert r.status_code == 200 and r.json()["offsets"] == [2]
     assert _fetch_binary(admin, topic_name, 2)[0].value == _frames([b"a", b"b"])
 
 
 def test_unknown_content_type_names_the_frames_form(admin: httpx.Client, topic_name: str) -> None:
     _create(admin, topic_name)
-    msg = _error(admin.post(_records_url(topic_name), content=b"x",
-                            headers={"Content-Type": "text/plain"}), 415, "unsupported_media_type")
+    msg = _error(
+        admin.post(_records_url(topic_name), content=b"x", headers={"Content-Type": "text/plain"}),
+        415,
+        "unsupported_media_type",
+    )
     assert FRAMES in msg
 
 
@@ -573,8 +668,11 @@ def test_openapi_documents_the_frames_form(server: ServerProcess) -> None:
 def test_receive_batches_in_process() -> None:
     """The parsing function on its own: the client's bytes kept as they are (copied), its
     batches described, the library's errors naming the bad batch."""
-    recs: list[ProducerRecord | bytes] = [b"x" * 10, ProducerRecord(b"y", key=b"k", timestamp=3),
-                                          ProducerRecord(b"zz", headers=(("h", None),))]
+    recs: list[ProducerRecord | bytes] = [
+        b"x" * 10,
+        ProducerRecord(b"y", key=b"k", timestamp=3),
+        ProducerRecord(b"zz", headers=(("h", None),)),
+    ]
     enc = _encoded(recs, base_offset=7, max_batch_bytes=60)
     assert len(enc.batches) == 3
     body = bytes(enc.data)
@@ -599,8 +697,12 @@ def test_receive_batches_in_process() -> None:
 
 
 def test_rebased_rewrites_offsets_checksums_and_clockless_timestamps_only() -> None:
-    recs: list[ProducerRecord | bytes] = [b"a", ProducerRecord(b"b", key=b"k", timestamp=3),
-                                          ProducerRecord(b"c", headers=(("h", b"v"),)), b"d"]
+    recs: list[ProducerRecord | bytes] = [
+        b"a",
+        ProducerRecord(b"b", key=b"k", timestamp=3),
+        ProducerRecord(b"c", headers=(("h", b"v"),)),
+        b"d",
+    ]
     enc = _encoded(recs, base_offset=0, max_batch_bytes=70)  # every batch at base 0 below
     assert len(enc.batches) >= 2
     zeroed = b"".join(_encoded([r], base_offset=0).data for r in recs)
@@ -615,8 +717,11 @@ def test_rebased_rewrites_offsets_checksums_and_clockless_timestamps_only() -> N
         out, pos, _ = decode_records(bytes(moved.data))
         assert pos == len(moved.data)
         assert [(r.offset, r.timestamp, r.key, r.value) for r in out] == [
-            (500, 77, None, b"a"), (501, 3, b"k", b"b"), (502, 77, None, b"c"),
-            (503, 77, None, b"d")]
+            (500, 77, None, b"a"),
+            (501, 3, b"k", b"b"),
+            (502, 77, None, b"c"),
+            (503, 77, None, b"d"),
+        ]
         assert out[2].headers == (("h", b"v"),)
         # Nothing but the base offsets, checksums and the -1 timestamps changed.
         new = bytes(moved.data)
@@ -624,8 +729,10 @@ def test_rebased_rewrites_offsets_checksums_and_clockless_timestamps_only() -> N
         for b in moved.batches:
             p, q = b.position, b.position + b.size
             ts_end = p + HEADER_SIZE + 8 * b.record_count
-            assert new[p + SIZE_AT:p + CHECKSUM_AT] == body[p + SIZE_AT:p + CHECKSUM_AT]
-            assert new[p + CHECKED_FROM:p + HEADER_SIZE] == body[p + CHECKED_FROM:p + HEADER_SIZE]
+            assert new[p + SIZE_AT : p + CHECKSUM_AT] == body[p + SIZE_AT : p + CHECKSUM_AT]
+            assert (
+                new[p + CHECKED_FROM : p + HEADER_SIZE] == body[p + CHECKED_FROM : p + HEADER_SIZE]
+            )
             assert new[ts_end:q] == body[ts_end:q]
 
     # Already at its place with no clock-less timestamp: the very same bytes.
@@ -634,9 +741,15 @@ def test_rebased_rewrites_offsets_checksums_and_clockless_timestamps_only() -> N
 
 
 def test_every_bit_flip_is_refused_in_process() -> None:
-    enc = _encoded([ProducerRecord(b"val", key=b"ky", headers=(("h", b"x"), ("n", None))),
-                    b"second", ProducerRecord(b"third", key=b"", timestamp=9)],
-                   base_offset=3, max_batch_bytes=80)
+    enc = _encoded(
+        [
+            ProducerRecord(b"val", key=b"ky", headers=(("h", b"x"), ("n", None))),
+            b"second",
+            ProducerRecord(b"third", key=b"", timestamp=9),
+        ],
+        base_offset=3,
+        max_batch_bytes=80,
+    )
     body = bytes(enc.data)
     for at in range(len(body)):
         for bit in (0x01, 0x80):
@@ -644,22 +757,32 @@ def test_every_bit_flip_is_refused_in_process() -> None:
                 receive_batches(_corrupt(body, at, bit), BIG)
 
 
-_records = st.lists(st.builds(
-    ProducerRecord,
-    value=st.binary(min_size=1, max_size=64),
-    key=st.none() | st.binary(max_size=16),
-    headers=st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)),
-                     max_size=3).map(tuple),
-    timestamp=st.none() | st.integers(0, (1 << 62) - 1),
-), min_size=1, max_size=8)
+_records = st.lists(
+    st.builds(
+        ProducerRecord,
+        value=st.binary(min_size=1, max_size=64),
+        key=st.none() | st.binary(max_size=16),
+        headers=st.lists(
+            st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=3
+        ).map(tuple),
+        timestamp=st.none() | st.integers(0, (1 << 62) - 1),
+    ),
+    min_size=1,
+    max_size=8,
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(records=_records, base=st.integers(0, 1 << 40), new_base=st.integers(0, 1 << 40),
-       max_batch=st.integers(1, 400), now=st.integers(0, (1 << 62) - 1))
-def test_receiving_and_rebasing_inverts_encoding(records: list[ProducerRecord], base: int,
-                                                 new_base: int, max_batch: int,
-                                                 now: int) -> None:
+@given(
+    records=_records,
+    base=st.integers(0, 1 << 40),
+    new_base=st.integers(0, 1 << 40),
+    max_batch=st.integers(1, 400),
+    now=st.integers(0, (1 << 62) - 1),
+)
+def test_receiving_and_rebasing_inverts_encoding(
+    records: list[ProducerRecord], base: int, new_base: int, max_batch: int, now: int
+) -> None:
     enc = _encoded(records, base_offset=base, max_batch_bytes=max_batch)
     got = receive_batches(enc.data, BIG)
     assert (got.count, got.batches) == (len(records), enc.batches)
@@ -672,7 +795,8 @@ def test_receiving_and_rebasing_inverts_encoding(records: list[ProducerRecord], 
     assert [r.offset for r in out] == list(range(new_base, new_base + len(records)))
     assert [ProducerRecord(r.value, r.key, r.headers, r.timestamp) for r in out] == [
         ProducerRecord(p.value, p.key, p.headers, now if p.timestamp is None else p.timestamp)
-        for p in records]
+        for p in records
+    ]
 
 
 @settings(max_examples=300, deadline=None)

@@ -25,10 +25,16 @@ def _env(server: ServerProcess) -> dict[str, str]:
     return env
 
 
-def _cli(server: ServerProcess, *args: str, input: bytes | None = None,
-         timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "tiered_log.cli", *args], env=_env(server),
-                          input=input, capture_output=True, timeout=timeout)
+def _cli(
+    server: ServerProcess, *args: str, input: bytes | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "tiered_log.cli", *args],
+        env=_env(server),
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def _kafka_partition(key: bytes, partitions: int) -> int:
@@ -40,7 +46,9 @@ def _kafka_partition(key: bytes, partitions: int) -> int:
     return (int(kafka_murmur2(key)) & 0x7FFFFFFF) % partitions
 
 
-def _all_records(c: Client, topic: str, partitions: int) -> dict[int, list[tuple[bytes | None, bytes]]]:
+def _all_records(
+    c: Client, topic: str, partitions: int
+) -> dict[int, list[tuple[bytes | None, bytes]]]:
     out: dict[int, list[tuple[bytes | None, bytes]]] = {}
     for p in range(partitions):
         r = c.fetch(topic, p, 0, max_records=10_000)
@@ -52,8 +60,14 @@ def test_produce_keys_land_where_kafka_puts_them(server: ServerProcess, topic_na
     with Client(server.url, token=ADMIN) as c:
         c.create_topic(topic_name, 3)
         lines = [f"user-{i}:event {i}:x" for i in range(60)]
-        p = _cli(server, "produce", topic_name, "-K", ":",
-                 input=("\n".join(lines) + "\nno-separator\nempty:\n").encode())
+        p = _cli(
+            server,
+            "produce",
+            topic_name,
+            "-K",
+            ":",
+            input=("\n".join(lines) + "\nno-separator\nempty:\n").encode(),
+        )
         assert p.returncode == 0, p.stderr
         got = _all_records(c, topic_name, 3)
     expected: dict[int, list[tuple[bytes | None, bytes]]] = {0: [], 1: [], 2: []}
@@ -72,8 +86,9 @@ def test_produce_keys_land_where_kafka_puts_them(server: ServerProcess, topic_na
 def test_produce_one_key_and_an_explicit_partition(server: ServerProcess, topic_name: str) -> None:
     with Client(server.url, token=ADMIN) as c:
         c.create_topic(topic_name, 4)
-        assert _cli(server, "produce", topic_name, "--key", "order-7",
-                    input=b"a\nb\n").returncode == 0
+        assert (
+            _cli(server, "produce", topic_name, "--key", "order-7", input=b"a\nb\n").returncode == 0
+        )
         assert _cli(server, "produce", topic_name, "-p", "3", input=b"c\n").returncode == 0
         got = _all_records(c, topic_name, 4)
     home = _kafka_partition(b"order-7", 4)
@@ -81,12 +96,19 @@ def test_produce_one_key_and_an_explicit_partition(server: ServerProcess, topic_
     assert (None, b"c") in got[3]
 
 
-def test_produce_keyless_batches_go_round_the_partitions(server: ServerProcess,
-                                                          topic_name: str) -> None:
+def test_produce_keyless_batches_go_round_the_partitions(
+    server: ServerProcess, topic_name: str
+) -> None:
     with Client(server.url, token=ADMIN) as c:
         c.create_topic(topic_name, 3)
-        p = _cli(server, "produce", topic_name, "--batch-size", "2",
-                 input=b"".join(b"v%d\n" % i for i in range(6)))
+        p = _cli(
+            server,
+            "produce",
+            topic_name,
+            "--batch-size",
+            "2",
+            input=b"".join(b"v%d\n" % i for i in range(6)),
+        )
         assert p.returncode == 0, p.stderr
         got = _all_records(c, topic_name, 3)
     assert sorted(len(v) for v in got.values()) == [2, 2, 2]  # one batch each, not all on 0
@@ -107,12 +129,17 @@ def test_client_produce_without_a_partition(server: ServerProcess, topic_name: s
 
 
 def test_typed_lines_are_sent_within_the_linger_and_ctrl_c_says_what_was_acked(
-        server: ServerProcess, topic_name: str) -> None:
+    server: ServerProcess, topic_name: str
+) -> None:
     with Client(server.url, token=ADMIN) as c:
         c.create_topic(topic_name)
-        proc = subprocess.Popen([sys.executable, "-m", "tiered_log.cli", "produce", topic_name],
-                                env=_env(server), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tiered_log.cli", "produce", topic_name],
+            env=_env(server),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             assert proc.stdin is not None
             time.sleep(1.0)  # the command is up and waiting for input
@@ -130,17 +157,29 @@ def test_typed_lines_are_sent_within_the_linger_and_ctrl_c_says_what_was_acked(
                 proc.wait()
     assert proc.returncode == 130
     assert err.decode().strip().splitlines() == [
-        f"tiered-log: interrupted: produced 1 record to {topic_name}/0 (offsets 0..0)"]
+        f"tiered-log: interrupted: produced 1 record to {topic_name}/0 (offsets 0..0)"
+    ]
 
 
 def test_produce_help_and_bad_input(server: ServerProcess, topic_name: str, tmp_path: Path) -> None:
     p = _cli(server, "produce", "--help")
     text = " ".join(p.stdout.decode().split())
     assert p.returncode == 0
-    for needed in ("--key-separator SEP", "--linger-ms MS", "(default: 100)", "(default: 500)",
-                   "murmur2", "the topic to append to"):
+    for needed in (
+        "--key-separator SEP",
+        "--linger-ms MS",
+        "(default: 100)",
+        "(default: 500)",
+        "murmur2",
+        "the topic to append to",
+    ):
         assert needed in text, needed
-    for bad in (["-K", ""], ["--linger-ms", "-1"], ["--batch-size", "0"], ["-K", ":", "--key", "k"]):
+    for bad in (
+        ["-K", ""],
+        ["--linger-ms", "-1"],
+        ["--batch-size", "0"],
+        ["-K", ":", "--key", "k"],
+    ):
         p = _cli(server, "produce", topic_name, *bad, input=b"x\n")
         assert p.returncode == 2, (bad, p.stderr)
         assert len(p.stderr.decode().strip().splitlines()) == 1, p.stderr
@@ -154,50 +193,82 @@ def _three_partitions(server: ServerProcess, topic: str) -> Client:
     c = Client(server.url, token=ADMIN)
     c.create_topic(topic, 3)
     for p in range(3):
-        c.produce(topic, p, [ProducerRecord(f"p{p}-v{i}".encode(), key=f"k{i}".encode(),
-                                            headers=(("h", b"x"),), timestamp=1_000 + i)
-                             for i in range(5)])
+        c.produce(
+            topic,
+            p,
+            [
+                ProducerRecord(
+                    f"p{p}-v{i}".encode(),
+                    key=f"k{i}".encode(),
+                    headers=(("h", b"x"),),
+                    timestamp=1_000 + i,
+                )
+                for i in range(5)
+            ],
+        )
     return c
 
 
 def test_consume_reads_every_partition_with_kcat_offsets_and_format(
-        server: ServerProcess, topic_name: str) -> None:
+    server: ServerProcess, topic_name: str
+) -> None:
     with _three_partitions(server, topic_name):
         p = _cli(server, "consume", topic_name)
         assert p.returncode == 0, p.stderr
         assert sorted(p.stdout.decode().split()) == sorted(
-            f"p{q}-v{i}" for q in range(3) for i in range(5))
+            f"p{q}-v{i}" for q in range(3) for i in range(5)
+        )
         p = _cli(server, "consume", topic_name, "-o", "-2", "-f", r"%t|%p|%o|%k|%s|%T|%h\n")
         assert p.returncode == 0, p.stderr
         assert sorted(p.stdout.decode().splitlines()) == sorted(
-            f"{topic_name}|{q}|{i}|k{i}|p{q}-v{i}|{1000 + i}|h=x" for q in range(3) for i in (3, 4))
+            f"{topic_name}|{q}|{i}|k{i}|p{q}-v{i}|{1000 + i}|h=x" for q in range(3) for i in (3, 4)
+        )
         for spec, first in (("beginning", 0), ("3", 3), ("s@1004", 4), ("end", 5)):
             p = _cli(server, "consume", topic_name, "-p", "1", "-o", spec, "-f", "%o ")
             assert p.returncode == 0, (spec, p.stderr)
             assert p.stdout.decode().split() == [str(o) for o in range(first, 5)], spec
-        p = _cli(server, "consume", topic_name, "-p", "2", "--timestamp",
-                 "1970-01-01T00:00:01.003Z", "-f", "json")
+        p = _cli(
+            server,
+            "consume",
+            topic_name,
+            "-p",
+            "2",
+            "--timestamp",
+            "1970-01-01T00:00:01.003Z",
+            "-f",
+            "json",
+        )
         assert [json.loads(x)["offset"] for x in p.stdout.decode().splitlines()] == [3, 4]
         assert json.loads(p.stdout.decode().splitlines()[0])["partition"] == 2
         p = _cli(server, "consume", topic_name, "-n", "7")
         assert len(p.stdout.decode().splitlines()) == 7
-        for bad in (["-o", "latest-ish"], ["-o", "stored"], ["-f", "%q"], ["-f", "plain"],
-                    ["--timestamp", "yesterday"]):
+        for bad in (
+            ["-o", "latest-ish"],
+            ["-o", "stored"],
+            ["-f", "%q"],
+            ["-f", "plain"],
+            ["--timestamp", "yesterday"],
+        ):
             p = _cli(server, "consume", topic_name, *bad)
             assert p.returncode == 2, (bad, p.stderr)
             assert len(p.stderr.decode().strip().splitlines()) == 1 and b"Traceback" not in p.stderr
 
 
 def test_consume_follow_goes_on_through_a_server_restart(
-        server_factory: Any, topic_name: str) -> None:
+    server_factory: Any, topic_name: str
+) -> None:
     srv = server_factory()
     with Client(srv.url) as c:
         c.create_topic(topic_name, 2)
         c.produce(topic_name, 0, [b"before"])
     env = service_env()
     env["TIERED_LOG_URL"] = srv.url
-    proc = subprocess.Popen([sys.executable, "-m", "tiered_log.cli", "consume", topic_name,
-                             "--follow"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tiered_log.cli", "consume", topic_name, "--follow"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"before\n"
@@ -217,8 +288,9 @@ def test_consume_follow_goes_on_through_a_server_restart(
             proc.wait()
 
 
-def test_consume_after_a_restore_with_lost_offsets(server_factory: Any, tmp_path: Path,
-                                                   topic_name: str) -> None:
+def test_consume_after_a_restore_with_lost_offsets(
+    server_factory: Any, tmp_path: Path, topic_name: str
+) -> None:
     settings = {"remote_url": str(tmp_path / "bucket"), "ship_interval_ms": "50"}
     srv = server_factory(**settings)
     with Client(srv.url) as c:
@@ -229,7 +301,8 @@ def test_consume_after_a_restore_with_lost_offsets(server_factory: Any, tmp_path
         while time.monotonic() < deadline:
             with srv.client(None) as h:
                 shipped = h.get(f"/v1/topics/{topic_name}/partitions/0/remote-segments").json()[
-                    "remote_end_offset"]
+                    "remote_end_offset"
+                ]
             if shipped >= 240:
                 break
             time.sleep(0.05)
@@ -237,18 +310,35 @@ def test_consume_after_a_restore_with_lost_offsets(server_factory: Any, tmp_path
     srv2 = server_factory(**settings)  # an empty disk, the same bucket: the tail is lost
     with Client(srv2.url) as c:
         info = c.describe_topic(topic_name)["partition_info"][0]
-        (lost_first, lost_end), = info["lost_offsets"]
+        ((lost_first, lost_end),) = info["lost_offsets"]
         c.produce(topic_name, 0, [b"new"])
     env = service_env()
     env["TIERED_LOG_URL"] = srv2.url
-    p = subprocess.run([sys.executable, "-m", "tiered_log.cli", "consume", topic_name],
-                       env=env, capture_output=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "tiered_log.cli", "consume", topic_name],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert p.returncode == 1
     assert len(p.stdout.splitlines()) == lost_first
     err = p.stderr.decode().strip().splitlines()
     assert len(err) == 1 and f"the next readable offset of partition 0 is {lost_end}" in err[0]
-    p = subprocess.run([sys.executable, "-m", "tiered_log.cli", "consume", topic_name,
-                        "--skip-lost", "-f", r"%o\n"], env=env, capture_output=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiered_log.cli",
+            "consume",
+            topic_name,
+            "--skip-lost",
+            "-f",
+            r"%o\n",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.decode().split() == [str(o) for o in [*range(lost_first), lost_end]]
     assert f"offsets {lost_first}..{lost_end - 1} are lost; skipped" in p.stderr.decode()

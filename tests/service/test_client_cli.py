@@ -34,13 +34,26 @@ def test_sync_client_round_trip(server: ServerProcess, topic_name: str) -> None:
         assert d["partitions"] == 2 and d["config"]["segment_bytes"] == 2048
         assert topic_name in [t["name"] for t in c.list_topics()]
         assert c.describe_topic(topic_name)["topic_id"] == d["topic_id"]
-        offsets = c.produce(topic_name, 1, [b"bytes\xff", "text", ProducerRecord(
-            b"v", key=b"k", headers=(("h", b"\x00"), ("n", None)), timestamp=42)])
+        offsets = c.produce(
+            topic_name,
+            1,
+            [
+                b"bytes\xff",
+                "text",
+                ProducerRecord(b"v", key=b"k", headers=(("h", b"\x00"), ("n", None)), timestamp=42),
+            ],
+        )
         assert offsets == [0, 1, 2]
         assert c.produce_raw(topic_name, 1, [b"chunk1-", b"chunk2"], key="rk") == 3
         assert c.produce_raw(topic_name, 1, b"plain", timestamp=43) == 4
         r = c.fetch(topic_name, 1, 0)
-        assert [x.value for x in r.records] == [b"bytes\xff", b"text", b"v", b"chunk1-chunk2", b"plain"]
+        assert [x.value for x in r.records] == [
+            b"bytes\xff",
+            b"text",
+            b"v",
+            b"chunk1-chunk2",
+            b"plain",
+        ]
         assert r.records[2].key == b"k" and r.records[2].headers == (("h", b"\x00"), ("n", None))
         assert r.records[2].timestamp == 42 and r.records[3].key == b"rk"
         assert (r.next_offset, r.high_watermark, r.log_start_offset) == (5, 5, 0)
@@ -91,8 +104,9 @@ def test_async_client_round_trip(server: ServerProcess, topic_name: str) -> None
     async def main() -> None:
         async with AsyncClient(server.url, token=ADMIN) as c:
             await c.create_topic(topic_name)
-            offsets = await asyncio.gather(*(c.produce(topic_name, 0, [f"m{i}".encode()])
-                                             for i in range(20)))
+            offsets = await asyncio.gather(
+                *(c.produce(topic_name, 0, [f"m{i}".encode()]) for i in range(20))
+            )
             assert sorted(o[0] for o in offsets) == list(range(20))
 
             async def gen() -> Any:
@@ -133,16 +147,21 @@ def test_consume_pages_every_record_once(server: ServerProcess, topic_name: str)
         assert [r.value for p in pages for r in p.records][7] == b"r7"
         plain = list(c.consume(topic_name, 0, 0, max_records=40, prefetch=False))
         assert [[r.offset for r in p.records] for p in plain] == [
-            [r.offset for r in p.records] for p in pages]
+            [r.offset for r in p.records] for p in pages
+        ]
         # end_offset is exclusive and never overshot, even inside a page.
-        got = [r.offset for p in c.consume(topic_name, 0, 13, end_offset=101, max_records=40)
-               for r in p.records]
+        got = [
+            r.offset
+            for p in c.consume(topic_name, 0, 13, end_offset=101, max_records=40)
+            for r in p.records
+        ]
         assert got == list(range(13, 101))
         assert list(c.consume(topic_name, 0, 5, end_offset=5)) == []
         # Breaking out early is fine (the request in flight is waited for).
         it = c.consume(topic_name, 0, 0, max_records=10)
         assert [r.offset for r in next(it).records] == list(range(10))
         it.close()
+
         # follow: records produced after the consumer reached the end arrive too.
         def later() -> None:
             time.sleep(0.3)
@@ -164,11 +183,17 @@ def test_consume_pages_every_record_once(server: ServerProcess, topic_name: str)
 
     async def main() -> None:
         async with AsyncClient(server.url, token=ADMIN) as ac:
-            offs = [r.offset async for p in ac.consume(topic_name, 0, 3, max_records=64)
-                    for r in p.records]
+            offs = [
+                r.offset
+                async for p in ac.consume(topic_name, 0, 3, max_records=64)
+                for r in p.records
+            ]
             assert offs == list(range(3, 252))
-            offs = [r.offset async for p in ac.consume(topic_name, 0, 0, end_offset=70,
-                                                      max_records=64) for r in p.records]
+            offs = [
+                r.offset
+                async for p in ac.consume(topic_name, 0, 0, end_offset=70, max_records=64)
+                for r in p.records
+            ]
             assert offs == list(range(70))
 
     asyncio.run(main())
@@ -177,8 +202,11 @@ def test_consume_pages_every_record_once(server: ServerProcess, topic_name: str)
 def _fetch_requests(c: Client, topic: str) -> int:
     """The server's count of binary fetches answered for ``topic`` (from /metrics)."""
     for line in c.metrics().splitlines():
-        if line.startswith("tiered_log_fetch_requests_total{") and f'topic="{topic}"' in line \
-                and 'format="binary"' in line:
+        if (
+            line.startswith("tiered_log_fetch_requests_total{")
+            and f'topic="{topic}"' in line
+            and 'format="binary"' in line
+        ):
             return int(float(line.rsplit(" ", 1)[1]))
     return 0
 
@@ -202,14 +230,18 @@ def test_consume_sizes_requests_apart_from_pages(server: ServerProcess, topic_na
         for _ in range(20):
             c.produce(topic_name, 0, [b"x" * 20_000])
         before = _fetch_requests(c, topic_name)
-        got = [r.offset for p in c.consume(topic_name, 0, 3000, max_records=1000,
-                                           max_bytes=64 << 10) for r in p.records]
+        got = [
+            r.offset
+            for p in c.consume(topic_name, 0, 3000, max_records=1000, max_bytes=64 << 10)
+            for r in p.records
+        ]
         assert got == list(range(3000, 3020))
         assert _fetch_requests(c, topic_name) - before >= 20 * 20_000 // (64 << 10)
 
 
 def test_client_survives_server_restart_on_kept_alive_connections(
-        server_factory: Any, topic_name: str) -> None:
+    server_factory: Any, topic_name: str
+) -> None:
     """Record GETs and POSTs reuse kept-alive connections; after the server restarts
     those are dead: the client notices before reuse (or retries a GET) and goes on."""
     srv = server_factory()
@@ -231,19 +263,40 @@ def test_client_survives_server_restart_on_kept_alive_connections(
 
 # ---- CLI -----------------------------------------------------------------------------------
 
-def _cli(server: ServerProcess, *args: str, input: bytes | None = None,
-         token: str | None = ADMIN, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+
+def _cli(
+    server: ServerProcess,
+    *args: str,
+    input: bytes | None = None,
+    token: str | None = ADMIN,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[bytes]:
     env = service_env()
     env["TIERED_LOG_URL"] = server.url
     if token:
         env["TIERED_LOG_TOKEN"] = token
-    return subprocess.run([sys.executable, "-m", "tiered_log.cli", *args],
-                          env=env, input=input, capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tiered_log.cli", *args],
+        env=env,
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def test_cli_topics(server: ServerProcess, topic_name: str) -> None:
-    p = _cli(server, "topics", "create", topic_name, "--partitions", "2",
-             "--config", "flush_messages=10", "--config", "retention_ms=null")
+    p = _cli(
+        server,
+        "topics",
+        "create",
+        topic_name,
+        "--partitions",
+        "2",
+        "--config",
+        "flush_messages=10",
+        "--config",
+        "retention_ms=null",
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.decode().strip() == f"created topic {topic_name} with 2 partition(s)"
     p = _cli(server, "topics", "list")
@@ -254,7 +307,8 @@ def test_cli_topics(server: ServerProcess, topic_name: str) -> None:
     p = _cli(server, "topics", "create", topic_name)
     assert p.returncode == 1
     assert p.stderr.decode().strip().splitlines() == [
-        f"tiered-log: topic_exists: topic {topic_name!r} exists already"]
+        f"tiered-log: topic_exists: topic {topic_name!r} exists already"
+    ]
     p = _cli(server, "topics", "delete", topic_name)
     assert p.returncode == 0
     p = _cli(server, "topics", "describe", topic_name)
@@ -272,7 +326,10 @@ def test_cli_produce_and_consume(server: ServerProcess, topic_name: str, tmp_pat
     f.write_text("\n".join(lines[:1000]) + "\n\n", encoding="utf-8")
     p = _cli(server, "produce", topic_name, "--file", str(f), "--batch-size", "300", "--progress")
     assert p.returncode == 0, p.stderr
-    assert "produced 1,000 records" in p.stderr.decode() and "skipped 1 empty line" in p.stderr.decode()
+    assert (
+        "produced 1,000 records" in p.stderr.decode()
+        and "skipped 1 empty line" in p.stderr.decode()
+    )
     before_stdin = int(time.time() * 1000)
     time.sleep(0.01)
     p = _cli(server, "produce", topic_name, input=("\r\n".join(lines[1000:]) + "\r\n").encode())
@@ -296,9 +353,12 @@ def test_cli_consume_follow_stops_on_sigterm(server: ServerProcess, topic_name: 
     assert _cli(server, "topics", "create", topic_name).returncode == 0
     env = service_env()
     env.update(TIERED_LOG_URL=server.url, TIERED_LOG_TOKEN=ADMIN)
-    proc = subprocess.Popen([sys.executable, "-m", "tiered_log.cli", "consume",
-                             topic_name, "--follow"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tiered_log.cli", "consume", topic_name, "--follow"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         with Client(server.url, token=ADMIN) as c:
             time.sleep(1.0)
@@ -326,16 +386,23 @@ def test_cli_follow_with_max_records_ends(server: ServerProcess, topic_name: str
 
 def test_cli_serve_invalid_settings(tmp_path: Path) -> None:
     env = service_env(port="nope")
-    p = subprocess.run([sys.executable, "-m", "tiered_log.cli", "serve",
-                        "--data-dir", str(tmp_path)], env=env, capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "tiered_log.cli", "serve", "--data-dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
         "tiered-log: invalid setting port: Input should be a valid integer, unable to parse "
-        "string as an integer"]
+        "string as an integer"
+    ]
 
 
-def test_cli_main_in_process(server: ServerProcess, topic_name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_main_in_process(
+    server: ServerProcess, topic_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tiered_log.cli import main
 
     base = ["--url", server.url, "--token", ADMIN]

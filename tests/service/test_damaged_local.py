@@ -41,9 +41,15 @@ def _make_topic(c: httpx.Client, name: str) -> None:
     r = c.post("/v1/topics", json={"name": name, "partitions": 1, "config": TOPIC_CONFIG})
     assert r.status_code == 201, r.text
     for start in range(0, N_RECORDS, BATCH):
-        r = c.post(f"/v1/topics/{name}/partitions/0/records",
-                   json={"records": [{"value": _value(o), "timestamp": 1_000_000 + o}
-                                     for o in range(start, start + BATCH)]})
+        r = c.post(
+            f"/v1/topics/{name}/partitions/0/records",
+            json={
+                "records": [
+                    {"value": _value(o), "timestamp": 1_000_000 + o}
+                    for o in range(start, start + BATCH)
+                ]
+            },
+        )
         assert r.status_code == 200, r.text
 
 
@@ -73,8 +79,11 @@ def _fetch_json(c: httpx.Client, name: str, offset: int, **params: int) -> httpx
 
 
 def _fetch_binary(c: httpx.Client, name: str, offset: int, **params: int) -> httpx.Response:
-    return c.get(f"/v1/topics/{name}/partitions/0/records", params={"offset": offset, **params},
-                 headers=BINARY)
+    return c.get(
+        f"/v1/topics/{name}/partitions/0/records",
+        params={"offset": offset, **params},
+        headers=BINARY,
+    )
 
 
 def _check_corrupt(r: httpx.Response) -> None:
@@ -145,8 +154,9 @@ def test_damaged_batch_is_never_served_and_the_rest_is(srv: ServerProcess) -> No
             o = _binary_ok(_fetch_binary(c, "t", o, max_records=7), o)
         # A timestamp lookup that has to read the damaged batch: the same answer; one in a
         # later segment is served.
-        _check_corrupt(c.get("/v1/topics/t/partitions/0/offsets",
-                             params={"timestamp": 1_000_000 + base + 1}))
+        _check_corrupt(
+            c.get("/v1/topics/t/partitions/0/offsets", params={"timestamp": 1_000_000 + base + 1})
+        )
         later = int(_segments(srv, "t")[2].name.split(".")[0])
         r = c.get("/v1/topics/t/partitions/0/offsets", params={"timestamp": 1_000_000 + later})
         assert r.status_code == 200 and r.json()["offset"] == later, r.text
@@ -162,12 +172,15 @@ def test_damaged_batch_is_never_served_and_the_rest_is(srv: ServerProcess) -> No
     assert any("ERROR" in line and first.name in line for line in srv.log().splitlines()), srv.log()
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(segment=st.integers(0, 1), where=st.floats(0, 1, exclude_max=True),
-       mask=st.integers(1, 255))
-def test_any_flipped_byte_in_a_sealed_segment(srv: ServerProcess, segment: int, where: float,
-                                              mask: int) -> None:
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(segment=st.integers(0, 1), where=st.floats(0, 1, exclude_max=True), mask=st.integers(1, 255))
+def test_any_flipped_byte_in_a_sealed_segment(
+    srv: ServerProcess, segment: int, where: float, mask: int
+) -> None:
     """Any one damaged byte of a sealed segment: every fetch from every offset of the
     first three segments answers 200 with exactly the records produced or 410
     corrupt_record; offsets in batches before the damaged one and in the other segments

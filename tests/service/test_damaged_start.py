@@ -24,11 +24,14 @@ from .test_tiered_service import TINY, _bounds, _read_all_json, _records, _remot
 
 
 def _ship(c: httpx.Client, topic: str, n: int = 600) -> None:
-    assert c.post("/v1/topics", json={"name": topic, "partitions": 1,
-                                      "config": TINY}).status_code == 201
+    assert (
+        c.post("/v1/topics", json={"name": topic, "partitions": 1, "config": TINY}).status_code
+        == 201
+    )
     for start in range(0, n, 100):
-        r = c.post(f"/v1/topics/{topic}/partitions/0/records",
-                   json={"records": _records(100, start)})
+        r = c.post(
+            f"/v1/topics/{topic}/partitions/0/records", json={"records": _records(100, start)}
+        )
         assert r.status_code == 200, r.text
     _wait(lambda: _bounds(c, topic)["local_start_offset"] > n // 2, "shipping")
 
@@ -40,7 +43,8 @@ def _flip(path: Path, at: int) -> None:
 
 
 def test_damaged_manifest_and_data_are_contained_at_start(
-        tmp_path: Path, request: Any, server_factory: Callable[..., ServerProcess]) -> None:
+    tmp_path: Path, request: Any, server_factory: Callable[..., ServerProcess]
+) -> None:
     settings = _remote_settings("fs", request, tmp_path)
     srv = server_factory(**settings)
     with srv.client() as c:
@@ -51,14 +55,16 @@ def test_damaged_manifest_and_data_are_contained_at_start(
     part = srv.data_dir / "topics" / "hurt" / "0"
     journal = [line for line in (part / "remote" / "segments.jsonl").read_text().splitlines()]
 
-
-    segs = sorted((json.loads(x) for x in journal if '"COPY_FINISHED"' in x),
-                  key=lambda d: d["base_offset"])
+    segs = sorted(
+        (json.loads(x) for x in journal if '"COPY_FINISHED"' in x), key=lambda d: d["base_offset"]
+    )
     victim = segs[1]
     log_id = json.loads((part / "remote" / "location.json").read_text())["log_id"]
     for suffix, at in ((naming.RLI_SUFFIX, -30), (naming.LOG_SUFFIX, 200)):
-        _flip(bucket / naming.segment_object_key(log_id, victim["base_offset"], victim["id"],
-                                                 suffix), at)
+        _flip(
+            bucket / naming.segment_object_key(log_id, victim["base_offset"], victim["id"], suffix),
+            at,
+        )
     shutil.rmtree(part / "remote" / "index")  # not fsynced: a crash can lose them
     srv.start()  # used to exit 1 here
     with srv.client() as c:
@@ -72,13 +78,15 @@ def test_damaged_manifest_and_data_are_contained_at_start(
         assert [x["offset"] for x in _read_all_json(c, "hurt", hi, 600)] == list(range(hi, 600))
         info = c.get("/v1/topics/hurt").json()["partition_info"][0]
         assert [(d["id"], d["base_offset"], d["next_offset"]) for d in info["remote_damage"]] == [
-            (victim["id"], lo, hi)]
+            (victim["id"], lo, hi)
+        ]
         assert c.get("/v1/topics/fine").json()["partition_info"][0]["remote_damage"] == []
     assert srv.stop() == 0
 
 
 def test_unrecoverable_journal_makes_one_topic_unavailable(
-        tmp_path: Path, request: Any, server_factory: Callable[..., ServerProcess]) -> None:
+    tmp_path: Path, request: Any, server_factory: Callable[..., ServerProcess]
+) -> None:
     """A damaged copy journal whose bucket cannot be reached: that topic answers 503
     naming the file; the other topics serve from local disk; nothing is recreated."""
     settings = _remote_settings("s3", request, tmp_path)
@@ -86,8 +94,12 @@ def test_unrecoverable_journal_makes_one_topic_unavailable(
     with srv.client() as c:
         _ship(c, "hurt")
         assert c.post("/v1/topics", json={"name": "fine", "partitions": 1}).status_code == 201
-        assert c.post("/v1/topics/fine/partitions/0/records",
-                      json={"records": _records(10)}).status_code == 200
+        assert (
+            c.post(
+                "/v1/topics/fine/partitions/0/records", json={"records": _records(10)}
+            ).status_code
+            == 200
+        )
     assert srv.stop() == 0
     journal = srv.data_dir / "topics" / "hurt" / "0" / "remote" / "segments.jsonl"
     lines = journal.read_bytes().split(b"\n")

@@ -44,8 +44,11 @@ def test_fetch_batches_gives_the_stored_batches_checked(server: ServerProcess) -
         seen = bytearray()
         while True:
             got = c.fetch_batches(name, 0, off, max_records=30, max_bytes=4096)
-            raw = h.get(f"/v1/topics/{name}/partitions/0/records", headers=BINARY,
-                        params={"offset": off, "max_records": 30, "max_bytes": 4096})
+            raw = h.get(
+                f"/v1/topics/{name}/partitions/0/records",
+                headers=BINARY,
+                params={"offset": off, "max_records": 30, "max_bytes": 4096},
+            )
             assert raw.status_code == 200
             assert bytes(got.data) == raw.content
             assert got.next_offset == int(raw.headers["x-next-offset"])

@@ -96,10 +96,12 @@ class Conn:
             data = self.sock.recv(65536)
         except TimeoutError:
             raise AssertionError(
-                f"no complete response within {within} s; got {self.buf[:300]!r}") from None
+                f"no complete response within {within} s; got {self.buf[:300]!r}"
+            ) from None
         if not data:
             raise AssertionError(
-                f"connection closed before a complete response; got {self.buf[:300]!r}")
+                f"connection closed before a complete response; got {self.buf[:300]!r}"
+            )
         self.buf += data
 
     def reply(self, within: float = 10.0) -> Reply:
@@ -180,7 +182,9 @@ def test_head_just_under_the_cap_is_served(srv: ServerProcess) -> None:
 def test_header_over_the_cap_answers_431_json_and_closes(srv: ServerProcess) -> None:
     with Conn(srv) as c:
         pad = b"a" * (HEAD_LIMIT + 1024)
-        sender = _Sender(c.sock, [b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + pad + b"\r\n\r\n"])
+        sender = _Sender(
+            c.sock, [b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + pad + b"\r\n\r\n"]
+        )
         sender.start()
         r = c.reply()
         assert r.status == 431
@@ -224,8 +228,10 @@ def test_ten_unfinished_40mib_heads_are_cut_off_at_the_cap(srv: ServerProcess) -
     total = 40 << 20
     conns = [Conn(srv) for _ in range(10)]
     try:
-        senders = [_Sender(c.sock, [b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ", *_filler(total)])
-                   for c in conns]
+        senders = [
+            _Sender(c.sock, [b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ", *_filler(total)])
+            for c in conns
+        ]
         for t in senders:
             t.start()
         deadline = time.monotonic() + 20
@@ -245,12 +251,15 @@ def test_ten_unfinished_40mib_heads_are_cut_off_at_the_cap(srv: ServerProcess) -
 
 
 def test_trailer_section_over_the_cap_answers_431_and_stores_nothing(
-        srv: ServerProcess, topic: str) -> None:
+    srv: ServerProcess, topic: str
+) -> None:
     """A chunked body's trailer fields are header fields too: capped like the head."""
     with Conn(srv) as c:
-        head = (f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
-                "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                "5\r\nhello\r\n0\r\nX-Trailer: ").encode()
+        head = (
+            f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "5\r\nhello\r\n0\r\nX-Trailer: "
+        ).encode()
         sender = _Sender(c.sock, [head, *_filler(1 << 20, 64 << 10), b"\r\n\r\n"])
         sender.start()
         r = c.reply()
@@ -267,8 +276,14 @@ def test_head_cap_is_configurable(server_factory: Callable[..., ServerProcess]) 
     with Conn(big) as c:
         c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (100 << 10) + b"\r\n\r\n")
         assert c.reply().status == 200
-        sender = _Sender(c.sock, [b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: ",
-                                  *_filler(cap + (1 << 20)), b"\r\n\r\n"])
+        sender = _Sender(
+            c.sock,
+            [
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: ",
+                *_filler(cap + (1 << 20)),
+                b"\r\n\r\n",
+            ],
+        )
         sender.start()
         r = c.reply()
         assert r.status == 431, r
@@ -339,16 +354,20 @@ def test_keep_alive_connection_idle_past_the_header_timeout_is_kept(srv: ServerP
 
 def test_long_poll_outlasts_the_timeouts(srv: ServerProcess, topic: str) -> None:
     with Conn(srv) as c:
-        c.send(f"GET /v1/topics/{topic}/partitions/0/records?offset=0&wait_ms=2500 HTTP/1.1\r\n"
-                  "Host: x\r\n\r\n".encode())
+        c.send(
+            f"GET /v1/topics/{topic}/partitions/0/records?offset=0&wait_ms=2500 HTTP/1.1\r\n"
+            "Host: x\r\n\r\n".encode()
+        )
         r = c.reply(within=15)
         assert r.status == 200, r
         assert json.loads(r.body)["records"] == []
 
 
 def _post_head(topic: str, length: int) -> bytes:
-    return (f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
-            f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n").encode()
+    return (
+        f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 def test_stalled_body_answers_408_and_stores_nothing(srv: ServerProcess, topic: str) -> None:
@@ -401,19 +420,28 @@ def _chunked(body: bytes) -> bytes:
     return f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
 
 
-@pytest.mark.parametrize("te_fields", [
-    ["gzip, chunked"],
-    ["gzip", "chunked"],
-    ["deflate,chunked"],
-    ["identity, chunked"],
-], ids=["gzip-chunked", "two-fields", "deflate", "identity"])
+@pytest.mark.parametrize(
+    "te_fields",
+    [
+        ["gzip, chunked"],
+        ["gzip", "chunked"],
+        ["deflate,chunked"],
+        ["identity, chunked"],
+    ],
+    ids=["gzip-chunked", "two-fields", "deflate", "identity"],
+)
 def test_transfer_coding_other_than_chunked_answers_501(
-        srv: ServerProcess, topic: str, te_fields: list[str]) -> None:
+    srv: ServerProcess, topic: str, te_fields: list[str]
+) -> None:
     te = "".join(f"Transfer-Encoding: {v}\r\n" for v in te_fields)
     with Conn(srv) as c:
-        c.send((f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
-                   f"Content-Type: application/octet-stream\r\n{te}\r\n").encode()
-                  + _chunked(gzip.compress(b"hello")))
+        c.send(
+            (
+                f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
+                f"Content-Type: application/octet-stream\r\n{te}\r\n"
+            ).encode()
+            + _chunked(gzip.compress(b"hello"))
+        )
         r = c.reply()
         assert r.status == 501, r
         err = r.error()
@@ -424,9 +452,13 @@ def test_transfer_coding_other_than_chunked_answers_501(
 
 def test_plain_chunked_body_is_accepted(srv: ServerProcess, topic: str) -> None:
     with Conn(srv) as c:
-        c.send((f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
-                   "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                   ).encode() + _chunked(b"hello"))
+        c.send(
+            (
+                f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
+                "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            ).encode()
+            + _chunked(b"hello")
+        )
         assert c.reply().status == 200
     assert _high_watermark(srv, topic) == 1
 
@@ -434,17 +466,25 @@ def test_plain_chunked_body_is_accepted(srv: ServerProcess, topic: str) -> None:
 # ---- d) the server's own rejections are JSON ---------------------------------------------
 
 
-@pytest.mark.parametrize("request_bytes", [
-    b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
-    b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-    b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
-    b"X-Bad: a\x01b\r\nContent-Length: 5\r\n\r\nhello",
-], ids=["bad-chunk-size", "cl-and-te", "two-content-lengths", "control-char"])
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        b"X-Bad: a\x01b\r\nContent-Length: 5\r\n\r\nhello",
+    ],
+    ids=["bad-chunk-size", "cl-and-te", "two-content-lengths", "control-char"],
+)
 def test_malformed_request_answers_400_json(
-        srv: ServerProcess, topic: str, request_bytes: bytes) -> None:
+    srv: ServerProcess, topic: str, request_bytes: bytes
+) -> None:
     with Conn(srv) as c:
-        c.send(f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
-                  "Content-Type: application/octet-stream\r\n".encode() + request_bytes)
+        c.send(
+            f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/octet-stream\r\n".encode()
+            + request_bytes
+        )
         r = c.reply()
         assert r.status == 400, r
         err = r.error()
@@ -455,6 +495,8 @@ def test_malformed_request_answers_400_json(
 
 def test_pipelined_requests_are_still_served_in_order(srv: ServerProcess) -> None:
     with Conn(srv) as c:
-        c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 3
-                  + b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+        c.send(
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 3
+            + b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
         assert [c.reply().status for _ in range(4)] == [200, 200, 200, 404]

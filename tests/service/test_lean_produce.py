@@ -47,7 +47,8 @@ def _receive(pieces: list[bytes], *, length: int | None, end: str = "complete") 
     away), "short" (the last says no more although ``length`` was not reached)."""
     messages: list[dict[str, Any]] = [
         {"type": "http.request", "body": p, "more_body": i + 1 < len(pieces) or end != "complete"}
-        for i, p in enumerate(pieces)]
+        for i, p in enumerate(pieces)
+    ]
     if end == "disconnect":
         messages.append({"type": "http.disconnect"})
     elif end == "short":
@@ -60,8 +61,7 @@ def _receive(pieces: list[bytes], *, length: int | None, end: str = "complete") 
         return next(it)
 
     headers = [] if length is None else [(b"content-length", str(length).encode())]
-    scope = {"type": "http", "method": "POST", "path": "/", "headers": headers,
-             "query_string": b""}
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": headers, "query_string": b""}
     return asyncio.run(produce.receive_body(Request(scope, receive)))
 
 
@@ -70,7 +70,7 @@ def _split(data: bytes, sizes: list[int]) -> list[bytes]:
     out, pos, i = [], 0, 0
     while pos < len(data):
         n = sizes[i % len(sizes)]
-        out.append(data[pos:pos + n])
+        out.append(data[pos : pos + n])
         pos += n
         i += 1
     return out
@@ -119,7 +119,9 @@ def test_receive_batches_in_place_keeps_the_buffer() -> None:
     assert moved.data is body  # rebased in place: no copy of the body
     recs = decode_records(bytes(body))[0]
     assert [(r.offset, r.timestamp, r.value) for r in recs] == [
-        (50, 1, b"a" * 100), (51, 1, b"b" * 200)]
+        (50, 1, b"a" * 100),
+        (51, 1, b"b" * 200),
+    ]
     # A buffer that is not a bytearray is copied whatever in_place says.
     frozen = bytes(kept)
     assert receive_batches(frozen, 1 << 20, in_place=True).data is not frozen
@@ -145,8 +147,10 @@ def topic(srv: ServerProcess, topic_name: str) -> str:
 
 
 def _head(topic: str, length: int) -> bytes:
-    return (f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
-            f"Content-Type: {FRAMES}\r\nContent-Length: {length}\r\n\r\n").encode()
+    return (
+        f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: {FRAMES}\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 def _values(srv: ServerProcess, topic: str) -> list[bytes]:
@@ -171,8 +175,9 @@ def _send_in_pieces(c: Conn, data: bytes, piece: int) -> None:
             time.sleep(0.002)
 
 
-def test_a_batch_split_across_many_tcp_reads_is_stored_exactly(srv: ServerProcess,
-                                                               topic: str) -> None:
+def test_a_batch_split_across_many_tcp_reads_is_stored_exactly(
+    srv: ServerProcess, topic: str
+) -> None:
     values = [bytes([i % 251]) * (100 + i) for i in range(300)]
     body = _frames(values, max_batch_bytes=8192)  # several batches, cut anywhere
     with Conn(srv) as c:
@@ -183,8 +188,9 @@ def test_a_batch_split_across_many_tcp_reads_is_stored_exactly(srv: ServerProces
     assert _values(srv, topic) == values
 
 
-def test_a_damaged_batch_split_across_reads_is_400_and_nothing_stored(srv: ServerProcess,
-                                                                      topic: str) -> None:
+def test_a_damaged_batch_split_across_reads_is_400_and_nothing_stored(
+    srv: ServerProcess, topic: str
+) -> None:
     values = [b"v" * 1000 for _ in range(200)]
     body = bytearray(_frames(values, max_batch_bytes=50_000))
     body[len(body) // 2] ^= 0x01  # one bit of one value in a middle batch
@@ -198,33 +204,41 @@ def test_a_damaged_batch_split_across_reads_is_400_and_nothing_stored(srv: Serve
     assert _next_offset(srv, topic) == 0
 
 
-def test_a_body_larger_than_the_up_front_allocation_is_stored_exactly(srv: ServerProcess,
-                                                                     topic: str) -> None:
+def test_a_body_larger_than_the_up_front_allocation_is_stored_exactly(
+    srv: ServerProcess, topic: str
+) -> None:
     values = [i.to_bytes(4, "little") * 256 for i in range(5000)]  # ~5.1 MB body
     body = _frames(values)
     assert produce.PREALLOC_BYTES < len(body) <= 8 << 20
-    r = httpx.post(f"{srv.url}/v1/topics/{topic}/partitions/0/records", content=body,
-                   headers={"Content-Type": FRAMES}, timeout=60)
+    r = httpx.post(
+        f"{srv.url}/v1/topics/{topic}/partitions/0/records",
+        content=body,
+        headers={"Content-Type": FRAMES},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     assert r.json()["offsets"] == list(range(5000))
     assert _values(srv, topic) == values
 
     def chunks() -> Iterator[bytes]:  # the same, chunked (no Content-Length)
         for i in range(0, len(body), 100_000):
-            yield body[i:i + 100_000]
+            yield body[i : i + 100_000]
 
-    r = httpx.post(f"{srv.url}/v1/topics/{topic}/partitions/0/records", content=chunks(),
-                   headers={"Content-Type": FRAMES}, timeout=60)
+    r = httpx.post(
+        f"{srv.url}/v1/topics/{topic}/partitions/0/records",
+        content=chunks(),
+        headers={"Content-Type": FRAMES},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     assert _values(srv, topic) == values + values
 
 
-def test_a_client_that_goes_away_mid_body_stores_nothing(srv: ServerProcess,
-                                                         topic: str) -> None:
+def test_a_client_that_goes_away_mid_body_stores_nothing(srv: ServerProcess, topic: str) -> None:
     body = _frames([b"w" * 1000 for _ in range(1000)])
     with Conn(srv) as c:
         c.send(_head(topic, len(body)))
-        c.send(body[:len(body) // 2])
+        c.send(body[: len(body) // 2])
         time.sleep(0.2)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # the server is still serving, and stored nothing
@@ -232,6 +246,10 @@ def test_a_client_that_goes_away_mid_body_stores_nothing(srv: ServerProcess,
             break
         time.sleep(0.1)
     assert _next_offset(srv, topic) == 0
-    r = httpx.post(f"{srv.url}/v1/topics/{topic}/partitions/0/records", content=body,
-                   headers={"Content-Type": FRAMES}, timeout=30)
+    r = httpx.post(
+        f"{srv.url}/v1/topics/{topic}/partitions/0/records",
+        content=body,
+        headers={"Content-Type": FRAMES},
+        timeout=30,
+    )
     assert r.status_code == 200 and r.json()["first_offset"] == 0, r.text

@@ -22,18 +22,33 @@ from .conftest import ServerProcess, free_port, service_env
 def test_restart_keeps_topics_records_and_offsets(server_factory: Any) -> None:
     srv: ServerProcess = server_factory()
     with srv.client(None) as c:
-        r = c.post("/v1/topics", json={"name": "keep", "partitions": 2,
-                                       "config": {"segment_bytes": 512, "flush_messages": 100}})
+        r = c.post(
+            "/v1/topics",
+            json={
+                "name": "keep",
+                "partitions": 2,
+                "config": {"segment_bytes": 512, "flush_messages": 100},
+            },
+        )
         assert r.status_code == 201
         topic_id = r.json()["topic_id"]
         c.post("/v1/topics", json={"name": "gone"})
         for i in range(20):
-            c.post("/v1/topics/keep/partitions/1/records", json={"records": [{"value": f"v{i}", "key": "k"}]})
-        c.post("/v1/topics/keep/partitions/0/records", content=b"\x00\xffraw",
-               headers={"Content-Type": "application/octet-stream"})
+            c.post(
+                "/v1/topics/keep/partitions/1/records",
+                json={"records": [{"value": f"v{i}", "key": "k"}]},
+            )
+        c.post(
+            "/v1/topics/keep/partitions/0/records",
+            content=b"\x00\xffraw",
+            headers={"Content-Type": "application/octet-stream"},
+        )
         c.delete("/v1/topics/gone")
-        before = c.get("/v1/topics/keep/partitions/1/records", params={"offset": 0},
-                       headers={"Accept": "application/octet-stream"}).content
+        before = c.get(
+            "/v1/topics/keep/partitions/1/records",
+            params={"offset": 0},
+            headers={"Accept": "application/octet-stream"},
+        ).content
 
     assert srv.stop() == 0
     srv.start()
@@ -43,8 +58,11 @@ def test_restart_keeps_topics_records_and_offsets(server_factory: Any) -> None:
         assert d["topic_id"] == topic_id and d["partitions"] == 2
         assert d["config"]["segment_bytes"] == 512 and d["config"]["flush_messages"] == 100
         assert [p["next_offset"] for p in d["partition_info"]] == [1, 20]
-        after = c.get("/v1/topics/keep/partitions/1/records", params={"offset": 0},
-                      headers={"Accept": "application/octet-stream"}).content
+        after = c.get(
+            "/v1/topics/keep/partitions/1/records",
+            params={"offset": 0},
+            headers={"Accept": "application/octet-stream"},
+        ).content
         assert after == before
         recs = c.get("/v1/topics/keep/partitions/0/records", params={"offset": 0}).json()["records"]
         assert recs[0]["value_b64"] == "AP9yYXc="
@@ -54,7 +72,9 @@ def test_restart_keeps_topics_records_and_offsets(server_factory: Any) -> None:
         assert c.get("/v1/topics/gone").status_code == 404
 
 
-def test_sigterm_with_records_in_flight_keeps_every_acknowledged_record(server_factory: Any) -> None:
+def test_sigterm_with_records_in_flight_keeps_every_acknowledged_record(
+    server_factory: Any,
+) -> None:
     srv: ServerProcess = server_factory()
     with srv.client(None) as c:
         assert c.post("/v1/topics", json={"name": "inflight", "partitions": 2}).status_code == 201
@@ -72,13 +92,17 @@ def test_sigterm_with_records_in_flight_keeps_every_acknowledged_record(server_f
                 values = [f"t{tid}-{i}-{j}" for j in range(1 + i % 4)]
                 i += 1
                 try:
-                    r = c.post(f"/v1/topics/inflight/partitions/{part}/records",
-                               json={"records": [{"value": v} for v in values]})
+                    r = c.post(
+                        f"/v1/topics/inflight/partitions/{part}/records",
+                        json={"records": [{"value": v} for v in values]},
+                    )
                 except httpx.TransportError:
                     return  # the server is gone: nothing more is acknowledged
                 if r.status_code == 200:
                     with lock:
-                        acked.extend((part, o, v) for o, v in zip(r.json()["offsets"], values, strict=True))
+                        acked.extend(
+                            (part, o, v) for o, v in zip(r.json()["offsets"], values, strict=True)
+                        )
                 elif r.status_code == 503:
                     return  # shutting down
                 else:
@@ -105,8 +129,10 @@ def test_sigterm_with_records_in_flight_keeps_every_acknowledged_record(server_f
         for part in (0, 1):
             offset = 0
             while True:
-                r = c.get(f"/v1/topics/inflight/partitions/{part}/records",
-                          params={"offset": offset, "max_records": 10_000})
+                r = c.get(
+                    f"/v1/topics/inflight/partitions/{part}/records",
+                    params={"offset": offset, "max_records": 10_000},
+                )
                 recs = r.json()["records"]
                 if not recs:
                     break
@@ -116,27 +142,42 @@ def test_sigterm_with_records_in_flight_keeps_every_acknowledged_record(server_f
     assert not missing, missing[:5]
 
 
-def _run_server(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiered_log.service", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def _run_server(
+    env: dict[str, str], *args: str, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tiered_log.service", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
-@pytest.mark.parametrize("settings,name", [
-    ({"port": "not-a-port"}, "port"),
-    ({"port": "70000"}, "port"),
-    ({"auth_tokens": "{not json"}, "auth_tokens"),
-    ({"auth_tokens": json.dumps({"very-secret-token": {"orders": ["superuser"]}})}, "auth_tokens"),
-    ({"auth_tokens": json.dumps({"very-secret-token": {"../x": ["read"]}})}, "auth_tokens"),
-    ({"topic_defaults__segment_bytes": "10"}, "topic_defaults.segment_bytes"),
-    ({"topic_defaults__flush_messages": "0"}, "topic_defaults.flush_messages"),
-    ({"remote_url": "ftp://host/x"}, "remote_url"),
-    ({"remote_url": "s3://"}, "remote_url"),
-    ({"tls_certfile": "/nonexistent/cert.pem"}, "tls_keyfile"),
-    ({"s3_secret_key": "very-secret-token", "max_request_bytes": "12"}, "max_request_bytes"),
-    ({"config_file": "/nonexistent/tiered.toml"}, "config_file"),
-    ({"replica_fetch_wait_max_ms": "10000"}, "replica_fetch_wait_max_ms"),  # >= the lag time
-])
-def test_invalid_settings_exit_2_with_one_line(tmp_path: Path, settings: dict[str, str], name: str) -> None:
+@pytest.mark.parametrize(
+    "settings,name",
+    [
+        ({"port": "not-a-port"}, "port"),
+        ({"port": "70000"}, "port"),
+        ({"auth_tokens": "{not json"}, "auth_tokens"),
+        (
+            {"auth_tokens": json.dumps({"very-secret-token": {"orders": ["superuser"]}})},
+            "auth_tokens",
+        ),
+        ({"auth_tokens": json.dumps({"very-secret-token": {"../x": ["read"]}})}, "auth_tokens"),
+        ({"topic_defaults__segment_bytes": "10"}, "topic_defaults.segment_bytes"),
+        ({"topic_defaults__flush_messages": "0"}, "topic_defaults.flush_messages"),
+        ({"remote_url": "ftp://host/x"}, "remote_url"),
+        ({"remote_url": "s3://"}, "remote_url"),
+        ({"tls_certfile": "/nonexistent/cert.pem"}, "tls_keyfile"),
+        ({"s3_secret_key": "very-secret-token", "max_request_bytes": "12"}, "max_request_bytes"),
+        ({"config_file": "/nonexistent/tiered.toml"}, "config_file"),
+        ({"replica_fetch_wait_max_ms": "10000"}, "replica_fetch_wait_max_ms"),  # >= the lag time
+    ],
+)
+def test_invalid_settings_exit_2_with_one_line(
+    tmp_path: Path, settings: dict[str, str], name: str
+) -> None:
     env = service_env(data_dir=str(tmp_path / "d"), **settings)
     p = _run_server(env)
     assert p.returncode == 2, p.stderr
@@ -165,12 +206,25 @@ def test_config_file_settings_and_priority(tmp_path: Path) -> None:
     """TOML file < environment < command line; checked through a running server."""
     port = free_port()
     cfg = tmp_path / "tiered.toml"
-    cfg.write_text(f'data_dir = "{tmp_path / "from-file"}"\nport = 1\n'
-                   "[topic_defaults]\nflush_messages = 7\n")
+    cfg.write_text(
+        f'data_dir = "{tmp_path / "from-file"}"\nport = 1\n[topic_defaults]\nflush_messages = 7\n'
+    )
     env = service_env(port=str(port), access_log="false")
-    proc = subprocess.Popen([sys.executable, "-m", "tiered_log.service", "--config", str(cfg),
-                             "--data-dir", str(tmp_path / "from-cli")], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tiered_log.service",
+            "--config",
+            str(cfg),
+            "--data-dir",
+            str(tmp_path / "from-cli"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(300):
@@ -222,19 +276,30 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
     now = datetime.datetime.now(datetime.UTC)
     import ipaddress
 
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return cert_path, key_path
 
 

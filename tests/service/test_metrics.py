@@ -21,13 +21,21 @@ def _samples(text: str) -> dict[str, float]:
 
 def test_metrics_count_appends_and_fetches(admin: httpx.Client, topic_name: str) -> None:
     assert admin.post("/v1/topics", json={"name": topic_name, "partitions": 2}).status_code == 201
-    admin.post(f"/v1/topics/{topic_name}/partitions/0/records",
-               json={"records": [{"value": "abc"}, {"value": "defg", "key": "k"}]})
-    admin.post(f"/v1/topics/{topic_name}/partitions/1/records", content=b"12345",
-               headers={"Content-Type": "application/octet-stream"})
+    admin.post(
+        f"/v1/topics/{topic_name}/partitions/0/records",
+        json={"records": [{"value": "abc"}, {"value": "defg", "key": "k"}]},
+    )
+    admin.post(
+        f"/v1/topics/{topic_name}/partitions/1/records",
+        content=b"12345",
+        headers={"Content-Type": "application/octet-stream"},
+    )
     admin.get(f"/v1/topics/{topic_name}/partitions/0/records", params={"offset": 0})
-    r = admin.get(f"/v1/topics/{topic_name}/partitions/0/records", params={"offset": 0},
-                  headers={"Accept": "application/octet-stream"})
+    r = admin.get(
+        f"/v1/topics/{topic_name}/partitions/0/records",
+        params={"offset": 0},
+        headers={"Accept": "application/octet-stream"},
+    )
     frame_bytes = len(r.content)
 
     resp = admin.get("/metrics")
@@ -45,13 +53,21 @@ def test_metrics_count_appends_and_fetches(admin: httpx.Client, topic_name: str)
     # The binary fetch sent the stored batch (one, 28 bytes of header); the JSON one counts
     # the records' sizes (their share of the batch).
     assert s[f"tiered_log_fetch_bytes_total{{{t}}}"] == frame_bytes + (frame_bytes - 28)
-    for gauge in ("copy_lag_bytes", "copy_lag_segments", "remote_fetch_bytes_total",
-                  "remote_fetch_errors_total", "remote_cache_hits_total", "remote_cache_misses_total"):
+    for gauge in (
+        "copy_lag_bytes",
+        "copy_lag_segments",
+        "remote_fetch_bytes_total",
+        "remote_fetch_errors_total",
+        "remote_cache_hits_total",
+        "remote_cache_misses_total",
+    ):
         assert f"tiered_log_{gauge}{{{t}}}" in s, gauge
     assert s[f"tiered_log_local_bytes{{{t}}}"] == frame_bytes + 48 + 5
     assert s[f'tiered_log_partition_next_offset{{{t},partition="0"}}'] == 2
     assert s[f'tiered_log_partition_next_offset{{{t},partition="1"}}'] == 1
-    assert re.search(r'^tiered_log_http_requests_total\{method="POST",status="200"\} \d+$', text, re.M)
+    assert re.search(
+        r'^tiered_log_http_requests_total\{method="POST",status="200"\} \d+$', text, re.M
+    )
     # Every family is declared once, with HELP and TYPE.
     types = re.findall(r"^# TYPE (\S+) (counter|gauge)$", text, re.M)
     assert len(types) == len({name for name, _ in types})
@@ -84,8 +100,11 @@ def test_metrics_show_a_token_only_its_topics(server: ServerProcess, topic_name:
     assert f'topic="{mine}"' in full and f'topic="{other}"' in full
     for token in (READER, WRITER):
         with server.client(token) as c:
-            assert [t["name"] for t in c.get("/v1/topics").json()["topics"]
-                    if t["name"] in (mine, other)] == [mine]
+            assert [
+                t["name"]
+                for t in c.get("/v1/topics").json()["topics"]
+                if t["name"] in (mine, other)
+            ] == [mine]
             r = c.get("/metrics")
             assert r.status_code == 200
             text = r.text
@@ -95,8 +114,9 @@ def test_metrics_show_a_token_only_its_topics(server: ServerProcess, topic_name:
         s = _samples(text)
         assert s[f'tiered_log_append_records_total{{topic="{mine}"}}'] == 1
         assert s[f'tiered_log_partition_next_offset{{topic="{mine}",partition="0"}}'] == 1
-        assert re.search(r'^tiered_log_http_requests_total\{method="GET",status="200"\} \d+$',
-                         text, re.M)
+        assert re.search(
+            r'^tiered_log_http_requests_total\{method="GET",status="200"\} \d+$', text, re.M
+        )
 
 
 def test_forgetting_a_topic_drops_only_topic_series() -> None:

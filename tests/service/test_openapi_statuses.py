@@ -51,13 +51,16 @@ _BODIES: dict[str, tuple[dict[str, str], bytes | None]] = {
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A single node with authentication on and a small request bound."""
     base = tmp_path_factory.mktemp("openapi")
-    srv = ServerProcess(base / "data", base, {"auth_tokens": json.dumps(TOKENS),
-                                              "max_request_bytes": str(LIMIT)})
+    srv = ServerProcess(
+        base / "data", base, {"auth_tokens": json.dumps(TOKENS), "max_request_bytes": str(LIMIT)}
+    )
     srv.start()
     with srv.client(ADMIN) as c:
         assert c.post("/v1/topics", json={"name": TOPIC, "partitions": 2}).status_code == 201
-        r = c.post(f"/v1/topics/{TOPIC}/partitions/0/records",
-                   json={"records": [{"value": f"r{i}"} for i in range(10)]})
+        r = c.post(
+            f"/v1/topics/{TOPIC}/partitions/0/records",
+            json={"records": [{"value": f"r{i}"} for i in range(10)]},
+        )
         assert r.status_code == 200, r.text
     yield srv
     srv.stop(timeout=15)
@@ -79,8 +82,9 @@ def _paths(template: str) -> list[str]:
 
 def _queries(op: dict[str, Any]) -> list[dict[str, str]]:
     """The operation's required query parameters valid (0), and each one not a number."""
-    required = [p["name"] for p in op.get("parameters", [])
-                if p.get("in") == "query" and p.get("required")]
+    required = [
+        p["name"] for p in op.get("parameters", []) if p.get("in") == "query" and p.get("required")
+    ]
     valid = {name: "0" for name in required}
     return [valid, *({**valid, name: "x"} for name in required)]
 
@@ -88,8 +92,7 @@ def _queries(op: dict[str, Any]) -> list[dict[str, str]]:
 @pytest.mark.timeout(180)
 def test_every_answered_status_is_documented(node: ServerProcess) -> None:
     doc = httpx.get(node.url + "/openapi.json", timeout=10).json()
-    ops = [(path, method, op) for path, item in doc["paths"].items()
-           for method, op in item.items()]
+    ops = [(path, method, op) for path, item in doc["paths"].items() for method, op in item.items()]
     ops.sort(key=lambda o: o[1] == "delete")  # deleting the topic comes last
     undocumented: list[str] = []
     statuses: set[tuple[str, str, int]] = set()
@@ -98,22 +101,31 @@ def test_every_answered_status_is_documented(node: ServerProcess) -> None:
         for template, method, op in ops:
             documented = set(op["responses"])
             for path, query, (auth, headers), (body_name, (ctype, content)) in itertools.product(
-                    _paths(template), _queries(op), _AUTH.items(), _BODIES.items()):
+                _paths(template), _queries(op), _AUTH.items(), _BODIES.items()
+            ):
                 if method in ("get", "delete") and body_name not in ("no body", "too large"):
                     continue
-                r = http.request(method.upper(), path, params=query,
-                                 headers={**headers, **ctype}, content=content)
+                r = http.request(
+                    method.upper(),
+                    path,
+                    params=query,
+                    headers={**headers, **ctype},
+                    content=content,
+                )
                 sent += 1
                 statuses.add((template, method, r.status_code))
                 what = f"{method.upper()} {path} {query} ({auth}, {body_name})"
                 if str(r.status_code) not in documented:
-                    undocumented.append(f"{what}: {r.status_code} {r.text[:160]} (documented: "
-                                        f"{' '.join(sorted(documented))})")
+                    undocumented.append(
+                        f"{what}: {r.status_code} {r.text[:160]} (documented: "
+                        f"{' '.join(sorted(documented))})"
+                    )
                 if r.status_code >= 400:
                     err = r.json()["error"]
                     assert err["code"] and err["message"], what
-    assert not undocumented, f"{len(undocumented)} of {sent} answers undocumented:\n" + \
-        "\n".join(undocumented[:40])
+    assert not undocumented, f"{len(undocumented)} of {sent} answers undocumented:\n" + "\n".join(
+        undocumented[:40]
+    )
     # The walk reached each layer: the statuses below were answered somewhere.
     seen = {s for _, _, s in statuses}
     assert {400, 401, 403, 404, 413, 415}.issubset(seen), seen
@@ -122,16 +134,20 @@ def test_every_answered_status_is_documented(node: ServerProcess) -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize(("method", "path", "ctype", "body"), [
-    ("GET", "/v1/cluster", None, None),
-    ("POST", "/v1/cluster/restore", None, None),
-    ("POST", "/v1/cluster/reassign", None, None),
-    ("POST", "/v1/cluster/restore", "application/json", b"{}"),
-    ("POST", "/v1/cluster/reassign", "application/json", b'{"from_node": 1, "to_node": 2}'),
-    ("POST", "/v1/cluster/restore", "text/plain", b"x"),
-])
-def test_a_single_node_says_it_is_not_a_cluster(node: ServerProcess, method: str, path: str,
-                                                ctype: str | None, body: bytes | None) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "ctype", "body"),
+    [
+        ("GET", "/v1/cluster", None, None),
+        ("POST", "/v1/cluster/restore", None, None),
+        ("POST", "/v1/cluster/reassign", None, None),
+        ("POST", "/v1/cluster/restore", "application/json", b"{}"),
+        ("POST", "/v1/cluster/reassign", "application/json", b'{"from_node": 1, "to_node": 2}'),
+        ("POST", "/v1/cluster/restore", "text/plain", b"x"),
+    ],
+)
+def test_a_single_node_says_it_is_not_a_cluster(
+    node: ServerProcess, method: str, path: str, ctype: str | None, body: bytes | None
+) -> None:
     headers = {"Authorization": f"Bearer {ADMIN}"}
     if ctype:
         headers["Content-Type"] = ctype
@@ -142,8 +158,13 @@ def test_a_single_node_says_it_is_not_a_cluster(node: ServerProcess, method: str
     assert err["message"].startswith("this node is not part of a cluster"), err
     assert "cluster_etcd" in err["message"]
     # Without a token the caller learns nothing: 401 first.
-    r = httpx.request(method, node.url + path, content=body, timeout=10,
-                      headers={"Content-Type": ctype} if ctype else {})
+    r = httpx.request(
+        method,
+        node.url + path,
+        content=body,
+        timeout=10,
+        headers={"Content-Type": ctype} if ctype else {},
+    )
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
 
 
@@ -152,9 +173,14 @@ def test_a_cluster_documents_not_leader_on_partition_routes() -> None:
     does, and documents it nowhere."""
     with tempfile.TemporaryDirectory() as d:
         single = create_app(load_settings(data_dir=d)).openapi()
-        clustered = create_app(load_settings(data_dir=d, node_id=1,
-                                             advertised_url="http://127.0.0.1:1",
-                                             cluster_etcd="http://127.0.0.1:2")).openapi()
+        clustered = create_app(
+            load_settings(
+                data_dir=d,
+                node_id=1,
+                advertised_url="http://127.0.0.1:1",
+                cluster_etcd="http://127.0.0.1:2",
+            )
+        ).openapi()
     for doc, expect in ((single, False), (clustered, True)):
         for path, item in doc["paths"].items():
             for op in item.values():

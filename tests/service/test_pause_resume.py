@@ -76,8 +76,11 @@ def topic(srv: ServerProcess, topic_name: str) -> str:
 @contextlib.contextmanager
 def busy(srv: ServerProcess) -> Iterator[None]:
     """Keep the server's event loop busy (a helper process sending pipelined requests)."""
-    proc = subprocess.Popen([sys.executable, "-c", _BUSY, str(srv.port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BUSY, str(srv.port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(0.3)
         yield
@@ -87,8 +90,11 @@ def busy(srv: ServerProcess) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def stopped(srv: ServerProcess, helper: contextlib.AbstractContextManager[None] | None = None,
-            seconds: float = 1.5) -> Iterator[None]:
+def stopped(
+    srv: ServerProcess,
+    helper: contextlib.AbstractContextManager[None] | None = None,
+    seconds: float = 1.5,
+) -> Iterator[None]:
     """SIGSTOP the server (the pid this test started), run the body, stay stopped until
     ``seconds`` have passed, SIGCONT. ``helper`` (a :func:`busy`) ends while stopped."""
     assert srv.proc is not None and srv.proc.poll() is None
@@ -105,8 +111,10 @@ def stopped(srv: ServerProcess, helper: contextlib.AbstractContextManager[None] 
 
 
 def _post_head(topic: str, length: int) -> bytes:
-    return (f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
-            f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n").encode()
+    return (
+        f"POST /v1/topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 def _high_watermark(srv: ServerProcess, topic: str) -> int:
@@ -164,7 +172,8 @@ def test_head_finished_while_stopped_is_served(srv: ServerProcess, topic: str) -
 
 
 def test_next_request_on_a_kept_alive_connection_sent_while_stopped(
-        srv: ServerProcess, topic: str) -> None:
+    srv: ServerProcess, topic: str
+) -> None:
     """A request sent on a kept-alive connection while the server is stopped for longer
     than uvicorn's keep-alive timeout (5 s) is answered, not dropped with the
     connection."""
@@ -180,14 +189,17 @@ def test_next_request_on_a_kept_alive_connection_sent_while_stopped(
 
 
 @pytest.mark.parametrize("accept", ["application/json", "application/octet-stream"])
-def test_long_poll_held_across_a_stop_is_answered(srv: ServerProcess, topic: str,
-                                                  accept: str) -> None:
+def test_long_poll_held_across_a_stop_is_answered(
+    srv: ServerProcess, topic: str, accept: str
+) -> None:
     """A fetch waiting at the end of the log when the server stops, and whose wait ends
     while it is stopped, gets its (empty) answer once the server runs again; so does a
     produce sent meanwhile on another connection."""
     with Conn(srv) as poll, Conn(srv) as prod:
-        poll.send(f"GET /v1/topics/{topic}/partitions/0/records?offset=0&wait_ms=1000 "
-                  f"HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\n\r\n".encode())
+        poll.send(
+            f"GET /v1/topics/{topic}/partitions/0/records?offset=0&wait_ms=1000 "
+            f"HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\n\r\n".encode()
+        )
         time.sleep(0.3)
         with stopped(srv, seconds=2.0):
             prod.send(_post_head(topic, 3) + b"abc")

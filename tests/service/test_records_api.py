@@ -24,7 +24,9 @@ def _create(c: httpx.Client, name: str, partitions: int = 1, **config: Any) -> N
     assert r.status_code == 201, r.text
 
 
-def _produce(c: httpx.Client, topic: str, records: list[dict[str, Any]], partition: int = 0) -> list[int]:
+def _produce(
+    c: httpx.Client, topic: str, records: list[dict[str, Any]], partition: int = 0
+) -> list[int]:
     r = c.post(f"/v1/topics/{topic}/partitions/{partition}/records", json={"records": records})
     assert r.status_code == 200, r.text
     offsets: list[int] = r.json()["offsets"]
@@ -41,14 +43,28 @@ def _bounds(c: httpx.Client, topic: str, partition: int = 0) -> dict[str, int]:
 def test_json_round_trip_text_and_binary(admin: httpx.Client, topic_name: str) -> None:
     _create(admin, topic_name)
     binary = bytes(range(256))
-    r = admin.post(f"/v1/topics/{topic_name}/partitions/0/records", json={"records": [
-        {"value": "hello"},
-        {"value_b64": base64.b64encode(binary).decode(), "key": "k1", "timestamp": 1234},
-        {"value": "ünïcode ✓", "key_b64": base64.b64encode(b"\xff\x00").decode(),
-         "headers": {"h1": "v1", "h2": None}},
-        {"value": "x", "headers": [{"name": "bin", "value_b64": base64.b64encode(b"\xfe").decode()},
-                                   {"name": "txt", "value": "t"}, {"name": "null"}]},
-    ]})
+    r = admin.post(
+        f"/v1/topics/{topic_name}/partitions/0/records",
+        json={
+            "records": [
+                {"value": "hello"},
+                {"value_b64": base64.b64encode(binary).decode(), "key": "k1", "timestamp": 1234},
+                {
+                    "value": "ünïcode ✓",
+                    "key_b64": base64.b64encode(b"\xff\x00").decode(),
+                    "headers": {"h1": "v1", "h2": None},
+                },
+                {
+                    "value": "x",
+                    "headers": [
+                        {"name": "bin", "value_b64": base64.b64encode(b"\xfe").decode()},
+                        {"name": "txt", "value": "t"},
+                        {"name": "null"},
+                    ],
+                },
+            ]
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["offsets"] == [0, 1, 2, 3]
@@ -67,23 +83,35 @@ def test_json_round_trip_text_and_binary(admin: httpx.Client, topic_name: str) -
     assert recs[1]["key"] == "k1" and recs[1]["timestamp"] == 1234
     assert recs[2]["value"] == "ünïcode ✓"
     assert recs[2]["key"] is None and base64.b64decode(recs[2]["key_b64"]) == b"\xff\x00"
-    assert recs[2]["headers"] == [{"name": "h1", "value": "v1", "value_b64": None},
-                                  {"name": "h2", "value": None, "value_b64": None}]
-    assert recs[3]["headers"] == [{"name": "bin", "value": None, "value_b64": "/g=="},
-                                  {"name": "txt", "value": "t", "value_b64": None},
-                                  {"name": "null", "value": None, "value_b64": None}]
+    assert recs[2]["headers"] == [
+        {"name": "h1", "value": "v1", "value_b64": None},
+        {"name": "h2", "value": None, "value_b64": None},
+    ]
+    assert recs[3]["headers"] == [
+        {"name": "bin", "value": None, "value_b64": "/g=="},
+        {"name": "txt", "value": "t", "value_b64": None},
+        {"name": "null", "value": None, "value_b64": None},
+    ]
     now_ms = time.time() * 1000
     assert abs(recs[0]["timestamp"] - now_ms) < 600_000
 
 
-def test_binary_fetch_is_the_stored_bytes(admin: httpx.Client, topic_name: str,
-                                          server: ServerProcess) -> None:
+def test_binary_fetch_is_the_stored_bytes(
+    admin: httpx.Client, topic_name: str, server: ServerProcess
+) -> None:
     _create(admin, topic_name)
     values = [f"value-{i}".encode() * (i + 1) for i in range(50)]
-    _produce(admin, topic_name, [{"value_b64": base64.b64encode(v).decode(), "key": str(i),
-                                  "headers": {"i": str(i)}} for i, v in enumerate(values)])
-    r = admin.get(f"/v1/topics/{topic_name}/partitions/0/records", params={"offset": 0},
-                  headers=BIN)
+    _produce(
+        admin,
+        topic_name,
+        [
+            {"value_b64": base64.b64encode(v).decode(), "key": str(i), "headers": {"i": str(i)}}
+            for i, v in enumerate(values)
+        ],
+    )
+    r = admin.get(
+        f"/v1/topics/{topic_name}/partitions/0/records", params={"offset": 0}, headers=BIN
+    )
     assert r.status_code == 200
     assert r.headers["content-type"] == "application/octet-stream"
     assert r.headers["x-next-offset"] == "50"
@@ -100,11 +128,17 @@ def test_binary_fetch_is_the_stored_bytes(admin: httpx.Client, topic_name: str,
     assert recs[7].headers == (("i", b"7"),)
 
     # Accept negotiation: JSON wins when preferred, binary when asked first.
-    r = admin.get(f"/v1/topics/{topic_name}/partitions/0/records", params={"offset": 0},
-                  headers={"Accept": "application/json, application/octet-stream;q=0.5"})
+    r = admin.get(
+        f"/v1/topics/{topic_name}/partitions/0/records",
+        params={"offset": 0},
+        headers={"Accept": "application/json, application/octet-stream;q=0.5"},
+    )
     assert r.headers["content-type"].startswith("application/json")
-    r = admin.get(f"/v1/topics/{topic_name}/partitions/0/records", params={"offset": 0},
-                  headers={"Accept": "application/octet-stream, application/json"})
+    r = admin.get(
+        f"/v1/topics/{topic_name}/partitions/0/records",
+        params={"offset": 0},
+        headers={"Accept": "application/octet-stream, application/json"},
+    )
     assert r.headers["content-type"] == "application/octet-stream"
 
 
@@ -134,12 +168,17 @@ def test_fetch_limits_both_forms(admin: httpx.Client, topic_name: str) -> None:
     for headers in ({}, BIN):
         r = admin.get(base, params={"offset": 20}, headers=headers)
         assert r.status_code == 200
-    assert r.content == b"" and r.headers["x-record-count"] == "0" and r.headers["x-next-offset"] == "20"
+    assert (
+        r.content == b""
+        and r.headers["x-record-count"] == "0"
+        and r.headers["x-next-offset"] == "20"
+    )
     assert admin.get(base, params={"offset": 20}).json()["records"] == []
 
 
-def test_binary_fetch_across_segments(admin: httpx.Client, topic_name: str,
-                                      server: ServerProcess) -> None:
+def test_binary_fetch_across_segments(
+    admin: httpx.Client, topic_name: str, server: ServerProcess
+) -> None:
     _create(admin, topic_name, segment_bytes=1024)
     for i in range(10):
         _produce(admin, topic_name, [{"value": f"r{i}-{j}-" + "z" * 80} for j in range(5)])
@@ -147,7 +186,9 @@ def test_binary_fetch_across_segments(admin: httpx.Client, topic_name: str,
     stores = sorted(tdir.glob("*.log"))
     assert len(stores) > 3  # the log rolled several times
     base = f"/v1/topics/{topic_name}/partitions/0/records"
-    r = admin.get(base, params={"offset": 0, "max_records": 10_000, "max_bytes": 1 << 20}, headers=BIN)
+    r = admin.get(
+        base, params={"offset": 0, "max_records": 10_000, "max_bytes": 1 << 20}, headers=BIN
+    )
     assert r.content == b"".join(p.read_bytes() for p in stores)
     recs, _, _ = decode_records(r.content)
     assert [x.offset for x in recs] == list(range(50))
@@ -168,8 +209,9 @@ def test_offset_out_of_range_is_416_with_bounds(admin: httpx.Client, topic_name:
     _create(admin, topic_name)
     _produce(admin, topic_name, [{"value": "a"}, {"value": "b"}])
     for headers in ({}, BIN):
-        r = admin.get(f"/v1/topics/{topic_name}/partitions/0/records", params={"offset": 3},
-                      headers=headers)
+        r = admin.get(
+            f"/v1/topics/{topic_name}/partitions/0/records", params={"offset": 3}, headers=headers
+        )
         assert r.status_code == 416
         err = r.json()["error"]
         assert err["code"] == "offset_out_of_range"
@@ -197,8 +239,13 @@ def test_bounds_and_truncate(admin: httpx.Client, topic_name: str) -> None:
     _create(admin, topic_name)
     _produce(admin, topic_name, [{"value": str(i)} for i in range(10)])
     b = _bounds(admin, topic_name)
-    assert b == {"log_start_offset": 0, "local_start_offset": 0, "high_watermark": 10,
-                 "next_offset": 10, "flushed_offset": 10}
+    assert b == {
+        "log_start_offset": 0,
+        "local_start_offset": 0,
+        "high_watermark": 10,
+        "next_offset": 10,
+        "flushed_offset": 10,
+    }
     url = f"/v1/topics/{topic_name}/partitions/0/truncate"
     r = admin.post(url, json={"offset": 6})
     assert r.status_code == 200 and r.json()["next_offset"] == 6
@@ -217,8 +264,12 @@ def test_raw_append_streaming(admin: httpx.Client, topic_name: str) -> None:
     _create(admin, topic_name, append_threshold=64 * 1024)
     url = f"/v1/topics/{topic_name}/partitions/0/records"
     value = bytes(range(256)) * 200  # 51200 bytes, under the threshold
-    r = admin.post(url, content=value, headers={"Content-Type": "application/octet-stream"},
-                   params={"key": "kk", "timestamp": 777})
+    r = admin.post(
+        url,
+        content=value,
+        headers={"Content-Type": "application/octet-stream"},
+        params={"key": "kk", "timestamp": 777},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["offsets"] == [0]
 
@@ -237,7 +288,8 @@ def test_raw_append_streaming(admin: httpx.Client, topic_name: str) -> None:
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_raw_append_over_threshold_is_413_and_stores_nothing(
-        admin: httpx.Client, topic_name: str, chunked: bool) -> None:
+    admin: httpx.Client, topic_name: str, chunked: bool
+) -> None:
     _create(admin, topic_name, append_threshold=32 * 1024)
     url = f"/v1/topics/{topic_name}/partitions/0/records"
     _produce(admin, topic_name, [{"value": "before"}])
@@ -254,7 +306,9 @@ def test_raw_append_over_threshold_is_413_and_stores_nothing(
     after = _bounds(admin, topic_name)
     assert after["next_offset"] == before["next_offset"] == 1
     # Exactly at the threshold is accepted; the connection stays usable.
-    r = admin.post(url, content=b"y" * (32 * 1024), headers={"Content-Type": "application/octet-stream"})
+    r = admin.post(
+        url, content=b"y" * (32 * 1024), headers={"Content-Type": "application/octet-stream"}
+    )
     assert r.status_code == 200 and r.json()["offsets"] == [1]
 
 
@@ -273,25 +327,35 @@ def test_request_size_bound(admin: httpx.Client, topic_name: str) -> None:
 
     r = admin.post(url, content=chunks(), headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
-    r = admin.post("/v1/topics", content=b'{"name": "' + b"q" * (2 << 20) + b'"}',
-                   headers={"Content-Type": "application/json"})
+    r = admin.post(
+        "/v1/topics",
+        content=b'{"name": "' + b"q" * (2 << 20) + b'"}',
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 413
     assert _bounds(admin, topic_name)["next_offset"] == 0
 
 
-@pytest.mark.parametrize("body", [
-    {"records": []},
-    {"records": [{}]},
-    {"records": [{"value": "a", "value_b64": "YQ=="}]},
-    {"records": [{"value_b64": "not base64!"}]},
-    {"records": [{"value": ""}]},
-    {"records": [{"value": "a", "key": "k", "key_b64": "aw=="}]},
-    {"records": [{"value": "a", "timestamp": -5}]},
-    {"records": [{"value": "a", "headers": [{"name": "h", "value": "x", "value_b64": "eA=="}]}]},
-    {"records": [{"value": "a", "bogus": 1}]},
-    {"records": "nope"},
-    {"recs": [{"value": "a"}]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"records": []},
+        {"records": [{}]},
+        {"records": [{"value": "a", "value_b64": "YQ=="}]},
+        {"records": [{"value_b64": "not base64!"}]},
+        {"records": [{"value": ""}]},
+        {"records": [{"value": "a", "key": "k", "key_b64": "aw=="}]},
+        {"records": [{"value": "a", "timestamp": -5}]},
+        {
+            "records": [
+                {"value": "a", "headers": [{"name": "h", "value": "x", "value_b64": "eA=="}]}
+            ]
+        },
+        {"records": [{"value": "a", "bogus": 1}]},
+        {"records": "nope"},
+        {"recs": [{"value": "a"}]},
+    ],
+)
 def test_bad_produce_bodies_are_400(admin: httpx.Client, topic_name: str, body: Any) -> None:
     _create(admin, topic_name)
     r = admin.post(f"/v1/topics/{topic_name}/partitions/0/records", json=body)
@@ -302,20 +366,27 @@ def test_bad_produce_bodies_are_400(admin: httpx.Client, topic_name: str, body: 
 
 def test_batch_is_all_or_nothing(admin: httpx.Client, topic_name: str) -> None:
     _create(admin, topic_name, append_threshold=10)
-    r = admin.post(f"/v1/topics/{topic_name}/partitions/0/records",
-                   json={"records": [{"value": "ok"}, {"value": "far too long for it"}]})
+    r = admin.post(
+        f"/v1/topics/{topic_name}/partitions/0/records",
+        json={"records": [{"value": "ok"}, {"value": "far too long for it"}]},
+    )
     assert r.status_code == 413 and r.json()["error"]["code"] == "record_too_large"
     assert _bounds(admin, topic_name)["next_offset"] == 0
 
 
 def test_unsupported_content_type_is_415(admin: httpx.Client, topic_name: str) -> None:
     _create(admin, topic_name)
-    r = admin.post(f"/v1/topics/{topic_name}/partitions/0/records", content=b"a=b",
-                   headers={"Content-Type": "application/x-www-form-urlencoded"})
+    r = admin.post(
+        f"/v1/topics/{topic_name}/partitions/0/records",
+        content=b"a=b",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
     assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
 
 
-def test_long_poll_wakes_on_append(admin: httpx.Client, topic_name: str, server: ServerProcess) -> None:
+def test_long_poll_wakes_on_append(
+    admin: httpx.Client, topic_name: str, server: ServerProcess
+) -> None:
     _create(admin, topic_name)
     url = f"/v1/topics/{topic_name}/partitions/0/records"
     result: dict[str, Any] = {}

@@ -42,20 +42,35 @@ def test_no_5xx_and_no_hang(server_factory: Any, tmp_path: Path) -> None:
     )
     with srv.client() as c:  # data for the generated requests to find
         assert c.post("/v1/topics", json={"name": "orders", "partitions": 2}).status_code == 201
-        c.post("/v1/topics/orders/partitions/0/records",
-               json={"records": [{"value": f"r{i}"} for i in range(20)]})
+        c.post(
+            "/v1/topics/orders/partitions/0/records",
+            json={"records": [{"value": f"r{i}"} for i in range(20)]},
+        )
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
     env["PYTHONPATH"] = str(HERE) + os.pathsep + env.get("PYTHONPATH", "")
     env["SCHEMATHESIS_HOOKS"] = "schemathesis_hooks"
-    cmd = [*_st(), "run", f"{srv.url}/openapi.json",
-           "--header", f"Authorization: Bearer {ADMIN}",
-           "--checks", "not_a_server_error,status_code_conformance",
-           "--max-examples", "20",
-           "--request-timeout", "15",
-           "--workers", "1",  # CPython 3.11's ast.parse is not thread-safe (hypothesis uses it)
-           "--seed", "20240601",
-           "--no-color",
-           "--report", "junit", "--report-dir", str(tmp_path / "report")]
+    cmd = [
+        *_st(),
+        "run",
+        f"{srv.url}/openapi.json",
+        "--header",
+        f"Authorization: Bearer {ADMIN}",
+        "--checks",
+        "not_a_server_error,status_code_conformance",
+        "--max-examples",
+        "20",
+        "--request-timeout",
+        "15",
+        "--workers",
+        "1",  # CPython 3.11's ast.parse is not thread-safe (hypothesis uses it)
+        "--seed",
+        "20240601",
+        "--no-color",
+        "--report",
+        "junit",
+        "--report-dir",
+        str(tmp_path / "report"),
+    ]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
     assert "Network Error" not in p.stdout and "Read timed out" not in p.stdout

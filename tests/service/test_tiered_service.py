@@ -27,8 +27,12 @@ def _remote_settings(kind: str, request: pytest.FixtureRequest, tmp_path: Path) 
     target: Any = request.getfixturevalue("s3_target")
     loc: Any = request.getfixturevalue("s3_location")
     url = f"s3://{loc.bucket}/{loc.prefix}" if loc.prefix else f"s3://{loc.bucket}"
-    out = {"remote_url": url, "s3_endpoint_url": target.endpoint, "s3_region": target.region,
-           "ship_interval_ms": "50"}
+    out = {
+        "remote_url": url,
+        "s3_endpoint_url": target.endpoint,
+        "s3_region": target.region,
+        "ship_interval_ms": "50",
+    }
     if target.access_key:
         out["s3_access_key"] = target.access_key
         out["s3_secret_key"] = target.secret_key or ""
@@ -36,8 +40,10 @@ def _remote_settings(kind: str, request: pytest.FixtureRequest, tmp_path: Path) 
 
 
 def _records(n: int, start: int = 0) -> list[dict[str, Any]]:
-    return [{"value": f"value-{i:06d}-" + "x" * 100, "key": f"k{i % 7}", "timestamp": 1_000_000 + i}
-            for i in range(start, start + n)]
+    return [
+        {"value": f"value-{i:06d}-" + "x" * 100, "key": f"k{i % 7}", "timestamp": 1_000_000 + i}
+        for i in range(start, start + n)
+    ]
 
 
 def _wait(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -63,13 +69,16 @@ def _metric(c: httpx.Client, name: str, topic: str) -> float:
     return -1.0
 
 
-def _read_all_json(c: httpx.Client, topic: str, start: int, end: int,
-                   partition: int = 0) -> list[dict[str, Any]]:
+def _read_all_json(
+    c: httpx.Client, topic: str, start: int, end: int, partition: int = 0
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     offset = start
     while offset < end:
-        r = c.get(f"/v1/topics/{topic}/partitions/{partition}/records",
-                  params={"offset": offset, "max_records": 200})
+        r = c.get(
+            f"/v1/topics/{topic}/partitions/{partition}/records",
+            params={"offset": offset, "max_records": 200},
+        )
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["records"], body
@@ -80,15 +89,23 @@ def _read_all_json(c: httpx.Client, topic: str, start: int, end: int,
 
 @pytest.mark.parametrize("kind", ["fs", "s3"])
 def test_archived_offsets_are_served_from_the_remote_tier(
-    kind: str, request: pytest.FixtureRequest, tmp_path: Path,
+    kind: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     srv = server_factory(**_remote_settings(kind, request, tmp_path))
     with srv.client() as c:
-        assert c.post("/v1/topics", json={"name": "archive", "partitions": 1,
-                                          "config": TINY}).status_code == 201
+        assert (
+            c.post(
+                "/v1/topics", json={"name": "archive", "partitions": 1, "config": TINY}
+            ).status_code
+            == 201
+        )
         for start in range(0, 600, 100):
-            r = c.post("/v1/topics/archive/partitions/0/records", json={"records": _records(100, start)})
+            r = c.post(
+                "/v1/topics/archive/partitions/0/records", json={"records": _records(100, start)}
+            )
             assert r.status_code == 200, r.text
         _wait(lambda: _bounds(c, "archive")["local_start_offset"] > 300, "shipping")
         b = _bounds(c, "archive")
@@ -98,8 +115,11 @@ def test_archived_offsets_are_served_from_the_remote_tier(
         assert all(x["value"] == _records(1, x["offset"])[0]["value"] for x in recs)
         assert all(x["timestamp"] == 1_000_000 + x["offset"] for x in recs)
         # The binary form decodes (and verifies) the same records from the archive.
-        r = c.get("/v1/topics/archive/partitions/0/records", params={"offset": 5, "max_records": 50},
-                  headers={"Accept": "application/octet-stream"})
+        r = c.get(
+            "/v1/topics/archive/partitions/0/records",
+            params={"offset": 5, "max_records": 50},
+            headers={"Accept": "application/octet-stream"},
+        )
         assert r.status_code == 200
         frames, _, _ = decode_records(r.content, start_offset=5)
         assert [f.offset for f in frames][:3] == [5, 6, 7]
@@ -114,23 +134,36 @@ def test_archived_offsets_are_served_from_the_remote_tier(
 
 
 def test_empty_data_dir_restores_topics_from_the_store(
-    request: pytest.FixtureRequest, tmp_path: Path,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     settings = _remote_settings("s3", request, tmp_path)
     srv = server_factory(**settings)
     with srv.client() as c:
-        assert c.post("/v1/topics", json={"name": "orders", "partitions": 2,
-                                          "config": {"segment_bytes": 4096}}).status_code == 201
+        assert (
+            c.post(
+                "/v1/topics",
+                json={"name": "orders", "partitions": 2, "config": {"segment_bytes": 4096}},
+            ).status_code
+            == 201
+        )
         for p in (0, 1):
             for start in range(0, 300, 30):  # a batch never splits: 10 segments each
-                r = c.post(f"/v1/topics/orders/partitions/{p}/records",
-                           json={"records": _records(30, start)})
+                r = c.post(
+                    f"/v1/topics/orders/partitions/{p}/records",
+                    json={"records": _records(30, start)},
+                )
                 assert r.status_code == 200
         # Wait until the sealed segments are shipped; the active segments are not (they
         # are lost with the disk, as Kafka loses what no replica holds).
-        _wait(lambda: _metric(c, "tiered_log_copy_lag_segments", "orders") == 0
-              and _metric(c, "tiered_log_remote_copy_segments_total", "orders") >= 16, "shipping")
+        _wait(
+            lambda: (
+                _metric(c, "tiered_log_copy_lag_segments", "orders") == 0
+                and _metric(c, "tiered_log_remote_copy_segments_total", "orders") >= 16
+            ),
+            "shipping",
+        )
         desc = c.get("/v1/topics/orders").json()
     assert srv.stop() == 0
     # A new server on an empty disk, same bucket.
@@ -143,7 +176,8 @@ def test_empty_data_dir_restores_topics_from_the_store(
         for p in (0, 1):
             b = c.get(f"/v1/topics/orders/partitions/{p}/bounds").json()
             shipped = c.get(f"/v1/topics/orders/partitions/{p}/remote-segments").json()[
-                "remote_end_offset"]  # all the log has: its disk was lost
+                "remote_end_offset"
+            ]  # all the log has: its disk was lost
             assert b["log_start_offset"] == 0 and 0 < shipped < 300
             recs = _read_all_json(c, "orders", 0, shipped, partition=p)
             assert [x["offset"] for x in recs] == list(range(shipped))
@@ -158,22 +192,31 @@ def test_empty_data_dir_restores_topics_from_the_store(
 
 
 def test_deleted_topic_leaves_nothing_behind(
-    request: pytest.FixtureRequest, tmp_path: Path,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     bucket = tmp_path / "bucket"
     srv = server_factory(**_remote_settings("fs", request, tmp_path))
     with srv.client() as c:
-        assert c.post("/v1/topics", json={"name": "gone", "partitions": 1,
-                                          "config": TINY}).status_code == 201
+        assert (
+            c.post("/v1/topics", json={"name": "gone", "partitions": 1, "config": TINY}).status_code
+            == 201
+        )
         for start in range(0, 300, 30):
-            assert c.post("/v1/topics/gone/partitions/0/records",
-                          json={"records": _records(30, start)}).status_code == 200
+            assert (
+                c.post(
+                    "/v1/topics/gone/partitions/0/records", json={"records": _records(30, start)}
+                ).status_code
+                == 200
+            )
         _wait(lambda: _bounds(c, "gone")["local_start_offset"] > 0, "shipping")
         assert any(p.is_file() for p in bucket.rglob("*.log"))
         assert c.delete("/v1/topics/gone").status_code == 204
-        _wait(lambda: not any(p.is_file() and not p.name.startswith(".")
-                              for p in bucket.rglob("*")), "remote deletion")
+        _wait(
+            lambda: not any(p.is_file() and not p.name.startswith(".") for p in bucket.rglob("*")),
+            "remote deletion",
+        )
         # The same name again is a new, empty topic.
         assert c.post("/v1/topics", json={"name": "gone", "partitions": 1}).status_code == 201
         b = _bounds(c, "gone")
@@ -185,17 +228,34 @@ def test_deleted_topic_leaves_nothing_behind(
 
 
 def test_remote_disabled_topic_applies_total_retention_locally(
-    request: pytest.FixtureRequest, tmp_path: Path,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     srv = server_factory(maintenance_interval_ms="50", **_remote_settings("fs", request, tmp_path))
     with srv.client() as c:
-        assert c.post("/v1/topics", json={"name": "local", "partitions": 1, "config": {
-            "segment_bytes": 4096, "remote_enabled": False, "retention_bytes": 8192,
-        }}).status_code == 201
+        assert (
+            c.post(
+                "/v1/topics",
+                json={
+                    "name": "local",
+                    "partitions": 1,
+                    "config": {
+                        "segment_bytes": 4096,
+                        "remote_enabled": False,
+                        "retention_bytes": 8192,
+                    },
+                },
+            ).status_code
+            == 201
+        )
         for start in range(0, 500, 50):
-            assert c.post("/v1/topics/local/partitions/0/records",
-                          json={"records": _records(50, start)}).status_code == 200
+            assert (
+                c.post(
+                    "/v1/topics/local/partitions/0/records", json={"records": _records(50, start)}
+                ).status_code
+                == 200
+            )
         _wait(lambda: _bounds(c, "local")["log_start_offset"] > 0, "retention")
         r = c.get("/v1/topics/local/partitions/0/records", params={"offset": 0})
         assert r.status_code == 416 or r.status_code == 404, r.text

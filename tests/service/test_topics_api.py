@@ -18,10 +18,22 @@ def _error(r: httpx.Response) -> dict[str, Any]:
     return err
 
 
-def test_create_describe_list_delete(admin: httpx.Client, topic_name: str, server: ServerProcess) -> None:
-    r = admin.post("/v1/topics", json={"name": topic_name, "partitions": 3,
-                                       "config": {"segment_bytes": 4096, "retention_ms": -1,
-                                                  "flush_messages": 10, "remote_enabled": False}})
+def test_create_describe_list_delete(
+    admin: httpx.Client, topic_name: str, server: ServerProcess
+) -> None:
+    r = admin.post(
+        "/v1/topics",
+        json={
+            "name": topic_name,
+            "partitions": 3,
+            "config": {
+                "segment_bytes": 4096,
+                "retention_ms": -1,
+                "flush_messages": 10,
+                "remote_enabled": False,
+            },
+        },
+    )
     assert r.status_code == 201, r.text
     d = r.json()
     assert d["name"] == topic_name and d["partitions"] == 3
@@ -71,10 +83,13 @@ def test_recreated_topic_starts_empty(admin: httpx.Client, topic_name: str) -> N
 
 
 def test_unknown_topic_is_404(admin: httpx.Client) -> None:
-    for method, path in [("GET", "/v1/topics/nope"), ("DELETE", "/v1/topics/nope"),
-                         ("GET", "/v1/topics/nope/partitions/0/bounds"),
-                         ("GET", "/v1/topics/nope/partitions/0/records?offset=0"),
-                         ("GET", "/v1/topics/nope/partitions/0/offsets?timestamp=0")]:
+    for method, path in [
+        ("GET", "/v1/topics/nope"),
+        ("DELETE", "/v1/topics/nope"),
+        ("GET", "/v1/topics/nope/partitions/0/bounds"),
+        ("GET", "/v1/topics/nope/partitions/0/records?offset=0"),
+        ("GET", "/v1/topics/nope/partitions/0/offsets?timestamp=0"),
+    ]:
         r = admin.request(method, path)
         assert r.status_code == 404, (method, path, r.text)
         assert _error(r)["code"] == "topic_not_found"
@@ -109,22 +124,29 @@ def test_invalid_topic_name_in_path_is_400(admin: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("partitions", [0, -1, 1001, "two", None])
-def test_partition_count_validation(admin: httpx.Client, topic_name: str, partitions: object) -> None:
+def test_partition_count_validation(
+    admin: httpx.Client, topic_name: str, partitions: object
+) -> None:
     r = admin.post("/v1/topics", json={"name": topic_name, "partitions": partitions})
     assert r.status_code == 400, r.text
     assert _error(r)["code"] in ("invalid_request", "invalid_argument")
     assert admin.get(f"/v1/topics/{topic_name}").status_code == 404
 
 
-@pytest.mark.parametrize("config", [
-    {"segment_bytes": 10},
-    {"flush_messages": 0},
-    {"append_threshold": 0},
-    {"no_such_setting": 1},
-    {"segment_bytes": None},
-    {"retention_ms": "soon"},
-])
-def test_bad_topic_config_is_400(admin: httpx.Client, topic_name: str, config: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"segment_bytes": 10},
+        {"flush_messages": 0},
+        {"append_threshold": 0},
+        {"no_such_setting": 1},
+        {"segment_bytes": None},
+        {"retention_ms": "soon"},
+    ],
+)
+def test_bad_topic_config_is_400(
+    admin: httpx.Client, topic_name: str, config: dict[str, Any]
+) -> None:
     r = admin.post("/v1/topics", json={"name": topic_name, "config": config})
     assert r.status_code == 400, r.text
     assert admin.get(f"/v1/topics/{topic_name}").status_code == 404
@@ -157,15 +179,24 @@ def test_unknown_route_and_method(admin: httpx.Client) -> None:
 def test_openapi_document(server: ServerProcess) -> None:
     doc = httpx.get(server.url + "/openapi.json").json()
     paths = doc["paths"]
-    for p in ["/v1/topics", "/v1/topics/{topic}", "/v1/topics/{topic}/partitions/{partition}/records",
-              "/v1/topics/{topic}/partitions/{partition}/offsets",
-              "/v1/topics/{topic}/partitions/{partition}/bounds",
-              "/v1/topics/{topic}/partitions/{partition}/truncate", "/healthz", "/metrics"]:
+    for p in [
+        "/v1/topics",
+        "/v1/topics/{topic}",
+        "/v1/topics/{topic}/partitions/{partition}/records",
+        "/v1/topics/{topic}/partitions/{partition}/offsets",
+        "/v1/topics/{topic}/partitions/{partition}/bounds",
+        "/v1/topics/{topic}/partitions/{partition}/truncate",
+        "/healthz",
+        "/metrics",
+    ]:
         assert p in paths, p
     produce = paths["/v1/topics/{topic}/partitions/{partition}/records"]["post"]
     content = produce["requestBody"]["content"]
-    assert set(content) == {"application/json", "application/octet-stream",
-                            "application/vnd.tiered-log.frames"}
+    assert set(content) == {
+        "application/json",
+        "application/octet-stream",
+        "application/vnd.tiered-log.frames",
+    }
     assert "ProduceRequest" in doc["components"]["schemas"]
     assert "value_b64" in doc["components"]["schemas"]["RecordIn"]["properties"]
     fetch = paths["/v1/topics/{topic}/partitions/{partition}/records"]["get"]

@@ -35,28 +35,41 @@ SMALL = {"segment_bytes": 1024}
 
 def verify(*args: str | os.PathLike[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``tiered-log verify ARGS`` in its own process."""
-    return subprocess.run([sys.executable, "-m", "tiered_log.cli", "verify", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=service_env())
+    return subprocess.run(
+        [sys.executable, "-m", "tiered_log.cli", "verify", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=service_env(),
+    )
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     """Every file under ``root``: its bytes and modification time."""
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def fill(srv: ServerProcess) -> None:
     """Create TOPICS and produce their records."""
     with srv.client() as c:
         for name, (partitions, counts) in TOPICS.items():
-            r = c.post("/v1/topics", json={"name": name, "partitions": partitions,
-                                           "config": SMALL})
+            r = c.post("/v1/topics", json={"name": name, "partitions": partitions, "config": SMALL})
             assert r.status_code == 201, r.text
             for p, n in enumerate(counts):
                 for start in range(0, n, BATCH):
-                    r = c.post(f"/v1/topics/{name}/partitions/{p}/records",
-                               json={"records": [{"value": f"{name}-{p}-{i}" * 3}
-                                                 for i in range(start, start + BATCH)]})
+                    r = c.post(
+                        f"/v1/topics/{name}/partitions/{p}/records",
+                        json={
+                            "records": [
+                                {"value": f"{name}-{p}-{i}" * 3}
+                                for i in range(start, start + BATCH)
+                            ]
+                        },
+                    )
                     assert r.status_code == 200, r.text
 
 
@@ -91,8 +104,7 @@ def data_copy(stopped_data_dir: Path, tmp_path: Path) -> Path:
 
 
 def _expected_partitions() -> dict[str, int]:
-    return {f"topics/{t}/{p}": n for t, (_, counts) in TOPICS.items()
-            for p, n in enumerate(counts)}
+    return {f"topics/{t}/{p}": n for t, (_, counts) in TOPICS.items() for p, n in enumerate(counts)}
 
 
 @pytest.mark.timeout(120)
@@ -118,18 +130,21 @@ def test_every_partition_of_a_running_service(server_factory: Any) -> None:
     assert pj.returncode == 0, pj.stdout + pj.stderr
     report = json.loads(pj.stdout)
     assert report["ok"] is True and report["records"] == total and report["unchecked"] == []
-    assert [Path(r["directory"]).relative_to(srv.data_dir).as_posix() for r in report["logs"]] \
-        == sorted(expected, key=lambda k: (k.split("/")[1], int(k.split("/")[2])))
+    assert [
+        Path(r["directory"]).relative_to(srv.data_dir).as_posix() for r in report["logs"]
+    ] == sorted(expected, key=lambda k: (k.split("/")[1], int(k.split("/")[2])))
     assert all(r["checked"] and r["ok"] for r in report["logs"])
 
     # One partition's log on its own: as for any log directory.
     one = srv.data_dir / "topics" / "orders" / "0"
     p = verify(one)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.strip().endswith(f"{expected['topics/orders/0']} records (offsets [0, "
-                                     f"{expected['topics/orders/0']})), "
-                                     f"{sum(f.stat().st_size for f in one.glob('*.log')):,} "
-                                     "bytes: clean")
+    assert p.stdout.strip().endswith(
+        f"{expected['topics/orders/0']} records (offsets [0, "
+        f"{expected['topics/orders/0']})), "
+        f"{sum(f.stat().st_size for f in one.glob('*.log')):,} "
+        "bytes: clean"
+    )
 
     # The server is unaffected: still appends to the logs verify read.
     with srv.client() as c:
@@ -155,8 +170,10 @@ def test_damage_in_one_partition_is_named(data_copy: Path) -> None:
     p = verify(data_copy)
     assert p.returncode == 1, p.stdout + p.stderr
     rel = store.relative_to(data_copy).as_posix()
-    assert any(line.startswith(f"{rel}: batch at byte 0 ") and "checksum" in line
-               for line in p.stdout.splitlines()), p.stdout
+    assert any(
+        line.startswith(f"{rel}: batch at byte 0 ") and "checksum" in line
+        for line in p.stdout.splitlines()
+    ), p.stdout
     lines = partition_lines(p.stdout)
     assert ": DAMAGED: " in lines["topics/orders/2"], p.stdout
     assert all(v.endswith(": clean") for k, v in lines.items() if k != "topics/orders/2")
@@ -174,8 +191,9 @@ def test_a_partition_without_segments_is_not_clean(data_copy: Path) -> None:
     assert p.returncode == 1, p.stdout + p.stderr
     lines = partition_lines(p.stdout)
     assert "NOTHING CHECKED: no segment store files" in lines["topics/orders/1"], p.stdout
-    assert p.stdout.splitlines()[-1].endswith(": NOT ALL CHECKED: 1 of 4 logs with nothing "
-                                              "to check")
+    assert p.stdout.splitlines()[-1].endswith(
+        ": NOT ALL CHECKED: 1 of 4 logs with nothing to check"
+    )
     report = json.loads(verify(data_copy, "--json").stdout)
     assert report["ok"] is False and report["unchecked"] == [str(part)]
 
@@ -189,8 +207,11 @@ def test_nothing_to_check_is_an_error(server_factory: Any, tmp_path: Path) -> No
     (empty / "sub").mkdir(parents=True)
     bare = tmp_path / "bare"
     (bare / naming.REMOTE_DIR).mkdir(parents=True)  # a partition's remote state only
-    for d, fragment in ((srv.data_dir, "data directory without partitions"),
-                        (empty, "no segment files in"), (bare, "no segment files in")):
+    for d, fragment in (
+        (srv.data_dir, "data directory without partitions"),
+        (empty, "no segment files in"),
+        (bare, "no segment files in"),
+    ):
         p = verify(d)
         assert p.returncode == 1, p
         assert p.stdout == "" and "Traceback" not in p.stderr
@@ -206,8 +227,14 @@ def test_verify_beside_a_busy_server(server_factory: Any) -> None:
     deleted during the check are not damage."""
     srv: ServerProcess = server_factory(ship_interval_ms="20", maintenance_interval_ms="20")
     with srv.client() as c:
-        r = c.post("/v1/topics", json={"name": "busy", "partitions": 2, "config": {
-            "segment_bytes": 2048, "local_retention_bytes": 0}})
+        r = c.post(
+            "/v1/topics",
+            json={
+                "name": "busy",
+                "partitions": 2,
+                "config": {"segment_bytes": 2048, "local_retention_bytes": 0},
+            },
+        )
         assert r.status_code == 201, r.text
     stop = threading.Event()
     produced = [0]
@@ -217,8 +244,10 @@ def test_verify_beside_a_busy_server(server_factory: Any) -> None:
         with httpx.Client(base_url=srv.url, timeout=30) as c:
             i = 0
             while not stop.is_set():
-                r = c.post(f"/v1/topics/busy/partitions/{i % 2}/records",
-                           json={"records": [{"value": f"v{i}-{j}" * 8} for j in range(5)]})
+                r = c.post(
+                    f"/v1/topics/busy/partitions/{i % 2}/records",
+                    json={"records": [{"value": f"v{i}-{j}" * 8} for j in range(5)]},
+                )
                 if r.status_code != 200:
                     errors.append(r.text)
                     return

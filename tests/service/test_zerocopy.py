@@ -45,17 +45,23 @@ BINARY = {"Accept": "application/octet-stream"}
 
 
 def _values(n: int, start: int = 0) -> list[bytes]:
-    return [f"v{i:06d}-".encode() + bytes([i % 251]) * (200 + i % 300) for i in range(start, start + n)]
+    return [
+        f"v{i:06d}-".encode() + bytes([i % 251]) * (200 + i % 300) for i in range(start, start + n)
+    ]
 
 
-def _read_binary(c: httpx.Client, topic: str, start: int, end: int,
-                 max_bytes: int) -> tuple[list[tuple[int, bytes]], int]:
+def _read_binary(
+    c: httpx.Client, topic: str, start: int, end: int, max_bytes: int
+) -> tuple[list[tuple[int, bytes]], int]:
     """Every record from ``start`` to ``end`` through binary fetches; and the requests made."""
     out: list[tuple[int, bytes]] = []
     off, requests = start, 0
     while off < end:
-        r = c.get(f"/v1/topics/{topic}/partitions/0/records", headers=BINARY,
-                  params={"offset": off, "max_records": 10_000, "max_bytes": max_bytes})
+        r = c.get(
+            f"/v1/topics/{topic}/partitions/0/records",
+            headers=BINARY,
+            params={"offset": off, "max_records": 10_000, "max_bytes": max_bytes},
+        )
         requests += 1
         assert r.status_code == 200, r.text
         assert int(r.headers["content-length"]) == len(r.content)
@@ -69,19 +75,24 @@ def _read_binary(c: httpx.Client, topic: str, start: int, end: int,
 
 
 def test_binary_fetch_sends_local_and_archived_batches_exactly(
-        server_factory: Any, tmp_path: Path) -> None:
+    server_factory: Any, tmp_path: Path
+) -> None:
     """Local segments, archived chunks in the cache's files and archived chunks only in
     memory: the same records, in order, once each, whatever the page size."""
-    srv: ServerProcess = server_factory(remote_url=str(tmp_path / "bucket"), ship_interval_ms="50",
-                                        remote_chunk_bytes=str(16 << 10))
+    srv: ServerProcess = server_factory(
+        remote_url=str(tmp_path / "bucket"), ship_interval_ms="50", remote_chunk_bytes=str(16 << 10)
+    )
     values = _values(3000)
     with Client(srv.url, token=ADMIN) as c:
         c.create_topic("local", 1, {"segment_bytes": 64 << 10})
-        c.create_topic("archived", 1, {"segment_bytes": 64 << 10, "local_retention_bytes": 0,
-                                       "remote_enabled": True})
+        c.create_topic(
+            "archived",
+            1,
+            {"segment_bytes": 64 << 10, "local_retention_bytes": 0, "remote_enabled": True},
+        )
         for i in range(0, len(values), 250):
-            c.produce("local", 0, values[i:i + 250])
-            c.produce("archived", 0, values[i:i + 250])
+            c.produce("local", 0, values[i : i + 250])
+            c.produce("archived", 0, values[i : i + 250])
     want = list(enumerate(values))
     with srv.client(ADMIN) as h:
         deadline = time.monotonic() + 60
@@ -116,13 +127,31 @@ def test_the_server_sends_with_sendfile(tmp_path: Path) -> None:
     """The server process answers a binary fetch with ``sendfile`` from the segment file
     (traced with ``strace``), and a JSON fetch without it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
-    env.update(TIERED_LOG_DATA_DIR=str(tmp_path / "data"), TIERED_LOG_PORT="0",
-               TIERED_LOG_HOST="127.0.0.1", PYTHONUNBUFFERED="1")
+    env.update(
+        TIERED_LOG_DATA_DIR=str(tmp_path / "data"),
+        TIERED_LOG_PORT="0",
+        TIERED_LOG_HOST="127.0.0.1",
+        PYTHONUNBUFFERED="1",
+    )
     trace, err = tmp_path / "trace.txt", tmp_path / "server.log"
     with open(err, "wb") as out:
-        proc = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=sendfile", "-o", str(trace),
-                                 sys.executable, "-m", "tiered_log.service"], env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                "strace",
+                "-f",
+                "-qq",
+                "-e",
+                "trace=sendfile",
+                "-o",
+                str(trace),
+                sys.executable,
+                "-m",
+                "tiered_log.service",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         url = None
         deadline = time.monotonic() + 60
@@ -135,8 +164,11 @@ def test_the_server_sends_with_sendfile(tmp_path: Path) -> None:
             c.create_topic("traced", 1)
             c.produce("traced", 0, _values(500))
             with httpx.Client(base_url=url, timeout=30) as h:
-                r = h.get("/v1/topics/traced/partitions/0/records",
-                          params={"offset": 0, "max_records": 500}, headers=BINARY)
+                r = h.get(
+                    "/v1/topics/traced/partitions/0/records",
+                    params={"offset": 0, "max_records": 500},
+                    headers=BINARY,
+                )
                 assert r.status_code == 200
                 # strace writes a call's line once it returned: maybe after we got the bytes.
                 until = time.monotonic() + 20
@@ -144,8 +176,12 @@ def test_the_server_sends_with_sendfile(tmp_path: Path) -> None:
                     assert time.monotonic() < until, f"sendfile sent {sent} bytes"
                     time.sleep(0.05)
                 assert sent == len(r.content)
-                assert h.get("/v1/topics/traced/partitions/0/records",
-                             params={"offset": 0}).status_code == 200
+                assert (
+                    h.get(
+                        "/v1/topics/traced/partitions/0/records", params={"offset": 0}
+                    ).status_code
+                    == 200
+                )
                 time.sleep(0.5)
                 assert _sendfile_bytes(trace) == sent  # JSON: no sendfile
     finally:
@@ -188,8 +224,15 @@ class _FileApp:
             for i, at in enumerate(range(0, count, step)):
                 n = min(step, count - at)
                 last = at + n >= count
-                await send({"type": EXTENSION, "file": f, "offset": offset + at, "count": n,
-                            "more_body": not last})
+                await send(
+                    {
+                        "type": EXTENSION,
+                        "file": f,
+                        "offset": offset + at,
+                        "count": n,
+                        "more_body": not last,
+                    }
+                )
                 if i == 0 and pieces > 1:
                     await asyncio.sleep(0)
 
@@ -203,8 +246,9 @@ def file_server(tmp_path: Path) -> Iterator[tuple[int, bytes, Path]]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(_FileApp(path), lifespan="off", log_level="warning",
-                            http=protocol_class(HttpLimits()))  # type: ignore[arg-type]
+    config = uvicorn.Config(
+        _FileApp(path), lifespan="off", log_level="warning", http=protocol_class(HttpLimits())
+    )  # type: ignore[arg-type]
     server = uvicorn.Server(config)
     t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     t.start()
@@ -281,9 +325,11 @@ def test_pipelined_requests_answer_in_order(file_server: tuple[int, bytes, Path]
     with socket.socket() as s:
         s.connect(("127.0.0.1", port))
         s.settimeout(30)
-        s.sendall(_request(port, "/file?offset=0&count=2000000")
-                  + _request(port, "/file?offset=3&count=5")
-                  + _request(port, "/file?offset=100&count=1000000&pieces=4"))
+        s.sendall(
+            _request(port, "/file?offset=0&count=2000000")
+            + _request(port, "/file?offset=3&count=5")
+            + _request(port, "/file?offset=100&count=1000000&pieces=4")
+        )
         buf = bytearray()
         assert _read_response(s, buf)[1] == data[:2_000_000]
         assert _read_response(s, buf)[1] == data[3:8]
@@ -291,7 +337,8 @@ def test_pipelined_requests_answer_in_order(file_server: tuple[int, bytes, Path]
 
 
 def test_a_client_gone_mid_body_leaves_the_server_serving(
-        file_server: tuple[int, bytes, Path]) -> None:
+    file_server: tuple[int, bytes, Path],
+) -> None:
     port, data, _ = file_server
     for _ in range(5):
         with socket.socket() as s:
@@ -305,7 +352,8 @@ def test_a_client_gone_mid_body_leaves_the_server_serving(
 
 
 def test_a_file_shorter_than_its_range_ends_the_connection(
-        file_server: tuple[int, bytes, Path]) -> None:
+    file_server: tuple[int, bytes, Path],
+) -> None:
     """The range runs past the file's end (as a segment cut after the read checked it):
     the client gets the bytes there are and then the end of the connection, never bytes
     that are not the file's."""

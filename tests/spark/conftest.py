@@ -38,12 +38,15 @@ def spark() -> Iterator[Any]:
 
     from tiered_log.spark import register
 
-    session = (SparkSession.builder.master("local[2]").appName("tiered-log-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", "1g")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tiered-log-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session
@@ -67,21 +70,31 @@ def spark_bucket(s3_target: Any, s3_client: Any) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def s3_options(s3_target: Any) -> dict[str, str]:
     """The Spark options that reach the test bucket's endpoint."""
-    return {"s3.endpointUrl": s3_target.endpoint, "s3.region": s3_target.region,
-            "s3.accessKey": s3_target.access_key or "", "s3.secretKey": s3_target.secret_key or ""}
+    return {
+        "s3.endpointUrl": s3_target.endpoint,
+        "s3.region": s3_target.region,
+        "s3.accessKey": s3_target.access_key or "",
+        "s3.secretKey": s3_target.secret_key or "",
+    }
 
 
 @pytest.fixture(scope="session")
-def service(tmp_path_factory: pytest.TempPathFactory, s3_target: Any,
-            spark_bucket: str) -> Iterator[ServerProcess]:
+def service(
+    tmp_path_factory: pytest.TempPathFactory, s3_target: Any, spark_bucket: str
+) -> Iterator[ServerProcess]:
     """The service, remote tier in ``spark_bucket``, auth on (see TOKENS)."""
     base = tmp_path_factory.mktemp("spark-service")
-    settings = {"auth_tokens": json.dumps(TOKENS), "remote_url": f"s3://{spark_bucket}/log",
-                "s3_endpoint_url": s3_target.endpoint, "s3_region": s3_target.region,
-                "s3_access_key": s3_target.access_key or "",
-                "s3_secret_key": s3_target.secret_key or "",
-                "ship_interval_ms": "50", "remote_chunk_bytes": "4096",
-                "maintenance_interval_ms": "100"}
+    settings = {
+        "auth_tokens": json.dumps(TOKENS),
+        "remote_url": f"s3://{spark_bucket}/log",
+        "s3_endpoint_url": s3_target.endpoint,
+        "s3_region": s3_target.region,
+        "s3_access_key": s3_target.access_key or "",
+        "s3_secret_key": s3_target.secret_key or "",
+        "ship_interval_ms": "50",
+        "remote_chunk_bytes": "4096",
+        "maintenance_interval_ms": "100",
+    }
     srv = ServerProcess(base / "data", base, settings)
     srv.start()
     yield srv
@@ -97,13 +110,20 @@ def client(service: ServerProcess) -> Iterator[Client]:
 
 
 @pytest.fixture
-def read_options(service: ServerProcess, spark_bucket: str,
-                 s3_options: dict[str, str]) -> Callable[..., dict[str, str]]:
+def read_options(
+    service: ServerProcess, spark_bucket: str, s3_options: dict[str, str]
+) -> Callable[..., dict[str, str]]:
     """Options of a read of ``topic`` (plus ``extra``)."""
 
     def make(topic: str, **extra: str) -> dict[str, str]:
-        return {"serviceUrl": service.url, "token": ADMIN, "topic": topic,
-                "bucketUrl": f"s3://{spark_bucket}/log", **s3_options, **extra}
+        return {
+            "serviceUrl": service.url,
+            "token": ADMIN,
+            "topic": topic,
+            "bucketUrl": f"s3://{spark_bucket}/log",
+            **s3_options,
+            **extra,
+        }
 
     return make
 
@@ -129,4 +149,3 @@ def new_topic(client: Client, partitions: int = 1, **config: Any) -> str:
 
 
 __all__ = ["ADMIN", "READER", "new_topic", "wait_for"]
-

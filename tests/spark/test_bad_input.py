@@ -45,8 +45,10 @@ def archived_topic(service: Any) -> str:
 
 def segments(service_url: str, topic: str) -> list[dict[str, Any]]:
     """The partition-0 remote segments the service reports for ``topic``."""
-    r = httpx.get(f"{service_url}/v1/topics/{topic}/partitions/0/remote-segments",
-                  headers={"Authorization": f"Bearer {ADMIN}"})
+    r = httpx.get(
+        f"{service_url}/v1/topics/{topic}/partitions/0/remote-segments",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
     assert r.status_code == 200, r.text
     segs: list[dict[str, Any]] = r.json()["segments"]
     return segs
@@ -65,8 +67,11 @@ def tree(root: Path) -> dict[str, tuple[int, int, bytes | None]]:
     return out
 
 
-def planning_error(spark: Any, action: Callable[[], object], timeout: float = 60.0,
-                   ) -> tuple[BaseException, float]:
+def planning_error(
+    spark: Any,
+    action: Callable[[], object],
+    timeout: float = 60.0,
+) -> tuple[BaseException, float]:
     """Run ``action`` in a job group of its own (cancelled after ``timeout`` s, so an
     error that only a hung task would report cannot hang the test); the exception it
     raised and the seconds it took. Fails if it raised nothing or if any Spark job ran."""
@@ -102,8 +107,9 @@ def assert_planning_error(exc: BaseException, pattern: str) -> None:
 
     from pyspark.errors import AnalysisException, PythonException
 
-    assert isinstance(exc, AnalysisException) and not isinstance(exc, PythonException), \
+    assert isinstance(exc, AnalysisException) and not isinstance(exc, PythonException), (
         f"{type(exc).__name__}: {str(exc)[:800]}"
+    )
     text = str(exc)
     lines = [ln for ln in text.splitlines() if ln.startswith("ValueError: ")]
     assert len(lines) == 1, text[:1500]
@@ -114,34 +120,49 @@ def assert_planning_error(exc: BaseException, pattern: str) -> None:
 # ---- a path where the source takes none ---------------------------------------------------
 
 
-def test_load_with_a_path_is_refused(spark: Any, archived_topic: str, tmp_path: Path,
-                                     read_options: Callable[..., dict[str, str]]) -> None:
+def test_load_with_a_path_is_refused(
+    spark: Any, archived_topic: str, tmp_path: Path, read_options: Callable[..., dict[str, str]]
+) -> None:
     where = tmp_path / "some" / "path"
     opts = read_options(archived_topic)
     batch = spark.read.format("tiered_log").options(**opts)
     stream = spark.readStream.format("tiered_log").options(**opts)
-    for load in (lambda: batch.load(str(where)).count(),
-                 lambda: batch.load([str(where), str(tmp_path / "other")]).count(),
-                 lambda: stream.load(str(where))):
+    for load in (
+        lambda: batch.load(str(where)).count(),
+        lambda: batch.load([str(where), str(tmp_path / "other")]).count(),
+        lambda: stream.load(str(where)),
+    ):
         exc, _ = planning_error(spark, load)
         assert_planning_error(exc, r"takes no path.*'topic'")
     assert not where.exists() and not where.parent.exists()
 
 
-def test_save_with_a_path_is_refused(spark: Any, client: Client, service: Any,
-                                     tmp_path: Path) -> None:
+def test_save_with_a_path_is_refused(
+    spark: Any, client: Client, service: Any, tmp_path: Path
+) -> None:
     topic = new_topic(client)
     df = spark.createDataFrame([(b"v",)], "value binary")
-    writer = df.write.format("tiered_log").option("serviceUrl", service.url) \
-        .option("token", ADMIN).option("topic", topic).mode("append")
+    writer = (
+        df.write.format("tiered_log")
+        .option("serviceUrl", service.url)
+        .option("token", ADMIN)
+        .option("topic", topic)
+        .mode("append")
+    )
     with pytest.raises(Exception, match=r"takes no path.*'topic'") as info:
         writer.save(str(tmp_path / "out"))
     assert "PythonException" not in type(info.value).__name__
-    q = (spark.readStream.format("rate").option("rowsPerSecond", "1").load()
-         .selectExpr("CAST(value AS STRING) AS value")
-         .writeStream.format("tiered_log").option("serviceUrl", service.url)
-         .option("token", ADMIN).option("topic", topic)
-         .option("checkpointLocation", str(tmp_path / "ckpt")))
+    q = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", "1")
+        .load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("tiered_log")
+        .option("serviceUrl", service.url)
+        .option("token", ADMIN)
+        .option("topic", topic)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+    )
     with pytest.raises(Exception, match=r"takes no path.*'topic'"):
         started = q.start(str(tmp_path / "stream-out"))
         try:
@@ -157,8 +178,12 @@ def test_save_with_a_path_is_refused(spark: Any, client: Client, service: Any,
 
 @pytest.mark.parametrize("as_url", [False, True], ids=["path", "file-url"])
 def test_missing_directory_is_refused_and_not_created(
-        spark: Any, archived_topic: str, tmp_path: Path, as_url: bool,
-        read_options: Callable[..., dict[str, str]]) -> None:
+    spark: Any,
+    archived_topic: str,
+    tmp_path: Path,
+    as_url: bool,
+    read_options: Callable[..., dict[str, str]],
+) -> None:
     missing = tmp_path / "no" / "such" / "store"
     url = missing.as_uri() if as_url else str(missing)
     df = spark.read.format("tiered_log").options(**read_options(archived_topic, bucketUrl=url))
@@ -168,14 +193,18 @@ def test_missing_directory_is_refused_and_not_created(
 
 
 def test_streaming_read_of_a_missing_directory_is_refused_and_not_created(
-        spark: Any, archived_topic: str, tmp_path: Path,
-        read_options: Callable[..., dict[str, str]]) -> None:
+    spark: Any, archived_topic: str, tmp_path: Path, read_options: Callable[..., dict[str, str]]
+) -> None:
     missing = tmp_path / "no-store"
-    q = (spark.readStream.format("tiered_log")
-         .options(**read_options(archived_topic, bucketUrl=str(missing),
-                                 startingOffsets="earliest")).load()
-         .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt"))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("tiered_log")
+        .options(**read_options(archived_topic, bucketUrl=str(missing), startingOffsets="earliest"))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         q.awaitTermination(120)
     except Exception as exc:  # StreamingQueryException, checked below
@@ -192,26 +221,35 @@ def test_streaming_read_of_a_missing_directory_is_refused_and_not_created(
 
 
 def test_directory_that_is_not_the_logs_store_is_refused_and_untouched(
-        spark: Any, archived_topic: str, tmp_path: Path,
-        read_options: Callable[..., dict[str, str]]) -> None:
+    spark: Any, archived_topic: str, tmp_path: Path, read_options: Callable[..., dict[str, str]]
+) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "unrelated.txt").write_text("not a log store\n")
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
     before = tree(tmp_path)
-    for url, pattern in [(str(empty), r"option 'bucketUrl'.*holds no object"),
-                         (str(a_file), r"option 'bucketUrl'.*not a directory")]:
+    for url, pattern in [
+        (str(empty), r"option 'bucketUrl'.*holds no object"),
+        (str(a_file), r"option 'bucketUrl'.*not a directory"),
+    ]:
         reader = spark.read.format("tiered_log").options(
-            **read_options(archived_topic, bucketUrl=url))
+            **read_options(archived_topic, bucketUrl=url)
+        )
         exc, _ = planning_error(spark, reader.load().count)
         assert_planning_error(exc, pattern)
     assert tree(tmp_path) == before
 
 
 def test_reader_writes_nothing_to_a_local_store(
-        spark: Any, service: Any, archived_topic: str, tmp_path: Path, s3_client: Any,
-        spark_bucket: str, read_options: Callable[..., dict[str, str]]) -> None:
+    spark: Any,
+    service: Any,
+    archived_topic: str,
+    tmp_path: Path,
+    s3_client: Any,
+    spark_bucket: str,
+    read_options: Callable[..., dict[str, str]],
+) -> None:
     """A copy of the topic's segment objects in a local directory store reads back whole
     and is left exactly as it was: no probe file, no directory, no digest written."""
     root = tmp_path / "store"
@@ -223,8 +261,11 @@ def test_reader_writes_nothing_to_a_local_store(
     time.sleep(0.01)  # a write after this would show in mtimes
     before = tree(root)
     for url in (str(root), root.as_uri()):
-        df = spark.read.format("tiered_log").options(
-            **read_options(archived_topic, bucketUrl=url)).load()
+        df = (
+            spark.read.format("tiered_log")
+            .options(**read_options(archived_topic, bucketUrl=url))
+            .load()
+        )
         offsets = sorted(r.offset for r in df.select("offset").collect())
         assert offsets == list(range(RECORDS))
     assert tree(root) == before
@@ -234,11 +275,12 @@ def test_reader_writes_nothing_to_a_local_store(
 
 
 def test_missing_bucket_is_refused_and_not_created(
-        spark: Any, archived_topic: str, s3_client: Any,
-        read_options: Callable[..., dict[str, str]]) -> None:
+    spark: Any, archived_topic: str, s3_client: Any, read_options: Callable[..., dict[str, str]]
+) -> None:
     name = f"no-such-bucket-{uuid.uuid4().hex[:10]}"
     df = spark.read.format("tiered_log").options(
-        **read_options(archived_topic, bucketUrl=f"s3://{name}/log"))
+        **read_options(archived_topic, bucketUrl=f"s3://{name}/log")
+    )
     exc, _ = planning_error(spark, lambda: df.load().count())
     assert_planning_error(exc, rf"option 'bucketUrl'.*bucket '{name}' does not exist")
     names = [b["Name"] for b in s3_client.list_buckets().get("Buckets", [])]
@@ -246,10 +288,11 @@ def test_missing_bucket_is_refused_and_not_created(
 
 
 def test_bucket_prefix_that_is_not_the_logs_store_is_refused(
-        spark: Any, archived_topic: str, spark_bucket: str,
-        read_options: Callable[..., dict[str, str]]) -> None:
+    spark: Any, archived_topic: str, spark_bucket: str, read_options: Callable[..., dict[str, str]]
+) -> None:
     df = spark.read.format("tiered_log").options(
-        **read_options(archived_topic, bucketUrl=f"s3://{spark_bucket}/elsewhere"))
+        **read_options(archived_topic, bucketUrl=f"s3://{spark_bucket}/elsewhere")
+    )
     exc, _ = planning_error(spark, lambda: df.load().count())
     assert_planning_error(exc, r"option 'bucketUrl'.*holds no object")
 
@@ -273,12 +316,13 @@ def hung_port() -> Iterator[int]:
 
 @pytest.mark.parametrize("kind", ["refused", "hung"])
 def test_unreachable_endpoint_fails_fast_at_planning(
-        spark: Any, archived_topic: str, kind: str,
-        read_options: Callable[..., dict[str, str]]) -> None:
-    with (dead_port() if kind == "refused" else hung_port()) as port:
+    spark: Any, archived_topic: str, kind: str, read_options: Callable[..., dict[str, str]]
+) -> None:
+    with dead_port() if kind == "refused" else hung_port() as port:
         endpoint = f"http://127.0.0.1:{port}"
         df = spark.read.format("tiered_log").options(
-            **read_options(archived_topic, **{"s3.endpointUrl": endpoint}))
+            **read_options(archived_topic, **{"s3.endpointUrl": endpoint})
+        )
         exc, elapsed = planning_error(spark, lambda: df.load().count())
     assert_planning_error(exc, rf"option 's3.endpointUrl' '{endpoint}'")
     assert elapsed < 20, f"took {elapsed:.1f} s"
@@ -327,8 +371,12 @@ def test_read_only_directory_store_creates_and_writes_nothing(tmp_path: Path) ->
     assert isinstance(store, LocalDirStorage) and store.read_only
     assert store.get("a/b") == b"payload" and store.size("a/b") == 7
     assert [o.key for o in store.list("")] == ["a/b"]
-    for write in (lambda: store.put("c", b"x"), lambda: store.put_file("c", tmp_path / "src"),
-                  lambda: store.delete(["a/b"]), lambda: store.discard_partial(["a/b"])):
+    for write in (
+        lambda: store.put("c", b"x"),
+        lambda: store.put_file("c", tmp_path / "src"),
+        lambda: store.delete(["a/b"]),
+        lambda: store.discard_partial(["a/b"]),
+    ):
         with pytest.raises(RemoteStorageError, match="read-only"):
             write()
     assert tree(root) == before

@@ -21,17 +21,27 @@ pytestmark = pytest.mark.spark
 BASE_TS = 1_700_000_000_000
 
 
-def produce(client: Client, topic: str, partition: int, n: int, start: int = 0,
-            ts: Callable[[int], int] = lambda i: BASE_TS + i * 1000) -> None:
+def produce(
+    client: Client,
+    topic: str,
+    partition: int,
+    n: int,
+    start: int = 0,
+    ts: Callable[[int], int] = lambda i: BASE_TS + i * 1000,
+) -> None:
     """``n`` records with keys, headers and spaced timestamps, in batches of 5 (about
     1.3 KB: a segment holds several, so its chunks, and the splits cut from them, are
     finer than a segment)."""
     for lo in range(start, start + n, 5):
-        batch = [ProducerRecord(f"value-{partition}-{i:05d}-".encode() + b"x" * 200,
-                                key=f"k{i % 5}".encode() if i % 3 else None,
-                                headers=(("h", f"{i}".encode()), ("null", None)) if i % 2 else (),
-                                timestamp=ts(i))
-                 for i in range(lo, min(lo + 5, start + n))]
+        batch = [
+            ProducerRecord(
+                f"value-{partition}-{i:05d}-".encode() + b"x" * 200,
+                key=f"k{i % 5}".encode() if i % 3 else None,
+                headers=(("h", f"{i}".encode()), ("null", None)) if i % 2 else (),
+                timestamp=ts(i),
+            )
+            for i in range(lo, min(lo + 5, start + n))
+        ]
         client.produce(topic, partition, batch)
 
 
@@ -47,8 +57,10 @@ def all_records(client: Client, topic: str, partition: int) -> list[Record]:
 
 
 def remote_state(service_url: str, topic: str, partition: int) -> dict[str, Any]:
-    r = httpx.get(f"{service_url}/v1/topics/{topic}/partitions/{partition}/remote-segments",
-                  headers={"Authorization": f"Bearer {ADMIN}"})
+    r = httpx.get(
+        f"{service_url}/v1/topics/{topic}/partitions/{partition}/remote-segments",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
     assert r.status_code == 200, r.text
     d: dict[str, Any] = r.json()
     return d
@@ -62,8 +74,10 @@ def two_tier_topic(service: Any) -> str:
         for p in (0, 1):
             produce(c, topic, p, 600)
         for p in (0, 1):
-            wait_for(lambda p=p: c.bounds(topic, p).local_start_offset > 300,
-                     "segments shipped and dropped locally")
+            wait_for(
+                lambda p=p: c.bounds(topic, p).local_start_offset > 300,
+                "segments shipped and dropped locally",
+            )
     return topic
 
 
@@ -91,15 +105,21 @@ def test_remote_segments_endpoint(service: Any, two_tier_topic: str) -> None:
     assert httpx.get(service.url + path).status_code == 401
     r = httpx.get(service.url + path, headers={"Authorization": f"Bearer {READER}"})
     assert r.status_code == 403
-    r = httpx.get(service.url + f"/v1/topics/{two_tier_topic}/partitions/9/remote-segments",
-                  headers={"Authorization": f"Bearer {ADMIN}"})
+    r = httpx.get(
+        service.url + f"/v1/topics/{two_tier_topic}/partitions/9/remote-segments",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
     assert r.status_code == 404
 
 
-def test_reads_both_tiers_exactly(spark: Any, client: Client, two_tier_topic: str,
-                                  read_options: Callable[..., dict[str, str]]) -> None:
-    df = spark.read.format("tiered_log").options(
-        **read_options(two_tier_topic, includeHeaders="true")).load()
+def test_reads_both_tiers_exactly(
+    spark: Any, client: Client, two_tier_topic: str, read_options: Callable[..., dict[str, str]]
+) -> None:
+    df = (
+        spark.read.format("tiered_log")
+        .options(**read_options(two_tier_topic, includeHeaders="true"))
+        .load()
+    )
     assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
     rows = rows_of(df)
     assert len(rows) == 1200
@@ -112,8 +132,9 @@ def test_reads_both_tiers_exactly(spark: Any, client: Client, two_tier_topic: st
             assert bytes(r.value) == w.value
             assert (bytes(r.key) if r.key is not None else None) == w.key
             assert int(r.timestamp.timestamp() * 1000) == w.timestamp
-            headers = tuple((h.key, bytes(h.value) if h.value is not None else None)
-                            for h in r.headers)
+            headers = tuple(
+                (h.key, bytes(h.value) if h.value is not None else None) for h in r.headers
+            )
             assert headers == w.headers
     # Archive splits (one per segment) plus one tail per partition.
     st = [remote_state(client.base_url, two_tier_topic, p) for p in (0, 1)]
@@ -127,39 +148,68 @@ def _offsets(df: Any) -> dict[int, list[int]]:
     return out
 
 
-def test_starting_and_ending_offsets(spark: Any, two_tier_topic: str,
-                                     read_options: Callable[..., dict[str, str]]) -> None:
+def test_starting_and_ending_offsets(
+    spark: Any, two_tier_topic: str, read_options: Callable[..., dict[str, str]]
+) -> None:
     t = two_tier_topic
-    df = spark.read.format("tiered_log").options(**read_options(
-        t, startingOffsets=f'{{"{t}": {{"0": 123, "1": -2}}}}',
-        endingOffsets=f'{{"{t}": {{"0": 550, "1": 17}}}}')).load()
+    df = (
+        spark.read.format("tiered_log")
+        .options(
+            **read_options(
+                t,
+                startingOffsets=f'{{"{t}": {{"0": 123, "1": -2}}}}',
+                endingOffsets=f'{{"{t}": {{"0": 550, "1": 17}}}}',
+            )
+        )
+        .load()
+    )
     got = _offsets(df)
     assert got == {0: list(range(123, 550)), 1: list(range(17))}
-    df = spark.read.format("tiered_log").options(**read_options(
-        t, startingOffsets="latest", endingOffsets="latest")).load()
+    df = (
+        spark.read.format("tiered_log")
+        .options(**read_options(t, startingOffsets="latest", endingOffsets="latest"))
+        .load()
+    )
     assert df.count() == 0
 
 
-def test_starting_and_ending_timestamps(spark: Any, two_tier_topic: str,
-                                        read_options: Callable[..., dict[str, str]]) -> None:
+def test_starting_and_ending_timestamps(
+    spark: Any, two_tier_topic: str, read_options: Callable[..., dict[str, str]]
+) -> None:
     # Record i has timestamp BASE_TS + i s: [100 s, 450 s) is offsets [100, 450).
-    df = spark.read.format("tiered_log").options(**read_options(
-        two_tier_topic, partitions="1", startingTimestamp=str(BASE_TS + 100_000),
-        endingTimestamp=str(BASE_TS + 450_000))).load()
+    df = (
+        spark.read.format("tiered_log")
+        .options(
+            **read_options(
+                two_tier_topic,
+                partitions="1",
+                startingTimestamp=str(BASE_TS + 100_000),
+                endingTimestamp=str(BASE_TS + 450_000),
+            )
+        )
+        .load()
+    )
     assert _offsets(df) == {1: list(range(100, 450))}
 
 
-def test_pushdown_prunes_segments(spark: Any, two_tier_topic: str,
-                                  read_options: Callable[..., dict[str, str]]) -> None:
+def test_pushdown_prunes_segments(
+    spark: Any, two_tier_topic: str, read_options: Callable[..., dict[str, str]]
+) -> None:
     from pyspark.sql import functions as F
 
-    df = spark.read.format("tiered_log").options(
-        **read_options(two_tier_topic, filterPushdown="true")).load()
+    df = (
+        spark.read.format("tiered_log")
+        .options(**read_options(two_tier_topic, filterPushdown="true"))
+        .load()
+    )
     full = df.rdd.getNumPartitions()
     st = remote_state(read_options(two_tier_topic)["serviceUrl"], two_tier_topic, 0)
     seg = st["segments"][1]
-    one = df.filter((F.col("partition") == 0) & (F.col("offset") >= seg["base_offset"])
-                    & (F.col("offset") <= seg["last_offset"]))
+    one = df.filter(
+        (F.col("partition") == 0)
+        & (F.col("offset") >= seg["base_offset"])
+        & (F.col("offset") <= seg["last_offset"])
+    )
     assert one.rdd.getNumPartitions() == 1  # just that segment
     assert _offsets(one) == {0: list(range(seg["base_offset"], seg["next_offset"]))}
     tail = df.filter((F.col("partition") == 1) & (F.col("offset") >= 590))
@@ -172,40 +222,51 @@ def test_pushdown_prunes_segments(spark: Any, two_tier_topic: str,
     assert _offsets(ts) == {0: list(range(lo, 600)), 1: list(range(lo, 600))}
 
 
-def test_without_pushdown_a_dataframe_is_reusable(spark: Any, two_tier_topic: str,
-                                                  read_options: Callable[..., dict[str, str]]) -> None:
+def test_without_pushdown_a_dataframe_is_reusable(
+    spark: Any, two_tier_topic: str, read_options: Callable[..., dict[str, str]]
+) -> None:
     """The default (no pushdown): a filtered query never changes what the same
     DataFrame returns next (pyspark 4.3 leaks pushed read plans; see tiered_log.spark)."""
     from pyspark.sql import functions as F
 
     df = spark.read.format("tiered_log").options(**read_options(two_tier_topic)).load()
     assert _offsets(df.filter((F.col("partition") == 1) & (F.col("offset") >= 590))) == {
-        1: list(range(590, 600))}
+        1: list(range(590, 600))
+    }
     assert _offsets(df) == {0: list(range(600)), 1: list(range(600))}
 
 
-def test_min_partitions_splits_segments(spark: Any, two_tier_topic: str,
-                                        read_options: Callable[..., dict[str, str]]) -> None:
+def test_min_partitions_splits_segments(
+    spark: Any, two_tier_topic: str, read_options: Callable[..., dict[str, str]]
+) -> None:
     df = spark.read.format("tiered_log").options(**read_options(two_tier_topic)).load()
     n = df.rdd.getNumPartitions()
-    more = spark.read.format("tiered_log").options(
-        **read_options(two_tier_topic, minPartitions=str(n * 2))).load()
+    more = (
+        spark.read.format("tiered_log")
+        .options(**read_options(two_tier_topic, minPartitions=str(n * 2)))
+        .load()
+    )
     assert more.rdd.getNumPartitions() >= n * 2
     assert _offsets(more) == {0: list(range(600)), 1: list(range(600))}
 
 
-def test_bad_options_are_clear(spark: Any, two_tier_topic: str,
-                               read_options: Callable[..., dict[str, str]]) -> None:
-    for extra, msg in [({"startingOffsets": "soonest"}, "startingOffsets"),
-                       ({"minPartitions": "0"}, "minPartitions"),
-                       ({"startOffsets": "earliest"}, "unknown tiered_log read option")]:
+def test_bad_options_are_clear(
+    spark: Any, two_tier_topic: str, read_options: Callable[..., dict[str, str]]
+) -> None:
+    for extra, msg in [
+        ({"startingOffsets": "soonest"}, "startingOffsets"),
+        ({"minPartitions": "0"}, "minPartitions"),
+        ({"startOffsets": "earliest"}, "unknown tiered_log read option"),
+    ]:
         with pytest.raises(Exception, match=msg):
-            spark.read.format("tiered_log").options(**read_options(two_tier_topic, **extra)) \
-                .load().count()
+            spark.read.format("tiered_log").options(
+                **read_options(two_tier_topic, **extra)
+            ).load().count()
 
 
-def test_retention_data_loss(spark: Any, client: Client, service: Any,
-                             read_options: Callable[..., dict[str, str]]) -> None:
+def test_retention_data_loss(
+    spark: Any, client: Client, service: Any, read_options: Callable[..., dict[str, str]]
+) -> None:
     # Old records (1970) fall to 1-day retention as soon as they are shipped.
     topic = new_topic(client, retention_ms=86_400_000)
     produce(client, topic, 0, 200, ts=lambda i: 1_000_000 + i)
@@ -220,8 +281,9 @@ def test_retention_data_loss(spark: Any, client: Client, service: Any,
     assert start > 0
 
 
-def test_segment_removed_after_planning(client: Client, read_options: Callable[..., dict[str, str]],
-                                        s3_client: Any, spark_bucket: str) -> None:
+def test_segment_removed_after_planning(
+    client: Client, read_options: Callable[..., dict[str, str]], s3_client: Any, spark_bucket: str
+) -> None:
     """A segment deleted between planning and reading (retention racing the query)."""
     from pyspark.sql.datasource import InputPartition
 
@@ -233,8 +295,10 @@ def test_segment_removed_after_planning(client: Client, read_options: Callable[.
     produce(client, topic, 0, 300)
     wait_for(lambda: client.bounds(topic, 0).local_start_offset > 100, "shipping")
     for fail in (True, False):
-        reader = TieredLogReader(parse_read_options(
-            read_options(topic, failOnDataLoss=str(fail).lower())), source_schema(False))
+        reader = TieredLogReader(
+            parse_read_options(read_options(topic, failOnDataLoss=str(fail).lower())),
+            source_schema(False),
+        )
         splits: list[InputPartition] = reader.partitions()
         first = splits[0]
         assert isinstance(first, ArchiveSplit)

@@ -11,16 +11,31 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
-RUN = ("import sys, tiered_log.cli as cli, tiered_log.perf.spark; "
-       "sys.exit(cli.main(sys.argv[1:]))")
+RUN = "import sys, tiered_log.cli as cli, tiered_log.perf.spark; sys.exit(cli.main(sys.argv[1:]))"
 
 
 def test_perf_spark_scan_small() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
     env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    p = subprocess.run([sys.executable, "-c", RUN, "perf", "spark-scan", "--json", "--progress",
-                        "--records", "4000", "--segment-bytes", "1048576"],
-                       capture_output=True, text=True, timeout=240, env=env)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUN,
+            "perf",
+            "spark-scan",
+            "--json",
+            "--progress",
+            "--records",
+            "4000",
+            "--segment-bytes",
+            "1048576",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     report = json.loads(p.stdout)
     assert report["benchmark"] == "spark-scan"

@@ -24,19 +24,40 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
     env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, str(ROOT / "examples" / script), *args],
-                          capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def _common(service: Any, spark_bucket: str, s3_target: Any, topic: str) -> list[str]:
-    return ["--service-url", service.url, "--bucket-url", f"s3://{spark_bucket}/log",
-            "--topic", topic, "--token", ADMIN, "--s3-endpoint-url", s3_target.endpoint,
-            "--s3-region", s3_target.region, "--s3-access-key", s3_target.access_key or "x",
-            "--s3-secret-key", s3_target.secret_key or "x"]
+    return [
+        "--service-url",
+        service.url,
+        "--bucket-url",
+        f"s3://{spark_bucket}/log",
+        "--topic",
+        topic,
+        "--token",
+        ADMIN,
+        "--s3-endpoint-url",
+        s3_target.endpoint,
+        "--s3-region",
+        s3_target.region,
+        "--s3-access-key",
+        s3_target.access_key or "x",
+        "--s3-secret-key",
+        s3_target.secret_key or "x",
+    ]
 
 
-def test_history_example(client: Client, service: Any, spark_bucket: str,
-                                     s3_target: Any, tmp_path: Path) -> None:
+def test_history_example(
+    client: Client, service: Any, spark_bucket: str, s3_target: Any, tmp_path: Path
+) -> None:
     topic = new_topic(client, partitions=2, segment_bytes=16384)
     day = 86_400_000
     for p in (0, 1):  # three days of records, 100 a day
@@ -55,10 +76,15 @@ def test_history_example(client: Client, service: Any, spark_bucket: str,
     assert dates == ["date=2023-11-14", "date=2023-11-15", "date=2023-11-16"]
 
 
-
-def test_follow_example(spark: Any, client: Client, service: Any, spark_bucket: str,
-                        s3_target: Any, tmp_path: Path,
-                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_follow_example(
+    spark: Any,
+    client: Client,
+    service: Any,
+    spark_bucket: str,
+    s3_target: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """spark_follow's query, run twice on the test session (a restart in between)."""
     sys.path.insert(0, str(ROOT / "examples"))
     try:
@@ -69,8 +95,9 @@ def test_follow_example(spark: Any, client: Client, service: Any, spark_bucket: 
     produce(client, topic, 0, 300)
     common = _common(service, spark_bucket, s3_target, topic)
     ckpt = str(tmp_path / "ckpt")
-    args = spark_follow.parse_args([*common, "--checkpoint", ckpt, "--available-now",
-                                    "--max-offsets-per-trigger", "200"])
+    args = spark_follow.parse_args(
+        [*common, "--checkpoint", ckpt, "--available-now", "--max-offsets-per-trigger", "200"]
+    )
     assert spark_follow.follow(spark, args) == 0
     out = capsys.readouterr().out
     assert "summary: 300 records in 2 batch(es)" in out

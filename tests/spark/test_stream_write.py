@@ -18,16 +18,24 @@ pytestmark = pytest.mark.spark
 
 def _run_available_now(spark: Any, opts: dict[str, str], out: Path, ckpt: Path) -> list[int]:
     """One run of an AvailableNow query into Parquet; the row counts of its batches."""
-    q = (spark.readStream.format("tiered_log").options(**opts).load()
-         .writeStream.format("parquet").option("path", str(out))
-         .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("tiered_log")
+        .options(**opts)
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(120)
     assert q.exception() is None, q.exception()
     return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
 
 
-def test_stream_three_triggers_with_restart(spark: Any, client: Client, tmp_path: Path,
-                                            read_options: Callable[..., dict[str, str]]) -> None:
+def test_stream_three_triggers_with_restart(
+    spark: Any, client: Client, tmp_path: Path, read_options: Callable[..., dict[str, str]]
+) -> None:
     topic = new_topic(client, partitions=2, segment_bytes=16384)
     for p in (0, 1):
         produce(client, topic, p, 150)
@@ -49,29 +57,42 @@ def test_stream_three_triggers_with_restart(spark: Any, client: Client, tmp_path
             assert values[(p, rec.offset)] == rec.value
 
 
-def test_batch_write_and_read_back(spark: Any, client: Client,
-                                   read_options: Callable[..., dict[str, str]],
-                                   service: Any) -> None:
+def test_batch_write_and_read_back(
+    spark: Any, client: Client, read_options: Callable[..., dict[str, str]], service: Any
+) -> None:
     from pyspark.sql import Row
 
     topic = new_topic(client, partitions=2)
-    rows = [Row(value=f"v{i}".encode(), key=(f"k{i}".encode() if i % 2 else None),
-                partition=(i % 2 if i < 40 else None),
-                headers=[Row(key="n", value=str(i).encode())])
-            for i in range(100)]
-    df = spark.createDataFrame(rows, "value binary, key binary, partition int, "
-                                     "headers array<struct<key string, value binary>>")
-    df.write.format("tiered_log").option("serviceUrl", service.url) \
-        .option("token", read_options(topic)["token"]).option("topic", topic) \
-        .mode("append").save()
-    got = spark.read.format("tiered_log").options(
-        **read_options(topic, includeHeaders="true")).load().collect()
+    rows = [
+        Row(
+            value=f"v{i}".encode(),
+            key=(f"k{i}".encode() if i % 2 else None),
+            partition=(i % 2 if i < 40 else None),
+            headers=[Row(key="n", value=str(i).encode())],
+        )
+        for i in range(100)
+    ]
+    df = spark.createDataFrame(
+        rows,
+        "value binary, key binary, partition int, headers array<struct<key string, value binary>>",
+    )
+    df.write.format("tiered_log").option("serviceUrl", service.url).option(
+        "token", read_options(topic)["token"]
+    ).option("topic", topic).mode("append").save()
+    got = (
+        spark.read.format("tiered_log")
+        .options(**read_options(topic, includeHeaders="true"))
+        .load()
+        .collect()
+    )
     assert len(got) == 100
     by_value = {bytes(r.value): r for r in got}
     assert set(by_value) == {f"v{i}".encode() for i in range(100)}
     for i in range(100):
         r = by_value[f"v{i}".encode()]
-        assert (bytes(r.key) if r.key is not None else None) == (f"k{i}".encode() if i % 2 else None)
+        assert (bytes(r.key) if r.key is not None else None) == (
+            f"k{i}".encode() if i % 2 else None
+        )
         assert [(h.key, bytes(h.value)) for h in r.headers] == [("n", str(i).encode())]
         if i < 40:
             assert r.partition == i % 2
@@ -85,26 +106,38 @@ def test_bad_write_is_clear(spark: Any, client: Client, service: Any) -> None:
     topic = new_topic(client)
     df = spark.createDataFrame([("x", 1)], "value string, colour int")
     with pytest.raises(Exception, match="cannot write column"):
-        df.write.format("tiered_log").option("serviceUrl", service.url) \
-            .option("token", "spark-admin-token").option("topic", topic).mode("append").save()
+        df.write.format("tiered_log").option("serviceUrl", service.url).option(
+            "token", "spark-admin-token"
+        ).option("topic", topic).mode("append").save()
 
 
-def test_stream_copy_topic_to_topic(spark: Any, client: Client, tmp_path: Path,
-                                    read_options: Callable[..., dict[str, str]],
-                                    service: Any) -> None:
+def test_stream_copy_topic_to_topic(
+    spark: Any,
+    client: Client,
+    tmp_path: Path,
+    read_options: Callable[..., dict[str, str]],
+    service: Any,
+) -> None:
     """A streaming query reading one topic and writing another (the streaming writer)."""
     src = new_topic(client)
     dst = new_topic(client)
     produce(client, src, 0, 120)
-    q = (spark.readStream.format("tiered_log")
-         .options(**read_options(src, startingOffsets="earliest")).load()
-         .select("key", "value", "partition")
-         .writeStream.format("tiered_log").option("serviceUrl", service.url)
-         .option("token", read_options(src)["token"]).option("topic", dst)
-         .option("checkpointLocation", str(tmp_path / "ckpt"))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("tiered_log")
+        .options(**read_options(src, startingOffsets="earliest"))
+        .load()
+        .select("key", "value", "partition")
+        .writeStream.format("tiered_log")
+        .option("serviceUrl", service.url)
+        .option("token", read_options(src)["token"])
+        .option("topic", dst)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(120)
     assert q.exception() is None
     # Tasks produce in parallel: every record arrives once, not in the source's order.
-    assert sorted(r.value for r in all_records(client, dst, 0)) == \
-        sorted(r.value for r in all_records(client, src, 0))
+    assert sorted(r.value for r in all_records(client, dst, 0)) == sorted(
+        r.value for r in all_records(client, src, 0)
+    )

@@ -24,25 +24,40 @@ pytestmark = pytest.mark.spark
 
 def _produce(client: Client, topic: str, prefix: str, start: int, n: int) -> None:
     for lo in range(start, start + n, 10):
-        client.produce(topic, 0, [ProducerRecord(f"{prefix}-{i:04d}-".encode() + b"v" * 90,
-                                                 timestamp=1_000_000 + i * 10)
-                                  for i in range(lo, min(lo + 10, start + n))])
+        client.produce(
+            topic,
+            0,
+            [
+                ProducerRecord(
+                    f"{prefix}-{i:04d}-".encode() + b"v" * 90, timestamp=1_000_000 + i * 10
+                )
+                for i in range(lo, min(lo + 10, start + n))
+            ],
+        )
 
 
 def _remote(url: str, topic: str) -> dict[str, Any]:
-    r = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/remote-segments",
-                  headers={"Authorization": f"Bearer {ADMIN}"})
+    r = httpx.get(
+        f"{url}/v1/topics/{topic}/partitions/0/remote-segments",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
     assert r.status_code == 200, r.text
     out: dict[str, Any] = r.json()
     return out
 
 
-def test_truncation_inside_archived_chunk_then_appends(service: Any, client: Client, spark: Any,
-                                                       read_options: Any) -> None:
+def test_truncation_inside_archived_chunk_then_appends(
+    service: Any, client: Client, spark: Any, read_options: Any
+) -> None:
     topic = new_topic(client, segment_bytes=16384)
     _produce(client, topic, "old", 0, 400)
-    wait_for(lambda: len(_remote(service.url, topic)["segments"]) >= 2
-             and client.bounds(topic, 0).local_start_offset > 300, "the first segments to ship")
+    wait_for(
+        lambda: (
+            len(_remote(service.url, topic)["segments"]) >= 2
+            and client.bounds(topic, 0).local_start_offset > 300
+        ),
+        "the first segments to ship",
+    )
     second = _remote(service.url, topic)["segments"][1]
     first_chunk = second["chunks"][0]
     cut = (first_chunk[0] + first_chunk[1] + 1) // 2
@@ -50,16 +65,21 @@ def test_truncation_inside_archived_chunk_then_appends(service: Any, client: Cli
     client.truncate(topic, 0, cut)
     _produce(client, topic, "new", cut, 200)
     end = cut + 200
-    wait_for(lambda: _remote(service.url, topic)["remote_end_offset"] > first_chunk[1] + 1,
-             "the new records to ship past the old chunk's end")
+    wait_for(
+        lambda: _remote(service.url, topic)["remote_end_offset"] > first_chunk[1] + 1,
+        "the new records to ship past the old chunk's end",
+    )
 
     def want(o: int) -> bytes:
         return f"{'old' if o < cut else 'new'}-{o:04d}-".encode() + b"v" * 90
 
     # JSON fetch from the chunk's first offset: below the cut old, from it new.
     h = {"Authorization": f"Bearer {ADMIN}"}
-    body = httpx.get(f"{service.url}/v1/topics/{topic}/partitions/0/records",
-                     params={"offset": first_chunk[0], "max_records": 100}, headers=h).json()
+    body = httpx.get(
+        f"{service.url}/v1/topics/{topic}/partitions/0/records",
+        params={"offset": first_chunk[0], "max_records": 100},
+        headers=h,
+    ).json()
     got = [(r["offset"], r["value"].encode()) for r in body["records"]]
     assert got == [(o, want(o)) for o in range(first_chunk[0], first_chunk[0] + len(got))]
     assert body["next_offset"] == first_chunk[0] + len(got)

@@ -42,8 +42,14 @@ from .registry import PROG, CommandGroup, Parser, UsageError, positive_int
 
 COMMANDS = CommandGroup(PROG)
 """Every ``tiered-log`` command, group by group."""
-COMMANDS.include(log.COMMANDS, inspect.COMMANDS, perf.COMMANDS, service.COMMANDS,
-                 cluster.COMMANDS, cluster_status.COMMANDS)
+COMMANDS.include(
+    log.COMMANDS,
+    inspect.COMMANDS,
+    perf.COMMANDS,
+    service.COMMANDS,
+    cluster.COMMANDS,
+    cluster_status.COMMANDS,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

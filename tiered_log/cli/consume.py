@@ -68,14 +68,17 @@ def offset_spec(text: str) -> OffsetSpec:
         return OffsetSpec("offset", int(t))
     raise argparse.ArgumentTypeError(
         f"expected beginning, end, stored, an offset N, -N (N before the end) or s@TIME "
-        f"(ms or ISO 8601), got {text!r}")
+        f"(ms or ISO 8601), got {text!r}"
+    )
 
 
 def start_offset(c: Client, topic: str, partition: int, spec: OffsetSpec) -> int:
     """The first offset to read of ``partition`` for ``spec``."""
     if spec.kind == "stored":
-        raise UsageError("-o stored needs a consumer group's committed offsets, which this "
-                         "service does not keep: use beginning, end, N, -N or s@TIME")
+        raise UsageError(
+            "-o stored needs a consumer group's committed offsets, which this "
+            "service does not keep: use beginning, end, N, -N or s@TIME"
+        )
     if spec.kind == "offset":
         return spec.value
     if spec.kind == "timestamp":
@@ -106,28 +109,36 @@ class RecordFormat:
             if "%" not in fmt:
                 raise argparse.ArgumentTypeError(
                     f"--format takes value, json or a format string with %-directives "
-                    f"(%t %p %o %k %s %T %h), got {fmt!r}")
+                    f"(%t %p %o %k %s %T %h), got {fmt!r}"
+                )
             raw = fmt.encode("utf-8")
             pos = 0
             for m in _DIRECTIVE.finditer(raw):
-                self._parts.append(raw[pos:m.start()])
+                self._parts.append(raw[pos : m.start()])
                 self._parts.append(m.group())
                 pos = m.end()
             self._parts.append(raw[pos:])
-            bad = re.search(rb"%[^tpokKsSTh%]|%$", b"".join(
-                p for p in self._parts if not _DIRECTIVE.fullmatch(p)))
+            bad = re.search(
+                rb"%[^tpokKsSTh%]|%$",
+                b"".join(p for p in self._parts if not _DIRECTIVE.fullmatch(p)),
+            )
             if bad:
                 raise argparse.ArgumentTypeError(
                     f"unknown directive {bad.group().decode(errors='replace')!r} in --format "
-                    "(known: %t %p %o %k %s %T %h %K %S %%)")
+                    "(known: %t %p %o %k %s %T %h %K %S %%)"
+                )
 
     def render(self, partition: int, rec: Record) -> bytes:
         """The bytes printed for ``rec`` of ``partition``."""
         if self.fmt == "value":
             return rec.value + b"\n"
         if self.fmt == "json":
-            return json.dumps({"topic": self.topic, "partition": partition,
-                               **record_to_json(rec)}).encode() + b"\n"
+            return (
+                json.dumps(
+                    {"topic": self.topic, "partition": partition, **record_to_json(rec)}
+                ).encode()
+                + b"\n"
+            )
         out = bytearray()
         for i, part in enumerate(self._parts):
             if i % 2 == 0:
@@ -157,8 +168,9 @@ class RecordFormat:
             case b"T":
                 return str(rec.timestamp).encode()
             case b"h":
-                return b",".join(name.encode("utf-8") + b"=" + (v or b"")
-                                 for name, v in rec.headers)
+                return b",".join(
+                    name.encode("utf-8") + b"=" + (v or b"") for name, v in rec.headers
+                )
         return b"%"
 
 
@@ -185,17 +197,25 @@ def _stderr_note(message: str) -> None:
     print(f"tiered-log: {message}", file=sys.stderr, flush=True)
 
 
-def partition_pages(c: Client, topic: str, partition: int, offset: int, *,
-                    end_offset: int | None, follow: bool, skip_lost: bool,
-                    stop: threading.Event, note: Note = _stderr_note) -> Iterator[FetchResult]:
+def partition_pages(
+    c: Client,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    end_offset: int | None,
+    follow: bool,
+    skip_lost: bool,
+    stop: threading.Event,
+    note: Note = _stderr_note,
+) -> Iterator[FetchResult]:
     """The pages of ``partition`` from ``offset`` (see the module docstring); ends at the
     end of the log (or ``end_offset``), or with ``follow`` once ``stop`` is set."""
     delay = RECONNECT_FIRST_S
     down = False
     while not stop.is_set():
         try:
-            for page in c.consume(topic, partition, offset, follow=follow,
-                                  end_offset=end_offset):
+            for page in c.consume(topic, partition, offset, follow=follow, end_offset=end_offset):
                 if down:
                     note(f"partition {partition}: reconnected, going on at offset {offset}")
                     down, delay = False, RECONNECT_FIRST_S
@@ -209,9 +229,11 @@ def partition_pages(c: Client, topic: str, partition: int, offset: int, *,
             if nxt is None:
                 raise
             if not skip_lost:
-                raise DataLossError(f"{exc.message}; the next readable offset of partition "
-                                    f"{partition} is {nxt} (--skip-lost goes on there, or "
-                                    f"-o {nxt} with -p {partition})") from None
+                raise DataLossError(
+                    f"{exc.message}; the next readable offset of partition "
+                    f"{partition} is {nxt} (--skip-lost goes on there, or "
+                    f"-o {nxt} with -p {partition})"
+                ) from None
             note(f"partition {partition}: offsets {offset}..{nxt - 1} are lost; skipped")
             offset = nxt
         except TieredLogError as exc:
@@ -224,5 +246,11 @@ def partition_pages(c: Client, topic: str, partition: int, offset: int, *,
             delay = min(delay * 2, RECONNECT_MAX_S)
 
 
-__all__ = ["OffsetSpec", "RecordFormat", "next_readable", "offset_spec", "partition_pages",
-           "start_offset"]
+__all__ = [
+    "OffsetSpec",
+    "RecordFormat",
+    "next_readable",
+    "offset_spec",
+    "partition_pages",
+    "start_offset",
+]

@@ -54,16 +54,25 @@ COMMANDS = CommandGroup()
 
 
 def _dump_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", metavar="PATH",
-                   help="a store (.log), offset index (.index) or time index (.timeindex) file, "
-                        "or a log directory (dumps every file)")
-    p.add_argument("--print-data", action="store_true", help="print each record's key, value and headers")
-    p.add_argument("--type", choices=("log", "index", "timeindex"),
-                   help="how to read PATH when its name does not say")
+    p.add_argument(
+        "path",
+        metavar="PATH",
+        help="a store (.log), offset index (.index) or time index (.timeindex) file, "
+        "or a log directory (dumps every file)",
+    )
+    p.add_argument(
+        "--print-data", action="store_true", help="print each record's key, value and headers"
+    )
+    p.add_argument(
+        "--type",
+        choices=("log", "index", "timeindex"),
+        help="how to read PATH when its name does not say",
+    )
 
 
-
-@COMMANDS.command("dump", "print every record or index entry of segment files, checking each", _dump_args)
+@COMMANDS.command(
+    "dump", "print every record or index entry of segment files, checking each", _dump_args
+)
 def cmd_dump(args: argparse.Namespace) -> int:
     """Dump a file or every segment file of a directory (like kafka-dump-log).
 
@@ -88,8 +97,10 @@ def cmd_dump(args: argparse.Namespace) -> int:
         if args.type is not None:
             kind = args.type
         elif kind_base is None:
-            raise UsageError(f"cannot tell what {path.name} is: name it *.log, *.index or "
-                             f"*.timeindex, or pass --type")
+            raise UsageError(
+                f"cannot tell what {path.name} is: name it *.log, *.index or "
+                f"*.timeindex, or pass --type"
+            )
         else:
             kind = kind_base[0]
         dump_file(path, kind, base, args.print_data, out, totals)
@@ -97,9 +108,12 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 
 def _verify_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("directory", metavar="DIR",
-                   help="a log directory, or a directory of logs (e.g. a service's data "
-                        "directory: every partition is checked)")
+    p.add_argument(
+        "directory",
+        metavar="DIR",
+        help="a log directory, or a directory of logs (e.g. a service's data "
+        "directory: every partition is checked)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON report instead of text")
     progress_flag(p)
 
@@ -107,11 +121,15 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 def _nothing_to_check(directory: Path) -> InvalidArgumentError:
     """The error of a verify that found no log to check under ``directory``."""
     if (directory / naming.TOPICS_DIR).is_dir():
-        return InvalidArgumentError(f"nothing to check: {directory} is a service's data "
-                                    "directory without partitions (it has no topics)")
-    return InvalidArgumentError(f"nothing to check: no segment files in {directory} or in "
-                                "the directories below it (give a log directory or a "
-                                "service's data directory)")
+        return InvalidArgumentError(
+            f"nothing to check: {directory} is a service's data "
+            "directory without partitions (it has no topics)"
+        )
+    return InvalidArgumentError(
+        f"nothing to check: no segment files in {directory} or in "
+        "the directories below it (give a log directory or a "
+        "service's data directory)"
+    )
 
 
 def _summary(report: VerifyReport | LogsReport) -> str:
@@ -120,14 +138,19 @@ def _summary(report: VerifyReport | LogsReport) -> str:
     from ..tools.verify import VerifyReport
 
     if isinstance(report, VerifyReport):
-        span = "" if report.next_offset is None else \
-            f" (offsets [{report.log_start_offset}, {report.next_offset}))"
+        span = (
+            ""
+            if report.next_offset is None
+            else f" (offsets [{report.log_start_offset}, {report.next_offset}))"
+        )
         segments = len(report.segments)
     else:
         span = ""
         segments = report.segments
-    return (f"{plural(segments, 'segment')}, {plural(report.records, 'record')}{span}, "
-            f"{plural(report.size, 'byte')}")
+    return (
+        f"{plural(segments, 'segment')}, {plural(report.records, 'record')}{span}, "
+        f"{plural(report.size, 'byte')}"
+    )
 
 
 def _verdict(report: VerifyReport, where: str = "") -> str:
@@ -135,8 +158,11 @@ def _verdict(report: VerifyReport, where: str = "") -> str:
     (no segment store file ``where``)."""
     from ..tools.dump import plural
 
-    removed = (f"; {plural(len(report.removed), 'segment')} deleted by the running log "
-               "while checked" if report.removed else "")
+    removed = (
+        f"; {plural(len(report.removed), 'segment')} deleted by the running log while checked"
+        if report.removed
+        else ""
+    )
     warnings = plural(len(report.warnings), "warning")
     extra = f" ({warnings})" if report.warnings else ""
     if not report.checked:
@@ -146,9 +172,12 @@ def _verdict(report: VerifyReport, where: str = "") -> str:
     return f"DAMAGED: {plural(len(report.errors), 'error')}, {warnings}{removed}"
 
 
-@COMMANDS.command("verify", "check every segment of a log, or of every log of a data "
-                  "directory, without changing it; exit 1 if damaged or nothing was checked",
-                  _verify_args)
+@COMMANDS.command(
+    "verify",
+    "check every segment of a log, or of every log of a data "
+    "directory, without changing it; exit 1 if damaged or nothing was checked",
+    _verify_args,
+)
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check checksums, offsets, segment continuity and indexes (see tools.verify_logs).
 
@@ -204,10 +233,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
         if single:
             report: VerifyReport | LogsReport = verify_log(
-                directory, on_problem=on_problem, on_segment=on_segment)
+                directory, on_problem=on_problem, on_segment=on_segment
+            )
         else:
-            report = verify_logs(directory, on_problem=on_problem, on_segment=on_segment,
-                                 on_log=on_log)
+            report = verify_logs(
+                directory, on_problem=on_problem, on_segment=on_segment, on_log=on_log
+            )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2), file=out)
         return 0 if report.ok else 1
@@ -217,12 +248,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     head = f"{plural(len(report.logs), 'log')}: {_summary(report)}"
     warnings = plural(len(report.warnings), "warning")
     unchecked = report.unchecked
-    nothing = (f"{len(unchecked)} of {plural(len(report.logs), 'log')} with nothing to check"
-               if unchecked else "")
+    nothing = (
+        f"{len(unchecked)} of {plural(len(report.logs), 'log')} with nothing to check"
+        if unchecked
+        else ""
+    )
     if report.damaged:
-        print(f"{head}: DAMAGED: {plural(len(report.errors), 'error')} in "
-              f"{plural(len(report.damaged), 'log')}, {warnings}"
-              f"{'; ' + nothing if nothing else ''}", file=out)
+        print(
+            f"{head}: DAMAGED: {plural(len(report.errors), 'error')} in "
+            f"{plural(len(report.damaged), 'log')}, {warnings}"
+            f"{'; ' + nothing if nothing else ''}",
+            file=out,
+        )
     elif unchecked:
         print(f"{head}: NOT ALL CHECKED: {nothing}", file=out)
     else:
@@ -241,8 +278,9 @@ def is_log_dir(path: Path) -> bool:
     if (path / naming.REMOTE_DIR / naming.COPY_JOURNAL_FILE).is_file():
         return True
     try:
-        return any(naming.parse_offset_name(p.name, naming.LOG_SUFFIX) is not None
-                   for p in path.iterdir())
+        return any(
+            naming.parse_offset_name(p.name, naming.LOG_SUFFIX) is not None for p in path.iterdir()
+        )
     except OSError:
         return False
 
@@ -266,20 +304,34 @@ def find_logs(root: Path, depth: int = 4) -> list[Path]:
 
 
 def _describe_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", metavar="DIR", help="a log directory, or a directory of logs "
-                   "(e.g. a service's data directory)")
+    p.add_argument(
+        "dir",
+        metavar="DIR",
+        help="a log directory, or a directory of logs (e.g. a service's data directory)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--remote", metavar="URL",
-                   help="the remote tier (s3://bucket/prefix, file:///dir); default: the one "
-                        "each log recorded")
+    p.add_argument(
+        "--remote",
+        metavar="URL",
+        help="the remote tier (s3://bucket/prefix, file:///dir); default: the one "
+        "each log recorded",
+    )
     p.add_argument("--endpoint-url", metavar="URL", help="S3 endpoint (MinIO, moto, ...)")
     p.add_argument("--region", help="S3 region")
-    p.add_argument("--log-id", help="the log's id when DIR is one log that did not record it "
-                   "(default: recorded, else the directory name)")
+    p.add_argument(
+        "--log-id",
+        help="the log's id when DIR is one log that did not record it "
+        "(default: recorded, else the directory name)",
+    )
 
 
-def describe_logs(root: Path, remote: str | None = None, endpoint_url: str | None = None,
-                  region: str | None = None, log_id: str | None = None) -> list[dict[str, Any]]:
+def describe_logs(
+    root: Path,
+    remote: str | None = None,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    log_id: str | None = None,
+) -> list[dict[str, Any]]:
     """``TieredLog.describe()`` of every log under ``root`` plus its ``directory``.
 
     UsageError if there is no log, or a log has remote state but no remote location.
@@ -307,8 +359,10 @@ def describe_logs(root: Path, remote: str | None = None, endpoint_url: str | Non
                 ep = ep or loc.get("endpoint_url")
                 rg = rg or loc.get("region")
             if url is None and (d / naming.REMOTE_DIR).is_dir():
-                raise UsageError(f"log {d} has a remote tier but its location is not recorded; "
-                                 "give it with --remote URL (and --endpoint-url for S3)")
+                raise UsageError(
+                    f"log {d} has a remote tier but its location is not recorded; "
+                    "give it with --remote URL (and --endpoint-url for S3)"
+                )
             storage = None
             if url is not None:
                 key = (url, ep, rg)
@@ -341,16 +395,22 @@ def format_describe(logs: list[dict[str, Any]]) -> str:
         b = d["bounds"]
         where = d.get("remote_url") or "no remote tier"
         lines.append(f"{d['log_id']}  {d['directory']}  ({where})")
-        lines.append(f"  offsets: log start {_n(b['log_start_offset'])}, local start "
-                     f"{_n(b['local_start_offset'])}, remote end {_n(b['remote_end_offset'])}, "
-                     f"next {_n(b['next_offset'])}")
+        lines.append(
+            f"  offsets: log start {_n(b['log_start_offset'])}, local start "
+            f"{_n(b['local_start_offset'])}, remote end {_n(b['remote_end_offset'])}, "
+            f"next {_n(b['next_offset'])}"
+        )
         rsegs = d.get("remote_segments", [])
-        lines.append(f"  local: {counted(len(d['local_segments']), 'segment')}, "
-                     f"{counted(d['local_bytes'], 'byte')}; remote: "
-                     f"{counted(len(rsegs), 'segment')}, "
-                     f"{counted(d.get('remote_bytes', 0), 'byte')}")
-        lines.append(f"  copy lag: {counted(d['copy_lag_segments'], 'segment')}, "
-                     f"{counted(d['copy_lag_bytes'], 'byte')}")
+        lines.append(
+            f"  local: {counted(len(d['local_segments']), 'segment')}, "
+            f"{counted(d['local_bytes'], 'byte')}; remote: "
+            f"{counted(len(rsegs), 'segment')}, "
+            f"{counted(d.get('remote_bytes', 0), 'byte')}"
+        )
+        lines.append(
+            f"  copy lag: {counted(d['copy_lag_segments'], 'segment')}, "
+            f"{counted(d['copy_lag_bytes'], 'byte')}"
+        )
         if d["remote_enabled"]:
             rate = d.get("cache_hit_rate")
             rate_s = "n/a (no reads by this process)" if rate is None else f"{rate:.1%}"
@@ -359,21 +419,23 @@ def format_describe(logs: list[dict[str, Any]]) -> str:
         damaged = {x["id"]: x["problem"] for x in d.get("remote_damage", [])}
         for s in rsegs:
             state = f"UNREADABLE: {damaged[s['id']]}" if s["id"] in damaged else s["state"]
-            lines.append(f"  {'remote':<7}{s['base_offset']:>14,}{s['next_offset']:>14,}"
-                         f"{s['size']:>14,}  {state}")
+            lines.append(
+                f"  {'remote':<7}{s['base_offset']:>14,}{s['next_offset']:>14,}"
+                f"{s['size']:>14,}  {state}"
+            )
         for s in d["local_segments"]:
             state = "active" if not s["sealed"] else ("copied" if s["copied"] else "not copied")
-            lines.append(f"  {'local':<7}{s['base_offset']:>14,}{s['next_offset']:>14,}"
-                         f"{s['size']:>14,}  {state}")
+            lines.append(
+                f"  {'local':<7}{s['base_offset']:>14,}{s['next_offset']:>14,}"
+                f"{s['size']:>14,}  {state}"
+            )
     return "\n".join(lines)
 
 
-@COMMANDS.command("describe", "per log: local and remote segments, copy lag, cache",
-                  _describe_args)
+@COMMANDS.command("describe", "per log: local and remote segments, copy lag, cache", _describe_args)
 def cmd_describe(args: argparse.Namespace) -> int:
     """``tiered-log describe DIR``: see the module docstring."""
-    logs = describe_logs(Path(args.dir), args.remote, args.endpoint_url, args.region,
-                         args.log_id)
+    logs = describe_logs(Path(args.dir), args.remote, args.endpoint_url, args.region, args.log_id)
     if args.json:
         json.dump({"logs": logs}, sys.stdout, indent=2)
         print()
@@ -381,5 +443,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(format_describe(logs))
     return 0
 
-__all__ = ["COMMANDS", "cmd_describe", "cmd_dump", "cmd_verify", "describe_logs", "find_logs",
-           "format_describe", "is_log_dir"]
+
+__all__ = [
+    "COMMANDS",
+    "cmd_describe",
+    "cmd_dump",
+    "cmd_verify",
+    "describe_logs",
+    "find_logs",
+    "format_describe",
+    "is_log_dir",
+]

@@ -70,7 +70,9 @@ def _existing_log_dir(directory: str) -> Path:
     if not path.is_dir():
         raise InvalidArgumentError(f"{directory} is not a directory")
     if not naming.list_segment_bases(path):
-        raise InvalidArgumentError(f"{directory} holds no log (no *{naming.LOG_SUFFIX} segment files)")
+        raise InvalidArgumentError(
+            f"{directory} holds no log (no *{naming.LOG_SUFFIX} segment files)"
+        )
     return path
 
 
@@ -88,10 +90,19 @@ def _append_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", metavar="DIR", help="log directory (created if needed)")
     p.add_argument("--key", help="key of every record (UTF-8); default: no key")
     p.add_argument("--file", metavar="F", help="read lines from F instead of stdin ('-' = stdin)")
-    p.add_argument("--segment-bytes", type=positive_int, metavar="N",
-                   help="roll segments at N bytes (default: 64 MiB)")
-    p.add_argument("--batch", type=positive_int, default=APPEND_BATCH, metavar="N",
-                   help=f"records per append_batch (default: {APPEND_BATCH})")
+    p.add_argument(
+        "--segment-bytes",
+        type=positive_int,
+        metavar="N",
+        help="roll segments at N bytes (default: 64 MiB)",
+    )
+    p.add_argument(
+        "--batch",
+        type=positive_int,
+        default=APPEND_BATCH,
+        metavar="N",
+        help=f"records per append_batch (default: {APPEND_BATCH})",
+    )
     progress_flag(p)
 
 
@@ -113,9 +124,12 @@ def cmd_append(args: argparse.Namespace) -> int:
     first = last = None
     count = skipped = 0
     try:
-        with Log.open(args.directory, config) as log, Progress(
-            total, "append", unit="bytes" if from_file else "records", enabled=args.progress
-        ) as progress:
+        with (
+            Log.open(args.directory, config) as log,
+            Progress(
+                total, "append", unit="bytes" if from_file else "records", enabled=args.progress
+            ) as progress,
+        ):
             batch: list[ProducerRecord | bytes] = []
 
             def send() -> None:
@@ -142,28 +156,43 @@ def cmd_append(args: argparse.Namespace) -> int:
         if from_file:
             stream.close()
     if skipped:
-        note(f"skipped {skipped} empty line{'s' if skipped != 1 else ''} (a record value cannot be empty)")
+        note(
+            f"skipped {skipped} empty line{'s' if skipped != 1 else ''} (a record value cannot be empty)"
+        )
     out = sys.stdout
     if count:
-        print(f"appended {count} record{'s' if count != 1 else ''} at offsets {first}..{last} "
-              f"(log offsets [{bounds.log_start_offset}, {bounds.next_offset}))", file=out)
+        print(
+            f"appended {count} record{'s' if count != 1 else ''} at offsets {first}..{last} "
+            f"(log offsets [{bounds.log_start_offset}, {bounds.next_offset}))",
+            file=out,
+        )
     else:
-        print(f"appended 0 records (log offsets [{bounds.log_start_offset}, {bounds.next_offset}))",
-              file=out)
+        print(
+            f"appended 0 records (log offsets [{bounds.log_start_offset}, {bounds.next_offset}))",
+            file=out,
+        )
     return 0
 
 
 def _read_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", metavar="DIR", help="log directory")
     start = p.add_mutually_exclusive_group()
-    start.add_argument("--offset", type=non_negative_int, metavar="N",
-                       help="first offset to print (default: the log start)")
-    start.add_argument("--timestamp", type=timestamp_ms, metavar="T",
-                       help="start at the first record with timestamp >= T "
-                            "(ms since the epoch, or ISO 8601)")
+    start.add_argument(
+        "--offset",
+        type=non_negative_int,
+        metavar="N",
+        help="first offset to print (default: the log start)",
+    )
+    start.add_argument(
+        "--timestamp",
+        type=timestamp_ms,
+        metavar="T",
+        help="start at the first record with timestamp >= T (ms since the epoch, or ISO 8601)",
+    )
     p.add_argument("--max-records", type=positive_int, metavar="N", help="print at most N records")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object per line (the HTTP API's record shape)")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per line (the HTTP API's record shape)"
+    )
 
 
 @COMMANDS.command(
@@ -194,8 +223,11 @@ def cmd_read(args: argparse.Namespace) -> int:
             offset = log.log_start_offset if args.offset is None else args.offset
         start = log.log_start_offset
         if not start <= offset <= end:
-            raise OffsetOutOfRangeError(f"offset {offset} is not in the log [{start}, {end})",
-                                        log_start=start, next_offset=end)
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is not in the log [{start}, {end})",
+                log_start=start,
+                next_offset=end,
+            )
         from ..service.wire import record_to_json  # the HTTP API's JSON shape
         from ..tools.dump import text_field
 
@@ -210,7 +242,9 @@ def cmd_read(args: argparse.Namespace) -> int:
                 if args.json:
                     lines.append(json.dumps(record_to_json(r), ensure_ascii=False))
                 else:
-                    lines.append(f"{r.offset}\t{r.timestamp}\t{text_field(r.key)}\t{text_field(r.value)}")
+                    lines.append(
+                        f"{r.offset}\t{r.timestamp}\t{text_field(r.key)}\t{text_field(r.value)}"
+                    )
             out.write("\n".join(lines) + "\n")
             printed += len(recs)
             offset = recs[-1].offset + 1
@@ -219,10 +253,20 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", metavar="DIR", help="log directory (created if needed)")
-    p.add_argument("--records", type=positive_int, default=10_000, metavar="N",
-                   help="records to append (default: 10000)")
-    p.add_argument("--segment-bytes", type=positive_int, default=256 * 1024, metavar="N",
-                   help="segment size, small so that the demo rolls a few (default: 262144)")
+    p.add_argument(
+        "--records",
+        type=positive_int,
+        default=10_000,
+        metavar="N",
+        help="records to append (default: 10000)",
+    )
+    p.add_argument(
+        "--segment-bytes",
+        type=positive_int,
+        default=256 * 1024,
+        metavar="N",
+        help="segment size, small so that the demo rolls a few (default: 262144)",
+    )
 
 
 @COMMANDS.command("demo", "append records, read them back, look one up by time, verify", _demo_args)
@@ -245,7 +289,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ts0 = max([now_ms(), *(s.max_timestamp + 1 for s in log.segments())])
         records = [
             ProducerRecord(
-                json.dumps({"event": i, "user": f"user-{i % 10}", "message": f"hello #{i}"}).encode(),
+                json.dumps(
+                    {"event": i, "user": f"user-{i % 10}", "message": f"hello #{i}"}
+                ).encode(),
                 key=f"user-{i % 10}".encode(),
                 headers=(("source", b"tiered-log demo"),),
                 timestamp=ts0 + i,
@@ -268,34 +314,62 @@ def cmd_demo(args: argparse.Namespace) -> int:
         t_read = time.perf_counter() - t0
         for i, (want, rec) in enumerate(zip(records, got, strict=True)):
             if (rec.offset, rec.key, rec.value, rec.headers, rec.timestamp) != (
-                first + i, want.key, want.value, want.headers, want.timestamp
+                first + i,
+                want.key,
+                want.value,
+                want.headers,
+                want.timestamp,
             ):
-                raise TieredLogError(f"demo: record {first + i} read back differs from what was appended")
+                raise TieredLogError(
+                    f"demo: record {first + i} read back differs from what was appended"
+                )
         middle = n // 2
         found = log.offset_for_timestamp(ts0 + middle)
         if found != first + middle:
-            raise TieredLogError(f"demo: timestamp lookup found offset {found}, expected {first + middle}")
+            raise TieredLogError(
+                f"demo: timestamp lookup found offset {found}, expected {first + middle}"
+            )
         segments = log.segments()
         bounds = log.bounds()
         size = log.size_bytes
     report = verify_log(directory)
     print(f"tiered-log demo: log in {directory}", file=out)
-    print(f"  appended {n:,} records (offsets {first}..{first + n - 1}) in {t_append:.3f} s "
-          f"({n / max(t_append, 1e-9):,.0f} records/s), flushed", file=out)
-    print(f"  read them back and compared: all {len(got):,} match ({t_read:.3f} s, "
-          f"{n / max(t_read, 1e-9):,.0f} records/s)", file=out)
+    print(
+        f"  appended {n:,} records (offsets {first}..{first + n - 1}) in {t_append:.3f} s "
+        f"({n / max(t_append, 1e-9):,.0f} records/s), flushed",
+        file=out,
+    )
+    print(
+        f"  read them back and compared: all {len(got):,} match ({t_read:.3f} s, "
+        f"{n / max(t_read, 1e-9):,.0f} records/s)",
+        file=out,
+    )
     print(f"  first record at or after timestamp {ts0 + middle}: offset {found}", file=out)
-    print(f"  log: offsets [{bounds.log_start_offset}, {bounds.next_offset}), {len(segments)} "
-          f"segments, {size:,} bytes", file=out)
+    print(
+        f"  log: offsets [{bounds.log_start_offset}, {bounds.next_offset}), {len(segments)} "
+        f"segments, {size:,} bytes",
+        file=out,
+    )
     if report.ok:
         print(f"  verify: clean ({report.records:,} records checked)", file=out)
     else:
         print(f"  verify: {len(report.errors)} problems", file=out)
         for p in report.errors:
             print(f"    {p}", file=out)
-    print(f"  next: {PROG} read {directory} --max-records 5 | {PROG} dump {directory} | "
-          f"{PROG} verify {directory}", file=out)
+    print(
+        f"  next: {PROG} read {directory} --max-records 5 | {PROG} dump {directory} | "
+        f"{PROG} verify {directory}",
+        file=out,
+    )
     return 0 if report.ok else 1
 
-__all__ = ["APPEND_BATCH", "COMMANDS", "READ_PAGE", "cmd_append", "cmd_demo", "cmd_read",
-           "input_lines"]
+
+__all__ = [
+    "APPEND_BATCH",
+    "COMMANDS",
+    "READ_PAGE",
+    "cmd_append",
+    "cmd_demo",
+    "cmd_read",
+    "input_lines",
+]

@@ -28,8 +28,9 @@ from .registry import counted
 _EOF = object()
 
 
-def line_to_record(line: bytes, *, separator: bytes | None,
-                   key: bytes | None) -> ProducerRecord | bytes | None:
+def line_to_record(
+    line: bytes, *, separator: bytes | None, key: bytes | None
+) -> ProducerRecord | bytes | None:
     """The record a line of input stands for; None for a line with an empty value (the
     log refuses empty values: it is skipped and counted)."""
     if separator is not None:
@@ -72,15 +73,17 @@ def _read_into(fd: int, out: queue.Queue[object]) -> None:
         out.put(exc)
 
 
-def lines_with_linger(stream: IO[bytes], *, batch_size: int,
-                      linger_ms: int) -> Iterator[tuple[list[bytes], bool]]:
+def lines_with_linger(
+    stream: IO[bytes], *, batch_size: int, linger_ms: int
+) -> Iterator[tuple[list[bytes], bool]]:
     """Batches of lines of ``stream`` (read through its file descriptor, see
     :func:`fd_lines`): ``(lines, at_end)``. A batch is handed out once it
     holds ``batch_size`` lines, once ``linger_ms`` passed since its first line came, or at
     the end of the input. An error reading the stream is raised here."""
     lines: queue.Queue[object] = queue.Queue(maxsize=max(4 * batch_size, 1024))
-    threading.Thread(target=_read_into, args=(stream.fileno(), lines), name="tl-produce-input",
-                     daemon=True).start()
+    threading.Thread(
+        target=_read_into, args=(stream.fileno(), lines), name="tl-produce-input", daemon=True
+    ).start()
     batch: list[bytes] = []
     deadline = 0.0
     while True:
@@ -150,16 +153,21 @@ class Acknowledged:
             p, r = parts[0]
             text = f"{head}/{p} (offsets {r.first}..{r.last})"
         elif parts:
-            text = head + ": " + ", ".join(f"partition {p} offsets {r.first}..{r.last}"
-                                           for p, r in parts)
+            text = (
+                head
+                + ": "
+                + ", ".join(f"partition {p} offsets {r.first}..{r.last}" for p, r in parts)
+            )
         else:
             text = head
         notes = []
         if self.skipped:
             notes.append(f"skipped {counted(self.skipped, 'empty line')}")
         if self.in_flight:
-            notes.append(f"{counted(self.in_flight, 'record')} sent but not acknowledged "
-                         "(they may or may not be in the log)")
+            notes.append(
+                f"{counted(self.in_flight, 'record')} sent but not acknowledged "
+                "(they may or may not be in the log)"
+            )
         if self.unsent:
             notes.append(f"{counted(self.unsent, 'record')} read but not sent")
         if notes:

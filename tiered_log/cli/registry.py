@@ -101,7 +101,9 @@ class CommandGroup:
             raise ValueError(f"subcommand {where} is registered twice")
         self.entries[name] = entry
 
-    def command(self, name: str, help: str, configure: Configure | None = None) -> Callable[[Runner], Runner]:
+    def command(
+        self, name: str, help: str, configure: Configure | None = None
+    ) -> Callable[[Runner], Runner]:
         """Decorator registering ``fn`` as subcommand ``name`` (arguments by ``configure``)."""
 
         def register(fn: Runner) -> Runner:
@@ -126,8 +128,9 @@ class CommandGroup:
     def install(self, parser: argparse.ArgumentParser, path: str = PROG) -> None:
         """Add every registered subcommand (and group, recursively) to ``parser``;
         ``path`` is the command line that leads to this group (``tiered-log perf``)."""
-        sub = parser.add_subparsers(title="commands", metavar="COMMAND",
-                                    dest=f"_{path.replace(' ', '_').replace('-', '_')}")
+        sub = parser.add_subparsers(
+            title="commands", metavar="COMMAND", dest=f"_{path.replace(' ', '_').replace('-', '_')}"
+        )
         # Without a command (``tiered-log``, ``tiered-log topics``): the group's help, as
         # rpk does, not an error; a command chosen sets its own ``_run`` over this one.
         parser.set_defaults(_run=_help_of(parser))
@@ -187,8 +190,12 @@ def timestamp_ms(text: str) -> int:
 
 def progress_flag(p: argparse.ArgumentParser) -> None:
     """``--progress`` / ``--no-progress`` (default: only when stderr is a terminal)."""
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show progress on stderr (default: only when stderr is a terminal)")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show progress on stderr (default: only when stderr is a terminal)",
+    )
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -202,5 +209,18 @@ def note(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr)
 
 
-__all__ = ["PROG", "Command", "CommandGroup", "Configure", "Parser", "Runner", "UsageError",
-           "counted", "non_negative_int", "note", "positive_int", "progress_flag", "timestamp_ms"]
+__all__ = [
+    "PROG",
+    "Command",
+    "CommandGroup",
+    "Configure",
+    "Parser",
+    "Runner",
+    "UsageError",
+    "counted",
+    "non_negative_int",
+    "note",
+    "positive_int",
+    "progress_flag",
+    "timestamp_ms",
+]

@@ -65,20 +65,31 @@ def _client(args: argparse.Namespace) -> Client:
         verify = str(args.cacert)
     elif getattr(args, "insecure", False):
         verify = False
-    return Client(args.url, token=args.token or None, verify=verify,
-                  retry_timeout_s=args.retry_timeout)
+    return Client(
+        args.url, token=args.token or None, verify=verify, retry_timeout_s=args.retry_timeout
+    )
 
 
 def _client_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=os.environ.get("TIERED_LOG_URL", "http://127.0.0.1:8080"),
-                   help="service URL, or several comma-separated (any nodes of a cluster: "
-                   "requests follow the partition leaders) (default $TIERED_LOG_URL or "
-                   "http://127.0.0.1:8080)")
-    p.add_argument("--retry-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="in a cluster, how long to retry a request across a leader change "
-                   "(default 30)")
-    p.add_argument("--token", default=os.environ.get("TIERED_LOG_TOKEN"),
-                   help="bearer token (default $TIERED_LOG_TOKEN)")
+    p.add_argument(
+        "--url",
+        default=os.environ.get("TIERED_LOG_URL", "http://127.0.0.1:8080"),
+        help="service URL, or several comma-separated (any nodes of a cluster: "
+        "requests follow the partition leaders) (default $TIERED_LOG_URL or "
+        "http://127.0.0.1:8080)",
+    )
+    p.add_argument(
+        "--retry-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="in a cluster, how long to retry a request across a leader change (default 30)",
+    )
+    p.add_argument(
+        "--token",
+        default=os.environ.get("TIERED_LOG_TOKEN"),
+        help="bearer token (default $TIERED_LOG_TOKEN)",
+    )
     p.add_argument("--cacert", help="CA bundle to verify the server's TLS certificate")
     p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
 
@@ -87,8 +98,15 @@ class Progress:
     """A one-line progress report on stderr, at most every ``interval`` seconds, shown
     only once a run lasts longer than ``after`` seconds. Single-threaded use."""
 
-    def __init__(self, verb: str, enabled: bool, *, after: float = 1.0,
-                 interval: float = 0.5, stream: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        verb: str,
+        enabled: bool,
+        *,
+        after: float = 1.0,
+        interval: float = 0.5,
+        stream: IO[str] | None = None,
+    ) -> None:
         self.verb = verb
         self.enabled = enabled
         self.stream = stream or sys.stderr
@@ -147,15 +165,32 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 
 def _topics_create_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="the topic's name")
-    p.add_argument("--partitions", type=positive_int, default=1, metavar="N",
-                   help="how many partitions the topic has (default: %(default)s)")
-    p.add_argument("--replication-factor", type=int, metavar="N",
-                   help="copies of each partition (cluster; default min(3, live nodes))")
-    p.add_argument("--min-insync-replicas", type=int, metavar="N",
-                   help="in-sync replicas an acks=all produce needs (cluster; default "
-                   "min(2, replication factor))")
-    p.add_argument("--config", action="append", metavar="NAME=VALUE",
-                   help="override a topic default, e.g. flush_messages=100, retention_ms=null")
+    p.add_argument(
+        "--partitions",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="how many partitions the topic has (default: %(default)s)",
+    )
+    p.add_argument(
+        "--replication-factor",
+        type=int,
+        metavar="N",
+        help="copies of each partition (cluster; default min(3, live nodes))",
+    )
+    p.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        metavar="N",
+        help="in-sync replicas an acks=all produce needs (cluster; default "
+        "min(2, replication factor))",
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="NAME=VALUE",
+        help="override a topic default, e.g. flush_messages=100, retention_ms=null",
+    )
     p.add_argument("--json", action="store_true", help="print the description as JSON")
     _client_options(p)
 
@@ -172,57 +207,115 @@ def _topic_name_args(p: argparse.ArgumentParser) -> None:
 
 def _produce_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic", help="the topic to append to")
-    p.add_argument("-p", "--partition", type=non_negative_int, metavar="N",
-                   help="send every record to partition N (default: as Kafka's default "
-                   "partitioner: a keyed record to the partition of the murmur2 hash of its "
-                   "key, keyless records one partition per batch, in turn)")
+    p.add_argument(
+        "-p",
+        "--partition",
+        type=non_negative_int,
+        metavar="N",
+        help="send every record to partition N (default: as Kafka's default "
+        "partitioner: a keyed record to the partition of the murmur2 hash of its "
+        "key, keyless records one partition per batch, in turn)",
+    )
     keys = p.add_mutually_exclusive_group()
-    keys.add_argument("-K", "--key-separator", metavar="SEP",
-                      help="each line is KEY SEP VALUE, split at the first SEP (a line "
-                      "without SEP is a value without a key); default: no key")
+    keys.add_argument(
+        "-K",
+        "--key-separator",
+        metavar="SEP",
+        help="each line is KEY SEP VALUE, split at the first SEP (a line "
+        "without SEP is a value without a key); default: no key",
+    )
     keys.add_argument("--key", help="the key (UTF-8) of every record; default: no key")
     p.add_argument("-f", "--file", help="read lines from this file (default: stdin)")
-    p.add_argument("--batch-size", type=positive_int, default=500, metavar="N",
-                   help="most records per request (default: %(default)s)")
-    p.add_argument("--linger-ms", type=non_negative_int, default=100, metavar="MS",
-                   help="send a batch at the latest this long after its first line was read, "
-                   "as Kafka's linger.ms (default: %(default)s)")
-    p.add_argument("--acks", choices=["all", "1"],
-                   help="cluster: all (every in-sync replica has the records; the default "
-                   "with replicas) or 1 (the leader has them)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show progress on stderr (default: when stderr is a terminal)")
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=500,
+        metavar="N",
+        help="most records per request (default: %(default)s)",
+    )
+    p.add_argument(
+        "--linger-ms",
+        type=non_negative_int,
+        default=100,
+        metavar="MS",
+        help="send a batch at the latest this long after its first line was read, "
+        "as Kafka's linger.ms (default: %(default)s)",
+    )
+    p.add_argument(
+        "--acks",
+        choices=["all", "1"],
+        help="cluster: all (every in-sync replica has the records; the default "
+        "with replicas) or 1 (the leader has them)",
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show progress on stderr (default: when stderr is a terminal)",
+    )
     _client_options(p)
 
 
 def _consume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic", help="the topic to read")
-    p.add_argument("-p", "--partition", type=non_negative_int, metavar="N",
-                   help="read partition N only (default: every partition of the topic)")
+    p.add_argument(
+        "-p",
+        "--partition",
+        type=non_negative_int,
+        metavar="N",
+        help="read partition N only (default: every partition of the topic)",
+    )
     start = p.add_mutually_exclusive_group()
-    start.add_argument("-o", "--offset", type=offset_spec, metavar="SPEC",
-                       help="where to start in each partition, as kcat's -o: beginning, end, "
-                       "N (that offset), -N (N records before the end), s@TIME (the first "
-                       "record at or after TIME, ms or ISO 8601) (default: beginning)")
-    start.add_argument("--timestamp", type=timestamp_ms, metavar="TIME",
-                       help="start at the first record at or after TIME (ms since the epoch "
-                       "or ISO 8601, UTC if no zone), as -o s@TIME")
-    p.add_argument("--follow", action="store_true",
-                   help="keep waiting for new records (through a server restart) until "
-                   "Ctrl-C or SIGTERM")
-    p.add_argument("-n", "--max-records", type=positive_int, metavar="N",
-                   help="stop after N records (default: no limit)")
-    p.add_argument("-f", "--format", default="value", metavar="FORMAT",
-                   help="how to print a record: value (the value, one a line), json (one "
-                   "JSON object a line, with topic and partition) or a kcat -f format string: "
-                   "%%t topic, %%p partition, %%o offset, %%k key, %%s value, %%T timestamp "
-                   "(ms), %%h headers (name=value,...), %%K/%%S key/value size, \\n \\t "
-                   "(nothing is added at the end) (default: %(default)s)")
-    p.add_argument("--skip-lost", action="store_true",
-                   help="go on past offsets lost in a restore (410 data_loss) instead of "
-                   "stopping there")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show progress on stderr (default: when stderr is a terminal)")
+    start.add_argument(
+        "-o",
+        "--offset",
+        type=offset_spec,
+        metavar="SPEC",
+        help="where to start in each partition, as kcat's -o: beginning, end, "
+        "N (that offset), -N (N records before the end), s@TIME (the first "
+        "record at or after TIME, ms or ISO 8601) (default: beginning)",
+    )
+    start.add_argument(
+        "--timestamp",
+        type=timestamp_ms,
+        metavar="TIME",
+        help="start at the first record at or after TIME (ms since the epoch "
+        "or ISO 8601, UTC if no zone), as -o s@TIME",
+    )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep waiting for new records (through a server restart) until Ctrl-C or SIGTERM",
+    )
+    p.add_argument(
+        "-n",
+        "--max-records",
+        type=positive_int,
+        metavar="N",
+        help="stop after N records (default: no limit)",
+    )
+    p.add_argument(
+        "-f",
+        "--format",
+        default="value",
+        metavar="FORMAT",
+        help="how to print a record: value (the value, one a line), json (one "
+        "JSON object a line, with topic and partition) or a kcat -f format string: "
+        "%%t topic, %%p partition, %%o offset, %%k key, %%s value, %%T timestamp "
+        "(ms), %%h headers (name=value,...), %%K/%%S key/value size, \\n \\t "
+        "(nothing is added at the end) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--skip-lost",
+        action="store_true",
+        help="go on past offsets lost in a restore (410 data_loss) instead of stopping there",
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show progress on stderr (default: when stderr is a terminal)",
+    )
     _client_options(p)
 
 
@@ -258,7 +351,9 @@ def _parse_config_items(items: list[str]) -> dict[str, Any]:
             try:
                 value = int(raw)
             except ValueError:
-                raise ValueError(f"--config {name}: {raw!r} is not an integer, true/false or null") from None
+                raise ValueError(
+                    f"--config {name}: {raw!r} is not an integer, true/false or null"
+                ) from None
         out[name.strip()] = value
     return out
 
@@ -272,11 +367,18 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
         print(f"tiered-log: {exc}", file=sys.stderr)
         return 2
     with _client(args) as c:
-        d = c.create_topic(args.name, args.partitions, config,
-                           replication_factor=args.replication_factor,
-                           min_insync_replicas=args.min_insync_replicas)
-    print(json.dumps(d, indent=2) if args.json else f"created topic {d['name']} "
-          f"with {d['partitions']} partition(s)")
+        d = c.create_topic(
+            args.name,
+            args.partitions,
+            config,
+            replication_factor=args.replication_factor,
+            min_insync_replicas=args.min_insync_replicas,
+        )
+    print(
+        json.dumps(d, indent=2)
+        if args.json
+        else f"created topic {d['name']} with {d['partitions']} partition(s)"
+    )
     return 0
 
 
@@ -331,8 +433,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     acked = Acknowledged(args.topic)
     try:
         with _client(args) as c:
-            for lines, _ in lines_with_linger(stream, batch_size=args.batch_size,
-                                              linger_ms=args.linger_ms):
+            for lines, _ in lines_with_linger(
+                stream, batch_size=args.batch_size, linger_ms=args.linger_ms
+            ):
                 batch: list[ProducerRecord | bytes] = []
                 for line in lines:
                     rec = line_to_record(line, separator=separator, key=key)
@@ -343,14 +446,15 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 if not batch:
                     continue
                 acked.unsent = len(batch)
-                groups = ({args.partition: list(range(len(batch)))}
-                          if args.partition is not None
-                          else c.assign_partitions(args.topic, batch))
+                groups = (
+                    {args.partition: list(range(len(batch)))}
+                    if args.partition is not None
+                    else c.assign_partitions(args.topic, batch)
+                )
                 for p, idx in groups.items():
                     acked.unsent -= len(idx)
                     acked.in_flight = len(idx)
-                    acked.add(p, c.produce(args.topic, p, [batch[i] for i in idx],
-                                           acks=args.acks))
+                    acked.add(p, c.produce(args.topic, p, [batch[i] for i in idx], acks=args.acks))
                     acked.in_flight = 0
                 progress.update(acked.total)
     except KeyboardInterrupt:
@@ -377,8 +481,9 @@ _PUT_WAIT_S = 0.2
 """How often a partition's reader thread, with a full queue, looks whether to stop."""
 
 
-def _put(q: queue.Queue[tuple[int, object]], item: tuple[int, object],
-         stop: threading.Event) -> None:
+def _put(
+    q: queue.Queue[tuple[int, object]], item: tuple[int, object], stop: threading.Event
+) -> None:
     while not stop.is_set():
         try:
             q.put(item, timeout=_PUT_WAIT_S)
@@ -387,8 +492,9 @@ def _put(q: queue.Queue[tuple[int, object]], item: tuple[int, object],
             continue
 
 
-def _merged(pages_of: Callable[[int], Iterator[FetchResult]], parts: list[int],
-            stop: threading.Event) -> Iterator[tuple[int, FetchResult]]:
+def _merged(
+    pages_of: Callable[[int], Iterator[FetchResult]], parts: list[int], stop: threading.Event
+) -> Iterator[tuple[int, FetchResult]]:
     """The pages of every partition in ``parts`` as they come, each partition read by a
     daemon thread (``--follow`` over several partitions); an error of one is raised here."""
     q: queue.Queue[tuple[int, object]] = queue.Queue(maxsize=4 * len(parts))
@@ -418,8 +524,7 @@ def _merged(pages_of: Callable[[int], Iterator[FetchResult]], parts: list[int],
             yield p, item
 
 
-@COMMANDS.command("consume", "print records of every partition (values, one a line)",
-                  _consume_args)
+@COMMANDS.command("consume", "print records of every partition (values, one a line)", _consume_args)
 @_guard
 def cmd_consume(args: argparse.Namespace) -> int:
     """Print the records of the topic's partitions from the start ``-o`` says (see
@@ -428,8 +533,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
         fmt = RecordFormat(args.format, args.topic)
     except argparse.ArgumentTypeError as exc:
         raise UsageError(str(exc)) from None
-    spec = (OffsetSpec("timestamp", args.timestamp) if args.timestamp is not None
-            else args.offset or OffsetSpec("beginning"))
+    spec = (
+        OffsetSpec("timestamp", args.timestamp)
+        if args.timestamp is not None
+        else args.offset or OffsetSpec("beginning")
+    )
     stop = threading.Event()
 
     def on_term(sig: int, frame: FrameType | None) -> None:
@@ -443,19 +551,32 @@ def cmd_consume(args: argparse.Namespace) -> int:
     next_offsets: dict[int, int] = {}
     try:
         with _client(args) as c:
-            parts = ([args.partition] if args.partition is not None
-                     else list(range(c.partitions(args.topic))))
+            parts = (
+                [args.partition]
+                if args.partition is not None
+                else list(range(c.partitions(args.topic)))
+            )
             next_offsets = {p: start_offset(c, args.topic, p, spec) for p in parts}
             one = len(parts) == 1
 
             def pages_of(p: int) -> Iterator[FetchResult]:
                 end = next_offsets[p] + limit if one and limit is not None else None
-                return partition_pages(c, args.topic, p, next_offsets[p], end_offset=end,
-                                       follow=args.follow, skip_lost=args.skip_lost,
-                                       stop=stop)
+                return partition_pages(
+                    c,
+                    args.topic,
+                    p,
+                    next_offsets[p],
+                    end_offset=end,
+                    follow=args.follow,
+                    skip_lost=args.skip_lost,
+                    stop=stop,
+                )
 
-            stream = (_merged(pages_of, parts, stop) if args.follow and not one
-                      else ((p, page) for p in parts for page in pages_of(p)))
+            stream = (
+                _merged(pages_of, parts, stop)
+                if args.follow and not one
+                else ((p, page) for p in parts for page in pages_of(p))
+            )
             for p, page in stream:
                 for rec in page.records:
                     if limit is not None and count >= limit:
@@ -485,9 +606,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
         progress.done()
     if args.progress:
         where = ", ".join(f"{p}: {o}" for p, o in sorted(next_offsets.items()))
-        print(f"consumed {counted(count, 'record')}, next offset{'s' if len(next_offsets) > 1 else ''} "
-              f"{where if len(next_offsets) > 1 else next(iter(next_offsets.values()), 0)}",
-              file=sys.stderr)
+        print(
+            f"consumed {counted(count, 'record')}, next offset{'s' if len(next_offsets) > 1 else ''} "
+            f"{where if len(next_offsets) > 1 else next(iter(next_offsets.values()), 0)}",
+            file=sys.stderr,
+        )
     return 0
 
 

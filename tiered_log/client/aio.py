@@ -61,21 +61,33 @@ class AsyncClient:
     :mod:`tiered_log.client.routing` (a produce that may have reached the server is
     never sent again)."""
 
-    def __init__(self, base_url: str | Sequence[str], token: str | None = None, *,
-                 timeout: float = 60.0, verify: bool | str | ssl.SSLContext = True,
-                 transport: httpx.AsyncBaseTransport | None = None,
-                 retry_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        token: str | None = None,
+        *,
+        timeout: float = 60.0,
+        verify: bool | str | ssl.SSLContext = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_timeout_s: float = 30.0,
+    ) -> None:
         self.urls = parse_urls(base_url)
         self.base_url = self.urls[0]
         self.retry_timeout_s = retry_timeout_s
         self._routes = Routes(self.urls)
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=_headers(token),
-                                       timeout=timeout, verify=_verify(verify), transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=_headers(token),
+            timeout=timeout,
+            verify=_verify(verify),
+            transport=transport,
+        )
         # Record bodies take the sync client's http.client path in a worker thread: ~2-3x
         # faster per MiB than httpx's h11 on the event loop (a cancelled await leaves the
         # request to finish in its thread; its connection then goes back to the pool).
-        self._pools = (None if transport is not None else
-                       RecordPools(_headers(token), timeout, verify))
+        self._pools = (
+            None if transport is not None else RecordPools(_headers(token), timeout, verify)
+        )
         self._partitioner = DefaultPartitioner()
         self._counts = PartitionCounts()
 
@@ -92,25 +104,40 @@ class AsyncClient:
 
     async def _get_records(self, url: str, path: str, params: dict[str, int]) -> httpx.Response:
         if self._pools is not None:
-            return await asyncio.to_thread(self._pools.get(url).request, "GET", path,
-                                           params=params, headers=_ACCEPT_BINARY)
+            return await asyncio.to_thread(
+                self._pools.get(url).request, "GET", path, params=params, headers=_ACCEPT_BINARY
+            )
         return await self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
 
-    async def _receive_records(self, url: str, path: str, params: dict[str, int],
-                               buffer: bytearray | None) -> tuple[httpx.Headers, memoryview]:
+    async def _receive_records(
+        self, url: str, path: str, params: dict[str, int], buffer: bytearray | None
+    ) -> tuple[httpx.Headers, memoryview]:
         if self._pools is not None:
-            return await asyncio.to_thread(self._pools.get(url).receive_into, path,
-                                           params=params, headers=_ACCEPT_BINARY, buffer=buffer)
+            return await asyncio.to_thread(
+                self._pools.get(url).receive_into,
+                path,
+                params=params,
+                headers=_ACCEPT_BINARY,
+                buffer=buffer,
+            )
         resp = await self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
         return resp.headers, memoryview(resp.content)
 
-    async def _post_frames(self, url: str, path: str, body: bytes,
-                           params: dict[str, int | str] | None) -> httpx.Response:
+    async def _post_frames(
+        self, url: str, path: str, body: bytes, params: dict[str, int | str] | None
+    ) -> httpx.Response:
         if self._pools is not None:
-            return await asyncio.to_thread(self._pools.get(url).request, "POST", path,
-                                           params=params, body=body, headers=_FRAMES_HEADERS)
-        return await self._req_at(url, "POST", path, params=params, content=body,
-                                  headers=_FRAMES_HEADERS)
+            return await asyncio.to_thread(
+                self._pools.get(url).request,
+                "POST",
+                path,
+                params=params,
+                body=body,
+                headers=_FRAMES_HEADERS,
+            )
+        return await self._req_at(
+            url, "POST", path, params=params, content=body, headers=_FRAMES_HEADERS
+        )
 
     async def _any(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """:meth:`Client._any <tiered_log.client.Client._any>`: topic admin, to each known
@@ -139,16 +166,22 @@ class AsyncClient:
             except httpx.TransportError as exc:
                 last = _transport_error(cand, exc)
                 continue
-            got = self._routes.take_answer(cand, resp.status_code, resp.content, topic,
-                                           partition)
+            got = self._routes.take_answer(cand, resp.status_code, resp.content, topic, partition)
             if isinstance(got, str):
                 return got
             last = got
         assert last is not None
         raise last
 
-    async def _routed(self, topic: str, partition: int, send: Callable[[str], Awaitable[_T]], *,
-                      writes: bool, retry: bool = True) -> _T:
+    async def _routed(
+        self,
+        topic: str,
+        partition: int,
+        send: Callable[[str], Awaitable[_T]],
+        *,
+        writes: bool,
+        retry: bool = True,
+    ) -> _T:
         """``await send(leader URL)``, retried by the rules of :mod:`.routing`."""
         attempts: Attempts | None = None
         while True:
@@ -158,16 +191,26 @@ class AsyncClient:
                 if not retry:
                     raise
                 if attempts is None:
-                    attempts = Attempts(self._routes, topic, partition, writes=writes,
-                                        timeout_s=self.retry_timeout_s)
+                    attempts = Attempts(
+                        self._routes,
+                        topic,
+                        partition,
+                        writes=writes,
+                        timeout_s=self.retry_timeout_s,
+                    )
                 await asyncio.sleep(attempts.after(exc).delay_s)
 
     # ---- topics --------------------------------------------------------------------------
 
-    async def create_topic(self, name: str, partitions: int = 1,
-                           config: dict[str, Any] | None = None, *,
-                           replication_factor: int | None = None,
-                           min_insync_replicas: int | None = None) -> dict[str, Any]:
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: dict[str, Any] | None = None,
+        *,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
+    ) -> dict[str, Any]:
         body = _topic_body(name, partitions, config, replication_factor, min_insync_replicas)
         result: dict[str, Any] = (await self._any("POST", "/v1/topics", json=body)).json()
         return result
@@ -205,8 +248,13 @@ class AsyncClient:
             self._counts.put(topic, count)
         return count
 
-    async def send(self, topic: str, records: Iterable[ProducerRecord | bytes | str], *,
-                   acks: str | None = None) -> list[RecordMetadata]:
+    async def send(
+        self,
+        topic: str,
+        records: Iterable[ProducerRecord | bytes | str],
+        *,
+        acks: str | None = None,
+    ) -> list[RecordMetadata]:
         """Append ``records`` where Kafka's default partitioner puts them; see
         :meth:`Client.send <tiered_log.client.Client.send>`."""
         items = list(records)
@@ -221,9 +269,14 @@ class AsyncClient:
                 out[i] = RecordMetadata(p, off)
         return out
 
-    async def produce(self, topic: str, partition: int | None,
-                      records: Iterable[ProducerRecord | bytes | str], *,
-                      acks: str | None = None) -> list[int]:
+    async def produce(
+        self,
+        topic: str,
+        partition: int | None,
+        records: Iterable[ProducerRecord | bytes | str],
+        *,
+        acks: str | None = None,
+    ) -> list[int]:
         """Append a batch on the partition's leader; see :meth:`Client.produce
         <tiered_log.client.Client.produce>` (``acks``, when it is retried, and
         ``partition=None``: Kafka's default partitioner, as :meth:`send`)."""
@@ -231,8 +284,9 @@ class AsyncClient:
             return [m.offset for m in await self.send(topic, records, acks=acks)]
         return await self._produce_body(topic, partition, encode_produce_body(records), acks)
 
-    async def _produce_body(self, topic: str, partition: int, body: bytes,
-                            acks: str | None) -> list[int]:
+    async def _produce_body(
+        self, topic: str, partition: int, body: bytes, acks: str | None
+    ) -> list[int]:
         """Send an encoded produce body to the partition's leader; the offsets."""
         path = f"{_part_path(topic, partition)}/records"
         params = _acks_params(acks)
@@ -248,10 +302,16 @@ class AsyncClient:
         offsets: list[int] = resp.json()["offsets"]
         return offsets
 
-    async def produce_raw(self, topic: str, partition: int,
-                          value: bytes | AsyncIterable[bytes] | Sequence[bytes], *,
-                          key: bytes | str | None = None, timestamp: int | None = None,
-                          acks: str | None = None) -> int:
+    async def produce_raw(
+        self,
+        topic: str,
+        partition: int,
+        value: bytes | AsyncIterable[bytes] | Sequence[bytes],
+        *,
+        key: bytes | str | None = None,
+        timestamp: int | None = None,
+        acks: str | None = None,
+    ) -> int:
         """One record streamed as the body; an async iterable is sent once, never
         retried."""
         content = value if isinstance(value, bytes | AsyncIterable) else b"".join(value)
@@ -259,15 +319,24 @@ class AsyncClient:
         params = _raw_params(key, timestamp, acks)
 
         def send(url: str) -> Awaitable[httpx.Response]:
-            return self._req_at(url, "POST", path, content=content, params=params,
-                                headers={"Content-Type": _BINARY})
+            return self._req_at(
+                url, "POST", path, content=content, params=params, headers={"Content-Type": _BINARY}
+            )
 
-        resp = await self._routed(topic, partition, send, writes=True,
-                                  retry=isinstance(content, bytes))
+        resp = await self._routed(
+            topic, partition, send, writes=True, retry=isinstance(content, bytes)
+        )
         return int(resp.json()["offsets"][0])
 
-    async def fetch(self, topic: str, partition: int, offset: int, max_records: int = 500,
-                    max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 0,
+    ) -> FetchResult:
         path = f"{_part_path(topic, partition)}/records"
         params = _fetch_params(offset, max_records, max_bytes, wait_ms)
 
@@ -277,10 +346,17 @@ class AsyncClient:
         resp = await self._routed(topic, partition, send, writes=False)
         return _parse_fetch(resp, offset, max_records)
 
-    async def fetch_batches(self, topic: str, partition: int, offset: int, *,
-                            max_records: int = FETCH_RECORDS, max_bytes: int = 8 << 20,
-                            wait_ms: int = 0,
-                            buffer: bytearray | None = None) -> FetchedBatches:
+    async def fetch_batches(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = FETCH_RECORDS,
+        max_bytes: int = 8 << 20,
+        wait_ms: int = 0,
+        buffer: bytearray | None = None,
+    ) -> FetchedBatches:
         """:meth:`Client.fetch_batches <tiered_log.client.Client.fetch_batches>`: the
         stored batches from ``offset`` on, checksums verified, nothing decoded."""
         path = f"{_part_path(topic, partition)}/records"
@@ -292,10 +368,18 @@ class AsyncClient:
         headers, data = await self._routed(topic, partition, send, writes=False)
         return _checked_batches(headers, data, offset)
 
-    async def consume(self, topic: str, partition: int, offset: int, *,
-                      end_offset: int | None = None, max_records: int = 1000,
-                      max_bytes: int = 8 << 20, follow: bool = False,
-                      wait_ms: int = 1000) -> AsyncGenerator[FetchResult, None]:
+    async def consume(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        end_offset: int | None = None,
+        max_records: int = 1000,
+        max_bytes: int = 8 << 20,
+        follow: bool = False,
+        wait_ms: int = 1000,
+    ) -> AsyncGenerator[FetchResult, None]:
         """:meth:`Client.consume` for asyncio: the next page's request runs as a task on
         this loop while the caller handles the current page. Across a leader change a
         request is sent again for the same offset: no offset twice, no gap."""
@@ -321,8 +405,9 @@ class AsyncClient:
                 done = _consume_done(count, nxt, end_offset, follow)
                 if not done:
                     task = asyncio.ensure_future(get(nxt))
-                for part in _pages(_parse_fetch(resp, offset, _left(offset, end_offset)),
-                                   max_records):
+                for part in _pages(
+                    _parse_fetch(resp, offset, _left(offset, end_offset)), max_records
+                ):
                     yield part
                 if done:
                     return
@@ -348,8 +433,9 @@ class AsyncClient:
         def send(url: str) -> Awaitable[httpx.Response]:
             return self._req_at(url, "GET", path)
 
-        return PartitionBounds.from_json((await self._routed(topic, partition, send,
-                                                             writes=False)).json())
+        return PartitionBounds.from_json(
+            (await self._routed(topic, partition, send, writes=False)).json()
+        )
 
     async def truncate(self, topic: str, partition: int, offset: int) -> PartitionBounds:
         path = f"{_part_path(topic, partition)}/truncate"
@@ -357,8 +443,9 @@ class AsyncClient:
         def send(url: str) -> Awaitable[httpx.Response]:
             return self._req_at(url, "POST", path, json={"offset": offset})
 
-        return PartitionBounds.from_json((await self._routed(topic, partition, send,
-                                                             writes=True)).json())
+        return PartitionBounds.from_json(
+            (await self._routed(topic, partition, send, writes=True)).json()
+        )
 
     async def health(self) -> dict[str, Any]:
         result: dict[str, Any] = (await self._req("GET", "/healthz")).json()

@@ -63,12 +63,18 @@ def error_from_response(status: int, body: bytes) -> E.TieredLogError:
     cls = E.error_class(code)
     exc: E.TieredLogError
     if cls is E.OffsetOutOfRangeError:
-        exc = E.OffsetOutOfRangeError(message, log_start=int(details.get("log_start_offset", 0)),
-                                      next_offset=int(details.get("next_offset", 0)))
+        exc = E.OffsetOutOfRangeError(
+            message,
+            log_start=int(details.get("log_start_offset", 0)),
+            next_offset=int(details.get("next_offset", 0)),
+        )
     elif cls is E.NotLeaderError:
         lid, url = details.get("leader_id"), details.get("leader_url")
-        exc = E.NotLeaderError(message, leader_id=int(lid) if isinstance(lid, int) else None,
-                               leader_url=str(url) if url else None)
+        exc = E.NotLeaderError(
+            message,
+            leader_id=int(lid) if isinstance(lid, int) else None,
+            leader_url=str(url) if url else None,
+        )
     elif cls is E.FencedEpochError:
         exc = E.FencedEpochError(message, current_epoch=int(details.get("current_epoch", -1)))
     elif cls is None:
@@ -186,7 +192,8 @@ def encode_produce_body(records: Iterable[ProducerRecord | bytes | str]) -> byte
                 items.append(bytes(r))
             else:
                 raise E.InvalidArgumentError(
-                    f"records must be ProducerRecord, bytes or str, not {type(r).__name__}")
+                    f"records must be ProducerRecord, bytes or str, not {type(r).__name__}"
+                )
     if not items:
         raise E.InvalidArgumentError("a batch needs at least one record")
     return bytes(encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES).data)  # bytes already
@@ -201,11 +208,16 @@ def _offset_headers(h: httpx.Headers, status: int) -> tuple[int, int, int, int]:
     """``(record count, next offset, high watermark, log start)`` from a binary fetch
     answer's headers."""
     try:
-        return (int(h["x-record-count"]), int(h["x-next-offset"]), int(h["x-high-watermark"]),
-                int(h["x-log-start-offset"]))
+        return (
+            int(h["x-record-count"]),
+            int(h["x-next-offset"]),
+            int(h["x-high-watermark"]),
+            int(h["x-log-start-offset"]),
+        )
     except (KeyError, ValueError):
-        raise ServiceError("fetch response lacks its offset headers", status=status,
-                           code="bad_response") from None
+        raise ServiceError(
+            "fetch response lacks its offset headers", status=status, code="bad_response"
+        ) from None
 
 
 def _checked_batches(headers: httpx.Headers, data: memoryview, offset: int) -> FetchedBatches:
@@ -216,7 +228,8 @@ def _checked_batches(headers: httpx.Headers, data: memoryview, offset: int) -> F
     if end != nxt or count != nxt - offset:
         raise E.CorruptRecordError(
             f"fetch response holds batches from offset {offset} up to {end}, its headers say "
-            f"{count} records up to {nxt}")
+            f"{count} records up to {nxt}"
+        )
     return FetchedBatches(data, offset, nxt, batches, hw, start)
 
 
@@ -227,18 +240,26 @@ def _parse_fetch(resp: httpx.Response, offset: int, limit: int | None) -> FetchR
     body = resp.content
     recs, pos, _ = decode_records(body, start_offset=offset)
     if pos != len(body):
-        raise E.CorruptRecordError(f"fetch response ends inside a batch (byte {pos} of {len(body)})")
+        raise E.CorruptRecordError(
+            f"fetch response ends inside a batch (byte {pos} of {len(body)})"
+        )
     if count != len(recs) or (recs and (recs[0].offset != offset or recs[-1].offset + 1 != nxt)):
         raise E.CorruptRecordError(
-            f"fetch response holds {len(recs)} records from offset {offset}, not {count} up to {nxt}")
+            f"fetch response holds {len(recs)} records from offset {offset}, not {count} up to {nxt}"
+        )
     if limit is not None and len(recs) > limit:
         del recs[limit:]
         nxt = offset + limit
     return FetchResult(recs, nxt, hw, start)
 
 
-def _topic_body(name: str, partitions: int, config: dict[str, Any] | None,
-                replication_factor: int | None, min_insync_replicas: int | None) -> dict[str, Any]:
+def _topic_body(
+    name: str,
+    partitions: int,
+    config: dict[str, Any] | None,
+    replication_factor: int | None,
+    min_insync_replicas: int | None,
+) -> dict[str, Any]:
     """The body of ``POST /v1/topics`` (the cluster fields only when given)."""
     body: dict[str, Any] = {"name": name, "partitions": partitions, "config": config or {}}
     if replication_factor is not None:
@@ -249,7 +270,12 @@ def _topic_body(name: str, partitions: int, config: dict[str, Any] | None,
 
 
 def _fetch_params(offset: int, max_records: int, max_bytes: int, wait_ms: int) -> dict[str, int]:
-    return {"offset": offset, "max_records": max_records, "max_bytes": max_bytes, "wait_ms": wait_ms}
+    return {
+        "offset": offset,
+        "max_records": max_records,
+        "max_bytes": max_bytes,
+        "wait_ms": wait_ms,
+    }
 
 
 def _acks_params(acks: str | None) -> dict[str, int | str] | None:
@@ -261,8 +287,9 @@ def _acks_params(acks: str | None) -> dict[str, int | str] | None:
     return {"acks": acks}
 
 
-def _raw_params(key: bytes | str | None, timestamp: int | None,
-                acks: str | None = None) -> dict[str, str | int]:
+def _raw_params(
+    key: bytes | str | None, timestamp: int | None, acks: str | None = None
+) -> dict[str, str | int]:
     params: dict[str, str | int] = dict(_acks_params(acks) or {})
     if key is not None:
         params["key"] = key.decode("utf-8") if isinstance(key, bytes) else key

@@ -21,7 +21,8 @@ def _check_consume(offset: int, end_offset: int | None, max_records: int) -> Non
     if offset < 0 or (end_offset is not None and end_offset < offset) or max_records < 1:
         raise E.InvalidArgumentError(
             f"consume needs 0 <= offset <= end_offset and max_records >= 1 (got offset "
-            f"{offset}, end_offset {end_offset}, max_records {max_records})")
+            f"{offset}, end_offset {end_offset}, max_records {max_records})"
+        )
 
 
 def _pages(page: FetchResult, max_records: int) -> Iterator[FetchResult]:

@@ -128,8 +128,9 @@ class DefaultPartitioner:
             self._sticky[topic] = p
             return p
 
-    def assign(self, topic: str, records: Sequence[ProducerRecord | bytes | str],
-               partitions: int) -> dict[int, list[int]]:
+    def assign(
+        self, topic: str, records: Sequence[ProducerRecord | bytes | str], partitions: int
+    ) -> dict[int, list[int]]:
         """Split one batch of ``records`` over a topic of ``partitions``: partition ->
         the indexes of its records, in order. Keyed records by :func:`partition_for_key`,
         the keyless ones all to this batch's sticky partition."""
@@ -149,5 +150,13 @@ class DefaultPartitioner:
         return out
 
 
-__all__ = ["PARTITION_COUNT_MAX_AGE_S", "DefaultPartitioner", "PartitionCounts", "RecordMetadata",
-           "murmur2", "partition_for_key", "record_key", "to_positive"]
+__all__ = [
+    "PARTITION_COUNT_MAX_AGE_S",
+    "DefaultPartitioner",
+    "PartitionCounts",
+    "RecordMetadata",
+    "murmur2",
+    "partition_for_key",
+    "record_key",
+    "to_positive",
+]

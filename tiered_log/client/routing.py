@@ -66,7 +66,9 @@ def parse_urls(urls: str | Sequence[str]) -> list[str]:
     """The node URLs a client is given: one URL, a comma-separated string of them, or a
     sequence; trailing slashes dropped, duplicates removed, order kept.
     InvalidArgumentError when there is none."""
-    items = urls.split(",") if isinstance(urls, str) else [u for part in urls for u in part.split(",")]
+    items = (
+        urls.split(",") if isinstance(urls, str) else [u for part in urls for u in part.split(",")]
+    )
     out: list[str] = []
     for u in items:
         u = u.strip().rstrip("/")
@@ -136,8 +138,11 @@ class Routes:
         """Take a ``GET /v1/cluster`` answer (from ``answered``); returns the URL for
         ``topic``/``partition``: its leader's, or ``answered`` when the map names none
         (no such partition, or an election under way: that node's answer says which)."""
-        nodes = {int(n["node_id"]): str(n["url"]).rstrip("/")
-                 for n in cluster.get("nodes", ()) if n.get("url") and n.get("alive", True)}
+        nodes = {
+            int(n["node_id"]): str(n["url"]).rstrip("/")
+            for n in cluster.get("nodes", ())
+            if n.get("url") and n.get("alive", True)
+        }
         leaders: dict[tuple[str, int], str] = {}
         for p in cluster.get("partitions", ()):
             lid = p.get("leader")
@@ -150,8 +155,9 @@ class Routes:
             self._leaders = leaders
         return leaders.get((topic, partition), answered)
 
-    def take_answer(self, answered: str, status: int, body: bytes, topic: str,
-                    partition: int) -> str | E.TieredLogError:
+    def take_answer(
+        self, answered: str, status: int, body: bytes, topic: str, partition: int
+    ) -> str | E.TieredLogError:
         """One node's answer to ``GET /v1/cluster`` while looking for a partition's
         leader (both clients' loop): the URL to send to (the leader, or ``answered``: a
         single node answers 404), or the error to remember before asking the next node
@@ -188,8 +194,9 @@ class Attempts:
     """The retry state of one routed call (see the module docstring): ``writes`` for a
     produce or truncate (whose request may change the log). One per call; not shared."""
 
-    def __init__(self, routes: Routes, topic: str, partition: int, *, writes: bool,
-                 timeout_s: float) -> None:
+    def __init__(
+        self, routes: Routes, topic: str, partition: int, *, writes: bool, timeout_s: float
+    ) -> None:
         self.routes = routes
         self.topic = topic
         self.partition = partition

@@ -71,18 +71,30 @@ class Client:
     where :meth:`health` and :meth:`metrics` go.
     """
 
-    def __init__(self, base_url: str | Sequence[str], token: str | None = None, *,
-                 timeout: float = 60.0, verify: bool | str | ssl.SSLContext = True,
-                 transport: httpx.BaseTransport | None = None,
-                 retry_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        token: str | None = None,
+        *,
+        timeout: float = 60.0,
+        verify: bool | str | ssl.SSLContext = True,
+        transport: httpx.BaseTransport | None = None,
+        retry_timeout_s: float = 30.0,
+    ) -> None:
         self.urls = parse_urls(base_url)
         self.base_url = self.urls[0]
         self.retry_timeout_s = retry_timeout_s
         self._routes = Routes(self.urls)
-        self._http = httpx.Client(base_url=self.base_url, headers=_headers(token),
-                                  timeout=timeout, verify=_verify(verify), transport=transport)
-        self._pools = (None if transport is not None else
-                       RecordPools(_headers(token), timeout, verify))
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=_headers(token),
+            timeout=timeout,
+            verify=_verify(verify),
+            transport=transport,
+        )
+        self._pools = (
+            None if transport is not None else RecordPools(_headers(token), timeout, verify)
+        )
         self._partitioner = DefaultPartitioner()
         self._counts = PartitionCounts()
 
@@ -99,25 +111,27 @@ class Client:
 
     def _get_records(self, url: str, path: str, params: dict[str, int]) -> httpx.Response:
         if self._pools is not None:
-            return self._pools.get(url).request("GET", path, params=params,
-                                                headers=_ACCEPT_BINARY)
+            return self._pools.get(url).request("GET", path, params=params, headers=_ACCEPT_BINARY)
         return self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
 
-    def _receive_records(self, url: str, path: str, params: dict[str, int],
-                         buffer: bytearray | None) -> tuple[httpx.Headers, memoryview]:
+    def _receive_records(
+        self, url: str, path: str, params: dict[str, int], buffer: bytearray | None
+    ) -> tuple[httpx.Headers, memoryview]:
         if self._pools is not None:
-            return self._pools.get(url).receive_into(path, params=params, headers=_ACCEPT_BINARY,
-                                                     buffer=buffer)
+            return self._pools.get(url).receive_into(
+                path, params=params, headers=_ACCEPT_BINARY, buffer=buffer
+            )
         resp = self._req_at(url, "GET", path, params=params, headers=_ACCEPT_BINARY)
         return resp.headers, memoryview(resp.content)
 
-    def _post_frames(self, url: str, path: str, body: bytes,
-                     params: dict[str, int | str] | None) -> httpx.Response:
+    def _post_frames(
+        self, url: str, path: str, body: bytes, params: dict[str, int | str] | None
+    ) -> httpx.Response:
         if self._pools is not None:
-            return self._pools.get(url).request("POST", path, params=params, body=body,
-                                                headers=_FRAMES_HEADERS)
-        return self._req_at(url, "POST", path, params=params, content=body,
-                            headers=_FRAMES_HEADERS)
+            return self._pools.get(url).request(
+                "POST", path, params=params, body=body, headers=_FRAMES_HEADERS
+            )
+        return self._req_at(url, "POST", path, params=params, content=body, headers=_FRAMES_HEADERS)
 
     def _any(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """A request any node answers (topic admin): to each known node in turn while
@@ -146,16 +160,22 @@ class Client:
             except httpx.TransportError as exc:
                 last = _transport_error(cand, exc)
                 continue
-            got = self._routes.take_answer(cand, resp.status_code, resp.content, topic,
-                                           partition)
+            got = self._routes.take_answer(cand, resp.status_code, resp.content, topic, partition)
             if isinstance(got, str):
                 return got
             last = got
         assert last is not None
         raise last
 
-    def _routed(self, topic: str, partition: int, send: Callable[[str], _T], *,
-                writes: bool, retry: bool = True) -> _T:
+    def _routed(
+        self,
+        topic: str,
+        partition: int,
+        send: Callable[[str], _T],
+        *,
+        writes: bool,
+        retry: bool = True,
+    ) -> _T:
         """``send(leader URL)``, retried by the rules of :mod:`.routing` (``writes``: a
         request that changes the log; ``retry=False``: one try, for a body that cannot
         be sent twice)."""
@@ -167,15 +187,25 @@ class Client:
                 if not retry:
                     raise
                 if attempts is None:
-                    attempts = Attempts(self._routes, topic, partition, writes=writes,
-                                        timeout_s=self.retry_timeout_s)
+                    attempts = Attempts(
+                        self._routes,
+                        topic,
+                        partition,
+                        writes=writes,
+                        timeout_s=self.retry_timeout_s,
+                    )
                 time.sleep(attempts.after(exc).delay_s)
 
     # topics
-    def create_topic(self, name: str, partitions: int = 1,
-                     config: dict[str, Any] | None = None, *,
-                     replication_factor: int | None = None,
-                     min_insync_replicas: int | None = None) -> dict[str, Any]:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: dict[str, Any] | None = None,
+        *,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
+    ) -> dict[str, Any]:
         """Create a topic; returns its description. TopicExistsError if it exists.
         ``replication_factor``/``min_insync_replicas``: for a cluster (sent when given)."""
         body = _topic_body(name, partitions, config, replication_factor, min_insync_replicas)
@@ -196,19 +226,32 @@ class Client:
     def reassign(self, from_node: int, to_node: int) -> dict[str, Any]:
         """Move every replica ``from_node`` holds to ``to_node`` (a cluster; needs admin on
         every topic): ``POST /v1/cluster/reassign``'s answer, the partitions started."""
-        return dict(self._any("POST", "/v1/cluster/reassign",
-                              json={"from_node": from_node, "to_node": to_node}).json())
+        return dict(
+            self._any(
+                "POST", "/v1/cluster/reassign", json={"from_node": from_node, "to_node": to_node}
+            ).json()
+        )
 
-    def restore(self, topics: list[str] | None = None, *,
-                replication_factor: int | None = None,
-                min_insync_replicas: int | None = None) -> dict[str, Any]:
+    def restore(
+        self,
+        topics: list[str] | None = None,
+        *,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
+    ) -> dict[str, Any]:
         """Recreate in a new cluster the topics the bucket keeps (needs admin on every
         topic): ``POST /v1/cluster/restore``'s answer (``restored``, ``skipped``,
         ``missing``). Each partition reports what was never shipped as lost."""
-        body: dict[str, Any] = {"topics": topics, "replication_factor": replication_factor,
-                                "min_insync_replicas": min_insync_replicas}
-        return dict(self._any("POST", "/v1/cluster/restore",
-                              json={k: v for k, v in body.items() if v is not None}).json())
+        body: dict[str, Any] = {
+            "topics": topics,
+            "replication_factor": replication_factor,
+            "min_insync_replicas": min_insync_replicas,
+        }
+        return dict(
+            self._any(
+                "POST", "/v1/cluster/restore", json={k: v for k, v in body.items() if v is not None}
+            ).json()
+        )
 
     def cluster(self) -> dict[str, Any] | None:
         """``GET /v1/cluster`` of a node that answers (nodes, controller, each
@@ -232,16 +275,22 @@ class Client:
             self._counts.put(topic, count)
         return count
 
-    def assign_partitions(self, topic: str,
-                          records: Sequence[ProducerRecord | bytes | str]) -> dict[int, list[int]]:
+    def assign_partitions(
+        self, topic: str, records: Sequence[ProducerRecord | bytes | str]
+    ) -> dict[int, list[int]]:
         """Where Kafka's default partitioner sends each of ``records`` (one batch):
         partition -> the indexes of its records. Keyed records by the murmur2 hash of the
         key; keyless ones all to one partition, the next partition for the next batch
         (see :mod:`tiered_log.client.partitioner`)."""
         return self._partitioner.assign(topic, records, self.partitions(topic))
 
-    def send(self, topic: str, records: Iterable[ProducerRecord | bytes | str], *,
-             acks: str | None = None) -> list[RecordMetadata]:
+    def send(
+        self,
+        topic: str,
+        records: Iterable[ProducerRecord | bytes | str],
+        *,
+        acks: str | None = None,
+    ) -> list[RecordMetadata]:
         """Append ``records`` to the partitions Kafka's default partitioner chooses
         (:meth:`assign_partitions`); returns each record's partition and offset, in order.
 
@@ -261,9 +310,14 @@ class Client:
                 out[i] = RecordMetadata(p, off)
         return out
 
-    def produce(self, topic: str, partition: int | None,
-                records: Iterable[ProducerRecord | bytes | str], *,
-                acks: str | None = None) -> list[int]:
+    def produce(
+        self,
+        topic: str,
+        partition: int | None,
+        records: Iterable[ProducerRecord | bytes | str],
+        *,
+        acks: str | None = None,
+    ) -> list[int]:
         """Append a batch (all or nothing, binary frames) on the partition's leader;
         returns each record's offset. ``acks``: ``"all"`` (every in-sync replica has
         the records; the server's default when the topic has replicas) or ``"1"`` (the
@@ -278,24 +332,33 @@ class Client:
             return [m.offset for m in self.send(topic, records, acks=acks)]
         return self._produce_body(topic, partition, encode_produce_body(records), acks)
 
-    def _produce_body(self, topic: str, partition: int, body: bytes,
-                      acks: str | None) -> list[int]:
+    def _produce_body(self, topic: str, partition: int, body: bytes, acks: str | None) -> list[int]:
         """Send an encoded produce body to the partition's leader; the offsets."""
         path = f"{_part_path(topic, partition)}/records"
         params = _acks_params(acks)
         try:
-            resp = self._routed(topic, partition,
-                                lambda url: self._post_frames(url, path, body, params),
-                                writes=True)
+            resp = self._routed(
+                topic,
+                partition,
+                lambda url: self._post_frames(url, path, body, params),
+                writes=True,
+            )
         except TopicNotFoundError:
             self._counts.forget(topic)
             raise
         offsets: list[int] = resp.json()["offsets"]
         return offsets
 
-    def produce_raw(self, topic: str, partition: int, value: bytes | Iterable[bytes], *,
-                    key: bytes | str | None = None, timestamp: int | None = None,
-                    acks: str | None = None) -> int:
+    def produce_raw(
+        self,
+        topic: str,
+        partition: int,
+        value: bytes | Iterable[bytes],
+        *,
+        key: bytes | str | None = None,
+        timestamp: int | None = None,
+        acks: str | None = None,
+    ) -> int:
         """Append ONE record whose value is streamed as the body (an iterable is sent
         chunked, and then never retried: it cannot be sent twice).
         RecordTooLargeError past the topic's append threshold. ``acks``: as
@@ -304,25 +367,42 @@ class Client:
         params = _raw_params(key, timestamp, acks)
 
         def send(url: str) -> httpx.Response:
-            return self._req_at(url, "POST", path, content=value, params=params,
-                                headers={"Content-Type": _BINARY})
+            return self._req_at(
+                url, "POST", path, content=value, params=params, headers={"Content-Type": _BINARY}
+            )
 
         resp = self._routed(topic, partition, send, writes=True, retry=isinstance(value, bytes))
         return int(resp.json()["offsets"][0])
 
-    def fetch(self, topic: str, partition: int, offset: int, max_records: int = 500,
-              max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 0,
+    ) -> FetchResult:
         """Records from ``offset`` on (binary form, checksums verified), from the
         partition's leader."""
         path = f"{_part_path(topic, partition)}/records"
         params = _fetch_params(offset, max_records, max_bytes, wait_ms)
-        resp = self._routed(topic, partition, lambda url: self._get_records(url, path, params),
-                            writes=False)
+        resp = self._routed(
+            topic, partition, lambda url: self._get_records(url, path, params), writes=False
+        )
         return _parse_fetch(resp, offset, max_records)
 
-    def fetch_batches(self, topic: str, partition: int, offset: int, *,
-                      max_records: int = FETCH_RECORDS, max_bytes: int = 8 << 20,
-                      wait_ms: int = 0, buffer: bytearray | None = None) -> FetchedBatches:
+    def fetch_batches(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = FETCH_RECORDS,
+        max_bytes: int = 8 << 20,
+        wait_ms: int = 0,
+        buffer: bytearray | None = None,
+    ) -> FetchedBatches:
         """The record batches from ``offset`` on as stored, from the partition's leader,
         each batch's checksum verified and nothing decoded (no record built): what a
         follower, a rebuild or a columnar reader takes. The body is received straight
@@ -333,13 +413,26 @@ class Client:
         path = f"{_part_path(topic, partition)}/records"
         params = _fetch_params(offset, max_records, max_bytes, wait_ms)
         headers, data = self._routed(
-            topic, partition, lambda url: self._receive_records(url, path, params, buffer),
-            writes=False)
+            topic,
+            partition,
+            lambda url: self._receive_records(url, path, params, buffer),
+            writes=False,
+        )
         return _checked_batches(headers, data, offset)
 
-    def consume(self, topic: str, partition: int, offset: int, *, end_offset: int | None = None,
-                max_records: int = 1000, max_bytes: int = 8 << 20, follow: bool = False,
-                wait_ms: int = 1000, prefetch: bool = True) -> Generator[FetchResult, None, None]:
+    def consume(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        end_offset: int | None = None,
+        max_records: int = 1000,
+        max_bytes: int = 8 << 20,
+        follow: bool = False,
+        wait_ms: int = 1000,
+        prefetch: bool = True,
+    ) -> Generator[FetchResult, None, None]:
         """Fetch records from ``offset`` on, one :class:`FetchResult` of at most
         ``max_records`` records per page.
 
@@ -369,8 +462,9 @@ class Client:
 
         def get(off: int) -> httpx.Response:
             params = _fetch_params(off, _page_plan(off, end_offset), max_bytes, wait)
-            return self._routed(topic, partition,
-                                lambda url: self._get_records(url, path, params), writes=False)
+            return self._routed(
+                topic, partition, lambda url: self._get_records(url, path, params), writes=False
+            )
 
         if not prefetch:
             while True:
@@ -389,7 +483,9 @@ class Client:
                 done = _consume_done(count, nxt, end_offset, follow)
                 if not done:
                     fut = pool.submit(get, nxt)
-                yield from _pages(_parse_fetch(resp, offset, _left(offset, end_offset)), max_records)
+                yield from _pages(
+                    _parse_fetch(resp, offset, _left(offset, end_offset)), max_records
+                )
                 if done:
                     return
                 offset = nxt
@@ -399,21 +495,34 @@ class Client:
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int | None:
         """First offset with a timestamp >= ``timestamp``; None if there is none."""
         path = f"{_part_path(topic, partition)}/offsets"
-        d = self._routed(topic, partition, lambda url: self._req_at(
-            url, "GET", path, params={"timestamp": timestamp}), writes=False).json()
+        d = self._routed(
+            topic,
+            partition,
+            lambda url: self._req_at(url, "GET", path, params={"timestamp": timestamp}),
+            writes=False,
+        ).json()
         return None if d["offset"] is None else int(d["offset"])
 
     def bounds(self, topic: str, partition: int) -> PartitionBounds:
         """The partition's bounds as its leader sees them."""
         path = f"{_part_path(topic, partition)}/bounds"
-        return PartitionBounds.from_json(self._routed(
-            topic, partition, lambda url: self._req_at(url, "GET", path), writes=False).json())
+        return PartitionBounds.from_json(
+            self._routed(
+                topic, partition, lambda url: self._req_at(url, "GET", path), writes=False
+            ).json()
+        )
 
     def truncate(self, topic: str, partition: int, offset: int) -> PartitionBounds:
         """Remove every record at and after ``offset``; returns the new bounds."""
         path = f"{_part_path(topic, partition)}/truncate"
-        return PartitionBounds.from_json(self._routed(topic, partition, lambda url: self._req_at(
-            url, "POST", path, json={"offset": offset}), writes=True).json())
+        return PartitionBounds.from_json(
+            self._routed(
+                topic,
+                partition,
+                lambda url: self._req_at(url, "POST", path, json={"offset": offset}),
+                writes=True,
+            ).json()
+        )
 
     # service
     def health(self) -> dict[str, Any]:

@@ -72,8 +72,13 @@ class _RecordTraffic:
     the pool under a lock. One pool serves one node (:class:`RecordPools`).
     """
 
-    def __init__(self, base_url: str, headers: dict[str, str], timeout: float,
-                 verify: bool | str | ssl.SSLContext) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        headers: dict[str, str],
+        timeout: float,
+        verify: bool | str | ssl.SSLContext,
+    ) -> None:
         u = urlsplit(base_url)
         self.base_url = base_url
         self.headers = headers
@@ -89,7 +94,9 @@ class _RecordTraffic:
             elif isinstance(verify, ssl.SSLContext):
                 self.ctx = verify
             else:
-                self.ctx = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+                self.ctx = ssl.create_default_context(
+                    cafile=verify if isinstance(verify, str) else None
+                )
         self.port = u.port or (443 if self.ctx is not None else 80)
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
@@ -121,27 +128,45 @@ class _RecordTraffic:
             conn.close()
             raise RequestNotSentError(f"cannot reach {self.base_url}: {exc}") from exc
 
-    def request(self, method: str, path: str, *, params: Mapping[str, int | str] | None = None,
-                body: bytes | None = None, headers: dict[str, str]) -> httpx.Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, int | str] | None = None,
+        body: bytes | None = None,
+        headers: dict[str, str],
+    ) -> httpx.Response:
         status, hdrs, data = self._exchange(method, path, params, body, headers, None)
         return _check(httpx.Response(status, headers=hdrs, content=bytes(data)))  # no copy: bytes
 
-    def receive_into(self, path: str, *, params: Mapping[str, int | str],
-                     headers: dict[str, str],
-                     buffer: bytearray | None) -> tuple[httpx.Headers, memoryview]:
+    def receive_into(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, int | str],
+        headers: dict[str, str],
+        buffer: bytearray | None,
+    ) -> tuple[httpx.Headers, memoryview]:
         """A GET whose successful answer's body is received into ``buffer`` when it fits
         (else into a new buffer), with ``recv_into`` and no other copy: the answer's
         headers and a view of its body. Errors as :meth:`request`."""
-        status, hdrs, data = self._exchange("GET", path, params, None, headers,
-                                            buffer if buffer is not None else bytearray())
+        status, hdrs, data = self._exchange(
+            "GET", path, params, None, headers, buffer if buffer is not None else bytearray()
+        )
         if status >= 400:
             _check(httpx.Response(status, headers=hdrs, content=bytes(data)))
         return httpx.Headers(hdrs), memoryview(data)
 
-    def _exchange(self, method: str, path: str, params: Mapping[str, int | str] | None,
-                  body: bytes | bytearray | None, headers: dict[str, str],
-                  into: bytearray | None,
-                  ) -> tuple[int, list[tuple[str, str]], bytes | memoryview]:
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, int | str] | None,
+        body: bytes | bytearray | None,
+        headers: dict[str, str],
+        into: bytearray | None,
+    ) -> tuple[int, list[tuple[str, str]], bytes | memoryview]:
         """One request on a pooled connection (retried as the class says): the answer's
         status, headers and body (a 2xx body with a length received into ``into`` when
         given, see :func:`_read_into`)."""
@@ -197,8 +222,9 @@ class RecordPools:
     """One :class:`_RecordTraffic` pool per node URL, made on first use (a client that
     follows leaders talks to several nodes). Thread-safe."""
 
-    def __init__(self, headers: dict[str, str], timeout: float,
-                 verify: bool | str | ssl.SSLContext) -> None:
+    def __init__(
+        self, headers: dict[str, str], timeout: float, verify: bool | str | ssl.SSLContext
+    ) -> None:
         self.headers = headers
         self.timeout = timeout
         self.verify = verify
@@ -209,8 +235,9 @@ class RecordPools:
         with self._lock:
             pool = self._pools.get(url)
             if pool is None:
-                pool = self._pools[url] = _RecordTraffic(url, self.headers, self.timeout,
-                                                         self.verify)
+                pool = self._pools[url] = _RecordTraffic(
+                    url, self.headers, self.timeout, self.verify
+                )
             return pool
 
     def close(self) -> None:

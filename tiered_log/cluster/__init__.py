@@ -42,10 +42,16 @@ if TYPE_CHECKING:
     from tiered_log.cluster.metadata import ClusterMetadata
 
 _HOMES = {
-    "ClusterMetadata": "metadata", "Controller": "controller",
-    "ControllerElection": "membership", "EtcdProcess": "etcd_process",
-    "EtcdStartError": "etcd_process", "Fence": "etcd", "Membership": "membership",
-    "MetaStore": "etcd", "PrefixPoller": "etcd", "Versioned": "etcd",
+    "ClusterMetadata": "metadata",
+    "Controller": "controller",
+    "ControllerElection": "membership",
+    "EtcdProcess": "etcd_process",
+    "EtcdStartError": "etcd_process",
+    "Fence": "etcd",
+    "Membership": "membership",
+    "MetaStore": "etcd",
+    "PrefixPoller": "etcd",
+    "Versioned": "etcd",
 }
 
 

@@ -133,8 +133,15 @@ class Controller:
     :meth:`run_once` runs one round on the caller's thread.
     """
 
-    def __init__(self, store: MetaStore, membership: Membership, election: ControllerElection,
-                 *, unclean_leader_election: bool = False, interval_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        store: MetaStore,
+        membership: Membership,
+        election: ControllerElection,
+        *,
+        unclean_leader_election: bool = False,
+        interval_s: float = 0.2,
+    ) -> None:
         self.store = store
         self.metadata = ClusterMetadata(store)
         self.membership = membership
@@ -155,8 +162,9 @@ class Controller:
     def start(self) -> Controller:
         """Run rounds on a daemon thread (idempotent)."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name=f"controller:{self.membership.node_id}")
+            self._thread = threading.Thread(
+                target=self._run, daemon=True, name=f"controller:{self.membership.node_id}"
+            )
             self._thread.start()
         return self
 
@@ -216,8 +224,12 @@ class Controller:
         live = set(self.membership.live_nodes())
         grace_left = self.grace_left()
         partitions = self.metadata.partitions()
-        named = {r for state, _ in partitions.values()
-                 for r in (state.leader, *state.isr) if r is not None}
+        named = {
+            r
+            for state, _ in partitions.values()
+            for r in (state.leader, *state.isr)
+            if r is not None
+        }
         waited = self._note_absent(named - live)
         for key, (state, revision) in partitions.items():
             absent = {r for r in (state.leader, *state.isr) if r is not None} - live
@@ -271,23 +283,40 @@ class Controller:
             if self._graced == since:
                 return
             self._graced = since
-        log.info("controller on node %s: etcd answers again (or this node just started): "
-                 "waiting %.1f s for the nodes to renew before acting on absent ones "
-                 "(registered now: %s; %d partition(s) wait)", self.membership.node_id,
-                 left, sorted(live), len(deferred))
+        log.info(
+            "controller on node %s: etcd answers again (or this node just started): "
+            "waiting %.1f s for the nodes to renew before acting on absent ones "
+            "(registered now: %s; %d partition(s) wait)",
+            self.membership.node_id,
+            left,
+            sorted(live),
+            len(deferred),
+        )
 
     def _log_change(self, old: PartitionState, new: PartitionState, live: Set[int]) -> None:
         if new.leader != old.leader and new.leader is not None:
             unclean = new.leader not in old.isr
-            log.log(logging.WARNING if unclean else logging.INFO,
-                    "partition %s: leader %s -> %s (%sleader epoch %d, isr %s; live %s)",
-                    new.name, old.leader, new.leader, "UNCLEAN election, " if unclean else "",
-                    new.leader_epoch, list(new.isr), sorted(live))
+            log.log(
+                logging.WARNING if unclean else logging.INFO,
+                "partition %s: leader %s -> %s (%sleader epoch %d, isr %s; live %s)",
+                new.name,
+                old.leader,
+                new.leader,
+                "UNCLEAN election, " if unclean else "",
+                new.leader_epoch,
+                list(new.isr),
+                sorted(live),
+            )
         elif new.leader != old.leader:
             pass  # offline: logged by _note_offline
         else:
-            log.info("partition %s: isr %s -> %s (dead nodes removed; leader %s)", new.name,
-                     list(old.isr), list(new.isr), new.leader)
+            log.info(
+                "partition %s: isr %s -> %s (dead nodes removed; leader %s)",
+                new.name,
+                list(old.isr),
+                list(new.isr),
+                new.leader,
+            )
 
     def _note_offline(self, key: PartitionKey, state: PartitionState) -> None:
         """Log a partition going offline once (per leader epoch), and coming back."""
@@ -302,13 +331,20 @@ class Controller:
             else:
                 del self._offline[key]
         if state.leader is None:
-            log.warning("partition %s is OFFLINE: no live member of its isr %s (replicas %s)%s",
-                        state.name, list(state.isr), list(state.replicas),
-                        "" if self.unclean_leader_election
-                        else "; unclean leader election is off")
+            log.warning(
+                "partition %s is OFFLINE: no live member of its isr %s (replicas %s)%s",
+                state.name,
+                list(state.isr),
+                list(state.replicas),
+                "" if self.unclean_leader_election else "; unclean leader election is off",
+            )
         else:
-            log.info("partition %s is back online: leader %s (epoch %d)", state.name,
-                     state.leader, state.leader_epoch)
+            log.info(
+                "partition %s is back online: leader %s (epoch %d)",
+                state.name,
+                state.leader,
+                state.leader_epoch,
+            )
 
     def _check_deposed(self, epoch: int) -> None:
         """After a lost write: if the controller key is no longer this epoch's, stop
@@ -319,10 +355,13 @@ class Controller:
                 first = self._deposed_epoch != epoch
                 self._deposed_epoch = epoch
             if first:
-                log.warning("node %s: controller epoch %d has ended (the controller key is "
-                            "now %s): no more leadership writes under it",
-                            self.membership.node_id, epoch,
-                            "absent" if v is None else f"epoch {v.create_revision}")
+                log.warning(
+                    "node %s: controller epoch %d has ended (the controller key is "
+                    "now %s): no more leadership writes under it",
+                    self.membership.node_id,
+                    epoch,
+                    "absent" if v is None else f"epoch {v.create_revision}",
+                )
 
 
 __all__ = ["MAX_GRACE_TTLS", "PROMPT_RERUNS", "Controller", "RoundResult", "decide"]

@@ -36,8 +36,9 @@ from .etcd_process import EtcdProcess, free_port
 class DevNode:
     """One ``tiered-log serve`` process of a :class:`DevCluster`."""
 
-    def __init__(self, node_id: int, work_dir: Path, port: int, etcd_url: str,
-                 env: Mapping[str, str]) -> None:
+    def __init__(
+        self, node_id: int, work_dir: Path, port: int, etcd_url: str, env: Mapping[str, str]
+    ) -> None:
         self.node_id = node_id
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -50,28 +51,39 @@ class DevNode:
 
     def start(self, wait_s: float = 30.0) -> DevNode:
         """Start the process and wait until it answers ``/healthz``."""
-        env = {**os.environ, **self._env,
-               "TIERED_LOG_NODE_ID": str(self.node_id), "TIERED_LOG_HOST": "127.0.0.1",
-               "TIERED_LOG_PORT": str(self.port), "TIERED_LOG_ADVERTISED_URL": self.url,
-               "TIERED_LOG_CLUSTER_ETCD": self._etcd_url,
-               "TIERED_LOG_DATA_DIR": str(self.data_dir)}
+        env = {
+            **os.environ,
+            **self._env,
+            "TIERED_LOG_NODE_ID": str(self.node_id),
+            "TIERED_LOG_HOST": "127.0.0.1",
+            "TIERED_LOG_PORT": str(self.port),
+            "TIERED_LOG_ADVERTISED_URL": self.url,
+            "TIERED_LOG_CLUSTER_ETCD": self._etcd_url,
+            "TIERED_LOG_DATA_DIR": str(self.data_dir),
+        }
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
-        self.proc = subprocess.Popen([sys.executable, "-m", "tiered_log.service"], env=env,
-                                     stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tiered_log.service"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"node {self.node_id} exited with {self.proc.returncode}: "
-                                   f"{self.log_tail()}")
+                raise RuntimeError(
+                    f"node {self.node_id} exited with {self.proc.returncode}: {self.log_tail()}"
+                )
             try:
                 if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"node {self.node_id} did not answer within {wait_s}s: "
-                           f"{self.log_tail()}")
+        raise RuntimeError(
+            f"node {self.node_id} did not answer within {wait_s}s: {self.log_tail()}"
+        )
 
     def log_tail(self, n: int = 2000) -> str:
         try:
@@ -125,9 +137,14 @@ class DevCluster:
     ``settings``: extra ``TIERED_LOG_*`` variables for every node (e.g. a short lease).
     ``progress``: told what is starting (the CLI prints it)."""
 
-    def __init__(self, work_dir: str | os.PathLike[str], nodes: int = 3, *,
-                 settings: Mapping[str, str] | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str],
+        nodes: int = 3,
+        *,
+        settings: Mapping[str, str] | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
         self.work_dir = Path(work_dir)
@@ -135,8 +152,11 @@ class DevCluster:
         self._progress = progress or (lambda _m: None)
         self.etcd = EtcdProcess(self.work_dir / "etcd")
         remote = self.work_dir / "remote"
-        env = {"TIERED_LOG_REMOTE_URL": str(remote), "TIERED_LOG_ACCESS_LOG": "false",
-               **(settings or {})}
+        env = {
+            "TIERED_LOG_REMOTE_URL": str(remote),
+            "TIERED_LOG_ACCESS_LOG": "false",
+            **(settings or {}),
+        }
         self._env = env
         self._count = nodes
         self.nodes: dict[int, DevNode] = {}

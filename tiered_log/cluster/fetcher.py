@@ -61,11 +61,22 @@ class ReplicaFetcher:
     ``headers``: sent with every request (the cluster's bearer token when auth is on).
     ``on_fetched``: called after each successful round (tests and metrics)."""
 
-    def __init__(self, plog: TieredLog, *, topic: str, partition: int, replica_id: int,
-                 leader_id: int, leader_url: str, leader_epoch: int,
-                 headers: dict[str, str] | None = None, max_bytes: int = 4 << 20,
-                 wait_ms: int = 300, timeout_s: float = 5.0,
-                 on_fetched: Callable[[ReplicaAnswer], None] | None = None) -> None:
+    def __init__(
+        self,
+        plog: TieredLog,
+        *,
+        topic: str,
+        partition: int,
+        replica_id: int,
+        leader_id: int,
+        leader_url: str,
+        leader_epoch: int,
+        headers: dict[str, str] | None = None,
+        max_bytes: int = 4 << 20,
+        wait_ms: int = 300,
+        timeout_s: float = 5.0,
+        on_fetched: Callable[[ReplicaAnswer], None] | None = None,
+    ) -> None:
         self.plog = plog
         self.topic = topic
         self.partition = partition
@@ -77,11 +88,14 @@ class ReplicaFetcher:
         self._wait_ms = wait_ms
         self._on_fetched = on_fetched
         self._stop = threading.Event()
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s + wait_ms / 1000),
-                                    headers=headers or {})
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s + wait_ms / 1000), headers=headers or {}
+        )
         self._thread = threading.Thread(
-            target=self._run, daemon=True,
-            name=f"tiered-log-fetcher-{topic}-{partition}-from-{leader_id}")
+            target=self._run,
+            daemon=True,
+            name=f"tiered-log-fetcher-{topic}-{partition}-from-{leader_id}",
+        )
         self.last_error: str | None = None
         self.rounds = 0
         self.resets = 0
@@ -117,15 +131,15 @@ class ReplicaFetcher:
                 backoff = 0.05
                 self.last_error = None
             except (FencedEpochError, NotLeaderError) as exc:
-                self._failed(f"leader {self.leader_id} refused epoch {self.leader_epoch}: "
-                             f"{exc.message}")
+                self._failed(
+                    f"leader {self.leader_id} refused epoch {self.leader_epoch}: {exc.message}"
+                )
             except LogClosedError:
                 return
             except (httpx.HTTPError, TieredLogError) as exc:
                 self._failed(f"fetch from {self.leader_url} failed: {exc}")
             except Exception:  # a bug: log it, keep the thread (and the replica) alive
-                log.exception("replica fetcher %s-%d crashed a round", self.topic,
-                              self.partition)
+                log.exception("replica fetcher %s-%d crashed a round", self.topic, self.partition)
                 self.last_error = "unexpected error (see the server log)"
             else:
                 continue
@@ -142,9 +156,15 @@ class ReplicaFetcher:
         httpx error when it cannot be reached, CorruptRecordError for damaged bytes."""
         plog = self.plog
         b = plog.bounds()
-        req = ReplicaFetch(self.replica_id, self.leader_epoch, b.next_offset,
-                           plog.latest_leader_epoch, self._max_bytes, self._wait_ms,
-                           empty=b.next_offset == b.local_start_offset)
+        req = ReplicaFetch(
+            self.replica_id,
+            self.leader_epoch,
+            b.next_offset,
+            plog.latest_leader_epoch,
+            self._max_bytes,
+            self._wait_ms,
+            empty=b.next_offset == b.local_start_offset,
+        )
         url = self.leader_url + PATH.format(topic=self.topic, partition=self.partition)
         r = self._client.get(url, params=req.params())
         if r.status_code != 200:
@@ -153,9 +173,14 @@ class ReplicaFetcher:
         if self._stop.is_set():
             return ans
         if ans.reset_to is not None:
-            log.info("%s-%d: log end %d is below the leader's local start %d: restarting "
-                     "the local log there", self.topic, self.partition, req.offset,
-                     ans.reset_to)
+            log.info(
+                "%s-%d: log end %d is below the leader's local start %d: restarting "
+                "the local log there",
+                self.topic,
+                self.partition,
+                req.offset,
+                ans.reset_to,
+            )
             plog.reset_replica(ans.reset_to)
             for epoch, start in ans.epochs:
                 plog.record_leader_epoch(epoch, max(start, ans.reset_to))
@@ -166,21 +191,35 @@ class ReplicaFetcher:
             try:
                 plog.refresh_remote_meta()
             except RemoteStorageError as exc:
-                log.warning("%s-%d: the bucket's metadata not read: %s", self.topic,
-                            self.partition, exc.message)
+                log.warning(
+                    "%s-%d: the bucket's metadata not read: %s",
+                    self.topic,
+                    self.partition,
+                    exc.message,
+                )
         elif ans.diverging is not None:
             cut = plog.divergence(ans.diverging)
-            log.info("%s-%d: log diverges from leader %d (epoch %d ends at %d there): "
-                     "truncating %d -> %d", self.topic, self.partition, self.leader_id,
-                     ans.diverging[0], ans.diverging[1], req.offset, cut)
+            log.info(
+                "%s-%d: log diverges from leader %d (epoch %d ends at %d there): "
+                "truncating %d -> %d",
+                self.topic,
+                self.partition,
+                self.leader_id,
+                ans.diverging[0],
+                ans.diverging[1],
+                req.offset,
+                cut,
+            )
             plog.truncate(cut)
         elif ans.data:
             data = ans.data if not isinstance(ans.data, FetchRanges) else ans.data.read()
             try:
                 plog.append_replica(data, ans.epochs, ans.rolls)
             except (CorruptRecordError, InvalidArgumentError) as exc:
-                raise TieredLogError(f"leader {self.leader_id} sent batches that do not "
-                                     f"append at {req.offset}: {exc}") from None
+                raise TieredLogError(
+                    f"leader {self.leader_id} sent batches that do not "
+                    f"append at {req.offset}: {exc}"
+                ) from None
         plog.set_high_watermark(min(ans.high_watermark, plog.next_offset))
         plog.apply_replica_retention(ans.remote_end_offset)
         self.rounds += 1
@@ -203,8 +242,9 @@ def _error_of(r: httpx.Response) -> TieredLogError:
         return FencedEpochError(msg)
     if cls is NotLeaderError:
         return NotLeaderError(msg)
-    return TieredLogError(f"leader answered {r.status_code} {err.get('code')}: {msg}",
-                          retriable=True)
+    return TieredLogError(
+        f"leader answered {r.status_code} {err.get('code')}: {msg}", retriable=True
+    )
 
 
 __all__ = ["ReplicaFetcher"]

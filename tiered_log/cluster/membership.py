@@ -72,8 +72,12 @@ def incarnation() -> dict[str, Any]:
     """What tells this process apart from any other that ran or runs on any machine: the
     host name, the kernel's boot id, the pid and the process's start time."""
     pid = os.getpid()
-    return {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid,
-            "started": _started(pid) or 0}
+    return {
+        "host": socket.gethostname(),
+        "boot": _boot_id(),
+        "pid": pid,
+        "started": _started(pid) or 0,
+    }
 
 
 def is_gone(recorded: Any) -> bool:
@@ -86,9 +90,14 @@ def is_gone(recorded: Any) -> bool:
         return False
     here = incarnation()
     pid, started = recorded.get("pid"), recorded.get("started")
-    if (not here["boot"] or recorded.get("boot") != here["boot"]
-            or recorded.get("host") != here["host"] or not isinstance(pid, int)
-            or not isinstance(started, int) or not started):
+    if (
+        not here["boot"]
+        or recorded.get("boot") != here["boot"]
+        or recorded.get("host") != here["host"]
+        or not isinstance(pid, int)
+        or not isinstance(started, int)
+        or not started
+    ):
         return False
     now = _started(pid)
     return now is None or now != started
@@ -103,8 +112,7 @@ class Membership:
     :meth:`live_nodes` may be called from any thread while the keepalive thread runs.
     """
 
-    def __init__(self, store: MetaStore, node_id: int, url: str, *,
-                 lease_ttl_s: int = 3) -> None:
+    def __init__(self, store: MetaStore, node_id: int, url: str, *, lease_ttl_s: int = 3) -> None:
         self.store = store
         self.node_id = node_id
         self.url = url
@@ -140,8 +148,9 @@ class Membership:
         if self._thread is not None:
             return self
         self._register()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"membership:{self.node_id}")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"membership:{self.node_id}"
+        )
         self._thread.start()
         return self
 
@@ -160,17 +169,24 @@ class Membership:
         if not is_gone(v.value.get("incarnation")):
             return False
         if self.store.revoke(v.lease):
-            log.info("node %s: the registration of its previous start (pid %s) outlived "
-                     "it: its lease %x ended now", self.node_id,
-                     v.value["incarnation"].get("pid"), v.lease)
+            log.info(
+                "node %s: the registration of its previous start (pid %s) outlived "
+                "it: its lease %x ended now",
+                self.node_id,
+                v.value["incarnation"].get("pid"),
+                v.lease,
+            )
             return True
         return False
 
     def _register(self) -> None:
         sent = time.monotonic()
         lease = self.store.grant(self.lease_ttl_s)
-        self.store.put(self.key, {"node_id": self.node_id, "url": self.url,
-                                  "incarnation": incarnation()}, lease=lease)
+        self.store.put(
+            self.key,
+            {"node_id": self.node_id, "url": self.url, "incarnation": incarnation()},
+            lease=lease,
+        )
         with self._lock:
             self._lease = lease
             self._alive_until = sent + self.lease_ttl_s
@@ -197,24 +213,25 @@ class Membership:
                         if self._lease == lease:
                             self._alive_until = sent + self.lease_ttl_s
                 else:
-                    log.warning("node %s: lease %x is gone; registering again",
-                                self.node_id, lease)
+                    log.warning("node %s: lease %x is gone; registering again", self.node_id, lease)
                     with self._lock:
                         self._alive_until = 0.0
                     self._register()
                     self.reregistrations += 1
             except MetadataUnavailableError as exc:  # LeaseNotFoundError too: next try
                 if failing_since is None:
-                    log.warning("node %s: lease renewal failed: %s (retrying)", self.node_id,
-                                exc)
+                    log.warning("node %s: lease renewal failed: %s (retrying)", self.node_id, exc)
                     failing_since = sent
                     wait = 0.1
                 else:
                     wait = min(wait * 2, interval)
                 continue
             if failing_since is not None:
-                log.info("node %s: etcd answers again after %.1f s of failed renewals",
-                         self.node_id, time.monotonic() - failing_since)
+                log.info(
+                    "node %s: etcd answers again after %.1f s of failed renewals",
+                    self.node_id,
+                    time.monotonic() - failing_since,
+                )
                 failing_since = None
             wait = interval
 
@@ -262,9 +279,14 @@ class ControllerElection:
     on any thread.
     """
 
-    def __init__(self, store: MetaStore, membership: Membership, *,
-                 interval_s: float | None = None,
-                 on_change: Callable[[bool, int | None], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: MetaStore,
+        membership: Membership,
+        *,
+        interval_s: float | None = None,
+        on_change: Callable[[bool, int | None], None] | None = None,
+    ) -> None:
         self.store = store
         self.membership = membership
         self.node_id = membership.node_id
@@ -272,7 +294,7 @@ class ControllerElection:
         self.on_change = on_change
         self._lock = threading.Lock()
         self._epoch: int | None = None  # create_revision of our controller key
-        self._mod_revision = 0          # of our controller key, for resigning
+        self._mod_revision = 0  # of our controller key, for resigning
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -315,10 +337,17 @@ class ControllerElection:
             with contextlib.suppress(LeaseNotFoundError):
                 self.store.create(CONTROLLER_KEY, {"node_id": self.node_id}, lease)
         v = self.store.get(CONTROLLER_KEY)
-        mine = (v is not None and lease is not None and v.lease == lease
-                and isinstance(v.value, dict) and v.value.get("node_id") == self.node_id)
-        self._set(v.create_revision if mine and v is not None else None,
-                  v.mod_revision if mine and v is not None else 0)
+        mine = (
+            v is not None
+            and lease is not None
+            and v.lease == lease
+            and isinstance(v.value, dict)
+            and v.value.get("node_id") == self.node_id
+        )
+        self._set(
+            v.create_revision if mine and v is not None else None,
+            v.mod_revision if mine and v is not None else 0,
+        )
         return mine
 
     def _set(self, epoch: int | None, mod_revision: int) -> None:
@@ -335,8 +364,9 @@ class ControllerElection:
     def start(self) -> ControllerElection:
         """Campaign now and then every ``interval_s`` on a daemon thread."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name=f"election:{self.node_id}")
+            self._thread = threading.Thread(
+                target=self._run, daemon=True, name=f"election:{self.node_id}"
+            )
             self._thread.start()
         return self
 
@@ -358,7 +388,9 @@ class ControllerElection:
         if epoch is None:
             return False
         self._set(None, 0)
-        return self.store.delete_if(CONTROLLER_KEY, mod_revision, fence=Fence(CONTROLLER_KEY, epoch))
+        return self.store.delete_if(
+            CONTROLLER_KEY, mod_revision, fence=Fence(CONTROLLER_KEY, epoch)
+        )
 
     def close(self, *, resign: bool = True) -> None:
         """Stop campaigning; resign (best effort) if this node is the controller."""

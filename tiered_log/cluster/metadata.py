@@ -111,8 +111,9 @@ class ClusterMetadata:
             if (v.key, v.mod_revision) in self._warned:
                 return
             self._warned.add((v.key, v.mod_revision))
-        log.warning("ignoring undecodable metadata %s (revision %d): %s",
-                    v.key, v.mod_revision, exc)
+        log.warning(
+            "ignoring undecodable metadata %s (revision %d): %s", v.key, v.mod_revision, exc
+        )
 
     def topics(self) -> dict[str, TopicMeta]:
         """Every topic by name (one read). An undecodable value is logged once and left out."""
@@ -135,12 +136,18 @@ class ClusterMetadata:
         v = self.store.get(topic_key(validate_topic_name(name)))
         return None if v is None else TopicMeta.from_dict(v.value)
 
-    def partitions(self, topic: str | None = None) -> dict[PartitionKey, tuple[PartitionState, int]]:
+    def partitions(
+        self, topic: str | None = None
+    ) -> dict[PartitionKey, tuple[PartitionState, int]]:
         """``(topic, partition) -> (state, mod_revision)`` of every partition, or of
         ``topic``'s only, in one read (a consistent snapshot), ordered by topic then
         partition. An undecodable value (or one whose topic/partition disagree with its
         key) is logged once and left out."""
-        prefix = PARTITIONS_PREFIX if topic is None else f"{PARTITIONS_PREFIX}{validate_topic_name(topic)}/"
+        prefix = (
+            PARTITIONS_PREFIX
+            if topic is None
+            else f"{PARTITIONS_PREFIX}{validate_topic_name(topic)}/"
+        )
         out: dict[PartitionKey, tuple[PartitionState, int]] = {}
         for key, v in self.store.get_prefix(prefix).items():
             try:
@@ -161,8 +168,14 @@ class ClusterMetadata:
 
     # ---- topics --------------------------------------------------------------------
 
-    def create_topic(self, meta: TopicMeta, live_nodes: Iterable[int], *,
-                     fence: Fence | None = None, start: int | None = None) -> list[PartitionState]:
+    def create_topic(
+        self,
+        meta: TopicMeta,
+        live_nodes: Iterable[int],
+        *,
+        fence: Fence | None = None,
+        start: int | None = None,
+    ) -> list[PartitionState]:
         """Create topic ``meta`` with its partitions placed over ``live_nodes``; their
         initial states (epochs 0, every replica in the ISR, the preferred replica
         leading), in partition order.
@@ -183,10 +196,12 @@ class ClusterMetadata:
         if meta.replication_factor > len(live):
             raise InvalidArgumentError(
                 f"topic {meta.name}: replication factor {meta.replication_factor} is more "
-                f"than the {len(live)} live nodes {live}")
+                f"than the {len(live)} live nodes {live}"
+            )
         if meta.partitions > MAX_PARTITIONS:
             raise InvalidArgumentError(
-                f"topic {meta.name}: {meta.partitions} partitions, at most {MAX_PARTITIONS}")
+                f"topic {meta.name}: {meta.partitions} partitions, at most {MAX_PARTITIONS}"
+            )
         if not meta.topic_id:
             meta = replace(meta, topic_id=uuid.uuid4().hex)
         first = random.randrange(len(live)) if start is None else start
@@ -199,11 +214,18 @@ class ClusterMetadata:
                 raise TopicExistsError(f"topic {meta.name} already exists")
             if self.store.get_prefix(f"{PARTITIONS_PREFIX}{meta.name}/"):
                 raise TopicExistsError(
-                    f"topic {meta.name} is still being deleted: partition keys remain")
+                    f"topic {meta.name} is still being deleted: partition keys remain"
+                )
             raise MetadataUnavailableError(  # only the fence can have failed
-                f"topic {meta.name} not created: this node is no longer the controller")
-        log.info("created topic %s (%d partitions, replication factor %d) on nodes %s",
-                 meta.name, meta.partitions, meta.replication_factor, live)
+                f"topic {meta.name} not created: this node is no longer the controller"
+            )
+        log.info(
+            "created topic %s (%d partitions, replication factor %d) on nodes %s",
+            meta.name,
+            meta.partitions,
+            meta.replication_factor,
+            live,
+        )
         return states
 
     def delete_topic(self, name: str, *, fence: Fence | None = None) -> bool:
@@ -223,8 +245,11 @@ class ClusterMetadata:
             parts = self.store.get_prefix(f"{PARTITIONS_PREFIX}{name}/")
             if topic is None and not parts:
                 raise TopicNotFoundError(f"topic {name} does not exist")
-            lost = [k for k, v in parts.items()
-                    if not self.store.delete_if(k, v.mod_revision, fence=fence)]
+            lost = [
+                k
+                for k, v in parts.items()
+                if not self.store.delete_if(k, v.mod_revision, fence=fence)
+            ]
             if lost:
                 continue
             if topic is None:  # an earlier call was interrupted: now finished
@@ -233,12 +258,19 @@ class ClusterMetadata:
                 log.info("deleted topic %s", name)
                 return True
         raise MetadataUnavailableError(
-            f"topic {name}: deleting lost {CAS_RETRIES} races to other writers (or the fence failed)")
+            f"topic {name}: deleting lost {CAS_RETRIES} races to other writers (or the fence failed)"
+        )
 
     # ---- partition states ---------------------------------------------------------
 
-    def update_partition(self, old_state: PartitionState, mod_revision: int,
-                         new_state: PartitionState, *, fence: Fence | None = None) -> bool:
+    def update_partition(
+        self,
+        old_state: PartitionState,
+        mod_revision: int,
+        new_state: PartitionState,
+        *,
+        fence: Fence | None = None,
+    ) -> bool:
         """Replace ``old_state`` (read at ``mod_revision``) by ``new_state``, only if the
         stored state is still that revision (and ``fence`` holds). True if written;
         False if another writer changed it first (or the fence failed): re-read.
@@ -248,12 +280,23 @@ class ClusterMetadata:
         ``partition_epoch`` larger, ``leader_epoch`` larger exactly when the
         leader differs, equal otherwise (never two leaders in one leader epoch)."""
         check_successor(old_state, new_state)
-        return self.store.put_if(partition_key(new_state.topic, new_state.partition),
-                                 new_state.to_dict(), mod_revision, fence=fence)
+        return self.store.put_if(
+            partition_key(new_state.topic, new_state.partition),
+            new_state.to_dict(),
+            mod_revision,
+            fence=fence,
+        )
 
-    def change_isr(self, topic: str, partition: int, leader_id: int, leader_epoch: int,
-                   new_isr: Iterable[int], *,
-                   base_isr: Iterable[int] | None = None) -> PartitionState | None:
+    def change_isr(
+        self,
+        topic: str,
+        partition: int,
+        leader_id: int,
+        leader_epoch: int,
+        new_isr: Iterable[int],
+        *,
+        base_isr: Iterable[int] | None = None,
+    ) -> PartitionState | None:
         """A partition LEADER's ISR change: make the ISR of ``topic``/``partition``
         ``new_isr`` (kept in replicas order), as leader ``leader_id`` of ``leader_epoch``.
 
@@ -286,38 +329,59 @@ class ClusterMetadata:
                 raise TopicNotFoundError(f"partition {topic}/{partition} does not exist")
             state, revision = read
             if state.leader != leader_id or state.leader_epoch != leader_epoch:
-                log.info("partition %s: ISR change by node %s of leader epoch %d refused: "
-                         "the leader is %s of epoch %d", state.name, leader_id, leader_epoch,
-                         state.leader, state.leader_epoch)
+                log.info(
+                    "partition %s: ISR change by node %s of leader epoch %d refused: "
+                    "the leader is %s of epoch %d",
+                    state.name,
+                    leader_id,
+                    leader_epoch,
+                    state.leader,
+                    state.leader_epoch,
+                )
                 return None
             if len(set(wanted)) != len(wanted):
-                raise InvalidArgumentError(f"partition {state.name}: isr {list(wanted)} has duplicates")
+                raise InvalidArgumentError(
+                    f"partition {state.name}: isr {list(wanted)} has duplicates"
+                )
             if leader_id not in wanted:
                 raise InvalidArgumentError(
-                    f"partition {state.name}: leader {leader_id} cannot leave its own isr")
+                    f"partition {state.name}: leader {leader_id} cannot leave its own isr"
+                )
             if not set(wanted) <= set(state.replicas):
                 raise InvalidArgumentError(
                     f"partition {state.name}: isr {list(wanted)} names nodes that are not "
-                    f"replicas {list(state.replicas)}")
-            target = set(wanted) if base is None else (
-                (set(state.isr) - (base - set(wanted))) | (set(wanted) - base))
+                    f"replicas {list(state.replicas)}"
+                )
+            target = (
+                set(wanted)
+                if base is None
+                else ((set(state.isr) - (base - set(wanted))) | (set(wanted) - base))
+            )
             joining = target - set(state.isr)
             if joining:
                 dead = joining - self._registered_nodes()
                 if dead:
-                    log.info("partition %s: not adding %s to the isr: not live", state.name,
-                             sorted(dead))
+                    log.info(
+                        "partition %s: not adding %s to the isr: not live", state.name, sorted(dead)
+                    )
                     target -= dead
             isr = tuple(r for r in state.replicas if r in target)
             if isr == state.isr:
                 return state
             new = replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
             if self.update_partition(state, revision, new):
-                log.info("partition %s: isr %s -> %s (leader %d, epoch %d)", state.name,
-                         list(state.isr), list(isr), leader_id, leader_epoch)
+                log.info(
+                    "partition %s: isr %s -> %s (leader %d, epoch %d)",
+                    state.name,
+                    list(state.isr),
+                    list(isr),
+                    leader_id,
+                    leader_epoch,
+                )
                 return new
         raise MetadataUnavailableError(
-            f"partition {topic}/{partition}: ISR change lost {CAS_RETRIES} races to other writers")
+            f"partition {topic}/{partition}: ISR change lost {CAS_RETRIES} races to other writers"
+        )
 
     def _registered_nodes(self) -> set[int]:
         """The ids of the nodes registered now (``nodes/<id>``, lease-bound: live)."""
@@ -338,15 +402,18 @@ def check_successor(old: PartitionState, new: PartitionState) -> None:
     if new.partition_epoch <= old.partition_epoch:
         raise InvalidArgumentError(
             f"partition {new.name}: partition epoch {new.partition_epoch} does not follow "
-            f"{old.partition_epoch}")
+            f"{old.partition_epoch}"
+        )
     if new.leader != old.leader and new.leader_epoch <= old.leader_epoch:
         raise InvalidArgumentError(
             f"partition {new.name}: leader {old.leader} -> {new.leader} without a larger "
-            f"leader epoch than {old.leader_epoch}")
+            f"leader epoch than {old.leader_epoch}"
+        )
     if new.leader == old.leader and new.leader_epoch != old.leader_epoch:
         raise InvalidArgumentError(
             f"partition {new.name}: leader epoch {old.leader_epoch} -> {new.leader_epoch} "
-            f"without a leader change")
+            f"without a leader change"
+        )
 
 
 __all__ = [

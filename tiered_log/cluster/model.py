@@ -90,7 +90,11 @@ def _str(value: object, what: str) -> str:
 
 
 def _shown(value: object) -> str:
-    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+    text = (
+        json.dumps(value)
+        if isinstance(value, (str, int, float, bool, type(None)))
+        else type(value).__name__
+    )
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -100,7 +104,8 @@ def validate_topic_name(name: object) -> str:
     if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name):
         raise InvalidArgumentError(
             f"invalid topic name {_shown(name)}: use 1-{MAX_TOPIC_NAME} letters, digits, "
-            "'.', '_' or '-' (not '.' or '..')")
+            "'.', '_' or '-' (not '.' or '..')"
+        )
     return name
 
 
@@ -127,7 +132,9 @@ def _field(d: Mapping[str, Any], key: str, what: str) -> Any:
 def _check_version(d: Mapping[str, Any], what: str) -> None:
     version = _field(d, "version", what)
     if version != FORMAT_VERSION or isinstance(version, bool):
-        raise InvalidArgumentError(f"{what} has version {_shown(version)}, expected {FORMAT_VERSION}")
+        raise InvalidArgumentError(
+            f"{what} has version {_shown(version)}, expected {FORMAT_VERSION}"
+        )
 
 
 def _dumps(d: Mapping[str, Any]) -> str:
@@ -148,8 +155,10 @@ class NodeInfo:
     def __post_init__(self) -> None:
         _int(self.node_id, "node id")
         if not isinstance(self.url, str) or not self.url or any(c.isspace() for c in self.url):
-            raise InvalidArgumentError(f"node {self.node_id} url must be a non-empty string "
-                                       f"without spaces, not {_shown(self.url)}")
+            raise InvalidArgumentError(
+                f"node {self.node_id} url must be a non-empty string "
+                f"without spaces, not {_shown(self.url)}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": FORMAT_VERSION, "node_id": self.node_id, "url": self.url}
@@ -158,8 +167,10 @@ class NodeInfo:
     def from_dict(cls, obj: object) -> NodeInfo:
         d = _mapping(obj, "node info")
         _check_version(d, "node info")
-        return cls(_int(_field(d, "node_id", "node info"), "node id"),
-                   _str(_field(d, "url", "node info"), "node url"))
+        return cls(
+            _int(_field(d, "node_id", "node info"), "node id"),
+            _str(_field(d, "url", "node info"), "node url"),
+        )
 
     def to_json(self) -> str:
         return _dumps(self.to_dict())
@@ -201,7 +212,8 @@ class TopicMeta:
         if self.min_insync_replicas > self.replication_factor:
             raise InvalidArgumentError(
                 f"{what}: min insync replicas {self.min_insync_replicas} is more than the "
-                f"replication factor {self.replication_factor}")
+                f"replication factor {self.replication_factor}"
+            )
         _str(self.topic_id, f"{what} id")
         if not isinstance(self.config, Mapping) or not all(isinstance(k, str) for k in self.config):
             raise InvalidArgumentError(f"{what} config must be an object with string keys")
@@ -212,10 +224,15 @@ class TopicMeta:
         object.__setattr__(self, "config", copy)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": FORMAT_VERSION, "name": self.name, "topic_id": self.topic_id,
-                "partitions": self.partitions, "replication_factor": self.replication_factor,
-                "min_insync_replicas": self.min_insync_replicas,
-                "config": json.loads(json.dumps(self.config))}
+        return {
+            "version": FORMAT_VERSION,
+            "name": self.name,
+            "topic_id": self.topic_id,
+            "partitions": self.partitions,
+            "replication_factor": self.replication_factor,
+            "min_insync_replicas": self.min_insync_replicas,
+            "config": json.loads(json.dumps(self.config)),
+        }
 
     @classmethod
     def from_dict(cls, obj: object) -> TopicMeta:
@@ -226,10 +243,12 @@ class TopicMeta:
         return cls(
             name=name,
             partitions=_int(_field(d, "partitions", what), f"{what} partitions", minimum=1),
-            replication_factor=_int(_field(d, "replication_factor", what),
-                                    f"{what} replication_factor", minimum=1),
-            min_insync_replicas=_int(_field(d, "min_insync_replicas", what),
-                                     f"{what} min_insync_replicas", minimum=1),
+            replication_factor=_int(
+                _field(d, "replication_factor", what), f"{what} replication_factor", minimum=1
+            ),
+            min_insync_replicas=_int(
+                _field(d, "min_insync_replicas", what), f"{what} min_insync_replicas", minimum=1
+            ),
             config=dict(_mapping(_field(d, "config", what), f"{what} config")),
             topic_id=_str(d.get("topic_id", ""), f"{what} topic_id"),
         )
@@ -280,19 +299,22 @@ class PartitionState:
             raise InvalidArgumentError(f"{what} has no replicas")
         if not set(self.isr) <= set(self.replicas):
             raise InvalidArgumentError(
-                f"{what} isr {list(self.isr)} is not a subset of its replicas {list(self.replicas)}")
+                f"{what} isr {list(self.isr)} is not a subset of its replicas {list(self.replicas)}"
+            )
         if self.leader is not None:
             _int(self.leader, f"{what} leader")
             if self.leader not in self.isr:
                 raise InvalidArgumentError(
-                    f"{what} leader {self.leader} is not in its isr {list(self.isr)}")
+                    f"{what} leader {self.leader} is not in its isr {list(self.isr)}"
+                )
         _int(self.leader_epoch, f"{what} leader epoch")
         _int(self.partition_epoch, f"{what} partition epoch")
         object.__setattr__(self, "removing", _ids(self.removing, f"{what} removing"))
         if not set(self.removing) < set(self.replicas):
             raise InvalidArgumentError(
                 f"{what} removes {list(self.removing)}: not some of its replicas "
-                f"{list(self.replicas)}")
+                f"{list(self.replicas)}"
+            )
 
     @property
     def name(self) -> str:
@@ -300,10 +322,16 @@ class PartitionState:
         return f"{self.topic}/{self.partition}"
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"version": FORMAT_VERSION, "topic": self.topic, "partition": self.partition,
-             "replicas": list(self.replicas), "leader": self.leader,
-             "leader_epoch": self.leader_epoch, "isr": list(self.isr),
-             "partition_epoch": self.partition_epoch}
+        d = {
+            "version": FORMAT_VERSION,
+            "topic": self.topic,
+            "partition": self.partition,
+            "replicas": list(self.replicas),
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "isr": list(self.isr),
+            "partition_epoch": self.partition_epoch,
+        }
         if self.removing:  # written only during a reassignment
             d["removing"] = list(self.removing)
         return d
@@ -313,8 +341,9 @@ class PartitionState:
         d = _mapping(obj, "partition state")
         _check_version(d, "partition state")
         topic = validate_topic_name(_field(d, "topic", "partition state"))
-        partition = _int(_field(d, "partition", f"topic {topic} partition state"),
-                         f"topic {topic} partition")
+        partition = _int(
+            _field(d, "partition", f"topic {topic} partition state"), f"topic {topic} partition"
+        )
         what = f"partition {topic}/{partition} state"
         leader = _field(d, "leader", what)
         return cls(
@@ -344,14 +373,19 @@ def begin_reassign(state: PartitionState, old: int, new: int) -> PartitionState:
     InvalidArgumentError (one line) when ``old`` is not a replica, ``new`` is one, or a
     reassignment is under way."""
     if state.removing:
-        raise InvalidArgumentError(f"partition {state.name} is being reassigned already "
-                                   f"(removing {list(state.removing)})")
+        raise InvalidArgumentError(
+            f"partition {state.name} is being reassigned already (removing {list(state.removing)})"
+        )
     if old not in state.replicas:
         raise InvalidArgumentError(f"node {old} holds no replica of {state.name}")
     if new in state.replicas:
         raise InvalidArgumentError(f"node {new} holds a replica of {state.name} already")
-    return replace(state, replicas=(*state.replicas, _int(new, "node")), removing=(old,),
-                   partition_epoch=state.partition_epoch + 1)
+    return replace(
+        state,
+        replicas=(*state.replicas, _int(new, "node")),
+        removing=(old,),
+        partition_epoch=state.partition_epoch + 1,
+    )
 
 
 def finish_reassign(state: PartitionState, live: Set[int]) -> PartitionState | None:
@@ -370,25 +404,39 @@ def finish_reassign(state: PartitionState, live: Set[int]) -> PartitionState | N
         if leader is None:
             return None
         epoch += 1
-    return replace(state, replicas=keep, isr=isr, leader=leader, leader_epoch=epoch,
-                   removing=(), partition_epoch=state.partition_epoch + 1)
+    return replace(
+        state,
+        replicas=keep,
+        isr=isr,
+        leader=leader,
+        leader_epoch=epoch,
+        removing=(),
+        partition_epoch=state.partition_epoch + 1,
+    )
 
 
 def _in_replica_order(state: PartitionState, members: Set[int]) -> tuple[int, ...]:
     return tuple(r for r in state.replicas if r in members)
 
 
-def _change(state: PartitionState, *, leader: int | None, isr: tuple[int, ...]) -> PartitionState | None:
+def _change(
+    state: PartitionState, *, leader: int | None, isr: tuple[int, ...]
+) -> PartitionState | None:
     """The state with ``leader`` and ``isr``, epochs bumped by the rules; None if equal."""
     if leader == state.leader and isr == state.isr:
         return None
-    return replace(state, leader=leader, isr=isr,
-                   leader_epoch=state.leader_epoch + (leader != state.leader),
-                   partition_epoch=state.partition_epoch + 1)
+    return replace(
+        state,
+        leader=leader,
+        isr=isr,
+        leader_epoch=state.leader_epoch + (leader != state.leader),
+        partition_epoch=state.partition_epoch + 1,
+    )
 
 
-def initial_state(topic: str, partition: int, replicas: Iterable[int],
-                  live: Set[int] | None = None) -> PartitionState:
+def initial_state(
+    topic: str, partition: int, replicas: Iterable[int], live: Set[int] | None = None
+) -> PartitionState:
     """A new partition (epochs 0): the ISR is its live replicas (``live`` None: all of
     them), the leader the first of those in ``replicas`` order (the preferred one when
     it is alive). InvalidArgumentError when no replica is alive (as KRaft, which refuses
@@ -397,11 +445,14 @@ def initial_state(topic: str, partition: int, replicas: Iterable[int],
     isr = tuple(r for r in reps if live is None or r in live)
     if not isr and reps:
         raise InvalidArgumentError(
-            f"partition {topic}/{partition}: none of its replicas {list(reps)} is alive")
+            f"partition {topic}/{partition}: none of its replicas {list(reps)} is alive"
+        )
     return PartitionState(topic, partition, reps, isr[0] if isr else None, 0, isr, 0)
 
 
-def elect_leader(state: PartitionState, live: Set[int], unclean: bool = False) -> PartitionState | None:
+def elect_leader(
+    state: PartitionState, live: Set[int], unclean: bool = False
+) -> PartitionState | None:
     """Kafka's offline-partition election: a leader for ``state`` given the ``live`` nodes.
 
     - the leader is alive: no election, None (moving leadership to the preferred replica
@@ -446,11 +497,13 @@ def shrink_isr(state: PartitionState, remove: Set[int]) -> PartitionState | None
     removing the last members (an empty ISR would leave only unclean elections)."""
     if state.leader is not None and state.leader in remove:
         raise InvalidArgumentError(
-            f"partition {state.name}: leader {state.leader} cannot leave its own isr")
+            f"partition {state.name}: leader {state.leader} cannot leave its own isr"
+        )
     isr = tuple(r for r in state.isr if r not in remove)
     if not isr and state.isr:
         raise InvalidArgumentError(
-            f"partition {state.name}: removing {sorted(remove)} would leave the isr empty")
+            f"partition {state.name}: removing {sorted(remove)} would leave the isr empty"
+        )
     return _change(state, leader=state.leader, isr=isr)
 
 
@@ -462,19 +515,28 @@ def expand_isr(state: PartitionState, add: int) -> PartitionState | None:
     (the leader admits followers; without one nobody can vouch that ``add`` caught up)."""
     if add not in state.replicas:
         raise InvalidArgumentError(
-            f"partition {state.name}: node {add} is not one of its replicas {list(state.replicas)}")
+            f"partition {state.name}: node {add} is not one of its replicas {list(state.replicas)}"
+        )
     if add in state.isr:
         return None
     if state.leader is None:
-        raise InvalidArgumentError(f"partition {state.name} has no leader to admit node {add} to its isr")
+        raise InvalidArgumentError(
+            f"partition {state.name} has no leader to admit node {add} to its isr"
+        )
     return _change(state, leader=state.leader, isr=_in_replica_order(state, {*state.isr, add}))
 
 
 # ---- replica placement ----------------------------------------------------------------
 
 
-def assign_replicas(partitions: int, replication_factor: int, live_nodes: Iterable[int],
-                    start: int, *, first_partition: int = 0) -> list[tuple[int, ...]]:
+def assign_replicas(
+    partitions: int,
+    replication_factor: int,
+    live_nodes: Iterable[int],
+    start: int,
+    *,
+    first_partition: int = 0,
+) -> list[tuple[int, ...]]:
     """The replicas of ``partitions`` new partitions, first one the preferred leader:
     Kafka's rack-unaware assignment (``AdminUtils.assignReplicasToBrokersRackUnaware``).
 
@@ -496,15 +558,17 @@ def assign_replicas(partitions: int, replication_factor: int, live_nodes: Iterab
     n = len(nodes)
     if replication_factor > n:
         raise InvalidArgumentError(
-            f"replication factor {replication_factor} is more than the {n} live nodes")
+            f"replication factor {replication_factor} is more than the {n} live nodes"
+        )
     shift = start
     out = []
     for p in range(first_partition, first_partition + partitions):
         if p > 0 and p % n == 0:
             shift += 1
         first = (p + start) % n
-        followers = [nodes[(first + 1 + (shift + j) % (n - 1)) % n]
-                     for j in range(replication_factor - 1)]
+        followers = [
+            nodes[(first + 1 + (shift + j) % (n - 1)) % n] for j in range(replication_factor - 1)
+        ]
         out.append((nodes[first], *followers))
     return out
 

@@ -143,15 +143,19 @@ class ClusterNode:
         # A stall of etcd two thirds of the lease long can cost a lease (each is renewed
         # every third of it); an answer half the lease late counts as a gap in contact,
         # after which the controller waits (see the Controller's docstring).
-        self.store = MetaStore(config.etcd_url, config.cluster_name,
-                               slow_s=config.lease_ttl_s / 2)
+        self.store = MetaStore(config.etcd_url, config.cluster_name, slow_s=config.lease_ttl_s / 2)
         self.store.note_gap()  # a node starting knows nothing of etcd's recent past
         self.metadata = ClusterMetadata(self.store)
-        self.membership = Membership(self.store, config.node_id, config.advertised_url,
-                                     lease_ttl_s=config.lease_ttl_s)
+        self.membership = Membership(
+            self.store, config.node_id, config.advertised_url, lease_ttl_s=config.lease_ttl_s
+        )
         self.election = ControllerElection(self.store, self.membership)
-        self.controller = Controller(self.store, self.membership, self.election,
-                                     unclean_leader_election=config.unclean_leader_election)
+        self.controller = Controller(
+            self.store,
+            self.membership,
+            self.election,
+            unclean_leader_election=config.unclean_leader_election,
+        )
         self._lock = threading.RLock()
         self._roles: dict[tuple[str, int], _Role] = {}
         self._nodes: dict[int, str] = {}
@@ -162,8 +166,9 @@ class ClusterNode:
         self._read_at = 0.0
         """When (monotonic) the last successful read of the metadata began."""
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"tiered-log-node-{config.node_id}")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"tiered-log-node-{config.node_id}"
+        )
         self.last_error: str | None = None
         self.on_commit: Callable[[str, int], None] | None = None
         """Called (from any thread) when a led partition's high watermark moves up: the
@@ -203,20 +208,29 @@ class ClusterNode:
         said = False
         while True:
             live = set(self.membership.live_nodes())
-            shared = sorted(f"{t}-{p}" for (t, p), (st, _rev) in self.metadata.partitions().items()
-                            if self.node_id in st.isr and (set(st.isr) - {self.node_id}) & live)
+            shared = sorted(
+                f"{t}-{p}"
+                for (t, p), (st, _rev) in self.metadata.partitions().items()
+                if self.node_id in st.isr and (set(st.isr) - {self.node_id}) & live
+            )
             if not shared:
                 if said:
                     log.info("node %d: out of every shared ISR; registering", self.node_id)
                 return
             if time.monotonic() >= deadline:
-                log.warning("node %d: still in the ISR of %s; registering anyway",
-                            self.node_id, ", ".join(shared[:5]))
+                log.warning(
+                    "node %d: still in the ISR of %s; registering anyway",
+                    self.node_id,
+                    ", ".join(shared[:5]),
+                )
                 return
             if not said:
-                log.info("node %d: in the ISR of %s from before this start: waiting for the "
-                         "controller to drop it (it rejoins by fetching)", self.node_id,
-                         ", ".join(shared[:5]))
+                log.info(
+                    "node %d: in the ISR of %s from before this start: waiting for the "
+                    "controller to drop it (it rejoins by fetching)",
+                    self.node_id,
+                    ", ".join(shared[:5]),
+                )
                 said = True
             time.sleep(poll_s)
 
@@ -232,8 +246,12 @@ class ClusterNode:
             for role in self._roles.values():
                 role.stop("the node is shutting down")
             self._roles.clear()
-        for closer in (self.controller.close, self.election.close, self.membership.close,
-                       self.store.close):
+        for closer in (
+            self.controller.close,
+            self.election.close,
+            self.membership.close,
+            self.store.close,
+        ):
             try:
                 closer()
             except TieredLogError as exc:
@@ -303,24 +321,39 @@ class ClusterNode:
                 return
             role.stop(f"leader epoch {state.leader_epoch} begins")
             epoch = state.leader_epoch
-            start = plog.lead(epoch, fence=lambda: self._leads(state.topic, state.partition,
-                                                               epoch))
+            start = plog.lead(epoch, fence=lambda: self._leads(state.topic, state.partition, epoch))
             topic = self._topics[state.topic]
             role.replication = LeaderReplication(
-                leader_id=me, leader_epoch=state.leader_epoch, replicas=state.replicas,
-                isr=state.isr, min_insync_replicas=topic.min_insync_replicas,
+                leader_id=me,
+                leader_epoch=state.leader_epoch,
+                replicas=state.replicas,
+                isr=state.isr,
+                min_insync_replicas=topic.min_insync_replicas,
                 lag_time_max_ms=self.config.replica_lag_time_max_ms,
-                log_end=lambda: plog.next_offset, high_watermark=plog.high_watermark,
-                epoch_start_offset=start)
+                log_end=lambda: plog.next_offset,
+                high_watermark=plog.high_watermark,
+                epoch_start_offset=start,
+            )
             role.state = state
             plog.start_shipper()  # its first round rebuilds the remote state from the bucket
-            log.info("node %d leads %s-%d in epoch %d (ISR %s, from offset %d)", me,
-                     state.topic, state.partition, state.leader_epoch, list(state.isr), start)
+            log.info(
+                "node %d leads %s-%d in epoch %d (ISR %s, from offset %d)",
+                me,
+                state.topic,
+                state.partition,
+                state.leader_epoch,
+                list(state.isr),
+                start,
+            )
             return
         if state.leader is not None and state.leader != me and me in state.replicas:
             f = role.fetcher
-            if (f is not None and f.leader_id == state.leader
-                    and f.leader_epoch == state.leader_epoch and f.running):
+            if (
+                f is not None
+                and f.leader_id == state.leader
+                and f.leader_epoch == state.leader_epoch
+                and f.running
+            ):
                 role.state = state
                 return
             url = self._nodes.get(state.leader)
@@ -330,10 +363,16 @@ class ClusterNode:
             if url is None:
                 return  # the leader is not registered (yet): try again next poll
             role.fetcher = ReplicaFetcher(
-                plog, topic=state.topic, partition=state.partition, replica_id=me,
-                leader_id=state.leader, leader_url=url, leader_epoch=state.leader_epoch,
+                plog,
+                topic=state.topic,
+                partition=state.partition,
+                replica_id=me,
+                leader_id=state.leader,
+                leader_url=url,
+                leader_epoch=state.leader_epoch,
                 headers=self.config.fetch_headers,
-                wait_ms=self.config.replica_fetch_wait_ms).start()
+                wait_ms=self.config.replica_fetch_wait_ms,
+            ).start()
             return
         role.stop("not the leader")
         plog.follow()
@@ -362,8 +401,14 @@ class ClusterNode:
                 continue
             rep.begin_isr_change(new)
             try:
-                stored = self.metadata.change_isr(topic, p, self.node_id, rep.leader_epoch,
-                                                  tuple(sorted(new)), base_isr=tuple(sorted(isr)))
+                stored = self.metadata.change_isr(
+                    topic,
+                    p,
+                    self.node_id,
+                    rep.leader_epoch,
+                    tuple(sorted(new)),
+                    base_isr=tuple(sorted(isr)),
+                )
             except TieredLogError:
                 rep.isr_committed(isr)  # unknown outcome: keep the committed set; retried
                 raise
@@ -388,10 +433,16 @@ class ClusterNode:
     def _not_leader(self, topic: str, partition: int, role: _Role | None) -> NotLeaderError:
         leader = role.state.leader if role is not None else None
         url = self._nodes.get(leader) if leader is not None else None
-        where = (f"node {leader} ({url}) leads it" if url else
-                 "it has no leader now (an election is under way)")
-        return NotLeaderError(f"node {self.node_id} does not lead {topic}-{partition}: {where}",
-                              leader_id=leader, leader_url=url)
+        where = (
+            f"node {leader} ({url}) leads it"
+            if url
+            else "it has no leader now (an election is under way)"
+        )
+        return NotLeaderError(
+            f"node {self.node_id} does not lead {topic}-{partition}: {where}",
+            leader_id=leader,
+            leader_url=url,
+        )
 
     def leader_of(self, topic: str, partition: int) -> LeaderReplication:
         """This node's leadership of a partition; NotLeaderError naming the leader if it
@@ -435,10 +486,14 @@ class ClusterNode:
         if req.leader_epoch < rep.leader_epoch:
             raise FencedEpochError(
                 f"epoch {req.leader_epoch} of {topic}-{partition} is over: node "
-                f"{self.node_id} leads epoch {rep.leader_epoch}", current_epoch=rep.leader_epoch)
+                f"{self.node_id} leads epoch {rep.leader_epoch}",
+                current_epoch=rep.leader_epoch,
+            )
         if req.leader_epoch > rep.leader_epoch:
-            raise NotLeaderError(f"node {self.node_id} does not know epoch {req.leader_epoch} "
-                                 f"of {topic}-{partition} yet (it leads {rep.leader_epoch})")
+            raise NotLeaderError(
+                f"node {self.node_id} does not know epoch {req.leader_epoch} "
+                f"of {topic}-{partition} yet (it leads {rep.leader_epoch})"
+            )
         plog = self._logs.partition_log(topic, partition)
         if plog is None:
             raise self._not_leader(topic, partition, role)
@@ -447,8 +502,14 @@ class ClusterNode:
 
         def answer(data: bytes | FetchRanges = b"", **kw: Any) -> ReplicaAnswer:
             remote_end = b.remote_end_offset if b.remote_end_offset is not None else 0
-            return ReplicaAnswer(data, rep.high_watermark, b.log_start_offset, remote_end,
-                                 epochs_from(entries, req.offset), **kw)
+            return ReplicaAnswer(
+                data,
+                rep.high_watermark,
+                b.log_start_offset,
+                remote_end,
+                epochs_from(entries, req.offset),
+                **kw,
+            )
 
         if req.last_fetched_epoch >= 0:
             epoch, end = plog.end_offset_for_epoch(req.last_fetched_epoch)
@@ -458,8 +519,10 @@ class ClusterNode:
             return answer(diverging=plog.end_offset_for_epoch(req.last_fetched_epoch))
         remote_end = b.remote_end_offset if b.remote_end_offset is not None else 0
         if req.offset < b.local_start_offset or (
-                req.empty and req.offset < remote_end
-                and not rep.was_reset_to(req.replica_id, req.offset)):
+            req.empty
+            and req.offset < remote_end
+            and not rep.was_reset_to(req.replica_id, req.offset)
+        ):
             # Below what this leader keeps locally, or an empty (rebuilt) follower: it
             # starts at the first offset not in the bucket (KIP-1023) and copies the tail
             # (once: an empty follower that fetches where a reset sent it copies from
@@ -485,7 +548,8 @@ class ClusterNode:
         if meta.replication_factor > len(live):
             raise InvalidArgumentError(
                 f"replication_factor {meta.replication_factor} is more than the "
-                f"{len(live)} live nodes")
+                f"{len(live)} live nodes"
+            )
         states = self.metadata.create_topic(meta, live)
         self.refresh()
         return states
@@ -499,8 +563,9 @@ class ClusterNode:
         when ``new`` is not a live node or is ``old``."""
         live = self.membership.live_nodes()
         if new not in live or new == old:
-            raise InvalidArgumentError(f"node {new} is not a live node other than {old}: "
-                                       f"live nodes are {sorted(live)}")
+            raise InvalidArgumentError(
+                f"node {new} is not a live node other than {old}: live nodes are {sorted(live)}"
+            )
         started = []
         for (topic, p), (state, rev) in self.metadata.partitions().items():
             if old not in state.replicas or new in state.replicas:
@@ -555,15 +620,21 @@ class ClusterNode:
             if rep.resigned:
                 continue
             plog = self._logs.partition_log(topic, p)
-            out.append({"topic": topic, "partition": p, "leader_epoch": rep.leader_epoch,
-                        "high_watermark": rep.high_watermark,
-                        "log_end_offset": plog.next_offset if plog is not None else None,
-                        "remote_end_offset": (plog.bounds().remote_end_offset
-                                              if plog is not None else None),
-                        "lost_offsets": plog.lost_offsets() if plog is not None else [],
-                        **(plog.remote_view_status() if plog is not None else {}),
-                        "replicas": [{**r, "lag_bytes": _lag_bytes(plog, r)}
-                                     for r in rep.status()]})
+            out.append(
+                {
+                    "topic": topic,
+                    "partition": p,
+                    "leader_epoch": rep.leader_epoch,
+                    "high_watermark": rep.high_watermark,
+                    "log_end_offset": plog.next_offset if plog is not None else None,
+                    "remote_end_offset": (
+                        plog.bounds().remote_end_offset if plog is not None else None
+                    ),
+                    "lost_offsets": plog.lost_offsets() if plog is not None else [],
+                    **(plog.remote_view_status() if plog is not None else {}),
+                    "replicas": [{**r, "lag_bytes": _lag_bytes(plog, r)} for r in rep.status()],
+                }
+            )
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -583,13 +654,21 @@ class ClusterNode:
         return {
             "node_id": self.node_id,
             "controller_id": controller,
-            "nodes": [{"node_id": n, "url": nodes.get(n, seen.get(n)), "alive": n in nodes}
-                      for n in sorted(ids)],
+            "nodes": [
+                {"node_id": n, "url": nodes.get(n, seen.get(n)), "alive": n in nodes}
+                for n in sorted(ids)
+            ],
             "partitions": [
-                {"topic": s.topic, "partition": s.partition, "leader": s.leader,
-                 "leader_epoch": s.leader_epoch, "replicas": list(s.replicas),
-                 "isr": list(s.isr)}
-                for s in sorted(parts, key=lambda s: (s.topic, s.partition))],
+                {
+                    "topic": s.topic,
+                    "partition": s.partition,
+                    "leader": s.leader,
+                    "leader_epoch": s.leader_epoch,
+                    "replicas": list(s.replicas),
+                    "isr": list(s.isr),
+                }
+                for s in sorted(parts, key=lambda s: (s.topic, s.partition))
+            ],
             "replication": self.replication(),
             "stale": age_s > STALE_AFTER_S,
             "metadata_age_ms": int(age_s * 1000),

@@ -78,9 +78,15 @@ class ReplicaFetch:
     empty: bool = False
 
     def params(self) -> dict[str, int]:
-        return {"replica_id": self.replica_id, "leader_epoch": self.leader_epoch,
-                "offset": self.offset, "last_fetched_epoch": self.last_fetched_epoch,
-                "max_bytes": self.max_bytes, "wait_ms": self.wait_ms, "empty": int(self.empty)}
+        return {
+            "replica_id": self.replica_id,
+            "leader_epoch": self.leader_epoch,
+            "offset": self.offset,
+            "last_fetched_epoch": self.last_fetched_epoch,
+            "max_bytes": self.max_bytes,
+            "wait_ms": self.wait_ms,
+            "empty": int(self.empty),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +115,12 @@ class ReplicaAnswer:
         return self.diverging is None and self.reset_to is None and not size
 
     def headers(self) -> dict[str, str]:
-        h = {H_HIGH_WATERMARK: str(self.high_watermark),
-             H_LOG_START: str(self.log_start_offset),
-             H_REMOTE_END: str(self.remote_end_offset),
-             H_LEADER_EPOCHS: json.dumps([list(e) for e in self.epochs], separators=(",", ":"))}
+        h = {
+            H_HIGH_WATERMARK: str(self.high_watermark),
+            H_LOG_START: str(self.log_start_offset),
+            H_REMOTE_END: str(self.remote_end_offset),
+            H_LEADER_EPOCHS: json.dumps([list(e) for e in self.epochs], separators=(",", ":")),
+        }
         if self.diverging is not None:
             h[H_DIVERGING_EPOCH] = str(self.diverging[0])
             h[H_DIVERGING_END] = str(self.diverging[1])
@@ -127,14 +135,24 @@ class ReplicaAnswer:
         """From a 200 answer's headers (case-insensitive mapping) and body;
         InvalidArgumentError (one line) for a malformed answer."""
         try:
-            epochs = tuple((int(e), int(s)) for e, s in json.loads(headers.get(H_LEADER_EPOCHS, "[]")))
+            epochs = tuple(
+                (int(e), int(s)) for e, s in json.loads(headers.get(H_LEADER_EPOCHS, "[]"))
+            )
             div = None
             if H_DIVERGING_EPOCH in headers:
                 div = (int(headers[H_DIVERGING_EPOCH]), int(headers[H_DIVERGING_END]))
             reset = int(headers[H_RESET_TO]) if H_RESET_TO in headers else None
             rolls = tuple(int(o) for o in json.loads(headers.get(H_SEGMENT_BASES, "[]")))
-            return cls(body, int(headers[H_HIGH_WATERMARK]), int(headers[H_LOG_START]),
-                       int(headers[H_REMOTE_END]), epochs, div, reset, rolls)
+            return cls(
+                body,
+                int(headers[H_HIGH_WATERMARK]),
+                int(headers[H_LOG_START]),
+                int(headers[H_REMOTE_END]),
+                epochs,
+                div,
+                reset,
+                rolls,
+            )
         except (KeyError, ValueError, TypeError) as exc:
             raise InvalidArgumentError(f"malformed replication answer: {exc!r}") from None
 

@@ -91,10 +91,20 @@ class LeaderReplication:
     monotonic milliseconds (tests pass their own).
     """
 
-    def __init__(self, *, leader_id: int, leader_epoch: int, replicas: Iterable[int],
-                 isr: Iterable[int], min_insync_replicas: int, lag_time_max_ms: int,
-                 log_end: Callable[[], int], high_watermark: int,
-                 epoch_start_offset: int, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(
+        self,
+        *,
+        leader_id: int,
+        leader_epoch: int,
+        replicas: Iterable[int],
+        isr: Iterable[int],
+        min_insync_replicas: int,
+        lag_time_max_ms: int,
+        log_end: Callable[[], int],
+        high_watermark: int,
+        epoch_start_offset: int,
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.replicas = tuple(replicas)
@@ -113,8 +123,9 @@ class LeaderReplication:
         now = clock()
         # A follower starts "caught up" at the epoch's start: it gets lag_time_max_ms to
         # make its first fetch before it is proposed for removal (as Kafka's leader does).
-        self._followers = {r: FollowerState(last_caught_up_ms=now)
-                           for r in self.replicas if r != leader_id}
+        self._followers = {
+            r: FollowerState(last_caught_up_ms=now) for r in self.replicas if r != leader_id
+        }
         self._hw = min(high_watermark, log_end())
         self._resigned: str | None = None
 
@@ -142,7 +153,8 @@ class LeaderReplication:
         if st is None:
             raise InvalidArgumentError(
                 f"node {replica_id} is not a follower of this partition (replicas "
-                f"{list(self.replicas)}, leader {self.leader_id})")
+                f"{list(self.replicas)}, leader {self.leader_id})"
+            )
         return st
 
     # ---- what followers and appends tell the leader -------------------------------------------
@@ -159,7 +171,8 @@ class LeaderReplication:
             if fetch_offset > leader_leo:
                 raise InvalidArgumentError(
                     f"follower {replica_id} fetches from {fetch_offset}, past the leader's "
-                    f"log end {leader_leo}: it must truncate first")
+                    f"log end {leader_leo}: it must truncate first"
+                )
             if fetch_offset >= leader_leo:
                 st.last_caught_up_ms = now
             elif fetch_offset >= st.last_fetch_leader_leo >= 0:
@@ -182,13 +195,18 @@ class LeaderReplication:
         fetch first), forget the gone ones. The leader stays."""
         new = tuple(replicas)
         if self.leader_id not in new:
-            raise InvalidArgumentError(f"replicas {list(new)} must hold the leader {self.leader_id}")
+            raise InvalidArgumentError(
+                f"replicas {list(new)} must hold the leader {self.leader_id}"
+            )
         now = self._clock()
         leader_leo = self._log_end()
         with self._cond:
             self.replicas = new
-            self._followers = {r: self._followers.get(r) or FollowerState(last_caught_up_ms=now)
-                               for r in new if r != self.leader_id}
+            self._followers = {
+                r: self._followers.get(r) or FollowerState(last_caught_up_ms=now)
+                for r in new
+                if r != self.leader_id
+            }
             self._isr = frozenset(r for r in self._isr if r in new) | {self.leader_id}
             self._advance_hw(leader_leo)
 
@@ -208,8 +226,12 @@ class LeaderReplication:
         fetched since): its first fetch after a reset."""
         with self._cond:
             st = self._followers.get(replica_id)
-            return st is not None and st.reset_ms > 0 and st.needs_from == offset \
+            return (
+                st is not None
+                and st.reset_ms > 0
+                and st.needs_from == offset
                 and st.needs_ms == st.reset_ms
+            )
 
     def retention_floor(self) -> int | None:
         """The lowest offset a live follower still has to copy from this leader's local
@@ -219,8 +241,11 @@ class LeaderReplication:
         Followers silent for longer than ``lag_time_max_ms`` hold nothing."""
         now = self._clock()
         with self._cond:
-            needs = [st.needs_from for st in self._followers.values()
-                     if st.needs_from >= 0 and now - st.needs_ms <= self.lag_time_max_ms]
+            needs = [
+                st.needs_from
+                for st in self._followers.values()
+                if st.needs_from >= 0 and now - st.needs_ms <= self.lag_time_max_ms
+            ]
             return min(needs) if needs else None
 
     def status(self) -> list[dict[str, object]]:
@@ -234,8 +259,16 @@ class LeaderReplication:
         now = self._clock()
         with self._cond:
             out: list[dict[str, object]] = [
-                {"node_id": self.leader_id, "state": "leader", "log_end_offset": leo,
-                 "lag_offsets": 0, "rate_offsets_s": 0.0, "eta_s": 0.0, "resets": 0}]
+                {
+                    "node_id": self.leader_id,
+                    "state": "leader",
+                    "log_end_offset": leo,
+                    "lag_offsets": 0,
+                    "rate_offsets_s": 0.0,
+                    "eta_s": 0.0,
+                    "resets": 0,
+                }
+            ]
             for rid, st in sorted(self._followers.items()):
                 lag = max(0, leo - max(st.log_end_offset, 0))
                 if rid in self._isr:
@@ -247,10 +280,17 @@ class LeaderReplication:
                 else:
                     state = "catching_up"
                 rate = round(st.rate_offsets_s, 1)
-                out.append({"node_id": rid, "state": state,
-                            "log_end_offset": st.log_end_offset, "lag_offsets": lag,
-                            "rate_offsets_s": rate, "resets": st.resets,
-                            "eta_s": round(lag / rate, 1) if rate > 0 else (0.0 if not lag else None)})
+                out.append(
+                    {
+                        "node_id": rid,
+                        "state": state,
+                        "log_end_offset": st.log_end_offset,
+                        "lag_offsets": lag,
+                        "rate_offsets_s": rate,
+                        "resets": st.resets,
+                        "eta_s": round(lag / rate, 1) if rate > 0 else (0.0 if not lag else None),
+                    }
+                )
             return out
 
     def record_append(self) -> int:
@@ -280,17 +320,26 @@ class LeaderReplication:
         otherwise): the ISR shrink to propose to the metadata store."""
         now = self._clock()
         with self._cond:
-            return {r for r in self._isr if r != self.leader_id
-                    and (self._followers[r].lost_committed
-                         or now - self._followers[r].last_caught_up_ms > self.lag_time_max_ms)}
+            return {
+                r
+                for r in self._isr
+                if r != self.leader_id
+                and (
+                    self._followers[r].lost_committed
+                    or now - self._followers[r].last_caught_up_ms > self.lag_time_max_ms
+                )
+            }
 
     def catching_up_followers(self) -> set[int]:
         """Followers outside the ISR whose LEO reached the HW and the start of this
         epoch: the ISR expansion to propose (Kafka's ``isFollowerInSync``)."""
         with self._cond:
             floor = max(self._hw, self.epoch_start_offset)
-            return {r for r, st in self._followers.items()
-                    if r not in self._isr and st.log_end_offset >= floor}
+            return {
+                r
+                for r, st in self._followers.items()
+                if r not in self._isr and st.log_end_offset >= floor
+            }
 
     def begin_isr_change(self, isr: Iterable[int]) -> None:
         """The leader is about to propose ``isr`` to the metadata store: members it adds
@@ -304,8 +353,9 @@ class LeaderReplication:
         shrink may raise the HW; waiters re-check ``min_insync_replicas``."""
         new = frozenset(isr)
         if self.leader_id not in new or not new <= set(self.replicas):
-            raise InvalidArgumentError(f"ISR {sorted(new)} must hold the leader "
-                                       f"{self.leader_id} and only replicas")
+            raise InvalidArgumentError(
+                f"ISR {sorted(new)} must hold the leader {self.leader_id} and only replicas"
+            )
         leader_leo = self._log_end()
         with self._cond:
             for r in new - self._isr:
@@ -317,9 +367,11 @@ class LeaderReplication:
                     # it fetched before (a dead node's log end) says nothing of the log
                     # it comes back with (its disk may be new).
                     old = self._followers[r]
-                    self._followers[r] = FollowerState(last_caught_up_ms=old.last_caught_up_ms,
-                                                       last_fetch_ms=old.last_fetch_ms,
-                                                       reset_ms=old.reset_ms)
+                    self._followers[r] = FollowerState(
+                        last_caught_up_ms=old.last_caught_up_ms,
+                        last_fetch_ms=old.last_fetch_ms,
+                        reset_ms=old.reset_ms,
+                    )
             self._isr = new
             self._adding = frozenset()
             self._advance_hw(leader_leo)
@@ -353,7 +405,8 @@ class LeaderReplication:
             return ReplicationTimeoutError(
                 f"offset {offset} was not replicated to the in-sync replicas "
                 f"{sorted(self._isr)} within {timeout_s:g}s (high watermark "
-                f"{self._hw}); it may still be committed")
+                f"{self._hw}); it may still be committed"
+            )
 
     def wait_for(self, offset: int, timeout_s: float) -> int:
         """Block until the HW passes ``offset`` (the record at ``offset`` is on every ISR
@@ -372,18 +425,26 @@ class LeaderReplication:
 
     def _check_leading(self, *, appended: bool = False) -> None:
         if self._resigned is not None:
-            what = ("the records were appended but are not acknowledged" if appended
-                    else "nothing was appended")
-            raise NotLeaderError(f"this node no longer leads the partition ({self._resigned}); "
-                                 f"{what}")
+            what = (
+                "the records were appended but are not acknowledged"
+                if appended
+                else "nothing was appended"
+            )
+            raise NotLeaderError(
+                f"this node no longer leads the partition ({self._resigned}); {what}"
+            )
 
     def _check_isr_size(self, *, appended: bool) -> None:
         if len(self._isr) < self.min_insync_replicas:
-            what = ("the records were appended but are not acknowledged"
-                    if appended else "nothing was appended")
+            what = (
+                "the records were appended but are not acknowledged"
+                if appended
+                else "nothing was appended"
+            )
             raise NotEnoughReplicasError(
                 f"{len(self._isr)} in-sync replicas {sorted(self._isr)}, fewer than "
-                f"min_insync_replicas={self.min_insync_replicas}; {what}")
+                f"min_insync_replicas={self.min_insync_replicas}; {what}"
+            )
 
     def resign(self, why: str) -> None:
         """Leadership of this epoch ended (``why`` says how): every waiter and every later

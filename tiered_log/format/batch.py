@@ -107,8 +107,11 @@ class Record(NamedTuple):
     @property
     def size(self) -> int:
         """Bytes this record takes in a batch (its columns, key, value and headers)."""
-        return RECORD_OVERHEAD + len(self.value) + (len(self.key) if self.key else 0) + len(
-            encode_headers(self.headers)
+        return (
+            RECORD_OVERHEAD
+            + len(self.value)
+            + (len(self.key) if self.key else 0)
+            + len(encode_headers(self.headers))
         )
 
 
@@ -142,8 +145,9 @@ class BatchInfo(NamedTuple):
 def batch_info(base: int, position: int, size: int, timestamps: array[int]) -> BatchInfo:
     """The :class:`BatchInfo` of a batch whose timestamp column is ``timestamps``."""
     mx = max(timestamps)
-    return BatchInfo(base, len(timestamps), position, size, timestamps[0], mx,
-                     base + timestamps.index(mx))
+    return BatchInfo(
+        base, len(timestamps), position, size, timestamps[0], mx, base + timestamps.index(mx)
+    )
 
 
 def encode_headers(headers: Iterable[tuple[str, bytes | None]]) -> bytes:
@@ -257,4 +261,3 @@ def batch_header(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
     """``(base_offset, size, count)`` of the batch at ``pos`` without verifying it."""
     base, size, _cs, _m, _a, n = HEADER.unpack_from(buf, pos)
     return base, size, n
-

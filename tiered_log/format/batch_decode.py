@@ -105,8 +105,12 @@ def _parse(buf: bytes | bytearray | memoryview, pos: int, end: int) -> _Parsed:
     return _Parsed(base, n, cs, bend, ts, kl, vl, hl, p)
 
 
-def _fields(buf: bytes | memoryview, b: _Parsed, lo: int, hi: int,
-            ) -> tuple[Iterable[bytes | None], Iterator[bytes | memoryview], Iterable[Headers]]:
+def _fields(
+    buf: bytes | memoryview,
+    b: _Parsed,
+    lo: int,
+    hi: int,
+) -> tuple[Iterable[bytes | None], Iterator[bytes | memoryview], Iterable[Headers]]:
     """Keys, values and headers of records ``lo .. hi-1`` (indexes within the parsed batch
     ``b`` of ``buf``). Values are slices of ``buf`` (``bytes`` of a ``bytes`` buffer,
     zero-copy views of a memoryview); keys are ``bytes``. Raises CorruptRecordError on a
@@ -119,8 +123,9 @@ def _fields(buf: bytes | memoryview, b: _Parsed, lo: int, hi: int,
     else:
         kpos = list(accumulate((k if k > 0 else 0 for k in b.klens), initial=p))
         p = kpos[-1]
-        keys = [bytes(buf[kpos[i] : kpos[i + 1]]) if b.klens[i] >= 0 else None
-                for i in range(lo, hi)]
+        keys = [
+            bytes(buf[kpos[i] : kpos[i + 1]]) if b.klens[i] >= 0 else None for i in range(lo, hi)
+        ]
     vpos = list(accumulate(b.vlens, initial=p))
     cut = cast("Callable[[slice], bytes | memoryview]", buf.__getitem__)
     values = map(cut, map(slice, vpos[lo:hi], vpos[lo + 1 : hi + 1]))
@@ -129,8 +134,9 @@ def _fields(buf: bytes | memoryview, b: _Parsed, lo: int, hi: int,
         headers = repeat((), m)
     else:
         hpos = list(accumulate(b.hlens, initial=vpos[-1]))
-        headers = [decode_headers(buf, hpos[i], hpos[i + 1]) if b.hlens[i] else ()
-                   for i in range(lo, hi)]
+        headers = [
+            decode_headers(buf, hpos[i], hpos[i + 1]) if b.hlens[i] else () for i in range(lo, hi)
+        ]
     return keys, values, headers
 
 
@@ -138,9 +144,21 @@ def _records(buf: bytes, b: _Parsed, lo: int, hi: int) -> list[Record]:
     """Records ``lo .. hi-1`` (indexes within the batch) of a parsed batch of ``buf``."""
     m = hi - lo
     keys, values, headers = _fields(buf, b, lo, hi)
-    return list(map(_new, repeat(Record, m), zip(range(b.base + lo, b.base + hi),
-                                                   b.timestamps[lo:hi], keys, values, headers,
-                                                   repeat(b.checksum, m), strict=True)))
+    return list(
+        map(
+            _new,
+            repeat(Record, m),
+            zip(
+                range(b.base + lo, b.base + hi),
+                b.timestamps[lo:hi],
+                keys,
+                values,
+                headers,
+                repeat(b.checksum, m),
+                strict=True,
+            ),
+        )
+    )
 
 
 def _check_header_blocks(buf: bytes | bytearray | memoryview, b: _Parsed) -> None:
@@ -161,8 +179,15 @@ def _record_ends(b: _Parsed) -> list[int]:
         return list(accumulate((v + RECORD_OVERHEAD for v in b.vlens), initial=0))
     kl = b.klens if b.klens is not None else repeat(-1, b.n)
     hl = b.hlens if b.hlens is not None else repeat(0, b.n)
-    return list(accumulate((RECORD_OVERHEAD + (k if k > 0 else 0) + v + h
-                            for k, v, h in zip(kl, b.vlens, hl, strict=True)), initial=0))
+    return list(
+        accumulate(
+            (
+                RECORD_OVERHEAD + (k if k > 0 else 0) + v + h
+                for k, v, h in zip(kl, b.vlens, hl, strict=True)
+            ),
+            initial=0,
+        )
+    )
 
 
 def decode_records(
@@ -317,7 +342,8 @@ def receive_batches(
         if attributes & ~KNOWN_ATTRIBUTES:
             raise CorruptRecordError(
                 f"{where}: attributes 0x{attributes:04x} has bits the format does not define "
-                "(attributes must be 0)")
+                "(attributes must be 0)"
+            )
         total += b.n
         if total > limit:
             raise InvalidArgumentError(f"more than {limit} records in one request")
@@ -326,7 +352,8 @@ def receive_batches(
         if max(b.vlens) > append_threshold:
             raise RecordTooLargeError(
                 f"{where}: a value of {max(b.vlens)} bytes exceeds the append threshold of "
-                f"{append_threshold} bytes")
+                f"{append_threshold} bytes"
+            )
         if max(b.timestamps) >= 1 << 62:
             raise InvalidArgumentError(f"{where}: timestamp {max(b.timestamps)} is out of range")
         try:
@@ -389,14 +416,22 @@ def check_batches(buf: bytes | bytearray | memoryview, first_offset: int) -> tup
             raise CorruptRecordError(f"the page ends inside the header of batch {n} (byte {pos})")
         base, size, cs, magic, _attrs, count = unpack(mv, pos)
         bend = pos + size
-        if magic != MAGIC or count < 1 or size < HEADER_SIZE + RECORD_OVERHEAD * count or bend > end:
-            raise CorruptRecordError(f"batch {n} (byte {pos}, offset {base}) has a bad header "
-                                     "or runs past the page")
+        if (
+            magic != MAGIC
+            or count < 1
+            or size < HEADER_SIZE + RECORD_OVERHEAD * count
+            or bend > end
+        ):
+            raise CorruptRecordError(
+                f"batch {n} (byte {pos}, offset {base}) has a bad header or runs past the page"
+            )
         if h64(mv[pos + CHECKED_FROM : bend], base) != cs:
             raise CorruptRecordError(f"checksum mismatch for the batch at offset {base}")
         if (base != nxt) if n else not base <= first_offset < base + count:
-            raise CorruptRecordError(f"batch {n} holds offsets [{base}, {base + count}), "
-                                     f"expected one {'at' if n else 'holding'} {nxt}")
+            raise CorruptRecordError(
+                f"batch {n} holds offsets [{base}, {base + count}), "
+                f"expected one {'at' if n else 'holding'} {nxt}"
+            )
         nxt = base + count
         pos = bend
         n += 1
@@ -406,4 +441,3 @@ def check_batches(buf: bytes | bytearray | memoryview, first_offset: int) -> tup
 def scan_batches(buf: bytes | memoryview, expect_offset: int) -> Iterator[BatchInfo]:
     """The verified batches of ``buf`` (see :func:`batch_table`), one at a time."""
     yield from batch_table(buf, expect_offset)[0]
-

@@ -63,8 +63,6 @@ def validate_value(value: object, append_threshold: int) -> None:
         )
 
 
-
-
 @dataclass(slots=True)
 class EncodedBatch:
     """Batches of consecutive records ready to write, plus what the indexes need.
@@ -130,16 +128,28 @@ def _batch_counts(record_sizes: Iterable[int], limit: int) -> list[int]:
     return counts
 
 
-def _assemble(parts: list[bytes | bytearray | memoryview], off: int,
-              timestamps: array[int], klens: array[int], vlens: array[int],
-              hlens: array[int], payload: Sequence[bytes | memoryview], at: int,
-              ) -> BatchInfo:
+def _assemble(
+    parts: list[bytes | bytearray | memoryview],
+    off: int,
+    timestamps: array[int],
+    klens: array[int],
+    vlens: array[int],
+    hlens: array[int],
+    payload: Sequence[bytes | memoryview],
+    at: int,
+) -> BatchInfo:
     """Append one whole batch's pieces to ``parts``, its header and checksum included:
     the checksum is computed over the pieces as they are (a streaming xxh3, the same
     value as over the joined bytes), so the batches are joined once, into ``bytes``,
     and never patched. Returns the batch's info with ``position`` = ``at``."""
-    body = [_CHECKED_HEAD.pack(MAGIC, 0, len(timestamps)), le_bytes(timestamps),
-            le_bytes(klens), le_bytes(vlens), le_bytes(hlens), *payload]
+    body = [
+        _CHECKED_HEAD.pack(MAGIC, 0, len(timestamps)),
+        le_bytes(timestamps),
+        le_bytes(klens),
+        le_bytes(vlens),
+        le_bytes(hlens),
+        *payload,
+    ]
     size = CHECKED_FROM + sum(map(len, body))
     h = xxh3_64(seed=off)
     for piece in body:
@@ -170,18 +180,36 @@ def encode_batch(
         lens = list(map(len, values))
         if min(lens) > 0 and max(lens) <= min(append_threshold, MAX_BODY_BYTES):
             # Bare values: every column is built in C.
-            return _encode_columns(base_offset, array("q", [now_ms]) * n, array("i", [-1]) * n,
-                                   array("I", lens), array("I", bytes(4 * n)), None, values, None,
-                                   max_batch_bytes)
+            return _encode_columns(
+                base_offset,
+                array("q", [now_ms]) * n,
+                array("i", [-1]) * n,
+                array("I", lens),
+                array("I", bytes(4 * n)),
+                None,
+                values,
+                None,
+                max_batch_bytes,
+            )
     ts_col, keys, values, hdrs = _producer_columns(records, now_ms, append_threshold)
-    return _encode_columns(base_offset, ts_col, array("i", [-1 if k is None else len(k) for k in keys]),
-                           array("I", map(len, values)), array("I", map(len, hdrs)), keys, values,
-                           hdrs, max_batch_bytes)
+    return _encode_columns(
+        base_offset,
+        ts_col,
+        array("i", [-1 if k is None else len(k) for k in keys]),
+        array("I", map(len, values)),
+        array("I", map(len, hdrs)),
+        keys,
+        values,
+        hdrs,
+        max_batch_bytes,
+    )
 
 
-def _producer_columns(records: Sequence[ProducerRecord | bytes], now_ms: int,
-                      append_threshold: int,
-                      ) -> tuple[array[int], list[bytes | None], list[bytes], list[bytes]]:
+def _producer_columns(
+    records: Sequence[ProducerRecord | bytes],
+    now_ms: int,
+    append_threshold: int,
+) -> tuple[array[int], list[bytes | None], list[bytes], list[bytes]]:
     """Validate records and split them into timestamps, keys, values and header blocks."""
     ts_col = array("q")
     keys: list[bytes | None] = []
@@ -209,7 +237,9 @@ def _producer_columns(records: Sequence[ProducerRecord | bytes], now_ms: int,
         if ts is None:
             ts = now_ms
         elif not isinstance(ts, int) or isinstance(ts, bool) or ts < 0 or ts >= 1 << 62:
-            raise InvalidArgumentError(f"record timestamp must be a non-negative int (ms), got {ts!r}")
+            raise InvalidArgumentError(
+                f"record timestamp must be a non-negative int (ms), got {ts!r}"
+            )
         h = encode_headers(rec.headers) if rec.headers else b""
         if (len(key) if key else 0) + len(rec.value) + len(h) > MAX_BODY_BYTES:
             raise InvalidArgumentError("a record's key, value and headers exceed 4 GiB")
@@ -220,15 +250,25 @@ def _producer_columns(records: Sequence[ProducerRecord | bytes], now_ms: int,
     return ts_col, keys, values, hdrs
 
 
-def _encode_columns(base_offset: int, ts_col: array[int], kl: array[int], vl: array[int],
-                    hl: array[int], keys: Sequence[bytes | None] | None, values: Sequence[bytes],
-                    hdrs: Sequence[bytes] | None, max_batch_bytes: int) -> EncodedBatch:
+def _encode_columns(
+    base_offset: int,
+    ts_col: array[int],
+    kl: array[int],
+    vl: array[int],
+    hl: array[int],
+    keys: Sequence[bytes | None] | None,
+    values: Sequence[bytes],
+    hdrs: Sequence[bytes] | None,
+    max_batch_bytes: int,
+) -> EncodedBatch:
     """Batches of validated columns; ``keys``/``hdrs`` None when no record has any."""
     if keys is None and hdrs is None:
         sizes: Iterable[int] = (RECORD_OVERHEAD + v for v in vl)
     else:
-        sizes = (RECORD_OVERHEAD + (k if k > 0 else 0) + v + h
-                 for k, v, h in zip(kl, vl, hl, strict=True))
+        sizes = (
+            RECORD_OVERHEAD + (k if k > 0 else 0) + v + h
+            for k, v, h in zip(kl, vl, hl, strict=True)
+        )
     parts: list[bytes | bytearray | memoryview] = []
     infos: list[BatchInfo] = []
     at, i = 0, 0
@@ -237,8 +277,9 @@ def _encode_columns(base_offset: int, ts_col: array[int], kl: array[int], vl: ar
         payload: Sequence[bytes | memoryview] = values[i:j]
         if keys is not None and hdrs is not None:
             payload = [k for k in keys[i:j] if k is not None] + list(values[i:j]) + list(hdrs[i:j])
-        info = _assemble(parts, base_offset + i, ts_col[i:j], kl[i:j], vl[i:j], hl[i:j],
-                         payload, at)
+        info = _assemble(
+            parts, base_offset + i, ts_col[i:j], kl[i:j], vl[i:j], hl[i:j], payload, at
+        )
         infos.append(info)
         at += info.size
         i = j
@@ -252,6 +293,6 @@ def rebatch(records: Sequence[Record], max_batch_bytes: int = MAX_BATCH_BYTES) -
     if not records:
         return b""
     prs = [ProducerRecord(r.value, r.key, r.headers, r.timestamp) for r in records]
-    return bytes(encode_batch(records[0].offset, prs, 0, 1 << 62,
-                              max_batch_bytes=max_batch_bytes).data)
-
+    return bytes(
+        encode_batch(records[0].offset, prs, 0, 1 << 62, max_batch_bytes=max_batch_bytes).data
+    )

@@ -102,7 +102,9 @@ class SegmentIndex:
         return _le(pairs).tobytes()
 
     def encode_times(self) -> bytes:
-        return b"".join(TIME_ENTRY.pack(t, r) for t, r in zip(self.time_max, self.time_rel, strict=True))
+        return b"".join(
+            TIME_ENTRY.pack(t, r) for t, r in zip(self.time_max, self.time_rel, strict=True)
+        )
 
     @classmethod
     def decode(cls, offset_bytes: bytes, time_bytes: bytes, store_size: int) -> SegmentIndex:

@@ -68,10 +68,17 @@ class RemoteLogIndexEntry:
         rdi = _RDI_POS.pack(self.position) + self.object_key.encode("utf-8")
         if len(rdi) > 0x7FFF - _BODY.size - 4:
             raise InvalidArgumentError("remote data identifier too long for a remoteLogIndex entry")
-        body = _BODY.pack(
-            self.first_offset, self.last_offset, self.first_timestamp, self.last_timestamp,
-            self.data_length, len(rdi),
-        ) + rdi
+        body = (
+            _BODY.pack(
+                self.first_offset,
+                self.last_offset,
+                self.first_timestamp,
+                self.last_timestamp,
+                self.data_length,
+                len(rdi),
+            )
+            + rdi
+        )
         crc = zlib.crc32(body)
         return _PREFIX.pack(MAGIC, len(body) + 4, crc - (1 << 32) if crc >= 1 << 31 else crc) + body
 

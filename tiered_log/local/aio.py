@@ -28,15 +28,22 @@ class AsyncLog:
     def __init__(self, log: Log) -> None:
         self.log = log
 
-    async def append(self, value: bytes, *, key: bytes | None = None,
-                     headers: Sequence[tuple[str, bytes | None]] = (),
-                     timestamp: int | None = None) -> int:
+    async def append(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+        timestamp: int | None = None,
+    ) -> int:
         return await asyncio.to_thread(
             self.log.append, value, key=key, headers=headers, timestamp=timestamp
         )
 
-    async def append_batch(self, records: Sequence[ProducerRecord | bytes] | EncodedBatch,
-                           ) -> tuple[int, int]:
+    async def append_batch(
+        self,
+        records: Sequence[ProducerRecord | bytes] | EncodedBatch,
+    ) -> tuple[int, int]:
         return await asyncio.to_thread(self.log.append_batch, records)
 
     async def append_stream(
@@ -69,8 +76,9 @@ class AsyncLog:
     async def read(self, offset: int) -> Record:
         return await asyncio.to_thread(self.log.read, offset)
 
-    async def read_range(self, offset: int, max_records: int = 500,
-                         max_bytes: int = 1 << 20) -> list[Record]:
+    async def read_range(
+        self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20
+    ) -> list[Record]:
         return await asyncio.to_thread(self.log.read_range, offset, max_records, max_bytes)
 
     async def offset_for_timestamp(self, timestamp: int) -> int | None:

@@ -52,8 +52,13 @@ _READ_SLACK = 64 << 10
 """Bytes read beyond the estimate of what a page needs (one read is the aim)."""
 
 
-def read_batches(segment_for: Callable[[int], Segment], offset: int, max_records: int,
-                 max_bytes: int, end: int | None = None) -> FetchData:
+def read_batches(
+    segment_for: Callable[[int], Segment],
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    end: int | None = None,
+) -> FetchData:
     """Batches from the one holding ``offset`` on: at least one batch, then whole batches
     while fewer than ``max_records`` records from ``offset`` and fewer than ``max_bytes``
     bytes were taken. ``segment_for`` is the log's lookup (OffsetOutOfRangeError outside
@@ -68,8 +73,14 @@ def read_batches(segment_for: Callable[[int], Segment], offset: int, max_records
     return walk_batches(segment_for, offset, max_records, max_bytes, end, BytesPage(offset))
 
 
-def walk_batches(segment_for: Callable[[int], Segment], offset: int, max_records: int,
-                 max_bytes: int, end: int | None, page: Page[R]) -> R:
+def walk_batches(
+    segment_for: Callable[[int], Segment],
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    end: int | None,
+    page: Page[R],
+) -> R:
     """:func:`read_batches` into ``page``, which decides the result's form (see the
     module docstring); the same walk, limits and errors."""
     cur = offset
@@ -93,9 +104,17 @@ def walk_batches(segment_for: Callable[[int], Segment], offset: int, max_records
                 break  # serve what came before the damage
             if pos >= size:
                 break
-            buf, taken, nxt = _take_batches(seg, read, pos, size, base,
-                                            offset + max_records - base,
-                                            max_bytes - page.size, first, end)
+            buf, taken, nxt = _take_batches(
+                seg,
+                read,
+                pos,
+                size,
+                base,
+                offset + max_records - base,
+                max_bytes - page.size,
+                first,
+                end,
+            )
             if taken == 0:
                 break
             page.add(fd, pos, buf, 0, taken)
@@ -120,10 +139,16 @@ def _damaged(seg: Segment, pos: int, offset: int, what: str) -> CorruptRangeErro
                 _reported.clear()
             _reported.add(key)
     if first:
-        log.error("damaged local data in %s (reading offset %d): %s; fetches of the "
-                  "damaged records answer 410 corrupt_record", seg.store_path, offset, what)
-    return CorruptRangeError(f"offset {offset}: {what}; its records cannot be served (the "
-                             "stored data is damaged)")
+        log.error(
+            "damaged local data in %s (reading offset %d): %s; fetches of the "
+            "damaged records answer 410 corrupt_record",
+            seg.store_path,
+            offset,
+            what,
+        )
+    return CorruptRangeError(
+        f"offset {offset}: {what}; its records cannot be served (the stored data is damaged)"
+    )
 
 
 def _position_of(seg: Segment, offset: int) -> tuple[int, int]:
@@ -148,13 +173,22 @@ def _intact(buf: bytes | memoryview, at: int, size: int, base: int) -> bool:
     """Whether the batch at ``buf[at:at+size]`` (base offset ``base``) matches its
     checksum: one xxh3 pass, covering every byte but the base offset (the seed) and the
     size (a wrong size hashes the wrong bytes)."""
-    return bool(_h64(memoryview(buf)[at + CHECKED_FROM : at + size], base)
-                == HEADER.unpack_from(buf, at)[2])
+    return bool(
+        _h64(memoryview(buf)[at + CHECKED_FROM : at + size], base) == HEADER.unpack_from(buf, at)[2]
+    )
 
 
-def _take_batches(seg: Segment, read: Reader, pos: int, end: int, base: int, records: int,
-                  budget: int, first: bool,
-                  upto: int | None = None) -> tuple[bytes | memoryview, int, int]:
+def _take_batches(
+    seg: Segment,
+    read: Reader,
+    pos: int,
+    end: int,
+    base: int,
+    records: int,
+    budget: int,
+    first: bool,
+    upto: int | None = None,
+) -> tuple[bytes | memoryview, int, int]:
     """Read whole batches of ``seg`` from byte ``pos`` (the batch at offset ``base``)
     until they hold ``records`` records from ``base`` or take ``budget`` bytes (the first
     batch always, when ``first``), and never one holding an offset at or past ``upto``
@@ -170,7 +204,9 @@ def _take_batches(seg: Segment, read: Reader, pos: int, end: int, base: int, rec
     """
     count = seg.next_offset - seg.base_offset
     avg = seg.size // count if count > 0 else HEADER_SIZE
-    guess = min(end - pos, max(budget, HEADER_SIZE) + _READ_SLACK, avg * (records + 1) + _READ_SLACK)
+    guess = min(
+        end - pos, max(budget, HEADER_SIZE) + _READ_SLACK, avg * (records + 1) + _READ_SLACK
+    )
     if upto is not None:  # no need to read past the batches below ``upto``
         records = min(records, upto - base)
     checked = 0  # bytes from ``pos`` already verified (a re-read holds the same batches)
@@ -185,7 +221,8 @@ def _take_batches(seg: Segment, read: Reader, pos: int, end: int, base: int, rec
             if off != nxt or size < HEADER_SIZE or n < 1:
                 if walked == 0 and first:
                     raise CorruptRecordError(
-                        f"expected offset {base} at byte {pos} of {seg.store_path.name}")
+                        f"expected offset {base} at byte {pos} of {seg.store_path.name}"
+                    )
                 break  # a racing truncation rewrote the tail: stop here
             if upto is not None and off + n > upto:
                 capped = True  # this batch reaches the cap: the page ends before it
@@ -214,8 +251,9 @@ def _take_batches(seg: Segment, read: Reader, pos: int, end: int, base: int, rec
         return buf, walked, nxt
 
 
-def _first_batch_again(seg: Segment, read: Reader, pos: int, end: int,
-                       base: int) -> tuple[bytes | memoryview, int, int]:
+def _first_batch_again(
+    seg: Segment, read: Reader, pos: int, end: int, base: int
+) -> tuple[bytes | memoryview, int, int]:
     """The first batch of a page on its own (read again, whole): the batch at byte ``pos``
     holding offset ``base``, verified; CorruptRangeError if it does not verify."""
     off, size, n = batch_header(seg.read_bytes(pos, HEADER_SIZE))

@@ -77,8 +77,10 @@ def _check_entries(entries: list[EpochEntry]) -> str | None:
             return f"entry {i} ({epoch} {start}) is negative"
         if i and (epoch <= entries[i - 1].epoch or start <= entries[i - 1].start_offset):
             prev = entries[i - 1]
-            return (f"entry {i} ({epoch} {start}) does not follow "
-                    f"({prev.epoch} {prev.start_offset}) in both epoch and offset")
+            return (
+                f"entry {i} ({epoch} {start}) does not follow "
+                f"({prev.epoch} {prev.start_offset}) in both epoch and offset"
+            )
     return None
 
 
@@ -92,6 +94,7 @@ def encode(entries: list[EpochEntry]) -> bytes:
 def decode(data: bytes, path: Path) -> list[EpochEntry]:
     """The entries of a leader-epoch file's bytes; CorruptIndexError (naming ``path``) if
     they are damaged in any way."""
+
     def bad(why: str) -> CorruptIndexError:
         return CorruptIndexError(f"leader-epoch file {path} is damaged: {why}")
 
@@ -216,14 +219,16 @@ class LeaderEpochCache:
         """
         if epoch < 0 or start_offset < 0:
             raise InvalidArgumentError(
-                f"leader epoch {epoch} and start offset {start_offset} must be >= 0")
+                f"leader epoch {epoch} and start offset {start_offset} must be >= 0"
+            )
         with self._lock:
             entries = self._entries
             if entries:
                 last = entries[-1]
                 if epoch < last.epoch:
                     raise InvalidArgumentError(
-                        f"leader epoch {epoch} is below the latest epoch {last.epoch} of {self.path}")
+                        f"leader epoch {epoch} is below the latest epoch {last.epoch} of {self.path}"
+                    )
                 if epoch == last.epoch and start_offset >= last.start_offset:
                     return
             keep = list(entries)
@@ -275,8 +280,13 @@ class LeaderEpochCache:
         return f"LeaderEpochCache({self.path}, {self.entries()})"
 
 
-def divergence_point(follower_cache: LeaderEpochCache, follower_leo: int,
-                     leader_answer: tuple[int, int], *, high_watermark: int = 0) -> Truncation:
+def divergence_point(
+    follower_cache: LeaderEpochCache,
+    follower_leo: int,
+    leader_answer: tuple[int, int],
+    *,
+    high_watermark: int = 0,
+) -> Truncation:
     """Where a follower truncates its log after asking the leader about its latest epoch.
 
     The follower sent ``follower_cache.latest_epoch``; ``leader_answer`` is the leader's

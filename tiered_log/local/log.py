@@ -85,10 +85,16 @@ class LogConfig:
     def of(cls, topic: TopicConfig, **local: int) -> LogConfig:
         """The LogConfig of a partition of a topic with settings ``topic``; ``local``:
         the settings of this log only (``index_interval_bytes``, ...)."""
-        return cls(segment_bytes=topic.segment_bytes, segment_ms=topic.segment_ms,
-                   append_threshold=topic.append_threshold, flush_messages=topic.flush_messages,
-                   flush_ms=topic.flush_ms, retention_ms=topic.retention_ms,
-                   retention_bytes=topic.retention_bytes, **local)
+        return cls(
+            segment_bytes=topic.segment_bytes,
+            segment_ms=topic.segment_ms,
+            append_threshold=topic.append_threshold,
+            flush_messages=topic.flush_messages,
+            flush_ms=topic.flush_ms,
+            retention_ms=topic.retention_ms,
+            retention_bytes=topic.retention_bytes,
+            **local,
+        )
 
     def __post_init__(self) -> None:
         def positive(name: str, v: int | None, *, optional: bool = False, lo: int = 1) -> None:
@@ -138,8 +144,13 @@ class Log:
     ``with`` block).
     """
 
-    def __init__(self, directory: str | os.PathLike[str], config: LogConfig | None = None,
-                 *, initial_offset: int = 0) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        initial_offset: int = 0,
+    ) -> None:
         self.directory = Path(directory)
         self._initial_offset = initial_offset
         self.config = config or LogConfig()
@@ -172,19 +183,25 @@ class Log:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise InvalidArgumentError(f"cannot create log directory {self.directory}: {exc}") from exc
+            raise InvalidArgumentError(
+                f"cannot create log directory {self.directory}: {exc}"
+            ) from exc
         if not self.directory.is_dir():
             raise InvalidArgumentError(f"{self.directory} is not a directory")
         try:
             fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise InvalidArgumentError(f"cannot open {self.directory / LOCK_FILE}: {exc.strerror}") from exc
+            raise InvalidArgumentError(
+                f"cannot open {self.directory / LOCK_FILE}: {exc.strerror}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise LogInUseError(f"the log in {self.directory} is open elsewhere "
-                                "(another process, or an unclosed Log)") from None
+            raise LogInUseError(
+                f"the log in {self.directory} is open elsewhere "
+                "(another process, or an unclosed Log)"
+            ) from None
         return fd
 
     def _open(self) -> RecoveryReport:
@@ -263,7 +280,7 @@ class Log:
         segs, i = self._segment_for(max(offset, 0))
         if i < 0:
             return sum(s.size for s in segs)
-        total = sum(s.size for s in segs[i + 1:])
+        total = sum(s.size for s in segs[i + 1 :])
         try:
             pos, _ = segs[i].position_of(offset)
         except (TieredLogError, OSError):
@@ -284,9 +301,14 @@ class Log:
         if self._closed:
             raise LogClosedError(f"log {self.directory} is closed")
 
-    def append(self, value: bytes, *, key: bytes | None = None,
-               headers: Sequence[tuple[str, bytes | None]] = (),
-               timestamp: int | None = None) -> int:
+    def append(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+        timestamp: int | None = None,
+    ) -> int:
         """Append one record; returns its offset."""
         try:
             hdrs = tuple(headers)
@@ -295,8 +317,9 @@ class Log:
         rec = ProducerRecord(value, key, hdrs, timestamp)
         return self.append_batch([rec])[0]
 
-    def append_batch(self, records: Sequence[ProducerRecord | bytes] | EncodedBatch,
-                     *, roll: bool = True) -> tuple[int, int]:
+    def append_batch(
+        self, records: Sequence[ProducerRecord | bytes] | EncodedBatch, *, roll: bool = True
+    ) -> tuple[int, int]:
         """Append records in one write; returns ``(first_offset, last_offset)``.
 
         All or nothing: bad input raises before anything is written. A bare ``bytes``
@@ -318,15 +341,21 @@ class Log:
                 batch = records.rebased(active.next_offset, ts_now)
             else:
                 batch = encode_batch(active.next_offset, records, ts_now, cfg.append_threshold)
-            if roll and active.size and (
-                active.size + len(batch.data) > cfg.segment_bytes
-                or (cfg.segment_ms is not None and ts_now - active.created_ms >= cfg.segment_ms)
+            if (
+                roll
+                and active.size
+                and (
+                    active.size + len(batch.data) > cfg.segment_bytes
+                    or (cfg.segment_ms is not None and ts_now - active.created_ms >= cfg.segment_ms)
+                )
             ):
                 active = self._roll()
             try:
                 active.append(batch)
             except OSError as exc:
-                raise TieredLogError(f"write to {active.store_path} failed: {exc}", retriable=True) from exc
+                raise TieredLogError(
+                    f"write to {active.store_path} failed: {exc}", retriable=True
+                ) from exc
             self._unflushed += batch.count
             if (cfg.flush_messages is not None and self._unflushed >= cfg.flush_messages) or (
                 cfg.flush_ms is not None and ts_now - self._last_flush_ms >= cfg.flush_ms
@@ -339,9 +368,12 @@ class Log:
         old = self._segments[-1]
         old.seal()
         self._flushed_offset = max(self._flushed_offset, old.next_offset)
-        new = Segment.create(self.directory, old.next_offset,
-                             index_interval_bytes=self.config.index_interval_bytes,
-                             cache=self._cache)
+        new = Segment.create(
+            self.directory,
+            old.next_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            cache=self._cache,
+        )
         self._set_segments([*self._segments, new])
         return new
 
@@ -359,7 +391,11 @@ class Log:
         with self._lock:
             self._check_open()
             active = self._segments[-1]
-            if active.size and cfg.segment_ms is not None and now_ms() - active.created_ms >= cfg.segment_ms:
+            if (
+                active.size
+                and cfg.segment_ms is not None
+                and now_ms() - active.created_ms >= cfg.segment_ms
+            ):
                 self._roll()
                 self._flushed_offset = max(self._flushed_offset, self._segments[-1].base_offset)
                 return True
@@ -406,11 +442,14 @@ class Log:
         if not recs:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is not in the log [{self.log_start_offset}, {self.next_offset})",
-                log_start=self.log_start_offset, next_offset=self.next_offset,
+                log_start=self.log_start_offset,
+                next_offset=self.next_offset,
             )
         return recs[0]
 
-    def read_range(self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20) -> list[Record]:
+    def read_range(
+        self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20
+    ) -> list[Record]:
         """Records from ``offset`` on, at most ``max_records`` and about ``max_bytes``.
 
         Returns at least one record when ``offset`` is below the next offset (even one
@@ -420,13 +459,16 @@ class Log:
         for limit in (max_records, max_bytes):
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
                 raise InvalidArgumentError(
-                    f"max_records and max_bytes must be integers >= 1, got {limit!r}")
+                    f"max_records and max_bytes must be integers >= 1, got {limit!r}"
+                )
         self._check_open()
         segs, i = self._segment_for(offset)
         start, nxt = segs[0].base_offset, segs[-1].next_offset
         if offset < start or offset > nxt or i < 0:
             raise OffsetOutOfRangeError(
-                f"offset {offset} is not in the log [{start}, {nxt})", log_start=start, next_offset=nxt
+                f"offset {offset} is not in the log [{start}, {nxt})",
+                log_start=start,
+                next_offset=nxt,
             )
         out: list[Record] = []
         budget = max_bytes
@@ -436,8 +478,10 @@ class Log:
             except OffsetOutOfRangeError:  # the segment was deleted under this reader
                 raise OffsetOutOfRangeError(
                     f"offset {offset} was removed from the log [{self.log_start_offset}, "
-                    f"{self.next_offset})", log_start=self.log_start_offset,
-                    next_offset=self.next_offset) from None
+                    f"{self.next_offset})",
+                    log_start=self.log_start_offset,
+                    next_offset=self.next_offset,
+                ) from None
             if recs and out and used > budget:
                 break  # past the first record, never exceed max_bytes
             out.extend(recs)
@@ -471,7 +515,8 @@ class Log:
         if i < 0 or offset >= segs[-1].next_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is not in the log [{segs[0].base_offset}, {segs[-1].next_offset})",
-                log_start=segs[0].base_offset, next_offset=segs[-1].next_offset,
+                log_start=segs[0].base_offset,
+                next_offset=segs[-1].next_offset,
             )
         return segs[i]
 
@@ -491,7 +536,8 @@ class Log:
             if offset < start or offset > nxt:
                 raise OffsetOutOfRangeError(
                     f"cannot truncate to {offset}: the log holds [{start}, {nxt})",
-                    log_start=start, next_offset=nxt,
+                    log_start=start,
+                    next_offset=nxt,
                 )
             if offset == nxt:
                 return
@@ -518,9 +564,12 @@ class Log:
             self._check_open()
             for seg in self._segments:
                 seg.delete_files()
-            new = Segment.create(self.directory, offset,
-                                 index_interval_bytes=self.config.index_interval_bytes,
-                                 cache=self._cache)
+            new = Segment.create(
+                self.directory,
+                offset,
+                index_interval_bytes=self.config.index_interval_bytes,
+                cache=self._cache,
+            )
             self._set_segments([new])
             self._unflushed = 0
             self._flushed_offset = offset
@@ -544,8 +593,9 @@ class Log:
             fsync_dir(self.directory)
             return infos
 
-    def retention_candidates(self, retention_ms: int | None, retention_bytes: int | None,
-                             now: int | None = None) -> list[SegmentInfo]:
+    def retention_candidates(
+        self, retention_ms: int | None, retention_bytes: int | None, now: int | None = None
+    ) -> list[SegmentInfo]:
         """Oldest sealed segments that time or size retention would remove, in order.
 
         Time: every record in the segment is older than ``retention_ms``. Bytes: while the
@@ -566,7 +616,9 @@ class Log:
 
     def enforce_retention(self, now: int | None = None) -> list[SegmentInfo]:
         """Apply the config's ``retention_ms`` / ``retention_bytes``; returns deleted segments."""
-        cands = self.retention_candidates(self.config.retention_ms, self.config.retention_bytes, now)
+        cands = self.retention_candidates(
+            self.config.retention_ms, self.config.retention_bytes, now
+        )
         if not cands:
             return []
         return self.delete_segments_before(cands[-1].next_offset)

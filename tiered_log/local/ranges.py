@@ -74,8 +74,9 @@ class FetchRanges:
 
     __slots__ = ("first_offset", "next_offset", "parts")
 
-    def __init__(self, parts: list[FileRange | bytes | memoryview], first_offset: int,
-                 next_offset: int) -> None:
+    def __init__(
+        self, parts: list[FileRange | bytes | memoryview], first_offset: int, next_offset: int
+    ) -> None:
         self.parts = parts
         self.first_offset = first_offset
         self.next_offset = next_offset
@@ -97,8 +98,10 @@ class FetchRanges:
 
     def read(self) -> bytes:
         """The batches' bytes (for tests and tools: a copy, which senders avoid)."""
-        return b"".join(p.fd.pread(p.length, p.position) if isinstance(p, FileRange)
-                        else bytes(p) for p in self.parts)
+        return b"".join(
+            p.fd.pread(p.length, p.position) if isinstance(p, FileRange) else bytes(p)
+            for p in self.parts
+        )
 
     def close(self) -> None:
         """Let go of the files (a descriptor closes when its last holder lets go)."""
@@ -189,14 +192,15 @@ class MappedReader:
         if length > 0 and _mincore is not None:
             start = position - position % mmap.ALLOCATIONGRANULARITY
             try:
-                m = mmap.mmap(self._fd.fd, position - start + length, offset=start,
-                              access=mmap.ACCESS_COPY)
+                m = mmap.mmap(
+                    self._fd.fd, position - start + length, offset=start, access=mmap.ACCESS_COPY
+                )
             except (OSError, ValueError):  # past the file's end (cut meanwhile): pread
                 m = None
             if m is not None:
                 if _resident(m, position - start + length):
                     self._maps.append(m)
-                    return memoryview(m)[position - start:]
+                    return memoryview(m)[position - start :]
                 m.close()
         return self._fd.pread(length, position)
 
@@ -227,8 +231,9 @@ class Page(Protocol[R_co]):
         """How to read ``fd``'s bytes for checking them (for a segment, made before its
         size and index are looked at: a mapping reader holds ``guard`` from here)."""
 
-    def add(self, fd: ReadFd | None, position: int, buf: bytes | memoryview, start: int,
-            length: int) -> None:
+    def add(
+        self, fd: ReadFd | None, position: int, buf: bytes | memoryview, start: int, length: int
+    ) -> None:
         """A verified piece: ``buf[start:start + length]``, which is ``fd``'s bytes at
         ``position`` (``fd`` None: the piece is only in memory)."""
 
@@ -252,8 +257,9 @@ class BytesPage:
     def reader(self, fd: ReadFd, guard: CutGuard | None = None) -> Reader:
         return lambda position, length: fd.pread(length, position)
 
-    def add(self, fd: ReadFd | None, position: int, buf: bytes | memoryview, start: int,
-            length: int) -> None:
+    def add(
+        self, fd: ReadFd | None, position: int, buf: bytes | memoryview, start: int, length: int
+    ) -> None:
         whole = start == 0 and length == len(buf)
         self.parts.append(buf if whole else memoryview(buf)[start : start + length])  # no copy
         self.size += length
@@ -289,14 +295,18 @@ class RangesPage:
         self._readers.append(r)
         return r
 
-    def add(self, fd: ReadFd | None, position: int, buf: bytes | memoryview, start: int,
-            length: int) -> None:
+    def add(
+        self, fd: ReadFd | None, position: int, buf: bytes | memoryview, start: int, length: int
+    ) -> None:
         self.size += length
         last = self.parts[-1] if self.parts else None
         if fd is None:
             self.parts.append(memoryview(buf)[start : start + length])
-        elif (isinstance(last, FileRange) and last.fd is fd
-              and last.position + last.length == position):
+        elif (
+            isinstance(last, FileRange)
+            and last.fd is fd
+            and last.position + last.length == position
+        ):
             self.parts[-1] = FileRange(fd, last.position, last.length + length)
         else:
             self.parts.append(FileRange(fd, position, length))
@@ -315,5 +325,13 @@ class RangesPage:
         self.parts = []
 
 
-__all__ = ["BytesPage", "CutGuard", "FetchRanges", "FileRange", "MappedReader", "Page",
-           "RangesPage", "Reader"]
+__all__ = [
+    "BytesPage",
+    "CutGuard",
+    "FetchRanges",
+    "FileRange",
+    "MappedReader",
+    "Page",
+    "RangesPage",
+    "Reader",
+]

@@ -122,8 +122,9 @@ class Segment:
     # ---- opening -------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
-               cache: IndexCache) -> Segment:
+    def create(
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, cache: IndexCache
+    ) -> Segment:
         """A new, empty, active segment (creates its store file)."""
         seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes, cache=cache)
         seg._open_active(truncate=True)
@@ -131,8 +132,9 @@ class Segment:
         return seg
 
     @classmethod
-    def open_active(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                    cache: IndexCache) -> tuple[Segment, int]:
+    def open_active(
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, cache: IndexCache
+    ) -> tuple[Segment, int]:
         """Reopen the last segment as the active one, recovering it from its store.
 
         Scans every batch verifying checksums and the offset sequence, truncates a torn
@@ -161,8 +163,15 @@ class Segment:
         return seg, cut
 
     @classmethod
-    def open_sealed(cls, directory: Path, base_offset: int, next_offset: int, *,
-                    index_interval_bytes: int, cache: IndexCache) -> Segment:
+    def open_sealed(
+        cls,
+        directory: Path,
+        base_offset: int,
+        next_offset: int,
+        *,
+        index_interval_bytes: int,
+        cache: IndexCache,
+    ) -> Segment:
         """Open a sealed segment lazily: its indexes load on first read via the cache.
 
         Reads only the store size and the first and last time-index entries (the last
@@ -186,8 +195,12 @@ class Segment:
                     max_ts, max_rel = TIME_ENTRY.unpack(f.read(TIME_ENTRY_SIZE))
                 # The first entry is the first record's; entries strictly increase; the
                 # last one names a record of the segment; timestamps are never negative.
-                if (first_rel != 0 or first_ts < 0 or max_rel >= next_offset - base_offset
-                        or (tsize > TIME_ENTRY_SIZE and (max_ts <= first_ts or max_rel == 0))):
+                if (
+                    first_rel != 0
+                    or first_ts < 0
+                    or max_rel >= next_offset - base_offset
+                    or (tsize > TIME_ENTRY_SIZE and (max_ts <= first_ts or max_rel == 0))
+                ):
                     raise CorruptIndexError("time index entries are implausible")
                 seg.max_timestamp = max_ts
         except (OSError, CorruptIndexError):
@@ -232,7 +245,8 @@ class Segment:
             raise CorruptRecordError(
                 f"offsets {expect}..{self.next_offset - 1} are missing from {self.directory}: "
                 f"segment {self.store_path.name} ends at offset {expect - 1} but the next "
-                f"segment starts at {self.next_offset} (was a segment file deleted?)")
+                f"segment starts at {self.next_offset} (was a segment file deleted?)"
+            )
 
     def _open_active(self, *, truncate: bool) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
@@ -300,8 +314,15 @@ class Segment:
             written += os.write(self._wfd, view[written:])
         start = self.size
         self._since_index, self.max_timestamp, self._max_ts_rel = index_batches(
-            self._index, batch.batches, start, self.base_offset, self.index_interval_bytes,
-            self._since_index, self.max_timestamp, self._max_ts_rel)
+            self._index,
+            batch.batches,
+            start,
+            self.base_offset,
+            self.index_interval_bytes,
+            self._since_index,
+            self.max_timestamp,
+            self._max_ts_rel,
+        )
         if self.created_ms == 0:
             self.created_ms = int(time.time() * 1000)
         self.size = start + len(data)
@@ -356,8 +377,9 @@ class Segment:
         with self.cut_guard.cutting():  # no reader maps the store, or sees it half cut
             self._apply_cut(pos, again)
             data = self.store_path.read_bytes()
-            idx, end, max_ts, max_rel, _ = build_index(data, self.base_offset,
-                                                       self.index_interval_bytes)
+            idx, end, max_ts, max_rel, _ = build_index(
+                data, self.base_offset, self.index_interval_bytes
+            )
             self._index = idx
             self.sealed = False
             self.size = end
@@ -406,8 +428,14 @@ class Segment:
     # ---- reading (any thread, no lock) -------------------------------------------------
 
     def info(self) -> SegmentInfo:
-        return SegmentInfo(self.base_offset, self.next_offset, self.size, self.max_timestamp,
-                           self.sealed, self.store_path)
+        return SegmentInfo(
+            self.base_offset,
+            self.next_offset,
+            self.size,
+            self.max_timestamp,
+            self.sealed,
+            self.store_path,
+        )
 
     def position_of(self, offset: int) -> tuple[int, int]:
         """``(position, base offset)`` of the batch holding ``offset`` in the store (scans
@@ -422,7 +450,9 @@ class Segment:
                 break
             off, bsize, count = batch_header(hdr)
             if off != cur or count < 1 or bsize < HEADER_SIZE:
-                raise CorruptIndexError(f"index of {self.store_path.name} points at the wrong record")
+                raise CorruptIndexError(
+                    f"index of {self.store_path.name} points at the wrong record"
+                )
             if offset < off + count:
                 return pos, off
             pos += bsize
@@ -453,10 +483,15 @@ class Segment:
                 raise  # an active segment's tail may be a racing truncation's
             if not self._damage_logged:
                 self._damage_logged = True
-                log.error("damaged sealed segment %s: %s (reading offset %d)",
-                          self.store_path, exc, offset)
-            raise CorruptRangeError(f"offset {offset}: segment {self.store_path.name} is "
-                                    f"damaged: {exc}") from exc
+                log.error(
+                    "damaged sealed segment %s: %s (reading offset %d)",
+                    self.store_path,
+                    exc,
+                    offset,
+                )
+            raise CorruptRangeError(
+                f"offset {offset}: segment {self.store_path.name} is damaged: {exc}"
+            ) from exc
 
     def _read_error(self, exc: OSError) -> TieredLogError:
         """Our error for an OSError met while reading (the files may have been deleted)."""
@@ -488,10 +523,15 @@ class Segment:
         out: list[Record] = []
         used_total = 0
         while True:
-            recs, bpos, used = decode_records(buf, 0, len(buf), start_offset=offset,
-                                              max_records=max_records - len(out),
-                                              max_bytes=max_bytes - used_total,
-                                              at_least_one=not out)
+            recs, bpos, used = decode_records(
+                buf,
+                0,
+                len(buf),
+                start_offset=offset,
+                max_records=max_records - len(out),
+                max_bytes=max_bytes - used_total,
+                at_least_one=not out,
+            )
             if recs:
                 if recs[0].offset != offset or recs[-1].offset != offset + len(recs) - 1:
                     raise CorruptRecordError(
@@ -503,7 +543,11 @@ class Segment:
                 offset += len(recs)
                 if len(out) >= max_records or used_total >= max_bytes:
                     return out, used_total
-            if out and bpos + HEADER_SIZE <= len(buf) and bpos + batch_header(buf, bpos)[1] <= len(buf):
+            if (
+                out
+                and bpos + HEADER_SIZE <= len(buf)
+                and bpos + batch_header(buf, bpos)[1] <= len(buf)
+            ):
                 return out, used_total  # stopped in a whole batch: the next record does not fit
             pos += bpos
             if pos >= end:

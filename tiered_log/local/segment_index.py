@@ -61,9 +61,16 @@ class IndexCache:
         return len(self._entries)
 
 
-
-def index_batches(idx: SegmentIndex, batches: list[BatchInfo], start: int, base_offset: int,
-                   interval: int, since: int, max_ts: int, max_rel: int) -> tuple[int, int, int]:
+def index_batches(
+    idx: SegmentIndex,
+    batches: list[BatchInfo],
+    start: int,
+    base_offset: int,
+    interval: int,
+    since: int,
+    max_ts: int,
+    max_rel: int,
+) -> tuple[int, int, int]:
     """Add index entries for ``batches`` written from byte ``start`` of a segment: an offset
     entry for a batch once ``interval`` bytes were written since the last one (and for the
     first), a time entry when the segment's max timestamp grew. Returns the new

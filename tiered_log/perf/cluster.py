@@ -122,8 +122,9 @@ def wait_for(pred: Callable[[], bool], timeout_s: float, interval_s: float = 0.0
         time.sleep(interval_s)
 
 
-def create_topic(http: httpx.Client, urls: Sequence[str], topic: str,
-                 replication_factor: int | None) -> None:
+def create_topic(
+    http: httpx.Client, urls: Sequence[str], topic: str, replication_factor: int | None
+) -> None:
     body: dict[str, Any] = {"name": topic, "partitions": 1, "config": TOPIC_CONFIG}
     if replication_factor is not None:
         body["replication_factor"] = replication_factor
@@ -194,8 +195,11 @@ class _Producer:
                     self.found.append((time.monotonic(), url))
                 self.attempts += 1
                 try:
-                    r = http.post(url + path, params={"acks": "all"},
-                                  json={"records": [{"value": f"v{seq:09d}"}]})
+                    r = http.post(
+                        url + path,
+                        params={"acks": "all"},
+                        json={"records": [{"value": f"v{seq:09d}"}]},
+                    )
                 except httpx.HTTPError as exc:
                     self.errors[type(exc).__name__] += 1
                     self._url = None
@@ -203,8 +207,9 @@ class _Producer:
                     continue
                 if r.status_code == 200:
                     self._url = url
-                    self.acks.append(Ack(f"v{seq:09d}", int(r.json()["first_offset"]),
-                                         time.monotonic(), url))
+                    self.acks.append(
+                        Ack(f"v{seq:09d}", int(r.json()["first_offset"]), time.monotonic(), url)
+                    )
                     continue
                 try:
                     err = r.json()["error"]
@@ -228,8 +233,11 @@ def read_partition(http: httpx.Client, urls: Sequence[str], topic: str) -> list[
             time.sleep(0.1)
             continue
         try:
-            r = http.get(found[1] + _records_path(topic),
-                         params={"offset": offset, "max_records": 1000}, timeout=30)
+            r = http.get(
+                found[1] + _records_path(topic),
+                params={"offset": offset, "max_records": 1000},
+                timeout=30,
+            )
         except httpx.HTTPError:
             time.sleep(0.1)
             continue
@@ -260,25 +268,33 @@ def check_acks(acks: Sequence[Ack], got: Sequence[tuple[int, str]]) -> dict[str,
             moved += 1
     acked_values = {a.value for a in acks}
     offsets = [o for o, _ in got]
-    return {"acked_lost": missing + duplicated + moved, "acked_missing": missing,
-            "acked_duplicated": duplicated, "acked_moved": moved,
-            "records_read": len(got),
-            "offsets_dense": offsets == list(range(offsets[0], offsets[0] + len(offsets)))
-            if offsets else True,
-            "values_read_twice": sum(1 for v in where.values() if len(v) > 1),
-            "unacked_in_log": sum(1 for _, v in got if v not in acked_values)}
+    return {
+        "acked_lost": missing + duplicated + moved,
+        "acked_missing": missing,
+        "acked_duplicated": duplicated,
+        "acked_moved": moved,
+        "records_read": len(got),
+        "offsets_dense": offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+        if offsets
+        else True,
+        "values_read_twice": sum(1 for v in where.values() if len(v) > 1),
+        "unacked_in_log": sum(1 for _, v in got if v not in acked_values),
+    }
 
 
 def _node_of(cluster: DevCluster, url: str) -> int | None:
     return next((i for i, n in cluster.nodes.items() if n.url == url), None)
 
 
-def _one_kill(cluster: DevCluster, http: httpx.Client, prod: _Producer, i: int,
-              kills: int, show: bool) -> dict[str, Any]:
+def _one_kill(
+    cluster: DevCluster, http: httpx.Client, prod: _Producer, i: int, kills: int, show: bool
+) -> dict[str, Any]:
     urls = cluster.urls
     # Steady state first: a full ISR and acks=all going on.
-    if wait_for(lambda: full_isr(http, urls, prod.topic, REPLICATION_FACTOR),
-                STEP_TIMEOUT_S) is None:
+    if (
+        wait_for(lambda: full_isr(http, urls, prod.topic, REPLICATION_FACTOR), STEP_TIMEOUT_S)
+        is None
+    ):
         raise RuntimeError("the partition's ISR did not fill up")
     before = len(prod.acks)
     if wait_for(lambda: len(prod.acks) >= before + 20, STEP_TIMEOUT_S) is None:
@@ -291,8 +307,7 @@ def _one_kill(cluster: DevCluster, http: httpx.Client, prod: _Producer, i: int,
     victim.kill()
 
     def successor() -> Ack | None:
-        return next((a for a in prod.acks[n_acks:] if a.at > t_kill and a.url != victim.url),
-                    None)
+        return next((a for a in prod.acks[n_acks:] if a.at > t_kill and a.url != victim.url), None)
 
     wait_for(lambda: successor() is not None, STEP_TIMEOUT_S, 0.01)
     first = successor()
@@ -301,27 +316,52 @@ def _one_kill(cluster: DevCluster, http: httpx.Client, prod: _Producer, i: int,
     learnt = next((t for t, u in prod.found[n_found:] if t > t_kill and u != victim.url), None)
     t_start = time.monotonic()
     victim.start()
-    back = wait_for(lambda: (p := partition_of(cluster_state(http, urls), prod.topic))
-                    is not None and victim.node_id in p["isr"]
-                    and len(p["isr"]) == REPLICATION_FACTOR, STEP_TIMEOUT_S)
+    back = wait_for(
+        lambda: (
+            (p := partition_of(cluster_state(http, urls), prod.topic)) is not None
+            and victim.node_id in p["isr"]
+            and len(p["isr"]) == REPLICATION_FACTOR
+        ),
+        STEP_TIMEOUT_S,
+    )
     rejoin = time.monotonic() - t_start if back is not None else None
     new = _node_of(cluster, first.url) if first is not None else None
-    say(f"failover: kill {i}/{kills}: node {victim.node_id} (epoch {part['leader_epoch']}) "
-        + (f"-> node {new} acknowledged acks=all after {failover:.3f}s"
-           if failover is not None else f"-> no successor within {STEP_TIMEOUT_S:.0f}s")
-        + (f"; node {victim.node_id} back in the ISR after {rejoin:.2f}s"
-           if rejoin is not None else f"; node {victim.node_id} NOT back in the ISR"),
-        enabled=show)
-    return {"kill": i, "killed_node": victim.node_id, "killed_epoch": part["leader_epoch"],
-            "new_leader": new, "failover_s": failover,
-            "leader_learnt_s": round(learnt - t_kill, 3) if learnt is not None else None,
-            "acked_before_kill": n_acks, "produce_errors": errors,
-            "rejoin_s": round(rejoin, 3) if rejoin is not None else None}
+    say(
+        f"failover: kill {i}/{kills}: node {victim.node_id} (epoch {part['leader_epoch']}) "
+        + (
+            f"-> node {new} acknowledged acks=all after {failover:.3f}s"
+            if failover is not None
+            else f"-> no successor within {STEP_TIMEOUT_S:.0f}s"
+        )
+        + (
+            f"; node {victim.node_id} back in the ISR after {rejoin:.2f}s"
+            if rejoin is not None
+            else f"; node {victim.node_id} NOT back in the ISR"
+        ),
+        enabled=show,
+    )
+    return {
+        "kill": i,
+        "killed_node": victim.node_id,
+        "killed_epoch": part["leader_epoch"],
+        "new_leader": new,
+        "failover_s": failover,
+        "leader_learnt_s": round(learnt - t_kill, 3) if learnt is not None else None,
+        "acked_before_kill": n_acks,
+        "produce_errors": errors,
+        "rejoin_s": round(rejoin, 3) if rejoin is not None else None,
+    }
 
 
-def run_failover(kills: int = DEFAULT_KILLS, *, lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
-                 nodes: int = DEFAULT_NODES, directory: str | os.PathLike[str] | None = None,
-                 keep: bool = False, progress: bool | None = None) -> dict[str, Any]:
+def run_failover(
+    kills: int = DEFAULT_KILLS,
+    *,
+    lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
+    nodes: int = DEFAULT_NODES,
+    directory: str | os.PathLike[str] | None = None,
+    keep: bool = False,
+    progress: bool | None = None,
+) -> dict[str, Any]:
     """SIGKILL the leader ``kills`` times under acks=all load; see the module docstring."""
     from ..cluster.dev import DevCluster
     from ..errors import InvalidArgumentError
@@ -330,14 +370,20 @@ def run_failover(kills: int = DEFAULT_KILLS, *, lease_ttl_s: int = DEFAULT_LEASE
     if kills < 1 or lease_ttl_s < 1:
         raise InvalidArgumentError("kills and lease_ttl_s must be at least 1")
     if nodes < REPLICATION_FACTOR:
-        raise InvalidArgumentError(f"a partition of replication factor {REPLICATION_FACTOR} "
-                                   f"needs at least {REPLICATION_FACTOR} nodes, got {nodes}")
+        raise InvalidArgumentError(
+            f"a partition of replication factor {REPLICATION_FACTOR} "
+            f"needs at least {REPLICATION_FACTOR} nodes, got {nodes}"
+        )
     show = progress is not False
     settings = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(lease_ttl_s)}
     per_kill: list[dict[str, Any]] = []
     with work_dir(directory, keep=keep) as root:
-        cluster = DevCluster(root / "cluster", nodes, settings=settings,
-                             progress=lambda m: say(f"failover: {m}", enabled=show))
+        cluster = DevCluster(
+            root / "cluster",
+            nodes,
+            settings=settings,
+            progress=lambda m: say(f"failover: {m}", enabled=show),
+        )
         try:
             cluster.start()
             with httpx.Client(timeout=30) as http:
@@ -351,36 +397,63 @@ def run_failover(kills: int = DEFAULT_KILLS, *, lease_ttl_s: int = DEFAULT_LEASE
                 finally:
                     prod.stop.set()
                     th.join(60)
-                say(f"failover: reading the partition back ({len(prod.acks):,} acknowledged)",
-                    enabled=show)
+                say(
+                    f"failover: reading the partition back ({len(prod.acks):,} acknowledged)",
+                    enabled=show,
+                )
                 checked = check_acks(prod.acks, read_partition(http, cluster.urls, TOPIC))
         finally:
             cluster.stop()
-    return failover_report(per_kill, checked, kills=kills, lease_ttl_s=lease_ttl_s, nodes=nodes,
-                           acked=len(prod.acks), attempts=prod.attempts,
-                           errors=dict(prod.errors))
+    return failover_report(
+        per_kill,
+        checked,
+        kills=kills,
+        lease_ttl_s=lease_ttl_s,
+        nodes=nodes,
+        acked=len(prod.acks),
+        attempts=prod.attempts,
+        errors=dict(prod.errors),
+    )
 
 
-def failover_report(per_kill: list[dict[str, Any]], checked: dict[str, Any], *, kills: int,
-                    lease_ttl_s: int, nodes: int, acked: int, attempts: int,
-                    errors: dict[str, int]) -> dict[str, Any]:
+def failover_report(
+    per_kill: list[dict[str, Any]],
+    checked: dict[str, Any],
+    *,
+    kills: int,
+    lease_ttl_s: int,
+    nodes: int,
+    acked: int,
+    attempts: int,
+    errors: dict[str, int],
+) -> dict[str, Any]:
     times = [k["failover_s"] for k in per_kill if k["failover_s"] is not None]
     timed_out = len(per_kill) - len(times)
     p50 = round(percentile(times, 0.5), 3) if times else None
     bound = lease_ttl_s + 1.0
-    met = (p50 is not None and p50 <= bound and checked["acked_lost"] == 0
-           and timed_out == 0 and checked["offsets_dense"])
+    met = (
+        p50 is not None
+        and p50 <= bound
+        and checked["acked_lost"] == 0
+        and timed_out == 0
+        and checked["offsets_dense"]
+    )
     return {
         "benchmark": "failover",
         "note": "failover = SIGKILL of the partition's leader to the first acks=all produce "
-                "acknowledged by another node, the producer finding the leader by itself "
-                "(GET /v1/cluster on the nodes, not_leader's leader_url); p50 by the "
-                "nearest rank; acked_lost = acknowledged records not read back exactly once "
-                "at their offset",
+        "acknowledged by another node, the producer finding the leader by itself "
+        "(GET /v1/cluster on the nodes, not_leader's leader_url); p50 by the "
+        "nearest rank; acked_lost = acknowledged records not read back exactly once "
+        "at their offset",
         "environment": environment(),
-        "params": {"kills": kills, "lease_ttl_s": lease_ttl_s, "nodes": nodes,
-                   "replication_factor": REPLICATION_FACTOR, "acks": "all",
-                   "retry_pause_s": RETRY_PAUSE_S},
+        "params": {
+            "kills": kills,
+            "lease_ttl_s": lease_ttl_s,
+            "nodes": nodes,
+            "replication_factor": REPLICATION_FACTOR,
+            "acks": "all",
+            "retry_pause_s": RETRY_PAUSE_S,
+        },
         "failover_p50_s": p50,
         "failover_max_s": round(max(times), 3) if times else None,
         "failover_min_s": round(min(times), 3) if times else None,
@@ -393,24 +466,35 @@ def failover_report(per_kill: list[dict[str, Any]], checked: dict[str, Any], *, 
         "produce_attempts": attempts,
         "produce_errors": errors,
         "per_kill": per_kill,
-        "target": {"text": "p50 <= lease TTL + 1 s, acked_lost 0",
-                   "p50_max_s": bound, "met": bool(met)},
+        "target": {
+            "text": "p50 <= lease TTL + 1 s, acked_lost 0",
+            "p50_max_s": bound,
+            "met": bool(met),
+        },
         "met": bool(met),
     }
 
 
 def format_failover(report: dict[str, Any]) -> str:
-    lines = [f"perf failover: {report['kills']} kills of the leader, {report['params']['nodes']} "
-             f"nodes, lease TTL {report['lease_ttl_s']} s"]
+    lines = [
+        f"perf failover: {report['kills']} kills of the leader, {report['params']['nodes']} "
+        f"nodes, lease TTL {report['lease_ttl_s']} s"
+    ]
     for k in report["per_kill"]:
         f = "timed out" if k["failover_s"] is None else f"{k['failover_s']:.3f} s"
-        lines.append(f"  kill {k['kill']:>2}: node {k['killed_node']} -> node {k['new_leader']}"
-                     f"  failover {f}  rejoin {k['rejoin_s']} s")
-    lines.append(f"failover p50 {report['failover_p50_s']} s  min {report['failover_min_s']} s  "
-                 f"max {report['failover_max_s']} s  (lease TTL {report['lease_ttl_s']} s)")
-    lines.append(f"acknowledged {report['acked']:,}, lost {report['acked_lost']} (missing "
-                 f"{report['acked_missing']}, duplicated {report['acked_duplicated']}, moved "
-                 f"{report['acked_moved']}); offsets dense: {report['offsets_dense']}")
+        lines.append(
+            f"  kill {k['kill']:>2}: node {k['killed_node']} -> node {k['new_leader']}"
+            f"  failover {f}  rejoin {k['rejoin_s']} s"
+        )
+    lines.append(
+        f"failover p50 {report['failover_p50_s']} s  min {report['failover_min_s']} s  "
+        f"max {report['failover_max_s']} s  (lease TTL {report['lease_ttl_s']} s)"
+    )
+    lines.append(
+        f"acknowledged {report['acked']:,}, lost {report['acked_lost']} (missing "
+        f"{report['acked_missing']}, duplicated {report['acked_duplicated']}, moved "
+        f"{report['acked_moved']}); offsets dense: {report['offsets_dense']}"
+    )
     t = report["target"]
     lines.append(f"target: {t['text']}: {'met' if t['met'] else 'NOT MET'}")
     return "\n".join(lines)
@@ -422,10 +506,15 @@ def format_failover(report: dict[str, Any]) -> str:
 SINGLE, ACKS_1, ACKS_ALL = "single", "acks_1", "acks_all"
 
 
-def run_replicated_latency(records: int = DEFAULT_LATENCY_RECORDS, *,
-                           value_bytes: int = DEFAULT_VALUE_BYTES, rounds: int = DEFAULT_ROUNDS,
-                           directory: str | os.PathLike[str] | None = None, keep: bool = False,
-                           progress: bool | None = None) -> dict[str, Any]:
+def run_replicated_latency(
+    records: int = DEFAULT_LATENCY_RECORDS,
+    *,
+    value_bytes: int = DEFAULT_VALUE_BYTES,
+    rounds: int = DEFAULT_ROUNDS,
+    directory: str | os.PathLike[str] | None = None,
+    keep: bool = False,
+    progress: bool | None = None,
+) -> dict[str, Any]:
     """p50/p99 of single-record produce: single node, 3-node cluster acks=1 and acks=all;
     see the module docstring. ``records`` per target, in ``rounds`` turns."""
     from ..cluster.dev import DevCluster
@@ -444,21 +533,32 @@ def run_replicated_latency(records: int = DEFAULT_LATENCY_RECORDS, *,
         (root / "single").mkdir()
         say("replicated-latency: starting a single node", enabled=show)
         srv = ServerProcess(root / "single" / "data", root / "single" / "server.log").start()
-        cluster = DevCluster(root / "cluster", 3, settings=quiet,
-                             progress=lambda m: say(f"replicated-latency: {m}", enabled=show))
+        cluster = DevCluster(
+            root / "cluster",
+            3,
+            settings=quiet,
+            progress=lambda m: say(f"replicated-latency: {m}", enabled=show),
+        )
         try:
             cluster.start()
             with httpx.Client(timeout=60) as admin:
                 create_topic(admin, [srv.url], LATENCY_TOPIC, None)
                 create_topic(admin, cluster.urls, LATENCY_TOPIC, REPLICATION_FACTOR)
-                if wait_for(lambda: full_isr(admin, cluster.urls, LATENCY_TOPIC, 3),
-                            STEP_TIMEOUT_S) is None:
+                if (
+                    wait_for(
+                        lambda: full_isr(admin, cluster.urls, LATENCY_TOPIC, 3), STEP_TIMEOUT_S
+                    )
+                    is None
+                ):
                     raise RuntimeError("the cluster's partition did not get a full ISR")
                 found = leader_of(cluster_state(admin, cluster.urls), LATENCY_TOPIC)
                 assert found is not None
             path = _records_path(LATENCY_TOPIC)
-            targets = {SINGLE: (srv.url + path, {}), ACKS_1: (found[1] + path, {"acks": "1"}),
-                       ACKS_ALL: (found[1] + path, {"acks": "all"})}
+            targets = {
+                SINGLE: (srv.url + path, {}),
+                ACKS_1: (found[1] + path, {"acks": "1"}),
+                ACKS_ALL: (found[1] + path, {"acks": "all"}),
+            }
             clients = {name: httpx.Client(timeout=60) for name in targets}
             try:
                 for name, (url, params) in targets.items():  # warm-up, not timed
@@ -472,9 +572,13 @@ def run_replicated_latency(records: int = DEFAULT_LATENCY_RECORDS, *,
                         url, params = targets[name]
                         lat[name] += _timed_posts(clients[name], url, params, body, n)
                     order = order[1:] + order[:1]
-                    say(f"replicated-latency: round {r + 1}/{rounds}: " + ", ".join(
-                        f"{k} p50 {percentile(v, 0.5) * 1000:.2f} ms" for k, v in lat.items()),
-                        enabled=show)
+                    say(
+                        f"replicated-latency: round {r + 1}/{rounds}: "
+                        + ", ".join(
+                            f"{k} p50 {percentile(v, 0.5) * 1000:.2f} ms" for k, v in lat.items()
+                        ),
+                        enabled=show,
+                    )
             finally:
                 for c in clients.values():
                     c.close()
@@ -484,8 +588,9 @@ def run_replicated_latency(records: int = DEFAULT_LATENCY_RECORDS, *,
     return latency_report(lat, records=records, value_bytes=value_bytes, rounds=rounds)
 
 
-def _timed_posts(http: httpx.Client, url: str, params: dict[str, str], body: dict[str, Any],
-                 n: int) -> list[float]:
+def _timed_posts(
+    http: httpx.Client, url: str, params: dict[str, str], body: dict[str, Any], n: int
+) -> list[float]:
     out: list[float] = []
     clock = time.perf_counter
     for _ in range(n):
@@ -497,21 +602,31 @@ def _timed_posts(http: httpx.Client, url: str, params: dict[str, str], body: dic
     return out
 
 
-def latency_report(lat: dict[str, list[float]], *, records: int, value_bytes: int,
-                   rounds: int) -> dict[str, Any]:
+def latency_report(
+    lat: dict[str, list[float]], *, records: int, value_bytes: int, rounds: int
+) -> dict[str, Any]:
     figs = {k: latency_figures(v) for k, v in lat.items()}
-    ratios = {f"{k}_vs_single": {q: round(ratio(figs[k][q], figs[SINGLE][q]), 3)
-                                 for q in ("p50_ms", "p99_ms")} for k in (ACKS_1, ACKS_ALL)}
+    ratios = {
+        f"{k}_vs_single": {
+            q: round(ratio(figs[k][q], figs[SINGLE][q]), 3) for q in ("p50_ms", "p99_ms")
+        }
+        for k in (ACKS_1, ACKS_ALL)
+    }
     return {
         "benchmark": "replicated-latency",
         "note": "one record per request, one request at a time, JSON body, keep-alive "
-                "connection; single = a tiered-log serve process without cluster settings; "
-                "acks_1 / acks_all = the leader of a replication-factor-3 partition on a "
-                "3-node cluster on loopback (etcd + 3 serve processes on the same machine); "
-                "the three take turns in rounds; ratio = target / single",
+        "connection; single = a tiered-log serve process without cluster settings; "
+        "acks_1 / acks_all = the leader of a replication-factor-3 partition on a "
+        "3-node cluster on loopback (etcd + 3 serve processes on the same machine); "
+        "the three take turns in rounds; ratio = target / single",
         "environment": environment(),
-        "params": {"records": records, "value_bytes": value_bytes, "rounds": rounds,
-                   "replication_factor": REPLICATION_FACTOR, "topic_config": TOPIC_CONFIG},
+        "params": {
+            "records": records,
+            "value_bytes": value_bytes,
+            "rounds": rounds,
+            "replication_factor": REPLICATION_FACTOR,
+            "topic_config": TOPIC_CONFIG,
+        },
         "results": figs,
         "ratios": ratios,
     }
@@ -519,19 +634,34 @@ def latency_report(lat: dict[str, list[float]], *, records: int, value_bytes: in
 
 def format_latency(report: dict[str, Any]) -> str:
     p = report["params"]
-    lines = [f"perf replicated-latency: {p['records']:,} single-record produces of "
-             f"{p['value_bytes']} bytes per target, in {p['rounds']} rounds"]
+    lines = [
+        f"perf replicated-latency: {p['records']:,} single-record produces of "
+        f"{p['value_bytes']} bytes per target, in {p['rounds']} rounds"
+    ]
     for name, f in report["results"].items():
         extra = ""
         if name != SINGLE:
             r = report["ratios"][f"{name}_vs_single"]
             extra = f"  ({r['p50_ms']:.2f}x / {r['p99_ms']:.2f}x single)"
-        lines.append(f"{name:<9} p50 {f['p50_ms']:.3f} ms  p99 {f['p99_ms']:.3f} ms  "
-                     f"max {f['max_ms']:.3f} ms{extra}")
+        lines.append(
+            f"{name:<9} p50 {f['p50_ms']:.3f} ms  p99 {f['p99_ms']:.3f} ms  "
+            f"max {f['max_ms']:.3f} ms{extra}"
+        )
     return "\n".join(lines)
 
 
-__all__ = ["DEFAULT_KILLS", "DEFAULT_LATENCY_RECORDS", "DEFAULT_LEASE_TTL_S", "DEFAULT_NODES",
-           "DEFAULT_ROUNDS", "DEFAULT_VALUE_BYTES", "check_acks", "failover_report",
-           "format_failover", "format_latency", "latency_report", "run_failover",
-           "run_replicated_latency"]
+__all__ = [
+    "DEFAULT_KILLS",
+    "DEFAULT_LATENCY_RECORDS",
+    "DEFAULT_LEASE_TTL_S",
+    "DEFAULT_NODES",
+    "DEFAULT_ROUNDS",
+    "DEFAULT_VALUE_BYTES",
+    "check_acks",
+    "failover_report",
+    "format_failover",
+    "format_latency",
+    "latency_report",
+    "run_failover",
+    "run_replicated_latency",
+]

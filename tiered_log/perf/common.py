@@ -92,8 +92,9 @@ class Progress:
         rate = self.done / elapsed
         if self.total:
             pct = 100.0 * self.done / self.total
-            return (f"{self.label}: {self.done:,}/{self.total:,} {self.unit} "
-                    f"({pct:.0f}%) {rate:,.0f}/s")
+            return (
+                f"{self.label}: {self.done:,}/{self.total:,} {self.unit} ({pct:.0f}%) {rate:,.0f}/s"
+            )
         return f"{self.label}: {self.done:,} {self.unit} {rate:,.0f}/s"
 
     def _draw(self) -> None:
@@ -172,4 +173,15 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_RECORDS", "DEFAULT_REPEAT", "MB", "Progress", "environment", "fsync_path", "rate", "ratio", "say"]
+__all__ = [
+    "DEFAULT_BATCH",
+    "DEFAULT_RECORDS",
+    "DEFAULT_REPEAT",
+    "MB",
+    "Progress",
+    "environment",
+    "fsync_path",
+    "rate",
+    "ratio",
+    "say",
+]

@@ -73,17 +73,23 @@ def archived_overrides(durable: bool, data_bytes: int) -> dict[str, Any]:
     """The archived topic's config: segments of :data:`ARCHIVED_SEGMENT_BYTES` (an
     eighth of ``data_bytes`` when that is less, so a small run archives too), shipped
     as soon as sealed, nothing kept locally."""
-    return {"flush_messages": 1 if durable else None, "remote_enabled": True,
-            "segment_bytes": max(64 << 10, min(ARCHIVED_SEGMENT_BYTES, data_bytes // 8)),
-            "local_retention_bytes": 0}
+    return {
+        "flush_messages": 1 if durable else None,
+        "remote_enabled": True,
+        "segment_bytes": max(64 << 10, min(ARCHIVED_SEGMENT_BYTES, data_bytes // 8)),
+        "local_retention_bytes": 0,
+    }
 
 
 def loopback_seconds(files: Sequence[Path], passes: int, buffer: bytearray) -> tuple[float, int]:
     """Seconds the plain sender takes to move ``files`` ``passes`` times to this process
     over loopback, and the bytes moved."""
     total = sum(f.stat().st_size for f in files) * passes
-    proc = subprocess.Popen([sys.executable, "-c", _SENDER, *map(str, files), str(passes)],
-                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SENDER, *map(str, files), str(passes)],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
@@ -108,8 +114,9 @@ def loopback_seconds(files: Sequence[Path], passes: int, buffer: bytearray) -> t
     return secs, got
 
 
-def batches_seconds(client: Any, topic: str, start: int, end: int, passes: int,
-                    buffer: bytearray) -> tuple[float, int]:
+def batches_seconds(
+    client: Any, topic: str, start: int, end: int, passes: int, buffer: bytearray
+) -> tuple[float, int]:
     """Seconds ``client.fetch_batches`` takes to read ``[start, end)`` of partition 0
     ``passes`` times, and the batch bytes received."""
     fetch = client.fetch_batches
@@ -150,27 +157,36 @@ def _passes(nbytes: int) -> int:
     return max(1, math.ceil(MIN_MEASURED_BYTES / max(nbytes, 1)))
 
 
-def measure_limits(client: Any, local_files: Sequence[Path], local_topic: str,
-                   local_end: int, archived_topic: str, archived: tuple[int, int],
-                   rounds: int, show: bool = True) -> dict[str, Any]:
+def measure_limits(
+    client: Any,
+    local_files: Sequence[Path],
+    local_topic: str,
+    local_end: int,
+    archived_topic: str,
+    archived: tuple[int, int],
+    rounds: int,
+    show: bool = True,
+) -> dict[str, Any]:
     """The three figures (see the module docstring) in ``rounds`` alternating rounds;
     ``archived``: the archived topic's shipped range (:func:`ship_archived`)."""
     buffer = bytearray(FETCH_BYTES + (1 << 20))
     a_start, a_end = archived
-    say(f"http-fetch: warming the chunk cache ({a_end - a_start:,} archived records)",
-        enabled=show)
+    say(f"http-fetch: warming the chunk cache ({a_end - a_start:,} archived records)", enabled=show)
     arch_bytes = 0
     for _ in range(2):  # fetched from the bucket once, then from the cache
         arch_bytes = batches_seconds(client, archived_topic, a_start, a_end, 1, buffer)[1]
     local_bytes = sum(f.stat().st_size for f in local_files)
-    fetches_before = _metric(client.metrics(), "tiered_log_remote_fetch_requests_total",
-                             archived_topic)
+    fetches_before = _metric(
+        client.metrics(), "tiered_log_remote_fetch_requests_total", archived_topic
+    )
     jobs: dict[str, Callable[[], tuple[float, int]]] = {
         LOOPBACK: lambda: loopback_seconds(local_files, _passes(local_bytes), buffer),
-        LOCAL: lambda: batches_seconds(client, local_topic, 0, local_end, _passes(local_bytes),
-                                       buffer),
-        ARCHIVED: lambda: batches_seconds(client, archived_topic, a_start, a_end,
-                                          _passes(arch_bytes), buffer),
+        LOCAL: lambda: batches_seconds(
+            client, local_topic, 0, local_end, _passes(local_bytes), buffer
+        ),
+        ARCHIVED: lambda: batches_seconds(
+            client, archived_topic, a_start, a_end, _passes(arch_bytes), buffer
+        ),
     }
     runs: dict[str, list[float]] = {k: [] for k in jobs}
     for i in range(rounds):
@@ -178,16 +194,23 @@ def measure_limits(client: Any, local_files: Sequence[Path], local_topic: str,
         for name in order:
             secs, n = jobs[name]()
             runs[name].append(n / secs / MB)
-            say(f"http-fetch: round {i + 1}/{rounds} {name}: {runs[name][-1]:,.0f} MB/s",
-                enabled=show)
-    fetches = _metric(client.metrics(), "tiered_log_remote_fetch_requests_total",
-                      archived_topic) - fetches_before
-    per_round = {f"{k}_vs_loopback": [round(a / b, 3) for a, b in zip(runs[k], runs[LOOPBACK],
-                                                                       strict=True)]
-                 for k in (LOCAL, ARCHIVED)}
+            say(
+                f"http-fetch: round {i + 1}/{rounds} {name}: {runs[name][-1]:,.0f} MB/s",
+                enabled=show,
+            )
+    fetches = (
+        _metric(client.metrics(), "tiered_log_remote_fetch_requests_total", archived_topic)
+        - fetches_before
+    )
+    per_round = {
+        f"{k}_vs_loopback": [round(a / b, 3) for a, b in zip(runs[k], runs[LOOPBACK], strict=True)]
+        for k in (LOCAL, ARCHIVED)
+    }
     return {
-        "figures": {k: {"mb_per_s": round(max(v), 1), "runs_mb_per_s": [round(x, 1) for x in v]}
-                    for k, v in runs.items()},
+        "figures": {
+            k: {"mb_per_s": round(max(v), 1), "runs_mb_per_s": [round(x, 1) for x in v]}
+            for k, v in runs.items()
+        },
         "bytes": {LOCAL: local_bytes, ARCHIVED: arch_bytes},
         "passes": {LOCAL: _passes(local_bytes), ARCHIVED: _passes(arch_bytes)},
         "fetch_max_bytes": FETCH_BYTES,
@@ -200,12 +223,19 @@ def measure_limits(client: Any, local_files: Sequence[Path], local_topic: str,
 
 def merge_into(report: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
     """``report`` (perf http-fetch's) with the limits' section, ratios and targets."""
-    for key, minimum in (("local_vs_loopback", LOCAL_TARGET),
-                         ("archived_vs_loopback", ARCHIVED_TARGET)):
+    for key, minimum in (
+        ("local_vs_loopback", LOCAL_TARGET),
+        ("archived_vs_loopback", ARCHIVED_TARGET),
+    ):
         r = limits["ratios"][key]
         report["ratios"][key] = r
-        report["targets"][key] = {"baseline": LOOPBACK, "min_ratio": minimum, "ratio": r,
-                                  "range": limits["ranges"][key], "met": bool(r >= minimum)}
+        report["targets"][key] = {
+            "baseline": LOOPBACK,
+            "min_ratio": minimum,
+            "ratio": r,
+            "range": limits["ranges"][key],
+            "met": bool(r >= minimum),
+        }
     report["batches"] = {k: v for k, v in limits.items() if k not in ("ratios",)}
     report["met"] = all(t["met"] for t in report["targets"].values())
     return report
@@ -216,17 +246,31 @@ def table_lines(report: dict[str, Any]) -> list[str]:
     b = report.get("batches")
     if not b:
         return []
-    lines = [f"fetch_batches vs loopback ({b['fetch_max_bytes'] >> 20} MiB requests, "
-             f"{len(b['figures'][LOOPBACK]['runs_mb_per_s'])} rounds):"]
+    lines = [
+        f"fetch_batches vs loopback ({b['fetch_max_bytes'] >> 20} MiB requests, "
+        f"{len(b['figures'][LOOPBACK]['runs_mb_per_s'])} rounds):"
+    ]
     for name, f in b["figures"].items():
-        lines.append(f"  {name:<9} best {f['mb_per_s']:>9,.1f} MB/s  runs "
-                     + ", ".join(f"{x:,.0f}" for x in f["runs_mb_per_s"]))
+        lines.append(
+            f"  {name:<9} best {f['mb_per_s']:>9,.1f} MB/s  runs "
+            + ", ".join(f"{x:,.0f}" for x in f["runs_mb_per_s"])
+        )
     for key, lo_hi in b["ranges"].items():
-        lines.append(f"  {key}: median {report['ratios'][key]:.2f} (range {lo_hi[0]:.2f}-"
-                     f"{lo_hi[1]:.2f})")
+        lines.append(
+            f"  {key}: median {report['ratios'][key]:.2f} (range {lo_hi[0]:.2f}-{lo_hi[1]:.2f})"
+        )
     return lines
 
 
-__all__ = ["ARCHIVED_TARGET", "FETCH_BYTES", "LOCAL_TARGET", "archived_overrides",
-           "batches_seconds", "loopback_seconds", "measure_limits", "merge_into",
-           "ship_archived", "table_lines"]
+__all__ = [
+    "ARCHIVED_TARGET",
+    "FETCH_BYTES",
+    "LOCAL_TARGET",
+    "archived_overrides",
+    "batches_seconds",
+    "loopback_seconds",
+    "measure_limits",
+    "merge_into",
+    "ship_archived",
+    "table_lines",
+]

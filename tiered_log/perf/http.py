@@ -91,7 +91,9 @@ class ServerProcess:
     """``python -m tiered_log.service`` on ``127.0.0.1`` (any free port), data in
     ``data_dir``; its output goes to ``log_path``. Stop it with :meth:`stop` (SIGTERM)."""
 
-    def __init__(self, data_dir: Path, log_path: Path, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, log_path: Path, settings: dict[str, str] | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
         self.settings = settings or {}
@@ -103,19 +105,32 @@ class ServerProcess:
         import httpx
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
-        env.update({"TIERED_LOG_DATA_DIR": str(self.data_dir), "TIERED_LOG_HOST": "127.0.0.1",
-                    "TIERED_LOG_PORT": "0", "TIERED_LOG_ACCESS_LOG": "false",
-                    "TIERED_LOG_LOG_LEVEL": "warning", "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "TIERED_LOG_DATA_DIR": str(self.data_dir),
+                "TIERED_LOG_HOST": "127.0.0.1",
+                "TIERED_LOG_PORT": "0",
+                "TIERED_LOG_ACCESS_LOG": "false",
+                "TIERED_LOG_LOG_LEVEL": "warning",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update({f"TIERED_LOG_{k.upper()}": v for k, v in self.settings.items()})
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tiered_log.service"], env=env,
-                                         stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tiered_log.service"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with status {self.proc.returncode}: "
-                                   f"{self.log_text()[-2000:]}")
+                raise RuntimeError(
+                    f"the server exited with status {self.proc.returncode}: "
+                    f"{self.log_text()[-2000:]}"
+                )
             if not self.url:
                 m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", self.log_text())
                 if m:
@@ -180,8 +195,14 @@ def open_library_log(directory: Path, durable: bool) -> PartitionLog:
     from ..service.topics import open_partition_log
 
     settings = load_settings(data_dir=str(directory.parent))
-    return open_partition_log(directory, topic_config(durable), settings,
-                              log_id=f"perf-{directory.name}", storage=None, rebuild=False)
+    return open_partition_log(
+        directory,
+        topic_config(durable),
+        settings,
+        log_id=f"perf-{directory.name}",
+        storage=None,
+        rebuild=False,
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -195,17 +216,23 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def latency_figures(seconds: Sequence[float]) -> dict[str, Any]:
     ms = [x * 1000 for x in seconds]
-    return {"count": len(ms), "p50_ms": round(percentile(ms, 0.50), 3),
-            "p99_ms": round(percentile(ms, 0.99), 3), "max_ms": round(max(ms, default=0.0), 3),
-            "mean_ms": round(sum(ms) / len(ms), 3) if ms else 0.0}
+    return {
+        "count": len(ms),
+        "p50_ms": round(percentile(ms, 0.50), 3),
+        "p99_ms": round(percentile(ms, 0.99), 3),
+        "max_ms": round(max(ms, default=0.0), 3),
+        "mean_ms": round(sum(ms) / len(ms), 3) if ms else 0.0,
+    }
 
 
 def _figures(records: int, runs: list[float]) -> dict[str, Any]:
     best = min(runs)
-    return {"seconds": round(best, 6),
-            "mb_per_s": round(rate(records * RECORD_BYTES / MB, best), 3),
-            "records_per_s": round(rate(records, best), 1),
-            "runs_seconds": [round(r, 6) for r in runs]}
+    return {
+        "seconds": round(best, 6),
+        "mb_per_s": round(rate(records * RECORD_BYTES / MB, best), 3),
+        "records_per_s": round(rate(records, best), 1),
+        "runs_seconds": [round(r, 6) for r in runs],
+    }
 
 
 def _check(records: int, batch: int, repeat: int, single: int = 1) -> None:
@@ -220,20 +247,34 @@ def _check(records: int, batch: int, repeat: int, single: int = 1) -> None:
         raise InvalidArgumentError("batch must be at most 10000 (the server's page limit)")
 
 
-def _report(kind: str, records: int, batch: int, repeat: int, durable: bool,
-            results: dict[str, dict[str, Any]], target: tuple[str, float], note: str,
-            extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def _report(
+    kind: str,
+    records: int,
+    batch: int,
+    repeat: int,
+    durable: bool,
+    results: dict[str, dict[str, Any]],
+    target: tuple[str, float],
+    note: str,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     r = round(ratio(results[HTTP]["records_per_s"], results[LIBRARY]["records_per_s"]), 3)
     name, minimum = target
-    targets = {name: {"baseline": LIBRARY, "min_ratio": minimum, "ratio": r,
-                      "met": bool(r >= minimum)}}
+    targets = {
+        name: {"baseline": LIBRARY, "min_ratio": minimum, "ratio": r, "met": bool(r >= minimum)}
+    }
     return {
         "benchmark": kind,
         "note": note,
         "environment": environment(),
-        "params": {"records": records, "record_bytes": RECORD_BYTES, "batch": batch,
-                   "repeat": repeat, "durable": durable,
-                   "topic_config": topic_overrides(durable)},
+        "params": {
+            "records": records,
+            "record_bytes": RECORD_BYTES,
+            "batch": batch,
+            "repeat": repeat,
+            "durable": durable,
+            "topic_config": topic_overrides(durable),
+        },
         "results": results,
         "ratios": {name: r},
         "targets": targets,
@@ -251,8 +292,9 @@ def _batches(records: int, batch: int) -> list[list[bytes]]:
 # ---- produce ----------------------------------------------------------------------------------
 
 
-def _produce_http(client: Any, topic: str, batches: Sequence[Sequence[bytes]],
-                  progress: Progress) -> float:
+def _produce_http(
+    client: Any, topic: str, batches: Sequence[Sequence[bytes]], progress: Progress
+) -> float:
     produce = client.produce
     adv = progress.advance
     t0 = time.perf_counter()
@@ -262,8 +304,9 @@ def _produce_http(client: Any, topic: str, batches: Sequence[Sequence[bytes]],
     return time.perf_counter() - t0
 
 
-def _produce_library(directory: Path, durable: bool, batches: Sequence[Sequence[bytes]],
-                     progress: Progress) -> float:
+def _produce_library(
+    directory: Path, durable: bool, batches: Sequence[Sequence[bytes]], progress: Progress
+) -> float:
     log = open_library_log(directory, durable)
     try:
         append = log.append_batch
@@ -277,8 +320,9 @@ def _produce_library(directory: Path, durable: bool, batches: Sequence[Sequence[
         log.close()
 
 
-def _single_latencies(fn: Callable[[list[bytes]], object], values: Sequence[bytes],
-                      progress: Progress) -> list[float]:
+def _single_latencies(
+    fn: Callable[[list[bytes]], object], values: Sequence[bytes], progress: Progress
+) -> list[float]:
     out: list[float] = []
     clock = time.perf_counter
     for v in values:
@@ -317,13 +361,15 @@ def run_http_produce(
             for i in range(repeat):
                 topic = f"{TOPIC}-{i}"
                 client.create_topic(topic, 1, topic_overrides(durable))
-                with Progress(records, f"produce run {i + 1}/{repeat} {HTTP}",
-                              enabled=progress) as pr:
+                with Progress(
+                    records, f"produce run {i + 1}/{repeat} {HTTP}", enabled=progress
+                ) as pr:
                     runs[HTTP].append(_produce_http(client, topic, batches, pr))
                 client.delete_topic(topic)
                 lib_dir = root / f"library-{i}"
-                with Progress(records, f"produce run {i + 1}/{repeat} {LIBRARY}",
-                              enabled=progress) as pr:
+                with Progress(
+                    records, f"produce run {i + 1}/{repeat} {LIBRARY}", enabled=progress
+                ) as pr:
                     runs[LIBRARY].append(_produce_library(lib_dir, durable, batches, pr))
                 if not keep:
                     _remove(lib_dir)
@@ -335,46 +381,59 @@ def run_http_produce(
                 client.create_topic(f"{TOPIC}-single", 1, topic_overrides(durable))
                 with Progress(single, "single-record produce http", enabled=progress) as pr:
                     http_lat = _single_latencies(
-                        lambda recs: client.produce(f"{TOPIC}-single", 0, recs), values, pr)
+                        lambda recs: client.produce(f"{TOPIC}-single", 0, recs), values, pr
+                    )
                 log = open_library_log(root / "library-single", durable)
                 try:
-                    with Progress(single, "single-record produce library",
-                                  enabled=progress) as pr:
+                    with Progress(single, "single-record produce library", enabled=progress) as pr:
                         lib_lat = _single_latencies(log.append_batch, values, pr)
                 finally:
                     log.close()
-                latency = {"single_record_produce": {
-                    HTTP: latency_figures(http_lat), LIBRARY: latency_figures(lib_lat)}}
+                latency = {
+                    "single_record_produce": {
+                        HTTP: latency_figures(http_lat),
+                        LIBRARY: latency_figures(lib_lat),
+                    }
+                }
     results = {name: _figures(records, r) for name, r in runs.items()}
     say("http-produce: done", enabled=show)
     return _report(
-        "http-produce", records, batch, repeat, durable, results,
+        "http-produce",
+        records,
+        batch,
+        repeat,
+        durable,
+        results,
         ("produce_vs_library", PRODUCE_TARGET),
         "best of repeat runs; MB = 10**6 bytes of record values; ratio = http / library; "
         "http = Client.produce of binary frame batches (application/vnd.tiered-log.frames) to "
         "a server process on loopback; library = "
         "append_batch in process on a log opened as the server opens partitions; latency = "
         "one record per request, one request at a time",
-        {"latency": latency} if single else None)
+        {"latency": latency} if single else None,
+    )
 
 
 # ---- fetch ------------------------------------------------------------------------------------
 
 
-def _fetch_http(client: Any, topic: str, records: int, page: int,
-                progress: Progress) -> tuple[float, int]:
+def _fetch_http(
+    client: Any, topic: str, records: int, page: int, progress: Progress
+) -> tuple[float, int]:
     adv = progress.advance
     n = 0
     t0 = time.perf_counter()
-    for res in client.consume(topic, 0, 0, end_offset=records, max_records=page,
-                              max_bytes=64 << 20):
+    for res in client.consume(
+        topic, 0, 0, end_offset=records, max_records=page, max_bytes=64 << 20
+    ):
         n += len(res.records)
         adv(len(res.records))
     return time.perf_counter() - t0, n
 
 
-def _fetch_library(log: PartitionLog, records: int, page: int,
-                   progress: Progress) -> tuple[float, int]:
+def _fetch_library(
+    log: PartitionLog, records: int, page: int, progress: Progress
+) -> tuple[float, int]:
     read_range = log.read_range
     adv = progress.advance
     off = 0
@@ -413,11 +472,14 @@ def run_http_fetch(
         say(f"http-fetch: preparing {records:,} records of {RECORD_BYTES} bytes", enabled=show)
         batches = _batches(records, batch)
         with running_server(root) as srv, Client(srv.url, timeout=300) as client:
-            say(f"http-fetch: server on {srv.url}; writing the records to both (not timed)",
-                enabled=show)
+            say(
+                f"http-fetch: server on {srv.url}; writing the records to both (not timed)",
+                enabled=show,
+            )
             client.create_topic(TOPIC, 1, topic_overrides(durable))
-            client.create_topic(ARCHIVED_TOPIC, 1, fetch_limit.archived_overrides(
-                durable, records * RECORD_BYTES))
+            client.create_topic(
+                ARCHIVED_TOPIC, 1, fetch_limit.archived_overrides(durable, records * RECORD_BYTES)
+            )
             for b in batches:
                 client.produce(TOPIC, 0, b)
                 client.produce(ARCHIVED_TOPIC, 0, b)
@@ -430,14 +492,16 @@ def run_http_fetch(
                 log.flush()
                 del batches
                 for i in range(repeat):
-                    with Progress(records, f"fetch run {i + 1}/{repeat} {HTTP}",
-                                  enabled=progress) as pr:
+                    with Progress(
+                        records, f"fetch run {i + 1}/{repeat} {HTTP}", enabled=progress
+                    ) as pr:
                         secs, n = _fetch_http(client, TOPIC, records, batch, pr)
                     if n != records:
                         raise TieredLogError(f"http fetch read {n} records, expected {records}")
                     runs[HTTP].append(secs)
-                    with Progress(records, f"fetch run {i + 1}/{repeat} {LIBRARY}",
-                                  enabled=progress) as pr:
+                    with Progress(
+                        records, f"fetch run {i + 1}/{repeat} {LIBRARY}", enabled=progress
+                    ) as pr:
                         secs, n = _fetch_library(log, records, batch, pr)
                     if n != records:
                         raise TieredLogError(f"library read {n} records, expected {records}")
@@ -445,22 +509,32 @@ def run_http_fetch(
             finally:
                 log.close()
             segments = sorted((srv.data_dir / "topics" / TOPIC / "0").glob("*.log"))
-            limits = fetch_limit.measure_limits(client, segments, TOPIC, records,
-                                                ARCHIVED_TOPIC, archived, repeat, show)
+            limits = fetch_limit.measure_limits(
+                client, segments, TOPIC, records, ARCHIVED_TOPIC, archived, repeat, show
+            )
     results = {name: _figures(records, r) for name, r in runs.items()}
     say("http-fetch: done", enabled=show)
-    return fetch_limit.merge_into(_report(
-        "http-fetch", records, batch, repeat, durable, results,
-        ("fetch_vs_library", FETCH_TARGET),
-        "best of repeat runs; sequential read of every record from offset 0, batch records a "
-        "page, files in the page cache; MB = 10**6 bytes of record values; ratio = http / "
-        "library; http = Client.consume (pages of batch records from requests of up to "
-        "10,000 records, the next request in flight while one is decoded; binary batches, "
-        "checksums verified by the client); "
-        "library = read_range in process (checksums verified); batches = "
-        "Client.fetch_batches (checksums verified, no record built) vs the loopback limit "
-        "(plain sendfile sender, plain recv_into receiver), alternating rounds, ratios = "
-        "median of the rounds' ratios"), limits)
+    return fetch_limit.merge_into(
+        _report(
+            "http-fetch",
+            records,
+            batch,
+            repeat,
+            durable,
+            results,
+            ("fetch_vs_library", FETCH_TARGET),
+            "best of repeat runs; sequential read of every record from offset 0, batch records a "
+            "page, files in the page cache; MB = 10**6 bytes of record values; ratio = http / "
+            "library; http = Client.consume (pages of batch records from requests of up to "
+            "10,000 records, the next request in flight while one is decoded; binary batches, "
+            "checksums verified by the client); "
+            "library = read_range in process (checksums verified); batches = "
+            "Client.fetch_batches (checksums verified, no record built) vs the loopback limit "
+            "(plain sendfile sender, plain recv_into receiver), alternating rounds, ratios = "
+            "median of the rounds' ratios",
+        ),
+        limits,
+    )
 
 
 # ---- output ----------------------------------------------------------------------------------
@@ -469,23 +543,30 @@ def run_http_fetch(
 def format_table(report: dict[str, Any]) -> str:
     """A readable summary of a :func:`run_http_produce` / :func:`run_http_fetch` report."""
     p = report["params"]
-    lines = [f"perf {report['benchmark']}: {p['records']:,} records of {p['record_bytes']} "
-             f"bytes, {p['batch']:,} a batch, best of {p['repeat']} "
-             f"(durable={p['durable']})",
-             f"{'system':<9} {'seconds':>9} {'MB/s':>9} {'records/s':>12}"]
+    lines = [
+        f"perf {report['benchmark']}: {p['records']:,} records of {p['record_bytes']} "
+        f"bytes, {p['batch']:,} a batch, best of {p['repeat']} "
+        f"(durable={p['durable']})",
+        f"{'system':<9} {'seconds':>9} {'MB/s':>9} {'records/s':>12}",
+    ]
     for name, r in report["results"].items():
-        lines.append(f"{name:<9} {r['seconds']:>9.3f} {r['mb_per_s']:>9.1f} "
-                     f"{r['records_per_s']:>12,.0f}")
+        lines.append(
+            f"{name:<9} {r['seconds']:>9.3f} {r['mb_per_s']:>9.1f} {r['records_per_s']:>12,.0f}"
+        )
     for tname, t in report["targets"].items():
-        lines.append(f"{tname}: ratio {t['ratio']:.2f} (target >= {t['min_ratio']:g}) "
-                     f"{'met' if t['met'] else 'NOT MET'}")
+        lines.append(
+            f"{tname}: ratio {t['ratio']:.2f} (target >= {t['min_ratio']:g}) "
+            f"{'met' if t['met'] else 'NOT MET'}"
+        )
     lines.extend(fetch_limit.table_lines(report))
     lat = report.get("latency", {}).get("single_record_produce")
     if lat:
         for name, f in lat.items():
-            lines.append(f"single-record produce {name:<8} p50 {f['p50_ms']:.3f} ms  "
-                         f"p99 {f['p99_ms']:.3f} ms  max {f['max_ms']:.3f} ms  "
-                         f"({f['count']:,} requests)")
+            lines.append(
+                f"single-record produce {name:<8} p50 {f['p50_ms']:.3f} ms  "
+                f"p99 {f['p99_ms']:.3f} ms  max {f['max_ms']:.3f} ms  "
+                f"({f['count']:,} requests)"
+            )
     return "\n".join(lines)
 
 

@@ -127,7 +127,9 @@ def make_batches(w: Workload, *, seed: int = 7) -> list[list[bytes]]:
     return out
 
 
-def sqlite_rows(batches: Sequence[Sequence[bytes]], ts: int) -> list[list[tuple[int, int, None, bytes, None]]]:
+def sqlite_rows(
+    batches: Sequence[Sequence[bytes]], ts: int
+) -> list[list[tuple[int, int, None, bytes, None]]]:
     """SQLite's row tuples ``(offset, ts, key, value, headers)`` for the same values."""
     out = []
     off = 0
@@ -146,8 +148,9 @@ def sqlite_rows(batches: Sequence[Sequence[bytes]], ts: int) -> list[list[tuple[
 # fsync. Readers return ``(seconds, records read)``.
 
 
-def append_tiered_log(directory: Path, batches: Sequence[Sequence[bytes]],
-                      progress: Progress) -> tuple[float, float]:
+def append_tiered_log(
+    directory: Path, batches: Sequence[Sequence[bytes]], progress: Progress
+) -> tuple[float, float]:
     """Append every batch with ``Log.append_batch``, then one ``flush`` (fsync).
 
     Segments sealed on the way are fsynced when they roll, inside the timed part.
@@ -170,8 +173,9 @@ def append_tiered_log(directory: Path, batches: Sequence[Sequence[bytes]],
         log.close()
 
 
-def append_plain_file(path: Path, batches: Sequence[Sequence[bytes]],
-                      progress: Progress) -> tuple[float, float]:
+def append_plain_file(
+    path: Path, batches: Sequence[Sequence[bytes]], progress: Progress
+) -> tuple[float, float]:
     """``f.write`` every value, ``f.flush()`` after each batch, one fsync at the end."""
     with open(path, "wb") as f:
         write = f.write
@@ -195,8 +199,9 @@ def _sqlite_connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def append_sqlite(path: Path, rows: Sequence[Sequence[tuple[Any, ...]]],
-                  progress: Progress) -> tuple[float, float]:
+def append_sqlite(
+    path: Path, rows: Sequence[Sequence[tuple[Any, ...]]], progress: Progress
+) -> tuple[float, float]:
     """One ``executemany`` + ``commit`` per batch (WAL, synchronous=NORMAL), fsync at the end."""
     conn = _sqlite_connect(path)
     try:
@@ -328,22 +333,38 @@ def _figures(w: Workload, runs: list[float], fsyncs: list[float] | None = None) 
 
 def _ratios(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     ours = results[OURS]["records_per_s"]
-    return {f"vs_{name}": round(ratio(ours, r["records_per_s"]), 3)
-            for name, r in results.items() if name != OURS}
+    return {
+        f"vs_{name}": round(ratio(ours, r["records_per_s"]), 3)
+        for name, r in results.items()
+        if name != OURS
+    }
 
 
-def _targets(per_workload: dict[str, dict[str, Any]], spec: dict[str, tuple[str, float]]) -> dict[str, Any]:
+def _targets(
+    per_workload: dict[str, dict[str, Any]], spec: dict[str, tuple[str, float]]
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     main = per_workload[MAIN_WORKLOAD]
     for name, (baseline, minimum) in spec.items():
         r = main["ratios"][f"vs_{baseline}"]
-        out[name] = {"workload": MAIN_WORKLOAD, "baseline": baseline, "min_ratio": minimum,
-                     "ratio": r, "met": bool(r >= minimum)}
+        out[name] = {
+            "workload": MAIN_WORKLOAD,
+            "baseline": baseline,
+            "min_ratio": minimum,
+            "ratio": r,
+            "met": bool(r >= minimum),
+        }
     return out
 
 
-def _report(kind: str, per_workload: dict[str, dict[str, Any]], spec: dict[str, tuple[str, float]],
-            repeat: int, batch: int, note: str) -> dict[str, Any]:
+def _report(
+    kind: str,
+    per_workload: dict[str, dict[str, Any]],
+    spec: dict[str, tuple[str, float]],
+    repeat: int,
+    batch: int,
+    note: str,
+) -> dict[str, Any]:
     targets = _targets(per_workload, spec)
     return {
         "benchmark": kind,
@@ -408,13 +429,24 @@ def run_append(
                     if not (keep and i == repeat - 1):
                         _remove(path)
             results = {name: _figures(w, r, fsyncs[name]) for name, r in runs.items()}
-            per[w.name] = {"record_bytes": w.record_bytes, "records": w.records, "batch": w.batch,
-                           "payload_bytes": w.payload_bytes, "results": results,
-                           "ratios": _ratios(results)}
-    return _report("append", per, APPEND_TARGETS, repeat, batch,
-                   "best of repeat runs; MB = 10**6 bytes of record values; ratio = ours / baseline "
-                   "(higher is better for us); every system fsyncs once at the end, included in "
-                   "seconds (fsync_seconds is that part)")
+            per[w.name] = {
+                "record_bytes": w.record_bytes,
+                "records": w.records,
+                "batch": w.batch,
+                "payload_bytes": w.payload_bytes,
+                "results": results,
+                "ratios": _ratios(results),
+            }
+    return _report(
+        "append",
+        per,
+        APPEND_TARGETS,
+        repeat,
+        batch,
+        "best of repeat runs; MB = 10**6 bytes of record values; ratio = ours / baseline "
+        "(higher is better for us); every system fsyncs once at the end, included in "
+        "seconds (fsync_seconds is that part)",
+    )
 
 
 def run_read(
@@ -433,7 +465,10 @@ def run_read(
     show = progress is not False
     with work_dir(directory, keep=keep) as root:
         for w in workloads(records, small_records, batch):
-            say(f"read {w.name}: writing {w.records:,} records to each system (not timed)", enabled=show)
+            say(
+                f"read {w.name}: writing {w.records:,} records to each system (not timed)",
+                enabled=show,
+            )
             batches = make_batches(w)
             rows = sqlite_rows(batches, time.time_ns() // 1_000_000)
             log_dir, dat, db = root / f"{w.name}-log", root / f"{w.name}.dat", root / f"{w.name}.db"
@@ -455,41 +490,60 @@ def run_read(
                         secs, n = job(pr)
                     if n != w.records:
                         raise TieredLogError(
-                            f"{name} read back {n} records of {w.name}, expected {w.records}")
+                            f"{name} read back {n} records of {w.name}, expected {w.records}"
+                        )
                     runs[name].append(secs)
             if not keep:
                 for p in (log_dir, dat, db):
                     _remove(p)
             results = {name: _figures(w, r) for name, r in runs.items()}
-            per[w.name] = {"record_bytes": w.record_bytes, "records": w.records,
-                           "page_records": 1000, "payload_bytes": w.payload_bytes,
-                           "results": results, "ratios": _ratios(results)}
-    return _report("read", per, READ_TARGETS, repeat, batch,
-                   "best of repeat runs; sequential read of every record from offset 0 with the "
-                   "files in the page cache; MB = 10**6 bytes of record values; ratio = ours / "
-                   "baseline; plain_file is a reference (no framing, no checksums)")
+            per[w.name] = {
+                "record_bytes": w.record_bytes,
+                "records": w.records,
+                "page_records": 1000,
+                "payload_bytes": w.payload_bytes,
+                "results": results,
+                "ratios": _ratios(results),
+            }
+    return _report(
+        "read",
+        per,
+        READ_TARGETS,
+        repeat,
+        batch,
+        "best of repeat runs; sequential read of every record from offset 0 with the "
+        "files in the page cache; MB = 10**6 bytes of record values; ratio = ours / "
+        "baseline; plain_file is a reference (no framing, no checksums)",
+    )
 
 
 def format_table(report: dict[str, Any]) -> str:
     """A readable table of a :func:`run_append` / :func:`run_read` report."""
-    has_fsync = any("fsync_seconds" in r for w in report["workloads"].values()
-                    for r in w["results"].values())
+    has_fsync = any(
+        "fsync_seconds" in r for w in report["workloads"].values() for r in w["results"].values()
+    )
     sync_head = f" {'of it fsync':>11}" if has_fsync else ""
-    lines = [f"perf {report['benchmark']} ({report['note']})",
-             f"{'workload':<9} {'system':<11} {'seconds':>9}{sync_head} {'MB/s':>9} "
-             f"{'records/s':>12} {'ours/this':>10}"]
+    lines = [
+        f"perf {report['benchmark']} ({report['note']})",
+        f"{'workload':<9} {'system':<11} {'seconds':>9}{sync_head} {'MB/s':>9} "
+        f"{'records/s':>12} {'ours/this':>10}",
+    ]
     for wname, w in report["workloads"].items():
         first = True
         for sname, r in w["results"].items():
             rat = "" if sname == OURS else f"{w['ratios'][f'vs_{sname}']:.2f}x"
             sync = f" {r['fsync_seconds']:>11.3f}" if has_fsync else ""
-            lines.append(f"{wname if first else '':<9} {sname:<11} {r['seconds']:>9.3f}{sync} "
-                         f"{r['mb_per_s']:>9.1f} {r['records_per_s']:>12,.0f} {rat:>10}")
+            lines.append(
+                f"{wname if first else '':<9} {sname:<11} {r['seconds']:>9.3f}{sync} "
+                f"{r['mb_per_s']:>9.1f} {r['records_per_s']:>12,.0f} {rat:>10}"
+            )
             first = False
     lines.append("targets:")
     for tname, t in report["targets"].items():
-        lines.append(f"  {tname:<22} {t['workload']}: ratio {t['ratio']:.2f} (target >= "
-                     f"{t['min_ratio']:g}) {'met' if t['met'] else 'NOT MET'}")
+        lines.append(
+            f"  {tname:<22} {t['workload']}: ratio {t['ratio']:.2f} (target >= "
+            f"{t['min_ratio']:g}) {'met' if t['met'] else 'NOT MET'}"
+        )
     return "\n".join(lines)
 
 

@@ -111,8 +111,7 @@ class Plan:
     end_offset: int
 
 
-def plan_for(archive_mb: int, tail_mb: int, request_bytes: int,
-             records_per_request: int) -> Plan:
+def plan_for(archive_mb: int, tail_mb: int, request_bytes: int, records_per_request: int) -> Plan:
     """The layout closest to ``archive_mb`` (rounded down to whole segments of at least
     one request more than the tail, so the tail never rolls a segment)."""
     tail = max(1, math.ceil(tail_mb * MiB / request_bytes))
@@ -120,9 +119,20 @@ def plan_for(archive_mb: int, tail_mb: int, request_bytes: int,
     segments = max(1, wanted // (tail + 1))
     per = wanted // segments
     n = segments * per
-    return Plan(archive_mb, records_per_request, request_bytes, segments, per, tail,
-                per * request_bytes, n, n * request_bytes, tail * request_bytes,
-                n * records_per_request, (n + tail) * records_per_request)
+    return Plan(
+        archive_mb,
+        records_per_request,
+        request_bytes,
+        segments,
+        per,
+        tail,
+        per * request_bytes,
+        n,
+        n * request_bytes,
+        tail * request_bytes,
+        n * records_per_request,
+        (n + tail) * records_per_request,
+    )
 
 
 # ---- the producers -----------------------------------------------------------------------------
@@ -162,12 +172,16 @@ class LoadProducer:
 
     def window(self, start: float, end: float, done_by: float | None = None) -> list[float]:
         """Latencies of the requests started in [start, end) (and answered by ``done_by``)."""
-        return [s for t, s in list(self.timed)
-                if start <= t < end and (done_by is None or t + s <= done_by)]
+        return [
+            s
+            for t, s in list(self.timed)
+            if start <= t < end and (done_by is None or t + s <= done_by)
+        ]
 
 
-def fill(client: Client, topic: str, value: bytes, plan: Plan, label: str,
-         show: bool) -> dict[str, Any]:
+def fill(
+    client: Client, topic: str, value: bytes, plan: Plan, label: str, show: bool
+) -> dict[str, Any]:
     """The archive then the tail, request after request (``acks=all``)."""
     batch = [value] * plan.records_per_request
     total = plan.archive_requests + plan.tail_requests
@@ -175,23 +189,31 @@ def fill(client: Client, topic: str, value: bytes, plan: Plan, label: str,
     for i in range(total):
         offsets = client.produce(topic, 0, batch, acks="all")
         if offsets[0] != i * plan.records_per_request:
-            raise RuntimeError(f"{topic}: request {i} landed at offset {offsets[0]}, not "
-                               f"{i * plan.records_per_request} (a request stored twice?)")
+            raise RuntimeError(
+                f"{topic}: request {i} landed at offset {offsets[0]}, not "
+                f"{i * plan.records_per_request} (a request stored twice?)"
+            )
         if time.monotonic() - last >= 5.0:
             last = time.monotonic()
             done = (i + 1) * plan.request_bytes
-            say(f"{label}: filled {done / MiB:,.0f}/{total * plan.request_bytes / MiB:,.0f} MiB "
-                f"({done / (last - t0) / 1e6:,.0f} MB/s)", enabled=show)
+            say(
+                f"{label}: filled {done / MiB:,.0f}/{total * plan.request_bytes / MiB:,.0f} MiB "
+                f"({done / (last - t0) / 1e6:,.0f} MB/s)",
+                enabled=show,
+            )
     secs = time.monotonic() - t0
-    return {"seconds": round(secs, 3),
-            "mb_per_s": round(total * plan.request_bytes / 1e6 / max(secs, 1e-9), 1)}
+    return {
+        "seconds": round(secs, 3),
+        "mb_per_s": round(total * plan.request_bytes / 1e6 / max(secs, 1e-9), 1),
+    }
 
 
 # ---- the cluster ---------------------------------------------------------------------------------
 
 
-def _any(http: httpx.Client, urls: Sequence[str], method: str, path: str,
-         **kw: Any) -> httpx.Response:
+def _any(
+    http: httpx.Client, urls: Sequence[str], method: str, path: str, **kw: Any
+) -> httpx.Response:
     last = ""
     for url in urls:
         try:
@@ -201,14 +223,27 @@ def _any(http: httpx.Client, urls: Sequence[str], method: str, path: str,
     raise RuntimeError(f"no node answered {method} {path}: {last}")
 
 
-def create_topic(http: httpx.Client, urls: Sequence[str], topic: str,
-                 config: dict[str, Any]) -> None:
-    r = _any(http, urls, "POST", "/v1/topics", json={
-        "name": topic, "partitions": 1, "replication_factor": REPLICATION_FACTOR, "config": config})
+def create_topic(
+    http: httpx.Client, urls: Sequence[str], topic: str, config: dict[str, Any]
+) -> None:
+    r = _any(
+        http,
+        urls,
+        "POST",
+        "/v1/topics",
+        json={
+            "name": topic,
+            "partitions": 1,
+            "replication_factor": REPLICATION_FACTOR,
+            "config": config,
+        },
+    )
     if r.status_code != 201:
         raise RuntimeError(f"could not create {topic}: {r.status_code} {r.text}")
-    if wait_for(lambda: len(_isr(http, urls, topic) or ()) == REPLICATION_FACTOR,
-                STEP_TIMEOUT_S) is None:
+    if (
+        wait_for(lambda: len(_isr(http, urls, topic) or ()) == REPLICATION_FACTOR, STEP_TIMEOUT_S)
+        is None
+    ):
         raise RuntimeError(f"{topic} did not get a full ISR within {STEP_TIMEOUT_S:.0f}s")
 
 
@@ -232,8 +267,9 @@ def remote_end(http: httpx.Client, leader_url: str, topic: str) -> tuple[int, in
     return int(body["remote_end_offset"]), len(body["segments"])
 
 
-def wait_shipped(http: httpx.Client, leader_url: str, topic: str, plan: Plan, label: str,
-                 show: bool) -> dict[str, Any]:
+def wait_shipped(
+    http: httpx.Client, leader_url: str, topic: str, plan: Plan, label: str, show: bool
+) -> dict[str, Any]:
     """Until the leader's remote end reaches the archive's end (every sealed segment)."""
     t0 = last = time.monotonic()
     limit = STEP_TIMEOUT_S + plan.archive_bytes / (5 * 1e6)  # 5 MB/s at worst
@@ -242,15 +278,22 @@ def wait_shipped(http: httpx.Client, leader_url: str, topic: str, plan: Plan, la
         if end >= plan.archive_end_offset:
             break
         if time.monotonic() - t0 > limit:
-            raise RuntimeError(f"{topic}: remote end {end} after {limit:.0f}s, want "
-                               f"{plan.archive_end_offset}")
+            raise RuntimeError(
+                f"{topic}: remote end {end} after {limit:.0f}s, want {plan.archive_end_offset}"
+            )
         if time.monotonic() - last >= 5.0:
             last = time.monotonic()
-            say(f"{label}: shipped {n}/{plan.segments} segments (remote end {end:,}/"
-                f"{plan.archive_end_offset:,})", enabled=show)
+            say(
+                f"{label}: shipped {n}/{plan.segments} segments (remote end {end:,}/"
+                f"{plan.archive_end_offset:,})",
+                enabled=show,
+            )
         time.sleep(0.2)
-    return {"ship_wait_s": round(time.monotonic() - t0, 3), "remote_end_offset": end,
-            "remote_segments": n}
+    return {
+        "ship_wait_s": round(time.monotonic() - t0, 3),
+        "remote_end_offset": end,
+        "remote_segments": n,
+    }
 
 
 def partition_bytes(node: DevNode, topic: str) -> tuple[int, int, int | None]:
@@ -265,13 +308,15 @@ def partition_bytes(node: DevNode, topic: str) -> tuple[int, int, int | None]:
             if stat.S_ISREG((st := p.stat()).st_mode):
                 sizes[p] = st.st_size
     logs = [p for p in sizes if p.suffix == ".log"]
-    first = min((int(p.name.split(".")[0]) for p in logs if p.name.split(".")[0].isdigit()),
-                default=None)
+    first = min(
+        (int(p.name.split(".")[0]) for p in logs if p.name.split(".")[0].isdigit()), default=None
+    )
     return sum(sizes[p] for p in logs), sum(sizes.values()), first
 
 
-def replica_view(http: httpx.Client, leader_url: str, topic: str,
-                 node_id: int) -> dict[str, Any] | None:
+def replica_view(
+    http: httpx.Client, leader_url: str, topic: str, node_id: int
+) -> dict[str, Any] | None:
     """The leader's view of one replica (``GET /v1/cluster``'s replication section)."""
     state = cluster_state(http, [leader_url])
     for part in (state or {}).get("replication", []):
@@ -285,9 +330,20 @@ def replica_view(http: httpx.Client, leader_url: str, topic: str,
 # ---- one case: fill, load, wipe a follower, time its rebuild ---------------------------------
 
 
-def run_case(cluster: DevCluster, http: httpx.Client, client: Client, plan: Plan, *,
-             tiered: bool, value: bytes, load_rate: float, load_records: int,
-             before_s: float, wipes: int, show: bool) -> dict[str, Any]:
+def run_case(
+    cluster: DevCluster,
+    http: httpx.Client,
+    client: Client,
+    plan: Plan,
+    *,
+    tiered: bool,
+    value: bytes,
+    load_rate: float,
+    load_records: int,
+    before_s: float,
+    wipes: int,
+    show: bool,
+) -> dict[str, Any]:
     """One case (see the module docstring); the topics are deleted afterwards."""
     from ..client import Client
 
@@ -299,9 +355,11 @@ def run_case(cluster: DevCluster, http: httpx.Client, client: Client, plan: Plan
     config: dict[str, Any] = {"segment_bytes": plan.segment_bytes, "remote_enabled": tiered}
     if tiered:
         config["local_retention_bytes"] = plan.tail_bytes
-    say(f"{label}: topic {topic}, {plan.segments} archived segments of "
+    say(
+        f"{label}: topic {topic}, {plan.segments} archived segments of "
         f"{plan.segment_bytes / MiB:.1f} MiB + a {plan.tail_bytes / MiB:.1f} MiB tail",
-        enabled=show)
+        enabled=show,
+    )
     create_topic(http, urls, topic, config)
     out: dict[str, Any] = {"topic": topic, "remote_enabled": tiered}
     out["fill"] = fill(client, topic, value, plan, label, show)
@@ -323,14 +381,30 @@ def run_case(cluster: DevCluster, http: httpx.Client, client: Client, plan: Plan
         th.start()
         try:
             for w in range(1, wipes + 1):
-                if wait_for(lambda: all(len(_isr(http, urls, t) or ()) == REPLICATION_FACTOR
-                                        for t in (topic, load_topic)), STEP_TIMEOUT_S) is None:
+                if (
+                    wait_for(
+                        lambda: all(
+                            len(_isr(http, urls, t) or ()) == REPLICATION_FACTOR
+                            for t in (topic, load_topic)
+                        ),
+                        STEP_TIMEOUT_S,
+                    )
+                    is None
+                ):
                     raise RuntimeError(f"{topic}: no full ISR before wipe {w}")
                 say(f"{label}: wipe {w}/{wipes}: {before_s:g} s of load first", enabled=show)
                 time.sleep(before_s)
-                one = _wipe_and_rebuild(cluster, http, topic, load_topic, part["leader"],
-                                        load_part["leader"], plan.end_offset, f"{label} "
-                                        f"wipe {w}/{wipes}", show)
+                one = _wipe_and_rebuild(
+                    cluster,
+                    http,
+                    topic,
+                    load_topic,
+                    part["leader"],
+                    load_part["leader"],
+                    plan.end_offset,
+                    f"{label} wipe {w}/{wipes}",
+                    show,
+                )
                 t_kill, t0, t_done = one.pop("_times")
                 before += prod.window(t_kill - before_s, t_kill, done_by=t_kill)
                 during += prod.window(t0, t_done)
@@ -339,20 +413,32 @@ def run_case(cluster: DevCluster, http: httpx.Client, client: Client, plan: Plan
             prod.stop.set()
             th.join(30)
     last = runs[-1]
-    out.update({k: round(statistics.median(r[k] for r in runs), 3)
-                for k in ("rebuild_s", "startup_s", "catch_up_s")})
+    out.update(
+        {
+            k: round(statistics.median(r[k] for r in runs), 3)
+            for k in ("rebuild_s", "startup_s", "catch_up_s")
+        }
+    )
     out.update({k: last[k] for k in ("follower", "fetched_bytes", "follower_first_offset")})
     out["rejoined"] = all(r["rejoined_load_topic"] for r in runs)
     out["in_isr_before_caught_up"] = sum(r["in_isr_before_caught_up"] for r in runs)
     out["wipes"] = runs
     b, d = latency_figures(before), latency_figures(during)
-    out["load"] = {"topic": load_topic, "leader": load_part["leader"],
-                   "same_leader": load_part["leader"] == part["leader"],
-                   "before": b, "during": d, "p99_ratio": round(ratio(d["p99_ms"], b["p99_ms"]), 3),
-                   "errors": dict(prod.errors)}
-    say(f"{label}: back in the ISR after {out['rebuild_s']:.2f} s (median of {wipes}), "
+    out["load"] = {
+        "topic": load_topic,
+        "leader": load_part["leader"],
+        "same_leader": load_part["leader"] == part["leader"],
+        "before": b,
+        "during": d,
+        "p99_ratio": round(ratio(d["p99_ms"], b["p99_ms"]), 3),
+        "errors": dict(prod.errors),
+    }
+    say(
+        f"{label}: back in the ISR after {out['rebuild_s']:.2f} s (median of {wipes}), "
         f"fetched {out['fetched_bytes'] / MiB:,.1f} MiB; producers' p99 {b['p99_ms']:.1f} ms "
-        f"before, {d['p99_ms']:.1f} ms during", enabled=show)
+        f"before, {d['p99_ms']:.1f} ms during",
+        enabled=show,
+    )
     delete_topic(http, urls, topic)
     delete_topic(http, urls, load_topic)
     return out
@@ -364,8 +450,13 @@ def local_next_offset(http: httpx.Client, node: DevNode, topic: str) -> int | No
         text = http.get(node.url + "/metrics", timeout=5).text
     except httpx.HTTPError:
         return None
-    m = re.search(r'^tiered_log_partition_next_offset\{topic="' + re.escape(topic)
-                  + r'",partition="0"\} (\S+)$', text, re.MULTILINE)
+    m = re.search(
+        r'^tiered_log_partition_next_offset\{topic="'
+        + re.escape(topic)
+        + r'",partition="0"\} (\S+)$',
+        text,
+        re.MULTILINE,
+    )
     return int(float(m.group(1))) if m else None
 
 
@@ -374,13 +465,20 @@ def _out_of_isr(http: httpx.Client, leader_url: str, topic: str, node_id: int) -
     it last read nor in its replication state."""
     isr = _isr(http, [leader_url], topic)
     view = replica_view(http, leader_url, topic, node_id)
-    return isr is not None and node_id not in isr and (view is None
-                                                       or view["state"] != "in_sync")
+    return isr is not None and node_id not in isr and (view is None or view["state"] != "in_sync")
 
 
-def _wipe_and_rebuild(cluster: DevCluster, http: httpx.Client, topic: str, load_topic: str,
-                      leader_id: int, load_leader_id: int, end_offset: int, label: str,
-                      show: bool) -> dict[str, Any]:
+def _wipe_and_rebuild(
+    cluster: DevCluster,
+    http: httpx.Client,
+    topic: str,
+    load_topic: str,
+    leader_id: int,
+    load_leader_id: int,
+    end_offset: int,
+    label: str,
+    show: bool,
+) -> dict[str, Any]:
     """Kill a follower, wait until both leaders dropped it, wipe, start, and poll until
     it holds the partition up to ``end_offset`` (its own ``/metrics``) and the leader
     lists it in the ISR."""
@@ -392,12 +490,20 @@ def _wipe_and_rebuild(cluster: DevCluster, http: httpx.Client, topic: str, load_
     load_url = cluster.nodes[load_leader_id].url
     t_kill = time.monotonic()
     victim.kill()
-    gone = wait_for(lambda: _out_of_isr(http, leader_url, topic, victim_id)
-                    and _out_of_isr(http, load_url, load_topic, victim_id), STEP_TIMEOUT_S)
+    gone = wait_for(
+        lambda: (
+            _out_of_isr(http, leader_url, topic, victim_id)
+            and _out_of_isr(http, load_url, load_topic, victim_id)
+        ),
+        STEP_TIMEOUT_S,
+    )
     if gone is None:
         raise RuntimeError(f"node {victim_id} was not dropped from the ISRs")
-    say(f"{label}: node {victim_id} killed, out of the ISR after {gone:.2f} s; wiping its "
-        f"data directory and starting it again", enabled=show)
+    say(
+        f"{label}: node {victim_id} killed, out of the ISR after {gone:.2f} s; wiping its "
+        f"data directory and starting it again",
+        enabled=show,
+    )
     shutil.rmtree(victim.data_dir, ignore_errors=True)
     t0 = time.monotonic()
     victim.start()
@@ -426,36 +532,53 @@ def _wipe_and_rebuild(cluster: DevCluster, http: httpx.Client, topic: str, load_
             if view is not None:
                 if not states or states[-1] != view["state"]:
                     states.append(str(view["state"]))
-                say(f"{label}: node {victim_id} has {mine if mine is not None else '-'}"
+                say(
+                    f"{label}: node {victim_id} has {mine if mine is not None else '-'}"
                     f"/{end_offset:,} (leader's view: {view['state']}, log end "
                     f"{view['log_end_offset']:,}, {view['rate_offsets_s']:,.0f} offsets/s)",
-                    enabled=show)
+                    enabled=show,
+                )
         time.sleep(0.05)
     assert t_isr is not None and t_caught is not None
-    back_load = wait_for(lambda: victim_id in (_isr(http, urls, load_topic) or []),
-                         STEP_TIMEOUT_S)
+    back_load = wait_for(lambda: victim_id in (_isr(http, urls, load_topic) or []), STEP_TIMEOUT_S)
     log_bytes, all_bytes, first = partition_bytes(victim, topic)
-    return {"follower": victim_id, "kill_to_out_of_isr_s": round(gone, 3),
-            "startup_s": round(t_up - t0, 3), "rebuild_s": round(t_done - t0, 3),
-            "catch_up_s": round(t_done - t_up, 3), "caught_up_s": round(t_caught - t0, 3),
-            "listed_in_isr_s": round(t_isr - t0, 3),
-            "in_isr_before_caught_up": isr_early is not None,
-            "next_offset_when_listed": isr_early,
-            "rejoined_load_topic": back_load is not None, "states_seen": states,
-            "fetched_bytes": log_bytes, "fetched_dir_bytes": all_bytes,
-            "follower_first_offset": first, "_times": (t_kill, t0, t_done)}
+    return {
+        "follower": victim_id,
+        "kill_to_out_of_isr_s": round(gone, 3),
+        "startup_s": round(t_up - t0, 3),
+        "rebuild_s": round(t_done - t0, 3),
+        "catch_up_s": round(t_done - t_up, 3),
+        "caught_up_s": round(t_caught - t0, 3),
+        "listed_in_isr_s": round(t_isr - t0, 3),
+        "in_isr_before_caught_up": isr_early is not None,
+        "next_offset_when_listed": isr_early,
+        "rejoined_load_topic": back_load is not None,
+        "states_seen": states,
+        "fetched_bytes": log_bytes,
+        "fetched_dir_bytes": all_bytes,
+        "follower_first_offset": first,
+        "_times": (t_kill, t0, t_done),
+    }
 
 
 # ---- the benchmark ----------------------------------------------------------------------------
 
 
-def run_rebuild(archive_mb: Sequence[int] = DEFAULT_ARCHIVE_MB, *,
-                tail_mb: int = DEFAULT_TAIL_MB, record_bytes: int = DEFAULT_RECORD_BYTES,
-                request_kib: int = DEFAULT_REQUEST_KIB, load_rate: float = DEFAULT_LOAD_RATE,
-                load_records: int = DEFAULT_LOAD_RECORDS, before_s: float = DEFAULT_BEFORE_S,
-                wipes: int = DEFAULT_WIPES, lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
-                directory: str | os.PathLike[str] | None = None, keep: bool = False,
-                progress: bool | None = None) -> dict[str, Any]:
+def run_rebuild(
+    archive_mb: Sequence[int] = DEFAULT_ARCHIVE_MB,
+    *,
+    tail_mb: int = DEFAULT_TAIL_MB,
+    record_bytes: int = DEFAULT_RECORD_BYTES,
+    request_kib: int = DEFAULT_REQUEST_KIB,
+    load_rate: float = DEFAULT_LOAD_RATE,
+    load_records: int = DEFAULT_LOAD_RECORDS,
+    before_s: float = DEFAULT_BEFORE_S,
+    wipes: int = DEFAULT_WIPES,
+    lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
+    directory: str | os.PathLike[str] | None = None,
+    keep: bool = False,
+    progress: bool | None = None,
+) -> dict[str, Any]:
     """Time a wiped follower's rebuild, tiered vs untiered, per archive size; see the
     module docstring."""
     from ..client import Client
@@ -466,11 +589,13 @@ def run_rebuild(archive_mb: Sequence[int] = DEFAULT_ARCHIVE_MB, *,
 
     sizes = sorted(set(archive_mb))
     if not sizes or min(sizes) <= tail_mb or tail_mb < 1 or min(record_bytes, request_kib) < 1:
-        raise InvalidArgumentError("archives must be larger than tail_mb (>= 1); record_bytes "
-                                   "and request_kib at least 1")
+        raise InvalidArgumentError(
+            "archives must be larger than tail_mb (>= 1); record_bytes and request_kib at least 1"
+        )
     if load_rate <= 0 or before_s <= 0 or min(load_records, wipes, lease_ttl_s) < 1:
-        raise InvalidArgumentError("load_rate, load_records, before_s, wipes and lease_ttl_s "
-                                   "must be positive")
+        raise InvalidArgumentError(
+            "load_rate, load_records, before_s, wipes and lease_ttl_s must be positive"
+        )
     show = progress is not False
     per_request = max(1, request_kib * 1024 // record_bytes)
     value = os.urandom(record_bytes)
@@ -481,41 +606,76 @@ def run_rebuild(archive_mb: Sequence[int] = DEFAULT_ARCHIVE_MB, *,
     settings = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(lease_ttl_s)}
     runs: list[dict[str, Any]] = []
     with work_dir(directory, keep=keep) as root:
-        cluster = DevCluster(root / "cluster", 3, settings=settings,
-                             progress=lambda m: say(f"rebuild: {m}", enabled=show))
+        cluster = DevCluster(
+            root / "cluster",
+            3,
+            settings=settings,
+            progress=lambda m: say(f"rebuild: {m}", enabled=show),
+        )
         try:
             cluster.start()
-            with httpx.Client(timeout=30) as http, \
-                    Client(cluster.urls, timeout=120, retry_timeout_s=60) as client:
+            with (
+                httpx.Client(timeout=30) as http,
+                Client(cluster.urls, timeout=120, retry_timeout_s=60) as client,
+            ):
                 for plan in plans:
-                    cases = {kind: run_case(cluster, http, client, plan, tiered=kind == "tiered",
-                                            value=value, load_rate=load_rate,
-                                            load_records=load_records, before_s=before_s,
-                                            wipes=wipes, show=show)
-                             for kind in ("tiered", "untiered")}
+                    cases = {
+                        kind: run_case(
+                            cluster,
+                            http,
+                            client,
+                            plan,
+                            tiered=kind == "tiered",
+                            value=value,
+                            load_rate=load_rate,
+                            load_records=load_records,
+                            before_s=before_s,
+                            wipes=wipes,
+                            show=show,
+                        )
+                        for kind in ("tiered", "untiered")
+                    }
                     runs.append(run_figures(plan, cases["tiered"], cases["untiered"]))
         finally:
             cluster.stop()
-    params = {"archive_mb": sizes, "tail_mb": tail_mb, "record_bytes": record_bytes,
-              "records_per_request": per_request, "request_bytes": request_bytes,
-              "load_rate": load_rate, "load_records": load_records,
-              "load_value_bytes": LOAD_VALUE_BYTES, "before_s": before_s, "wipes": wipes,
-              "lease_ttl_s": lease_ttl_s, "nodes": 3, "replication_factor": REPLICATION_FACTOR}
+    params = {
+        "archive_mb": sizes,
+        "tail_mb": tail_mb,
+        "record_bytes": record_bytes,
+        "records_per_request": per_request,
+        "request_bytes": request_bytes,
+        "load_rate": load_rate,
+        "load_records": load_records,
+        "load_value_bytes": LOAD_VALUE_BYTES,
+        "before_s": before_s,
+        "wipes": wipes,
+        "lease_ttl_s": lease_ttl_s,
+        "nodes": 3,
+        "replication_factor": REPLICATION_FACTOR,
+    }
     return rebuild_report(runs, params)
 
 
 def run_figures(plan: Plan, tiered: dict[str, Any], untiered: dict[str, Any]) -> dict[str, Any]:
     """One archive size's entry of ``runs``."""
-    return {"archive_mb": plan.archive_mb, "archive_bytes": plan.archive_bytes,
-            "tail_bytes": plan.tail_bytes, "segment_bytes": plan.segment_bytes,
-            "archived_segments": plan.segments, "end_offset": plan.end_offset,
-            "rebuild_s": tiered["rebuild_s"], "rereplication_s": untiered["rebuild_s"],
-            "speedup": round(ratio(untiered["rebuild_s"], tiered["rebuild_s"]), 2),
-            "speedup_after_startup": round(ratio(untiered["catch_up_s"],
-                                                 tiered["catch_up_s"]), 2),
-            "fetched_bytes": {"rebuild": tiered["fetched_bytes"],
-                              "rereplication": untiered["fetched_bytes"]},
-            "tiered": tiered, "untiered": untiered}
+    return {
+        "archive_mb": plan.archive_mb,
+        "archive_bytes": plan.archive_bytes,
+        "tail_bytes": plan.tail_bytes,
+        "segment_bytes": plan.segment_bytes,
+        "archived_segments": plan.segments,
+        "end_offset": plan.end_offset,
+        "rebuild_s": tiered["rebuild_s"],
+        "rereplication_s": untiered["rebuild_s"],
+        "speedup": round(ratio(untiered["rebuild_s"], tiered["rebuild_s"]), 2),
+        "speedup_after_startup": round(ratio(untiered["catch_up_s"], tiered["catch_up_s"]), 2),
+        "fetched_bytes": {
+            "rebuild": tiered["fetched_bytes"],
+            "rereplication": untiered["fetched_bytes"],
+        },
+        "tiered": tiered,
+        "untiered": untiered,
+    }
 
 
 def rebuild_report(runs: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
@@ -531,30 +691,42 @@ def rebuild_report(runs: list[dict[str, Any]], params: dict[str, Any]) -> dict[s
     growth = grown("rebuild_s")
     p99, p99_re = big["tiered"]["load"], big["untiered"]["load"]
     targets = {
-        "speedup": {"text": f"rebuild >= {TARGET_SPEEDUP:.0f}x faster than full "
-                    "re-replication (with a 2 GiB archive)", "min": TARGET_SPEEDUP,
-                    "met": big["speedup"] >= TARGET_SPEEDUP},
-        "growth_10x": {"text": f"rebuild time grows < {TARGET_GROWTH}x when the archive "
-                       "grows 10x", "max": TARGET_GROWTH,
-                       "met": growth is not None and growth < TARGET_GROWTH},
-        "p99_ratio_during_rebuild": {"text": f"producers' p99 during the rebuild <= "
-                                     f"{TARGET_P99_RATIO}x before", "max": TARGET_P99_RATIO,
-                                     "met": p99["p99_ratio"] <= TARGET_P99_RATIO}}
+        "speedup": {
+            "text": f"rebuild >= {TARGET_SPEEDUP:.0f}x faster than full "
+            "re-replication (with a 2 GiB archive)",
+            "min": TARGET_SPEEDUP,
+            "met": big["speedup"] >= TARGET_SPEEDUP,
+        },
+        "growth_10x": {
+            "text": f"rebuild time grows < {TARGET_GROWTH}x when the archive grows 10x",
+            "max": TARGET_GROWTH,
+            "met": growth is not None and growth < TARGET_GROWTH,
+        },
+        "p99_ratio_during_rebuild": {
+            "text": f"producers' p99 during the rebuild <= {TARGET_P99_RATIO}x before",
+            "max": TARGET_P99_RATIO,
+            "met": p99["p99_ratio"] <= TARGET_P99_RATIO,
+        },
+    }
     return {
         "benchmark": "rebuild",
         "note": "a follower's data directory deleted (SIGKILL, rm -r, start) on a 3-node "
-                "cluster on loopback; rebuild_s / rereplication_s = its start (process spawn "
-                "included) until it holds the partition up to the leader's log end and the "
-                "leader lists it in the ISR; tiered: it restarts at the leader's remote end "
-                "and copies the tail; untiered: the same requests on a topic with "
-                "remote_enabled false, copied in full; fetched_bytes = its .log bytes of the "
-                "partition afterwards; p99 of acks=all produce requests to another topic",
+        "cluster on loopback; rebuild_s / rereplication_s = its start (process spawn "
+        "included) until it holds the partition up to the leader's log end and the "
+        "leader lists it in the ISR; tiered: it restarts at the leader's remote end "
+        "and copies the tail; untiered: the same requests on a topic with "
+        "remote_enabled false, copied in full; fetched_bytes = its .log bytes of the "
+        "partition afterwards; p99 of acks=all produce requests to another topic",
         "environment": environment(),
         "params": params,
-        "archive_bytes": big["archive_bytes"], "tail_bytes": big["tail_bytes"],
-        "rebuild_s": big["rebuild_s"], "rereplication_s": big["rereplication_s"],
-        "speedup": big["speedup"], "speedup_after_startup": big["speedup_after_startup"],
-        "growth_10x": growth, "growth_10x_after_startup": grown("catch_up_s", "tiered"),
+        "archive_bytes": big["archive_bytes"],
+        "tail_bytes": big["tail_bytes"],
+        "rebuild_s": big["rebuild_s"],
+        "rereplication_s": big["rereplication_s"],
+        "speedup": big["speedup"],
+        "speedup_after_startup": big["speedup_after_startup"],
+        "growth_10x": growth,
+        "growth_10x_after_startup": grown("catch_up_s", "tiered"),
         "archive_growth": grown("archive_bytes"),
         "rereplication_growth": grown("rereplication_s"),
         "fetched_bytes": big["fetched_bytes"],
@@ -572,29 +744,54 @@ def rebuild_report(runs: list[dict[str, Any]], params: dict[str, Any]) -> dict[s
 def format_rebuild(report: dict[str, Any]) -> str:
     """A human table of the report."""
     p = report["params"]
-    lines = [f"perf rebuild: a wiped follower of a 3-node cluster ({p['wipes']} wipes a case, "
-             f"medians), tail {p['tail_mb']} MiB, load {p['load_rate']:g} req/s"]
-    lines.append(f"{'archive':>10} {'case':<9} {'back in ISR':>11} {'startup':>8} "
-                 f"{'fetched':>11} {'p99 before':>11} {'p99 during':>11} {'ratio':>6}")
+    lines = [
+        f"perf rebuild: a wiped follower of a 3-node cluster ({p['wipes']} wipes a case, "
+        f"medians), tail {p['tail_mb']} MiB, load {p['load_rate']:g} req/s"
+    ]
+    lines.append(
+        f"{'archive':>10} {'case':<9} {'back in ISR':>11} {'startup':>8} "
+        f"{'fetched':>11} {'p99 before':>11} {'p99 during':>11} {'ratio':>6}"
+    )
     for r in report["runs"]:
         for kind in ("tiered", "untiered"):
             c = r[kind]
             ld = c["load"]
-            lines.append(f"{r['archive_bytes'] / MiB:>6,.0f} MiB {kind:<9} "
-                         f"{c['rebuild_s']:>9.2f} s {c['startup_s']:>6.2f} s "
-                         f"{c['fetched_bytes'] / MiB:>7,.1f} MiB "
-                         f"{ld['before']['p99_ms']:>8.1f} ms {ld['during']['p99_ms']:>8.1f} ms "
-                         f"{ld['p99_ratio']:>5.2f}x")
-        lines.append(f"{'':>10} speedup {r['speedup']:.1f}x (after startup "
-                     f"{r['speedup_after_startup']:.1f}x)")
-    lines.append(f"speedup {report['speedup']}x, growth_10x {report['growth_10x']}, "
-                 f"p99_ratio_during_rebuild {report['p99_ratio_during_rebuild']}")
+            lines.append(
+                f"{r['archive_bytes'] / MiB:>6,.0f} MiB {kind:<9} "
+                f"{c['rebuild_s']:>9.2f} s {c['startup_s']:>6.2f} s "
+                f"{c['fetched_bytes'] / MiB:>7,.1f} MiB "
+                f"{ld['before']['p99_ms']:>8.1f} ms {ld['during']['p99_ms']:>8.1f} ms "
+                f"{ld['p99_ratio']:>5.2f}x"
+            )
+        lines.append(
+            f"{'':>10} speedup {r['speedup']:.1f}x (after startup "
+            f"{r['speedup_after_startup']:.1f}x)"
+        )
+    lines.append(
+        f"speedup {report['speedup']}x, growth_10x {report['growth_10x']}, "
+        f"p99_ratio_during_rebuild {report['p99_ratio_during_rebuild']}"
+    )
     for t in report["targets"].values():
         lines.append(f"target: {t['text']}: {'met' if t['met'] else 'NOT MET'}")
     return "\n".join(lines)
 
 
-__all__ = ["DEFAULT_ARCHIVE_MB", "DEFAULT_BEFORE_S", "DEFAULT_LEASE_TTL_S",
-           "DEFAULT_LOAD_RATE", "DEFAULT_LOAD_RECORDS", "DEFAULT_RECORD_BYTES",
-           "DEFAULT_REQUEST_KIB", "DEFAULT_TAIL_MB", "DEFAULT_WIPES", "LoadProducer", "Plan", "format_rebuild",
-           "plan_for", "rebuild_report", "run_case", "run_figures", "run_rebuild"]
+__all__ = [
+    "DEFAULT_ARCHIVE_MB",
+    "DEFAULT_BEFORE_S",
+    "DEFAULT_LEASE_TTL_S",
+    "DEFAULT_LOAD_RATE",
+    "DEFAULT_LOAD_RECORDS",
+    "DEFAULT_RECORD_BYTES",
+    "DEFAULT_REQUEST_KIB",
+    "DEFAULT_TAIL_MB",
+    "DEFAULT_WIPES",
+    "LoadProducer",
+    "Plan",
+    "format_rebuild",
+    "plan_for",
+    "rebuild_report",
+    "run_case",
+    "run_figures",
+    "run_rebuild",
+]

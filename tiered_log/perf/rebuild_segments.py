@@ -121,17 +121,34 @@ class _Producers:
             t.join(60)
 
 
-def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
-             segment_kib: int, request_kib: int, producers: int, show: bool) -> dict[str, Any]:
+def run_case(
+    c: DevCluster,
+    http: httpx.Client,
+    topic: str,
+    segments: int,
+    *,
+    segment_kib: int,
+    request_kib: int,
+    producers: int,
+    show: bool,
+) -> dict[str, Any]:
     """One archive of ``segments`` segments: fill, ship, wipe a follower under load, then
     move the leadership; see the module docstring."""
     from ..client import Client
 
     seg_bytes = segment_kib << 10
-    r = http.post(c.urls[0] + "/v1/topics", json={
-        "name": topic, "partitions": 1, "replication_factor": 3,
-        "config": {"segment_bytes": seg_bytes,
-                   "local_retention_bytes": LOCAL_RETENTION_SEGMENTS * seg_bytes}})
+    r = http.post(
+        c.urls[0] + "/v1/topics",
+        json={
+            "name": topic,
+            "partitions": 1,
+            "replication_factor": 3,
+            "config": {
+                "segment_bytes": seg_bytes,
+                "local_retention_bytes": LOCAL_RETENTION_SEGMENTS * seg_bytes,
+            },
+        },
+    )
     if r.status_code != 201:
         raise RuntimeError(f"creating {topic}: {r.status_code} {r.text}")
     _wait("a full ISR", lambda: len(_partition(http, c, topic)["isr"]) == 3)
@@ -148,8 +165,10 @@ def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
             requests_sent += 1
             if show and time.monotonic() - last_say > 5:
                 last_say = time.monotonic()
-                say(f"rebuild --segments {segments}: filled {sent >> 20:,} of "
-                    f"{target >> 20:,} MiB ({time.monotonic() - t0:.0f} s)")
+                say(
+                    f"rebuild --segments {segments}: filled {sent >> 20:,} of "
+                    f"{target >> 20:,} MiB ({time.monotonic() - t0:.0f} s)"
+                )
 
     def shipped() -> int:
         return int(_led(http, c, topic)["remote_end_offset"] or 0)
@@ -164,8 +183,12 @@ def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
             say(f"rebuild --segments {segments}: shipped {n:,} of ~{records:,} records")
         return n >= records * 9 // 10
 
-    _wait("the archive to ship", all_shipped, timeout_s=max(STEP_TIMEOUT_S, segments * 0.5),
-          every_s=0.5)
+    _wait(
+        "the archive to ship",
+        all_shipped,
+        timeout_s=max(STEP_TIMEOUT_S, segments * 0.5),
+        every_s=0.5,
+    )
     load = _Producers(c, topic, batch, producers)
     try:
         time.sleep(1.0)
@@ -173,16 +196,22 @@ def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
         victim = next(n for n in c.nodes.values() if n.node_id != st["leader"])
         victim.kill()
         shutil.rmtree(victim.data_dir, ignore_errors=True)
-        say(f"rebuild --segments {segments}: node {victim.node_id} wiped; producers at full "
-            "speed", enabled=show)
+        say(
+            f"rebuild --segments {segments}: node {victim.node_id} wiped; producers at full speed",
+            enabled=show,
+        )
         victim.start()
         started = time.monotonic()
-        _wait("the wiped follower back in the ISR",
-              lambda: victim.node_id in _partition(http, c, topic)["isr"], every_s=0.1)
+        _wait(
+            "the wiped follower back in the ISR",
+            lambda: victim.node_id in _partition(http, c, topic)["isr"],
+            every_s=0.1,
+        )
         rejoin_s = time.monotonic() - started
         view = _led(http, c, topic)
-        resets = next((int(r.get("resets", 0)) for r in view["replicas"]
-                       if r["node_id"] == victim.node_id), 0)
+        resets = next(
+            (int(r.get("resets", 0)) for r in view["replicas"] if r["node_id"] == victim.node_id), 0
+        )
     finally:
         load.close()
     acked = load.acked
@@ -206,22 +235,36 @@ def run_case(c: DevCluster, http: httpx.Client, topic: str, segments: int, *,
     leader_node.start()
     _wait("every node back in the ISR", lambda: len(_partition(http, c, topic)["isr"]) == 3)
     http.delete(f"{c.urls[0]}/v1/topics/{topic}")
-    say(f"rebuild --segments {segments}: rejoined in {rejoin_s:.2f} s after {resets} "
+    say(
+        f"rebuild --segments {segments}: rejoined in {rejoin_s:.2f} s after {resets} "
         f"reset(s); new leader served reads after {leader_ready_s:.2f} s, "
-        f"{requests} bucket requests", enabled=show)
-    return {"segments": segments, "segment_kib": segment_kib, "archive_mb": target >> 20,
-            "rejoin_s": round(rejoin_s, 3), "resets": resets,
-            "acked_requests_during": acked, "leader_ready_s": round(leader_ready_s, 3),
-            "rebuild_requests": requests}
+        f"{requests} bucket requests",
+        enabled=show,
+    )
+    return {
+        "segments": segments,
+        "segment_kib": segment_kib,
+        "archive_mb": target >> 20,
+        "rejoin_s": round(rejoin_s, 3),
+        "resets": resets,
+        "acked_requests_during": acked,
+        "leader_ready_s": round(leader_ready_s, 3),
+        "rebuild_requests": requests,
+    }
 
 
-def run_rebuild_segments(segments: Sequence[int] = DEFAULT_SEGMENTS, *,
-                         segment_kib: int = DEFAULT_SEGMENT_KIB,
-                         request_kib: int = DEFAULT_REQUEST_KIB,
-                         producers: int = DEFAULT_PRODUCERS, lease_ttl_s: int = 2,
-                         endpoint: str | None = None,
-                         directory: str | os.PathLike[str] | None = None, keep: bool = False,
-                         progress: bool | None = None) -> dict[str, Any]:
+def run_rebuild_segments(
+    segments: Sequence[int] = DEFAULT_SEGMENTS,
+    *,
+    segment_kib: int = DEFAULT_SEGMENT_KIB,
+    request_kib: int = DEFAULT_REQUEST_KIB,
+    producers: int = DEFAULT_PRODUCERS,
+    lease_ttl_s: int = 2,
+    endpoint: str | None = None,
+    directory: str | os.PathLike[str] | None = None,
+    keep: bool = False,
+    progress: bool | None = None,
+) -> dict[str, Any]:
     """Rebuilds with archives of ``segments`` small segments; see the module docstring."""
     from ..cluster.dev import DevCluster
     from ..errors import InvalidArgumentError
@@ -230,48 +273,76 @@ def run_rebuild_segments(segments: Sequence[int] = DEFAULT_SEGMENTS, *,
 
     counts = sorted(set(segments))
     if not counts or min(counts) < 1 or min(segment_kib, request_kib, producers) < 1:
-        raise InvalidArgumentError("segments, segment_kib, request_kib and producers must be "
-                                   "positive")
+        raise InvalidArgumentError(
+            "segments, segment_kib, request_kib and producers must be positive"
+        )
     show = progress is not False
     runs: list[dict[str, Any]] = []
     with s3_target(endpoint) as t, work_dir(directory, keep=keep) as root:
         import boto3
 
-        boto3.client("s3", endpoint_url=t.endpoint, region_name=t.region,
-                     aws_access_key_id=t.access_key,
-                     aws_secret_access_key=t.secret_key).create_bucket(Bucket=t.bucket)
-        settings = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(lease_ttl_s),
-                    "TIERED_LOG_REMOTE_URL": f"s3://{t.bucket}",
-                    "TIERED_LOG_S3_ENDPOINT_URL": t.endpoint,
-                    "TIERED_LOG_S3_REGION": t.region,
-                    "TIERED_LOG_S3_ACCESS_KEY": t.access_key or "testing",
-                    "TIERED_LOG_S3_SECRET_KEY": t.secret_key or "testing",
-                    "TIERED_LOG_SHIP_INTERVAL_MS": "100"}
-        cluster = DevCluster(Path(root) / "cluster", 3, settings=settings,
-                             progress=lambda m: say(f"rebuild --segments: {m}", enabled=show))
+        boto3.client(
+            "s3",
+            endpoint_url=t.endpoint,
+            region_name=t.region,
+            aws_access_key_id=t.access_key,
+            aws_secret_access_key=t.secret_key,
+        ).create_bucket(Bucket=t.bucket)
+        settings = {
+            "TIERED_LOG_CLUSTER_LEASE_TTL_S": str(lease_ttl_s),
+            "TIERED_LOG_REMOTE_URL": f"s3://{t.bucket}",
+            "TIERED_LOG_S3_ENDPOINT_URL": t.endpoint,
+            "TIERED_LOG_S3_REGION": t.region,
+            "TIERED_LOG_S3_ACCESS_KEY": t.access_key or "testing",
+            "TIERED_LOG_S3_SECRET_KEY": t.secret_key or "testing",
+            "TIERED_LOG_SHIP_INTERVAL_MS": "100",
+        }
+        cluster = DevCluster(
+            Path(root) / "cluster",
+            3,
+            settings=settings,
+            progress=lambda m: say(f"rebuild --segments: {m}", enabled=show),
+        )
         try:
             cluster.start()
             with httpx.Client(timeout=30) as http:
                 for i, n in enumerate(counts):
-                    runs.append(run_case(cluster, http, f"segments-{i}", n,
-                                         segment_kib=segment_kib, request_kib=request_kib,
-                                         producers=producers, show=show))
+                    runs.append(
+                        run_case(
+                            cluster,
+                            http,
+                            f"segments-{i}",
+                            n,
+                            segment_kib=segment_kib,
+                            request_kib=request_kib,
+                            producers=producers,
+                            show=show,
+                        )
+                    )
         finally:
             cluster.stop()
     small, large = runs[0], runs[-1]
     growth = ratio(large["rejoin_s"], small["rejoin_s"])
     return {
-        "benchmark": "rebuild-segments", "runs": runs,
+        "benchmark": "rebuild-segments",
+        "runs": runs,
         "growth_10x_segments": growth,
         "segments_ratio": ratio(large["segments"], small["segments"]),
         "leader_ready_growth": ratio(large["leader_ready_s"], small["leader_ready_s"]),
         "rebuild_requests": {str(r["segments"]): r["rebuild_requests"] for r in runs},
-        "targets": {"growth_10x_segments": TARGET_GROWTH,
-                    "rebuild_requests": "independent of the segment count"},
+        "targets": {
+            "growth_10x_segments": TARGET_GROWTH,
+            "rebuild_requests": "independent of the segment count",
+        },
         "met": {"growth_10x_segments": growth < TARGET_GROWTH},
-        "params": {"segments": counts, "segment_kib": segment_kib, "request_kib": request_kib,
-                   "producers": producers, "lease_ttl_s": lease_ttl_s,
-                   "endpoint": "moto" if endpoint is None else endpoint},
+        "params": {
+            "segments": counts,
+            "segment_kib": segment_kib,
+            "request_kib": request_kib,
+            "producers": producers,
+            "lease_ttl_s": lease_ttl_s,
+            "endpoint": "moto" if endpoint is None else endpoint,
+        },
         "environment": environment(),
     }
 

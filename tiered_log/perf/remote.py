@@ -90,8 +90,12 @@ def moto_server_process() -> Iterator[str]:
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         spool = tempfile.mkdtemp(prefix="tl-moto-", dir="/dev/shm")
         env["TMPDIR"] = spool
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -123,14 +127,24 @@ def s3_target(endpoint: str | None = None, bucket: str | None = None) -> Iterato
             os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
             os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
             endpoint = stack.enter_context(moto_server_process())
-        yield S3Target(endpoint, bucket or f"perf-{uuid.uuid4().hex[:12]}",
-                       os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"),
-                       os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+        yield S3Target(
+            endpoint,
+            bucket or f"perf-{uuid.uuid4().hex[:12]}",
+            os.environ.get("AWS_ACCESS_KEY_ID"),
+            os.environ.get("AWS_SECRET_ACCESS_KEY"),
+            os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        )
 
 
 def _storage(t: S3Target, prefix: str) -> S3Storage:
-    st = S3Storage(t.bucket, prefix=prefix, endpoint_url=t.endpoint, region=t.region,
-                   access_key=t.access_key, secret_key=t.secret_key)
+    st = S3Storage(
+        t.bucket,
+        prefix=prefix,
+        endpoint_url=t.endpoint,
+        region=t.region,
+        access_key=t.access_key,
+        secret_key=t.secret_key,
+    )
     st.ensure_bucket()
     return st
 
@@ -139,9 +153,14 @@ def _boto(t: S3Target) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client("s3", endpoint_url=t.endpoint, region_name=t.region,
-                        aws_access_key_id=t.access_key, aws_secret_access_key=t.secret_key,
-                        config=Config(s3={"addressing_style": "path"}))
+    return boto3.client(
+        "s3",
+        endpoint_url=t.endpoint,
+        region_name=t.region,
+        aws_access_key_id=t.access_key,
+        aws_secret_access_key=t.secret_key,
+        config=Config(s3={"addressing_style": "path"}),
+    )
 
 
 def _fill(tlog: TieredLog, total_bytes: int, record_bytes: int, show: bool = True) -> int:
@@ -159,8 +178,9 @@ def _fill(tlog: TieredLog, total_bytes: int, record_bytes: int, show: bool = Tru
     return n
 
 
-def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = None,
-             repeat: int = 3) -> dict[str, Any]:
+def run_ship(
+    total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = None, repeat: int = 3
+) -> dict[str, Any]:
     """Segment shipping throughput vs plain boto3 uploads of the same files.
 
     ``repeat`` rounds, each a baseline upload then a shipment of a fresh copy of the log
@@ -172,8 +192,14 @@ def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = N
         with s3_target(endpoint) as t:
             storage = _storage(t, "ship")
             cfg = LogConfig(segment_bytes=segment_mib << 20)
-            tlog = TieredLog(work / "log", log_id="perf-0", storage=storage, config=cfg,
-                             tier=TierConfig(), start_shipper=False)
+            tlog = TieredLog(
+                work / "log",
+                log_id="perf-0",
+                storage=storage,
+                config=cfg,
+                tier=TierConfig(),
+                start_shipper=False,
+            )
             _fill(tlog, total_mib << 20, 1024)
             segs = tlog.eligible_segments()
             size = sum(s.size for s in segs)
@@ -183,12 +209,15 @@ def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = N
             pair_runs: list[float] = []
             ours_runs: list[float] = []
             copied = 0
+
             def baseline(r: int) -> None:
                 from concurrent.futures import ThreadPoolExecutor
 
                 for threads, runs in ((1, base_runs), (2, pair_runs)):
-                    _say(f"round {r + 1}/{repeat}: boto3 upload_file of {len(segs)} segment "
-                         f"files ({size >> 20} MiB), {threads} at a time")
+                    _say(
+                        f"round {r + 1}/{repeat}: boto3 upload_file of {len(segs)} segment "
+                        f"files ({size >> 20} MiB), {threads} at a time"
+                    )
                     os.sync()  # no writeback pending at the start (moto spools to disk)
                     keys = [f"baseline/{r}/{threads}/{s.store_path.name}" for s in segs]
 
@@ -199,15 +228,23 @@ def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = N
                     with ThreadPoolExecutor(threads) as ex:
                         list(ex.map(up, range(len(segs))))
                     runs.append(time.perf_counter() - t0)
-                    client.delete_objects(Bucket=t.bucket,
-                                          Delete={"Objects": [{"Key": k} for k in keys]})
+                    client.delete_objects(
+                        Bucket=t.bucket, Delete={"Objects": [{"Key": k} for k in keys]}
+                    )
 
             def ours(r: int) -> int:
                 _say(f"round {r + 1}/{repeat}: shipping the same segments with the shipper")
                 copy_dir = work / f"log-{r}"
                 shutil.copytree(work / "log", copy_dir, ignore=shutil.ignore_patterns(".lock"))
-                tl = TieredLog(copy_dir, log_id=f"perf-{r + 1}", storage=storage, config=cfg,
-                               tier=TierConfig(), start_shipper=False, rebuild=False)
+                tl = TieredLog(
+                    copy_dir,
+                    log_id=f"perf-{r + 1}",
+                    storage=storage,
+                    config=cfg,
+                    tier=TierConfig(),
+                    start_shipper=False,
+                    rebuild=False,
+                )
                 os.sync()  # the copy just made is not written back while we measure
                 t0 = time.perf_counter()
                 n = tl.tier_once()
@@ -230,23 +267,31 @@ def run_ship(total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = N
         base_s, pair_s, ours_s = min(base_runs), min(pair_runs), min(ours_runs)
         ratio = base_s / ours_s
         return {
-            "benchmark": "ship", "segments": copied, "bytes": size, "repeat": repeat,
+            "benchmark": "ship",
+            "segments": copied,
+            "bytes": size,
+            "repeat": repeat,
             "ship_mb_s": round(size / ours_s / 1e6, 1),
             "baseline_boto3_upload_mb_s": round(size / base_s / 1e6, 1),
-            "ratio_vs_boto3": round(ratio, 3), "target": 0.8, "met": ratio >= 0.8,
+            "ratio_vs_boto3": round(ratio, 3),
+            "target": 0.8,
+            "met": ratio >= 0.8,
             "baseline_boto3_two_at_a_time_mb_s": round(size / pair_s / 1e6, 1),
             "ratio_vs_boto3_two_at_a_time": round(pair_s / ours_s, 3),
-            "runs_seconds": {"ship": [round(x, 3) for x in ours_runs],
-                             "baseline": [round(x, 3) for x in base_runs],
-                             "baseline_two_at_a_time": [round(x, 3) for x in pair_runs]},
+            "runs_seconds": {
+                "ship": [round(x, 3) for x in ours_runs],
+                "baseline": [round(x, 3) for x in base_runs],
+                "baseline_two_at_a_time": [round(x, 3) for x in pair_runs],
+            },
             "endpoint": "moto" if endpoint is None else endpoint,
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_remote_read(total_mib: int = 64, segment_mib: int = 8,
-                    endpoint: str | None = None, repeat: int = 3) -> dict[str, Any]:
+def run_remote_read(
+    total_mib: int = 64, segment_mib: int = 8, endpoint: str | None = None, repeat: int = 3
+) -> dict[str, Any]:
     """A consumer reading the whole archive from offset 0 vs plain boto3 downloads.
 
     ``repeat`` rounds, each a baseline download, then a cold read (empty chunk cache) of
@@ -261,14 +306,21 @@ def run_remote_read(total_mib: int = 64, segment_mib: int = 8,
             storage = _storage(t, "rread")
             tier = TierConfig(local_retention_bytes=0)
             cfg = LogConfig(segment_bytes=segment_mib << 20)
-            tlog = TieredLog(work / "log", log_id="perf-0", storage=storage, config=cfg,
-                             tier=tier, start_shipper=False)
+            tlog = TieredLog(
+                work / "log",
+                log_id="perf-0",
+                storage=storage,
+                config=cfg,
+                tier=tier,
+                start_shipper=False,
+            )
             n = _fill(tlog, total_mib << 20, 1024)
             _say("shipping the archive")
             tlog.tier_once()
             assert tlog.bounds().local_start_offset == n, "local copies were not dropped"
-            shipped = [s for s in tlog.describe()["remote_segments"]
-                       if s["state"] == "COPY_FINISHED"]
+            shipped = [
+                s for s in tlog.describe()["remote_segments"] if s["state"] == "COPY_FINISHED"
+            ]
             keys = [f"rread/{_data_key(s['base_offset'], s['id'])}" for s in shipped]
             size = sum(s["size"] for s in shipped)
             tlog.close()
@@ -278,8 +330,10 @@ def run_remote_read(total_mib: int = 64, segment_mib: int = 8,
             record_runs: list[float] = []
             got = count = requests = 0
             for r in range(repeat):
-                _say(f"round {r + 1}/{repeat}: boto3 get_object of {len(keys)} objects "
-                     f"({size >> 20} MiB)")
+                _say(
+                    f"round {r + 1}/{repeat}: boto3 get_object of {len(keys)} objects "
+                    f"({size >> 20} MiB)"
+                )
                 t0 = time.perf_counter()
                 got = 0
                 for k in keys:
@@ -287,12 +341,22 @@ def run_remote_read(total_mib: int = 64, segment_mib: int = 8,
                 base_runs.append(time.perf_counter() - t0)
                 for what in ("batches", "records"):
                     # A fresh open with an empty chunk cache: a cold catch-up reader.
-                    shutil.rmtree(work / "log" / naming.REMOTE_DIR / naming.CHUNK_CACHE_DIR,
-                                  ignore_errors=True)
-                    tlog = TieredLog(work / "log", log_id="perf-0", storage=storage,
-                                     config=cfg, tier=tier, start_shipper=False)
-                    _say(f"round {r + 1}/{repeat}: consumer reading {n} records from offset "
-                         f"0 as {what}")
+                    shutil.rmtree(
+                        work / "log" / naming.REMOTE_DIR / naming.CHUNK_CACHE_DIR,
+                        ignore_errors=True,
+                    )
+                    tlog = TieredLog(
+                        work / "log",
+                        log_id="perf-0",
+                        storage=storage,
+                        config=cfg,
+                        tier=tier,
+                        start_shipper=False,
+                    )
+                    _say(
+                        f"round {r + 1}/{repeat}: consumer reading {n} records from offset "
+                        f"0 as {what}"
+                    )
                     t0 = time.perf_counter()
                     o = count = 0
                     if what == "batches":
@@ -312,20 +376,27 @@ def run_remote_read(total_mib: int = 64, segment_mib: int = 8,
         base_s, batch_s, record_s = min(base_runs), min(batch_runs), min(record_runs)
         ratio, record_ratio = base_s / batch_s, base_s / record_s
         return {
-            "benchmark": "remote-read", "records": count, "bytes": size, "baseline_bytes": got,
+            "benchmark": "remote-read",
+            "records": count,
+            "bytes": size,
+            "baseline_bytes": got,
             "repeat": repeat,
             "remote_read_mb_s": round(size / batch_s / 1e6, 1),
             "remote_read_records_s": round(count / batch_s),
             "baseline_boto3_download_mb_s": round(size / base_s / 1e6, 1),
-            "ratio_vs_boto3": round(ratio, 3), "target": 0.7, "met": ratio >= 0.7,
+            "ratio_vs_boto3": round(ratio, 3),
+            "target": 0.7,
+            "met": ratio >= 0.7,
             "records_read_mb_s": round(size / record_s / 1e6, 1),
             "records_read_records_s": round(count / record_s),
             "records_ratio_vs_boto3": round(record_ratio, 3),
             "records_met": record_ratio >= 0.7,
             "remote_fetch_requests": requests,
-            "runs_seconds": {"remote_read": [round(x, 3) for x in batch_runs],
-                             "records_read": [round(x, 3) for x in record_runs],
-                             "baseline": [round(x, 3) for x in base_runs]},
+            "runs_seconds": {
+                "remote_read": [round(x, 3) for x in batch_runs],
+                "records_read": [round(x, 3) for x in record_runs],
+                "baseline": [round(x, 3) for x in base_runs],
+            },
             "endpoint": "moto" if endpoint is None else endpoint,
         }
     finally:
@@ -358,8 +429,11 @@ OFF, SHIPPING, CATCHUP = "off", "shipping", "shipping_and_catchup_reader"
 
 
 def _phase_figures(lat: list[float]) -> dict[str, float]:
-    return {"p50_ms": round(_pct(lat, 0.50), 3), "p99_ms": round(_pct(lat, 0.99), 3),
-            "mean_ms": round(statistics.fmean(lat) * 1000, 3)}
+    return {
+        "p50_ms": round(_pct(lat, 0.50), 3),
+        "p99_ms": round(_pct(lat, 0.99), 3),
+        "mean_ms": round(statistics.fmean(lat) * 1000, 3),
+    }
 
 
 def _p99_ratios(phases: dict[str, list[float]]) -> tuple[float, float]:
@@ -405,9 +479,15 @@ class _CatchUpReader:
         return self.records, time.perf_counter() - self._t0
 
 
-def _latency_round(off: TieredLog, on: TieredLog, appends: int, value: bytes,
-                   backlog_bytes: int, label: str, show: bool) -> tuple[dict[str, list[float]],
-                                                                         int, float]:
+def _latency_round(
+    off: TieredLog,
+    on: TieredLog,
+    appends: int,
+    value: bytes,
+    backlog_bytes: int,
+    label: str,
+    show: bool,
+) -> tuple[dict[str, list[float]], int, float]:
     """One round of the three phases: ``off`` appends with no tier; a fresh backlog
     filled into ``on`` (its shipper stopped), then appends while the shipper ships it;
     then appends while it ships and a catch-up reader reads the archive. Every phase
@@ -438,11 +518,17 @@ def _latency_round(off: TieredLog, on: TieredLog, appends: int, value: bytes,
     return lat, read, seconds
 
 
-def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
-                        backlog_mib: int = 32, *, upload_bytes_per_sec: int | None = None,
-                        fetch_bytes_per_sec: int | None = None, copies_in_flight: int = 2,
-                        rounds: int = DEFAULT_LATENCY_ROUNDS,
-                        progress: bool | None = None) -> dict[str, Any]:
+def run_produce_latency(
+    appends: int = 2000,
+    endpoint: str | None = None,
+    backlog_mib: int = 32,
+    *,
+    upload_bytes_per_sec: int | None = None,
+    fetch_bytes_per_sec: int | None = None,
+    copies_in_flight: int = 2,
+    rounds: int = DEFAULT_LATENCY_ROUNDS,
+    progress: bool | None = None,
+) -> dict[str, Any]:
     """p50/p99 of acknowledged single-record appends: tiering off, shipping, + catch-up reader.
 
     The three phases run ``rounds`` times, in turn (off, shipping, catch-up; then again),
@@ -476,18 +562,29 @@ def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
             # On: the shipper runs only in the shipping and catch-up phases.
             # A cache smaller than the archive: the catch-up reader keeps fetching remotely.
             eighth = max(1 << 20, (backlog_mib << 20) // 8)
-            tier = TierConfig(ship_interval_ms=10, local_retention_bytes=eighth,
-                              cache_bytes=eighth, upload_bytes_per_sec=upload_bytes_per_sec,
-                              fetch_bytes_per_sec=fetch_bytes_per_sec,
-                              copies_in_flight=copies_in_flight)
-            on = TieredLog(work / "on", log_id="lat-0", storage=storage, config=cfg, tier=tier,
-                           start_shipper=False)
+            tier = TierConfig(
+                ship_interval_ms=10,
+                local_retention_bytes=eighth,
+                cache_bytes=eighth,
+                upload_bytes_per_sec=upload_bytes_per_sec,
+                fetch_bytes_per_sec=fetch_bytes_per_sec,
+                copies_in_flight=copies_in_flight,
+            )
+            on = TieredLog(
+                work / "on",
+                log_id="lat-0",
+                storage=storage,
+                config=cfg,
+                tier=tier,
+                start_shipper=False,
+            )
             per_round: list[dict[str, list[float]]] = []
             read_records, read_seconds = 0, 0.0
             try:
                 for r in range(rounds):
-                    lat, n, secs = _latency_round(off, on, appends, value, backlog_mib << 20,
-                                                  f"round {r + 1}/{rounds}", show)
+                    lat, n, secs = _latency_round(
+                        off, on, appends, value, backlog_mib << 20, f"round {r + 1}/{rounds}", show
+                    )
                     per_round.append(lat)
                     read_records += n
                     read_seconds += secs
@@ -495,18 +592,30 @@ def run_produce_latency(appends: int = 2000, endpoint: str | None = None,
                 off.close()
                 on.close()
                 storage.close()
-        return _latency_report(per_round, appends, read_records, read_seconds,
-                               {"upload_bytes_per_sec": upload_bytes_per_sec,
-                                "fetch_bytes_per_sec": fetch_bytes_per_sec,
-                                "copies_in_flight": copies_in_flight},
-                               "moto" if endpoint is None else endpoint)
+        return _latency_report(
+            per_round,
+            appends,
+            read_records,
+            read_seconds,
+            {
+                "upload_bytes_per_sec": upload_bytes_per_sec,
+                "fetch_bytes_per_sec": fetch_bytes_per_sec,
+                "copies_in_flight": copies_in_flight,
+            },
+            "moto" if endpoint is None else endpoint,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _latency_report(per_round: list[dict[str, list[float]]], appends: int, read_records: int,
-                    read_seconds: float, settings: dict[str, int | None],
-                    endpoint: str) -> dict[str, Any]:
+def _latency_report(
+    per_round: list[dict[str, list[float]]],
+    appends: int,
+    read_records: int,
+    read_seconds: float,
+    settings: dict[str, int | None],
+    endpoint: str,
+) -> dict[str, Any]:
     """The JSON-able report of :func:`run_produce_latency` (see there)."""
     rounds: list[dict[str, Any]] = []
     ships: list[float] = []
@@ -515,18 +624,26 @@ def _latency_report(per_round: list[dict[str, list[float]]], appends: int, read_
         ship, catch = _p99_ratios(lat)
         ships.append(ship)
         catches.append(catch)
-        rounds.append({"round": i + 1, "phases": {k: _phase_figures(v) for k, v in lat.items()},
-                       "p99_ratio_shipping_vs_off": round(ship, 3),
-                       "p99_ratio_catchup_vs_off": round(catch, 3)})
+        rounds.append(
+            {
+                "round": i + 1,
+                "phases": {k: _phase_figures(v) for k, v in lat.items()},
+                "p99_ratio_shipping_vs_off": round(ship, 3),
+                "p99_ratio_catchup_vs_off": round(catch, 3),
+            }
+        )
     pooled = {k: [x for lat in per_round for x in lat[k]] for k in (OFF, SHIPPING, CATCHUP)}
     pooled_ship, pooled_catch = _p99_ratios(pooled)
     m_ship = round(statistics.median(ships), 3)
     m_catch = round(statistics.median(catches), 3)
     return {
-        "benchmark": "produce-latency", "appends_per_phase": appends, "rounds": len(rounds),
+        "benchmark": "produce-latency",
+        "appends_per_phase": appends,
+        "rounds": len(rounds),
         "median_p99_ratio_shipping_vs_off": m_ship,
         "median_p99_ratio_catchup_vs_off": m_catch,
-        "p99_ratio_shipping_vs_off": m_ship, "p99_ratio_catchup_vs_off": m_catch,
+        "p99_ratio_shipping_vs_off": m_ship,
+        "p99_ratio_catchup_vs_off": m_catch,
         "phases": {k: _phase_figures(v) for k, v in pooled.items()},
         "pooled_p99_ratio_shipping_vs_off": round(pooled_ship, 3),
         "pooled_p99_ratio_catchup_vs_off": round(pooled_catch, 3),

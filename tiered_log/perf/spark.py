@@ -36,8 +36,9 @@ TOPIC = "perf-spark"
 TARGETS = {"scaling_local2_vs_local1": 1.6, "local2_vs_parquet": 0.5}
 
 
-def build_archive(root: Path, records: int, partitions: int, segment_bytes: int,
-                  progress: bool | None) -> tuple[str, int]:
+def build_archive(
+    root: Path, records: int, partitions: int, segment_bytes: int, progress: bool | None
+) -> tuple[str, int]:
     """Write and ship the archive; returns the store URL and the archived bytes."""
     from ..config import TopicConfig
     from ..format.records import ProducerRecord
@@ -49,9 +50,13 @@ def build_archive(root: Path, records: int, partitions: int, segment_bytes: int,
 
     bucket = root / "bucket"
     store = open_storage(bucket.as_uri())
-    meta = TopicMeta(TOPIC, os.urandom(16).hex(), partitions,
-                     TopicConfig.model_validate({"segment_bytes": segment_bytes}),
-                     int(time.time() * 1000))
+    meta = TopicMeta(
+        TOPIC,
+        os.urandom(16).hex(),
+        partitions,
+        TopicConfig.model_validate({"segment_bytes": segment_bytes}),
+        int(time.time() * 1000),
+    )
     pool = os.urandom(RECORD_BYTES * 64)
     base_ts = int(time.time() * 1000) - records
     span = len(pool) - RECORD_BYTES
@@ -59,15 +64,26 @@ def build_archive(root: Path, records: int, partitions: int, segment_bytes: int,
     with Progress(records, "building archive", enabled=progress) as prog:
         for p in range(partitions):
             n = records // partitions + (1 if p < records % partitions else 0)
-            log = TieredLog(root / "build" / str(p), log_id=log_id_of(meta, p), storage=store,
-                            config=LogConfig(segment_bytes=segment_bytes),
-                            tier=TierConfig(), start_shipper=False, rebuild=False)
+            log = TieredLog(
+                root / "build" / str(p),
+                log_id=log_id_of(meta, p),
+                storage=store,
+                config=LogConfig(segment_bytes=segment_bytes),
+                tier=TierConfig(),
+                start_shipper=False,
+                rebuild=False,
+            )
             try:
                 done = 0
                 while done < n:
                     k = min(1000, n - done)
-                    batch = [ProducerRecord(pool[(j := ((done + i) * 977) % span):j + RECORD_BYTES],
-                                            timestamp=base_ts + done + i) for i in range(k)]
+                    batch = [
+                        ProducerRecord(
+                            pool[(j := ((done + i) * 977) % span) : j + RECORD_BYTES],
+                            timestamp=base_ts + done + i,
+                        )
+                        for i in range(k)
+                    ]
                     log.append_batch(batch)
                     done += k
                     prog.advance(k)
@@ -90,11 +106,16 @@ def _session(master: str) -> Any:
 
     from ..spark import register
 
-    spark = (SparkSession.builder.master(master).appName(f"tiered-log-perf-{master}")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.memory", "2g").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(f"tiered-log-perf-{master}")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
@@ -109,9 +130,16 @@ def _scan(df: Any) -> tuple[float, int, int]:
     return time.perf_counter() - t0, int(row.n), int(row.b or 0)
 
 
-def run_spark_scan(records: int = DEFAULT_SPARK_RECORDS, *, partitions: int = 2,
-                   segment_bytes: int = 64 << 20, repeat: int = 1, directory: str | None = None,
-                   keep: bool = False, progress: bool | None = None) -> dict[str, Any]:
+def run_spark_scan(
+    records: int = DEFAULT_SPARK_RECORDS,
+    *,
+    partitions: int = 2,
+    segment_bytes: int = 64 << 20,
+    repeat: int = 1,
+    directory: str | None = None,
+    keep: bool = False,
+    progress: bool | None = None,
+) -> dict[str, Any]:
     """Run the benchmark (see the module docstring); the JSON-able report."""
     from pyspark.sql import functions as F
 
@@ -122,11 +150,13 @@ def run_spark_scan(records: int = DEFAULT_SPARK_RECORDS, *, partitions: int = 2,
     server: ServerProcess | None = None
     spark: Any = None
     try:
-        say(f"building an archive of {records:,} x {RECORD_BYTES} B records in {root}",
-            enabled=show)
+        say(
+            f"building an archive of {records:,} x {RECORD_BYTES} B records in {root}", enabled=show
+        )
         url, archived = build_archive(root, records, partitions, segment_bytes, progress)
-        server = ServerProcess(root / "data", root / "server.log",
-                               {"remote_url": url, "remote_cache_bytes": "0"}).start()
+        server = ServerProcess(
+            root / "data", root / "server.log", {"remote_url": url, "remote_cache_bytes": "0"}
+        ).start()
         say(f"service restored the topic from the store at {server.url}", enabled=show)
         opts = {"serviceUrl": server.url, "topic": TOPIC, "bucketUrl": url}
         results: dict[str, dict[str, Any]] = {}
@@ -141,16 +171,22 @@ def run_spark_scan(records: int = DEFAULT_SPARK_RECORDS, *, partitions: int = 2,
             _scan(warm.filter(F.col("offset") < 1000))
             runs = []
             for i in range(repeat):
-                say(f"{master}: scanning the archive ({splits} splits), run {i + 1}/{repeat}",
-                    enabled=show)
+                say(
+                    f"{master}: scanning the archive ({splits} splits), run {i + 1}/{repeat}",
+                    enabled=show,
+                )
                 secs, n, b = _scan(df)
                 if n != records or b != records * RECORD_BYTES:
                     raise RuntimeError(f"{master} read {n} rows / {b} bytes, expected {records}")
                 runs.append(secs)
             best = min(runs)
-            results[master] = {"seconds": round(best, 3), "rows_per_s": round(rate(records, best)),
-                               "mb_per_s": round(rate(records * RECORD_BYTES, best) / MB, 1),
-                               "splits": splits, "runs_seconds": [round(r, 3) for r in runs]}
+            results[master] = {
+                "seconds": round(best, 3),
+                "rows_per_s": round(rate(records, best)),
+                "mb_per_s": round(rate(records * RECORD_BYTES, best) / MB, 1),
+                "splits": splits,
+                "runs_seconds": [round(r, 3) for r in runs],
+            }
             if master == "local[2]":
                 say("writing the Parquet copy", enabled=show)
                 df.drop("headers").write.mode("overwrite").parquet(str(parquet))
@@ -165,27 +201,39 @@ def run_spark_scan(records: int = DEFAULT_SPARK_RECORDS, *, partitions: int = 2,
                     runs.append(secs)
                 best = min(runs)
                 results["parquet"] = {
-                    "seconds": round(best, 3), "rows_per_s": round(rate(records, best)),
+                    "seconds": round(best, 3),
+                    "rows_per_s": round(rate(records, best)),
                     "mb_per_s": round(rate(records * RECORD_BYTES, best) / MB, 1),
                     "splits": pq.rdd.getNumPartitions(),
-                    "runs_seconds": [round(r, 3) for r in runs]}
+                    "runs_seconds": [round(r, 3) for r in runs],
+                }
             spark.stop()
             spark = None
         figures = {
-            "scaling_local2_vs_local1": round(ratio(results["local[2]"]["rows_per_s"],
-                                                    results["local[1]"]["rows_per_s"]), 3),
-            "local2_vs_parquet": round(ratio(results["local[2]"]["rows_per_s"],
-                                             results["parquet"]["rows_per_s"]), 3),
+            "scaling_local2_vs_local1": round(
+                ratio(results["local[2]"]["rows_per_s"], results["local[1]"]["rows_per_s"]), 3
+            ),
+            "local2_vs_parquet": round(
+                ratio(results["local[2]"]["rows_per_s"], results["parquet"]["rows_per_s"]), 3
+            ),
         }
         return {
             "benchmark": "spark-scan",
-            "params": {"records": records, "record_bytes": RECORD_BYTES, "partitions": partitions,
-                       "segment_bytes": segment_bytes, "repeat": repeat,
-                       "archived_bytes": archived, "store": "local directory"},
+            "params": {
+                "records": records,
+                "record_bytes": RECORD_BYTES,
+                "partitions": partitions,
+                "segment_bytes": segment_bytes,
+                "repeat": repeat,
+                "archived_bytes": archived,
+                "store": "local directory",
+            },
             "results": results,
             "figures": figures,
-            "targets": {k: {"target": v, "measured": figures[k], "met": figures[k] >= v}
-                        for k, v in TARGETS.items()},
+            "targets": {
+                k: {"target": v, "measured": figures[k], "met": figures[k] >= v}
+                for k, v in TARGETS.items()
+            },
             "environment": environment(),
         }
     finally:
@@ -201,11 +249,14 @@ def format_table(report: dict[str, Any]) -> str:
     """The report as a few lines of text."""
     lines = [f"spark-scan: {report['params']['records']:,} x {RECORD_BYTES} B records"]
     for name, r in report["results"].items():
-        lines.append(f"  {name:<9} {r['rows_per_s']:>12,} rows/s {r['mb_per_s']:>8} MB/s "
-                     f"{r['seconds']:>8}s  ({r['splits']} splits)")
+        lines.append(
+            f"  {name:<9} {r['rows_per_s']:>12,} rows/s {r['mb_per_s']:>8} MB/s "
+            f"{r['seconds']:>8}s  ({r['splits']} splits)"
+        )
     for k, t in report["targets"].items():
-        lines.append(f"  {k}: {t['measured']} (target >= {t['target']}: "
-                     f"{'met' if t['met'] else 'NOT met'})")
+        lines.append(
+            f"  {k}: {t['measured']} (target >= {t['target']}: {'met' if t['met'] else 'NOT met'})"
+        )
     return "\n".join(lines)
 
 

@@ -83,12 +83,15 @@ class CopyTask:
         """The uploads under way (for the log's close)."""
         return set(self._copy_helpers)
 
-    def copy_segment(self, seg: SegmentInfo, progress: Callable[[int], None] | None = None) -> RemoteSegment:
+    def copy_segment(
+        self, seg: SegmentInfo, progress: Callable[[int], None] | None = None
+    ) -> RemoteSegment:
         """Copy one sealed local segment (see the module docstring for the steps)."""
         return self.finish_copy(self.start_copy(seg, progress))
 
-    def start_copy(self, seg: SegmentInfo,
-                   progress: Callable[[int], None] | None = None) -> CopyAttempt:
+    def start_copy(
+        self, seg: SegmentInfo, progress: Callable[[int], None] | None = None
+    ) -> CopyAttempt:
         """Journal COPY_STARTED and start the two uploads (data and manifest) in the copy
         pool; :meth:`finish_copy` (or :meth:`abandon_copy`) must follow. ``progress(n)``
         is called from the upload thread with the bytes sent so far."""
@@ -97,9 +100,16 @@ class CopyTask:
                 head = f.read(HEADER_SIZE + 8)
             # Unverified here: the manifest's scan verifies every batch before the copy ends.
             first_ts = first_timestamp(head) if len(head) >= HEADER_SIZE + 8 else -1
-            rs = RemoteSegment(new_segment_id(), seg.base_offset, seg.next_offset, seg.size,
-                               first_ts, seg.max_timestamp, CopyState.COPY_STARTED,
-                               leader_epoch=self.st.leader_epoch)
+            rs = RemoteSegment(
+                new_segment_id(),
+                seg.base_offset,
+                seg.next_offset,
+                seg.size,
+                first_ts,
+                seg.max_timestamp,
+                CopyState.COPY_STARTED,
+                leader_epoch=self.st.leader_epoch,
+            )
             fence = self.st.fence
             data_key, rli_key = self.st.keys(rs)
             rs = self.st.journal.record(rs, CopyState.COPY_STARTED)
@@ -127,22 +137,36 @@ class CopyTask:
                     self.limiter.consume(seg.size - sent, self.st.closing)
 
             def put_manifest() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
-                args = (seg.store_path, seg.size, seg.base_offset, seg.next_offset, data_key,
-                        self.st.config.chunk_bytes)
+                args = (
+                    seg.store_path,
+                    seg.size,
+                    seg.base_offset,
+                    seg.next_offset,
+                    data_key,
+                    self.st.config.chunk_bytes,
+                )
                 entries = placed[0].scan(*args) if placed is not None else chunk_entries(*args)
                 done = replace(rs, chunks=len(entries))
                 if fence is not None and not fence():  # the commit point: a deposed leader stops
                     raise RemoteStorageError(
                         f"{self.st.log_id}: copy of [{seg.base_offset}, {seg.next_offset}) "
-                        f"abandoned: this node no longer leads epoch {rs.leader_epoch}")
-                self.st.storage.put(rli_key, encode_manifest(
-                    done, entries, seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes(),
-                    seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes()))
+                        f"abandoned: this node no longer leads epoch {rs.leader_epoch}"
+                    )
+                self.st.storage.put(
+                    rli_key,
+                    encode_manifest(
+                        done,
+                        entries,
+                        seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes(),
+                        seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes(),
+                    ),
+                )
                 return done, entries
 
             # The scan (CPU) and the manifest upload run beside the data upload.
-            attempt = CopyAttempt(rs, self._copy_pool.submit(upload),
-                                  self._copy_pool.submit(put_manifest))
+            attempt = CopyAttempt(
+                rs, self._copy_pool.submit(upload), self._copy_pool.submit(put_manifest)
+            )
             self._copy_helpers |= set(attempt.futures())
             return attempt
 
@@ -168,8 +192,9 @@ class CopyTask:
             self.st.stats.uploaded_segments += 1
             return rs
 
-    def copy_segments(self, segments: Sequence[SegmentInfo],
-                      stop: threading.Event | None = None) -> int:
+    def copy_segments(
+        self, segments: Sequence[SegmentInfo], stop: threading.Event | None = None
+    ) -> int:
         """Copy ``segments`` (consecutive, oldest first), up to ``copies_in_flight`` at a
         time, finished in order (see the module docstring); returns how many were
         copied. Stops starting new copies once ``stop`` is set. Raises the first
@@ -213,13 +238,20 @@ class CopyTask:
                 head = self.st.storage.get(objs[naming.RLI_SUFFIX], 0, 4096).partition(b"\n")[0]
                 epoch = json.loads(head).get("leader_epoch")
                 if isinstance(epoch, int) and epoch < rs.leader_epoch:
-                    log.warning("%s: deleting copy %s of segment %d: a deposed leader of epoch "
-                                "%d finished it late (this is epoch %d)", self.st.log_id,
-                                seg_id, rs.base_offset, epoch, rs.leader_epoch)
+                    log.warning(
+                        "%s: deleting copy %s of segment %d: a deposed leader of epoch "
+                        "%d finished it late (this is epoch %d)",
+                        self.st.log_id,
+                        seg_id,
+                        rs.base_offset,
+                        epoch,
+                        rs.leader_epoch,
+                    )
                     self.st.storage.delete(list(objs.values()))
         except (RemoteStorageError, ValueError, AttributeError) as exc:
-            log.warning("%s: other copies of segment %d not swept: %s", self.st.log_id,
-                        rs.base_offset, exc)
+            log.warning(
+                "%s: other copies of segment %d not swept: %s", self.st.log_id, rs.base_offset, exc
+            )
 
     def abandon_copy(self, attempt: CopyAttempt) -> None:
         """Wait for an attempt's uploads and delete what they put (a copy before it in

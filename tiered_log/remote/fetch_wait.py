@@ -23,8 +23,9 @@ STEP_S = 0.1
 """The wait goes in steps of this many seconds, to see whether the quota held it back."""
 
 
-def wait_for_fetch(fut: Future[Any], max_wait_ms: int, throttled: Callable[[], bool],
-                   what: str) -> None:
+def wait_for_fetch(
+    fut: Future[Any], max_wait_ms: int, throttled: Callable[[], bool], what: str
+) -> None:
     """``fut.result()``, waiting at most ``max_wait_ms`` of time during which
     ``throttled()`` (fetches are waiting for the fetch quota) was false at the start and
     the end of each step; then RemoteTimeoutError naming ``what``. Any thread."""
@@ -44,7 +45,8 @@ def wait_for_fetch(fut: Future[Any], max_wait_ms: int, throttled: Callable[[], b
             raise RemoteTimeoutError(
                 f"the bucket did not answer within fetch_max_wait_ms ({max_wait_ms} ms, the "
                 f"service's remote_fetch_max_wait_ms) for {what}; the fetch goes on, retry "
-                "to read it")
+                "to read it"
+            )
 
 
 __all__ = ["STEP_S", "wait_for_fetch"]

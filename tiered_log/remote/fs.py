@@ -78,18 +78,19 @@ class LocalDirStorage:
         if read_only:  # create nothing, probe nothing: the root must already be there
             if not self.root.is_dir():
                 what = "is not a directory" if self.root.exists() else "does not exist"
-                raise RemoteStorageError(f"storage directory {self.root} {what}",
-                                         retriable=False)
+                raise RemoteStorageError(f"storage directory {self.root} {what}", retriable=False)
             self.use_xattr = hasattr(os, "getxattr")
             return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise RemoteStorageError(f"cannot create storage directory {self.root}: {exc}",
-                                     retriable=False) from exc
+            raise RemoteStorageError(
+                f"cannot create storage directory {self.root}: {exc}", retriable=False
+            ) from exc
         if not self.root.is_dir():
-            raise RemoteStorageError(f"storage root {self.root} is not a directory",
-                                     retriable=False)
+            raise RemoteStorageError(
+                f"storage root {self.root} is not a directory", retriable=False
+            )
         self.use_xattr = self._probe_xattr()
 
     def _probe_xattr(self) -> bool:
@@ -100,8 +101,9 @@ class LocalDirStorage:
         try:
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as exc:
-            raise RemoteStorageError(f"storage directory {self.root} is not writable: {exc}",
-                                     retriable=False) from exc
+            raise RemoteStorageError(
+                f"storage directory {self.root} is not writable: {exc}", retriable=False
+            ) from exc
         try:
             os.setxattr(fd, XATTR_NAME, b"0")
             return True
@@ -159,10 +161,13 @@ class LocalDirStorage:
     def _conflict(self, key: str, exc: OSError) -> RemoteStorageError:
         return RemoteStorageError(
             f"cannot store {key!r} in {self.url}: it conflicts with an existing object or "
-            f"with a directory of other keys ({exc})", retriable=False)
+            f"with a directory of other keys ({exc})",
+            retriable=False,
+        )
 
-    def _write(self, key: str, chunks: Iterable[bytes | memoryview],
-               progress: Callable[[int], None] | None) -> ObjectInfo:
+    def _write(
+        self, key: str, chunks: Iterable[bytes | memoryview], progress: Callable[[int], None] | None
+    ) -> ObjectInfo:
         """Write ``chunks`` to ``key`` atomically and durably; the new object's info."""
         path = self._path(key)
         parent = path.parent
@@ -227,8 +232,9 @@ class LocalDirStorage:
         self._check_writable()
         return self._write(key, [data], None)
 
-    def put_file(self, key: str, path: str | os.PathLike[str],
-                 progress: Callable[[int], None] | None = None) -> ObjectInfo:
+    def put_file(
+        self, key: str, path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+    ) -> ObjectInfo:
         """Copy the local file ``path`` to ``key`` in 1 MiB chunks, atomically.
 
         ``progress(n)`` is called in this thread after each chunk with the bytes copied so
@@ -240,8 +246,9 @@ class LocalDirStorage:
         try:
             src = open(path, "rb")  # noqa: SIM115 - closed in the finally below
         except OSError as exc:
-            raise RemoteStorageError(f"cannot read local file {os.fspath(path)!r} to upload: "
-                                     f"{exc}", retriable=False) from exc
+            raise RemoteStorageError(
+                f"cannot read local file {os.fspath(path)!r} to upload: {exc}", retriable=False
+            ) from exc
         try:
             return self._write(key, iter(lambda: src.read(_CHUNK), b""), progress)
         finally:
@@ -271,11 +278,13 @@ class LocalDirStorage:
                 if end == start:
                     if start > size:
                         raise RemoteObjectNotFoundError(
-                            f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)")
+                            f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)"
+                        )
                     return b""
                 if start >= size and not (start == 0 and end is None):
                     raise RemoteObjectNotFoundError(
-                        f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)")
+                        f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)"
+                    )
                 stop = size if end is None else min(end, size)
                 parts: builtins.list[bytes] = []
                 pos = start
@@ -288,14 +297,16 @@ class LocalDirStorage:
                 data = b"".join(parts)
                 if len(data) != stop - start:
                     raise RemoteStorageError(
-                        f"short read of {key!r}: {len(data)} of {stop - start} bytes at {start}")
+                        f"short read of {key!r}: {len(data)} of {stop - start} bytes at {start}"
+                    )
                 if start == 0 and stop == size:
                     want = self._stored_checksum(path, fd)
                     if want is not None and xxhash.xxh3_128_hexdigest(data) != want:
                         if attempt == 0 and self._replaced(path, st):
                             continue  # sidecar mode: raced with an overwrite; read again
                         raise RemoteCorruptionError(
-                            f"object {key!r} in {self.url} fails its xxh3 checksum")
+                            f"object {key!r} in {self.url} fails its xxh3 checksum"
+                        )
                 return data
             except OSError as exc:
                 raise RemoteStorageError(f"read of {key!r} from {self.url} failed: {exc}") from exc
@@ -362,8 +373,9 @@ class LocalDirStorage:
                 except OSError as exc:
                     raise RemoteStorageError(f"listing {self.url} failed: {exc}") from exc
                 if stat.S_ISREG(st.st_mode):
-                    found.append(ObjectInfo(key_dir + name, st.st_size,
-                                            self._stored_checksum(Path(full))))
+                    found.append(
+                        ObjectInfo(key_dir + name, st.st_size, self._stored_checksum(Path(full)))
+                    )
         found.sort(key=lambda o: o.key)
         yield from found
 
@@ -404,8 +416,7 @@ class LocalDirStorage:
         by_dir: dict[Path, set[str]] = {}
         for key in check_keys(keys):
             path = self._path(key)
-            by_dir.setdefault(path.parent, set()).update(
-                (path.name, self._sidecar(path).name))
+            by_dir.setdefault(path.parent, set()).update((path.name, self._sidecar(path).name))
         for directory, names in by_dir.items():
             try:
                 entries = builtins.list(os.scandir(directory))

@@ -113,16 +113,23 @@ class _IndexFile:
 
 def _paths(directory: Path, base: int) -> tuple[Path, Path, Path]:
     name = naming.offset_name(base)
-    return (directory / (name + naming.REMOTE_LOG_INDEX_SUFFIX),
-            directory / (name + naming.REMOTE_OFFSET_INDEX_SUFFIX),
-            directory / (name + naming.REMOTE_TIME_INDEX_SUFFIX))
+    return (
+        directory / (name + naming.REMOTE_LOG_INDEX_SUFFIX),
+        directory / (name + naming.REMOTE_OFFSET_INDEX_SUFFIX),
+        directory / (name + naming.REMOTE_TIME_INDEX_SUFFIX),
+    )
 
 
 class RemoteIndexFiles:
     """Remote-index files of one log, in ``directory``; see the module docstring."""
 
-    def __init__(self, directory: Path, *, rotate_bytes: int = 16 << 20,
-                 rotate_ms: int = 7 * 24 * 3600 * 1000) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        rotate_bytes: int = 16 << 20,
+        rotate_ms: int = 7 * 24 * 3600 * 1000,
+    ) -> None:
         self.directory = directory
         self.rotate_bytes = rotate_bytes
         self.rotate_ms = rotate_ms
@@ -136,7 +143,8 @@ class RemoteIndexFiles:
 
     def _load(self) -> None:
         bases = sorted(
-            b for p in self.directory.iterdir()
+            b
+            for p in self.directory.iterdir()
             if (b := naming.parse_offset_name(p.name, naming.REMOTE_LOG_INDEX_SUFFIX)) is not None
         )
         files: list[_IndexFile] = []
@@ -194,8 +202,10 @@ class RemoteIndexFiles:
             return
         with self._lock:
             cur = self._files[-1] if self._files else None
-            if cur is None or cur.size >= self.rotate_bytes or (
-                (time.time() - cur.created) * 1000 >= self.rotate_ms
+            if (
+                cur is None
+                or cur.size >= self.rotate_bytes
+                or ((time.time() - cur.created) * 1000 >= self.rotate_ms)
             ):
                 cur = self._new_file(entries[0].first_offset)
             running = cur.time_max[-1] if len(cur.time_max) else -1
@@ -218,7 +228,11 @@ class RemoteIndexFiles:
             # step with the journal, a bad crc, or the three files disagreeing) and the
             # files are rebuilt from the manifests; an fsync here would only make the
             # producer's own fsyncs wait on the shipper's.
-            for path, data in ((cur.log_path, blob), (cur.offset_path, oblob), (cur.time_path, tblob)):
+            for path, data in (
+                (cur.log_path, blob),
+                (cur.offset_path, oblob),
+                (cur.time_path, tblob),
+            ):
                 with open(path, "ab") as fh:
                     fh.write(data)
             # Publish to readers only after the bytes are in the files.
@@ -250,8 +264,7 @@ class RemoteIndexFiles:
         set it holds (never a file half written, never one missing)."""
         stage = self.directory.with_name(self.directory.name + ".rewrite")
         shutil.rmtree(stage, ignore_errors=True)
-        staged = RemoteIndexFiles(stage, rotate_bytes=self.rotate_bytes,
-                                  rotate_ms=self.rotate_ms)
+        staged = RemoteIndexFiles(stage, rotate_bytes=self.rotate_bytes, rotate_ms=self.rotate_ms)
         staged._fill(entries)
         with self._lock:
             files: list[_IndexFile] = []
@@ -292,7 +305,7 @@ class RemoteIndexFiles:
             doomed = [f for f in self._files[:-1] if f.last_offset < offset]
             if not doomed:
                 return 0
-            self._files = self._files[len(doomed):]
+            self._files = self._files[len(doomed) :]
             for f in doomed:
                 for p in (f.log_path, f.offset_path, f.time_path):
                     p.unlink(missing_ok=True)

@@ -46,8 +46,13 @@ class RateLimiter:
     concurrent callers queue up, each waiting for its own share.
     """
 
-    def __init__(self, bytes_per_sec: int | None, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], object] | None = None) -> None:
+    def __init__(
+        self,
+        bytes_per_sec: int | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] | None = None,
+    ) -> None:
         self.rate = bytes_per_sec
         self._clock, self._sleep = clock, sleep
         self._never = threading.Event()

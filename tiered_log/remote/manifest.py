@@ -47,8 +47,9 @@ COMMITTED = frozenset((naming.LOG_SUFFIX, naming.RLI_SUFFIX))
 """The objects a copy must have in the bucket to count as complete."""
 
 
-def scan_store(path: Path, size: int, base_offset: int,
-               window: int = SCAN_WINDOW) -> tuple[list[BatchInfo], int]:
+def scan_store(
+    path: Path, size: int, base_offset: int, window: int = SCAN_WINDOW
+) -> tuple[list[BatchInfo], int]:
     """The verified batches of the first ``size`` bytes of the store file ``path`` and the
     byte after the last one, as :func:`~tiered_log.format.records.batch_table` gives for
     the whole buffer, but read ``window`` bytes at a time: a copy's memory is the window
@@ -75,8 +76,9 @@ def scan_store(path: Path, size: int, base_offset: int,
     return out, pos
 
 
-def chunk_entries(path: Path, size: int, base_offset: int, expected_next: int,
-                  object_key: str, chunk_bytes: int) -> list[RemoteLogIndexEntry]:
+def chunk_entries(
+    path: Path, size: int, base_offset: int, expected_next: int, object_key: str, chunk_bytes: int
+) -> list[RemoteLogIndexEntry]:
     """Cut a sealed store (the first ``size`` bytes of ``path``) into chunks of whole
     batches and describe each one.
 
@@ -93,8 +95,9 @@ def chunk_entries(path: Path, size: int, base_offset: int, expected_next: int,
     return cut_chunks(batches, end, object_key, chunk_bytes)
 
 
-def cut_chunks(batches: Sequence[BatchInfo], end: int, object_key: str,
-               chunk_bytes: int) -> list[RemoteLogIndexEntry]:
+def cut_chunks(
+    batches: Sequence[BatchInfo], end: int, object_key: str, chunk_bytes: int
+) -> list[RemoteLogIndexEntry]:
     """The remoteLogIndex entries of verified ``batches`` (a store's, ending at byte
     ``end``), cut into chunks of whole batches: a chunk ends with the first batch that
     takes it to ``chunk_bytes`` or more."""
@@ -106,9 +109,17 @@ def cut_chunks(batches: Sequence[BatchInfo], end: int, object_key: str,
         # The first batch starting at or past start + chunk_bytes begins the next chunk.
         j = max(bisect_left(positions, start + chunk_bytes, i + 1), i + 1)
         stop = positions[j] if j < n else end
-        entries.append(RemoteLogIndexEntry(
-            batches[i].base_offset, batches[j - 1].next_offset - 1, batches[i].first_timestamp,
-            max(b.max_timestamp for b in batches[i:j]), stop - start, object_key, start))
+        entries.append(
+            RemoteLogIndexEntry(
+                batches[i].base_offset,
+                batches[j - 1].next_offset - 1,
+                batches[i].first_timestamp,
+                max(b.max_timestamp for b in batches[i:j]),
+                stop - start,
+                object_key,
+                start,
+            )
+        )
         i = j
     return entries
 
@@ -118,8 +129,11 @@ def clip_entries(entries: Sequence[RemoteLogIndexEntry], end: int) -> list[Remot
     holding ``end - 1`` ending there (its chunk's bytes still hold the records above;
     readers stop at an entry's ``last_offset``). Keeps the index free of overlaps after a
     truncation inside a chunk, whatever is appended at ``end`` later."""
-    return [e if e.last_offset < end else replace(e, last_offset=end - 1)
-            for e in entries if e.first_offset < end]
+    return [
+        e if e.last_offset < end else replace(e, last_offset=end - 1)
+        for e in entries
+        if e.first_offset < end
+    ]
 
 
 def _checksum(head: dict[str, object], rest: bytes | memoryview) -> str:
@@ -129,8 +143,9 @@ def _checksum(head: dict[str, object], rest: bytes | memoryview) -> str:
     return str(h.hexdigest())
 
 
-def encode_manifest(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], index: bytes,
-                    timeindex: bytes) -> bytes:
+def encode_manifest(
+    rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], index: bytes, timeindex: bytes
+) -> bytes:
     """The ``.rli`` object of a copied segment (layout in the module docstring)."""
     head = json.loads(rs.to_json())
     head["index_bytes"], head["timeindex_bytes"] = len(index), len(timeindex)
@@ -139,8 +154,7 @@ def encode_manifest(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], i
     return json.dumps(head, separators=(",", ":")).encode() + b"\n" + rest
 
 
-def check_entries(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry],
-                  data_key: str) -> None:
+def check_entries(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], data_key: str) -> None:
     """That ``entries`` describe exactly ``rs``'s data object ``data_key``: offsets
     ``[base, next)`` and bytes ``[0, size)``, each chunk right after the one before.
     CorruptIndexError naming what does not fit."""
@@ -148,20 +162,28 @@ def check_entries(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry],
         raise CorruptIndexError(f"it holds {len(entries)} of {rs.chunks} entries")
     offset, pos = rs.base_offset, 0
     for e in entries:
-        if (e.first_offset != offset or e.last_offset < e.first_offset or e.position != pos
-                or e.data_length <= 0 or e.object_key != data_key):
+        if (
+            e.first_offset != offset
+            or e.last_offset < e.first_offset
+            or e.position != pos
+            or e.data_length <= 0
+            or e.object_key != data_key
+        ):
             raise CorruptIndexError(
                 f"its entry [{e.first_offset}, {e.last_offset}] at byte {e.position} of "
-                f"{e.object_key} does not follow offset {offset - 1} at byte {pos} of {data_key}")
+                f"{e.object_key} does not follow offset {offset - 1} at byte {pos} of {data_key}"
+            )
         offset, pos = e.last_offset + 1, e.position + e.data_length
     if offset != rs.next_offset or pos != rs.size:
         raise CorruptIndexError(
             f"its entries end at offset {offset} and byte {pos}, its header says "
-            f"{rs.next_offset} and {rs.size}")
+            f"{rs.next_offset} and {rs.size}"
+        )
 
 
-def decode_manifest(blob: bytes, key: str, data_size: int | None = None
-                    ) -> tuple[RemoteSegment, list[RemoteLogIndexEntry], bytes, bytes]:
+def decode_manifest(
+    blob: bytes, key: str, data_size: int | None = None
+) -> tuple[RemoteSegment, list[RemoteLogIndexEntry], bytes, bytes]:
     """``(segment, entries, offset index, time index)`` of the manifest ``key``;
     RemoteCorruptionError (naming ``key``) when it is damaged or inconsistent in any way
     (see the module docstring), or when ``data_size``, the listed size of its data
@@ -183,7 +205,7 @@ def decode_manifest(blob: bytes, key: str, data_size: int | None = None
         n1, n2 = int(fields.get("index_bytes", 0)), int(fields.get("timeindex_bytes", 0))
         if n1 < 0 or n2 < 0 or n1 + n2 > len(rest):
             raise ValueError(f"index lengths {n1}, {n2} do not fit in {len(rest)} bytes")
-        entries = [e for _, e in decode_entries(memoryview(rest)[n1 + n2:])]
+        entries = [e for _, e in decode_entries(memoryview(rest)[n1 + n2 :])]
         data_key = key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
         check_entries(rs, entries, data_key)
         if data_size is not None and data_size != rs.size:
@@ -191,11 +213,12 @@ def decode_manifest(blob: bytes, key: str, data_size: int | None = None
     except (ValueError, TypeError, AttributeError, CorruptIndexError) as exc:
         msg = exc.message if isinstance(exc, CorruptIndexError) else str(exc)
         raise RemoteCorruptionError(f"manifest {key} is damaged: {msg}") from exc
-    return rs, entries, rest[:n1], rest[n1:n1 + n2]
+    return rs, entries, rest[:n1], rest[n1 : n1 + n2]
 
 
-def repair_manifest(storage: RemoteStorage, rli_key: str,
-                    chunk_bytes: int) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
+def repair_manifest(
+    storage: RemoteStorage, rli_key: str, chunk_bytes: int
+) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
     """Make the manifest ``rli_key`` again from its data object, and put it back.
 
     Downloads the data object, verifies every batch in one pass over it (as a copy's
@@ -214,10 +237,18 @@ def repair_manifest(storage: RemoteStorage, rli_key: str,
     if not batches or end != len(blob):
         raise RemoteCorruptionError(
             f"data object {data_key} does not verify past byte {end} of {len(blob)}: "
-            f"its damaged manifest {rli_key} cannot be made again")
+            f"its damaged manifest {rli_key} cannot be made again"
+        )
     entries = cut_chunks(batches, end, data_key, chunk_bytes)
-    rs = RemoteSegment(seg_id, base, batches[-1].next_offset, len(blob), batches[0].first_timestamp,
-                       max(b.max_timestamp for b in batches), CopyState.COPY_FINISHED,
-                       chunks=len(entries))
+    rs = RemoteSegment(
+        seg_id,
+        base,
+        batches[-1].next_offset,
+        len(blob),
+        batches[0].first_timestamp,
+        max(b.max_timestamp for b in batches),
+        CopyState.COPY_FINISHED,
+        chunks=len(entries),
+    )
     storage.put(rli_key, encode_manifest(rs, entries, b"", b""))
     return rs, entries

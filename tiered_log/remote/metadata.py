@@ -114,15 +114,17 @@ class RemoteSegment:
     def from_dict(cls, d: dict[str, object]) -> RemoteSegment:
         try:
             return cls(
-                id=str(d["id"]), base_offset=int(d["base_offset"]),  # type: ignore[call-overload]
-                next_offset=int(d["next_offset"]), size=int(d["size"]),  # type: ignore[call-overload]
+                id=str(d["id"]),
+                base_offset=int(d["base_offset"]),  # type: ignore[call-overload]
+                next_offset=int(d["next_offset"]),  # type: ignore[call-overload]
+                size=int(d["size"]),  # type: ignore[call-overload]
                 first_timestamp=int(d["first_timestamp"]),  # type: ignore[call-overload]
                 max_timestamp=int(d["max_timestamp"]),  # type: ignore[call-overload]
-                state=CopyState(str(d["state"])), updated_ms=int(d.get("updated_ms", 0)),  # type: ignore[call-overload]
+                state=CopyState(str(d["state"])),
+                updated_ms=int(d.get("updated_ms", 0)),  # type: ignore[call-overload]
                 chunks=int(d.get("chunks", 0)),  # type: ignore[call-overload]
                 unreadable=d.get("unreadable", False) is True,
-                leader_epoch=(None if d.get("leader_epoch") is None
-                              else int(d["leader_epoch"])),  # type: ignore[call-overload]
+                leader_epoch=(None if d.get("leader_epoch") is None else int(d["leader_epoch"])),  # type: ignore[call-overload]
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptIndexError(f"bad remote segment record: {exc}") from exc
@@ -161,8 +163,10 @@ class CopyJournal:
         with self._lock:
             cur = self._segments.get(seg.id)
             if not (CopyState.can_start_in(state) if cur is None else cur.state.can_become(state)):
-                raise ValueError(f"copy attempt {seg.id}: {cur.state if cur else 'unknown'} "
-                                 f"cannot become {state}")
+                raise ValueError(
+                    f"copy attempt {seg.id}: {cur.state if cur else 'unknown'} "
+                    f"cannot become {state}"
+                )
             with open(self.path, "ab") as f:
                 f.write(new.to_json().encode() + b"\n")
                 f.flush()
@@ -181,7 +185,9 @@ class CopyJournal:
         with self._lock:
             live = {k: v for k, v in self._segments.items() if v.state != CopyState.DELETE_FINISHED}
             self._segments = live
-            data = "".join(s.to_json() + "\n" for s in sorted(live.values(), key=lambda s: s.base_offset))
+            data = "".join(
+                s.to_json() + "\n" for s in sorted(live.values(), key=lambda s: s.base_offset)
+            )
             write_atomic(self.path, data.encode())
 
     def clear(self) -> None:
@@ -230,10 +236,13 @@ class RemoteMeta:
     def from_bytes(cls, data: bytes) -> RemoteMeta:
         try:
             d = json.loads(data)
-            return cls(int(d.get("log_start_offset", 0)),
-                       {str(k): int(v) for k, v in d.get("clips", {}).items()},
-                       int(d.get("version", 1)), int(d.get("end_offset", 0)),
-                       [[int(a), int(b)] for a, b in d.get("lost", [])])
+            return cls(
+                int(d.get("log_start_offset", 0)),
+                {str(k): int(v) for k, v in d.get("clips", {}).items()},
+                int(d.get("version", 1)),
+                int(d.get("end_offset", 0)),
+                [[int(a), int(b)] for a, b in d.get("lost", [])],
+            )
         except (ValueError, TypeError, AttributeError) as exc:
             raise CorruptIndexError(f"bad remote metadata: {exc}") from exc
 

@@ -74,9 +74,7 @@ def validate_key(key: str) -> str:
     if key.startswith("/"):
         raise InvalidArgumentError(f"invalid object key {key!r}: must not start with '/'")
     if any(part in ("", ".", "..") for part in key.split("/")):
-        raise InvalidArgumentError(
-            f"invalid object key {key!r}: empty, '.' or '..' path segment"
-        )
+        raise InvalidArgumentError(f"invalid object key {key!r}: empty, '.' or '..' path segment")
     return key
 
 

@@ -52,22 +52,27 @@ R = TypeVar("R")
 class RemoteReader:
     """Reads of one log's remote tier; see the module docstring."""
 
-    def __init__(self, state: TierState, fetch_limiter: RateLimiter,
-                 pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, state: TierState, fetch_limiter: RateLimiter, pool: ThreadPoolExecutor
+    ) -> None:
         self.st = state
         config = state.config
-        self._prefetch_window = max(config.chunk_bytes, min(config.prefetch_bytes,
-                                                            config.cache_bytes // 2))
+        self._prefetch_window = max(
+            config.chunk_bytes, min(config.prefetch_bytes, config.cache_bytes // 2)
+        )
         # A window ending inside an object takes the object's rest too when it is at most
         # this (see _window); within half the cache, as the window itself.
-        self._window_tail = min(config.fetch_bytes,
-                                max(0, config.cache_bytes // 2 - self._prefetch_window))
+        self._window_tail = min(
+            config.fetch_bytes, max(0, config.cache_bytes // 2 - self._prefetch_window)
+        )
         # Prefetched chunks also wait in memory for their first read (the window, its
         # tail and one group in flight): a sequential reader does not read back what was
         # just written.
-        self.cache = ChunkCache(state.dir / naming.CHUNK_CACHE_DIR, config.cache_bytes,
-                                memory_bytes=self._prefetch_window + self._window_tail
-                                + config.fetch_bytes)
+        self.cache = ChunkCache(
+            state.dir / naming.CHUNK_CACHE_DIR,
+            config.cache_bytes,
+            memory_bytes=self._prefetch_window + self._window_tail + config.fetch_bytes,
+        )
         # Bytes fetched from the bucket (KIP-956's remote fetch quota): a throttled fetch
         # waits in its pool thread, so a catch-up reader's GETs, checksum passes and cache
         # writes are spread out instead of competing with producers all at once.
@@ -110,8 +115,7 @@ class RemoteReader:
             raise RemoteCorruptionError(
                 f"{first.object_key}: asked for {end - start} bytes at {start}, got {len(blob)}"
             )
-        chunks = [(e, blob[e.position - start : e.position - start + e.data_length])
-                  for e in group]
+        chunks = [(e, blob[e.position - start : e.position - start + e.data_length]) for e in group]
         for e, data in chunks:
             self.cache.hold(e.object_key, e.position, data)
         # The files are written after this fetch counts as done: readers take the chunks
@@ -121,16 +125,27 @@ class RemoteReader:
             self._persisting.add(fut)
         fut.add_done_callback(self._persisted)
 
-    def _fetch_in_worker(self, worker: TierWorker, spec: StorageSpec,
-                         group: Sequence[RemoteLogIndexEntry], start: int, end: int) -> None:
+    def _fetch_in_worker(
+        self,
+        worker: TierWorker,
+        spec: StorageSpec,
+        group: Sequence[RemoteLogIndexEntry],
+        start: int,
+        end: int,
+    ) -> None:
         cache = self.cache
         for e in group:
             cache.expect(e.object_key, e.position, e.data_length)
         written: list[bool] = [False] * len(group)
         try:
-            written = worker.fetch(spec, group[0].object_key, start, end,
-                                   [(e.position, e.data_length, e.first_offset) for e in group],
-                                   cache.directory)
+            written = worker.fetch(
+                spec,
+                group[0].object_key,
+                start,
+                end,
+                [(e.position, e.data_length, e.first_offset) for e in group],
+                cache.directory,
+            )
         except RemoteStorageError:
             self.st.stats.remote_fetch_errors += 1
             raise
@@ -144,7 +159,8 @@ class RemoteReader:
         """Wait until ``n`` more bytes from the bucket fit the fetch quota (not past this
         log's close), counting the time waited."""
         self.st.stats.remote_fetch_throttled_ms += round(
-            1000 * self.fetch_limiter.consume(n, self.st.closing))
+            1000 * self.fetch_limiter.consume(n, self.st.closing)
+        )
 
     def _persisted(self, fut: Future[None]) -> None:
         with self._inflight_lock:
@@ -154,7 +170,9 @@ class RemoteReader:
         for e, data in chunks:
             self.cache.persist(e.object_key, e.position, data)
 
-    def _schedule(self, entries: Sequence[RemoteLogIndexEntry]) -> dict[tuple[str, int], Future[None]]:
+    def _schedule(
+        self, entries: Sequence[RemoteLogIndexEntry]
+    ) -> dict[tuple[str, int], Future[None]]:
         """Start fetches for the entries not cached or in flight, coalesced by object."""
         futs: dict[tuple[str, int], Future[None]] = {}
         with self._inflight_lock:
@@ -190,8 +208,11 @@ class RemoteReader:
                     flush()
                     size = 0
                     continue
-                contiguous = group and group[-1].object_key == e.object_key and (
-                    group[-1].position + group[-1].data_length == e.position)
+                contiguous = (
+                    group
+                    and group[-1].object_key == e.object_key
+                    and (group[-1].position + group[-1].data_length == e.position)
+                )
                 if group and (not contiguous or size + e.data_length > self.st.config.fetch_bytes):
                     flush()
                     size = 0
@@ -206,7 +227,8 @@ class RemoteReader:
         with self._inflight_lock:
             for e in entries:
                 if (e.object_key, e.position) not in self._inflight and not self.cache.contains(
-                        e.object_key, e.position, e.data_length):
+                    e.object_key, e.position, e.data_length
+                ):
                     break
                 n += e.data_length
         return n
@@ -254,14 +276,18 @@ class RemoteReader:
             if fut is not None:  # waited for at most fetch_max_wait_ms (quota waits aside)
                 from .fetch_wait import wait_for_fetch
 
-                wait_for_fetch(fut, self.st.config.fetch_max_wait_ms,
-                               lambda: self.fetch_limiter.waiting > 0,
-                               f"{entry.object_key} bytes {entry.position}+{entry.data_length}")
+                wait_for_fetch(
+                    fut,
+                    self.st.config.fetch_max_wait_ms,
+                    lambda: self.fetch_limiter.waiting > 0,
+                    f"{entry.object_key} bytes {entry.position}+{entry.data_length}",
+                )
             data = self.cache.get(entry.object_key, entry.position, entry.data_length)
             if data is None:  # evicted at once (a tiny cache): fetch directly
                 self._fetch_quota(entry.data_length)
-                blob = self.st.storage.get(entry.object_key, entry.position,
-                                        entry.position + entry.data_length)
+                blob = self.st.storage.get(
+                    entry.object_key, entry.position, entry.position + entry.data_length
+                )
                 self.st.stats.remote_fetch_bytes += len(blob)
                 data = blob
         else:
@@ -288,8 +314,9 @@ class RemoteReader:
                 f"{entry.first_offset}"
             )
 
-    def _chunk_place(self, entry: RemoteLogIndexEntry,
-                     page: Page[Any]) -> tuple[ReadFd | None, bytes | memoryview]:
+    def _chunk_place(
+        self, entry: RemoteLogIndexEntry, page: Page[Any]
+    ) -> tuple[ReadFd | None, bytes | memoryview]:
         """The bytes of one chunk for ``page``: from its cache file, read through the
         page's reader (``(file, view)``), when the page wants files and the file is on
         disk; else :meth:`_chunk`'s bytes (``(None, bytes)``)."""
@@ -315,8 +342,11 @@ class RemoteReader:
             )
         return end
 
-    def _chunks_from(self, offset: int, page: Page[Any] | None = None,
-                     ) -> Iterator[tuple[RemoteLogIndexEntry, ReadFd | None, bytes | memoryview]]:
+    def _chunks_from(
+        self,
+        offset: int,
+        page: Page[Any] | None = None,
+    ) -> Iterator[tuple[RemoteLogIndexEntry, ReadFd | None, bytes | memoryview]]:
         """The chunk holding ``offset`` and the ones after it, in order, each with its
         bytes (fetched when the caller gets to it; for a ``page`` that wants files, from
         the cache file where there is one, with that file: see :meth:`_chunk_place`). A
@@ -332,8 +362,9 @@ class RemoteReader:
                     return  # a page stops before a hole; a read starting there gets the error
                 raise self._hole(expect)
             try:
-                fd, data = (None, self._chunk(entry)) if page is None else self._chunk_place(
-                    entry, page)
+                fd, data = (
+                    (None, self._chunk(entry)) if page is None else self._chunk_place(entry, page)
+                )
             except RemoteStorageError:
                 if expect > offset:
                     return  # likewise before a chunk that cannot be fetched or is damaged
@@ -349,21 +380,27 @@ class RemoteReader:
         from the bucket (retriable RemoteStorageError), a hole in a finished copy
         (RemoteCorruptionError; the index is rebuilt at the next round), or else
         DataLossError."""
-        seg = next((s for s in self.st.finished
-                    if s.base_offset <= offset < self.st.served_end(s)), None)
+        seg = next(
+            (s for s in self.st.finished if s.base_offset <= offset < self.st.served_end(s)), None
+        )
         if seg is not None and seg.id in self.st.damage:
             return RemoteCorruptionError(
                 f"offsets [{seg.base_offset}, {self.st.served_end(seg)}) of the remote tier "
-                f"cannot be read: {self.st.damage[seg.id]}")
+                f"cannot be read: {self.st.damage[seg.id]}"
+            )
         if self.st.needs_index_rebuild:
-            return RemoteStorageError(f"offset {offset}: the remote index of {self.st.log_id} is "
-                                      "being rebuilt from the bucket; try again", retriable=True)
+            return RemoteStorageError(
+                f"offset {offset}: the remote index of {self.st.log_id} is "
+                "being rebuilt from the bucket; try again",
+                retriable=True,
+            )
         if seg is not None:
             self.st.needs_index_rebuild = True
             return RemoteCorruptionError(
                 f"offset {offset} of remote segment {seg.id} [{seg.base_offset}, "
                 f"{self.st.served_end(seg)}) is missing from the remote index files (rebuilt "
-                "from the bucket at the next round)")
+                "from the bucket at the next round)"
+            )
         return DataLossError(f"offset {offset} is missing from the remote index")
 
     def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
@@ -373,9 +410,14 @@ class RemoteReader:
         budget = max_bytes
         for entry, _, data in self._chunks_from(offset):
             try:
-                recs, _, used = decode_records(data, 0, len(data), start_offset=offset,
-                                              max_records=max_records - len(out),
-                                              max_bytes=budget if out else max_bytes)
+                recs, _, used = decode_records(
+                    data,
+                    0,
+                    len(data),
+                    start_offset=offset,
+                    max_records=max_records - len(out),
+                    max_bytes=budget if out else max_bytes,
+                )
             except CorruptRecordError as exc:
                 self.cache.discard(entry.object_key, entry.position, entry.data_length)
                 self.st.stats.remote_fetch_errors += 1
@@ -395,8 +437,9 @@ class RemoteReader:
                 break  # a limit stopped us inside the chunk
         return out
 
-    def read_batches(self, offset: int, max_records: int, max_bytes: int,
-                     upto: int | None = None) -> FetchData:
+    def read_batches(
+        self, offset: int, max_records: int, max_bytes: int, upto: int | None = None
+    ) -> FetchData:
         """Stored batches from the remote tier as they are, for a binary fetch (the same
         :class:`~tiered_log.format.batch.FetchData` a local read returns). The first
         batch is the one holding ``offset`` (it may start below it, as a local read's
@@ -412,8 +455,9 @@ class RemoteReader:
         """
         return self.walk_batches(offset, max_records, max_bytes, upto, BytesPage(offset))
 
-    def walk_batches(self, offset: int, max_records: int, max_bytes: int, upto: int | None,
-                     page: Page[R]) -> R:
+    def walk_batches(
+        self, offset: int, max_records: int, max_bytes: int, upto: int | None, page: Page[R]
+    ) -> R:
         """:meth:`read_batches` into ``page``, which decides the result's form (a
         :class:`~tiered_log.local.ranges.RangesPage`: where the batches lie, the chunk
         cache's files where it has them); the same walk, limits and errors."""
@@ -423,8 +467,9 @@ class RemoteReader:
             page.close()
             raise
 
-    def _walk(self, offset: int, max_records: int, max_bytes: int, upto: int | None,
-              page: Page[R]) -> R:
+    def _walk(
+        self, offset: int, max_records: int, max_bytes: int, upto: int | None, page: Page[R]
+    ) -> R:
         end = self._remote_end_above(offset)
         cur = offset
         for entry, fd, data in self._chunks_from(offset, page):
@@ -436,7 +481,8 @@ class RemoteReader:
                     break  # the page stops before the damaged chunk
                 raise RemoteCorruptionError(
                     f"{entry.object_key}: the chunk at byte {entry.position} does not verify "
-                    f"past byte {verified} of {len(data)}")
+                    f"past byte {verified} of {len(data)}"
+                )
             stop = min(end, entry.last_offset + 1)  # a clipped chunk holds records above it
             for b in batches:
                 after = b.base_offset + b.record_count
@@ -479,11 +525,28 @@ class RemoteReader:
                     continue
                 if e.first_offset >= nxt or e.object_key != key:
                     break
-                chunks.append([e.first_offset, e.last_offset, e.first_timestamp, e.last_timestamp,
-                               e.position, e.data_length])
-            out.append({"base_offset": s.base_offset, "last_offset": nxt - 1, "next_offset": nxt,
-                        "first_timestamp": s.first_timestamp, "max_timestamp": s.max_timestamp,
-                        "object_key": key, "size": s.size, "chunks": chunks})
+                chunks.append(
+                    [
+                        e.first_offset,
+                        e.last_offset,
+                        e.first_timestamp,
+                        e.last_timestamp,
+                        e.position,
+                        e.data_length,
+                    ]
+                )
+            out.append(
+                {
+                    "base_offset": s.base_offset,
+                    "last_offset": nxt - 1,
+                    "next_offset": nxt,
+                    "first_timestamp": s.first_timestamp,
+                    "max_timestamp": s.max_timestamp,
+                    "object_key": key,
+                    "size": s.size,
+                    "chunks": chunks,
+                }
+            )
         return out
 
     def offset_for_timestamp(self, ts: int) -> int | None:
@@ -494,12 +557,17 @@ class RemoteReader:
         entry = self.st.index.first_entry_at_or_after_time(ts)
         limit = end if entry is None else entry.first_offset
         for s in self.st.finished:  # the answer may lie in a range that cannot be read
-            if (s.id in self.st.damage and s.base_offset < limit and self.st.served_end(s) > start
-                    and s.max_timestamp >= ts):
+            if (
+                s.id in self.st.damage
+                and s.base_offset < limit
+                and self.st.served_end(s) > start
+                and s.max_timestamp >= ts
+            ):
                 raise RemoteCorruptionError(
                     f"the first offset at or after timestamp {ts} may lie in offsets "
                     f"[{s.base_offset}, {self.st.served_end(s)}) of the remote tier, which cannot "
-                    f"be read: {self.st.damage[s.id]}")
+                    f"be read: {self.st.damage[s.id]}"
+                )
         if entry is None:
             return None
         offset = max(entry.first_offset, start)

@@ -48,20 +48,22 @@ def load_meta(log_dir: Path, storage: RemoteStorage, log_id: str) -> RemoteMeta:
     try:
         return RemoteMeta.load(path)
     except CorruptIndexError as exc:
-        log.error("%s: %s is damaged (%s); taking the bucket's copy", log_id, path,
-                  exc.message)
+        log.error("%s: %s is damaged (%s); taking the bucket's copy", log_id, path, exc.message)
         try:
             return RemoteMeta.from_bytes(storage.get(naming.meta_object_key(log_id)))
         except (RemoteStorageError, CorruptIndexError) as exc2:
-            raise CorruptIndexError(f"{path} is damaged ({exc.message}) and the bucket's "
-                                    f"copy cannot be read: {exc2.message}") from exc2
+            raise CorruptIndexError(
+                f"{path} is damaged ({exc.message}) and the bucket's "
+                f"copy cannot be read: {exc2.message}"
+            ) from exc2
 
 
 def _newer(a: RemoteSegment, b: RemoteSegment) -> bool:
     """Whether copy ``a`` was made by a leader of a later epoch than copy ``b`` (both of
     a cluster's partition; copies without an epoch are never newer)."""
-    return a.leader_epoch is not None and (b.leader_epoch is None
-                                           or a.leader_epoch > b.leader_epoch)
+    return a.leader_epoch is not None and (
+        b.leader_epoch is None or a.leader_epoch > b.leader_epoch
+    )
 
 
 class RecoveryTask:
@@ -76,8 +78,9 @@ class RecoveryTask:
         ``rebuild_requests`` as S3 pages it: 1,000 keys a request)."""
         groups: dict[tuple[int, str], dict[str, ObjectInfo]] = {}
         n = 0
-        for info in self.st.storage.list(naming.segment_objects_prefix(self.st.log_id),
-                                         start_after):
+        for info in self.st.storage.list(
+            naming.segment_objects_prefix(self.st.log_id), start_after
+        ):
             n += 1
             parsed = naming.parse_segment_object_key(info.key)
             if parsed is not None:
@@ -85,8 +88,9 @@ class RecoveryTask:
         self.st.rebuild_requests += 1 + n // 1000
         return groups
 
-    def _snapshot_view(self) -> tuple[list[tuple[RemoteSegment, list[RemoteLogIndexEntry]]],
-                                      str] | None:
+    def _snapshot_view(
+        self,
+    ) -> tuple[list[tuple[RemoteSegment, list[RemoteLogIndexEntry]]], str] | None:
         """The copies the partition snapshot lists above the log start (with their
         index entries) and the ``start_after`` key of the listing of what came after it;
         None without a usable snapshot (missing, damaged: logged; a full rebuild then)."""
@@ -102,15 +106,25 @@ class RecoveryTask:
         for e in snap.entries:
             by_key.setdefault(e.object_key, []).append(e)
         start = self.st.meta.log_start_offset
-        segs = [(s, by_key.get(naming.segment_object_key(self.st.log_id, s.base_offset, s.id,
-                                                         naming.LOG_SUFFIX), []))
-                for s in snap.segments if self.st.served_end(s) > start]
+        segs = [
+            (
+                s,
+                by_key.get(
+                    naming.segment_object_key(
+                        self.st.log_id, s.base_offset, s.id, naming.LOG_SUFFIX
+                    ),
+                    [],
+                ),
+            )
+            for s in snap.segments
+            if self.st.served_end(s) > start
+        ]
         self.st.snapshot_end = snap.end
         return segs, tail_start_after(self.st.log_id, snap.end)
 
-    def _load_manifest(self, base: int, seg_id: str, data_size: int | None = None, *,
-                       read_only: bool = False
-                       ) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]] | str:
+    def _load_manifest(
+        self, base: int, seg_id: str, data_size: int | None = None, *, read_only: bool = False
+    ) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]] | str:
         """A copy's checked manifest (see :mod:`~tiered_log.remote.manifest`); a damaged
         one is made again from its data object and put back (not when ``read_only``).
         Returns what is wrong (logged) when that fails too: the data object is damaged
@@ -132,8 +146,13 @@ class RecoveryTask:
         except (RemoteCorruptionError, RemoteObjectNotFoundError) as exc:
             log.error("%s: %s (objects kept as they are)", self.st.log_id, exc.message)
             return f"{damage}; {exc.message}"
-        log.warning("%s: manifest %s made again from its data object: offsets [%d, %d)",
-                    self.st.log_id, key, rs.base_offset, rs.next_offset)
+        log.warning(
+            "%s: manifest %s made again from its data object: offsets [%d, %d)",
+            self.st.log_id,
+            key,
+            rs.base_offset,
+            rs.next_offset,
+        )
         return rs, entries
 
     def _unreadable(self, base: int, seg_id: str, size: int, end: int) -> RemoteSegment:
@@ -149,14 +168,25 @@ class RecoveryTask:
         key = naming.segment_object_key(self.st.log_id, base, seg_id, naming.RLI_SUFFIX)
         try:
             # A range: the whole object fails its stored digest, its first line may not.
-            head = json.loads(self.st.storage.get(key, 0, min(4096, self.st.storage.size(key) - 1))
-                              .partition(b"\n")[0])
+            head = json.loads(
+                self.st.storage.get(key, 0, min(4096, self.st.storage.size(key) - 1)).partition(
+                    b"\n"
+                )[0]
+            )
             end = max(end, int(head["next_offset"]))
             first_ts, max_ts = int(head["first_timestamp"]), int(head["max_timestamp"])
         except (TieredLogError, ValueError, KeyError, TypeError, AttributeError):
             pass
-        return RemoteSegment(seg_id, base, max(end, base + 1), size, first_ts, max_ts,
-                             CopyState.COPY_FINISHED, unreadable=True)
+        return RemoteSegment(
+            seg_id,
+            base,
+            max(end, base + 1),
+            size,
+            first_ts,
+            max_ts,
+            CopyState.COPY_FINISHED,
+            unreadable=True,
+        )
 
     def rebuild_index_files(self) -> int:
         """Rewrite the local remote-index files from the ``.rli`` objects of finished copies.
@@ -171,11 +201,18 @@ class RecoveryTask:
             for rs in self.st.finished:
                 got = self._load_manifest(rs.base_offset, rs.id)
                 if isinstance(got, str) or (got[0].base_offset, got[0].next_offset) != (
-                        rs.base_offset, rs.next_offset):
-                    damage[rs.id] = got if isinstance(got, str) else (
-                        f"the manifest of remote segment {rs.id} describes offsets "
-                        f"[{got[0].base_offset}, {got[0].next_offset}), its copy "
-                        f"[{rs.base_offset}, {rs.next_offset})")
+                    rs.base_offset,
+                    rs.next_offset,
+                ):
+                    damage[rs.id] = (
+                        got
+                        if isinstance(got, str)
+                        else (
+                            f"the manifest of remote segment {rs.id} describes offsets "
+                            f"[{got[0].base_offset}, {got[0].next_offset}), its copy "
+                            f"[{rs.base_offset}, {rs.next_offset})"
+                        )
+                    )
                     continue
                 entries.extend(clip_entries(got[1], self.st.served_end(rs)))
             self.st.index.rewrite(entries)
@@ -207,8 +244,13 @@ class RecoveryTask:
                 if seg_id in settled:
                     continue
                 if not set(objs) >= COMMITTED:
-                    log.warning("%s: copy %s-%s in the bucket is incomplete and named by no "
-                                "readable journal line; left as it is", self.st.log_id, base, seg_id)
+                    log.warning(
+                        "%s: copy %s-%s in the bucket is incomplete and named by no "
+                        "readable journal line; left as it is",
+                        self.st.log_id,
+                        base,
+                        seg_id,
+                    )
                     continue
                 size = objs[naming.LOG_SUFFIX].size
                 got = self._load_manifest(base, seg_id, size)
@@ -217,18 +259,27 @@ class RecoveryTask:
                     rs = self._unreadable(base, seg_id, size, min(above, default=base + 1))
                 else:
                     rs = got[0]
-                if any(self.st.served_end(s) > rs.base_offset and s.base_offset < rs.next_offset
-                       for s in finished):
-                    log.error("%s: copy %s-%s [%d, %d) in the bucket overlaps the journal's "
-                              "copies; left as it is", self.st.log_id, base, seg_id,
-                              rs.base_offset, rs.next_offset)
+                if any(
+                    self.st.served_end(s) > rs.base_offset and s.base_offset < rs.next_offset
+                    for s in finished
+                ):
+                    log.error(
+                        "%s: copy %s-%s [%d, %d) in the bucket overlaps the journal's "
+                        "copies; left as it is",
+                        self.st.log_id,
+                        base,
+                        seg_id,
+                        rs.base_offset,
+                        rs.next_offset,
+                    )
                     continue
                 finished.append(self.st.journal.record(rs, CopyState.COPY_FINISHED))
                 recovered += 1
         except RemoteStorageError as exc:
             raise CorruptIndexError(
                 f"{path} is damaged ({'; '.join(damaged)}) and the bucket, which holds the "
-                f"same facts, cannot be read to recover it: {exc.message}") from exc
+                f"same facts, cannot be read to recover it: {exc.message}"
+            ) from exc
         finished.sort(key=lambda s: s.base_offset)
         for a, b in itertools.pairwise(finished):  # finished copies tile their range
             if b.base_offset != self.st.served_end(a):
@@ -237,13 +288,20 @@ class RecoveryTask:
                     f"copies {a.id} [{a.base_offset}, {self.st.served_end(a)}) and {b.id} "
                     f"[{b.base_offset}, {b.next_offset}) "
                     f"{'overlap' if b.base_offset < self.st.served_end(a) else 'leave a gap'}: "
-                    "not opened")
+                    "not opened"
+                )
         aside = path.with_name(f"{path.name}.damaged-{int(time.time() * 1000)}")
         os.replace(path, aside)
         self.st.journal.compact()
-        log.error("%s: copy journal %s was damaged (%s); %d copies recovered from the bucket; "
-                  "the damaged file is kept as %s", self.st.log_id, path, "; ".join(damaged),
-                  recovered, aside.name)
+        log.error(
+            "%s: copy journal %s was damaged (%s); %d copies recovered from the bucket; "
+            "the damaged file is kept as %s",
+            self.st.log_id,
+            path,
+            "; ".join(damaged),
+            recovered,
+            aside.name,
+        )
         self.st.needs_index_rebuild = True
 
     def resync_from_bucket(self, *, read_only: bool = False) -> int:
@@ -258,8 +316,9 @@ class RecoveryTask:
             self.st.damage = {}
             return self.rebuild_from_bucket(read_only=read_only)
 
-    def rebuild_from_bucket(self, progress: Callable[[int, int], None] | None = None, *,
-                            read_only: bool = False) -> int:
+    def rebuild_from_bucket(
+        self, progress: Callable[[int, int], None] | None = None, *, read_only: bool = False
+    ) -> int:
         """Rebuild journal, metadata and remote-index files from the bucket alone.
 
         Takes the partition snapshot (:mod:`~tiered_log.remote.snapshot`) for the copies
@@ -288,7 +347,9 @@ class RecoveryTask:
             self.st.rebuild_requests = 1
             self.st.snapshot_end = -1
             try:
-                self.st.meta = RemoteMeta.from_bytes(self.st.storage.get(naming.meta_object_key(self.st.log_id)))
+                self.st.meta = RemoteMeta.from_bytes(
+                    self.st.storage.get(naming.meta_object_key(self.st.log_id))
+                )
             except RemoteObjectNotFoundError:
                 self.st.meta = RemoteMeta()
             # The partition snapshot, if there is one, stands for every copy below its
@@ -301,8 +362,9 @@ class RecoveryTask:
             else:
                 groups = self._list_copies()
             complete = sorted(k for k, objs in groups.items() if set(objs) >= COMMITTED)
-            orphans = [o.key for k, objs in groups.items() if k not in complete
-                       for o in objs.values()]
+            orphans = [
+                o.key for k, objs in groups.items() if k not in complete for o in objs.values()
+            ]
             damaged: list[tuple[int, str, int, str]] = []  # base, id, size, what
             for n, (base, seg_id) in enumerate(complete):
                 size = groups[(base, seg_id)][naming.LOG_SUFFIX].size
@@ -325,13 +387,24 @@ class RecoveryTask:
                     orphans.extend(self.st.keys(prev))
                     segs[-1] = (rs, ents)
                 elif (rs.base_offset, rs.next_offset, rs.size) == (
-                        prev.base_offset, prev.next_offset, prev.size) or _newer(prev, rs):
+                    prev.base_offset,
+                    prev.next_offset,
+                    prev.size,
+                ) or _newer(prev, rs):
                     orphans.extend(o.key for o in groups[(base, seg_id)].values())  # a duplicate
                 else:
-                    log.error("%s: copy %s-%s [%d, %d) overlaps copy %s [%d, %d); both kept in "
-                              "the bucket, the first is served", self.st.log_id, base, seg_id,
-                              rs.base_offset, rs.next_offset, prev.id, prev.base_offset,
-                              prev.next_offset)
+                    log.error(
+                        "%s: copy %s-%s [%d, %d) overlaps copy %s [%d, %d); both kept in "
+                        "the bucket, the first is served",
+                        self.st.log_id,
+                        base,
+                        seg_id,
+                        rs.base_offset,
+                        rs.next_offset,
+                        prev.id,
+                        prev.base_offset,
+                        prev.next_offset,
+                    )
             if orphans and not read_only:
                 self.st.storage.delete(orphans)
             for rs, _ in segs:
@@ -342,16 +415,24 @@ class RecoveryTask:
                 above = [r.base_offset for r, _ in segs if r.base_offset > base]
                 taken = [r for r, _ in segs if r.base_offset <= base < self.st.served_end(r)]
                 if taken:
-                    log.error("%s: damaged copy %s-%s lies inside copy %s; kept in the bucket, "
-                              "not served", self.st.log_id, base, seg_id, taken[0].id)
+                    log.error(
+                        "%s: damaged copy %s-%s lies inside copy %s; kept in the bucket, "
+                        "not served",
+                        self.st.log_id,
+                        base,
+                        seg_id,
+                        taken[0].id,
+                    )
                     continue
-                self.st.journal.record(self._unreadable(base, seg_id, size,
-                                                     min(above, default=base + 1)),
-                                    CopyState.COPY_FINISHED)
+                self.st.journal.record(
+                    self._unreadable(base, seg_id, size, min(above, default=base + 1)),
+                    CopyState.COPY_FINISHED,
+                )
             self.st.meta.save(self.st.dir / naming.REMOTE_META_FILE)
             self.st.refresh()
             self.st.damage.update({seg_id: what for _, seg_id, _, what in damaged})
-            self.st.index.rewrite([e for rs, ents in segs
-                                for e in clip_entries(ents, self.st.served_end(rs))])
+            self.st.index.rewrite(
+                [e for rs, ents in segs for e in clip_entries(ents, self.st.served_end(rs))]
+            )
             self.st.needs_index_rebuild = False
             return len(segs)

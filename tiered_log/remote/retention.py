@@ -36,9 +36,11 @@ class RetentionTask:
                 return []
             if self.st.fence is not None and not self.st.fence():
                 # A cluster's deposed leader: the bucket is its successor's to change.
-                raise RemoteStorageError(f"{self.st.log_id}: remote segments below {offset} "
-                                         f"not deleted: this node no longer leads epoch "
-                                         f"{self.st.leader_epoch}")
+                raise RemoteStorageError(
+                    f"{self.st.log_id}: remote segments below {offset} "
+                    f"not deleted: this node no longer leads epoch "
+                    f"{self.st.leader_epoch}"
+                )
             new_start = max(self.st.meta.log_start_offset, self.st.served_end(doomed[-1]))
             # Record the intent first: readers stop at the new start at once.
             marked = [self.st.journal.record(s, CopyState.DELETE_STARTED) for s in doomed]
@@ -104,10 +106,15 @@ class RetentionTask:
                 self.st.meta.log_start_offset = offset
             self.st.refresh()
             self.st.save_meta()
-            gone = {naming.segment_object_key(self.st.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
-                    for s in doomed}
-            self.st.index.rewrite(clip_entries(
-                [e for e in self.st.index.all_entries() if e.object_key not in gone], offset))
+            gone = {
+                naming.segment_object_key(self.st.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
+                for s in doomed
+            }
+            self.st.index.rewrite(
+                clip_entries(
+                    [e for e in self.st.index.all_entries() if e.object_key not in gone], offset
+                )
+            )
             for s in marked:
                 self.st.storage.delete(self.st.keys(s))
                 self.st.journal.record(s, CopyState.DELETE_FINISHED)

@@ -152,12 +152,14 @@ class S3Storage:
             raise InvalidArgumentError("give both access_key and secret_key, or neither")
         if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
             raise InvalidArgumentError(
-                f"part_size {part_size} must be between {MIN_PART_SIZE} and {MAX_PART_SIZE}")
+                f"part_size {part_size} must be between {MIN_PART_SIZE} and {MAX_PART_SIZE}"
+            )
         if multipart_threshold < 0:
             raise InvalidArgumentError(f"multipart_threshold {multipart_threshold} must be >= 0")
         if retries < 0 or max_pool_connections < 1 or part_concurrency < 1:
             raise InvalidArgumentError(
-                "retries must be >= 0, max_pool_connections and part_concurrency >= 1")
+                "retries must be >= 0, max_pool_connections and part_concurrency >= 1"
+            )
         if connect_timeout <= 0 or read_timeout <= 0:
             raise InvalidArgumentError("connect_timeout and read_timeout must be > 0")
         if get_timeout is None:
@@ -167,13 +169,23 @@ class S3Storage:
         if not get_timeout > 0 or get_retries < 0:
             raise InvalidArgumentError("get_timeout must be > 0 and get_retries >= 0")
         self.reopen_args: dict[str, Any] = {
-            "bucket": bucket, "prefix": prefix, "endpoint_url": endpoint_url, "region": region,
-            "access_key": access_key, "secret_key": secret_key, "path_style": path_style,
-            "multipart_threshold": multipart_threshold, "part_size": part_size,
-            "max_pool_connections": max_pool_connections, "connect_timeout": connect_timeout,
-            "read_timeout": read_timeout, "retries": retries,
-            "part_concurrency": part_concurrency, "get_timeout": get_timeout,
-            "get_retries": get_retries}
+            "bucket": bucket,
+            "prefix": prefix,
+            "endpoint_url": endpoint_url,
+            "region": region,
+            "access_key": access_key,
+            "secret_key": secret_key,
+            "path_style": path_style,
+            "multipart_threshold": multipart_threshold,
+            "part_size": part_size,
+            "max_pool_connections": max_pool_connections,
+            "connect_timeout": connect_timeout,
+            "read_timeout": read_timeout,
+            "retries": retries,
+            "part_concurrency": part_concurrency,
+            "get_timeout": get_timeout,
+            "get_retries": get_retries,
+        }
         """What another process opens the same store with (:mod:`.worker`)."""
         self.bucket = bucket
         self.prefix = prefix
@@ -199,27 +211,34 @@ class S3Storage:
 
         try:
             clients = []
-            for cfg in (config(connect_timeout, read_timeout, retries + 1),
-                        config(min(connect_timeout, get_timeout), get_timeout, get_retries + 1)):
+            for cfg in (
+                config(connect_timeout, read_timeout, retries + 1),
+                config(min(connect_timeout, get_timeout), get_timeout, get_retries + 1),
+            ):
                 session = _new_session()  # private to this call: sessions aren't thread-safe
                 self.region = region or session.region_name or "us-east-1"
-                clients.append(session.client(
-                    "s3",
-                    endpoint_url=endpoint_url,
-                    region_name=self.region,
-                    aws_access_key_id=access_key,
-                    aws_secret_access_key=secret_key,
-                    config=cfg,
-                ))
+                clients.append(
+                    session.client(
+                        "s3",
+                        endpoint_url=endpoint_url,
+                        region_name=self.region,
+                        aws_access_key_id=access_key,
+                        aws_secret_access_key=secret_key,
+                        config=cfg,
+                    )
+                )
             self.client: S3Client = clients[0]
             """Every request but GetObject."""
             self.get_client: S3Client = clients[1]
             """GetObject, with ``get_timeout`` and ``get_retries``."""
         except ValueError as exc:  # e.g. a malformed endpoint URL
-            raise InvalidArgumentError(f"cannot configure S3 client for {self._where}: {exc}") from exc
+            raise InvalidArgumentError(
+                f"cannot configure S3 client for {self._where}: {exc}"
+            ) from exc
         except BOUNDARY_ERRORS as exc:
-            raise RemoteStorageError(f"cannot create S3 client for {self._where}: {exc}",
-                                     retriable=False) from exc
+            raise RemoteStorageError(
+                f"cannot create S3 client for {self._where}: {exc}", retriable=False
+            ) from exc
 
     def __repr__(self) -> str:
         return f"S3Storage({self.url!r}, endpoint_url={self.endpoint_url!r})"
@@ -233,7 +252,9 @@ class S3Storage:
 
     def _map_error(self, exc: BaseException, what: str, key: str | None) -> TieredLogError:
         """The tiered_log error for a botocore/urllib3/OS error from ``what`` on ``key``."""
-        target = f"{what} of {key!r} in {self._where}" if key is not None else f"{what} on {self._where}"
+        target = (
+            f"{what} of {key!r} in {self._where}" if key is not None else f"{what} on {self._where}"
+        )
         return map_s3_error(exc, target, self.bucket)
 
     @contextmanager
@@ -256,7 +277,8 @@ class S3Storage:
         if len(full.encode("utf-8")) > MAX_KEY_BYTES:
             raise InvalidArgumentError(
                 f"object key {key!r} is too long with the prefix {self.prefix!r} "
-                f"(at most {MAX_KEY_BYTES} UTF-8 bytes)")
+                f"(at most {MAX_KEY_BYTES} UTF-8 bytes)"
+            )
         return full
 
     # ---- writes -------------------------------------------------------------------------
@@ -271,13 +293,18 @@ class S3Storage:
         body = data if isinstance(data, bytes) else bytes(data)
         digest = xxh3_hex(body)
         with self._boundary("put", key):
-            self.client.put_object(Bucket=self.bucket, Key=full, Body=body,
-                                   Metadata={CHECKSUM_METADATA_NAME: digest},
-                                   ChecksumAlgorithm="CRC32")
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=full,
+                Body=body,
+                Metadata={CHECKSUM_METADATA_NAME: digest},
+                ChecksumAlgorithm="CRC32",
+            )
         return ObjectInfo(key, len(body), digest)
 
-    def put_file(self, key: str, path: str | os.PathLike[str],
-                 progress: Callable[[int], None] | None = None) -> ObjectInfo:
+    def put_file(
+        self, key: str, path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+    ) -> ObjectInfo:
         """Upload the local file ``path`` to ``key``.
 
         Up to ``multipart_threshold`` bytes: one PutObject, then ``progress(size)``. Above
@@ -297,8 +324,9 @@ class S3Storage:
                 else:
                     return self._put_multipart(key, full, f.fileno(), size, progress)
         except OSError as exc:
-            raise RemoteStorageError(f"cannot read local file {name!r} to upload: {exc}",
-                                     retriable=False) from exc
+            raise RemoteStorageError(
+                f"cannot read local file {name!r} to upload: {exc}", retriable=False
+            ) from exc
         info = self.put(key, data)
         if progress is not None:
             progress(info.size)
@@ -314,47 +342,66 @@ class S3Storage:
             h.update(chunk)
             pos += len(chunk)
         if pos != size:
-            raise RemoteStorageError(f"local file shrank from {size} to {pos} bytes while "
-                                     "being uploaded", retriable=True)
+            raise RemoteStorageError(
+                f"local file shrank from {size} to {pos} bytes while being uploaded", retriable=True
+            )
         return str(h.hexdigest())
 
-    def _put_multipart(self, key: str, full: str, fd: int, size: int,
-                       progress: Callable[[int], None] | None) -> ObjectInfo:
+    def _put_multipart(
+        self, key: str, full: str, fd: int, size: int, progress: Callable[[int], None] | None
+    ) -> ObjectInfo:
         part_size = max(self.part_size, -(-size // MAX_PARTS))
         digest = self._hash_file(fd, size)
         with self._boundary("create multipart upload", key):
             upload_id = self.client.create_multipart_upload(
-                Bucket=self.bucket, Key=full, Metadata={CHECKSUM_METADATA_NAME: digest},
-                ChecksumAlgorithm="CRC32")["UploadId"]
+                Bucket=self.bucket,
+                Key=full,
+                Metadata={CHECKSUM_METADATA_NAME: digest},
+                ChecksumAlgorithm="CRC32",
+            )["UploadId"]
         try:
-            parts = self._upload_parts(key, full, upload_id, fd, size, part_size, digest,
-                                       progress)
+            parts = self._upload_parts(key, full, upload_id, fd, size, part_size, digest, progress)
             with self._boundary("complete multipart upload", key):
                 self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id,
-                    MultipartUpload={"Parts": parts})  # type: ignore[typeddict-item]
+                    Bucket=self.bucket,
+                    Key=full,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
+                )
         except BaseException:
             self._abort(key, full, upload_id)
             raise
         return ObjectInfo(key, size, digest)
 
-    def _upload_parts(self, key: str, full: str, upload_id: str, fd: int, size: int,
-                      part_size: int, digest: str,
-                      progress: Callable[[int], None] | None) -> builtins.list[dict[str, Any]]:
+    def _upload_parts(
+        self,
+        key: str,
+        full: str,
+        upload_id: str,
+        fd: int,
+        size: int,
+        part_size: int,
+        digest: str,
+        progress: Callable[[int], None] | None,
+    ) -> builtins.list[dict[str, Any]]:
         """Read the parts in order (re-hashing them), upload up to ``part_concurrency`` at
         once; the CompleteMultipartUpload part list."""
         h = xxhash.xxh3_128()
         done: dict[int, dict[str, Any]] = {}
         sent = 0
         inflight: deque[Future[tuple[int, int, dict[str, Any]]]] = deque()
-        pool = ThreadPoolExecutor(max_workers=self.part_concurrency,
-                                  thread_name_prefix="s3-part")
+        pool = ThreadPoolExecutor(max_workers=self.part_concurrency, thread_name_prefix="s3-part")
 
         def upload(number: int, body: bytes) -> tuple[int, int, dict[str, Any]]:
             with self._boundary(f"upload of part {number}", key):
                 resp = self.client.upload_part(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=number,
-                    Body=body, ChecksumAlgorithm="CRC32")
+                    Bucket=self.bucket,
+                    Key=full,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=body,
+                    ChecksumAlgorithm="CRC32",
+                )
             part: dict[str, Any] = {"ETag": resp["ETag"], "PartNumber": number}
             if resp.get("ChecksumCRC32"):
                 part["ChecksumCRC32"] = resp["ChecksumCRC32"]
@@ -383,7 +430,8 @@ class S3Storage:
                 body = os.pread(fd, n, pos)
                 if len(body) != n:
                     raise RemoteStorageError(
-                        f"local file for {key!r} shrank while being uploaded", retriable=True)
+                        f"local file for {key!r} shrank while being uploaded", retriable=True
+                    )
                 h.update(body)
                 while len(inflight) >= self.part_concurrency:
                     collect(block=True)
@@ -396,16 +444,23 @@ class S3Storage:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         if h.hexdigest() != digest:
-            raise RemoteStorageError(f"local file for {key!r} changed while being uploaded",
-                                     retriable=True)
+            raise RemoteStorageError(
+                f"local file for {key!r} changed while being uploaded", retriable=True
+            )
         return [done[i] for i in sorted(done)]
 
     def _abort(self, key: str, full: str, upload_id: str) -> None:
         try:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=full, UploadId=upload_id)
         except BOUNDARY_ERRORS as exc:
-            log.warning("could not abort multipart upload %s of %r in %s (a bucket lifecycle "
-                        "rule should clean it up): %s", upload_id, key, self._where, exc)
+            log.warning(
+                "could not abort multipart upload %s of %r in %s (a bucket lifecycle "
+                "rule should clean it up): %s",
+                upload_id,
+                key,
+                self._where,
+                exc,
+            )
 
     # ---- reads --------------------------------------------------------------------------
 
@@ -419,7 +474,8 @@ class S3Storage:
             size = self.size(key)
             if start > size:
                 raise RemoteObjectNotFoundError(
-                    f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)")
+                    f"range [{start}, {end}) is past the end of {key!r} ({size} bytes)"
+                )
             return b""
         whole = start == 0 and end is None
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": full}
@@ -437,21 +493,26 @@ class S3Storage:
             # The server ignored Range and sent the whole object: cut the range out.
             if start >= total:
                 raise RemoteObjectNotFoundError(
-                    f"range [{start}, {end}) is past the end of {key!r} ({total} bytes)")
+                    f"range [{start}, {end}) is past the end of {key!r} ({total} bytes)"
+                )
             data = data[start:end]
         elif first != start:
-            raise RemoteStorageError(f"get of {key!r}: asked for bytes from {start}, the "
-                                     f"server sent them from {first}")
+            raise RemoteStorageError(
+                f"get of {key!r}: asked for bytes from {start}, the server sent them from {first}"
+            )
         stop = total if end is None else min(end, total)
         if len(data) != stop - start:
             raise RemoteStorageError(
                 f"short read of {key!r} from {self._where}: {len(data)} of {stop - start} "
-                f"bytes at {start}", retriable=True)
+                f"bytes at {start}",
+                retriable=True,
+            )
         if start == 0 and stop == total:
             want = resp.get("Metadata", {}).get(CHECKSUM_METADATA_NAME)
             if want and xxh3_hex(data) != want:
                 raise RemoteCorruptionError(
-                    f"object {key!r} in {self._where} fails its xxh3 checksum")
+                    f"object {key!r} in {self._where} fails its xxh3 checksum"
+                )
         return data
 
     @staticmethod
@@ -484,8 +545,11 @@ class S3Storage:
         cut = len(self._key_prefix)
         token: str | None = None
         while True:
-            params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix,
-                                      "MaxKeys": self.list_page_size}
+            params: dict[str, Any] = {
+                "Bucket": self.bucket,
+                "Prefix": full_prefix,
+                "MaxKeys": self.list_page_size,
+            }
             if token:
                 params["ContinuationToken"] = token
             elif start_after:
@@ -506,19 +570,21 @@ class S3Storage:
         self._check_open()
         fulls = [self._full_key(k) for k in check_keys(keys)]
         for i in range(0, len(fulls), DELETE_BATCH):
-            batch = fulls[i:i + DELETE_BATCH]
-            with self._boundary("delete", batch[0][len(self._key_prefix):]):
+            batch = fulls[i : i + DELETE_BATCH]
+            with self._boundary("delete", batch[0][len(self._key_prefix) :]):
                 resp = self.client.delete_objects(
                     Bucket=self.bucket,
-                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
             errors = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if errors:
                 e = errors[0]
                 code = e.get("Code", "")
                 raise RemoteStorageError(
                     f"delete of {len(errors)} object(s) in {self._where} failed, e.g. "
-                    f"{e.get('Key', '')[len(self._key_prefix):]!r}: {code}: {e.get('Message', '')}",
-                    retriable=code in RETRIABLE_CODES)
+                    f"{e.get('Key', '')[len(self._key_prefix) :]!r}: {code}: {e.get('Message', '')}",
+                    retriable=code in RETRIABLE_CODES,
+                )
 
     def discard_partial(self, keys: Sequence[str]) -> None:
         """Abort the unfinished multipart uploads of ``keys`` (a crashed writer's parts
@@ -533,19 +599,23 @@ class S3Storage:
         found: builtins.list[tuple[str, str]] = []
         params: dict[str, Any] = {"Bucket": self.bucket, "Prefix": common}
         while True:
-            with self._boundary("list multipart uploads", common[len(self._key_prefix):]):
+            with self._boundary("list multipart uploads", common[len(self._key_prefix) :]):
                 resp = self.client.list_multipart_uploads(**params)
-            found.extend((u["Key"], u["UploadId"]) for u in resp.get("Uploads", [])
-                         if u.get("Key") in fulls and u.get("UploadId"))
+            found.extend(
+                (u["Key"], u["UploadId"])
+                for u in resp.get("Uploads", [])
+                if u.get("Key") in fulls and u.get("UploadId")
+            )
             if not resp.get("IsTruncated"):
                 break
             params["KeyMarker"] = resp.get("NextKeyMarker", "")
             params["UploadIdMarker"] = resp.get("NextUploadIdMarker", "")
         for full, upload_id in found:
-            with self._boundary("abort multipart upload", full[len(self._key_prefix):]):
+            with self._boundary("abort multipart upload", full[len(self._key_prefix) :]):
                 try:
-                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=full,
-                                                       UploadId=upload_id)
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=full, UploadId=upload_id
+                    )
                 except bex.ClientError as exc:
                     if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
                         raise

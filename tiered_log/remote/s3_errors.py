@@ -21,31 +21,60 @@ from ..errors import (
     TieredLogError,
 )
 
-RETRIABLE_CODES = frozenset({
-    "InternalError", "ServiceUnavailable", "SlowDown", "Throttling", "ThrottlingException",
-    "RequestTimeout", "RequestTimeTooSkewed", "RequestLimitExceeded", "TooManyRequests",
-    "OperationAborted", "503", "500", "429",
-})
+RETRIABLE_CODES = frozenset(
+    {
+        "InternalError",
+        "ServiceUnavailable",
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "OperationAborted",
+        "503",
+        "500",
+        "429",
+    }
+)
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
-_INTEGRITY_CODES = frozenset({
-    "BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch",
-    "InvalidChecksum", "InvalidRequestChecksum",
-})
+_INTEGRITY_CODES = frozenset(
+    {
+        "BadDigest",
+        "InvalidDigest",
+        "XAmzContentSHA256Mismatch",
+        "XAmzContentChecksumMismatch",
+        "InvalidChecksum",
+        "InvalidRequestChecksum",
+    }
+)
 _CONFIG_ERRORS: tuple[type[Exception], ...] = (
-    bex.NoCredentialsError, bex.PartialCredentialsError, bex.NoRegionError,
-    bex.ParamValidationError, bex.UnknownEndpointError, bex.InvalidEndpointConfigurationError,
+    bex.NoCredentialsError,
+    bex.PartialCredentialsError,
+    bex.NoRegionError,
+    bex.ParamValidationError,
+    bex.UnknownEndpointError,
+    bex.InvalidEndpointConfigurationError,
 )
 _CONNECTION_ERRORS: tuple[type[Exception], ...] = (
-    bex.HTTPClientError, bex.ConnectionError, bex.IncompleteReadError,
+    bex.HTTPClientError,
+    bex.ConnectionError,
+    bex.IncompleteReadError,
     bex.ResponseStreamingError,
 )
 _CHECKSUM_ERRORS: tuple[type[Exception], ...] = (bex.ChecksumError, bex.FlexibleChecksumError)
 _TIMEOUT_ERRORS: tuple[type[Exception], ...] = (
-    bex.ReadTimeoutError, bex.ConnectTimeoutError, urllib3.exceptions.ReadTimeoutError,
+    bex.ReadTimeoutError,
+    bex.ConnectTimeoutError,
+    urllib3.exceptions.ReadTimeoutError,
     TimeoutError,
 )
 BOUNDARY_ERRORS: tuple[type[BaseException], ...] = (
-    bex.BotoCoreError, bex.ClientError, OSError, urllib3.exceptions.HTTPError,
+    bex.BotoCoreError,
+    bex.ClientError,
+    OSError,
+    urllib3.exceptions.HTTPError,
 )
 
 
@@ -58,25 +87,27 @@ def map_s3_error(exc: BaseException, target: str, bucket: str) -> TieredLogError
         message = err.get("Message") or code
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
         detail = f"{target} failed: {code} (HTTP {status}): {message}"
-        if code in _NOT_FOUND_CODES or (status == 404 and code not in (
-                "NoSuchBucket", "NoSuchUpload")):
+        if code in _NOT_FOUND_CODES or (
+            status == 404 and code not in ("NoSuchBucket", "NoSuchUpload")
+        ):
             return RemoteObjectNotFoundError(
-                f"{target} failed: no such object" + (f" ({code})" if code else ""))
+                f"{target} failed: no such object" + (f" ({code})" if code else "")
+            )
         if code == "InvalidRange" or status == 416:
-            return RemoteObjectNotFoundError(f"{target} failed: the byte range is past the "
-                                             "end of the object")
+            return RemoteObjectNotFoundError(
+                f"{target} failed: the byte range is past the end of the object"
+            )
         if code == "NoSuchBucket":
-            return RemoteStorageError(f"{target} failed: bucket {bucket!r} does not "
-                                      "exist", retriable=False)
+            return RemoteStorageError(
+                f"{target} failed: bucket {bucket!r} does not exist", retriable=False
+            )
         if code in _INTEGRITY_CODES:
-            return RemoteCorruptionError(f"{detail} (bytes damaged in transit?)",
-                                         retriable=True)
+            return RemoteCorruptionError(f"{detail} (bytes damaged in transit?)", retriable=True)
         if code in RETRIABLE_CODES or status >= 500 or status in (408, 429):
             return RemoteStorageError(detail, retriable=True)
         return RemoteStorageError(detail, retriable=False)
     if isinstance(exc, _CHECKSUM_ERRORS):
-        return RemoteCorruptionError(f"{target} failed a transfer checksum: {exc}",
-                                     retriable=True)
+        return RemoteCorruptionError(f"{target} failed a transfer checksum: {exc}", retriable=True)
     if isinstance(exc, _TIMEOUT_ERRORS):
         return RemoteTimeoutError(f"{target} failed: S3 did not answer in time: {exc}")
     if isinstance(exc, _CONNECTION_ERRORS):

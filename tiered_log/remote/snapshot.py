@@ -69,14 +69,17 @@ class Snapshot:
 
 def encode_snapshot(snap: Snapshot) -> bytes:
     """The object's bytes for ``snap``."""
-    body = json.dumps({
-        "version": 1,
-        "leader_epoch": snap.leader_epoch,
-        "end": snap.end,
-        "written_ms": snap.written_ms or int(time.time() * 1000),
-        "segments": [json.loads(s.to_json()) for s in snap.segments],
-        "entries": base64.b64encode(b"".join(e.encode() for e in snap.entries)).decode(),
-    }, separators=(",", ":")).encode()
+    body = json.dumps(
+        {
+            "version": 1,
+            "leader_epoch": snap.leader_epoch,
+            "end": snap.end,
+            "written_ms": snap.written_ms or int(time.time() * 1000),
+            "segments": [json.loads(s.to_json()) for s in snap.segments],
+            "entries": base64.b64encode(b"".join(e.encode() for e in snap.entries)).decode(),
+        },
+        separators=(",", ":"),
+    ).encode()
     packed = zlib.compress(body, 6)
     return MAGIC + xxhash.xxh3_64_hexdigest(packed).encode() + b"\n" + packed
 
@@ -87,7 +90,7 @@ def decode_snapshot(data: bytes, key: str) -> Snapshot:
     try:
         if not data.startswith(MAGIC):
             raise ValueError("not a snapshot (bad magic)")
-        digest, _, packed = data[len(MAGIC):].partition(b"\n")
+        digest, _, packed = data[len(MAGIC) :].partition(b"\n")
         if xxhash.xxh3_64_hexdigest(packed).encode() != digest:
             raise ValueError("its checksum does not match")
         d = json.loads(zlib.decompress(packed))
@@ -96,8 +99,13 @@ def decode_snapshot(data: bytes, key: str) -> Snapshot:
         segments = [RemoteSegment.from_dict(s) for s in d["segments"]]
         entries = [e for _, e in decode_entries(base64.b64decode(d["entries"]))]
         epoch = d.get("leader_epoch")
-        return Snapshot(None if epoch is None else int(epoch), int(d["end"]), segments,
-                        entries, int(d.get("written_ms", 0)))
+        return Snapshot(
+            None if epoch is None else int(epoch),
+            int(d["end"]),
+            segments,
+            entries,
+            int(d.get("written_ms", 0)),
+        )
     except (ValueError, KeyError, TypeError, zlib.error, CorruptIndexError) as exc:
         raise RemoteCorruptionError(f"partition snapshot {key} is damaged: {exc}") from exc
 
@@ -113,5 +121,11 @@ def read_snapshot(storage: RemoteStorage, log_id: str) -> Snapshot | None:
     return decode_snapshot(data, key)
 
 
-__all__ = ["Snapshot", "decode_snapshot", "encode_snapshot", "read_snapshot", "snapshot_key",
-           "tail_start_after"]
+__all__ = [
+    "Snapshot",
+    "decode_snapshot",
+    "encode_snapshot",
+    "read_snapshot",
+    "snapshot_key",
+    "tail_start_after",
+]

@@ -47,15 +47,23 @@ def read_location(log_dir: Path) -> dict[str, str | None] | None:
         return None
     if not isinstance(d, dict) or not isinstance(d.get("url"), str):
         return None
-    return {k: (str(d[k]) if d.get(k) is not None else None)
-            for k in ("log_id", "url", "endpoint_url", "region")}
+    return {
+        k: (str(d[k]) if d.get(k) is not None else None)
+        for k in ("log_id", "url", "endpoint_url", "region")
+    }
 
 
 class TierState:
     """The shared state of one log's remote tier; see the module docstring."""
 
-    def __init__(self, log_dir: Path, log_id: str, storage: RemoteStorage, config: TierConfig,
-                 meta: RemoteMeta) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        log_id: str,
+        storage: RemoteStorage,
+        config: TierConfig,
+        meta: RemoteMeta,
+    ) -> None:
         self.log_id = naming.validate_log_id(log_id)
         self.storage = storage
         self.config = config
@@ -67,9 +75,11 @@ class TierState:
         self.damage: dict[str, str] = {}
         """Finished copies (by id) whose range cannot be read, and why: their manifest and
         data object are damaged. Reads there answer RemoteCorruptionError."""
-        self.index = RemoteIndexFiles(self.dir / naming.REMOTE_INDEX_DIR,
-                                      rotate_bytes=config.index_rotate_bytes,
-                                      rotate_ms=config.index_rotate_ms)
+        self.index = RemoteIndexFiles(
+            self.dir / naming.REMOTE_INDEX_DIR,
+            rotate_bytes=config.index_rotate_bytes,
+            rotate_ms=config.index_rotate_ms,
+        )
         self.closing = threading.Event()
         """Set when the log closes: its waits for the shared rate limits end."""
         self.finished: list[RemoteSegment] = []
@@ -93,9 +103,12 @@ class TierState:
         """Remember the log id and where its remote tier lives (``remote/location.json``),
         so tools opening the directory later (``tiered-log describe``) find the bucket.
         Written only when it changes; no credentials are ever recorded."""
-        loc = {"log_id": self.log_id, "url": self.storage.url,
-               "endpoint_url": getattr(self.storage, "endpoint_url", None),
-               "region": getattr(self.storage, "region", None)}
+        loc = {
+            "log_id": self.log_id,
+            "url": self.storage.url,
+            "endpoint_url": getattr(self.storage, "endpoint_url", None),
+            "region": getattr(self.storage, "region", None),
+        }
         if read_location(self.dir.parent) != loc:
             write_atomic(self.dir / LOCATION_FILE, json.dumps(loc, sort_keys=True).encode())
 
@@ -106,7 +119,8 @@ class TierState:
                 self.damage[s.id] = (
                     f"remote segment {s.id} at offsets [{s.base_offset}, {s.next_offset}) was "
                     "found with its manifest and its data object damaged; both are kept in "
-                    "the bucket as they are")
+                    "the bucket as they are"
+                )
 
     def expected_index_last(self) -> int:
         fin = self.finished
@@ -151,8 +165,10 @@ class TierState:
         return max((s.max_timestamp for s in self.finished), default=-1)
 
     def keys(self, seg: RemoteSegment) -> list[str]:
-        return [naming.segment_object_key(self.log_id, seg.base_offset, seg.id, sfx)
-                for sfx in naming.SEGMENT_OBJECT_SUFFIXES]
+        return [
+            naming.segment_object_key(self.log_id, seg.base_offset, seg.id, sfx)
+            for sfx in naming.SEGMENT_OBJECT_SUFFIXES
+        ]
 
     def record_end(self, offset: int) -> bool:
         """Record in the bucket's metadata that offsets below ``offset`` were handed out
@@ -218,8 +234,9 @@ class TierState:
                 self.save_meta()
             except RemoteStorageError as exc:
                 self.meta.save(self.dir / naming.REMOTE_META_FILE)
-                log.warning("%s: lost offsets not recorded in the bucket: %s", self.log_id,
-                            exc.message)
+                log.warning(
+                    "%s: lost offsets not recorded in the bucket: %s", self.log_id, exc.message
+                )
 
     def snapshot_due(self) -> bool:
         """Whether enough copies finished since the last partition snapshot (or none is

@@ -37,11 +37,24 @@ from .objects import (
     xxh3_hex,
 )
 
-S3_OPTIONS = frozenset({
-    "endpoint_url", "region", "access_key", "secret_key", "path_style", "multipart_threshold",
-    "part_size", "part_concurrency", "max_pool_connections", "connect_timeout", "read_timeout",
-    "retries", "get_timeout", "get_retries",
-})
+S3_OPTIONS = frozenset(
+    {
+        "endpoint_url",
+        "region",
+        "access_key",
+        "secret_key",
+        "path_style",
+        "multipart_threshold",
+        "part_size",
+        "part_concurrency",
+        "max_pool_connections",
+        "connect_timeout",
+        "read_timeout",
+        "retries",
+        "get_timeout",
+        "get_retries",
+    }
+)
 """Keyword options :func:`open_storage` passes on to :class:`~tiered_log.remote.s3.S3Storage`."""
 
 
@@ -64,8 +77,9 @@ class RemoteStorage(Protocol):
         """Store ``data`` under ``key`` (replacing any object there), atomically."""
         ...
 
-    def put_file(self, key: str, path: str | os.PathLike[str],
-                 progress: Callable[[int], None] | None = None) -> ObjectInfo:
+    def put_file(
+        self, key: str, path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+    ) -> ObjectInfo:
         """Stream the local file ``path`` to ``key``; ``progress(n)`` gets bytes sent so far.
 
         ``progress`` is called from the calling thread with non-decreasing totals; an
@@ -167,7 +181,9 @@ def open_storage(url: str, **s3_options: Any) -> RemoteStorage:
         return S3Storage(bucket, prefix=unquote(parts.path).strip("/"), **options)
     if not scheme:
         raise InvalidArgumentError(f"remote storage URL {url!r} has no scheme; {expected}")
-    raise InvalidArgumentError(f"unsupported remote storage URL scheme {scheme!r} in {url!r}; {expected}")
+    raise InvalidArgumentError(
+        f"unsupported remote storage URL scheme {scheme!r} in {url!r}; {expected}"
+    )
 
 
 __all__ = [

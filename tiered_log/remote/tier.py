@@ -53,8 +53,17 @@ from .tier_config import TierConfig, TierStats
 R = TypeVar("R")
 
 __all__ = [
-    "COPY_THREADS", "FETCH_THREADS", "LOCATION_FILE", "CopyAttempt", "RateLimiter",
-    "RemoteTier", "TierConfig", "TierLimits", "TierStats", "read_location", "shared_pool",
+    "COPY_THREADS",
+    "FETCH_THREADS",
+    "LOCATION_FILE",
+    "CopyAttempt",
+    "RateLimiter",
+    "RemoteTier",
+    "TierConfig",
+    "TierLimits",
+    "TierStats",
+    "read_location",
+    "shared_pool",
 ]
 
 
@@ -62,8 +71,14 @@ class RemoteTier(TierState):
     """The remote tier of one log; see the module docstring. ``limits``: the node's
     shared rate limits (default: the log's own, from ``config``)."""
 
-    def __init__(self, log_dir: Path, log_id: str, storage: RemoteStorage, config: TierConfig,
-                 limits: TierLimits | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        log_id: str,
+        storage: RemoteStorage,
+        config: TierConfig,
+        limits: TierLimits | None = None,
+    ) -> None:
         (log_dir / naming.REMOTE_DIR).mkdir(parents=True, exist_ok=True)
         super().__init__(log_dir, log_id, storage, config, load_meta(log_dir, storage, log_id))
         limits = limits or TierLimits.of(config.upload_bytes_per_sec, config.fetch_bytes_per_sec)
@@ -75,8 +90,10 @@ class RemoteTier(TierState):
             self.recovery._recover_journal()
         self.refresh()
         self.record_location()
-        self.needs_index_rebuild = self.needs_index_rebuild or bool(self.index.problems()) or (
-            self.index.last_offset != self.expected_index_last()
+        self.needs_index_rebuild = (
+            self.needs_index_rebuild
+            or bool(self.index.problems())
+            or (self.index.last_offset != self.expected_index_last())
         )
 
     # ---- the jobs' resources ---------------------------------------------------------------
@@ -97,19 +114,22 @@ class RemoteTier(TierState):
 
     # ---- copying (CopyTask) ------------------------------------------------------------------
 
-    def copy_segment(self, seg: SegmentInfo,
-                     progress: Callable[[int], None] | None = None) -> RemoteSegment:
+    def copy_segment(
+        self, seg: SegmentInfo, progress: Callable[[int], None] | None = None
+    ) -> RemoteSegment:
         return self.copier.copy_segment(seg, progress)
 
-    def start_copy(self, seg: SegmentInfo,
-                   progress: Callable[[int], None] | None = None) -> CopyAttempt:
+    def start_copy(
+        self, seg: SegmentInfo, progress: Callable[[int], None] | None = None
+    ) -> CopyAttempt:
         return self.copier.start_copy(seg, progress)
 
     def finish_copy(self, attempt: CopyAttempt) -> RemoteSegment:
         return self.copier.finish_copy(attempt)
 
-    def copy_segments(self, segments: Sequence[SegmentInfo],
-                      stop: threading.Event | None = None) -> int:
+    def copy_segments(
+        self, segments: Sequence[SegmentInfo], stop: threading.Event | None = None
+    ) -> int:
         return self.copier.copy_segments(segments, stop)
 
     def abandon_copy(self, attempt: CopyAttempt) -> None:
@@ -145,12 +165,14 @@ class RemoteTier(TierState):
     def read_range(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
         return self.reader.read_range(offset, max_records, max_bytes)
 
-    def read_batches(self, offset: int, max_records: int, max_bytes: int,
-                     upto: int | None = None) -> FetchData:
+    def read_batches(
+        self, offset: int, max_records: int, max_bytes: int, upto: int | None = None
+    ) -> FetchData:
         return self.reader.read_batches(offset, max_records, max_bytes, upto)
 
-    def walk_batches(self, offset: int, max_records: int, max_bytes: int, upto: int | None,
-                     page: Page[R]) -> R:
+    def walk_batches(
+        self, offset: int, max_records: int, max_bytes: int, upto: int | None, page: Page[R]
+    ) -> R:
         return self.reader.walk_batches(offset, max_records, max_bytes, upto, page)
 
     def archived_segments(self, log_start: int) -> list[dict[str, Any]]:

@@ -14,11 +14,26 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from ..topic_config import TOPIC_DEFAULTS, TopicConfig, no_limit
 
-_OPTIONAL = ("local_retention_bytes", "local_retention_ms", "retention_bytes", "retention_ms",
-             "upload_bytes_per_sec", "fetch_bytes_per_sec")
-_POSITIVE = ("chunk_bytes", "fetch_bytes", "prefetch_bytes", "cache_bytes", "copies_in_flight",
-             "ship_interval_ms", "index_rotate_bytes", "index_rotate_ms", "fetch_max_wait_ms",
-             "snapshot_interval_segments")
+_OPTIONAL = (
+    "local_retention_bytes",
+    "local_retention_ms",
+    "retention_bytes",
+    "retention_ms",
+    "upload_bytes_per_sec",
+    "fetch_bytes_per_sec",
+)
+_POSITIVE = (
+    "chunk_bytes",
+    "fetch_bytes",
+    "prefetch_bytes",
+    "cache_bytes",
+    "copies_in_flight",
+    "ship_interval_ms",
+    "index_rotate_bytes",
+    "index_rotate_ms",
+    "fetch_max_wait_ms",
+    "snapshot_interval_segments",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,18 +78,23 @@ class TierConfig:
     def of(cls, topic: TopicConfig, **node: Any) -> TierConfig:
         """The TierConfig of a partition of a topic with settings ``topic``; ``node``: the
         node-level settings (``chunk_bytes``, ``cache_bytes``, ...; default: theirs)."""
-        return cls(remote_enabled=topic.remote_enabled,
-                   local_retention_bytes=topic.local_retention_bytes,
-                   local_retention_ms=topic.local_retention_ms,
-                   retention_bytes=topic.retention_bytes, retention_ms=topic.retention_ms,
-                   **node)
+        return cls(
+            remote_enabled=topic.remote_enabled,
+            local_retention_bytes=topic.local_retention_bytes,
+            local_retention_ms=topic.local_retention_ms,
+            retention_bytes=topic.retention_bytes,
+            retention_ms=topic.retention_ms,
+            **node,
+        )
 
     def __post_init__(self) -> None:
         for name in _OPTIONAL:
             v = no_limit(getattr(self, name))
             object.__setattr__(self, name, v)
             if v is not None and (not isinstance(v, int) or v < 0):
-                raise InvalidArgumentError(f"{name} must be -1 or a non-negative integer, got {v!r}")
+                raise InvalidArgumentError(
+                    f"{name} must be -1 or a non-negative integer, got {v!r}"
+                )
         for name in _POSITIVE:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
@@ -87,12 +107,12 @@ class TierConfig:
             raise InvalidArgumentError(f"worker_nice must be an integer 0-19, got {v!r}")
         v = self.catchup_retention_bytes
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise InvalidArgumentError(f"catchup_retention_bytes must be an integer >= 0, "
-                                       f"got {v!r}")
+            raise InvalidArgumentError(
+                f"catchup_retention_bytes must be an integer >= 0, got {v!r}"
+            )
         v = self.offset_reserve
         if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 1 << 40:
-            raise InvalidArgumentError(f"offset_reserve must be an integer 1 - 2**40, "
-                                       f"got {v!r}")
+            raise InvalidArgumentError(f"offset_reserve must be an integer 1 - 2**40, got {v!r}")
 
 
 TIER_DEFAULTS = TierConfig()

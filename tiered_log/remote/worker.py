@@ -110,12 +110,14 @@ def spec_of(storage: RemoteStorage) -> StorageSpec | None:
     from .s3 import S3Storage
 
     if isinstance(storage, LocalDirStorage):
-        return StorageSpec("fs", json.dumps({"root": str(storage.root),
-                                             "read_only": storage.read_only}))
+        return StorageSpec(
+            "fs", json.dumps({"root": str(storage.root), "read_only": storage.read_only})
+        )
     if isinstance(storage, S3Storage):
         env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-        return StorageSpec("s3", json.dumps(storage.reopen_args, sort_keys=True),
-                           json.dumps(env, sort_keys=True))
+        return StorageSpec(
+            "s3", json.dumps(storage.reopen_args, sort_keys=True), json.dumps(env, sort_keys=True)
+        )
     return None
 
 
@@ -156,27 +158,38 @@ def _upload(spec: StorageSpec, key: str, path: str) -> int:
     return _store(spec).put_file(key, path).size
 
 
-def _scan(path: str, size: int, base_offset: int, expected_next: int, object_key: str,
-          chunk_bytes: int) -> list[RemoteLogIndexEntry]:
+def _scan(
+    path: str, size: int, base_offset: int, expected_next: int, object_key: str, chunk_bytes: int
+) -> list[RemoteLogIndexEntry]:
     return chunk_entries(Path(path), size, base_offset, expected_next, object_key, chunk_bytes)
 
 
-def _fetch(spec: StorageSpec, key: str, start: int, end: int,
-           chunks: list[tuple[int, int, int]], cache_dir: str) -> list[bool]:
+def _fetch(
+    spec: StorageSpec,
+    key: str,
+    start: int,
+    end: int,
+    chunks: list[tuple[int, int, int]],
+    cache_dir: str,
+) -> list[bool]:
     """GET ``[start, end)`` of ``key``; for each chunk ``(position, length, first
     offset)`` in it, verify its batches and write its chunk cache file. Whether each
     was written (False: damaged; the reader then meets the damage itself)."""
     blob = _store(spec).get(key, start, end)
     if len(blob) != end - start:
-        raise RemoteCorruptionError(f"{key}: asked for {end - start} bytes at {start}, "
-                                    f"got {len(blob)}")
+        raise RemoteCorruptionError(
+            f"{key}: asked for {end - start} bytes at {start}, got {len(blob)}"
+        )
     view = memoryview(blob)
     out: list[bool] = []
     for position, length, first_offset in chunks:
         data = view[position - start : position - start + length]
         batches, verified = batch_table(data, first_offset)
-        out.append(bool(batches) and verified == length and write_chunk_file(
-            Path(cache_dir), chunk_file_name(key, position, length), data))
+        out.append(
+            bool(batches)
+            and verified == length
+            and write_chunk_file(Path(cache_dir), chunk_file_name(key, position, length), data)
+        )
     return out
 
 
@@ -197,8 +210,16 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
             try:
                 _write_frame(out, answer)
             except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                _write_frame(out, (task_id, False, RemoteStorageError(
-                    f"tier worker task {name} failed: {answer[2]!r} ({exc})")))
+                _write_frame(
+                    out,
+                    (
+                        task_id,
+                        False,
+                        RemoteStorageError(
+                            f"tier worker task {name} failed: {answer[2]!r} ({exc})"
+                        ),
+                    ),
+                )
 
     with ThreadPoolExecutor(THREADS, thread_name_prefix="tier-worker") as pool:
         while (req := _read_frame(inp)) is not None:
@@ -213,15 +234,18 @@ class _Process:
 
     def __init__(self, nice: int = 0) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from tiered_log.remote.worker import main; main()",
-             str(nice)],
+            [sys.executable, "-c", "from tiered_log.remote.worker import main; main()", str(nice)],
             stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=None, close_fds=True)
+            stdout=subprocess.PIPE,
+            stderr=None,
+            close_fds=True,
+        )
         self.pending: dict[int, Future[Any]] = {}
         self.lock = threading.Lock()
         self.dead: str | None = None
-        self.reader = threading.Thread(target=self._read, daemon=True,
-                                       name=f"tier-worker-{self.proc.pid}")
+        self.reader = threading.Thread(
+            target=self._read, daemon=True, name=f"tier-worker-{self.proc.pid}"
+        )
         self.reader.start()
 
     def _read(self) -> None:
@@ -245,8 +269,11 @@ class _Process:
             self.dead = why
             pending, self.pending = self.pending, {}
         for fut in pending.values():
-            fut.set_exception(RemoteStorageError(f"{why} (pid {self.proc.pid}, exit "
-                                                 f"{self.proc.poll()})", retriable=True))
+            fut.set_exception(
+                RemoteStorageError(
+                    f"{why} (pid {self.proc.pid}, exit {self.proc.poll()})", retriable=True
+                )
+            )
 
     def submit(self, task_id: int, name: str, args: tuple[Any, ...]) -> Future[Any]:
         fut: Future[Any] = Future()
@@ -306,16 +333,31 @@ class TierWorker:
         returns its size. The store's errors as it raises them."""
         return int(self._run("upload", spec, key, str(path)))
 
-    def scan(self, path: Path, size: int, base_offset: int, expected_next: int,
-             object_key: str, chunk_bytes: int) -> list[RemoteLogIndexEntry]:
+    def scan(
+        self,
+        path: Path,
+        size: int,
+        base_offset: int,
+        expected_next: int,
+        object_key: str,
+        chunk_bytes: int,
+    ) -> list[RemoteLogIndexEntry]:
         """:func:`~tiered_log.remote.manifest.chunk_entries` in a worker (it verifies
         every batch: CorruptRecordError if the store is damaged)."""
-        got: list[RemoteLogIndexEntry] = self._run("scan", str(path), size, base_offset,
-                                                   expected_next, object_key, chunk_bytes)
+        got: list[RemoteLogIndexEntry] = self._run(
+            "scan", str(path), size, base_offset, expected_next, object_key, chunk_bytes
+        )
         return got
 
-    def fetch(self, spec: StorageSpec, key: str, start: int, end: int,
-              chunks: list[tuple[int, int, int]], cache_dir: Path) -> list[bool]:
+    def fetch(
+        self,
+        spec: StorageSpec,
+        key: str,
+        start: int,
+        end: int,
+        chunks: list[tuple[int, int, int]],
+        cache_dir: Path,
+    ) -> list[bool]:
         """In a worker: GET ``[start, end)`` of ``key``, verify each chunk ``(position,
         length, first offset)`` and write its file into the chunk cache ``cache_dir``
         (see :meth:`~tiered_log.remote.cache.ChunkCache.expect`); whether each was

@@ -56,7 +56,7 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         title="tiered-log",
         version="0.1.0",
         description="A segmented, append-only commit log with a tiered remote store. "
-        "Errors are always JSON `{\"error\": {\"code\", \"message\", \"retriable\"}}`.",
+        'Errors are always JSON `{"error": {"code", "message", "retriable"}}`.',
         lifespan=make_lifespan(state, preloaded=topics is not None),
     )
     app.state.service = state
@@ -66,7 +66,8 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         app.include_router(router)
     routes = [route for router in ROUTERS for route in router.routes]
     app.openapi = lambda: build_openapi(  # type: ignore[method-assign]
-        app, routes, clustered=settings.clustered)
+        app, routes, clustered=settings.clustered
+    )
     return app
 
 

@@ -43,13 +43,16 @@ class ReplicaStatus(BaseModel):
     log_end_offset: int
     lag_offsets: int
     rate_offsets_s: float
-    eta_s: float | None = Field(description="The lag at the current rate; null when not "
-                                "moving.")
-    lag_bytes: int | None = Field(description="What the leader's local log holds above "
-                                  "the replica's end; null when unknown.")
-    resets: int = Field(0, description="How often this leader sent it back to the remote "
-                        "end in this epoch (a rebuild: once; many: it cannot keep up with "
-                        "the leader's local retention).")
+    eta_s: float | None = Field(description="The lag at the current rate; null when not moving.")
+    lag_bytes: int | None = Field(
+        description="What the leader's local log holds above the replica's end; null when unknown."
+    )
+    resets: int = Field(
+        0,
+        description="How often this leader sent it back to the remote "
+        "end in this epoch (a rebuild: once; many: it cannot keep up with "
+        "the leader's local retention).",
+    )
 
 
 class LedPartition(BaseModel):
@@ -61,13 +64,20 @@ class LedPartition(BaseModel):
     high_watermark: int
     log_end_offset: int | None
     remote_end_offset: int | None
-    lost_offsets: list[list[int]] = Field(description="[first, end) ranges lost before a "
-                                          "restore from the bucket.")
-    remote_view: str = Field("ready", description="ready, or not_ready while this new "
-                             "leader reads the bucket (its archived reads wait).")
-    rebuild_requests: int = Field(0, description="Bucket requests its last rebuild of the "
-                                  "remote view made (the partition snapshot, a listing of "
-                                  "what came after it, those copies' manifests).")
+    lost_offsets: list[list[int]] = Field(
+        description="[first, end) ranges lost before a restore from the bucket."
+    )
+    remote_view: str = Field(
+        "ready",
+        description="ready, or not_ready while this new "
+        "leader reads the bucket (its archived reads wait).",
+    )
+    rebuild_requests: int = Field(
+        0,
+        description="Bucket requests its last rebuild of the "
+        "remote view made (the partition snapshot, a listing of "
+        "what came after it, those copies' manifests).",
+    )
     replicas: list[ReplicaStatus]
 
 
@@ -75,16 +85,26 @@ class ClusterView(BaseModel):
     """``GET /v1/cluster``."""
 
     node_id: int = Field(description="The node that answered.")
-    controller_id: int | None = Field(description="The controller as last read; null "
-                                      "while there is none (an election is under way).")
+    controller_id: int | None = Field(
+        description="The controller as last read; null "
+        "while there is none (an election is under way)."
+    )
     nodes: list[ClusterNodeView]
     partitions: list[ClusterPartitionView]
     replication: list[LedPartition] = Field(description="The partitions this node leads.")
-    stale: bool = Field(description="True when this node cannot read etcd now: the view is "
-                        "the last one it read (leaders keep serving meanwhile).")
-    metadata_age_ms: int = Field(description="Milliseconds since this node last read the "
-                                 "metadata from etcd.")
+    stale: bool = Field(
+        description="True when this node cannot read etcd now: the view is "
+        "the last one it read (leaders keep serving meanwhile)."
+    )
+    metadata_age_ms: int = Field(
+        description="Milliseconds since this node last read the metadata from etcd."
+    )
 
 
-__all__ = ["ClusterNodeView", "ClusterPartitionView", "ClusterView", "LedPartition",
-           "ReplicaStatus"]
+__all__ = [
+    "ClusterNodeView",
+    "ClusterPartitionView",
+    "ClusterView",
+    "LedPartition",
+    "ReplicaStatus",
+]

@@ -46,12 +46,14 @@ class TopicLogs:
         if have is not None:
             if have.meta.topic_id == meta.topic_id:
                 return
-            log.info("topic %s was created again in the cluster: replacing the local one",
-                     meta.name)
+            log.info(
+                "topic %s was created again in the cluster: replacing the local one", meta.name
+            )
             self.topics.delete(meta.name)
         config = TopicConfig.model_validate(meta.config)
-        local = TopicMeta(meta.name, meta.topic_id, meta.partitions, config,
-                          time.time_ns() // 1_000_000)
+        local = TopicMeta(
+            meta.name, meta.topic_id, meta.partitions, config, time.time_ns() // 1_000_000
+        )
         with contextlib.suppress(TopicExistsError):  # created meanwhile on this node
             self.topics.adopt(local)
 
@@ -74,22 +76,37 @@ def start_node(settings: Settings, topics: TopicManager) -> ClusterNode:
     """Join the cluster the settings name (MetadataUnavailableError if etcd cannot be
     reached)."""
     assert settings.node_id is not None and settings.advertised_url and settings.cluster_etcd
-    headers = ({"Authorization": f"Bearer {settings.cluster_token.get_secret_value()}"}
-               if settings.cluster_token else {})
+    headers = (
+        {"Authorization": f"Bearer {settings.cluster_token.get_secret_value()}"}
+        if settings.cluster_token
+        else {}
+    )
     config = NodeConfig(
-        node_id=settings.node_id, advertised_url=settings.advertised_url,
-        etcd_url=settings.cluster_etcd, cluster_name=settings.cluster_name,
+        node_id=settings.node_id,
+        advertised_url=settings.advertised_url,
+        etcd_url=settings.cluster_etcd,
+        cluster_name=settings.cluster_name,
         lease_ttl_s=settings.cluster_lease_ttl_s,
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
-        unclean_leader_election=settings.unclean_leader_election, fetch_headers=headers,
-        replica_fetch_wait_ms=settings.replica_fetch_wait_max_ms)
+        unclean_leader_election=settings.unclean_leader_election,
+        fetch_headers=headers,
+        replica_fetch_wait_ms=settings.replica_fetch_wait_max_ms,
+    )
     return ClusterNode(config, TopicLogs(topics)).start()
 
 
-def create_cluster_topic(node: ClusterNode, settings: Settings, name: str, partitions: int,
-                         overrides: dict[str, Any], replication_factor: int | None,
-                         min_insync_replicas: int | None, *,
-                         config: TopicConfig | None = None, topic_id: str | None = None) -> None:
+def create_cluster_topic(
+    node: ClusterNode,
+    settings: Settings,
+    name: str,
+    partitions: int,
+    overrides: dict[str, Any],
+    replication_factor: int | None,
+    min_insync_replicas: int | None,
+    *,
+    config: TopicConfig | None = None,
+    topic_id: str | None = None,
+) -> None:
     """Create a topic in the cluster and wait (a few seconds at most) until this node
     holds its logs. The replication factor defaults to ``min(3, live nodes)`` and
     ``min_insync_replicas`` to ``min(2, replication_factor)``, as a Kafka cluster is
@@ -109,17 +126,26 @@ def create_cluster_topic(node: ClusterNode, settings: Settings, name: str, parti
     live = len(node.membership.live_nodes())
     rf = replication_factor if replication_factor is not None else max(1, min(3, live))
     min_isr = min_insync_replicas if min_insync_replicas is not None else min(2, rf)
-    meta = ClusterTopic(name=name, partitions=partitions, replication_factor=rf,
-                        min_insync_replicas=min_isr,
-                        config=config.model_dump(mode="json"),
-                        topic_id=topic_id or uuid.uuid4().hex)
+    meta = ClusterTopic(
+        name=name,
+        partitions=partitions,
+        replication_factor=rf,
+        min_insync_replicas=min_isr,
+        config=config.model_dump(mode="json"),
+        topic_id=topic_id or uuid.uuid4().hex,
+    )
     node.create_topic(meta)
     node.wait_until(lambda: node.partition_state(name, 0) is not None, 10.0)
 
 
-def restore_cluster_topics(node: ClusterNode, settings: Settings, topics: TopicManager,
-                           names: list[str] | None, replication_factor: int | None,
-                           min_insync_replicas: int | None) -> dict[str, Any]:
+def restore_cluster_topics(
+    node: ClusterNode,
+    settings: Settings,
+    topics: TopicManager,
+    names: list[str] | None,
+    replication_factor: int | None,
+    min_insync_replicas: int | None,
+) -> dict[str, Any]:
     """Whole-cluster restore (as Redpanda's): recreate in the cluster the topics whose
     metadata the bucket keeps (``topics/<name>.json``) and the cluster lacks, with their
     own topic id, partitions and config, so each partition's logs find their objects.
@@ -133,13 +159,18 @@ def restore_cluster_topics(node: ClusterNode, settings: Settings, topics: TopicM
     storage = topics.storage
     if storage is None:
         raise InvalidArgumentError("this node has no remote store to restore from")
-    in_bucket = {key[len(naming.TOPIC_OBJECTS_PREFIX):].removesuffix(".json"): key
-                 for key in (i.key for i in storage.list(naming.TOPIC_OBJECTS_PREFIX))
-                 if key.endswith(".json")}
+    in_bucket = {
+        key[len(naming.TOPIC_OBJECTS_PREFIX) :].removesuffix(".json"): key
+        for key in (i.key for i in storage.list(naming.TOPIC_OBJECTS_PREFIX))
+        if key.endswith(".json")
+    }
     wanted = sorted(in_bucket) if names is None else sorted(set(names))
     existing = node.metadata.topics()
-    out: dict[str, Any] = {"restored": [], "skipped": [],
-                           "missing": [n for n in wanted if n not in in_bucket]}
+    out: dict[str, Any] = {
+        "restored": [],
+        "skipped": [],
+        "missing": [n for n in wanted if n not in in_bucket],
+    }
     for name in (n for n in wanted if n in in_bucket):
         if name in existing:
             out["skipped"].append({"name": name, "reason": "the cluster has this topic"})
@@ -152,16 +183,29 @@ def restore_cluster_topics(node: ClusterNode, settings: Settings, topics: TopicM
             out["skipped"].append({"name": name, "reason": f"unreadable metadata: {exc}"})
             continue
         try:
-            create_cluster_topic(node, settings, name, meta.partitions, {}, replication_factor,
-                                 min_insync_replicas, config=meta.config,
-                                 topic_id=meta.topic_id)
+            create_cluster_topic(
+                node,
+                settings,
+                name,
+                meta.partitions,
+                {},
+                replication_factor,
+                min_insync_replicas,
+                config=meta.config,
+                topic_id=meta.topic_id,
+            )
         except TopicExistsError:
             out["skipped"].append({"name": name, "reason": "the cluster has this topic"})
             continue
-        log.info("restored topic %s (%d partition(s), id %s) from the bucket", name,
-                 meta.partitions, meta.topic_id)
-        out["restored"].append({"name": name, "topic_id": meta.topic_id,
-                                "partitions": meta.partitions})
+        log.info(
+            "restored topic %s (%d partition(s), id %s) from the bucket",
+            name,
+            meta.partitions,
+            meta.topic_id,
+        )
+        out["restored"].append(
+            {"name": name, "topic_id": meta.topic_id, "partitions": meta.partitions}
+        )
     return out
 
 

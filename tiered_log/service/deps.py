@@ -62,9 +62,7 @@ State = Annotated[ServiceState, Depends(service_state)]
 bearer = HTTPBearer(auto_error=False, description="A token from the server's auth_tokens.")
 
 
-async def authenticated(
-    request: Request, _: Annotated[Any, Depends(bearer)] = None
-) -> Principal:
+async def authenticated(request: Request, _: Annotated[Any, Depends(bearer)] = None) -> Principal:
     """Dependency: the caller (401 without a valid token when auth is on)."""
     return _state(request).auth.authenticate(request.headers.get("authorization"))
 
@@ -89,10 +87,13 @@ ReadGrant = Annotated[Principal, Depends(require("read"))]
 WriteGrant = Annotated[Principal, Depends(require("write"))]
 AdminGrant = Annotated[Principal, Depends(require("admin"))]
 
-TopicPath = Annotated[str, Path(
-    description="Topic name: 1-200 of A-Z a-z 0-9 . _ - (others are 400 invalid_topic_name).",
-    json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
-)]
+TopicPath = Annotated[
+    str,
+    Path(
+        description="Topic name: 1-200 of A-Z a-z 0-9 . _ - (others are 400 invalid_topic_name).",
+        json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
+    ),
+]
 PartitionPath = Annotated[int, Path(ge=0, le=MAX_PARTITIONS - 1, description="Partition index.")]
 
 
@@ -114,8 +115,7 @@ async def json_content(request: Request) -> None:
     (see :func:`is_json`). Declared after the grant, so 401/403 come first."""
     media = media_type(request)
     if not is_json(media):
-        raise UnsupportedMediaTypeError(
-            f"Content-Type must be {JSON}, not {media or 'missing'!r}")
+        raise UnsupportedMediaTypeError(f"Content-Type must be {JSON}, not {media or 'missing'!r}")
 
 
 JsonContent = Annotated[None, Depends(json_content)]
@@ -187,7 +187,21 @@ async def run_log_call(state: ServiceState, topic: str, fn: Callable[..., T], *a
 
 
 __all__ = [
-    "AdminGrant", "Authenticated", "JsonContent", "PartitionPath", "ReadGrant", "State",
-    "TopicPath", "WriteGrant", "authenticated", "is_json", "media_type", "partition_log",
-    "read_body", "read_value", "require", "run_log_call", "service_state",
+    "AdminGrant",
+    "Authenticated",
+    "JsonContent",
+    "PartitionPath",
+    "ReadGrant",
+    "State",
+    "TopicPath",
+    "WriteGrant",
+    "authenticated",
+    "is_json",
+    "media_type",
+    "partition_log",
+    "read_body",
+    "read_value",
+    "require",
+    "run_log_call",
+    "service_state",
 ]

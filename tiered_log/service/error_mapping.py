@@ -51,17 +51,26 @@ def validation_message(errors: Iterable[Any]) -> str:
         loc = ".".join(str(p) for p in err.get("loc", ()))
         msg = str(err.get("msg", "invalid"))
         if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+            msg = msg[len("Value error, ") :]
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts) or "invalid request"
 
 
-def error_response(status: int, code: str, message: str, *, retriable: bool = False,
-                   details: dict[str, Any] | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    retriable: bool = False,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     """The API's JSON error answer."""
-    return JSONResponse(error_json(code, message, retriable=retriable, details=details),
-                        status_code=status, headers=headers)
+    return JSONResponse(
+        error_json(code, message, retriable=retriable, details=details),
+        status_code=status,
+        headers=headers,
+    )
 
 
 async def on_library_error(request: Request, exc: Exception) -> Response:
@@ -77,10 +86,17 @@ async def on_library_error(request: Request, exc: Exception) -> Response:
         details = {"current_epoch": exc.current_epoch}
     message = exc.message if hasattr(exc, "message") else str(exc)
     if status >= 500:
-        log.log(logging.WARNING if exc.retriable else logging.ERROR, "%s %s failed: %s: %s",
-                request.method, request.url.path, type(exc).__name__, message)
-    return error_response(status, exc.code, message, retriable=exc.retriable,
-                          details=details, headers=headers)
+        log.log(
+            logging.WARNING if exc.retriable else logging.ERROR,
+            "%s %s failed: %s: %s",
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+            message,
+        )
+    return error_response(
+        status, exc.code, message, retriable=exc.retriable, details=details, headers=headers
+    )
 
 
 async def on_validation_error(request: Request, exc: Exception) -> Response:
@@ -89,8 +105,14 @@ async def on_validation_error(request: Request, exc: Exception) -> Response:
     return error_response(400, "invalid_request", validation_message(errors))
 
 
-_HTTP_CODES = {400: "invalid_request", 401: "unauthenticated", 403: "permission_denied",
-               404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+_HTTP_CODES = {
+    400: "invalid_request",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+}
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:

@@ -38,8 +38,9 @@ class FrameBatch:
     bounds: PartitionBounds
 
 
-def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: int,
-                 upto: int | None = None) -> FrameBatch:
+def fetch_frames(
+    plog: PartitionLog, offset: int, max_records: int, max_bytes: int, upto: int | None = None
+) -> FrameBatch:
     """Batches from the one holding ``offset`` on, as places in files (see
     :meth:`TieredLog.read_batch_ranges <tiered_log.tiered.TieredLog.read_batch_ranges>`): at least
     one batch if there is a record at ``offset``, then whole batches while fewer than
@@ -50,8 +51,9 @@ def fetch_frames(plog: PartitionLog, offset: int, max_records: int, max_bytes: i
     return FrameBatch(fetched, partition_bounds(plog))
 
 
-def fetch_records(plog: PartitionLog, offset: int, max_records: int, max_bytes: int,
-                  upto: int | None = None) -> tuple[list[Record], PartitionBounds]:
+def fetch_records(
+    plog: PartitionLog, offset: int, max_records: int, max_bytes: int, upto: int | None = None
+) -> tuple[list[Record], PartitionBounds]:
     """Decoded records from ``offset`` on (any tier) and the bounds after reading.
 
     When a local read meets a damaged batch, the records before it are returned (the

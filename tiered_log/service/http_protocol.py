@@ -106,8 +106,9 @@ class StallClock:
     Async-safety: one instance per event loop, used from that loop's thread only.
     """
 
-    _clocks: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StallClock]] = \
+    _clocks: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StallClock]] = (
         weakref.WeakKeyDictionary()
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -174,8 +175,13 @@ class HardenedHttpProtocol(HttpToolsProtocol):
 
     limits: ClassVar[HttpLimits] = HttpLimits()
 
-    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         # True from the connection's start, or the end of a request, until the next
         # request's head is complete: bytes read then are head bytes.
@@ -233,26 +239,31 @@ class HardenedHttpProtocol(HttpToolsProtocol):
                     self._arm_head_timer()
                 room = cap - self._head_bytes
                 if room <= 0:
-                    self._reject(431, "request_header_too_large",
-                                 f"the request head is larger than {cap} bytes")
+                    self._reject(
+                        431,
+                        "request_header_too_large",
+                        f"the request head is larger than {cap} bytes",
+                    )
                     return
                 piece, view = view[:room], view[room:]
                 self._head_bytes += len(piece)
             elif self._maybe_trailer:
                 room = cap - self._trailer_bytes
                 if room <= 0:
-                    self._reject(431, "request_header_too_large",
-                                 f"the request's trailer section is larger than {cap} bytes")
+                    self._reject(
+                        431,
+                        "request_header_too_large",
+                        f"the request's trailer section is larger than {cap} bytes",
+                    )
                     return
                 piece, view = view[:room], view[room:]
                 self._trailer_bytes += len(piece)
             else:
-                piece, view = view, view[len(view):]
+                piece, view = view, view[len(view) :]
             if not self._feed(piece):
                 return
         if not self._in_head and self._body_timer is None and not self.transport.is_closing():
-            self._body_timer = self.loop.call_later(self.limits.body_timeout_s,
-                                                    self._on_body_timer)
+            self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._on_body_timer)
 
     def _feed(self, piece: memoryview) -> bool:
         """Parse ``piece``; False when the connection is done with (rejected or upgraded)."""
@@ -286,7 +297,8 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._in_head and name.lower() == b"transfer-encoding":
             self._transfer_codings.extend(
-                c for c in (t.strip().lower() for t in value.split(b",")) if c)
+                c for c in (t.strip().lower() for t in value.split(b",")) if c
+            )
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -294,9 +306,11 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         bad = [c for c in self._transfer_codings if c != b"chunked"]
         if bad:
             self._rejection = _Rejection(
-                501, "not_implemented",
+                501,
+                "not_implemented",
                 f"transfer coding {bad[0].decode('latin-1')!r} is not supported; "
-                "send the body as is or chunked")
+                "send the body as is or chunked",
+            )
             raise self._rejection
         super().on_headers_complete()  # on an exception, still in the head (answerable)
         cycle = self.cycle
@@ -304,7 +318,8 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             if self._zerocopy:
                 zerocopy.install(self.scope, cycle, self.transport)  # type: ignore[arg-type]
             cycle.send = self._guarded_send(  # type: ignore[method-assign,assignment]
-                cycle, cycle.send)
+                cycle, cycle.send
+            )
         self._in_head = False
         self._maybe_trailer = False
         self._body_start = self._body_last = self._now()
@@ -339,8 +354,9 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         super().on_response_complete()
         self._keepalive_since = self._now()
 
-    def _guarded_send(self, cycle: RequestResponseCycle,
-                      send: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+    def _guarded_send(
+        self, cycle: RequestResponseCycle, send: Callable[[Any], Awaitable[None]]
+    ) -> Callable[[Any], Awaitable[None]]:
         """``send`` of ``cycle``, marking the cycle disconnected when its response can no
         longer complete because the connection is closing (a send that returned without
         writing, e.g. a zero-copy range on a connection that closed meanwhile): the app
@@ -396,8 +412,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
         self._head_since = self._now()
-        self._head_timer = self.loop.call_later(self.limits.header_timeout_s,
-                                                self._on_head_timer)
+        self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._on_head_timer)
 
     def _cancel_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -424,8 +439,12 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             self.transport.close()  # asked nothing: nothing to answer
             return
         t = self.limits.header_timeout_s
-        self._reject(408, "request_timeout",
-                     f"the request head was not complete within {t:g} s", retriable=True)
+        self._reject(
+            408,
+            "request_timeout",
+            f"the request head was not complete within {t:g} s",
+            retriable=True,
+        )
 
     def _on_body_timer(self) -> None:
         self._body_timer = None
@@ -442,18 +461,25 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             return
         deadline = self._body_last + lim.body_timeout_s
         if lim.body_min_bytes_per_s:
-            deadline = min(deadline, self._body_start + lim.body_timeout_s
-                           + self._body_bytes / lim.body_min_bytes_per_s)
+            deadline = min(
+                deadline,
+                self._body_start + lim.body_timeout_s + self._body_bytes / lim.body_min_bytes_per_s,
+            )
         if now + 1e-3 < deadline:
             self._body_timer = self.loop.call_later(deadline - now, self._on_body_timer)
             return
         if self._unread_bytes_wait():  # read them first (the loop's next turn)
             self._body_timer = self.loop.call_later(0, self._on_body_timer)
             return
-        log.info("%srequest body stalled: %d bytes in %.1f s", self._peer(),
-                 self._body_bytes, now - self._body_start)
-        self._reject(408, "request_timeout",
-                     "the request body stopped or arrived too slowly", retriable=True)
+        log.info(
+            "%srequest body stalled: %d bytes in %.1f s",
+            self._peer(),
+            self._body_bytes,
+            now - self._body_start,
+        )
+        self._reject(
+            408, "request_timeout", "the request body stopped or arrived too slowly", retriable=True
+        )
 
     def timeout_keep_alive_handler(self) -> None:
         """uvicorn's keep-alive timeout between requests, on the stall clock, and never
@@ -464,11 +490,11 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         left = self._keepalive_since + self.timeout_keep_alive - self._now()
         if left > 1e-3:
             self.timeout_keep_alive_task = self.loop.call_later(
-                left, self.timeout_keep_alive_handler)
+                left, self.timeout_keep_alive_handler
+            )
             return
         if self._unread_bytes_wait():
-            self.timeout_keep_alive_task = self.loop.call_later(
-                0, self.timeout_keep_alive_handler)
+            self.timeout_keep_alive_task = self.loop.call_later(0, self.timeout_keep_alive_handler)
             return
         super().timeout_keep_alive_handler()
 
@@ -499,8 +525,15 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         """Answer ``status`` with a JSON error (where it can be answered), stop reading
         requests from the connection and close it after a short lingering close."""
         answer = self._can_answer()
-        log.log(logging.WARNING if status == 400 else logging.INFO, "%s%d %s: %s%s",
-                self._peer(), status, code, message, "" if answer else " (closed unanswered)")
+        log.log(
+            logging.WARNING if status == 400 else logging.INFO,
+            "%s%d %s: %s%s",
+            self._peer(),
+            status,
+            code,
+            message,
+            "" if answer else " (closed unanswered)",
+        )
         self._cancel_timers()
         self._unset_keepalive_if_required()
         self._lingering = True
@@ -510,14 +543,21 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         if not answer or self.transport.is_closing():
             self.transport.close()
             return
-        body = json.dumps({"error": {"code": code, "message": message, "retriable": retriable}},
-                          separators=(",", ":")).encode()
+        body = json.dumps(
+            {"error": {"code": code, "message": message, "retriable": retriable}},
+            separators=(",", ":"),
+        ).encode()
         content = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             content.extend([name, b": ", value, b"\r\n"])
-        content.extend([b"content-type: application/json\r\n",
-                        b"content-length: %d\r\n" % len(body),
-                        b"connection: close\r\n\r\n", body])
+        content.extend(
+            [
+                b"content-type: application/json\r\n",
+                b"content-length: %d\r\n" % len(body),
+                b"connection: close\r\n\r\n",
+                body,
+            ]
+        )
         self.transport.write(b"".join(content))
         self.flow.resume_reading()
         if self.transport.can_write_eof():
@@ -539,5 +579,14 @@ def protocol_class(limits: HttpLimits) -> type[HardenedHttpProtocol]:
     return BoundHttpProtocol
 
 
-__all__ = ["LINGER_BYTES", "LINGER_S", "MAX_DEFERRALS", "STALL_SLACK_S", "STALL_TICK_S",
-           "HardenedHttpProtocol", "HttpLimits", "StallClock", "protocol_class"]
+__all__ = [
+    "LINGER_BYTES",
+    "LINGER_S",
+    "MAX_DEFERRALS",
+    "STALL_SLACK_S",
+    "STALL_TICK_S",
+    "HardenedHttpProtocol",
+    "HttpLimits",
+    "StallClock",
+    "protocol_class",
+]

@@ -25,8 +25,9 @@ from .state import ServiceState
 log = logging.getLogger("tiered_log.service")
 
 
-def make_lifespan(state: ServiceState, *, preloaded: bool
-                  ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def make_lifespan(
+    state: ServiceState, *, preloaded: bool
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """The lifespan of an app serving ``state``; ``preloaded``: its topics are loaded."""
 
     @asynccontextmanager
@@ -40,14 +41,19 @@ def make_lifespan(state: ServiceState, *, preloaded: bool
             state.cluster = await asyncio.to_thread(start_node, state.settings, state.topics)
             loop = asyncio.get_running_loop()
             waiters = state.waiters
+
             # Consumers read below the high watermark: wake their long polls when it moves.
             def on_commit(topic: str, partition: int) -> None:
                 loop.call_soon_threadsafe(waiters.notify, (topic, partition))
 
             state.cluster.on_commit = on_commit
             state.metrics.watch_cluster(state.cluster)
-            log.info("node %s joined cluster %s (etcd %s)", state.settings.node_id,
-                     state.settings.cluster_name, state.settings.cluster_etcd)
+            log.info(
+                "node %s joined cluster %s (etcd %s)",
+                state.settings.node_id,
+                state.settings.cluster_name,
+                state.settings.cluster_etcd,
+            )
         task = asyncio.create_task(maintain_forever(state), name="tiered-log-maintenance")
         try:
             yield

@@ -43,9 +43,14 @@ class Waiters:
             self.notify(key)
 
 
-async def poll(waiters: Waiters, stopping: asyncio.Event | None, key: tuple[str, int],
-               wait_ms: int, read: Callable[[], Awaitable[T]],
-               empty: Callable[[T], bool]) -> T:
+async def poll(
+    waiters: Waiters,
+    stopping: asyncio.Event | None,
+    key: tuple[str, int],
+    wait_ms: int,
+    read: Callable[[], Awaitable[T]],
+    empty: Callable[[T], bool],
+) -> T:
     """``read()``; when it comes back empty and ``wait_ms`` > 0, wait for an append to
     the partition ``key`` (or ``stopping``, or the time) and read once more."""
     ev = waiters.event(key)  # taken before reading: no append can slip between
@@ -56,8 +61,13 @@ async def poll(waiters: Waiters, stopping: asyncio.Event | None, key: tuple[str,
     return result
 
 
-async def await_commit(waiters: Waiters, key: tuple[str, int], committed: Callable[[], bool],
-                       timeout_s: float, recheck_s: float = 0.5) -> bool:
+async def await_commit(
+    waiters: Waiters,
+    key: tuple[str, int],
+    committed: Callable[[], bool],
+    timeout_s: float,
+    recheck_s: float = 0.5,
+) -> bool:
     """Wait on the event loop, not in a thread, until ``committed()`` (an ``acks=all``
     produce waiting for the high watermark: woken when it moves, see ``on_commit`` in
     :mod:`~tiered_log.service.lifespan`; looked at every ``recheck_s`` anyway, for what

@@ -65,11 +65,17 @@ class ServiceMiddleware:
                 except ValueError:
                     n = -1
                 if n < 0 or n > limit:
-                    code, status = ("request_too_large", 413) if n > limit else ("invalid_request", 400)
-                    msg = (f"request body exceeds the limit of {limit} bytes" if status == 413
-                           else "invalid Content-Length")
-                    resp = JSONResponse(error_json(code, msg), status_code=status,
-                                        headers={"Connection": "close"})
+                    code, status = (
+                        ("request_too_large", 413) if n > limit else ("invalid_request", 400)
+                    )
+                    msg = (
+                        f"request body exceeds the limit of {limit} bytes"
+                        if status == 413
+                        else "invalid Content-Length"
+                    )
+                    resp = JSONResponse(
+                        error_json(code, msg), status_code=status, headers={"Connection": "close"}
+                    )
                     await resp(scope, receive, counting_send)
                     return
             seen = 0

@@ -40,13 +40,20 @@ from .wire import JSON, ErrorResponse, ProduceRequest
 
 _ERR = {"model": ErrorResponse}
 
-_DESCRIPTIONS = {400: "Invalid request", 401: "Missing or invalid bearer token",
-                 403: "The token lacks the grant", 404: "No such topic or partition",
-                 409: "The topic exists", 410: "The data was removed",
-                 413: "Request body or record too large", 415: "Unsupported content type",
-                 416: "Offset out of range", 421: "Not the partition's leader (see "
-                 "error.details.leader_url)", 500: "Internal error",
-                 503: "Shutting down or remote tier unavailable"}
+_DESCRIPTIONS = {
+    400: "Invalid request",
+    401: "Missing or invalid bearer token",
+    403: "The token lacks the grant",
+    404: "No such topic or partition",
+    409: "The topic exists",
+    410: "The data was removed",
+    413: "Request body or record too large",
+    415: "Unsupported content type",
+    416: "Offset out of range",
+    421: "Not the partition's leader (see error.details.leader_url)",
+    500: "Internal error",
+    503: "Shutting down or remote tier unavailable",
+}
 
 _GRANT_CODE = require("read").__code__
 """The code of every grant dependency (``require`` makes one closure per grant)."""
@@ -94,7 +101,9 @@ def _documented_models(routes: Iterable[object]) -> list[tuple[type[BaseModel], 
     """Every model the routes take (validation) or answer (serialization), plus the JSON
     produce body (read by the handler itself, so no route declares it)."""
     out: dict[tuple[type[BaseModel], JsonSchemaMode], None] = {
-        (ProduceRequest, "validation"): None, (ErrorResponse, "serialization"): None}
+        (ProduceRequest, "validation"): None,
+        (ErrorResponse, "serialization"): None,
+    }
 
     def add(model: object, mode: JsonSchemaMode) -> None:
         if isinstance(model, type) and issubclass(model, BaseModel):
@@ -111,8 +120,9 @@ def _documented_models(routes: Iterable[object]) -> list[tuple[type[BaseModel], 
     return list(out)
 
 
-def build_openapi(app: FastAPI, routes: Iterable[object], *,
-                  clustered: bool = False) -> dict[str, Any]:
+def build_openapi(
+    app: FastAPI, routes: Iterable[object], *, clustered: bool = False
+) -> dict[str, Any]:
     """The OpenAPI document of ``app`` (see the module docstring), whose API routes are
     ``routes`` (those of its routers: recent FastAPI versions keep an included router as
     one entry of ``app.routes``, older versions copy its routes there); set it as
@@ -121,11 +131,13 @@ def build_openapi(app: FastAPI, routes: Iterable[object], *,
     1 (it is the only replica)."""
     if app.openapi_schema:
         return app.openapi_schema
-    schema = get_openapi(title=app.title, version=app.version, description=app.description,
-                         routes=app.routes)
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
     comps = schema.setdefault("components", {}).setdefault("schemas", {})
-    _, defs = models_json_schema(_documented_models(routes),
-                                 ref_template="#/components/schemas/{model}")
+    _, defs = models_json_schema(
+        _documented_models(routes), ref_template="#/components/schemas/{model}"
+    )
     comps.update(defs.get("$defs", {}))
     for name in ("HTTPValidationError", "ValidationError"):
         comps.pop(name, None)
@@ -136,7 +148,8 @@ def build_openapi(app: FastAPI, routes: Iterable[object], *,
         if isinstance(route, APIRoute) and route.include_in_schema:
             for method in route.methods or ():
                 shared[(route.path_format, method.lower())] = shared_statuses(
-                    route, clustered=clustered)
+                    route, clustered=clustered
+                )
     for path, path_item in paths.items():
         for method, op in path_item.items():
             if not isinstance(op, dict):
@@ -144,9 +157,13 @@ def build_openapi(app: FastAPI, routes: Iterable[object], *,
             responses = op.setdefault("responses", {})
             responses.pop("422", None)
             for status in sorted(shared.get((path, method), {400, 413, 500})):
-                responses.setdefault(str(status), {
-                    "description": _DESCRIPTIONS.get(status, "Error"),
-                    "content": {JSON: {"schema": err_ref}}})
+                responses.setdefault(
+                    str(status),
+                    {
+                        "description": _DESCRIPTIONS.get(status, "Error"),
+                        "content": {JSON: {"schema": err_ref}},
+                    },
+                )
             op["responses"] = dict(sorted(responses.items()))
     if not clustered:
         props = comps.get("CreateTopicRequest", {}).get("properties", {})

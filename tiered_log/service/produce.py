@@ -58,10 +58,10 @@ def parse_and_append(plog: PartitionLog, parse: Parse, *args: Any) -> Appended:
     records = parse(*args)
     first, last = plog.append_batch(records)
     if isinstance(records, EncodedBatch):
-        return Appended(first, last, records.count, records.payload_bytes,
-                        plog.flushed_offset > last)
-    return Appended(first, last, len(records), _payload_bytes(records),
-                    plog.flushed_offset > last)
+        return Appended(
+            first, last, records.count, records.payload_bytes, plog.flushed_offset > last
+        )
+    return Appended(first, last, len(records), _payload_bytes(records), plog.flushed_offset > last)
 
 
 def one_record(record: ProducerRecord) -> list[ProducerRecord | bytes]:
@@ -107,7 +107,7 @@ async def receive_body(request: Request) -> bytearray:
         if view is not None:
             room = len(view) - got
             if n < room:
-                view[got:got + n] = chunk
+                view[got : got + n] = chunk
             else:  # the preallocated part is full: the rest (if any) is appended
                 view[got:] = memoryview(chunk)[:room]
                 view.release()
@@ -131,8 +131,7 @@ def parse_frames(body: bytes | bytearray, append_threshold: int) -> EncodedBatch
     :func:`receive_body`) is verified and then rebased in place, not copied: the caller
     hands it over."""
     try:
-        return receive_batches(body, append_threshold, max_records=MAX_BATCH_RECORDS,
-                               in_place=True)
+        return receive_batches(body, append_threshold, max_records=MAX_BATCH_RECORDS, in_place=True)
     except CorruptRecordError as exc:
         raise InvalidRequestError(f"bad record batch: {exc}") from None
 
@@ -143,8 +142,9 @@ def parse_batch(body: bytes) -> list[ProducerRecord | bytes]:
     try:
         batch = ProduceRequest.model_validate_json(body)
     except ValidationError as exc:
-        raise InvalidRequestError(validation_message(
-            exc.errors(include_url=False, include_input=False))) from None
+        raise InvalidRequestError(
+            validation_message(exc.errors(include_url=False, include_input=False))
+        ) from None
     out: list[ProducerRecord | bytes] = []
     for i, rec in enumerate(batch.records):
         try:
@@ -165,5 +165,12 @@ def _payload_bytes(records: Iterable[ProducerRecord | bytes]) -> int:
     return n
 
 
-__all__ = ["Appended", "Parse", "one_record", "parse_and_append", "parse_batch", "parse_frames",
-           "receive_body"]
+__all__ = [
+    "Appended",
+    "Parse",
+    "one_record",
+    "parse_and_append",
+    "parse_batch",
+    "parse_frames",
+    "receive_body",
+]

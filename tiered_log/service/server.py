@@ -32,21 +32,33 @@ log = logging.getLogger("tiered_log.service")
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``serve`` (shared by ``python -m tiered_log.service`` and the CLI)."""
-    parser.add_argument("--config", metavar="FILE",
-                        help="settings file (TOML or JSON); default $TIERED_LOG_CONFIG_FILE")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="settings file (TOML or JSON); default $TIERED_LOG_CONFIG_FILE",
+    )
     parser.add_argument("--data-dir", metavar="DIR", help="data directory (TIERED_LOG_DATA_DIR)")
     parser.add_argument("--host", help="listen address (TIERED_LOG_HOST)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any free one (TIERED_LOG_PORT)")
-    parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"],
-                        help="log level (TIERED_LOG_LOG_LEVEL)")
-    parser.add_argument("--node-id", type=int,
-                        help="this node's id in a cluster (TIERED_LOG_NODE_ID)")
-    parser.add_argument("--advertised-url", metavar="URL",
-                        help="URL other nodes and clients reach this node at "
-                        "(TIERED_LOG_ADVERTISED_URL)")
-    parser.add_argument("--cluster-etcd", metavar="URL",
-                        help="etcd client URL of the cluster's metadata; unset: a single node "
-                        "(TIERED_LOG_CLUSTER_ETCD)")
+    parser.add_argument(
+        "--log-level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="log level (TIERED_LOG_LOG_LEVEL)",
+    )
+    parser.add_argument(
+        "--node-id", type=int, help="this node's id in a cluster (TIERED_LOG_NODE_ID)"
+    )
+    parser.add_argument(
+        "--advertised-url",
+        metavar="URL",
+        help="URL other nodes and clients reach this node at (TIERED_LOG_ADVERTISED_URL)",
+    )
+    parser.add_argument(
+        "--cluster-etcd",
+        metavar="URL",
+        help="etcd client URL of the cluster's metadata; unset: a single node "
+        "(TIERED_LOG_CLUSTER_ETCD)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -143,8 +155,11 @@ def run_server(settings: Settings) -> int:
         try:
             sock = _bind(settings.host, settings.port)
         except OSError as exc:
-            print(f"tiered-log: cannot listen on {settings.host}:{settings.port}: "
-                  f"{exc.strerror or exc}", file=sys.stderr)
+            print(
+                f"tiered-log: cannot listen on {settings.host}:{settings.port}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
             return 1
         topics = TopicManager(settings)
         try:
@@ -171,12 +186,14 @@ def run_server(settings: Settings) -> int:
                 lifespan="on",
                 # Capped request heads, header and body timeouts, 501 for transfer
                 # codings other than chunked, JSON for the parser's rejections.
-                http=protocol_class(HttpLimits(
-                    max_head_bytes=settings.max_request_head_bytes,
-                    header_timeout_s=settings.header_timeout_s,
-                    body_timeout_s=settings.body_timeout_s,
-                    body_min_bytes_per_s=settings.body_min_bytes_per_s,
-                )),
+                http=protocol_class(
+                    HttpLimits(
+                        max_head_bytes=settings.max_request_head_bytes,
+                        header_timeout_s=settings.header_timeout_s,
+                        body_timeout_s=settings.body_timeout_s,
+                        body_min_bytes_per_s=settings.body_min_bytes_per_s,
+                    )
+                ),
             )
 
             class _Server(uvicorn.Server):
@@ -194,10 +211,16 @@ def run_server(settings: Settings) -> int:
             scheme = "https" if settings.tls_enabled else "http"
             shown = f"[{host}]" if ":" in host else host
             log.info("settings: %s", json.dumps(settings.redacted(), sort_keys=True))
-            log.info("listening on %s://%s:%d (auth %s)", scheme, shown, port,
-                     "on" if settings.auth_enabled else "off")
-            print(f"tiered-log: listening on {scheme}://{shown}:{port}", file=sys.stderr,
-                  flush=True)
+            log.info(
+                "listening on %s://%s:%d (auth %s)",
+                scheme,
+                shown,
+                port,
+                "on" if settings.auth_enabled else "off",
+            )
+            print(
+                f"tiered-log: listening on {scheme}://{shown}:{port}", file=sys.stderr, flush=True
+            )
             server.run(sockets=[sock])
         finally:
             topics.close()
@@ -210,8 +233,9 @@ def run_server(settings: Settings) -> int:
 
 def serve_main(argv: list[str] | None = None) -> int:
     """``tiered-log serve [--config FILE] [--data-dir DIR] [--host H] [--port P]``."""
-    parser = argparse.ArgumentParser(prog="tiered-log serve",
-                                     description="Run the tiered-log HTTP service.")
+    parser = argparse.ArgumentParser(
+        prog="tiered-log serve", description="Run the tiered-log HTTP service."
+    )
     add_serve_arguments(parser)
     args = parser.parse_args(argv)
     return serve_from_args(args)
@@ -227,8 +251,13 @@ def serve_from_args(args: argparse.Namespace) -> int:
     return run_server(settings)
 
 
-__all__ = ["add_serve_arguments", "run_server", "serve_from_args", "serve_main",
-           "settings_from_args"]
+__all__ = [
+    "add_serve_arguments",
+    "run_server",
+    "serve_from_args",
+    "serve_main",
+    "settings_from_args",
+]
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(serve_main(sys.argv[1:]))

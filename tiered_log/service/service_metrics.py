@@ -25,53 +25,116 @@ class ServiceMetrics:
     """The service's metrics; per-topic counters plus log stats read at scrape time."""
 
     _STATS: tuple[tuple[str, str, str, str], ...] = (
-        ("copy_lag_bytes", "tiered_log_copy_lag_bytes", "gauge",
-         "Bytes of sealed segments not yet copied to the remote tier."),
-        ("copy_lag_segments", "tiered_log_copy_lag_segments", "gauge",
-         "Sealed segments not yet copied to the remote tier."),
+        (
+            "copy_lag_bytes",
+            "tiered_log_copy_lag_bytes",
+            "gauge",
+            "Bytes of sealed segments not yet copied to the remote tier.",
+        ),
+        (
+            "copy_lag_segments",
+            "tiered_log_copy_lag_segments",
+            "gauge",
+            "Sealed segments not yet copied to the remote tier.",
+        ),
         ("local_bytes", "tiered_log_local_bytes", "gauge", "Bytes of segments on local disk."),
-        ("remote_bytes", "tiered_log_remote_bytes", "gauge", "Bytes of segments in the remote tier."),
-        ("uploaded_bytes", "tiered_log_remote_copy_bytes_total", "counter",
-         "Bytes copied to the remote tier."),
-        ("uploaded_segments", "tiered_log_remote_copy_segments_total", "counter",
-         "Segments copied to the remote tier."),
-        ("copy_failures", "tiered_log_remote_copy_errors_total", "counter",
-         "Failed segment copies."),
-        ("remote_fetch_bytes", "tiered_log_remote_fetch_bytes_total", "counter",
-         "Bytes read from the remote tier."),
-        ("remote_fetch_requests", "tiered_log_remote_fetch_requests_total", "counter",
-         "Ranged reads from the remote tier."),
-        ("remote_fetch_errors", "tiered_log_remote_fetch_errors_total", "counter",
-         "Failed reads from the remote tier."),
-        ("remote_fetch_throttled_ms", "tiered_log_remote_fetch_throttled_ms_total", "counter",
-         "Milliseconds remote reads waited for the fetch quota (remote_fetch_bytes_per_sec)."),
-        ("cache_hits", "tiered_log_remote_cache_hits_total", "counter",
-         "Remote reads served by the chunk cache."),
-        ("cache_misses", "tiered_log_remote_cache_misses_total", "counter",
-         "Remote reads that missed the chunk cache."),
-        ("lost_offsets", "tiered_log_lost_offsets", "gauge",
-         "Offsets acknowledged before the local disk was lost that never reached the "
-         "bucket (found when the log was rebuilt from it; never handed out again)."),
+        (
+            "remote_bytes",
+            "tiered_log_remote_bytes",
+            "gauge",
+            "Bytes of segments in the remote tier.",
+        ),
+        (
+            "uploaded_bytes",
+            "tiered_log_remote_copy_bytes_total",
+            "counter",
+            "Bytes copied to the remote tier.",
+        ),
+        (
+            "uploaded_segments",
+            "tiered_log_remote_copy_segments_total",
+            "counter",
+            "Segments copied to the remote tier.",
+        ),
+        (
+            "copy_failures",
+            "tiered_log_remote_copy_errors_total",
+            "counter",
+            "Failed segment copies.",
+        ),
+        (
+            "remote_fetch_bytes",
+            "tiered_log_remote_fetch_bytes_total",
+            "counter",
+            "Bytes read from the remote tier.",
+        ),
+        (
+            "remote_fetch_requests",
+            "tiered_log_remote_fetch_requests_total",
+            "counter",
+            "Ranged reads from the remote tier.",
+        ),
+        (
+            "remote_fetch_errors",
+            "tiered_log_remote_fetch_errors_total",
+            "counter",
+            "Failed reads from the remote tier.",
+        ),
+        (
+            "remote_fetch_throttled_ms",
+            "tiered_log_remote_fetch_throttled_ms_total",
+            "counter",
+            "Milliseconds remote reads waited for the fetch quota (remote_fetch_bytes_per_sec).",
+        ),
+        (
+            "cache_hits",
+            "tiered_log_remote_cache_hits_total",
+            "counter",
+            "Remote reads served by the chunk cache.",
+        ),
+        (
+            "cache_misses",
+            "tiered_log_remote_cache_misses_total",
+            "counter",
+            "Remote reads that missed the chunk cache.",
+        ),
+        (
+            "lost_offsets",
+            "tiered_log_lost_offsets",
+            "gauge",
+            "Offsets acknowledged before the local disk was lost that never reached the "
+            "bucket (found when the log was rebuilt from it; never handed out again).",
+        ),
     )
 
     def __init__(self, topics: TopicManager) -> None:
         self.topics = topics
         r = self.registry = Registry()
-        self.append_requests = r.counter("tiered_log_append_requests_total",
-                                         "Append requests that stored records.", ["topic"])
-        self.append_records = r.counter("tiered_log_append_records_total",
-                                        "Records appended.", ["topic"])
-        self.append_bytes = r.counter("tiered_log_append_bytes_total",
-                                      "Bytes of record values and keys appended.", ["topic"])
-        self.fetch_requests = r.counter("tiered_log_fetch_requests_total",
-                                        "Fetch requests answered, by form.", ["topic", "format"])
-        self.fetch_records = r.counter("tiered_log_fetch_records_total",
-                                       "Records returned by fetches.", ["topic"])
-        self.fetch_bytes = r.counter("tiered_log_fetch_bytes_total",
-                                     "Bytes of record frames returned by fetches.", ["topic"])
-        self.http_requests = r.counter("tiered_log_http_requests_total",
-                                       "HTTP requests answered, by method and status.",
-                                       ["method", "status"])
+        self.append_requests = r.counter(
+            "tiered_log_append_requests_total", "Append requests that stored records.", ["topic"]
+        )
+        self.append_records = r.counter(
+            "tiered_log_append_records_total", "Records appended.", ["topic"]
+        )
+        self.append_bytes = r.counter(
+            "tiered_log_append_bytes_total", "Bytes of record values and keys appended.", ["topic"]
+        )
+        self.fetch_requests = r.counter(
+            "tiered_log_fetch_requests_total",
+            "Fetch requests answered, by form.",
+            ["topic", "format"],
+        )
+        self.fetch_records = r.counter(
+            "tiered_log_fetch_records_total", "Records returned by fetches.", ["topic"]
+        )
+        self.fetch_bytes = r.counter(
+            "tiered_log_fetch_bytes_total", "Bytes of record frames returned by fetches.", ["topic"]
+        )
+        self.http_requests = r.counter(
+            "tiered_log_http_requests_total",
+            "HTTP requests answered, by method and status.",
+            ["method", "status"],
+        )
         r.add_collector(self._collect_logs)
 
     def _collect_logs(self) -> Iterable[Family]:
@@ -94,16 +157,33 @@ class ServiceMetrics:
                 nexts.append(((topic.name, str(i)), float(b.next_offset)))
             per_topic[topic.name] = sums
         out = [
-            Family(name, kind, help, ("topic",),
-                   tuple(((t,), sums[key]) for t, sums in sorted(per_topic.items())))
+            Family(
+                name,
+                kind,
+                help,
+                ("topic",),
+                tuple(((t,), sums[key]) for t, sums in sorted(per_topic.items())),
+            )
             for key, name, kind, help in self._STATS
         ]
-        out.append(Family("tiered_log_partition_log_start_offset", "gauge",
-                          "First offset of the partition (either tier).", ("topic", "partition"),
-                          tuple(starts)))
-        out.append(Family("tiered_log_partition_next_offset", "gauge",
-                          "Offset the next append to the partition gets.", ("topic", "partition"),
-                          tuple(nexts)))
+        out.append(
+            Family(
+                "tiered_log_partition_log_start_offset",
+                "gauge",
+                "First offset of the partition (either tier).",
+                ("topic", "partition"),
+                tuple(starts),
+            )
+        )
+        out.append(
+            Family(
+                "tiered_log_partition_next_offset",
+                "gauge",
+                "Offset the next append to the partition gets.",
+                ("topic", "partition"),
+                tuple(nexts),
+            )
+        )
         return out
 
     def watch_cluster(self, node: Any) -> None:
@@ -127,18 +207,37 @@ class ServiceMetrics:
                     in_sync.append((rk, 1.0 if r["state"] in ("leader", "in_sync") else 0.0))
             labels = ("topic", "partition", "replica")
             return [
-                Family("tiered_log_replica_lag_offsets", "gauge", "Offsets a replica is "
-                       "behind its leader's log end (led partitions of this node).", labels,
-                       tuple(lag)),
-                Family("tiered_log_replica_lag_bytes", "gauge", "Bytes of the leader's "
-                       "local log a replica still has to copy (led partitions of this node).",
-                       labels, tuple(lag_bytes)),
-                Family("tiered_log_replica_in_sync", "gauge", "1 when the replica is in "
-                       "the partition's in-sync replicas (or leads it), else 0.", labels,
-                       tuple(in_sync)),
-                Family("tiered_log_partition_high_watermark", "gauge", "One past the last "
-                       "committed record of a partition this node leads.",
-                       ("topic", "partition"), tuple(hws)),
+                Family(
+                    "tiered_log_replica_lag_offsets",
+                    "gauge",
+                    "Offsets a replica is "
+                    "behind its leader's log end (led partitions of this node).",
+                    labels,
+                    tuple(lag),
+                ),
+                Family(
+                    "tiered_log_replica_lag_bytes",
+                    "gauge",
+                    "Bytes of the leader's "
+                    "local log a replica still has to copy (led partitions of this node).",
+                    labels,
+                    tuple(lag_bytes),
+                ),
+                Family(
+                    "tiered_log_replica_in_sync",
+                    "gauge",
+                    "1 when the replica is in "
+                    "the partition's in-sync replicas (or leads it), else 0.",
+                    labels,
+                    tuple(in_sync),
+                ),
+                Family(
+                    "tiered_log_partition_high_watermark",
+                    "gauge",
+                    "One past the last committed record of a partition this node leads.",
+                    ("topic", "partition"),
+                    tuple(hws),
+                ),
             ]
 
         self.registry.add_collector(collect)

@@ -106,8 +106,14 @@ def node_limits(settings: Settings) -> TierLimits:
 
 
 def open_partition_log(
-    directory: Path, config: TopicConfig, settings: Settings, *, log_id: str,
-    storage: RemoteStorage | None, rebuild: bool = True, limits: TierLimits | None = None,
+    directory: Path,
+    config: TopicConfig,
+    settings: Settings,
+    *,
+    log_id: str,
+    storage: RemoteStorage | None,
+    rebuild: bool = True,
+    limits: TierLimits | None = None,
 ) -> TieredLog:
     """Open (creating if needed) the log of one partition: the ONE place that does it.
 
@@ -119,11 +125,17 @@ def open_partition_log(
     """
     # A cluster's replica ships only while it leads (the node starts its shipper then,
     # after rebuilding its remote state from the bucket): none at open, no rebuild.
-    return TieredLog(directory, log_id=log_id, storage=storage, config=LogConfig.of(config),
-                     tier=tier_config_of(config, settings),
-                     rebuild=rebuild and not settings.clustered,
-                     start_shipper=not settings.clustered,
-                     limits=limits or node_limits(settings), replicated=settings.clustered)
+    return TieredLog(
+        directory,
+        log_id=log_id,
+        storage=storage,
+        config=LogConfig.of(config),
+        tier=tier_config_of(config, settings),
+        rebuild=rebuild and not settings.clustered,
+        start_shipper=not settings.clustered,
+        limits=limits or node_limits(settings),
+        replicated=settings.clustered,
+    )
 
 
 def maintain_partition_log(plog: PartitionLog) -> None:
@@ -136,7 +148,6 @@ def maintain_partition_log(plog: PartitionLog) -> None:
 def partition_stats(plog: PartitionLog) -> dict[str, float]:
     """Counters and gauges of one log for /metrics (see :meth:`TieredLog.stats`)."""
     return plog.stats()
-
 
 
 def partition_bounds(plog: PartitionLog) -> PartitionBounds:
@@ -164,8 +175,10 @@ def validate_topic_name(name: object) -> str:
 
 
 def validate_partitions(partitions: object) -> int:
-    if not isinstance(partitions, int) or isinstance(partitions, bool) or not (
-        1 <= partitions <= MAX_PARTITIONS
+    if (
+        not isinstance(partitions, int)
+        or isinstance(partitions, bool)
+        or not (1 <= partitions <= MAX_PARTITIONS)
     ):
         raise InvalidArgumentError(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
     return partitions
@@ -289,8 +302,9 @@ class TopicManager:
             ) from None
         self._lock_fd = fd
         try:
-            self.storage = open_storage(self.settings.remote_storage_url(),
-                                        **self.settings.s3_options())
+            self.storage = open_storage(
+                self.settings.remote_storage_url(), **self.settings.s3_options()
+            )
         except BaseException:
             self._release_lock()
             raise
@@ -308,8 +322,12 @@ class TopicManager:
             try:
                 meta = TopicMeta.from_json(meta_path.read_bytes())
             except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
-                log.error("skipping topic directory %s: unreadable %s (%s)", d.name, TOPIC_FILE,
-                          type(exc).__name__)
+                log.error(
+                    "skipping topic directory %s: unreadable %s (%s)",
+                    d.name,
+                    TOPIC_FILE,
+                    type(exc).__name__,
+                )
                 continue
             if meta.name != d.name:
                 log.error("skipping topic directory %s: %s names %r", d.name, TOPIC_FILE, meta.name)
@@ -317,8 +335,9 @@ class TopicManager:
             try:
                 topics[meta.name] = self._open_topic(meta, d)
             except TieredLogError as exc:  # contained: the rest of the service serves
-                log.error("topic %s is unavailable: a partition could not be opened: %s",
-                          meta.name, exc)
+                log.error(
+                    "topic %s is unavailable: a partition could not be opened: %s", meta.name, exc
+                )
                 self._unavailable[meta.name] = exc.message
         self._topics = topics
         self._sync_with_store()
@@ -337,19 +356,31 @@ class TopicManager:
             log.warning("remote store unreachable at start, topics not synced: %s", exc)
             return
         for key in sorted(stored):
-            name = key[len(naming.TOPIC_OBJECTS_PREFIX):].removesuffix(".json")
-            if name in self._topics or name in self._unavailable or (
-                    not TOPIC_NAME_RE.fullmatch(name)):
+            name = key[len(naming.TOPIC_OBJECTS_PREFIX) :].removesuffix(".json")
+            if (
+                name in self._topics
+                or name in self._unavailable
+                or (not TOPIC_NAME_RE.fullmatch(name))
+            ):
                 continue
             try:
                 meta = TopicMeta.from_json(self.storage.get(key))
                 if meta.name != name:
                     raise ValueError(f"it names {meta.name!r}")
                 self._topics = {**self._topics, name: self._commit_topic(meta, rebuild=True)}
-                log.info("restored topic %s (%d partition(s)) from the remote store",
-                         name, meta.partitions)
-            except (TieredLogError, OSError, ValueError, KeyError, TypeError,
-                    ValidationError) as exc:
+                log.info(
+                    "restored topic %s (%d partition(s)) from the remote store",
+                    name,
+                    meta.partitions,
+                )
+            except (
+                TieredLogError,
+                OSError,
+                ValueError,
+                KeyError,
+                TypeError,
+                ValidationError,
+            ) as exc:
                 log.error("cannot restore topic %s from the remote store: %s", name, exc)
         for name, topic in self._topics.items():
             if topic_object_key(name) not in stored:
@@ -363,16 +394,23 @@ class TopicManager:
         try:
             self.storage.put(topic_object_key(meta.name), meta.to_json())
         except TieredLogError as exc:
-            log.warning("topic %s: metadata not written to the remote store: %s",
-                        meta.name, exc)
+            log.warning("topic %s: metadata not written to the remote store: %s", meta.name, exc)
 
     def _open_topic(self, meta: TopicMeta, directory: Path, *, rebuild: bool = True) -> Topic:
         logs: list[PartitionLog] = []
         try:
             for p in range(meta.partitions):
-                logs.append(open_partition_log(directory / str(p), meta.config, self.settings,
-                                               log_id=log_id_of(meta, p), storage=self.storage,
-                                               rebuild=rebuild, limits=self.limits))
+                logs.append(
+                    open_partition_log(
+                        directory / str(p),
+                        meta.config,
+                        self.settings,
+                        log_id=log_id_of(meta, p),
+                        storage=self.storage,
+                        rebuild=rebuild,
+                        limits=self.limits,
+                    )
+                )
         except BaseException:
             for plog in logs:
                 with contextlib.suppress(Exception):
@@ -419,8 +457,9 @@ class TopicManager:
         topic = self._topics.get(name)
         if topic is None:
             if name in self._unavailable:
-                raise TopicUnavailableError(f"topic {name!r} could not be opened at start: "
-                                            f"{self._unavailable[name]}")
+                raise TopicUnavailableError(
+                    f"topic {name!r} could not be opened at start: {self._unavailable[name]}"
+                )
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         return topic
 
@@ -462,7 +501,9 @@ class TopicManager:
                     f"creating {partitions} partition(s) would pass this server's limit of "
                     f"{limit} partitions"
                 )
-            meta = TopicMeta(name, uuid.uuid4().hex, partitions, config, time.time_ns() // 1_000_000)
+            meta = TopicMeta(
+                name, uuid.uuid4().hex, partitions, config, time.time_ns() // 1_000_000
+            )
             return self.adopt(meta)
 
     def adopt(self, meta: TopicMeta) -> Topic:
@@ -513,8 +554,9 @@ class TopicManager:
                 try:  # first, so a restart on an empty disk never restores it
                     self.storage.delete([topic_object_key(name)])
                 except TieredLogError as exc:
-                    log.warning("topic %s: metadata not deleted from the remote store: %s",
-                                name, exc)
+                    log.warning(
+                        "topic %s: metadata not deleted from the remote store: %s", name, exc
+                    )
             self._topics = {k: v for k, v in self._topics.items() if k != name}
             for plog in topic.logs:
                 try:
@@ -523,8 +565,9 @@ class TopicManager:
                     log.exception("closing a log of topic %s failed", name)
             self._discard_dir(topic.directory)
             log.info("deleted topic %s", name)
-            t = threading.Thread(target=self._delete_remote, args=(topic,),
-                                 name=f"delete-{name}", daemon=True)
+            t = threading.Thread(
+                target=self._delete_remote, args=(topic,), name=f"delete-{name}", daemon=True
+            )
             self._deleters.add(t)
             t.start()
 

@@ -106,8 +106,9 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-def error_json(code: str, message: str, *, retriable: bool = False,
-               details: dict[str, Any] | None = None) -> dict[str, Any]:
+def error_json(
+    code: str, message: str, *, retriable: bool = False, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {"code": code, "message": message, "retriable": retriable}
     if details:
         body["details"] = details
@@ -155,9 +156,11 @@ class _OverridesBase(BaseModel):
 
 _OVERRIDE_FIELDS: dict[str, Any] = {
     name: (info.annotation, _like_topic_config(name))
-    for name, info in TopicConfig.model_fields.items()}
-_GeneratedOverrides = create_model("_GeneratedOverrides", __base__=_OverridesBase,
-                                   **_OVERRIDE_FIELDS)
+    for name, info in TopicConfig.model_fields.items()
+}
+_GeneratedOverrides = create_model(
+    "_GeneratedOverrides", __base__=_OverridesBase, **_OVERRIDE_FIELDS
+)
 
 
 class TopicConfigOverrides(_GeneratedOverrides):  # type: ignore[misc, valid-type]
@@ -180,13 +183,23 @@ class CreateTopicRequest(BaseModel):
         json_schema_extra={"pattern": TOPIC_NAME_PATTERN},
     )
     partitions: int = Field(1, ge=1, le=1000, description="Number of partitions, 1-1000.")
-    config: TopicConfigOverrides = Field(default_factory=lambda: TopicConfigOverrides.model_validate({}))
+    config: TopicConfigOverrides = Field(
+        default_factory=lambda: TopicConfigOverrides.model_validate({})
+    )
     replication_factor: int | None = Field(
-        None, ge=1, le=100, description="Copies of each partition (cluster; default "
-        "min(3, live nodes)). A single node takes only 1.")
+        None,
+        ge=1,
+        le=100,
+        description="Copies of each partition (cluster; default "
+        "min(3, live nodes)). A single node takes only 1.",
+    )
     min_insync_replicas: int | None = Field(
-        None, ge=1, le=100, description="acks=all produce needs this many in-sync replicas "
-        "(cluster; default min(2, replication_factor)).")
+        None,
+        ge=1,
+        le=100,
+        description="acks=all produce needs this many in-sync replicas "
+        "(cluster; default min(2, replication_factor)).",
+    )
 
 
 class RemoteDamage(BaseModel):
@@ -206,19 +219,24 @@ class PartitionInfo(BaseModel):
     next_offset: int
     flushed_offset: int
     remote_damage: list[RemoteDamage] = []
-    leader: int | None = Field(None, description="Cluster only: the leader's node id "
-                               "(null while the partition has none).")
+    leader: int | None = Field(
+        None, description="Cluster only: the leader's node id (null while the partition has none)."
+    )
     leader_epoch: int | None = Field(None, description="Cluster only: the leader epoch.")
     replicas: list[int] | None = Field(None, description="Cluster only: the replicas' nodes.")
     isr: list[int] | None = Field(None, description="Cluster only: the in-sync replicas.")
     lost_offsets: list[list[int]] | None = Field(
-        None, description="Only when some are: [first, end) ranges of offsets acknowledged "
+        None,
+        description="Only when some are: [first, end) ranges of offsets acknowledged "
         "before the local disk was lost that never reached the bucket; never handed out "
-        "again (reads there answer 410 data_loss).")
+        "again (reads there answer 410 data_loss).",
+    )
     not_ready: str | None = Field(
-        None, description="Only while this node has just become the partition's leader and "
+        None,
+        description="Only while this node has just become the partition's leader and "
         "has not read the bucket yet: why. The offsets shown are its view until then (its "
-        "bounds and archived reads answer 503 not_ready meanwhile).")
+        "bounds and archived reads answer 503 not_ready meanwhile).",
+    )
 
 
 class TopicSummary(BaseModel):
@@ -245,13 +263,16 @@ class TopicList(BaseModel):
 class HeaderIn(BaseModel):
     """One record header: a name and a text or base64 value (both absent = null value)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "not": {"required": ["value", "value_b64"]}})
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"not": {"required": ["value", "value_b64"]}}
+    )
 
     name: str = Field(json_schema_extra={"maxLength": MAX_HEADER_NAME_CHARS})
     value: str | None = None
-    value_b64: Annotated[str | None, WithJsonSchema(
-        {"anyOf": [{"type": "string", "format": "byte"}, {"type": "null"}]})] = None
+    value_b64: Annotated[
+        str | None,
+        WithJsonSchema({"anyOf": [{"type": "string", "format": "byte"}, {"type": "null"}]}),
+    ] = None
 
     @model_validator(mode="after")
     def _one_value(self) -> HeaderIn:
@@ -285,28 +306,37 @@ class RecordIn(BaseModel):
     text values or a list of ``{name, value | value_b64}``; ``timestamp`` in ms since
     the epoch (default: the server's clock)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "oneOf": [
-            {"required": ["value"], "not": {"required": ["value_b64"]}},
-            {"required": ["value_b64"], "not": {"required": ["value"]}},
-        ],
-        "not": {"required": ["key", "key_b64"]},
-    })
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["value"], "not": {"required": ["value_b64"]}},
+                {"required": ["value_b64"], "not": {"required": ["value"]}},
+            ],
+            "not": {"required": ["key", "key_b64"]},
+        },
+    )
 
     value: Annotated[str | None, WithJsonSchema({"type": "string", "minLength": 1})] = Field(
-        None, description="The value as text (stored UTF-8 encoded).")
-    value_b64: Annotated[str | None, WithJsonSchema(
-        {"type": "string", "format": "byte", "minLength": 4})] = Field(
-        None, description="The value as base64 (binary values).")
+        None, description="The value as text (stored UTF-8 encoded)."
+    )
+    value_b64: Annotated[
+        str | None, WithJsonSchema({"type": "string", "format": "byte", "minLength": 4})
+    ] = Field(None, description="The value as base64 (binary values).")
     key: Annotated[str | None, WithJsonSchema({"type": "string"})] = Field(
-        None, description="The key as text.")
+        None, description="The key as text."
+    )
     key_b64: Annotated[str | None, WithJsonSchema({"type": "string", "format": "byte"})] = Field(
-        None, description="The key as base64.")
+        None, description="The key as base64."
+    )
     headers: dict[str, str | None] | list[HeaderIn] | None = Field(
-        None, description='{"name": "text value", ...} or [{"name": ..., "value_b64": ...}, ...]',
+        None,
+        description='{"name": "text value", ...} or [{"name": ..., "value_b64": ...}, ...]',
         json_schema_extra=_headers_json_schema,
     )
-    timestamp: int | None = Field(None, ge=0, le=MAX_INT, description="Milliseconds since the epoch.")
+    timestamp: int | None = Field(
+        None, ge=0, le=MAX_INT, description="Milliseconds since the epoch."
+    )
 
     # The base64 fields are decoded once, by to_producer_record (an invalid one is an
     # InvalidArgumentError there, 400 like a validation error), not also while validating.
@@ -323,8 +353,11 @@ class RecordIn(BaseModel):
         """The record to append; InvalidArgumentError for undecodable bytes (invalid
         base64, text that is not UTF-8 encodable)."""
         try:
-            value = (_b64(self.value_b64, "value_b64") if self.value_b64 is not None
-                     else _utf8(self.value or "", "value"))
+            value = (
+                _b64(self.value_b64, "value_b64")
+                if self.value_b64 is not None
+                else _utf8(self.value or "", "value")
+            )
             key: bytes | None = None
             if self.key_b64 is not None:
                 key = _b64(self.key_b64, "key_b64")
@@ -385,16 +418,20 @@ class FetchResponse(BaseModel):
 
 class OffsetForTimestamp(BaseModel):
     timestamp: int
-    offset: int | None = Field(description="First offset with a timestamp >= the given one; "
-                               "null when there is none (consume from next_offset).")
+    offset: int | None = Field(
+        description="First offset with a timestamp >= the given one; "
+        "null when there is none (consume from next_offset)."
+    )
     next_offset: int
 
 
 _BOUNDS_HINTS = get_type_hints(PartitionBounds, include_extras=True)
 _BOUNDS_FIELDS: dict[str, Any] = {k: (_BOUNDS_HINTS[k], ...) for k in WIRE_FIELDS}
 Bounds: type[BaseModel] = create_model(
-    "Bounds", __doc__="The body of ``GET .../bounds`` and of a truncation's answer.",
-    **_BOUNDS_FIELDS)
+    "Bounds",
+    __doc__="The body of ``GET .../bounds`` and of a truncation's answer.",
+    **_BOUNDS_FIELDS,
+)
 """The OpenAPI model of :meth:`PartitionBounds.as_dict
 <tiered_log.bounds.PartitionBounds.as_dict>`, generated from the one bounds type (its
 wire fields, their descriptions), not restated."""
@@ -405,8 +442,9 @@ class TruncateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    offset: int = Field(ge=0, le=MAX_OFFSET, strict=True,
-                        description="Remove every record at and after it.")
+    offset: int = Field(
+        ge=0, le=MAX_OFFSET, strict=True, description="Remove every record at and after it."
+    )
 
     @field_validator("offset", mode="before")
     @classmethod
@@ -442,21 +480,32 @@ def record_to_json(rec: Record) -> dict[str, Any]:
     for name, hv in rec.headers:
         t, b = _text_or_b64(hv)
         headers.append({"name": name, "value": t, "value_b64": b})
-    return {"offset": rec.offset, "timestamp": rec.timestamp, "key": key, "key_b64": key_b64,
-            "value": value, "value_b64": value_b64, "headers": headers}
+    return {
+        "offset": rec.offset,
+        "timestamp": rec.timestamp,
+        "key": key,
+        "key_b64": key_b64,
+        "value": value,
+        "value_b64": value_b64,
+        "headers": headers,
+    }
 
 
 def record_from_json(d: dict[str, Any]) -> Record:
     """Inverse of :func:`record_to_json` (for clients reading the JSON form)."""
+
     def get(text: str | None, b64: str | None) -> bytes | None:
         if b64 is not None:
             return base64.b64decode(b64)
         return None if text is None else text.encode("utf-8")
 
     value = get(d.get("value"), d.get("value_b64")) or b""
-    headers = tuple((h["name"], get(h.get("value"), h.get("value_b64"))) for h in d.get("headers", ()))
-    return Record(int(d["offset"]), int(d["timestamp"]), get(d.get("key"), d.get("key_b64")),
-                  value, headers)
+    headers = tuple(
+        (h["name"], get(h.get("value"), h.get("value_b64"))) for h in d.get("headers", ())
+    )
+    return Record(
+        int(d["offset"]), int(d["timestamp"]), get(d.get("key"), d.get("key_b64")), value, headers
+    )
 
 
 def producer_record_to_json(rec: ProducerRecord | bytes | str) -> dict[str, Any]:

@@ -81,8 +81,9 @@ class SendError(Exception):
     """A range could not be sent whole (the connection must end)."""
 
 
-def sendfile_all(sock_fd: int, file_fd: int, offset: int, count: int,
-                 idle_timeout_s: float = SEND_IDLE_TIMEOUT_S) -> None:
+def sendfile_all(
+    sock_fd: int, file_fd: int, offset: int, count: int, idle_timeout_s: float = SEND_IDLE_TIMEOUT_S
+) -> None:
     """Send ``count`` bytes of ``file_fd`` from ``offset`` to the non-blocking socket
     ``sock_fd``, waiting (``poll``) while its buffer is full. SendError when the peer is
     gone, takes nothing for ``idle_timeout_s``, or the file ends early. Blocks: call it
@@ -113,8 +114,9 @@ class RangesResponse(Response):
     sent without copying where the server offers :data:`EXTENSION` (see the module
     docstring). Closes the ranges once sent (or on an error)."""
 
-    def __init__(self, ranges: FetchRanges, media_type: str,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, ranges: FetchRanges, media_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.ranges = ranges
         self.status_code = 200
         self.media_type = media_type
@@ -125,8 +127,13 @@ class RangesResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ranges = self.ranges
         try:
-            await send({"type": "http.response.start", "status": self.status_code,
-                        "headers": self.raw_headers})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
             zero = EXTENSION in scope.get("extensions", {})
             parts = ranges.parts
             last = len(parts) - 1
@@ -134,17 +141,24 @@ class RangesResponse(Response):
                 more = i < last
                 if isinstance(part, FileRange):
                     if zero:
-                        await send({"type": EXTENSION, "file": part.fd, "offset": part.position,
-                                    "count": part.length, "more_body": more})
+                        await send(
+                            {
+                                "type": EXTENSION,
+                                "file": part.fd,
+                                "offset": part.position,
+                                "count": part.length,
+                                "more_body": more,
+                            }
+                        )
                         continue
                     body: bytes | memoryview = await asyncio.to_thread(
-                        part.fd.pread, part.length, part.position)
+                        part.fd.pread, part.length, part.position
+                    )
                     if len(body) != part.length:
                         raise SendError(f"a file ended {part.length - len(body)} bytes early")
                 else:
                     body = part
-                await send({"type": "http.response.body", "body": bytes(body),
-                            "more_body": more})
+                await send({"type": "http.response.body", "body": bytes(body), "more_body": more})
             if not parts:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
@@ -212,7 +226,8 @@ def install(scope: dict[str, Any], cycle: Any, transport: asyncio.WriteTransport
                 sock_fd = os.dup(transport.get_extra_info("socket").fileno())
                 try:
                     await asyncio.get_running_loop().run_in_executor(
-                        senders(), sendfile_all, sock_fd, file_fd, offset, count)
+                        senders(), sendfile_all, sock_fd, file_fd, offset, count
+                    )
                 finally:
                     os.close(sock_fd)
             except SendError as exc:

@@ -76,8 +76,11 @@ def check_bucket(opts: ReadOptions, splits: list[Any], states: dict[int, Partiti
     if split is None:
         return False
     url = split.bucket_url
-    shown = (f"option 'bucketUrl' {url!r}" if opts.bucket_url else
-             f"option 'bucketUrl' (not given; the service's store {url!r})")
+    shown = (
+        f"option 'bucketUrl' {url!r}"
+        if opts.bucket_url
+        else f"option 'bucketUrl' (not given; the service's store {url!r})"
+    )
     path = parse_bucket_url(url, shown)
     if path is not None:
         if not path.exists():
@@ -87,8 +90,13 @@ def check_bucket(opts: ReadOptions, splits: list[Any], states: dict[int, Partiti
     endpoint = opts.s3_options.get("endpoint_url") if path is None else None
     key = split.object_key
     try:
-        store = open_reader_store(url, opts.s3, connect_timeout=PROBE_CONNECT_TIMEOUT,
-                                  read_timeout=PROBE_READ_TIMEOUT, retries=0)
+        store = open_reader_store(
+            url,
+            opts.s3,
+            connect_timeout=PROBE_CONNECT_TIMEOUT,
+            read_timeout=PROBE_READ_TIMEOUT,
+            retries=0,
+        )
     except TieredLogError as exc:
         raise ValueError(f"{shown}: {_one_line(exc)}") from None
     try:
@@ -109,13 +117,16 @@ def check_bucket(opts: ReadOptions, splits: list[Any], states: dict[int, Partiti
         raise ValueError(
             f"{shown} holds no object {key!r} (offsets [{split.start}, {split.end}) of "
             f"{split.topic}-{split.partition}) nor any other of its log: is it this log's "
-            f"store?{hint}") from None
+            f"store?{hint}"
+        ) from None
     except TieredLogError as exc:
         text = _one_line(exc)
         if endpoint and _is_connection_failure(exc):
             raise ValueError(f"option 's3.endpointUrl' {endpoint!r}: {text}") from None
         if any(c in text for c in _CREDENTIAL_CODES):
-            raise ValueError(f"options 's3.accessKey' / 's3.secretKey' for {url!r}: {text}") from None
+            raise ValueError(
+                f"options 's3.accessKey' / 's3.secretKey' for {url!r}: {text}"
+            ) from None
         raise ValueError(f"{shown}: {text}") from None
     finally:
         store.close()

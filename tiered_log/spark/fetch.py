@@ -76,12 +76,22 @@ def _binaries(values: Sequence[bytes | memoryview]) -> pa.Array:
     ends = array("q", accumulate(map(len, values), initial=0))
     if ends[-1] >= 1 << 31:  # past int32 offsets: let Arrow convert (and complain) itself
         return pa.array([bytes(v) for v in values], pa.binary())
-    return pa.Array.from_buffers(pa.binary(), len(values), [
-        None, pa.py_buffer(array("i", ends)), pa.py_buffer(b"".join(values))])
+    return pa.Array.from_buffers(
+        pa.binary(),
+        len(values),
+        [None, pa.py_buffer(array("i", ends)), pa.py_buffer(b"".join(values))],
+    )
 
 
-def columns_to_batch(cols: FrameColumns, lo: int, hi: int, topic: str, partition: int,
-                     schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+def columns_to_batch(
+    cols: FrameColumns,
+    lo: int,
+    hi: int,
+    topic: str,
+    partition: int,
+    schema: pa.Schema,
+    include_headers: bool,
+) -> pa.RecordBatch:
     """Rows ``lo:hi`` of ``cols`` as one Arrow batch in the source's schema (see
     :mod:`tiered_log.spark.source`). Values are copied once, into Arrow's buffer."""
     n = hi - lo
@@ -90,7 +100,9 @@ def columns_to_batch(cols: FrameColumns, lo: int, hi: int, topic: str, partition
     dense = n > 0 and offsets[hi - 1] - offsets[lo] + 1 == n
     ts = pc.multiply(_int64s(cols.timestamps[lo:hi]), 1000)
     arrays: list[pa.Array] = [
-        pa.array(keys, pa.binary()) if any(k is not None for k in keys) else pa.nulls(n, pa.binary()),
+        pa.array(keys, pa.binary())
+        if any(k is not None for k in keys)
+        else pa.nulls(n, pa.binary()),
         _binaries(cols.values[lo:hi]),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
@@ -98,17 +110,26 @@ def columns_to_batch(cols: FrameColumns, lo: int, hi: int, topic: str, partition
         ts.cast(schema.field("timestamp").type),
     ]
     if include_headers:
-        arrays.append(pa.array([[{"key": k, "value": v} for k, v in h]
-                                for h in cols.headers[lo:hi]], HEADER_TYPE))
+        arrays.append(
+            pa.array(
+                [[{"key": k, "value": v} for k, v in h] for h in cols.headers[lo:hi]], HEADER_TYPE
+            )
+        )
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def records_to_batch(records: Sequence[Record], topic: str, partition: int,
-                     schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+def records_to_batch(
+    records: Sequence[Record], topic: str, partition: int, schema: pa.Schema, include_headers: bool
+) -> pa.RecordBatch:
     """Decoded records (a tail read through the service) as one Arrow batch."""
-    cols = FrameColumns([r.offset for r in records], [r.timestamp for r in records],
-                        [r.key for r in records], [r.value for r in records],
-                        [r.headers for r in records], 0)
+    cols = FrameColumns(
+        [r.offset for r in records],
+        [r.timestamp for r in records],
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.headers for r in records],
+        0,
+    )
     return columns_to_batch(cols, 0, len(records), topic, partition, schema, include_headers)
 
 
@@ -133,29 +154,39 @@ def _get(store: RemoteStorage, key: str, group: list[Chunk]) -> bytes:
     start, end = group[0][4], group[-1][4] + group[-1][5]
     blob = store.get(key, start, end)
     if len(blob) != end - start:
-        raise RemoteCorruptionError(f"{key}: asked for {end - start} bytes at {start}, got {len(blob)}")
+        raise RemoteCorruptionError(
+            f"{key}: asked for {end - start} bytes at {start}, got {len(blob)}"
+        )
     return blob
 
 
-def _decode_group(key: str, group: list[Chunk], blob: bytes, start: int,
-                  end: int) -> tuple[FrameColumns, int, int]:
+def _decode_group(
+    key: str, group: list[Chunk], blob: bytes, start: int, end: int
+) -> tuple[FrameColumns, int, int]:
     """The verified frames of one GET and the row range ``lo:hi`` of them in ``[start, end)``."""
     cols = decode_columns(blob)
     offs = cols.offsets
     # A chunk clipped by a truncation holds records above its index entry's last offset.
-    if cols.end != len(blob) or not offs or offs[0] != group[0][0] or (
-            offs[-1] < group[-1][1]) or offs[-1] - offs[0] + 1 != len(offs):
+    if (
+        cols.end != len(blob)
+        or not offs
+        or offs[0] != group[0][0]
+        or (offs[-1] < group[-1][1])
+        or offs[-1] - offs[0] + 1 != len(offs)
+    ):
         raise RemoteCorruptionError(
             f"{key}: bytes [{group[0][4]}, {group[0][4] + len(blob)}) do not hold offsets "
-            f"{group[0][0]}..{group[-1][1]} as the remote index says")
+            f"{group[0][0]}..{group[-1][1]} as the remote index says"
+        )
     first = offs[0]  # offsets are dense (checked above): row i holds offset first + i
     lo = min(max(start - first, 0), len(offs))
     hi = max(min(end - first, len(offs)), lo)
     return cols, lo, hi
 
 
-def read_archive(split: ArchiveSplit, opts: ReadOptions,
-                 schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def read_archive(
+    split: ArchiveSplit, opts: ReadOptions, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
     """Record batches of one archive split, read from the bucket (see the module doc)."""
     bucket_url = split.bucket_url
     store = store_for(bucket_url, opts.s3)
@@ -168,9 +199,11 @@ def read_archive(split: ArchiveSplit, opts: ReadOptions,
             try:
                 blob = pending.result()
             except RemoteObjectNotFoundError as exc:
-                msg = (f"{split.topic}-{split.partition} offsets [{split.start}, {split.end}): "
-                       f"segment object {split.object_key} is gone from {bucket_url} "
-                       "(removed by retention after the query was planned?)")
+                msg = (
+                    f"{split.topic}-{split.partition} offsets [{split.start}, {split.end}): "
+                    f"segment object {split.object_key} is gone from {bucket_url} "
+                    "(removed by retention after the query was planned?)"
+                )
                 if opts.fail_on_data_loss:
                     raise DataLossError(msg + "; set failOnDataLoss=false to skip it") from exc
                 log.warning("%s; skipped (failOnDataLoss=false)", msg)
@@ -179,8 +212,9 @@ def read_archive(split: ArchiveSplit, opts: ReadOptions,
                 pending = pool.submit(_get, store, split.object_key, groups[i + 1])
             cols, lo, hi = _decode_group(split.object_key, group, blob, split.start, split.end)
             if hi > lo:
-                yield columns_to_batch(cols, lo, hi, split.topic, split.partition, schema,
-                                       opts.include_headers)
+                yield columns_to_batch(
+                    cols, lo, hi, split.topic, split.partition, schema, opts.include_headers
+                )
 
 
 def read_tail(split: TailSplit, opts: ReadOptions, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -189,14 +223,21 @@ def read_tail(split: TailSplit, opts: ReadOptions, schema: pa.Schema) -> Iterato
     with Client(opts.service_url, opts.token) as client:
         while offset < split.end:
             try:
-                res = client.fetch(split.topic, split.partition, offset, max_records=10_000,
-                                   max_bytes=opts.fetch_bytes)
+                res = client.fetch(
+                    split.topic,
+                    split.partition,
+                    offset,
+                    max_records=10_000,
+                    max_bytes=opts.fetch_bytes,
+                )
             except (OffsetOutOfRangeError, DataLossError) as exc:
                 start = getattr(exc, "log_start", None)
                 if isinstance(exc, OffsetOutOfRangeError) and (start is None or offset >= start):
                     raise  # past the end: truncated since planning
-                msg = (f"{split.topic}-{split.partition}: offset {offset} was removed by "
-                       "retention before it was read")
+                msg = (
+                    f"{split.topic}-{split.partition}: offset {offset} was removed by "
+                    "retention before it was read"
+                )
                 if opts.fail_on_data_loss:
                     raise DataLossError(msg + "; set failOnDataLoss=false to skip it") from exc
                 log.warning("%s; skipped (failOnDataLoss=false)", msg)

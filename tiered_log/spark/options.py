@@ -35,12 +35,26 @@ _S3_KEYS = {
     "s3.pathstyle": "path_style",
 }
 
-READ_OPTIONS = frozenset({
-    "serviceurl", "token", "bucketurl", "topic", "partitions", "startingoffsets",
-    "endingoffsets", "startingtimestamp", "endingtimestamp", "includeheaders",
-    "minpartitions", "failondataloss", "maxoffsetspertrigger", "fetchbytes",
-    "filterpushdown", *_S3_KEYS,
-})
+READ_OPTIONS = frozenset(
+    {
+        "serviceurl",
+        "token",
+        "bucketurl",
+        "topic",
+        "partitions",
+        "startingoffsets",
+        "endingoffsets",
+        "startingtimestamp",
+        "endingtimestamp",
+        "includeheaders",
+        "minpartitions",
+        "failondataloss",
+        "maxoffsetspertrigger",
+        "fetchbytes",
+        "filterpushdown",
+        *_S3_KEYS,
+    }
+)
 """Every read option (lower case; Spark matches option names case-insensitively)."""
 
 WRITE_OPTIONS = frozenset({"serviceurl", "token", "topic", "batchrecords", "batchbytes"})
@@ -120,9 +134,11 @@ def _refuse_path(opts: Mapping[str, str], call: str) -> None:
     method in the message."""
     for name in _PATH_OPTIONS:
         if name in opts:
-            raise ValueError(f"the tiered_log source takes no path (got {opts[name]!r}): it "
-                             f"reads and writes the topic named by the option 'topic'; "
-                             f"call {call} without one")
+            raise ValueError(
+                f"the tiered_log source takes no path (got {opts[name]!r}): it "
+                f"reads and writes the topic named by the option 'topic'; "
+                f"call {call} without one"
+            )
 
 
 def parse_bucket_url(url: str, shown: str = "option 'bucketUrl'") -> Path | None:
@@ -143,14 +159,24 @@ def parse_bucket_url(url: str, shown: str = "option 'bucketUrl'") -> Path | None
     scheme = parts.scheme.lower()
     if scheme == "file":
         path = unquote(parts.path)
-        if parts.netloc not in ("", "localhost") or not path.startswith("/") or (
-                parts.query or parts.fragment):
-            raise ValueError(f"{shown} {url!r} must be file:///absolute/path (a local "
-                             "directory every executor sees)")
+        if (
+            parts.netloc not in ("", "localhost")
+            or not path.startswith("/")
+            or (parts.query or parts.fragment)
+        ):
+            raise ValueError(
+                f"{shown} {url!r} must be file:///absolute/path (a local "
+                "directory every executor sees)"
+            )
         return Path(path)
     if scheme == "s3":
-        if not parts.netloc or parts.query or parts.fragment or "@" in parts.netloc or (
-                ":" in parts.netloc):
+        if (
+            not parts.netloc
+            or parts.query
+            or parts.fragment
+            or "@" in parts.netloc
+            or (":" in parts.netloc)
+        ):
             raise ValueError(f"{shown} {url!r} must be s3://bucket or s3://bucket/prefix")
         return None
     raise ValueError(f"{shown} {url!r}: {expected}")
@@ -206,23 +232,31 @@ def parse_offsets(text: str | None, topic: str, default: int, shown: str) -> Off
     try:
         doc = json.loads(t)
     except ValueError:
-        raise ValueError(f"option {shown!r} must be 'earliest', 'latest' or JSON offsets like "
-                         f'{{"{topic}": {{"0": 42}}}}, not {text!r}') from None
+        raise ValueError(
+            f"option {shown!r} must be 'earliest', 'latest' or JSON offsets like "
+            f'{{"{topic}": {{"0": 42}}}}, not {text!r}'
+        ) from None
     if isinstance(doc, dict) and len(doc) == 1 and topic in doc:
         doc = doc[topic]
     if not isinstance(doc, dict) or not doc:
-        raise ValueError(f"option {shown!r}: JSON offsets must map topic {topic!r} to "
-                         f'{{"partition": offset}}, got {text!r}')
+        raise ValueError(
+            f"option {shown!r}: JSON offsets must map topic {topic!r} to "
+            f'{{"partition": offset}}, got {text!r}'
+        )
     items: list[tuple[int, int]] = []
     for p, off in doc.items():
         try:
             pi = int(p)
         except (TypeError, ValueError):
-            raise ValueError(f"option {shown!r}: {p!r} is not a partition number (is the topic "
-                             f"name {topic!r} right?)") from None
+            raise ValueError(
+                f"option {shown!r}: {p!r} is not a partition number (is the topic "
+                f"name {topic!r} right?)"
+            ) from None
         if pi < 0 or not isinstance(off, int) or isinstance(off, bool) or off < EARLIEST:
-            raise ValueError(f"option {shown!r}: partition {p} needs an offset >= 0, or -2 "
-                             f"(earliest) / -1 (latest), not {off!r}")
+            raise ValueError(
+                f"option {shown!r}: partition {p} needs an offset >= 0, or -2 "
+                f"(earliest) / -1 (latest), not {off!r}"
+            )
         items.append((pi, off))
     return OffsetSpec(default, tuple(sorted(items)))
 
@@ -242,10 +276,14 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         try:
             parts = tuple(sorted({int(x) for x in o["partitions"].split(",") if x.strip()}))
         except ValueError:
-            raise ValueError(f"option 'partitions' must be a comma-separated list of partition "
-                             f"numbers, not {o['partitions']!r}") from None
+            raise ValueError(
+                f"option 'partitions' must be a comma-separated list of partition "
+                f"numbers, not {o['partitions']!r}"
+            ) from None
         if any(p < 0 for p in parts) or not parts:
-            raise ValueError(f"option 'partitions' must list partitions >= 0, not {o['partitions']!r}")
+            raise ValueError(
+                f"option 'partitions' must list partitions >= 0, not {o['partitions']!r}"
+            )
     s3: list[tuple[str, Any]] = []
     for k, name in _S3_KEYS.items():
         if k in o:
@@ -254,8 +292,10 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     if endpoint:
         ep = urlsplit(endpoint)
         if ep.scheme.lower() not in ("http", "https") or not ep.hostname:
-            raise ValueError(f"option 's3.endpointUrl' must be an http(s) URL like "
-                             f"http://127.0.0.1:9000, not {endpoint!r}")
+            raise ValueError(
+                f"option 's3.endpointUrl' must be an http(s) URL like "
+                f"http://127.0.0.1:9000, not {endpoint!r}"
+            )
     if ("s3.accesskey" in o) != ("s3.secretkey" in o):
         raise ValueError("give both options 's3.accessKey' and 's3.secretKey', or neither")
     starting = parse_offsets(o.get("startingoffsets"), topic, EARLIEST, "startingOffsets")
@@ -269,9 +309,16 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     if et is not None and "endingoffsets" in o:
         raise ValueError("give either 'endingOffsets' or 'endingTimestamp', not both")
     return ReadOptions(
-        service_url=service_url, topic=topic, token=o.get("token") or None,
-        bucket_url=bucket_url, s3=tuple(s3), partitions=parts,
-        starting=starting, ending=ending, starting_timestamp=st, ending_timestamp=et,
+        service_url=service_url,
+        topic=topic,
+        token=o.get("token") or None,
+        bucket_url=bucket_url,
+        s3=tuple(s3),
+        partitions=parts,
+        starting=starting,
+        ending=ending,
+        starting_timestamp=st,
+        ending_timestamp=et,
         include_headers=_bool(o, "includeheaders", "includeHeaders", False),
         min_partitions=_int(o, "minpartitions", "minPartitions", minimum=1),
         fail_on_data_loss=_bool(o, "failondataloss", "failOnDataLoss", True),
@@ -288,7 +335,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     _refuse_path(o, "save() or start()")
     _check_known(o, WRITE_OPTIONS, "write")
     return WriteOptions(
-        service_url=_required(o, "serviceurl", "serviceUrl"), topic=_required(o, "topic", "topic"),
+        service_url=_required(o, "serviceurl", "serviceUrl"),
+        topic=_required(o, "topic", "topic"),
         token=o.get("token") or None,
         batch_records=_int(o, "batchrecords", "batchRecords", minimum=1) or 1000,
         batch_bytes=_int(o, "batchbytes", "batchBytes", minimum=1024) or 4 << 20,

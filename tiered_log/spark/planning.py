@@ -62,19 +62,40 @@ class PartitionState:
     @classmethod
     def from_json(cls, partition: int, d: dict[str, Any]) -> PartitionState:
         segs = tuple(
-            SegmentInfo(int(s["base_offset"]), int(s["next_offset"]), str(s["object_key"]),
-                        int(s["size"]), int(s["max_timestamp"]),
-                        tuple(tuple(int(x) for x in c) for c in s["chunks"]))  # type: ignore[misc]
-            for s in d["segments"])
-        return cls(partition, d.get("log_id"), d.get("remote_url"), int(d["log_start_offset"]),
-                   int(d["remote_end_offset"]), int(d["high_watermark"]), segs)
+            SegmentInfo(
+                int(s["base_offset"]),
+                int(s["next_offset"]),
+                str(s["object_key"]),
+                int(s["size"]),
+                int(s["max_timestamp"]),
+                tuple(tuple(int(x) for x in c) for c in s["chunks"]),  # type: ignore[misc]
+            )
+            for s in d["segments"]
+        )
+        return cls(
+            partition,
+            d.get("log_id"),
+            d.get("remote_url"),
+            int(d["log_start_offset"]),
+            int(d["remote_end_offset"]),
+            int(d["high_watermark"]),
+            segs,
+        )
 
 
 class ArchiveSplit(InputPartition):
     """Chunks ``chunks`` of one segment object in ``bucket_url``, records ``[start, end)``."""
 
-    def __init__(self, topic: str, partition: int, bucket_url: str, object_key: str,
-                 chunks: tuple[Chunk, ...], start: int, end: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        bucket_url: str,
+        object_key: str,
+        chunks: tuple[Chunk, ...],
+        start: int,
+        end: int,
+    ) -> None:
         super().__init__(None)
         self.topic = topic
         self.bucket_url = bucket_url
@@ -85,8 +106,10 @@ class ArchiveSplit(InputPartition):
         self.end = end
 
     def __repr__(self) -> str:
-        return (f"ArchiveSplit({self.topic}-{self.partition} [{self.start}, {self.end}) "
-                f"{self.object_key} {len(self.chunks)} chunk(s))")
+        return (
+            f"ArchiveSplit({self.topic}-{self.partition} [{self.start}, {self.end}) "
+            f"{self.object_key} {len(self.chunks)} chunk(s))"
+        )
 
 
 class TailSplit(InputPartition):
@@ -114,16 +137,24 @@ class ServiceClient(Client):
 
         path = f"/v1/topics/{quote(topic, safe='')}/partitions/{int(partition)}/remote-segments"
         # From the partition's leader (a cluster: only its view of the bucket is current).
-        resp = self._routed(topic, partition, lambda url: self._req_at(url, "GET", path),
-                            writes=False)
+        resp = self._routed(
+            topic, partition, lambda url: self._req_at(url, "GET", path), writes=False
+        )
         return PartitionState.from_json(partition, resp.json())
 
     def partition_count(self, topic: str) -> int:
         return int(self.describe_topic(topic)["partitions"])
 
 
-def split_archive(topic: str, bucket_url: str, st: PartitionState, start: int, end: int,
-                  min_timestamp: int | None, target_bytes: int | None) -> list[ArchiveSplit]:
+def split_archive(
+    topic: str,
+    bucket_url: str,
+    st: PartitionState,
+    start: int,
+    end: int,
+    min_timestamp: int | None,
+    target_bytes: int | None,
+) -> list[ArchiveSplit]:
     """Archive splits of ``[start, min(end, remote_end))`` of one partition (see module doc).
 
     ``target_bytes``: cut segments into splits of about this many bytes (None: one split
@@ -137,9 +168,13 @@ def split_archive(topic: str, bucket_url: str, st: PartitionState, start: int, e
         if min_timestamp is not None and seg.max_timestamp < min_timestamp:
             continue
         chunks: list[Chunk] = list(seg.chunks) or [
-            (seg.base_offset, seg.next_offset - 1, -1, seg.max_timestamp, 0, seg.size)]
-        chunks = [c for c in chunks if c[1] >= start and c[0] < stop
-                  and (min_timestamp is None or c[3] >= min_timestamp)]
+            (seg.base_offset, seg.next_offset - 1, -1, seg.max_timestamp, 0, seg.size)
+        ]
+        chunks = [
+            c
+            for c in chunks
+            if c[1] >= start and c[0] < stop and (min_timestamp is None or c[3] >= min_timestamp)
+        ]
         if not chunks:
             continue
         groups: list[list[Chunk]] = [chunks]
@@ -160,32 +195,49 @@ def split_archive(topic: str, bucket_url: str, st: PartitionState, start: int, e
                 if cur:
                     groups.append(cur)
         for g in groups:
-            out.append(ArchiveSplit(topic, st.partition, bucket_url, seg.object_key, tuple(g),
-                                    max(start, g[0][0]),
-                                    min(stop, seg.next_offset, g[-1][1] + 1)))
+            out.append(
+                ArchiveSplit(
+                    topic,
+                    st.partition,
+                    bucket_url,
+                    seg.object_key,
+                    tuple(g),
+                    max(start, g[0][0]),
+                    min(stop, seg.next_offset, g[-1][1] + 1),
+                )
+            )
     return out
 
 
-def plan_splits(topic: str, bucket_url: str | None, ranges: dict[int, tuple[int, int]],
-                states: dict[int, PartitionState], min_partitions: int | None,
-                min_timestamp: int | None) -> list[InputPartition]:
+def plan_splits(
+    topic: str,
+    bucket_url: str | None,
+    ranges: dict[int, tuple[int, int]],
+    states: dict[int, PartitionState],
+    min_partitions: int | None,
+    min_timestamp: int | None,
+) -> list[InputPartition]:
     """Every split for ``ranges`` (partition -> ``[start, end)``), archive then tails.
 
     InvalidArgumentError when archived records are wanted and no bucket URL is known.
     """
     if bucket_url is None:
-        if any(st.segments and ranges.get(p, (0, 0))[0] < st.remote_end_offset
-               for p, st in states.items()):
+        if any(
+            st.segments and ranges.get(p, (0, 0))[0] < st.remote_end_offset
+            for p, st in states.items()
+        ):
             raise InvalidArgumentError(
                 f"topic {topic!r} has archived segments; the tiered_log source needs the "
-                "option 'bucketUrl' to read them")
+                "option 'bucketUrl' to read them"
+            )
         bucket_url = ""
     target: int | None = None
     if min_partitions is not None:
-        plain = [split_archive(topic, bucket_url, states[p], s, e, min_timestamp, None)
-                 for p, (s, e) in ranges.items()]
-        n_tails = sum(1 for p, (s, e) in ranges.items()
-                      if max(s, states[p].remote_end_offset) < e)
+        plain = [
+            split_archive(topic, bucket_url, states[p], s, e, min_timestamp, None)
+            for p, (s, e) in ranges.items()
+        ]
+        n_tails = sum(1 for p, (s, e) in ranges.items() if max(s, states[p].remote_end_offset) < e)
         count = sum(len(x) for x in plain) + n_tails
         if count < min_partitions:
             total = sum(sum(c[5] for c in sp.chunks) for x in plain for sp in x)
@@ -211,11 +263,14 @@ def check_start(topic: str, st: PartitionState, start: int, fail_on_data_loss: b
         raise DataLossError(
             f"offsets [{start}, {st.log_start_offset}) of {topic}-{st.partition} were removed "
             "by retention (the log now starts at "
-            f"{st.log_start_offset}); set failOnDataLoss=false to skip them")
+            f"{st.log_start_offset}); set failOnDataLoss=false to skip them"
+        )
     return st.log_start_offset
 
 
-def resolve_partitions(client: ServiceClient, topic: str, wanted: tuple[int, ...] | None) -> list[int]:
+def resolve_partitions(
+    client: ServiceClient, topic: str, wanted: tuple[int, ...] | None
+) -> list[int]:
     """The topic's partitions, or ``wanted`` (InvalidArgumentError if one does not exist)."""
     n = client.partition_count(topic)
     if wanted is None:

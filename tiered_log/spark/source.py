@@ -97,15 +97,32 @@ def source_schema(include_headers: bool) -> StructType:
         StructField("timestamp", TimestampType(), True),
     ]
     if include_headers:
-        fields.append(StructField("headers", ArrayType(StructType([
-            StructField("key", StringType(), True), StructField("value", BinaryType(), True),
-        ]), True), True))
+        fields.append(
+            StructField(
+                "headers",
+                ArrayType(
+                    StructType(
+                        [
+                            StructField("key", StringType(), True),
+                            StructField("value", BinaryType(), True),
+                        ]
+                    ),
+                    True,
+                ),
+                True,
+            )
+        )
     return StructType(fields)
 
 
-def resolve_ranges(client: ServiceClient, opts: ReadOptions, partitions: Sequence[int],
-                   states: dict[int, PartitionState], *, streaming: bool = False,
-                   ) -> dict[int, tuple[int, int]]:
+def resolve_ranges(
+    client: ServiceClient,
+    opts: ReadOptions,
+    partitions: Sequence[int],
+    states: dict[int, PartitionState],
+    *,
+    streaming: bool = False,
+) -> dict[int, tuple[int, int]]:
     """``[start, end)`` per partition from the offset/timestamp options and bounds.
 
     Explicit starts below the log start are data loss (see :func:`check_start`); an end
@@ -125,7 +142,8 @@ def resolve_ranges(client: ServiceClient, opts: ReadOptions, partitions: Sequenc
                 if s > hw:
                     raise InvalidArgumentError(
                         f"startingOffsets: {opts.topic}-{p} offset {s} is past the end of the "
-                        f"log ({hw})")
+                        f"log ({hw})"
+                    )
                 start = check_start(opts.topic, st, s, opts.fail_on_data_loss)
         if streaming:
             end = hw
@@ -174,8 +192,11 @@ class TieredLogReader(DataSourceReader):
             if isinstance(f, EqualTo) and isinstance(value, int):
                 self._keep_partitions([value])
                 return True
-            if isinstance(f, In) and isinstance(value, tuple | list) and all(
-                    isinstance(v, int) for v in value):
+            if (
+                isinstance(f, In)
+                and isinstance(value, tuple | list)
+                and all(isinstance(v, int) for v in value)
+            ):
                 self._keep_partitions(value)
                 return True
             return False
@@ -218,8 +239,14 @@ class TieredLogReader(DataSourceReader):
         for p, (s, e) in ranges.items():
             hi = e if self.offset_hi is None else min(e, self.offset_hi)
             ranges[p] = (max(s, self.offset_lo), hi)
-        splits = plan_splits(opts.topic, bucket_of(opts, states.values()), ranges, states,
-                             opts.min_partitions, self.ts_lo)
+        splits = plan_splits(
+            opts.topic,
+            bucket_of(opts, states.values()),
+            ranges,
+            states,
+            opts.min_partitions,
+            self.ts_lo,
+        )
         check_bucket(opts, splits, states)
         return splits
 

@@ -82,7 +82,9 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _unwrap(self, offsets: dict[str, Any]) -> dict[int, int]:
         inner = offsets.get(self.opts.topic)
         if not isinstance(inner, dict):
-            raise ValueError(f"checkpointed offsets {offsets!r} are not for topic {self.opts.topic!r}")
+            raise ValueError(
+                f"checkpointed offsets {offsets!r} are not for topic {self.opts.topic!r}"
+            )
         return {int(p): int(o) for p, o in inner.items()}
 
     def _latest(self, client: ServiceClient) -> dict[int, int]:
@@ -104,7 +106,9 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     out[p] = b.high_watermark if found is None else found
                     continue
                 s = spec.for_partition(p)
-                out[p] = b.log_start_offset if s < LATEST else b.high_watermark if s == LATEST else s
+                out[p] = (
+                    b.log_start_offset if s < LATEST else b.high_watermark if s == LATEST else s
+                )
         return self._wrap(out)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -138,11 +142,14 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         with self._client() as client:
             for p in wanted:
                 states[p] = client.remote_segments(opts.topic, p)
-        ranges = {p: (check_start(opts.topic, states[p], s, opts.fail_on_data_loss), e)
-                  for p, (s, e) in wanted.items()}
+        ranges = {
+            p: (check_start(opts.topic, states[p], s, opts.fail_on_data_loss), e)
+            for p, (s, e) in wanted.items()
+        }
         ranges = {p: (min(s, e), e) for p, (s, e) in ranges.items()}
-        splits = plan_splits(opts.topic, bucket_of(opts, states.values()), ranges, states,
-                             opts.min_partitions, None)
+        splits = plan_splits(
+            opts.topic, bucket_of(opts, states.values()), ranges, states, opts.min_partitions, None
+        )
         if not self.bucket_checked:
             self.bucket_checked = check_bucket(opts, splits, states)
         return splits

@@ -54,8 +54,10 @@ def check_columns(schema: StructType) -> None:
         raise ValueError("a DataFrame written to tiered_log needs a 'value' column")
     other = [n for n in names if n not in _USED and n not in _IGNORED]
     if other:
-        raise ValueError(f"tiered_log cannot write column(s) {other}; it takes value, key, "
-                         "headers, partition, timestamp (topic and offset are ignored)")
+        raise ValueError(
+            f"tiered_log cannot write column(s) {other}; it takes value, key, "
+            "headers, partition, timestamp (topic and offset are ignored)"
+        )
 
 
 def _bytes(v: Any, what: str) -> bytes | None:
@@ -73,8 +75,9 @@ def _record(row: Any) -> ProducerRecord:
     value = _bytes(d.get("value"), "value")
     if not value:
         raise ValueError("tiered_log cannot write a row whose value is null or empty")
-    headers = tuple((str(h["key"]), _bytes(h["value"], "headers.value"))
-                    for h in (d.get("headers") or ()))
+    headers = tuple(
+        (str(h["key"]), _bytes(h["value"], "headers.value")) for h in (d.get("headers") or ())
+    )
     ts = d.get("timestamp")
     ms = None
     if isinstance(ts, dt.datetime):
@@ -113,8 +116,9 @@ def produce_rows(opts: WriteOptions, partitions: int, rows: Iterator[Any]) -> Wr
                     part = rr % partitions
                     rr += 1
             elif not 0 <= int(part) < partitions:
-                raise ValueError(f"row for partition {part}: topic {opts.topic!r} has "
-                                 f"{partitions} partition(s)")
+                raise ValueError(
+                    f"row for partition {part}: topic {opts.topic!r} has {partitions} partition(s)"
+                )
             p = int(part)
             pending.setdefault(p, []).append(rec)
             sizes[p] = sizes.get(p, 0) + len(rec.value) + len(rec.key or b"")
@@ -150,18 +154,28 @@ class TieredLogWriter(_RowProducer, DataSourceWriter):
         log.info("wrote %d record(s) to topic %s", _written(messages), self.opts.topic)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        log.warning("write to topic %s aborted; %d record(s) already appended stay",
-                    self.opts.topic, _written(messages))
+        log.warning(
+            "write to topic %s aborted; %d record(s) already appended stay",
+            self.opts.topic,
+            _written(messages),
+        )
 
 
 class TieredLogStreamWriter(_RowProducer, DataSourceStreamWriter):
     """Streaming writer: each micro-batch's tasks produce their rows (at least once)."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.info("micro-batch %d: wrote %d record(s) to topic %s", batchId,
-                 _written(messages), self.opts.topic)
+        log.info(
+            "micro-batch %d: wrote %d record(s) to topic %s",
+            batchId,
+            _written(messages),
+            self.opts.topic,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("micro-batch %d to topic %s aborted; records already appended stay "
-                    "(they will be appended again when the batch is re-run)", batchId,
-                    self.opts.topic)
+        log.warning(
+            "micro-batch %d to topic %s aborted; records already appended stay "
+            "(they will be appended again when the batch is re-run)",
+            batchId,
+            self.opts.topic,
+        )

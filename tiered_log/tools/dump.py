@@ -54,7 +54,6 @@ def headers_text(headers: Iterable[tuple[str, bytes | None]]) -> str:
     return ",".join(f"{n}={'(null)' if v is None else text_field(v)}" for n, v in headers)
 
 
-
 class DumpTotals:
     """State across the files of one dump: damaged files (for the exit status) and store
     scans, so that a segment's two index files share one scan of its store."""
@@ -71,12 +70,17 @@ def _sealed(directory: Path, base: int | None) -> bool:
     return any(b > base for b in naming.list_segment_bases(directory))
 
 
-def _dump_store(path: Path, base: int | None, print_data: bool, out: TextIO, totals: DumpTotals) -> None:
+def _dump_store(
+    path: Path, base: int | None, print_data: bool, out: TextIO, totals: DumpTotals
+) -> None:
     """Print each batch's header line, then a ``| offset: ...`` line per record of a batch
     that verifies (with its key, value and headers when ``print_data``), then a summary."""
     data = path.read_bytes()
-    print(f"Dumping {path} (store, {len(data):,} bytes"
-          f"{'' if base is None else f', segment base offset {base}'})", file=out)
+    print(
+        f"Dumping {path} (store, {len(data):,} bytes"
+        f"{'' if base is None else f', segment base offset {base}'})",
+        file=out,
+    )
     batches = records = bad = 0
     first = last = None
     damage: StoreDamage | None = None
@@ -85,8 +89,11 @@ def _dump_store(path: Path, base: int | None, print_data: bool, out: TextIO, tot
     for item in iter_store(data, with_data=True):
         if isinstance(item, StoreDamage):
             damage = item
-            print(f"DAMAGE at byte {item.position}: {item.reason}; the remaining "
-                  f"{item.unreadable_bytes:,} bytes are not readable batches", file=out)
+            print(
+                f"DAMAGE at byte {item.position}: {item.reason}; the remaining "
+                f"{item.unreadable_bytes:,} bytes are not readable batches",
+                file=out,
+            )
             break
         batches += 1
         note = ""
@@ -101,16 +108,23 @@ def _dump_store(path: Path, base: int | None, print_data: bool, out: TextIO, tot
         else:
             bad += 1
             # The header cannot be trusted: go on by its count if that fits, else resync.
-            expect = expect + len(item.timestamps) if expect is not None and item.timestamps else None
+            expect = (
+                expect + len(item.timestamps) if expect is not None and item.timestamps else None
+            )
         status = "true" if item.valid else f"false ({item.error})"
-        print(f"base_offset: {item.base_offset} last_offset: {item.last_offset} "
-              f"count: {item.count} position: {item.position} size: {item.size} "
-              f"first_timestamp: {item.first_timestamp} max_timestamp: {item.max_timestamp} "
-              f"checksum: {item.checksum:#018x} valid: {status}{note}", file=out)
+        print(
+            f"base_offset: {item.base_offset} last_offset: {item.last_offset} "
+            f"count: {item.count} position: {item.position} size: {item.size} "
+            f"first_timestamp: {item.first_timestamp} max_timestamp: {item.max_timestamp} "
+            f"checksum: {item.checksum:#018x} valid: {status}{note}",
+            file=out,
+        )
         for r in item.records:
-            line = (f"| offset: {r.offset} timestamp: {r.timestamp} "
-                    f"key_length: {-1 if r.key is None else len(r.key)} "
-                    f"value_length: {len(r.value)} header_count: {len(r.headers)}")
+            line = (
+                f"| offset: {r.offset} timestamp: {r.timestamp} "
+                f"key_length: {-1 if r.key is None else len(r.key)} "
+                f"value_length: {len(r.value)} header_count: {len(r.headers)}"
+            )
             if print_data:
                 line += f" key: {text_field(r.key)} value: {text_field(r.value)}"
                 if r.headers:
@@ -126,9 +140,12 @@ def _dump_store(path: Path, base: int | None, print_data: bool, out: TextIO, tot
         verdict.append(f"damaged from byte {damage.position} ({damage.unreadable_bytes:,} bytes)")
     if verdict:
         totals.damaged_files += 1
-    print(f"Summary: {plural(batches, 'batch', 'batches')}, {plural(records, 'readable record')}"
-          f"{span}, {len(data):,} bytes; "
-          f"{'; '.join(verdict) if verdict else 'all batches verify'}", file=out)
+    print(
+        f"Summary: {plural(batches, 'batch', 'batches')}, {plural(records, 'readable record')}"
+        f"{span}, {len(data):,} bytes; "
+        f"{'; '.join(verdict) if verdict else 'all batches verify'}",
+        file=out,
+    )
 
 
 def _store_scan_for(path: Path, base: int | None, totals: DumpTotals) -> StoreScan | None:
@@ -155,8 +172,10 @@ def _dump_index(path: Path, base: int | None, kind: str, out: TextIO, totals: Du
         if scan is not None:
             found = check_offset_index(oentries, trailing, scan, sealed=sealed)
         for e in oentries:
-            lines.append(f"entry: {e.index} offset: {b + e.relative_offset} "
-                         f"relative_offset: {e.relative_offset} position: {e.position}")
+            lines.append(
+                f"entry: {e.index} offset: {b + e.relative_offset} "
+                f"relative_offset: {e.relative_offset} position: {e.position}"
+            )
             if scan is not None and scan.damage is not None and e.position >= scan.damage.position:
                 unchecked.add(e.index)
     else:
@@ -165,9 +184,15 @@ def _dump_index(path: Path, base: int | None, kind: str, out: TextIO, totals: Du
         if scan is not None:
             found = check_time_index(tentries, trailing, scan, sealed=sealed)
         for t in tentries:
-            lines.append(f"entry: {t.index} max_timestamp: {t.max_timestamp} "
-                         f"offset: {b + t.relative_offset} relative_offset: {t.relative_offset}")
-            if scan is not None and scan.damage is not None and b + t.relative_offset >= scan.next_offset:
+            lines.append(
+                f"entry: {t.index} max_timestamp: {t.max_timestamp} "
+                f"offset: {b + t.relative_offset} relative_offset: {t.relative_offset}"
+            )
+            if (
+                scan is not None
+                and scan.damage is not None
+                and b + t.relative_offset >= scan.next_offset
+            ):
                 unchecked.add(t.index)
     if scan is None and trailing:
         found = [(None, f"{trailing} trailing bytes: not a whole number of entries (truncated?)")]
@@ -178,8 +203,11 @@ def _dump_index(path: Path, base: int | None, kind: str, out: TextIO, totals: Du
             file_problems.append(message)
         else:
             bad.setdefault(entry, []).append(message)
-    print(f"Dumping {path} ({what}, {len(lines)} entries"
-          f"{'' if base is None else f', segment base offset {base}'})", file=out)
+    print(
+        f"Dumping {path} ({what}, {len(lines)} entries"
+        f"{'' if base is None else f', segment base offset {base}'})",
+        file=out,
+    )
     for i, line in enumerate(lines):
         if scan is None:
             status = ""
@@ -201,12 +229,15 @@ def _dump_index(path: Path, base: int | None, kind: str, out: TextIO, totals: Du
     if found:
         totals.damaged_files += 1
     extra = f", {plural(len(file_problems), 'file problem')}" if file_problems else ""
-    print(f"Summary: {plural(len(lines), 'entry', 'entries')}, {len(bad)} bad{extra}; {checked}",
-          file=out)
+    print(
+        f"Summary: {plural(len(lines), 'entry', 'entries')}, {len(bad)} bad{extra}; {checked}",
+        file=out,
+    )
 
 
-def dump_file(path: Path, kind: str, base: int | None, print_data: bool, out: TextIO,
-               totals: DumpTotals) -> None:
+def dump_file(
+    path: Path, kind: str, base: int | None, print_data: bool, out: TextIO, totals: DumpTotals
+) -> None:
     if kind == "log":
         _dump_store(path, base, print_data, out, totals)
     else:
@@ -230,5 +261,6 @@ def dump_directory(path: Path, print_data: bool, out: TextIO, totals: DumpTotals
         dump_file(p, kind, base, print_data, out, totals)
         print(file=out)
     print(f"Dumped {len(files)} files; {totals.damaged_files} with problems", file=out)
+
 
 __all__ = ["DumpTotals", "dump_directory", "dump_file", "headers_text", "plural", "text_field"]

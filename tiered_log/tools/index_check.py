@@ -47,8 +47,10 @@ def read_offset_index(path: Path) -> tuple[list[OffsetIndexEntry], int]:
     """Entries of an offset index file and the count of trailing bytes (a partial entry)."""
     data = path.read_bytes()
     whole = len(data) - len(data) % OFFSET_ENTRY_SIZE
-    entries = [OffsetIndexEntry(i, rel, pos)
-               for i, (rel, pos) in enumerate(OFFSET_ENTRY.iter_unpack(data[:whole]))]
+    entries = [
+        OffsetIndexEntry(i, rel, pos)
+        for i, (rel, pos) in enumerate(OFFSET_ENTRY.iter_unpack(data[:whole]))
+    ]
     return entries, len(data) - whole
 
 
@@ -56,8 +58,10 @@ def read_time_index(path: Path) -> tuple[list[TimeIndexEntry], int]:
     """Entries of a time index file and the count of trailing bytes (a partial entry)."""
     data = path.read_bytes()
     whole = len(data) - len(data) % TIME_ENTRY_SIZE
-    entries = [TimeIndexEntry(i, ts, rel)
-               for i, (ts, rel) in enumerate(TIME_ENTRY.iter_unpack(data[:whole]))]
+    entries = [
+        TimeIndexEntry(i, ts, rel)
+        for i, (ts, rel) in enumerate(TIME_ENTRY.iter_unpack(data[:whole]))
+    ]
     return entries, len(data) - whole
 
 
@@ -65,15 +69,21 @@ EntryProblem = tuple[int | None, str]
 """``(entry index or None for the whole file, message)``."""
 
 
-def check_offset_index(entries: list[OffsetIndexEntry], trailing: int, scan: StoreScan,
-                       *, sealed: bool) -> list[EntryProblem]:
+def check_offset_index(
+    entries: list[OffsetIndexEntry], trailing: int, scan: StoreScan, *, sealed: bool
+) -> list[EntryProblem]:
     """Check offset-index entries against the store: every entry must point at the start
     of a batch whose base offset is the entry's offset; entries start at ``(0, 0)`` and
     increase in both fields."""
     out: list[EntryProblem] = []
     if trailing:
-        out.append((None, f"{trailing} trailing bytes: the file is not a whole number of "
-                          f"{OFFSET_ENTRY_SIZE}-byte entries (truncated?)"))
+        out.append(
+            (
+                None,
+                f"{trailing} trailing bytes: the file is not a whole number of "
+                f"{OFFSET_ENTRY_SIZE}-byte entries (truncated?)",
+            )
+        )
     if sealed and scan.records and not entries:
         out.append((None, "the offset index is empty but the store holds records"))
     if entries and (entries[0].relative_offset, entries[0].position) != (0, 0):
@@ -86,28 +96,48 @@ def check_offset_index(entries: list[OffsetIndexEntry], trailing: int, scan: Sto
         if scan.damage is not None and e.position >= scan.damage.position:
             beyond += 1  # the store's damage is reported once, not once per entry
             continue
-        if prev is not None and (e.relative_offset <= prev.relative_offset
-                                 or e.position <= prev.position):
-            out.append((e.index, f"entry (offset {off}, position {e.position}) does not increase "
-                                 f"on entry {prev.index} (offset {base + prev.relative_offset}, "
-                                 f"position {prev.position})"))
+        if prev is not None and (
+            e.relative_offset <= prev.relative_offset or e.position <= prev.position
+        ):
+            out.append(
+                (
+                    e.index,
+                    f"entry (offset {off}, position {e.position}) does not increase "
+                    f"on entry {prev.index} (offset {base + prev.relative_offset}, "
+                    f"position {prev.position})",
+                )
+            )
         prev = e
         row = scan.batch_at(e.position)
         if row is None:
-            where = ("past the end of the store" if e.position >= scan.end
-                     else "not at the start of a batch")
+            where = (
+                "past the end of the store"
+                if e.position >= scan.end
+                else "not at the start of a batch"
+            )
             out.append((e.index, f"entry (offset {off}, position {e.position}) points {where}"))
         elif scan.base_offsets[row] != off:
-            out.append((e.index, f"entry (offset {off}, position {e.position}) points at the "
-                                 f"batch with base offset {scan.base_offsets[row]}"))
+            out.append(
+                (
+                    e.index,
+                    f"entry (offset {off}, position {e.position}) points at the "
+                    f"batch with base offset {scan.base_offsets[row]}",
+                )
+            )
     if beyond:
-        out.append((None, f"{beyond} entries point into the damaged part of the store "
-                          f"(from byte {scan.damage.position if scan.damage else 0})"))
+        out.append(
+            (
+                None,
+                f"{beyond} entries point into the damaged part of the store "
+                f"(from byte {scan.damage.position if scan.damage else 0})",
+            )
+        )
     return out
 
 
-def check_time_index(entries: list[TimeIndexEntry], trailing: int, scan: StoreScan,
-                     *, sealed: bool) -> list[EntryProblem]:
+def check_time_index(
+    entries: list[TimeIndexEntry], trailing: int, scan: StoreScan, *, sealed: bool
+) -> list[EntryProblem]:
     """Check time-index entries against the store.
 
     Each entry ``(t, r)`` must say that ``t`` is the largest timestamp of the records up
@@ -117,8 +147,13 @@ def check_time_index(entries: list[TimeIndexEntry], trailing: int, scan: StoreSc
     """
     out: list[EntryProblem] = []
     if trailing:
-        out.append((None, f"{trailing} trailing bytes: the file is not a whole number of "
-                          f"{TIME_ENTRY_SIZE}-byte entries (truncated?)"))
+        out.append(
+            (
+                None,
+                f"{trailing} trailing bytes: the file is not a whole number of "
+                f"{TIME_ENTRY_SIZE}-byte entries (truncated?)",
+            )
+        )
     if sealed and scan.records and not entries:
         out.append((None, "the time index is empty but the store holds records"))
     base = scan.base_offset
@@ -134,35 +169,78 @@ def check_time_index(entries: list[TimeIndexEntry], trailing: int, scan: StoreSc
         if scan.damage is not None and off >= scan.next_offset:
             beyond += 1  # the store's damage is reported once, not once per entry
             continue
-        if prev is not None and (e.max_timestamp <= prev.max_timestamp
-                                 or e.relative_offset <= prev.relative_offset):
-            out.append((e.index, f"entry (timestamp {e.max_timestamp}, offset {off}) does not "
-                                 f"increase on entry {prev.index} (timestamp {prev.max_timestamp}, "
-                                 f"offset {base + prev.relative_offset})"))
+        if prev is not None and (
+            e.max_timestamp <= prev.max_timestamp or e.relative_offset <= prev.relative_offset
+        ):
+            out.append(
+                (
+                    e.index,
+                    f"entry (timestamp {e.max_timestamp}, offset {off}) does not "
+                    f"increase on entry {prev.index} (timestamp {prev.max_timestamp}, "
+                    f"offset {base + prev.relative_offset})",
+                )
+            )
         prev = e
         row = scan.row_of(off)
         if row is None:
-            out.append((e.index, f"entry (timestamp {e.max_timestamp}, offset {off}) names an "
-                                 f"offset the store does not hold"))
+            out.append(
+                (
+                    e.index,
+                    f"entry (timestamp {e.max_timestamp}, offset {off}) names an "
+                    f"offset the store does not hold",
+                )
+            )
             continue
         true_max = running[row]
         if true_max != e.max_timestamp:
-            out.append((e.index, f"entry (timestamp {e.max_timestamp}, offset {off}): the largest "
-                                 f"timestamp up to that offset is {true_max}"))
+            out.append(
+                (
+                    e.index,
+                    f"entry (timestamp {e.max_timestamp}, offset {off}): the largest "
+                    f"timestamp up to that offset is {true_max}",
+                )
+            )
         elif row and running[row - 1] >= true_max:
             first = bisect_left(running, true_max)  # running maxima never decrease
-            out.append((e.index, f"entry (timestamp {e.max_timestamp}, offset {off}): that maximum "
-                                 f"was first reached at offset {scan.offsets[first]}"))
+            out.append(
+                (
+                    e.index,
+                    f"entry (timestamp {e.max_timestamp}, offset {off}): that maximum "
+                    f"was first reached at offset {scan.offsets[first]}",
+                )
+            )
     if beyond:
-        out.append((None, f"{beyond} entries name records in the damaged part of the store "
-                          f"(from offset {scan.next_offset})"))
-    if (sealed and entries and scan.records and not out and scan.damage is None
-            and entries[-1].max_timestamp != running[-1]):
-        out.append((entries[-1].index,
-                    f"the last entry has timestamp {entries[-1].max_timestamp} but the "
-                    f"segment's largest timestamp is {running[-1]}"))
+        out.append(
+            (
+                None,
+                f"{beyond} entries name records in the damaged part of the store "
+                f"(from offset {scan.next_offset})",
+            )
+        )
+    if (
+        sealed
+        and entries
+        and scan.records
+        and not out
+        and scan.damage is None
+        and entries[-1].max_timestamp != running[-1]
+    ):
+        out.append(
+            (
+                entries[-1].index,
+                f"the last entry has timestamp {entries[-1].max_timestamp} but the "
+                f"segment's largest timestamp is {running[-1]}",
+            )
+        )
     return out
 
 
-__all__ = ["EntryProblem", "OffsetIndexEntry", "TimeIndexEntry", "check_offset_index",
-           "check_time_index", "read_offset_index", "read_time_index"]
+__all__ = [
+    "EntryProblem",
+    "OffsetIndexEntry",
+    "TimeIndexEntry",
+    "check_offset_index",
+    "check_time_index",
+    "read_offset_index",
+    "read_time_index",
+]

@@ -88,8 +88,9 @@ _UNDECODABLE = (struct.error, ValueError, IndexError, OverflowError)
 """What a damaged batch might raise besides CorruptRecordError (a dump must never crash)."""
 
 
-def _check_batch(data: bytes, pos: int, bend: int, *,
-                 with_data: bool = False) -> tuple[str | None, tuple[Record, ...]]:
+def _check_batch(
+    data: bytes, pos: int, bend: int, *, with_data: bool = False
+) -> tuple[str | None, tuple[Record, ...]]:
     """``(why the complete batch data[pos:bend] fails to verify or None, its records)``;
     the records only when it verifies and ``with_data`` (else ``()``)."""
     if not with_data:  # verify without building records where the batch allows it
@@ -119,7 +120,10 @@ def _batch_extent(data: bytes, pos: int) -> tuple[int, str | None]:
     end = len(data)
     left = end - pos
     if not any(data[pos : pos + 4096]) and data.count(0, pos) == left:
-        return pos, f"the last {left} bytes are all zeros (a torn write, or space the file system preallocated)"
+        return (
+            pos,
+            f"the last {left} bytes are all zeros (a torn write, or space the file system preallocated)",
+        )
     if left < HEADER_SIZE:
         return pos, f"the last {left} bytes are too short for a batch header (torn write?)"
     base, size = HEADER.unpack_from(data, pos)[:2]
@@ -127,8 +131,10 @@ def _batch_extent(data: bytes, pos: int) -> tuple[int, str | None]:
         return pos, f"batch header claims base offset {base} and an impossible size {size}"
     bend = pos + size
     if bend > end:
-        return pos, (f"batch header claims base offset {base} and {size} bytes but only "
-                     f"{left} remain (torn write or damaged size)")
+        return pos, (
+            f"batch header claims base offset {base} and {size} bytes but only "
+            f"{left} remain (torn write or damaged size)"
+        )
     return bend, None
 
 
@@ -245,28 +251,44 @@ def scan_store(path: Path, base_offset: int, report: ProblemSink | None = None) 
     for item in iter_store(data):
         if isinstance(item, StoreDamage):
             scan.damage = item
-            sink("store_damaged",
-                 f"damage starts at byte {item.position} of {item.file_size} "
-                 f"({item.unreadable_bytes} bytes not readable): {item.reason}",
-                 item.position, expect)
+            sink(
+                "store_damaged",
+                f"damage starts at byte {item.position} of {item.file_size} "
+                f"({item.unreadable_bytes} bytes not readable): {item.reason}",
+                item.position,
+                expect,
+            )
             break
         base = item.base_offset
         n = item.count
         if item.error is not None:
             scan.bad_batches += 1
-            sink("checksum", f"batch at byte {item.position} (offset {expect}) fails its check: "
-                 f"{item.error}", item.position, expect)
+            sink(
+                "checksum",
+                f"batch at byte {item.position} (offset {expect}) fails its check: {item.error}",
+                item.position,
+                expect,
+            )
             base = expect
             n = len(item.timestamps)
             resync = not n
         else:
             if base != expect and not (resync and base > expect):
                 if not scan.positions:
-                    sink("base_offset", f"the first batch has base offset {base}, but the file "
-                         f"name says the segment starts at {base_offset}", item.position, base)
+                    sink(
+                        "base_offset",
+                        f"the first batch has base offset {base}, but the file "
+                        f"name says the segment starts at {base_offset}",
+                        item.position,
+                        base,
+                    )
                 else:
-                    sink("offset_sequence", f"batch at byte {item.position} has base offset "
-                         f"{base}, expected {expect}", item.position, base)
+                    sink(
+                        "offset_sequence",
+                        f"batch at byte {item.position} has base offset {base}, expected {expect}",
+                        item.position,
+                        base,
+                    )
             resync = False
         scan.positions.append(item.position)
         scan.base_offsets.append(base)

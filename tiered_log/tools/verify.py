@@ -177,8 +177,16 @@ class _Collector:
         self._on_problem = on_problem
         self._held: list[Problem] | None = None
 
-    def add(self, kind: str, path: Path, message: str, *, severity: Severity = "error",
-            position: int | None = None, offset: int | None = None) -> None:
+    def add(
+        self,
+        kind: str,
+        path: Path,
+        message: str,
+        *,
+        severity: Severity = "error",
+        position: int | None = None,
+        offset: int | None = None,
+    ) -> None:
         p = Problem(kind, str(path), message, severity, position, offset)
         if self._held is not None:
             self._held.append(p)
@@ -208,6 +216,7 @@ class _Collector:
     def sink(self, path: Path) -> ProblemSink:
         def report(kind: str, message: str, position: int | None, offset: int | None) -> None:
             self.add(kind, path, message, position=position, offset=offset)
+
         return report
 
     def entries(self, kind: str, path: Path, found: list[EntryProblem]) -> None:
@@ -218,8 +227,9 @@ class _Collector:
             self.add(kind, path, message if entry is None else f"entry {entry}: {message}")
 
 
-def _check_index_files(c: _Collector, base: int, directory: Path, scan: StoreScan | None,
-                       *, sealed: bool) -> tuple[int | None, int | None]:
+def _check_index_files(
+    c: _Collector, base: int, directory: Path, scan: StoreScan | None, *, sealed: bool
+) -> tuple[int | None, int | None]:
     """Check one segment's two index files; returns their entry counts (None = missing)."""
     counts: list[int | None] = []
     for suffix, what in ((naming.INDEX_SUFFIX, "offset"), (naming.TIMEINDEX_SUFFIX, "time")):
@@ -228,15 +238,20 @@ def _check_index_files(c: _Collector, base: int, directory: Path, scan: StoreSca
         if not path.exists():
             counts.append(None)
             if sealed:
-                c.add("missing_index", path, f"the {what} index of a sealed segment is missing "
-                      "(Log.open would rebuild it)")
+                c.add(
+                    "missing_index",
+                    path,
+                    f"the {what} index of a sealed segment is missing (Log.open would rebuild it)",
+                )
             continue
         try:
             if suffix == naming.INDEX_SUFFIX:
                 oentries, trailing = read_offset_index(path)
                 counts.append(len(oentries))
                 if scan is not None:
-                    c.entries(kind, path, check_offset_index(oentries, trailing, scan, sealed=sealed))
+                    c.entries(
+                        kind, path, check_offset_index(oentries, trailing, scan, sealed=sealed)
+                    )
             else:
                 tentries, trailing = read_time_index(path)
                 counts.append(len(tentries))
@@ -258,24 +273,35 @@ def _size(path: Path) -> int | None:
         return -1
 
 
-def _check_segment(c: _Collector, root: Path, base: int, prev: SegmentReport | None, *,
-                   sealed: bool) -> SegmentReport:
+def _check_segment(
+    c: _Collector, root: Path, base: int, prev: SegmentReport | None, *, sealed: bool
+) -> SegmentReport:
     """Check one segment (its problems go to ``c``, which holds them) and the offsets
     between it and the segment before, ``prev``."""
     store = naming.segment_path(root, base, naming.LOG_SUFFIX)
     if prev is not None and base != prev.next_offset:
         prev_name = naming.offset_name(prev.base_offset) + naming.LOG_SUFFIX
         if base > prev.next_offset:
-            why = (f"{prev_name} is damaged from byte {prev.damaged_at}"
-                   if prev.damaged_at is not None
-                   else f"a segment is missing, or {prev_name} lost its tail")
-            c.add("offset_gap", store,
-                  f"offsets {prev.next_offset}..{base - 1} are missing between {prev_name} "
-                  f"and {store.name} ({why})", offset=prev.next_offset)
+            why = (
+                f"{prev_name} is damaged from byte {prev.damaged_at}"
+                if prev.damaged_at is not None
+                else f"a segment is missing, or {prev_name} lost its tail"
+            )
+            c.add(
+                "offset_gap",
+                store,
+                f"offsets {prev.next_offset}..{base - 1} are missing between {prev_name} "
+                f"and {store.name} ({why})",
+                offset=prev.next_offset,
+            )
         else:
-            c.add("offset_overlap", store,
-                  f"starts at offset {base} but {prev_name} already holds offsets up to "
-                  f"{prev.next_offset - 1}", offset=base)
+            c.add(
+                "offset_overlap",
+                store,
+                f"starts at offset {base} but {prev_name} already holds offsets up to "
+                f"{prev.next_offset - 1}",
+                offset=base,
+            )
     scan: StoreScan | None
     try:
         scan = scan_store(store, base, c.sink(store))
@@ -298,9 +324,12 @@ def _check_segment(c: _Collector, root: Path, base: int, prev: SegmentReport | N
     )
 
 
-def _check_segments(c: _Collector, root: Path, bases: list[int],
-                    on_segment: Callable[[SegmentReport], None] | None,
-                    ) -> tuple[list[SegmentReport], list[int]]:
+def _check_segments(
+    c: _Collector,
+    root: Path,
+    bases: list[int],
+    on_segment: Callable[[SegmentReport], None] | None,
+) -> tuple[list[SegmentReport], list[int]]:
     """Check the segments ``bases`` of the log in ``root`` in order: the reports of those
     checked, and the base offsets of those deleted while checked (see :func:`verify_log`)."""
     segments: list[SegmentReport] = []
@@ -331,9 +360,12 @@ def _check_segments(c: _Collector, root: Path, bases: list[int],
     return segments, removed
 
 
-def verify_log(directory: str | Path, *,
-               on_problem: Callable[[Problem], None] | None = None,
-               on_segment: Callable[[SegmentReport], None] | None = None) -> VerifyReport:
+def verify_log(
+    directory: str | Path,
+    *,
+    on_problem: Callable[[Problem], None] | None = None,
+    on_segment: Callable[[SegmentReport], None] | None = None,
+) -> VerifyReport:
     """Check every segment of the log in ``directory`` without changing anything.
 
     Checks: every batch's checksum and framing; offsets consecutive within each store
@@ -368,8 +400,9 @@ def verify_log(directory: str | Path, *,
             names = sorted(p.name for p in root.iterdir())
         except OSError as exc:
             raise InvalidArgumentError(f"cannot list {root}: {exc.strerror or exc}") from exc
-        bases = sorted(b for n in names
-                       if (b := naming.parse_offset_name(n, naming.LOG_SUFFIX)) is not None)
+        bases = sorted(
+            b for n in names if (b := naming.parse_offset_name(n, naming.LOG_SUFFIX)) is not None
+        )
         segments, gone = _check_segments(c, root, bases, on_segment)
         removed.extend(gone)
         if segments or not gone:
@@ -378,13 +411,22 @@ def verify_log(directory: str | Path, *,
     for n in names:
         path = root / n
         if (n.endswith(naming.TMP_SUFFIX) or ".tmp-" in n) and path.exists():
-            c.add("leftover_tmp", path, "leftover temporary file (Log.open removes it)",
-                  severity="warning")
+            c.add(
+                "leftover_tmp",
+                path,
+                "leftover temporary file (Log.open removes it)",
+                severity="warning",
+            )
         for suffix in (naming.INDEX_SUFFIX, naming.TIMEINDEX_SUFFIX):
             b = naming.parse_offset_name(n, suffix)
             if b is not None and b not in base_set and path.exists():
-                c.add("orphan_index", path, "index file without a store file (a deleted "
-                      "segment's leftover; Log.open removes it)", severity="warning")
+                c.add(
+                    "orphan_index",
+                    path,
+                    "index file without a store file (a deleted "
+                    "segment's leftover; Log.open removes it)",
+                    severity="warning",
+                )
     return VerifyReport(str(root), tuple(segments), tuple(c.problems), tuple(removed))
 
 
@@ -465,8 +507,7 @@ def holds_segments(directory: Path) -> bool:
 
 def _subdirs(directory: Path) -> list[Path]:
     try:
-        return sorted(p for p in directory.iterdir()
-                      if p.is_dir() and not p.name.startswith("."))
+        return sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError:
         return []
 
@@ -503,16 +544,21 @@ def find_log_dirs(root: str | Path) -> list[Path]:
         return [top]
     topics = top / naming.TOPICS_DIR
     if topics.is_dir():
-        return [p for t in _subdirs(topics)
-                for p in sorted((d for d in _subdirs(t) if d.name.isdigit()),
-                                key=lambda d: int(d.name))]
+        return [
+            p
+            for t in _subdirs(topics)
+            for p in sorted((d for d in _subdirs(t) if d.name.isdigit()), key=lambda d: int(d.name))
+        ]
     return _search(top, SEARCH_DEPTH)
 
 
-def verify_logs(root: str | Path, *,
-                on_problem: Callable[[Problem], None] | None = None,
-                on_segment: Callable[[SegmentReport], None] | None = None,
-                on_log: Callable[[VerifyReport], None] | None = None) -> LogsReport:
+def verify_logs(
+    root: str | Path,
+    *,
+    on_problem: Callable[[Problem], None] | None = None,
+    on_segment: Callable[[SegmentReport], None] | None = None,
+    on_log: Callable[[VerifyReport], None] | None = None,
+) -> LogsReport:
     """:func:`verify_log` of every log :func:`find_log_dirs` finds under ``root``;
     ``on_log`` is called with each log's report as it is done. Raises
     InvalidArgumentError when ``root`` is not a directory."""
@@ -528,13 +574,28 @@ def verify_logs(root: str | Path, *,
 def segment_file_kind(path: Path) -> tuple[str, int | None] | None:
     """``(kind, base_offset)`` of a segment file by its name: kind is ``log``, ``index`` or
     ``timeindex``; base_offset is None when the name is not 20 digits. None if unknown."""
-    for suffix, kind in ((naming.LOG_SUFFIX, "log"), (naming.INDEX_SUFFIX, "index"),
-                         (naming.TIMEINDEX_SUFFIX, "timeindex")):
+    for suffix, kind in (
+        (naming.LOG_SUFFIX, "log"),
+        (naming.INDEX_SUFFIX, "index"),
+        (naming.TIMEINDEX_SUFFIX, "timeindex"),
+    ):
         if path.name.endswith(suffix):
             return kind, naming.parse_offset_name(path.name, suffix)
     return None
 
 
-__all__ = ["LIVE_TAIL_RETRIES", "MAX_PROBLEMS_PER_FILE", "SEARCH_DEPTH", "LogsReport", "Problem",
-           "SegmentReport", "Severity", "VerifyReport", "find_log_dirs", "holds_segments",
-           "segment_file_kind", "verify_log", "verify_logs"]
+__all__ = [
+    "LIVE_TAIL_RETRIES",
+    "MAX_PROBLEMS_PER_FILE",
+    "SEARCH_DEPTH",
+    "LogsReport",
+    "Problem",
+    "SegmentReport",
+    "Severity",
+    "VerifyReport",
+    "find_log_dirs",
+    "holds_segments",
+    "segment_file_kind",
+    "verify_log",
+    "verify_logs",
+]

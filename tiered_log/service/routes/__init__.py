@@ -27,7 +27,12 @@ from .partitions import router as partitions_router
 from .records import router as records_router
 from .topics import router as topics_router
 
-ROUTERS: tuple[APIRouter, ...] = (ops_router, topics_router, records_router, partitions_router,
-                                  cluster_router)
+ROUTERS: tuple[APIRouter, ...] = (
+    ops_router,
+    topics_router,
+    records_router,
+    partitions_router,
+    cluster_router,
+)
 
 __all__ = ["ROUTERS"]

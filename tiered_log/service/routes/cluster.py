@@ -48,8 +48,10 @@ if TYPE_CHECKING:  # a single node never loads the cluster node (nor its etcd cl
 router = APIRouter(tags=["cluster"])
 
 
-NOT_A_CLUSTER = ("this node is not part of a cluster: it runs alone (start it with "
-                 "cluster_etcd, node_id and advertised_url to join or form one)")
+NOT_A_CLUSTER = (
+    "this node is not part of a cluster: it runs alone (start it with "
+    "cluster_etcd, node_id and advertised_url to join or form one)"
+)
 """The message of :class:`~tiered_log.errors.NotAClusterError`."""
 
 _NOT_A_CLUSTER = {404: "Not a cluster: this node runs alone (`not_a_cluster`)"}
@@ -92,10 +94,18 @@ class ReassignRequest(BaseModel):
     to_node: int = Field(ge=0, description="The live node that takes them.")
 
 
-@router.post("/v1/cluster/reassign", status_code=202,
-             responses=errs(400, 401, 403, 404, 503, described=_NOT_A_CLUSTER))
-async def reassign(body: ReassignRequest, principal: Authenticated, _cluster: OnACluster,
-                   _json: JsonContent, state: State) -> dict[str, Any]:
+@router.post(
+    "/v1/cluster/reassign",
+    status_code=202,
+    responses=errs(400, 401, 403, 404, 503, described=_NOT_A_CLUSTER),
+)
+async def reassign(
+    body: ReassignRequest,
+    principal: Authenticated,
+    _cluster: OnACluster,
+    _json: JsonContent,
+    state: State,
+) -> dict[str, Any]:
     """Move every replica ``from_node`` holds to ``to_node`` (needs ``admin`` on every
     topic): ``to_node`` joins each such partition's replicas and rebuilds from the bucket
     plus the unshipped tail; ``from_node`` is dropped from the replicas once the others
@@ -113,20 +123,30 @@ class RestoreRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     topics: list[str] | None = Field(
-        default=None, description="Only these topics (default: every topic the bucket keeps "
-        "and the cluster lacks).")
+        default=None,
+        description="Only these topics (default: every topic the bucket keeps "
+        "and the cluster lacks).",
+    )
     replication_factor: int | None = Field(
-        default=None, ge=1, description="Replicas of each restored partition (default: "
-        "min(3, live nodes)).")
+        default=None,
+        ge=1,
+        description="Replicas of each restored partition (default: min(3, live nodes)).",
+    )
     min_insync_replicas: int | None = Field(
-        default=None, ge=1, description="As for a new topic (default: min(2, replication "
-        "factor)).")
+        default=None, ge=1, description="As for a new topic (default: min(2, replication factor))."
+    )
 
 
-@router.post("/v1/cluster/restore",
-             responses=errs(400, 401, 403, 404, 503, described=_NOT_A_CLUSTER))
-async def restore(body: RestoreRequest, principal: Authenticated, _cluster: OnACluster,
-                  _json: JsonContent, state: State) -> dict[str, Any]:
+@router.post(
+    "/v1/cluster/restore", responses=errs(400, 401, 403, 404, 503, described=_NOT_A_CLUSTER)
+)
+async def restore(
+    body: RestoreRequest,
+    principal: Authenticated,
+    _cluster: OnACluster,
+    _json: JsonContent,
+    state: State,
+) -> dict[str, Any]:
     """Whole-cluster restore from the bucket (needs ``admin`` on every topic): a new
     cluster (fresh etcd, empty disks) pointed at the bucket recreates the topics the
     bucket keeps, each with its own id and config; each partition continues above every
@@ -137,15 +157,29 @@ async def restore(body: RestoreRequest, principal: Authenticated, _cluster: OnAC
     state.auth.authorize(principal, "*", "admin")
     node = cluster_of(state)
     from ..clustering import restore_cluster_topics  # a single node never loads it
-    return await asyncio.to_thread(restore_cluster_topics, node, state.settings, state.topics,
-                                   body.topics, body.replication_factor,
-                                   body.min_insync_replicas)
+
+    return await asyncio.to_thread(
+        restore_cluster_topics,
+        node,
+        state.settings,
+        state.topics,
+        body.topics,
+        body.replication_factor,
+        body.min_insync_replicas,
+    )
 
 
-@router.get(PATH, response_class=Response, responses=errs(400, 401, 403, 404, 409, 421),
-            include_in_schema=False)
+@router.get(
+    PATH,
+    response_class=Response,
+    responses=errs(400, 401, 403, 404, 409, 421),
+    include_in_schema=False,
+)
 async def replicate(
-    topic: TopicPath, partition: PartitionPath, _: AdminGrant, state: State,
+    topic: TopicPath,
+    partition: PartitionPath,
+    _: AdminGrant,
+    state: State,
     replica_id: Annotated[int, Query(ge=0)],
     leader_epoch: Annotated[int, Query(ge=0)],
     offset: Annotated[int, Query(ge=0)],
@@ -158,8 +192,9 @@ async def replicate(
     end it waits up to ``wait_ms`` on the event loop (woken by an append), not in a
     thread: a node leading many partitions holds no thread per waiting follower."""
     node = cluster_of(state)
-    req = ReplicaFetch(replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms,
-                       bool(empty))
+    req = ReplicaFetch(
+        replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms, bool(empty)
+    )
     key = (topic, partition)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000

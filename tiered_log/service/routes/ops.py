@@ -27,9 +27,17 @@ async def healthz(state: State) -> dict[str, Any]:
     return {"status": "stopping" if state.is_stopping else "ok"}
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                             "description": "Prometheus text format"}, **errs(401)})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "Prometheus text format",
+        },
+        **errs(401),
+    },
+)
 async def metrics(principal: Authenticated, state: State) -> Response:
     """Prometheus metrics: appends and fetches (records, bytes) per topic, copy lag,
     remote fetch bytes and errors, remote cache hits/misses, partition offsets.

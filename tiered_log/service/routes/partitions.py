@@ -33,8 +33,11 @@ from ..wire import Bounds, OffsetForTimestamp, TruncateRequest
 router = APIRouter(tags=["records"])
 
 
-@router.get("/v1/topics/{topic}/partitions/{partition}/offsets", response_model=OffsetForTimestamp,
-            responses=errs(400, 401, 403, 404, 503))
+@router.get(
+    "/v1/topics/{topic}/partitions/{partition}/offsets",
+    response_model=OffsetForTimestamp,
+    responses=errs(400, 401, 403, 404, 503),
+)
 async def offset_for_timestamp(
     topic: TopicPath,
     partition: PartitionPath,
@@ -54,10 +57,14 @@ async def offset_for_timestamp(
     return {"timestamp": timestamp, "offset": found, "next_offset": b.next_offset}
 
 
-@router.get("/v1/topics/{topic}/partitions/{partition}/bounds", response_model=Bounds,
-            responses=errs(400, 401, 403, 404, 503))
-async def bounds(topic: TopicPath, partition: PartitionPath,
-                 _: ReadGrant, state: State) -> dict[str, Any]:
+@router.get(
+    "/v1/topics/{topic}/partitions/{partition}/bounds",
+    response_model=Bounds,
+    responses=errs(400, 401, 403, 404, 503),
+)
+async def bounds(
+    topic: TopicPath, partition: PartitionPath, _: ReadGrant, state: State
+) -> dict[str, Any]:
     """Log start, local start, high watermark, next and flushed offsets."""
     plog = await _leader_log(state, topic, partition)
     b = await run_log_call(state, topic, partition_bounds, plog)
@@ -93,10 +100,13 @@ def _remote_segments(plog: PartitionLog) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/topics/{topic}/partitions/{partition}/remote-segments",
-            responses=errs(400, 401, 403, 404, 503))
-async def remote_segments(topic: TopicPath, partition: PartitionPath,
-                          _: ReadGrant, state: State) -> dict[str, Any]:
+@router.get(
+    "/v1/topics/{topic}/partitions/{partition}/remote-segments",
+    responses=errs(400, 401, 403, 404, 503),
+)
+async def remote_segments(
+    topic: TopicPath, partition: PartitionPath, _: ReadGrant, state: State
+) -> dict[str, Any]:
     """The partition's bounds and its finished remote segments, each with its ``.log``
     object key and its remoteLogIndex chunks ``[first_offset, last_offset,
     first_timestamp, last_timestamp, position, length]``: what a reader (the Spark
@@ -106,16 +116,26 @@ async def remote_segments(topic: TopicPath, partition: PartitionPath,
     return await run_log_call(state, topic, _remote_segments, plog)
 
 
-@router.post("/v1/topics/{topic}/partitions/{partition}/truncate", response_model=Bounds,
-             responses=errs(400, 401, 403, 404, 415, 416, 503))
-async def truncate(body: TruncateRequest, topic: TopicPath, partition: PartitionPath,
-                   _: AdminGrant, _json: JsonContent, state: State) -> dict[str, Any]:
+@router.post(
+    "/v1/topics/{topic}/partitions/{partition}/truncate",
+    response_model=Bounds,
+    responses=errs(400, 401, 403, 404, 415, 416, 503),
+)
+async def truncate(
+    body: TruncateRequest,
+    topic: TopicPath,
+    partition: PartitionPath,
+    _: AdminGrant,
+    _json: JsonContent,
+    state: State,
+) -> dict[str, Any]:
     """Remove every record at and after ``offset`` (needs ``admin``); returns the new
     bounds. ``offset`` must be within ``[log_start_offset, next_offset]``."""
     plog = await partition_log(state, topic, partition)
     if state.cluster is not None:
-        raise InvalidArgumentError("truncate is not offered in a cluster yet: the replicas "
-                                   "would have to truncate together")
+        raise InvalidArgumentError(
+            "truncate is not offered in a cluster yet: the replicas would have to truncate together"
+        )
     await run_log_call(state, topic, plog.truncate, body.offset)
     b = await run_log_call(state, topic, partition_bounds, plog)
     return b.as_dict()

@@ -125,12 +125,22 @@ both bounds in `error.details`.
     response_model=ProduceResponse,
     description=_PRODUCE_DOC,
     responses=errs(400, 401, 403, 404, 413, 415, 503),
-    openapi_extra={"requestBody": {"required": True, "content": {
-        JSON: {"schema": {"$ref": "#/components/schemas/ProduceRequest"}},
-        BINARY: {"schema": {"type": "string", "format": "binary"}},
-        FRAMES: {"schema": {"type": "string", "format": "binary",
-                            "description": "Record frames (see the description)."}},
-    }}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                JSON: {"schema": {"$ref": "#/components/schemas/ProduceRequest"}},
+                BINARY: {"schema": {"type": "string", "format": "binary"}},
+                FRAMES: {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "Record frames (see the description).",
+                    }
+                },
+            },
+        }
+    },
 )
 async def produce(
     request: Request,
@@ -139,12 +149,17 @@ async def produce(
     _: WriteGrant,
     state: State,
     key: Annotated[str | None, Query(description="Key (text) of a raw-body record.")] = None,
-    timestamp: Annotated[int | None, Query(ge=0, le=MAX_INT,
-                                           description="Timestamp (ms) of a raw-body record.")] = None,
-    acks: Annotated[Literal["all", "1"] | None, Query(
-        description="In a cluster: `all` answers once every in-sync replica has the "
-        "records (the default when the topic has replicas), `1` once the leader has them. "
-        "A single node has only itself: both mean the local log.")] = None,
+    timestamp: Annotated[
+        int | None, Query(ge=0, le=MAX_INT, description="Timestamp (ms) of a raw-body record.")
+    ] = None,
+    acks: Annotated[
+        Literal["all", "1"] | None,
+        Query(
+            description="In a cluster: `all` answers once every in-sync replica has the "
+            "records (the default when the topic has replicas), `1` once the leader has them. "
+            "A single node has only itself: both mean the local log."
+        ),
+    ] = None,
 ) -> Response:
     manager = state.topics
     plog = await partition_log(state, topic, partition)
@@ -172,8 +187,9 @@ async def produce(
         parse, args = one_record, (ProducerRecord(value, kb, (), timestamp),)
     elif media == FRAMES:
         if key is not None or timestamp is not None:
-            raise InvalidRequestError("key and timestamp query parameters are for raw bodies; "
-                                      "a batch carries its own")
+            raise InvalidRequestError(
+                "key and timestamp query parameters are for raw bodies; a batch carries its own"
+            )
         limit = manager.get(topic).meta.config.append_threshold
         frames = await receive_body(request)  # one buffer, verified and rebased in place
         if not frames:
@@ -181,13 +197,16 @@ async def produce(
         parse, args = parse_frames, (frames, limit)
     elif is_json(media):
         if key is not None or timestamp is not None:
-            raise InvalidRequestError("key and timestamp query parameters are for raw bodies; "
-                                      "give them per record in a JSON batch")
+            raise InvalidRequestError(
+                "key and timestamp query parameters are for raw bodies; "
+                "give them per record in a JSON batch"
+            )
         body = await read_body(request)
         parse, args = parse_batch, (body,)
     else:
         raise UnsupportedMediaTypeError(
-            f"Content-Type must be {JSON}, {FRAMES} or {BINARY}, not {media or 'missing'!r}")
+            f"Content-Type must be {JSON}, {FRAMES} or {BINARY}, not {media or 'missing'!r}"
+        )
     done = await run_log_call(state, topic, parse_and_append, plog, parse, *args)
     if state.cluster is not None and leader is not None:
         state.cluster.appended(topic, partition)
@@ -195,8 +214,9 @@ async def produce(
         if acks == "all":  # waits on the loop (woken as the HW moves), not in a thread
             timeout = state.settings.replication_timeout_ms / 1000
             last = done.last
-            if not await await_commit(state.waiters, (topic, partition),
-                                      lambda: leader.committed(last), timeout):
+            if not await await_commit(
+                state.waiters, (topic, partition), lambda: leader.committed(last), timeout
+            ):
                 raise leader.timeout_error(last, timeout)
     m = state.metrics
     m.append_requests.inc(topic)
@@ -207,10 +227,18 @@ async def produce(
     first, last = done.first, done.last
     # Built here rather than validated against ProduceResponse (the documented model):
     # the offsets list of a big batch made that validation a visible cost.
-    return Response(json.dumps(
-        {"offsets": list(range(first, last + 1)), "first_offset": first,
-         "last_offset": last, "durable": done.durable},
-        separators=(",", ":")).encode(), media_type=JSON)
+    return Response(
+        json.dumps(
+            {
+                "offsets": list(range(first, last + 1)),
+                "first_offset": first,
+                "last_offset": last,
+                "durable": done.durable,
+            },
+            separators=(",", ":"),
+        ).encode(),
+        media_type=JSON,
+    )
 
 
 def wants_binary(accept: str | None) -> bool:
@@ -236,17 +264,22 @@ def wants_binary(accept: str | None) -> bool:
     return q_bin > 0 and q_bin >= q_json
 
 
-def _json_fetch(plog: PartitionLog, offset: int, max_records: int,
-                max_bytes: int, upto: int | None) -> tuple[bytes, int, int]:
+def _json_fetch(
+    plog: PartitionLog, offset: int, max_records: int, max_bytes: int, upto: int | None
+) -> tuple[bytes, int, int]:
     """The JSON fetch body (built in a worker thread: base64 and JSON cost CPU), the
     record count and the records' frame bytes."""
     recs, b = fetch_records(plog, offset, max_records, max_bytes, upto)
-    body = json.dumps({
-        "records": [record_to_json(r) for r in recs],
-        "next_offset": recs[-1].offset + 1 if recs else offset,
-        "high_watermark": b.high_watermark,
-        "log_start_offset": b.log_start_offset,
-    }, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    body = json.dumps(
+        {
+            "records": [record_to_json(r) for r in recs],
+            "next_offset": recs[-1].offset + 1 if recs else offset,
+            "high_watermark": b.high_watermark,
+            "log_start_offset": b.log_start_offset,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    ).encode("utf-8")
     return body, len(recs), sum(r.size for r in recs)
 
 
@@ -255,12 +288,15 @@ def _json_fetch(plog: PartitionLog, offset: int, max_records: int,
     description=_FETCH_DOC,
     response_model=None,
     responses={
-        200: {"model": FetchResponse, "description": "Records (JSON or raw frames)",
-              "content": {BINARY: {"schema": {"type": "string", "format": "binary"}}},
-              "headers": {h: {"schema": {"type": "integer"},
-                              "description": "Binary form only"}
-                          for h in (H_NEXT_OFFSET, H_HIGH_WATERMARK, H_LOG_START,
-                                    H_RECORD_COUNT)}},
+        200: {
+            "model": FetchResponse,
+            "description": "Records (JSON or raw frames)",
+            "content": {BINARY: {"schema": {"type": "string", "format": "binary"}}},
+            "headers": {
+                h: {"schema": {"type": "integer"}, "description": "Binary form only"}
+                for h in (H_NEXT_OFFSET, H_HIGH_WATERMARK, H_LOG_START, H_RECORD_COUNT)
+            },
+        },
         **errs(400, 401, 403, 404, 410, 416, 503),
     },
 )
@@ -272,10 +308,13 @@ async def fetch(
     state: State,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="First offset to read.")],
     max_records: Annotated[int, Query(ge=1, le=10_000)] = 500,
-    max_bytes: Annotated[int, Query(ge=1, le=(1 << 31) - 1,
-                                    description="Capped by the server's max_fetch_bytes.")] = 1 << 20,
-    wait_ms: Annotated[int, Query(ge=0, le=30_000,
-                                  description="At the end of the log, wait this long for records.")] = 0,
+    max_bytes: Annotated[
+        int, Query(ge=1, le=(1 << 31) - 1, description="Capped by the server's max_fetch_bytes.")
+    ] = 1 << 20,
+    wait_ms: Annotated[
+        int,
+        Query(ge=0, le=30_000, description="At the end of the log, wait this long for records."),
+    ] = 0,
 ) -> Response:
     plog = await partition_log(state, topic, partition)
     max_bytes = min(max_bytes, state.settings.max_fetch_bytes)
@@ -289,22 +328,40 @@ async def fetch(
         return plog.high_watermark if clustered else None
 
     if wants_binary(request.headers.get("accept")):
-        fb = await poll(state.waiters, state.stopping, key, wait_ms,
-                        lambda: run_log_call(state, topic, fetch_frames, plog, offset,
-                                             max_records, max_bytes, upto()),
-                        lambda r: r.fetched.count == 0)
+        fb = await poll(
+            state.waiters,
+            state.stopping,
+            key,
+            wait_ms,
+            lambda: run_log_call(
+                state, topic, fetch_frames, plog, offset, max_records, max_bytes, upto()
+            ),
+            lambda r: r.fetched.count == 0,
+        )
         m.fetch_requests.inc(topic, "binary")
         page, b = fb.fetched, fb.bounds
         m.fetch_records.inc(topic, amount=page.count)
         m.fetch_bytes.inc(topic, amount=page.size)
-        return RangesResponse(page, media_type=BINARY, headers={
-            H_NEXT_OFFSET: str(page.next_offset), H_HIGH_WATERMARK: str(b.high_watermark),
-            H_LOG_START: str(b.log_start_offset), H_RECORD_COUNT: str(page.count)})
+        return RangesResponse(
+            page,
+            media_type=BINARY,
+            headers={
+                H_NEXT_OFFSET: str(page.next_offset),
+                H_HIGH_WATERMARK: str(b.high_watermark),
+                H_LOG_START: str(b.log_start_offset),
+                H_RECORD_COUNT: str(page.count),
+            },
+        )
     body, count, size = await poll(
-        state.waiters, state.stopping, key, wait_ms,
-        lambda: run_log_call(state, topic, _json_fetch, plog, offset, max_records, max_bytes,
-                             upto()),
-        lambda r: r[1] == 0)
+        state.waiters,
+        state.stopping,
+        key,
+        wait_ms,
+        lambda: run_log_call(
+            state, topic, _json_fetch, plog, offset, max_records, max_bytes, upto()
+        ),
+        lambda r: r[1] == 0,
+    )
     m.fetch_requests.inc(topic, "json")
     m.fetch_records.inc(topic, amount=count)
     m.fetch_bytes.inc(topic, amount=size)

@@ -56,21 +56,32 @@ def _describe(topic: Topic, cluster: ClusterNode | None = None) -> dict[str, Any
             info["lost_offsets"] = lost
         st = cluster.partition_state(topic.name, i) if cluster is not None else None
         if st is not None:
-            info.update(leader=st.leader, leader_epoch=st.leader_epoch,
-                        replicas=list(st.replicas), isr=list(st.isr))
+            info.update(
+                leader=st.leader,
+                leader_epoch=st.leader_epoch,
+                replicas=list(st.replicas),
+                isr=list(st.isr),
+            )
         infos.append(info)
     out = {**topic.meta.as_dict(), "partition_info": infos}
     meta = cluster.topic_meta(topic.name) if cluster is not None else None
     if meta is not None:
-        out.update(replication_factor=meta.replication_factor,
-                   min_insync_replicas=meta.min_insync_replicas)
+        out.update(
+            replication_factor=meta.replication_factor, min_insync_replicas=meta.min_insync_replicas
+        )
     return out
 
 
-@router.post("/v1/topics", status_code=201, response_model=TopicDescription,
-             response_model_exclude_unset=True, responses=errs(400, 401, 403, 409, 413, 415, 503))
-async def create_topic(body: CreateTopicRequest, principal: Authenticated,
-                       _json: JsonContent, state: State) -> dict[str, Any]:
+@router.post(
+    "/v1/topics",
+    status_code=201,
+    response_model=TopicDescription,
+    response_model_exclude_unset=True,
+    responses=errs(400, 401, 403, 409, 413, 415, 503),
+)
+async def create_topic(
+    body: CreateTopicRequest, principal: Authenticated, _json: JsonContent, state: State
+) -> dict[str, Any]:
     """Create a topic (needs ``admin`` on its name). Per-topic config overrides the
     server's topic defaults."""
     validate_topic_name(body.name)
@@ -79,14 +90,23 @@ async def create_topic(body: CreateTopicRequest, principal: Authenticated,
     if state.cluster is not None:
         from ..clustering import create_cluster_topic  # a single node never loads it
 
-        await asyncio.to_thread(create_cluster_topic, state.cluster, state.settings, body.name,
-                                body.partitions, overrides, body.replication_factor,
-                                body.min_insync_replicas)
+        await asyncio.to_thread(
+            create_cluster_topic,
+            state.cluster,
+            state.settings,
+            body.name,
+            body.partitions,
+            overrides,
+            body.replication_factor,
+            body.min_insync_replicas,
+        )
         return await asyncio.to_thread(_describe, state.topics.get(body.name), state.cluster)
     for name in ("replication_factor", "min_insync_replicas"):
         if (getattr(body, name) or 1) != 1:
-            raise InvalidArgumentError(f"{name} {getattr(body, name)} needs a cluster: this "
-                                       "is a single node (start it with cluster_etcd)")
+            raise InvalidArgumentError(
+                f"{name} {getattr(body, name)} needs a cluster: this "
+                "is a single node (start it with cluster_etcd)"
+            )
     topic = await asyncio.to_thread(state.topics.create, body.name, body.partitions, overrides)
     return await asyncio.to_thread(_describe, topic)
 
@@ -94,20 +114,29 @@ async def create_topic(body: CreateTopicRequest, principal: Authenticated,
 @router.get("/v1/topics", response_model=TopicList, responses=errs(401))
 async def list_topics(principal: Authenticated, state: State) -> dict[str, Any]:
     """Every topic the token has any grant on."""
-    return {"topics": [t.meta.as_dict() for t in state.topics.list()
-                       if principal.allows_any(t.name)]}
+    return {
+        "topics": [t.meta.as_dict() for t in state.topics.list() if principal.allows_any(t.name)]
+    }
 
 
-@router.get("/v1/topics/{topic}", response_model=TopicDescription,
-            response_model_exclude_unset=True, responses=errs(400, 401, 403, 404))
+@router.get(
+    "/v1/topics/{topic}",
+    response_model=TopicDescription,
+    response_model_exclude_unset=True,
+    responses=errs(400, 401, 403, 404),
+)
 async def describe_topic(topic: TopicPath, _: ReadGrant, state: State) -> dict[str, Any]:
     """A topic's config and the bounds of each partition."""
     t = state.topics.get(topic)
     return await asyncio.to_thread(_describe, t, state.cluster)
 
 
-@router.delete("/v1/topics/{topic}", status_code=204, response_class=Response,
-               responses=errs(400, 401, 403, 404))
+@router.delete(
+    "/v1/topics/{topic}",
+    status_code=204,
+    response_class=Response,
+    responses=errs(400, 401, 403, 404),
+)
 async def delete_topic(topic: TopicPath, _: AdminGrant, state: State) -> Response:
     """Delete a topic and all of its records."""
     partitions = state.topics.get(topic).meta.partitions
