@@ -136,6 +136,27 @@ class ServerProcess:
         return httpx.Client(base_url=self.url, headers=headers, timeout=30.0, **kw)
 
 
+def timeouts_server(factory: pytest.TempPathFactory, name: str) -> Iterator[ServerProcess]:
+    """A module's server without auth, with 1 s header and body timeouts (the HTTP
+    hardening tests); stopped after the module."""
+    base: Path = factory.mktemp(name)
+    s = ServerProcess(base / "data", base, {"header_timeout_s": "1", "body_timeout_s": "1"})
+    s.start()
+    yield s
+    with contextlib.suppress(Exception):
+        s.stop(timeout=15)
+    s.kill()
+
+
+def new_topic(srv: ServerProcess, name: str, partitions: int = 1) -> str:
+    """Create topic ``name`` on ``srv`` (no auth); its name."""
+    r = httpx.post(
+        srv.url + "/v1/topics", json={"name": name, "partitions": partitions}, timeout=10
+    )
+    assert r.status_code == 201, r.text
+    return name
+
+
 @pytest.fixture
 def server_factory(tmp_path: Path) -> Iterator[Any]:
     """Start servers on demand (``server_factory(**settings)``); all stopped at the end."""

@@ -9,7 +9,6 @@ server runs with 1 s timeouts so that the tests show behaviour, not speed.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import select
@@ -18,12 +17,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
-from .conftest import ServerProcess
+from .conftest import ServerProcess, new_topic, timeouts_server
 
 HEAD_LIMIT = 64 << 10  # the default max_request_head_bytes
 
@@ -31,20 +29,12 @@ HEAD_LIMIT = 64 << 10  # the default max_request_head_bytes
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A server without auth, with 1 s header and body timeouts and the default head cap."""
-    base: Path = tmp_path_factory.mktemp("hardening")
-    s = ServerProcess(base / "data", base, {"header_timeout_s": "1", "body_timeout_s": "1"})
-    s.start()
-    yield s
-    with contextlib.suppress(Exception):
-        s.stop(timeout=15)
-    s.kill()
+    yield from timeouts_server(tmp_path_factory, "hardening")
 
 
 @pytest.fixture
 def topic(srv: ServerProcess, topic_name: str) -> str:
-    r = httpx.post(srv.url + "/v1/topics", json={"name": topic_name, "partitions": 1}, timeout=10)
-    assert r.status_code == 201, r.text
-    return topic_name
+    return new_topic(srv, topic_name)
 
 
 def _high_watermark(srv: ServerProcess, topic: str) -> int:

@@ -26,14 +26,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tiered_log.service.http_protocol import STALL_SLACK_S, STALL_TICK_S, StallClock
 
-from .conftest import ServerProcess
+from .conftest import ServerProcess, new_topic, timeouts_server
 from .test_http_hardening import Conn, Reply
 
 UNFINISHED = "ASGI callable returned without completing response"
@@ -52,25 +51,6 @@ async def main(port, n):
     await asyncio.gather(*(one(port) for _ in range(n)), return_exceptions=True)
 asyncio.run(main(int(sys.argv[1]), 8))
 """
-
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A server without auth, with 1 s header and body timeouts."""
-    base: Path = tmp_path_factory.mktemp("pause")
-    s = ServerProcess(base / "data", base, {"header_timeout_s": "1", "body_timeout_s": "1"})
-    s.start()
-    yield s
-    with contextlib.suppress(Exception):
-        s.stop(timeout=15)
-    s.kill()
-
-
-@pytest.fixture
-def topic(srv: ServerProcess, topic_name: str) -> str:
-    r = httpx.post(srv.url + "/v1/topics", json={"name": topic_name, "partitions": 1}, timeout=10)
-    assert r.status_code == 201, r.text
-    return topic_name
 
 
 @contextlib.contextmanager
@@ -133,6 +113,17 @@ def _assert_clean_log(srv: ServerProcess) -> None:
     log = srv.log()
     assert UNFINISHED not in log
     assert "request body stalled" not in log, log[-3000:]
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server without auth, with 1 s header and body timeouts."""
+    yield from timeouts_server(tmp_path_factory, "pause")
+
+
+@pytest.fixture
+def topic(srv: ServerProcess, topic_name: str) -> str:
+    return new_topic(srv, topic_name)
 
 
 def test_body_that_arrived_while_stopped_is_served(srv: ServerProcess, topic: str) -> None:
