@@ -608,7 +608,15 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
                 r.cleanup_pending()
                 if r.needs_index_rebuild:
                     r.rebuild_index_files()
-                copied = r.copy_segments(self.eligible_segments(), stop)
+                # In groups, so that a long round (a backlog of many segments) keeps the
+                # partition snapshot current as it goes.
+                todo, step = self.eligible_segments(), self.tier_config.snapshot_interval_segments
+                for i in range(0, len(todo), step):
+                    copied += r.copy_segments(todo[i : i + step], stop)
+                    if r.snapshot_due():
+                        r.write_snapshot()
+                    if stop is not None and stop.is_set():
+                        break
             self._apply_retention()
             self._epochs.truncate_from_start(self.log_start_offset)
             self._clamp_high_watermark()
