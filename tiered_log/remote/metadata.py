@@ -33,6 +33,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -159,20 +160,30 @@ class CopyJournal:
         """Persist ``seg`` in ``state`` (fsynced before returning); returns the new record.
         ValueError if the journal has the attempt in a state that cannot become ``state``
         (or does not have it and ``state`` cannot start one): nothing is written."""
-        new = replace(seg, state=state, updated_ms=int(time.time() * 1000))
+        return self.record_all([seg], state)[0]
+
+    def record_all(self, segs: Sequence[RemoteSegment], state: CopyState) -> list[RemoteSegment]:
+        """:meth:`record` for many attempts with one write and one fsync (a rebuild
+        journals every copy it found); all or none are recorded (the checks come first)."""
+        now = int(time.time() * 1000)
+        news = [replace(seg, state=state, updated_ms=now) for seg in segs]
         with self._lock:
-            cur = self._segments.get(seg.id)
-            if not (CopyState.can_start_in(state) if cur is None else cur.state.can_become(state)):
-                raise ValueError(
-                    f"copy attempt {seg.id}: {cur.state if cur else 'unknown'} "
-                    f"cannot become {state}"
-                )
-            with open(self.path, "ab") as f:
-                f.write(new.to_json().encode() + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            self._segments[new.id] = new
-        return new
+            for seg in segs:
+                cur = self._segments.get(seg.id)
+                ok = CopyState.can_start_in(state) if cur is None else cur.state.can_become(state)
+                if not ok:
+                    raise ValueError(
+                        f"copy attempt {seg.id}: {cur.state if cur else 'unknown'} "
+                        f"cannot become {state}"
+                    )
+            if news:
+                with open(self.path, "ab") as f:
+                    f.write(b"".join(n.to_json().encode() + b"\n" for n in news))
+                    f.flush()
+                    os.fsync(f.fileno())
+            for n in news:
+                self._segments[n.id] = n
+        return news
 
     def forget(self, ids: list[str]) -> None:
         """Drop finished deletions from memory (and from the file at the next compaction)."""

@@ -407,8 +407,7 @@ class RecoveryTask:
                     )
             if orphans and not read_only:
                 self.st.storage.delete(orphans)
-            for rs, _ in segs:
-                self.st.journal.record(rs, CopyState.COPY_FINISHED)
+            self.st.journal.record_all([rs for rs, _ in segs], CopyState.COPY_FINISHED)
             for base, seg_id, size, _what in damaged:
                 if base < self.st.meta.log_start_offset:
                     continue
