@@ -155,6 +155,19 @@ def test_a_wiped_follower_rejoins_while_producers_write_at_full_speed(cluster: D
         )
         took = time.monotonic() - t0
         assert sum(producers.acked) > before  # the producers kept writing meanwhile
+        # The leaders count the resets, in GET /v1/cluster and in /metrics.
+        for p, st in _states(cluster).items():
+            leader = cluster.nodes[st["leader"]]
+            view = httpx.get(leader.url + "/v1/cluster", timeout=5).json()
+            part = next(
+                x for x in view["replication"] if x["topic"] == TOPIC and x["partition"] == p
+            )
+            mine = next(r for r in part["replicas"] if r["node_id"] == victim.node_id)
+            metric = (
+                f'tiered_log_replica_resets{{topic="{TOPIC}",partition="{p}",'
+                f'replica="{victim.node_id}"}} {int(mine["resets"])}'
+            )
+            assert metric in httpx.get(leader.url + "/metrics", timeout=5).text
     finally:
         producers.close()
     resets = victim.log_tail(1 << 22).count("restarting the local log there")

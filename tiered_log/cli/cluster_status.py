@@ -107,6 +107,7 @@ def _line(part: dict[str, Any]) -> str:
             if r["lag_offsets"]
             else ""
         )
+        + (f"(sent back to the remote end {r['resets']}x)" if r.get("resets", 0) > 1 else "")
         for r in part["replicas"]
     )
     return (

@@ -223,8 +223,25 @@ class EtcdProcess:
         self._close_log()
 
     def pause(self) -> None:
-        """SIGSTOP: etcd stays alive but answers nothing until :meth:`resume`."""
+        """SIGSTOP: etcd stays alive but answers nothing until :meth:`resume`. Returns
+        once every thread of it has stopped (``kill`` returns before a thread running on
+        another core takes the signal, and such a thread could still answer a request
+        sent right after), or after 2 s."""
         self._signal(signal.SIGSTOP)
+        assert self._proc is not None
+        task_dir = Path(f"/proc/{self._proc.pid}/task")
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                states = [
+                    (t / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    for t in task_dir.iterdir()
+                ]
+            except (OSError, IndexError):
+                return  # no /proc (not Linux) or the process is gone
+            if all(st in ("T", "t") for st in states):
+                return
+            time.sleep(0.005)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""

@@ -195,6 +195,7 @@ class ServiceMetrics:
             lag: list[tuple[tuple[str, ...], float]] = []
             lag_bytes: list[tuple[tuple[str, ...], float]] = []
             in_sync: list[tuple[tuple[str, ...], float]] = []
+            resets: list[tuple[tuple[str, ...], float]] = []
             hws: list[tuple[tuple[str, ...], float]] = []
             for part in node.replication():
                 key = (part["topic"], str(part["partition"]))
@@ -202,6 +203,7 @@ class ServiceMetrics:
                 for r in part["replicas"]:
                     rk = (*key, str(r["node_id"]))
                     lag.append((rk, float(r["lag_offsets"])))
+                    resets.append((rk, float(r.get("resets", 0))))
                     if r.get("lag_bytes") is not None:
                         lag_bytes.append((rk, float(r["lag_bytes"])))
                     in_sync.append((rk, 1.0 if r["state"] in ("leader", "in_sync") else 0.0))
@@ -230,6 +232,14 @@ class ServiceMetrics:
                     "the partition's in-sync replicas (or leads it), else 0.",
                     labels,
                     tuple(in_sync),
+                ),
+                Family(
+                    "tiered_log_replica_resets",
+                    "gauge",
+                    "How often this leader sent the replica back to the remote end in its "
+                    "epoch (a rebuild: once; more: it cannot keep up with local retention).",
+                    labels,
+                    tuple(resets),
                 ),
                 Family(
                     "tiered_log_partition_high_watermark",
