@@ -224,6 +224,11 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         if self._closed:
             raise LogClosedError(f"log {self.log_id} is closed")
 
+    @property
+    def _remote_view_pending(self) -> bool:
+        """Whether this replica leads but has not rebuilt its view of the bucket yet."""
+        return self._resync_pending and self._remote is not None and not self._following
+
     def check_remote_view(self, offset: int | None = None) -> None:
         """PartitionNotReadyError (retriable) while this replica leads but has not yet
         rebuilt its view of the bucket (:meth:`lead`: others shipped, and retention moved
@@ -232,7 +237,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         reports them, a timestamp lookup). Until then its own view would answer a log
         start above the true one and 416 for archived offsets. Offsets at or above the
         local start are always served. Any thread, no lock."""
-        if not self._resync_pending or self._remote is None or self._following:
+        if not self._remote_view_pending:
             return
         local_start = self._local.log_start_offset
         if offset is None or offset < local_start:
@@ -359,9 +364,8 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         the bucket yet) and ``rebuild_requests`` (bucket requests of the last rebuild of
         that view): for a cluster's status. Any thread, no I/O."""
         r = self._remote
-        pending = r is not None and self._resync_pending and not self._following
         return {
-            "remote_view": "not_ready" if pending else "ready",
+            "remote_view": "not_ready" if self._remote_view_pending else "ready",
             "rebuild_requests": r.rebuild_requests if r is not None else 0,
         }
 
@@ -442,8 +446,8 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         """The batch read of :meth:`read_batches`, its result in the form of the page
         ``page(offset)`` makes."""
         self._check_read(offset, max_records, max_bytes)
+        self.check_remote_view(offset)
         for _ in range(3):  # the bounds may move under the read: look again
-            self.check_remote_view(offset)
             start, nxt = self.log_start_offset, self.next_offset
             if offset < start or offset > nxt:
                 break

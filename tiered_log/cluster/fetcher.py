@@ -98,9 +98,6 @@ class ReplicaFetcher:
         )
         self.last_error: str | None = None
         self.rounds = 0
-        self.resets = 0
-        """How often the leader sent this replica back to its remote end (shown by the
-        leader's status; several in a row: it cannot keep up with local retention)."""
 
     def start(self) -> ReplicaFetcher:
         self._thread.start()
@@ -187,7 +184,6 @@ class ReplicaFetcher:
             # The next fetch goes at once: the view of the bucket's copies is not read
             # here (it is rebuilt when this replica leads, before it serves archived
             # offsets); only its metadata (lost ranges, log start), one small read.
-            self.resets += 1
             try:
                 plog.refresh_remote_meta()
             except RemoteStorageError as exc:

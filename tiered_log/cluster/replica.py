@@ -80,6 +80,8 @@ class FollowerState:
     -1: unknown): the leader's local retention keeps what it still has to copy."""
     needs_ms: int = 0
     """When ``needs_from`` was last set."""
+    reset_unfetched: bool = False
+    """A reset sent it to ``needs_from`` and it has not fetched since."""
 
 
 class LeaderReplication:
@@ -186,6 +188,7 @@ class LeaderReplication:
             st.last_fetch_leader_leo = leader_leo
             st.last_fetch_ms = now
             st.needs_from, st.needs_ms = fetch_offset, now
+            st.reset_unfetched = False
             self._advance_hw(leader_leo)
             return self._hw
 
@@ -220,18 +223,14 @@ class LeaderReplication:
             st.reset_ms = now
             st.resets += 1
             st.needs_from, st.needs_ms = reset_to, now
+            st.reset_unfetched = True
 
     def was_reset_to(self, replica_id: int, offset: int) -> bool:
         """Whether the last reset of ``replica_id`` sent it to ``offset`` (and it has not
         fetched since): its first fetch after a reset."""
         with self._cond:
             st = self._followers.get(replica_id)
-            return (
-                st is not None
-                and st.reset_ms > 0
-                and st.needs_from == offset
-                and st.needs_ms == st.reset_ms
-            )
+            return st is not None and st.reset_unfetched and st.needs_from == offset
 
     def retention_floor(self) -> int | None:
         """The lowest offset a live follower still has to copy from this leader's local

@@ -155,6 +155,11 @@ def meta_object_key(log_id: str) -> str:
     return f"{log_prefix(log_id)}/meta.json"
 
 
+def snapshot_object_key(log_id: str) -> str:
+    """The partition snapshot's key, beside ``meta.json`` (:mod:`tiered_log.remote.snapshot`)."""
+    return f"{log_prefix(log_id)}/snapshot.bin"
+
+
 def parse_segment_object_key(key: str) -> tuple[int, str, str] | None:
     """``(base_offset, segment_id, suffix)`` of a segment object key, or None."""
     name = key.rsplit("/", 1)[-1]

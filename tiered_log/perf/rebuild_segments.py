@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .cluster import cluster_state, partition_of, wait_for
 from .common import environment, ratio, say
 
 if TYPE_CHECKING:
@@ -50,18 +51,6 @@ STEP_TIMEOUT_S = 120.0
 TARGET_GROWTH = 1.5
 
 
-def _cluster(http: httpx.Client, c: DevCluster) -> dict[str, Any]:
-    for n in c.nodes.values():
-        if n.alive:
-            try:
-                r = http.get(n.url + "/v1/cluster")
-                if r.status_code == 200:
-                    return dict(r.json())
-            except httpx.HTTPError:
-                continue
-    raise RuntimeError("no node answered GET /v1/cluster")
-
-
 def _led(http: httpx.Client, c: DevCluster, topic: str) -> dict[str, Any]:
     """The partition's replication state as its leader reports it."""
     leader = c.nodes[_partition(http, c, topic)["leader"]]
@@ -73,19 +62,19 @@ def _led(http: httpx.Client, c: DevCluster, topic: str) -> dict[str, Any]:
 
 
 def _partition(http: httpx.Client, c: DevCluster, topic: str) -> dict[str, Any]:
-    for p in _cluster(http, c)["partitions"]:
-        if p["topic"] == topic:
-            return dict(p)
-    raise RuntimeError(f"{topic} is not in the cluster metadata")
+    """The partition's metadata as the first live node that answers reports it."""
+    part = partition_of(cluster_state(http, [n.url for n in c.nodes.values() if n.alive]), topic)
+    if part is None:
+        raise RuntimeError(f"{topic} is not in the cluster metadata (or no node answered)")
+    return part
 
 
 def _wait(what: str, cond: Any, timeout_s: float = STEP_TIMEOUT_S, every_s: float = 0.05) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout_s:
-            raise RuntimeError(f"not within {timeout_s:.0f} s: {what}")
-        time.sleep(every_s)
-    return time.monotonic() - t0
+    """:func:`~tiered_log.perf.cluster.wait_for`, failing the run when it times out."""
+    took = wait_for(cond, timeout_s, every_s)
+    if took is None:
+        raise RuntimeError(f"not within {timeout_s:.0f} s: {what}")
+    return took
 
 
 class _Producers:

@@ -70,9 +70,7 @@ class _IndexFile:
         self.reader = io.FileIO(self.log_path, "r")
 
     def _fd(self) -> int:
-        if self.reader is None:
-            self.open_reader()
-        assert self.reader is not None
+        assert self.reader is not None, "opened when the set became known"
         return self.reader.fileno()
 
     def read_entry(self, position: int) -> tuple[RemoteLogIndexEntry, int]:

@@ -346,12 +346,7 @@ class RecoveryTask:
         with self.st.lock:
             self.st.rebuild_requests = 1
             self.st.snapshot_end = -1
-            try:
-                self.st.meta = RemoteMeta.from_bytes(
-                    self.st.storage.get(naming.meta_object_key(self.st.log_id))
-                )
-            except RemoteObjectNotFoundError:
-                self.st.meta = RemoteMeta()
+            self.st.meta = self.st.bucket_meta() or RemoteMeta()
             # The partition snapshot, if there is one, stands for every copy below its
             # end: only what came after it is listed and its manifests read.
             seeded = self._snapshot_view()

@@ -45,9 +45,7 @@ from .storage import RemoteStorage
 MAGIC = b"TLSNAP1\n"
 
 
-def snapshot_key(log_id: str) -> str:
-    """The snapshot object's key (beside ``meta.json``)."""
-    return f"{naming.log_prefix(log_id)}/snapshot.bin"
+snapshot_key = naming.snapshot_object_key
 
 
 def tail_start_after(log_id: str, end: int) -> str:

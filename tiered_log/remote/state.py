@@ -182,12 +182,19 @@ class TierState:
             self.save_meta()
             return True
 
+    def bucket_meta(self) -> RemoteMeta | None:
+        """The bucket's copy of this log's metadata (one GET), or None when it has none.
+        RemoteStorageError if the bucket fails; CorruptIndexError if it is damaged."""
+        try:
+            return RemoteMeta.from_bytes(self.storage.get(naming.meta_object_key(self.log_id)))
+        except RemoteObjectNotFoundError:
+            return None
+
     def load_meta_from_bucket(self) -> None:
         """Take the bucket's metadata as this log's (a follower: reads only); kept when
         the bucket has none. RemoteStorageError if the bucket fails."""
-        try:
-            meta = RemoteMeta.from_bytes(self.storage.get(naming.meta_object_key(self.log_id)))
-        except RemoteObjectNotFoundError:
+        meta = self.bucket_meta()
+        if meta is None:
             return
         with self.lock:
             self.meta = meta
@@ -199,17 +206,13 @@ class TierState:
         leader before its first round rebuilt that view): the bucket's metadata is read,
         only its end moved up and written back, the rest left for the rebuild. Fenced
         as :meth:`record_end`. RemoteStorageError if the bucket fails."""
-        key = naming.meta_object_key(self.log_id)
         with self.lock:
             if self.fence is not None and not self.fence():
                 return False
-            try:
-                fresh = RemoteMeta.from_bytes(self.storage.get(key))
-            except RemoteObjectNotFoundError:
-                fresh = RemoteMeta()
+            fresh = self.bucket_meta() or RemoteMeta()
             if offset > fresh.end_offset:
                 fresh.end_offset = offset
-                self.storage.put(key, fresh.to_bytes())
+                self.storage.put(naming.meta_object_key(self.log_id), fresh.to_bytes())
             self.meta.end_offset = max(self.meta.end_offset, fresh.end_offset)
             return True
 
