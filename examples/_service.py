@@ -34,6 +34,7 @@ class LocalService:
     def __init__(self, data_dir: Path, **settings: str) -> None:
         self.data_dir = Path(data_dir)
         self.port = free_port()
+        self.kafka_port = free_port()  # its Kafka listener (9092 may be taken)
         self.settings = settings
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -50,6 +51,7 @@ class LocalService:
                 "TIERED_LOG_DATA_DIR": str(self.data_dir),
                 "TIERED_LOG_HOST": "127.0.0.1",
                 "TIERED_LOG_PORT": str(self.port),
+                "TIERED_LOG_KAFKA_PORT": str(self.kafka_port),
                 "TIERED_LOG_ACCESS_LOG": "false",
                 "PYTHONUNBUFFERED": "1",
             }

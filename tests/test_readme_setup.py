@@ -64,7 +64,8 @@ def test_readme_test_command_leaves_the_venv_active() -> None:
 
 def _fresh_shell_env(port: int) -> dict[str, str]:
     """A shell's environment on a machine with Python and pip only: no venv on PATH, no
-    service settings, the service on ``port`` (8080 may be taken on a test machine)."""
+    service settings, the service on ``port`` (8080 may be taken on a test machine) and no
+    Kafka listener (9092 may be taken too)."""
     venv_bin = str(Path(sys.prefix) / "bin")
     env = {
         k: v
@@ -75,6 +76,7 @@ def _fresh_shell_env(port: int) -> dict[str, str]:
         p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p) != Path(venv_bin)
     )
     env["TIERED_LOG_PORT"] = str(port)
+    env["TIERED_LOG_KAFKA_PORT"] = "0"
     return env
 
 

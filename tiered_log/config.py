@@ -130,6 +130,24 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path("./data"), description="Where topics and their logs live.")
     host: str = Field("127.0.0.1", min_length=1, description="Listen address.")
     port: int = Field(8080, ge=0, le=65535, description="Listen port (0: any free port).")
+    kafka_port: int = Field(
+        9092,
+        ge=0,
+        le=65535,
+        description="Port of the Kafka-protocol listener, on the listen address (0: no "
+        "Kafka listener).",
+    )
+    kafka_advertised_host: str | None = Field(
+        None,
+        min_length=1,
+        description="Host name Kafka clients are told to connect to (Metadata); unset: "
+        "the listen address (127.0.0.1 for a wildcard one).",
+    )
+    kafka_auto_create_topics: bool = Field(
+        True,
+        description="A Kafka client's Metadata or produce for a missing topic creates it "
+        "with the default partition count (Kafka's auto.create.topics.enable).",
+    )
     remote_url: str | None = Field(
         None,
         description="s3://bucket/prefix, file:///dir or a directory; unset: <data_dir>/remote.",

@@ -38,8 +38,11 @@ def free_port() -> int:
 
 
 def service_env(**settings: str) -> dict[str, str]:
-    """The test process's environment without TIERED_LOG_* variables, plus ``settings``."""
+    """The test process's environment without TIERED_LOG_* variables, plus ``settings``;
+    no Kafka listener unless ``settings`` names a ``kafka_port`` (the default, 9092,
+    would collide between the servers tests run at once)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
+    settings = {"kafka_port": "0", **settings}
     env.update({f"TIERED_LOG_{k.upper()}": v for k, v in settings.items()})
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -55,6 +58,8 @@ class ServerProcess:
         self.log_dir = log_dir
         self.settings = dict(settings)
         self.port = free_port()
+        self.kafka_port = free_port()
+        """Its Kafka listener's port (unless ``settings`` names one; off with auth)."""
         self.scheme = scheme
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -64,13 +69,19 @@ class ServerProcess:
     def url(self) -> str:
         return f"{self.scheme}://127.0.0.1:{self.port}"
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``host:port`` of its Kafka listener."""
+        return f"127.0.0.1:{self.settings.get('kafka_port', self.kafka_port)}"
+
     def start(self, timeout: float = 30.0, verify: Any = True) -> ServerProcess:
+        settings = {"kafka_port": str(self.kafka_port), **self.settings}
         env = service_env(
             data_dir=str(self.data_dir),
             port=str(self.port),
             host="127.0.0.1",
             access_log="false",
-            **self.settings,
+            **settings,
         )
         self.log_path = self.log_dir / f"server-{self.starts}.log"
         self.starts += 1

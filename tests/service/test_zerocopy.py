@@ -130,6 +130,7 @@ def test_the_server_sends_with_sendfile(tmp_path: Path) -> None:
     env.update(
         TIERED_LOG_DATA_DIR=str(tmp_path / "data"),
         TIERED_LOG_PORT="0",
+        TIERED_LOG_KAFKA_PORT="0",
         TIERED_LOG_HOST="127.0.0.1",
         PYTHONUNBUFFERED="1",
     )

@@ -188,6 +188,7 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
         for node in cluster.nodes.values():
             pid = node.proc.pid if node.proc is not None else None
             print(f"node {node.node_id} {node.url} pid {pid}", flush=True)
+        print(f"kafka {cluster.bootstrap}", flush=True)
         print(f"ready {','.join(cluster.urls)}", flush=True)
         note(f"data in {work_dir}; Ctrl-C or SIGTERM stops the cluster")
         _watch(cluster)

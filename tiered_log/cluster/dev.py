@@ -8,7 +8,8 @@ Layout under ``work_dir``::
     remote/          the remote tier the nodes share (a local directory)
 
 Each node is a real process (``python -m tiered_log.service``) started with
-``TIERED_LOG_*`` settings: node id i, its advertised URL, the etcd URL. A node can be
+``TIERED_LOG_*`` settings: node id i, its advertised URL, the etcd URL and a Kafka
+listener on a port of its own (:attr:`DevCluster.bootstrap` lists them). A node can be
 killed (SIGKILL), stopped (SIGTERM), paused (SIGSTOP), resumed (SIGCONT) and started
 again on the same port and data directory, which is what the failover tests and
 ``perf failover`` do to it.
@@ -37,11 +38,20 @@ class DevNode:
     """One ``tiered-log serve`` process of a :class:`DevCluster`."""
 
     def __init__(
-        self, node_id: int, work_dir: Path, port: int, etcd_url: str, env: Mapping[str, str]
+        self,
+        node_id: int,
+        work_dir: Path,
+        port: int,
+        etcd_url: str,
+        env: Mapping[str, str],
+        kafka_port: int | None = None,
     ) -> None:
         self.node_id = node_id
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        self.kafka_port = free_port() if kafka_port is None else kafka_port
+        """Its Kafka listener's port (kept across restarts)."""
+        self.kafka_address = f"127.0.0.1:{self.kafka_port}"
         self.data_dir = work_dir / f"node-{node_id}"
         self.log_path = work_dir / f"node-{node_id}.log"
         self._etcd_url = etcd_url
@@ -57,6 +67,7 @@ class DevNode:
             "TIERED_LOG_NODE_ID": str(self.node_id),
             "TIERED_LOG_HOST": "127.0.0.1",
             "TIERED_LOG_PORT": str(self.port),
+            "TIERED_LOG_KAFKA_PORT": str(self.kafka_port),
             "TIERED_LOG_ADVERTISED_URL": self.url,
             "TIERED_LOG_CLUSTER_ETCD": self._etcd_url,
             "TIERED_LOG_DATA_DIR": str(self.data_dir),
@@ -177,6 +188,11 @@ class DevCluster:
     @property
     def urls(self) -> list[str]:
         return [n.url for n in self.nodes.values()]
+
+    @property
+    def bootstrap(self) -> str:
+        """The nodes' Kafka listeners, ``host:port,...`` (a Kafka client's bootstrap)."""
+        return ",".join(n.kafka_address for n in self.nodes.values())
 
     def stop(self) -> None:
         for node in self.nodes.values():

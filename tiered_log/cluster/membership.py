@@ -1,7 +1,8 @@
 """Who is in the cluster, and which node is its controller.
 
 :class:`Membership`: a node announces itself as ``nodes/<node_id>`` ->
-``{"node_id", "url"}``, bound to an etcd lease of ``lease_ttl_s`` that a daemon thread
+``{"node_id", "url", "kafka"}`` (``kafka``: its Kafka listener's ``host:port``, absent
+when it has none), bound to an etcd lease of ``lease_ttl_s`` that a daemon thread
 renews every ``lease_ttl_s / 3``; the value also names the process (its
 :func:`incarnation`), so that a node restarted on the same host within its lease can
 end its previous start's registration at once (:meth:`Membership.end_previous_incarnation`)
@@ -112,10 +113,19 @@ class Membership:
     :meth:`live_nodes` may be called from any thread while the keepalive thread runs.
     """
 
-    def __init__(self, store: MetaStore, node_id: int, url: str, *, lease_ttl_s: int = 3) -> None:
+    def __init__(
+        self,
+        store: MetaStore,
+        node_id: int,
+        url: str,
+        *,
+        lease_ttl_s: int = 3,
+        kafka_address: str | None = None,
+    ) -> None:
         self.store = store
         self.node_id = node_id
         self.url = url
+        self.kafka_address = kafka_address
         self.lease_ttl_s = lease_ttl_s
         self.reregistrations = 0
         """How many times the lease was found gone and the node registered again."""
@@ -182,11 +192,11 @@ class Membership:
     def _register(self) -> None:
         sent = time.monotonic()
         lease = self.store.grant(self.lease_ttl_s)
-        self.store.put(
-            self.key,
-            {"node_id": self.node_id, "url": self.url, "incarnation": incarnation()},
-            lease=lease,
-        )
+        record: dict[str, Any] = {"node_id": self.node_id, "url": self.url}
+        if self.kafka_address:
+            record["kafka"] = self.kafka_address
+        record["incarnation"] = incarnation()
+        self.store.put(self.key, record, lease=lease)
         with self._lock:
             self._lease = lease
             self._alive_until = sent + self.lease_ttl_s
@@ -242,6 +252,19 @@ class Membership:
             value = v.value
             if isinstance(value, dict) and isinstance(value.get("node_id"), int):
                 out[value["node_id"]] = str(value.get("url", ""))
+        return out
+
+    def kafka_addresses(self) -> dict[int, str]:
+        """node_id -> Kafka listener ``host:port`` of every registered node that has one
+        (a Kafka client's view of the brokers). MetadataUnavailableError if etcd cannot
+        be reached."""
+        out: dict[int, str] = {}
+        for v in self.store.get_prefix(NODES_PREFIX).values():
+            value = v.value
+            if isinstance(value, dict) and isinstance(value.get("node_id"), int):
+                addr = value.get("kafka")
+                if isinstance(addr, str) and addr:
+                    out[value["node_id"]] = addr
         return out
 
     def close(self) -> None:

@@ -90,6 +90,8 @@ class NodeConfig:
     fetch_headers: dict[str, str] = field(default_factory=dict)
     replica_fetch_wait_ms: int = 300
     """How long this node's followers' fetches wait at their leader for records."""
+    kafka_address: str | None = None
+    """``host:port`` of this node's Kafka listener, registered with its membership."""
 
 
 class LocalLogs(Protocol):
@@ -147,7 +149,11 @@ class ClusterNode:
         self.store.note_gap()  # a node starting knows nothing of etcd's recent past
         self.metadata = ClusterMetadata(self.store)
         self.membership = Membership(
-            self.store, config.node_id, config.advertised_url, lease_ttl_s=config.lease_ttl_s
+            self.store,
+            config.node_id,
+            config.advertised_url,
+            lease_ttl_s=config.lease_ttl_s,
+            kafka_address=config.kafka_address,
         )
         self.election = ControllerElection(self.store, self.membership)
         self.controller = Controller(

@@ -110,6 +110,7 @@ class ServerProcess:
                 "TIERED_LOG_DATA_DIR": str(self.data_dir),
                 "TIERED_LOG_HOST": "127.0.0.1",
                 "TIERED_LOG_PORT": "0",
+                "TIERED_LOG_KAFKA_PORT": "0",
                 "TIERED_LOG_ACCESS_LOG": "false",
                 "TIERED_LOG_LOG_LEVEL": "warning",
                 "PYTHONUNBUFFERED": "1",

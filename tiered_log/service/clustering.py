@@ -72,9 +72,12 @@ class TopicLogs:
         return t.logs[partition] if 0 <= partition < len(t.logs) else None
 
 
-def start_node(settings: Settings, topics: TopicManager) -> ClusterNode:
+def start_node(
+    settings: Settings, topics: TopicManager, kafka_address: str | None = None
+) -> ClusterNode:
     """Join the cluster the settings name (MetadataUnavailableError if etcd cannot be
-    reached)."""
+    reached); ``kafka_address``: this node's Kafka listener, registered for the
+    others' Metadata answers."""
     assert settings.node_id is not None and settings.advertised_url and settings.cluster_etcd
     headers = (
         {"Authorization": f"Bearer {settings.cluster_token.get_secret_value()}"}
@@ -91,6 +94,7 @@ def start_node(settings: Settings, topics: TopicManager) -> ClusterNode:
         unclean_leader_election=settings.unclean_leader_election,
         fetch_headers=headers,
         replica_fetch_wait_ms=settings.replica_fetch_wait_max_ms,
+        kafka_address=kafka_address,
     )
     return ClusterNode(config, TopicLogs(topics)).start()
 

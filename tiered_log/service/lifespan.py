@@ -36,9 +36,12 @@ def make_lifespan(
         if not preloaded:
             await asyncio.to_thread(state.topics.load)
         if state.settings.clustered:
+            from ..kafka.listener import kafka_address
             from .clustering import start_node  # here: a single node never loads it
 
-            state.cluster = await asyncio.to_thread(start_node, state.settings, state.topics)
+            state.cluster = await asyncio.to_thread(
+                start_node, state.settings, state.topics, kafka_address(state.settings)
+            )
             loop = asyncio.get_running_loop()
             waiters = state.waiters
 

@@ -41,6 +41,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="listen address (TIERED_LOG_HOST)")
     parser.add_argument("--port", type=int, help="listen port, 0 = any free one (TIERED_LOG_PORT)")
     parser.add_argument(
+        "--kafka-port",
+        type=int,
+        help="Kafka-protocol listener port, 0 = none (TIERED_LOG_KAFKA_PORT; default 9092)",
+    )
+    parser.add_argument(
         "--log-level",
         choices=["critical", "error", "warning", "info", "debug"],
         help="log level (TIERED_LOG_LOG_LEVEL)",
@@ -68,6 +73,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         data_dir=args.data_dir,
         host=args.host,
         port=args.port,
+        kafka_port=getattr(args, "kafka_port", None),
         log_level=args.log_level,
         node_id=getattr(args, "node_id", None),
         advertised_url=getattr(args, "advertised_url", None),
@@ -90,6 +96,20 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _bind_kafka(settings: Settings) -> socket.socket | None:
+    """The Kafka listener's socket (None when ``kafka_port`` is 0, or when the service
+    has tokens: the listener has no SASL yet, so it would bypass them). OSError when
+    the port cannot be bound."""
+    if not settings.kafka_port:
+        return None
+    if settings.auth_enabled:  # kafka_address() says None for these settings too
+        log.warning("no Kafka listener: auth_tokens are set and the Kafka listener has no SASL yet")
+        return None
+    from ..kafka.listener import bind_kafka
+
+    return bind_kafka(settings.host, settings.kafka_port)
 
 
 def tune_malloc() -> bool:
@@ -138,6 +158,7 @@ def run_server(settings: Settings) -> int:
     """
     import uvicorn
 
+    from ..kafka.listener import KafkaListener
     from .app import create_app
     from .http_protocol import HttpLimits, protocol_class
     from .state import ServiceState
@@ -161,11 +182,23 @@ def run_server(settings: Settings) -> int:
                 file=sys.stderr,
             )
             return 1
+        try:
+            kafka_sock = _bind_kafka(settings)
+        except OSError as exc:
+            sock.close()
+            print(
+                f"tiered-log: cannot listen for Kafka clients on {settings.host}:"
+                f"{settings.kafka_port}: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            return 1
         topics = TopicManager(settings)
         try:
             topics.load()
         except (TieredLogError, OSError) as exc:
             sock.close()
+            if kafka_sock is not None:
+                kafka_sock.close()
             topics.close()
             msg = exc.message if isinstance(exc, TieredLogError) else str(exc)
             print(f"tiered-log: cannot open the data directory: {msg}", file=sys.stderr)
@@ -173,6 +206,7 @@ def run_server(settings: Settings) -> int:
         try:
             app = create_app(settings, topics)
             state: ServiceState = app.state.service
+            kafka = KafkaListener(state, kafka_sock) if kafka_sock is not None else None
             config = uvicorn.Config(
                 app,
                 log_config=None,
@@ -203,28 +237,44 @@ def run_server(settings: Settings) -> int:
 
                 async def startup(self, sockets: list[socket.socket] | None = None) -> None:
                     await super().startup(sockets)
+                    if kafka is not None and self.started:
+                        await kafka.start()
                     if pending:
                         self.should_exit = True
+
+                async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                    if kafka is not None:  # before the logs close (the lifespan's end)
+                        state.begin_shutdown()
+                        await kafka.stop(settings.shutdown_timeout_s)
+                    await super().shutdown(sockets)
 
             server = _Server(config)
             host, port = sock.getsockname()[:2]
             scheme = "https" if settings.tls_enabled else "http"
             shown = f"[{host}]" if ":" in host else host
             log.info("settings: %s", json.dumps(settings.redacted(), sort_keys=True))
+            kafka_shown = (
+                f" (kafka {kafka.address[0]}:{kafka.address[1]})" if kafka is not None else ""
+            )
             log.info(
-                "listening on %s://%s:%d (auth %s)",
+                "listening on %s://%s:%d%s (auth %s)",
                 scheme,
                 shown,
                 port,
+                kafka_shown,
                 "on" if settings.auth_enabled else "off",
             )
             print(
-                f"tiered-log: listening on {scheme}://{shown}:{port}", file=sys.stderr, flush=True
+                f"tiered-log: listening on {scheme}://{shown}:{port}{kafka_shown}",
+                file=sys.stderr,
+                flush=True,
             )
             server.run(sockets=[sock])
         finally:
             topics.close()
             sock.close()
+            if kafka_sock is not None:
+                kafka_sock.close()
         return 0
     finally:
         for s, h in old.items():

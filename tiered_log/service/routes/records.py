@@ -41,18 +41,17 @@ from ..deps import (
     WriteGrant,
     is_json,
     media_type,
-    partition_log,
     read_body,
     read_value,
     run_log_call,
 )
 from ..fetch import fetch_frames, fetch_records
-from ..longpoll import await_commit, poll
+from ..longpoll import poll
 from ..openapi import errs
+from ..partition_ops import append_and_commit, fetch_target, produce_target, read_cap
 from ..produce import (
     Parse,
     one_record,
-    parse_and_append,
     parse_batch,
     parse_frames,
     receive_body,
@@ -162,14 +161,7 @@ async def produce(
     ] = None,
 ) -> Response:
     manager = state.topics
-    plog = await partition_log(state, topic, partition)
-    leader = None
-    if state.cluster is not None:  # only the leader appends; acks=all checks the ISR first
-        leader = state.cluster.leader_of(topic, partition)
-        if acks is None:
-            acks = "all" if len(leader.replicas) > 1 else "1"
-        if acks == "all":
-            leader.check_enough_replicas()
+    target = await produce_target(state, topic, partition, acks)
     media = media_type(request)
     # Each form ends in a parse step that runs with the append in ONE worker-thread
     # call (parse_and_append): decoding costs CPU, and one thread hop is cheaper.
@@ -207,23 +199,7 @@ async def produce(
         raise UnsupportedMediaTypeError(
             f"Content-Type must be {JSON}, {FRAMES} or {BINARY}, not {media or 'missing'!r}"
         )
-    done = await run_log_call(state, topic, parse_and_append, plog, parse, *args)
-    if state.cluster is not None and leader is not None:
-        state.cluster.appended(topic, partition)
-        state.appends.notify((topic, partition))  # the followers' waiting fetches
-        if acks == "all":  # waits on the loop (woken as the HW moves), not in a thread
-            timeout = state.settings.replication_timeout_ms / 1000
-            last = done.last
-            if not await await_commit(
-                state.waiters, (topic, partition), lambda: leader.committed(last), timeout
-            ):
-                raise leader.timeout_error(last, timeout)
-    m = state.metrics
-    m.append_requests.inc(topic)
-    m.append_records.inc(topic, amount=done.count)
-    m.append_bytes.inc(topic, amount=done.payload_bytes)
-    if state.cluster is None:  # a cluster's consumers wake when the high watermark moves
-        state.waiters.notify((topic, partition))
+    done = await append_and_commit(state, target, parse, *args)
     first, last = done.first, done.last
     # Built here rather than validated against ProduceResponse (the documented model):
     # the offsets list of a big batch made that validation a visible cost.
@@ -316,16 +292,13 @@ async def fetch(
         Query(ge=0, le=30_000, description="At the end of the log, wait this long for records."),
     ] = 0,
 ) -> Response:
-    plog = await partition_log(state, topic, partition)
+    plog = await fetch_target(state, topic, partition)
     max_bytes = min(max_bytes, state.settings.max_fetch_bytes)
     key = (topic, partition)
     m = state.metrics
-    clustered = state.cluster is not None
-    if state.cluster is not None:  # consumers read the leader, below the high watermark
-        state.cluster.leader_of(topic, partition)
 
     def upto() -> int | None:  # at each read: a long poll wakes when the HW moves
-        return plog.high_watermark if clustered else None
+        return read_cap(state, plog)
 
     if wants_binary(request.headers.get("accept")):
         fb = await poll(

@@ -1,0 +1,24 @@
+"""The Kafka-protocol listener of ``tiered-log serve``: Kafka's clients (librdkafka,
+``aiokafka``, ``kafka-python``, Java, ...) produce to and consume from the service's
+partitions over Kafka's own protocol, beside the HTTP API.
+
+Modules, from the socket inwards:
+
+- :mod:`.listener`    binds the port, serves it on the service's event loop, shuts down
+- :mod:`.connection`  one connection: frames, requests answered in order, refusals
+- :mod:`.messages`    request/response framing and bodies (``kio``'s generated codecs)
+- :mod:`.handlers`    ApiVersions, Metadata, Produce, Fetch, ListOffsets
+- :mod:`.backend`     every call into the partitions (the seam to the broker layer)
+- :mod:`.convert`     Kafka record batches to and from the log's own batches
+- :mod:`.errors`      the library's errors as Kafka error codes
+
+Served: ApiVersions 0-3, Metadata 1-12, Produce 3-9 (0-2 advertised and refused, as
+Kafka 4.0 does), Fetch 4-12, ListOffsets 1-7. Not yet: consumer groups, idempotent and
+transactional producers, SASL and TLS.
+"""
+
+from __future__ import annotations
+
+from .listener import KafkaListener, bind_kafka
+
+__all__ = ["KafkaListener", "bind_kafka"]

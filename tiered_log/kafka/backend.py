@@ -1,0 +1,275 @@
+"""Every call the Kafka listener makes into the partitions, in one place: the seam that
+moves onto the broker layer when it exists.
+
+:class:`Backend` answers in the listener's terms (topic and partition metadata, an
+append of a Produce request's partition, a page of Kafka batches, an offset lookup) and
+reaches the logs only through what the HTTP API uses: the topic manager of
+:mod:`tiered_log.service.topics`, the produce and fetch steps of
+:mod:`tiered_log.service.partition_ops` (leadership, ``acks``, ``min_insync_replicas``,
+the high-watermark wait, metrics, long-poll wake-ups) and the cluster node's view.
+Errors are the library's (:mod:`tiered_log.errors`); the handlers turn them into Kafka
+codes (:mod:`tiered_log.kafka.errors`).
+
+Concurrency: coroutines and methods of the event loop; every call that can block (an
+append and its fsync, a read of either tier, creating a topic, etcd) runs in a worker
+thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import TieredLogError, TopicExistsError
+from ..format.batch import FetchData
+from ..service.deps import partition_log, run_log_call
+from ..service.partition_ops import (
+    Acks,
+    append_and_commit,
+    fetch_target,
+    produce_target,
+    read_cap,
+)
+from ..service.state import ServiceState
+from ..service.topics import PartitionLog, partition_bounds, validate_topic_name
+from ..service.wire import CreateTopicRequest
+from .convert import kafka_batches, producer_records
+
+MAX_FETCH_RECORDS = 1_000_000
+"""A page's record bound (the byte bound is what limits a Kafka fetch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """A node as Metadata lists it."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition as Metadata lists it (leader -1: none now)."""
+
+    index: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic as Metadata lists it; ``error``: why it is not listed (then no partitions)."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[PartitionInfo, ...]
+    error: TieredLogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A fetch answer's partition: Kafka batches and the partition's bounds."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    count: int
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """The Kafka topic id (16 bytes) of a topic's id (32 hex digits)."""
+    try:
+        return uuid.UUID(hex=topic_id)
+    except ValueError:
+        return uuid.uuid5(uuid.NAMESPACE_OID, topic_id)
+
+
+class Backend:
+    """The partitions, as the Kafka listener sees them (see the module docstring).
+
+    ``advertised``: this node's Kafka address (host, port) for Metadata. Event-loop
+    thread only.
+    """
+
+    def __init__(self, state: ServiceState, advertised: tuple[str, int]) -> None:
+        self.state = state
+        self.advertised = advertised
+        self.node_id = state.settings.node_id if state.settings.node_id is not None else 0
+        self.cluster_id = state.settings.cluster_name
+
+    @property
+    def auto_create(self) -> bool:
+        return self.state.settings.kafka_auto_create_topics
+
+    # ---- metadata ------------------------------------------------------------------------
+
+    async def brokers(self) -> list[Broker]:
+        """The brokers a client may connect to: this node, and in a cluster every live
+        node with a Kafka listener (from their membership records in etcd; this node
+        alone while etcd cannot be reached)."""
+        host, port = self.advertised
+        me = Broker(self.node_id, host, port)
+        cluster = self.state.cluster
+        if cluster is None:
+            return [me]
+        try:
+            addresses = await asyncio.to_thread(cluster.membership.kafka_addresses)
+        except TieredLogError:
+            return [me]
+        out = {me.node_id: me}
+        for node_id, addr in addresses.items():
+            h, _, p = addr.rpartition(":")
+            if node_id != me.node_id and h and p.isdigit():
+                out[node_id] = Broker(node_id, h.strip("[]"), int(p))
+        return [out[n] for n in sorted(out)]
+
+    def controller_id(self) -> int:
+        return self.node_id
+
+    async def topics(self, names: Iterable[str] | None, auto_create: bool) -> list[TopicInfo]:
+        """Metadata of ``names`` (None: every topic). A missing topic is created with the
+        service's default partition count when ``auto_create`` and the setting allow it,
+        else listed with TopicNotFoundError; a bad name with InvalidTopicNameError."""
+        manager = self.state.topics
+        if names is None:
+            return [self._info(t.name) for t in manager.list()]
+        out = []
+        for name in names:
+            try:
+                validate_topic_name(name)
+                if not manager.exists(name):
+                    if auto_create and self.auto_create:
+                        await self._create(name)
+                    else:
+                        await partition_log(self.state, name, 0)  # a cluster looks again
+                out.append(self._info(name))
+            except TieredLogError as exc:
+                out.append(TopicInfo(name, uuid.UUID(int=0), (), exc))
+        return out
+
+    async def _create(self, name: str) -> None:
+        partitions = CreateTopicRequest.model_fields["partitions"].default
+        state = self.state
+        with contextlib.suppress(TopicExistsError):
+            if state.cluster is not None:
+                from ..service.clustering import create_cluster_topic
+
+                await asyncio.to_thread(
+                    create_cluster_topic,
+                    state.cluster,
+                    state.settings,
+                    name,
+                    partitions,
+                    {},
+                    None,
+                    None,
+                )
+            else:
+                await asyncio.to_thread(state.topics.create, name, partitions)
+
+    def _info(self, name: str) -> TopicInfo:
+        topic = self.state.topics.get(name)
+        parts = []
+        for p in range(topic.meta.partitions):
+            parts.append(self._partition_info(name, p))
+        return TopicInfo(name, topic_uuid(topic.meta.topic_id), tuple(parts))
+
+    def _partition_info(self, topic: str, partition: int) -> PartitionInfo:
+        cluster = self.state.cluster
+        if cluster is None:
+            me = (self.node_id,)
+            return PartitionInfo(partition, self.node_id, 0, me, me)
+        st = cluster.partition_state(topic, partition)
+        if st is None:
+            return PartitionInfo(partition, -1, -1, (), ())
+        leader = st.leader if st.leader is not None else -1
+        return PartitionInfo(partition, leader, st.leader_epoch, st.replicas, st.isr)
+
+    def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic`` (TopicNotFoundError)."""
+        return self.state.topics.get(topic).meta.partitions
+
+    # ---- produce -------------------------------------------------------------------------
+
+    async def produce(self, topic: str, partition: int, data: bytes, acks: int) -> int:
+        """Append the records of the Kafka batches ``data`` (acks 0 and 1: once the
+        leader has them; -1: once every in-sync replica has). Returns the first offset
+        assigned. Nothing is appended when the batches are refused."""
+        mode: Acks = "all" if acks == -1 else "1"
+        target = await produce_target(self.state, topic, partition, mode)
+        done = await append_and_commit(self.state, target, producer_records, data)
+        return done.first
+
+    def log_start(self, topic: str, partition: int) -> int:
+        """The partition's log start (-1 when unknown)."""
+        try:
+            return self.state.topics.partition(topic, partition).log_start_offset
+        except TieredLogError:
+            return -1
+
+    # ---- fetch ---------------------------------------------------------------------------
+
+    def wake_key(self, topic: str, partition: int) -> tuple[str, int]:
+        return (topic, partition)
+
+    async def fetch_log(self, topic: str, partition: int) -> PartitionLog:
+        """The log a consumer reads (leadership checked in a cluster)."""
+        return await fetch_target(self.state, topic, partition)
+
+    async def read(self, topic: str, plog: PartitionLog, offset: int, max_bytes: int) -> Page:
+        """Whole Kafka batches from the one holding ``offset`` (either tier), about
+        ``max_bytes`` (at least one batch when there is a record at ``offset``); empty at
+        the end of what a consumer may read. OffsetOutOfRangeError outside the log."""
+        upto = read_cap(self.state, plog)
+
+        def work() -> Page:
+            got: FetchData = plog.read_batches(offset, MAX_FETCH_RECORDS, max_bytes, upto=upto)
+            b = partition_bounds(plog)
+            hw = b.high_watermark
+            if not got.data:
+                return Page(b"", hw, b.log_start_offset, 0)
+            return Page(kafka_batches(got.data), hw, b.log_start_offset, got.count)
+
+        page = await run_log_call(self.state, topic, work)
+        m = self.state.metrics
+        m.fetch_requests.inc(topic, "kafka")
+        m.fetch_records.inc(topic, amount=page.count)
+        m.fetch_bytes.inc(topic, amount=len(page.records))
+        return page
+
+    def bounds(self, plog: PartitionLog) -> Page:
+        """An empty page with the partition's bounds now (no I/O)."""
+        b = plog.bounds()
+        hw = b.high_watermark if self.state.cluster is not None else b.next_offset
+        return Page(b"", hw, b.log_start_offset, 0)
+
+    # ---- offsets -------------------------------------------------------------------------
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+        """``(offset, timestamp)`` for a ListOffsets query: -1 latest (the high
+        watermark), -2 earliest (the log start, either tier), else the first offset whose
+        timestamp is at or after ``timestamp`` in either tier (``(-1, -1)``: none)."""
+        plog = await fetch_target(self.state, topic, partition)
+
+        def work() -> tuple[int, int]:
+            if timestamp == -1:
+                return partition_bounds(plog).high_watermark, -1
+            if timestamp == -2:
+                return partition_bounds(plog).log_start_offset, -1
+            found = plog.offset_for_timestamp(timestamp)
+            cap = read_cap(self.state, plog)
+            if found is None or (cap is not None and found >= cap):
+                return -1, -1
+            recs = plog.read_range(found, 1, 1 << 20)
+            return found, recs[0].timestamp if recs else -1
+
+        return await run_log_call(self.state, topic, work)
+
+
+__all__ = ["Backend", "Broker", "Page", "PartitionInfo", "TopicInfo", "topic_uuid"]

@@ -1,0 +1,218 @@
+"""One Kafka client connection: a raw asyncio :class:`asyncio.Protocol` (no ASGI, no
+streams) that cuts the bytes into size-prefixed frames, answers each request in the
+order it came, and closes the connection on what Kafka's broker closes it on.
+
+Frames (see :mod:`tiered_log.kafka.messages`): int32 size, then the request. A client
+may pipeline (send requests before the answers to earlier ones came): frames queue here
+and one task per connection answers them one after another, as Kafka's broker handles
+one request of a connection at a time, so two produces to a partition on a connection
+are appended in the order sent and every answer goes out in request order.
+
+Refusals, as Kafka's broker makes them:
+
+- ApiVersions at a version not served: answered at v0 with UNSUPPORTED_VERSION and the
+  served ranges (the client then retries at a version it finds there);
+- any other API or version not served, a size below 8 or above ``max_frame_bytes``, a
+  header or body that does not decode: one log line, the connection closed (the
+  server and every other connection go on);
+- an error inside a handler that is not a Kafka error code: logged with its traceback,
+  the connection closed.
+
+Back-pressure: reading pauses while :data:`MAX_QUEUED` requests wait or the transport's
+write buffer is over its high-water mark, and resumes as they go out.
+
+Concurrency: every method runs on the listener's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+from collections import deque
+from typing import cast
+
+from kio.schema.errors import ErrorCode
+
+from .handlers import Handlers, api_versions_body
+from .messages import (
+    API_VERSIONS,
+    APIS,
+    BadFrame,
+    encode_body,
+    encode_response,
+    frame_response,
+    is_supported,
+    parse_request,
+    peek_header,
+)
+
+log = logging.getLogger("tiered_log.kafka")
+
+MAX_QUEUED = 64
+"""Requests read ahead of their answers before reading pauses."""
+
+_SIZE = struct.Struct(">i")
+
+
+class KafkaConnection(asyncio.Protocol):
+    """One client connection (see the module docstring). ``connections``: the
+    listener's set of open ones, which this adds itself to and removes itself from."""
+
+    def __init__(
+        self, handlers: Handlers, max_frame_bytes: int, connections: set[KafkaConnection]
+    ) -> None:
+        self.handlers = handlers
+        self.max_frame_bytes = max_frame_bytes
+        self.connections = connections
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._buf = bytearray()
+        self._queue: deque[bytes] = deque()
+        self._ready = asyncio.Event()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._paused = False
+        self._closing = False
+        self._draining = False
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.connections.add(self)
+        self._task = asyncio.get_running_loop().create_task(self._answer_loop())
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing or self._draining:
+            return
+        buf = self._buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 8 or size > self.max_frame_bytes:
+                self._drop(f"a frame of {size} bytes (allowed: 8 to {self.max_frame_bytes})")
+                return
+            if n - pos - 4 < size:
+                break
+            self._queue.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+            self._ready.set()
+        if len(self._queue) >= MAX_QUEUED:
+            self._pause()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self.connections.discard(self)
+        self._ready.set()
+        self._can_write.set()
+        if self._task is not None:
+            self._task.cancel()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # ---- answering -----------------------------------------------------------------------
+
+    async def _answer_loop(self) -> None:
+        try:
+            while not self._closing:
+                if not self._queue:
+                    if self._draining:
+                        return
+                    self._ready.clear()
+                    if self._paused:
+                        self._resume()
+                    await self._ready.wait()
+                    continue
+                frame = self._queue.popleft()
+                answer = await self._answer(frame)
+                if self._closing or self.transport is None:
+                    return
+                if answer is not None:
+                    self.transport.write(answer)
+                    await self._can_write.wait()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("kafka connection from %s failed; closing it", self.peer)
+            self._close()
+
+    async def _answer(self, frame: bytes) -> bytes | None:
+        """The response frame to ``frame`` (None: none due, or the connection closed)."""
+        try:
+            key, version, correlation = peek_header(frame)
+            if not is_supported(key, version):
+                if key == API_VERSIONS:
+                    body = encode_body(
+                        API_VERSIONS, 0, api_versions_body(ErrorCode.unsupported_version)
+                    )
+                    return frame_response(API_VERSIONS, 0, correlation, body)
+                spec = APIS.get(key)
+                what = f"{spec.name} v{version}" if spec else f"API key {key} (v{version})"
+                raise BadFrame(f"{what} is not served")
+            req = parse_request(frame)
+        except BadFrame as exc:
+            self._drop(str(exc))
+            return None
+        answer = await self.handlers.handle(req)
+        if answer is None:
+            return None
+        return encode_response(key, version, correlation, answer)
+
+    # ---- closing -------------------------------------------------------------------------
+
+    def _drop(self, why: str) -> None:
+        log.warning("kafka connection from %s closed: %s", self.peer, why)
+        self._close()
+
+    def _close(self) -> None:
+        self._closing = True
+        self._queue.clear()
+        self._ready.set()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self._paused and self.transport is not None and not self._closing:
+            self._paused = False
+            self.transport.resume_reading()
+
+    async def close(self, grace_s: float) -> None:
+        """Stop reading, let the request being answered finish (up to ``grace_s``),
+        then close (the listener's shutdown)."""
+        self._queue.clear()
+        self._draining = True
+        self._ready.set()
+        if self.transport is not None and not self._closing:
+            self.transport.pause_reading()
+        if self._task is not None:
+            done, _ = await asyncio.wait([self._task], timeout=grace_s)
+            if not done:
+                self._task.cancel()
+        if self.transport is not None:
+            self.transport.close()
+
+
+__all__ = ["MAX_QUEUED", "KafkaConnection"]

@@ -1,0 +1,314 @@
+"""The Kafka APIs this listener serves, one handler each: a decoded request in, the
+response body out (as a dict for :func:`tiered_log.kafka.messages.encode_body`, one for
+every version of the API; the fields a version lacks are dropped there).
+
+- ApiVersions: the served ranges (:data:`~tiered_log.kafka.messages.APIS`).
+- Metadata: the brokers, the topics asked for (every one when null) with each
+  partition's leader, epoch, replicas and ISR and the topic id; a missing topic is
+  created when the request and ``kafka_auto_create_topics`` allow it.
+- Produce: each partition's batches decoded and appended through the HTTP produce's
+  path (:class:`~tiered_log.kafka.backend.Backend`); ``acks=0`` gets no answer.
+- Fetch: whole Kafka batches from each partition's fetch offset (either tier), waiting
+  up to ``max_wait_ms`` until ``min_bytes`` are there; no fetch sessions (session id 0:
+  every fetch is a full one, which Kafka's clients accept).
+- ListOffsets: -1 latest (the high watermark), -2 earliest (the log start, the bucket
+  included), else the first offset at or after a timestamp in either tier.
+
+Every refusal is a per-partition (or per-topic) Kafka error code; a handler raises only
+for a request it cannot answer at all. Concurrency: coroutines of the listener's event
+loop; what blocks runs in worker threads inside the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..errors import TieredLogError, TopicNotFoundError
+from ..service.longpoll import wait_event
+from .backend import Backend, Page
+from .errors import InvalidAcksError, InvalidRecordError, error_code, error_message
+from .messages import (
+    API_VERSIONS,
+    APIS,
+    FETCH,
+    LIST_OFFSETS,
+    METADATA,
+    PRODUCE,
+    Request,
+    millis,
+)
+
+log = logging.getLogger("tiered_log.kafka")
+
+UNKNOWN_OPERATIONS = -(2**31)
+"""Authorized operations not computed (Kafka's INT32_MIN)."""
+
+
+def api_versions_body(error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+    """The ApiVersions answer (also for an unsupported ApiVersions version)."""
+    return {
+        "error_code": error,
+        "api_keys": [
+            {"api_key": s.key, "min_version": s.advertised_min, "max_version": s.max_version}
+            for s in sorted(APIS.values(), key=lambda s: s.key)
+        ],
+        "throttle_time": 0,
+    }
+
+
+class Handlers:
+    """The handlers over one :class:`Backend`. Event-loop thread only."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._by_key = {
+            API_VERSIONS: self.api_versions,
+            METADATA: self.metadata,
+            PRODUCE: self.produce,
+            FETCH: self.fetch,
+            LIST_OFFSETS: self.list_offsets,
+        }
+
+    async def handle(self, req: Request) -> dict[str, Any] | None:
+        """The response body of ``req`` (None: no response, an ``acks=0`` produce)."""
+        return await self._by_key[req.api_key](req)
+
+    async def api_versions(self, req: Request) -> dict[str, Any]:
+        return api_versions_body()
+
+    async def metadata(self, req: Request) -> dict[str, Any]:
+        body = req.body
+        be = self.backend
+        names: list[str] | None
+        if body.topics is None:
+            names = None
+        else:
+            names = [t.name for t in body.topics if getattr(t, "name", None) is not None]
+        auto = bool(getattr(body, "allow_auto_topic_creation", True))
+        topics = await be.topics(names, auto)
+        brokers = await be.brokers()
+        return {
+            "throttle_time": 0,
+            "brokers": [
+                {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+                for b in brokers
+            ],
+            "cluster_id": be.cluster_id,
+            "controller_id": be.controller_id(),
+            "topics": [
+                {
+                    "error_code": error_code(t.error) if t.error else ErrorCode.none,
+                    "name": t.name,
+                    "topic_id": t.topic_id,
+                    "is_internal": False,
+                    "partitions": [
+                        {
+                            "error_code": ErrorCode.none
+                            if p.leader >= 0
+                            else ErrorCode.leader_not_available,
+                            "partition_index": p.index,
+                            "leader_id": p.leader,
+                            "leader_epoch": p.leader_epoch,
+                            "replica_nodes": p.replicas,
+                            "isr_nodes": p.isr,
+                            "offline_replicas": (),
+                        }
+                        for p in t.partitions
+                    ],
+                    "topic_authorized_operations": UNKNOWN_OPERATIONS,
+                }
+                for t in topics
+            ],
+            "cluster_authorized_operations": UNKNOWN_OPERATIONS,
+        }
+
+    async def produce(self, req: Request) -> dict[str, Any] | None:
+        body = req.body
+        acks = int(body.acks)
+        be = self.backend
+        fail: TieredLogError | None = None
+        if body.transactional_id is not None:
+            fail = InvalidRecordError("transactions are not supported yet")
+        if acks not in (-1, 0, 1):
+            fail = InvalidAcksError(f"acks must be -1, 0 or 1, not {acks}")
+        topics = []
+        for t in body.topic_data:
+            parts = []
+            for p in t.partition_data:
+                parts.append(
+                    await self._produce_one(be, t.name, int(p.index), p.records, acks, fail)
+                )
+            topics.append({"name": t.name, "partition_responses": parts})
+        if acks == 0:
+            return None
+        return {"responses": topics, "throttle_time": 0}
+
+    async def _produce_one(
+        self,
+        be: Backend,
+        topic: str,
+        partition: int,
+        records: bytes | None,
+        acks: int,
+        fail: TieredLogError | None,
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "index": partition,
+            "base_offset": -1,
+            "log_append_time": -1,
+            "log_start_offset": -1,
+            "record_errors": (),
+            "error_message": None,
+        }
+        try:
+            if fail is not None:
+                raise fail
+            if not records:
+                raise TieredLogError("the partition's data holds no records")
+            out["base_offset"] = await be.produce(topic, partition, records, acks)
+            out["error_code"] = ErrorCode.none
+            out["log_start_offset"] = be.log_start(topic, partition)
+        except TieredLogError as exc:
+            code = error_code(exc)
+            out["error_code"] = code
+            out["error_message"] = error_message(exc)
+            if code != ErrorCode.not_leader_or_follower:
+                log.info("kafka produce to %s/%d refused: %s", topic, partition, exc.message)
+        return out
+
+    async def fetch(self, req: Request) -> dict[str, Any]:
+        body = req.body
+        be = self.backend
+        session_id = int(getattr(body, "session_id", 0))
+        session_epoch = int(getattr(body, "session_epoch", -1))
+        if session_id != 0 and session_epoch > 0:  # an incremental fetch: no sessions here
+            return {
+                "throttle_time": 0,
+                "error_code": ErrorCode.fetch_session_id_not_found,
+                "session_id": 0,
+                "responses": [],
+            }
+        state = be.state
+        cap = state.settings.max_fetch_bytes
+        max_bytes = min(int(getattr(body, "max_bytes", cap)), cap)
+        min_bytes = int(body.min_bytes)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, millis(body.max_wait)) / 1000
+        wanted = [
+            (t.topic, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
+            for t in body.topics
+            for p in t.partitions
+        ]
+        while True:
+            events = [state.waiters.event(be.wake_key(t, p)) for t, p, _, _ in wanted]
+            results, total, failed = await self._fetch_round(wanted, max_bytes)
+            left = deadline - loop.time()
+            if total >= min_bytes or failed or left <= 0 or state.is_stopping or not wanted:
+                break
+            await _wait_any(events, state.stopping, left)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition, _, _), r in zip(wanted, results, strict=True):
+            topics.setdefault(topic, []).append(r | {"partition_index": partition})
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": 0,
+            "responses": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        }
+
+    async def _fetch_round(
+        self, wanted: list[tuple[str, int, int, int]], max_bytes: int
+    ) -> tuple[list[dict[str, Any]], int, bool]:
+        """One read of every partition asked: their answers, the bytes and whether one
+        failed (an error answers at once)."""
+        be = self.backend
+        left = max_bytes
+        total = 0
+        failed = False
+        out = []
+        for topic, partition, offset, part_max in wanted:
+            r: dict[str, Any] = {
+                "error_code": ErrorCode.none,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": None,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            try:
+                plog = await be.fetch_log(topic, partition)
+                if left <= 0 and total > 0:  # the answer is full: bounds only
+                    _fill(r, be.bounds(plog))
+                else:
+                    page = await be.read(topic, plog, offset, max(1, min(part_max, left)))
+                    _fill(r, page)
+                    total += len(page.records)
+                    left -= len(page.records)
+            except TieredLogError as exc:
+                failed = True
+                r["error_code"] = error_code(exc)
+                r["log_start_offset"] = be.log_start(topic, partition)
+                if not isinstance(exc, TopicNotFoundError):
+                    log.debug("kafka fetch of %s/%d: %s", topic, partition, exc.message)
+            out.append(r)
+        return out, total, failed
+
+    async def list_offsets(self, req: Request) -> dict[str, Any]:
+        be = self.backend
+        topics = []
+        for t in req.body.topics:
+            parts = []
+            for p in t.partitions:
+                index = int(p.partition_index)
+                r: dict[str, Any] = {
+                    "partition_index": index,
+                    "error_code": ErrorCode.none,
+                    "timestamp": -1,
+                    "offset": -1,
+                    "leader_epoch": -1,
+                }
+                ts = int(p.timestamp)
+                try:
+                    if ts < -2:
+                        r["error_code"] = ErrorCode.unsupported_version
+                    else:
+                        r["offset"], r["timestamp"] = await be.list_offset(t.name, index, ts)
+                except TieredLogError as exc:
+                    r["error_code"] = error_code(exc)
+                parts.append(r)
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+
+def _fill(r: dict[str, Any], page: Page) -> None:
+    r.update(
+        high_watermark=page.high_watermark,
+        last_stable_offset=page.high_watermark,
+        log_start_offset=page.log_start_offset,
+        records=page.records,
+    )
+
+
+async def _wait_any(
+    events: list[asyncio.Event], stopping: asyncio.Event | None, timeout: float
+) -> None:
+    """Until one of ``events`` (or ``stopping``) is set, or ``timeout`` seconds passed."""
+    if len(events) == 1:
+        await wait_event(events[0], stopping, timeout)
+        return
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    if stopping is not None:
+        waits.append(asyncio.ensure_future(stopping.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+__all__ = ["Handlers", "api_versions_body"]
