@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -51,6 +52,26 @@ def spark() -> Iterator[Any]:
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def bare_python_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a user in a venv who has not set ``PYSPARK_PYTHON``: the
+    ``python3`` on PATH is a bare venv without this package, ``SPARK_LOCAL_IP`` is
+    127.0.0.1 and no ``TIERED_LOG_*`` setting leaks in."""
+    bare = tmp_path_factory.mktemp("bare-venv")
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TIERED_LOG_", "PYSPARK_")) and k not in ("VIRTUAL_ENV", "PYTHONPATH")
+    }
+    env["PATH"] = os.pathsep.join([str(bare / "bin"), "/usr/bin", "/bin"])
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -21,9 +20,9 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
-    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", PYTHONUNBUFFERED="1")
+def _run(script: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run an example as a user in a venv would: PYSPARK_PYTHON unset and a ``python3``
+    on PATH without the package (``bare_python_env``)."""
     return subprocess.run(
         [sys.executable, str(ROOT / "examples" / script), *args],
         capture_output=True,
@@ -56,7 +55,12 @@ def _common(service: Any, spark_bucket: str, s3_target: Any, topic: str) -> list
 
 
 def test_history_example(
-    client: Client, service: Any, spark_bucket: str, s3_target: Any, tmp_path: Path
+    client: Client,
+    service: Any,
+    spark_bucket: str,
+    s3_target: Any,
+    tmp_path: Path,
+    bare_python_env: dict[str, str],
 ) -> None:
     topic = new_topic(client, partitions=2, segment_bytes=16384)
     day = 86_400_000
@@ -64,7 +68,7 @@ def test_history_example(
         produce(client, topic, p, 300, ts=lambda i: 1_700_000_000_000 + (i // 100) * day + i)
     wait_for(lambda: client.bounds(topic, 1).local_start_offset > 0, "shipping")
     common = _common(service, spark_bucket, s3_target, topic)
-    p = _run("spark_history.py", *common, "--out", str(tmp_path / "parquet"))
+    p = _run("spark_history.py", bare_python_env, *common, "--out", str(tmp_path / "parquet"))
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
     assert re.search(r"planned \d+ split\(s\)", out)

@@ -15,14 +15,28 @@ from __future__ import annotations
 from typing import Any
 
 from .source import NAME, TieredLogDataSource, source_schema
+from .workers import worker_python
 
 
 def register(spark: Any) -> None:
     """Register the ``tiered_log`` source with ``spark`` and enable Python filter pushdown
     (``spark.sql.python.filterPushdown.enabled``) so partition/offset/timestamp filters
-    prune what is read. Call once per SparkSession."""
+    prune what is read. Call once per SparkSession.
+
+    The source's Python workers run the interpreter :func:`.workers.worker_python`
+    picks: this one on a local master when ``PYSPARK_PYTHON`` is unset (a venv's
+    ``python3`` on PATH is not needed); an interpreter that cannot import the source
+    fails here, in one line saying what to set.
+    """
+    sc = spark.sparkContext
+    python = worker_python(sc)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    spark.dataSource.register(TieredLogDataSource)
+    before = sc.pythonExec
+    sc.pythonExec = python  # read once, when the source is wrapped for the JVM
+    try:
+        spark.dataSource.register(TieredLogDataSource)
+    finally:
+        sc.pythonExec = before
 
 
 __all__ = ["NAME", "TieredLogDataSource", "register", "source_schema"]
