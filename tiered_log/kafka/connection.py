@@ -18,6 +18,9 @@ Refusals, as Kafka's broker makes them:
 - an error inside a handler that is not a Kafka error code: logged with its traceback,
   the connection closed.
 
+A client that closes its end: the produces it sent before are still appended (an
+``acks=0`` producer may close right after sending), its other requests are dropped.
+
 Back-pressure: reading pauses while :data:`MAX_QUEUED` requests wait or the transport's
 write buffer is over its high-water mark, and resumes as they go out.
 
@@ -40,6 +43,7 @@ from .handlers import Handlers, api_versions_body
 from .messages import (
     API_VERSIONS,
     APIS,
+    PRODUCE,
     BadFrame,
     encode_body,
     encode_response,
@@ -55,6 +59,7 @@ MAX_QUEUED = 64
 """Requests read ahead of their answers before reading pauses."""
 
 _SIZE = struct.Struct(">i")
+_PRODUCE_KEY = struct.pack(">h", PRODUCE)
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -77,6 +82,7 @@ class KafkaConnection(asyncio.Protocol):
         self._paused = False
         self._closing = False
         self._draining = False
+        self._lost = False
         self._task: asyncio.Task[None] | None = None
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
@@ -93,7 +99,7 @@ class KafkaConnection(asyncio.Protocol):
         self._task = asyncio.get_running_loop().create_task(self._answer_loop())
 
     def data_received(self, data: bytes) -> None:
-        if self._closing or self._draining:
+        if self._closing or self._draining or self._lost:
             return
         buf = self._buf
         buf += data
@@ -115,12 +121,13 @@ class KafkaConnection(asyncio.Protocol):
             self._pause()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closing = True
+        # The produces the client sent before it closed are still appended (an acks=0
+        # producer closes right after sending), as Kafka's broker handles a request it
+        # has read; other requests are dropped, and no answer is written.
+        self._lost = True
         self.connections.discard(self)
         self._ready.set()
         self._can_write.set()
-        if self._task is not None:
-            self._task.cancel()
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -134,7 +141,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             while not self._closing:
                 if not self._queue:
-                    if self._draining:
+                    if self._draining or self._lost:
                         return
                     self._ready.clear()
                     if self._paused:
@@ -142,9 +149,11 @@ class KafkaConnection(asyncio.Protocol):
                     await self._ready.wait()
                     continue
                 frame = self._queue.popleft()
+                if self._lost and frame[:2] != _PRODUCE_KEY:
+                    continue
                 answer = await self._answer(frame)
-                if self._closing or self.transport is None:
-                    return
+                if self._closing or self._lost or self.transport is None:
+                    continue
                 if answer is not None:
                     self.transport.write(answer)
                     await self._can_write.wait()
