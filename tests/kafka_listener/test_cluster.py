@@ -1,0 +1,93 @@
+"""The Kafka listener in a real three-node cluster (:class:`DevCluster`: etcd from the
+wheel, three ``tiered-log serve`` processes, each with a Kafka listener of its own):
+Metadata from any node lists every broker and each partition's leader, replicas and ISR
+as the cluster's metadata has them; a client given one node's address produces with
+acks=all to partitions led by every node and reads them back; a produce or fetch sent
+to a follower is NOT_LEADER_OR_FOLLOWER; a topic auto-created through a follower exists
+cluster-wide."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from cluster.conftest import dev_cluster
+from kio.schema.errors import ErrorCode
+
+from tiered_log.cluster.dev import DevCluster
+from tiered_log.kafka.messages import FETCH, METADATA, PRODUCE
+
+from .clients import confluent_consume, confluent_produce, expected, sample
+from .conftest import KafkaWire, wait_until
+from .test_protocol import batch, fetch_body, metadata_body, produce_body
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    yield from dev_cluster(tmp_path_factory, {"TIERED_LOG_CLUSTER_LEASE_TTL_S": "2"})
+
+
+def http_partitions(cluster: DevCluster, topic: str) -> dict[int, dict[str, Any]]:
+    r = httpx.get(f"{cluster.urls[0]}/v1/topics/{topic}", timeout=10)
+    r.raise_for_status()
+    return {p["partition"]: p for p in r.json()["partition_info"]}
+
+
+def test_metadata_names_every_broker_and_leader(cluster: DevCluster) -> None:
+    topic = "k-replicated"
+    r = httpx.post(
+        f"{cluster.urls[0]}/v1/topics",
+        json={"name": topic, "partitions": 3, "replication_factor": 3},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    brokers = {n.node_id: n.kafka_address for n in cluster.nodes.values()}
+    wait_until(
+        lambda: all(len(p["isr"]) == 3 for p in http_partitions(cluster, topic).values()),
+        30,
+        "every replica in sync",
+    )
+    parts = http_partitions(cluster, topic)
+    for node in cluster.nodes.values():
+        with KafkaWire(node.kafka_address) as w:
+            resp = w.call(METADATA, 12, metadata_body(topic))
+        assert {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers} == brokers
+        (t,) = resp.topics
+        assert t.error_code == ErrorCode.none
+        for p in t.partitions:
+            want = parts[p.partition_index]
+            assert p.leader_id == want["leader"] and p.leader_epoch == want["leader_epoch"]
+            assert sorted(p.replica_nodes) == sorted(want["replicas"])
+            assert sorted(p.isr_nodes) == sorted(want["isr"])
+    assert len({p["leader"] for p in parts.values()}) > 1  # leaders spread over the nodes
+
+    # one node's address is enough: the client finds each partition's leader
+    recs = sample(300, 3, "cluster")
+    errors = confluent_produce(cluster.nodes[2].kafka_address, topic, recs, acks="all")
+    assert errors == [None] * len(recs)
+    assert confluent_consume(cluster.nodes[3].kafka_address, topic, 3, len(recs)) == expected(recs)
+
+    # at a follower: NOT_LEADER_OR_FOLLOWER, nothing appended there
+    p0 = parts[0]
+    follower = next(n for n in cluster.nodes.values() if n.node_id != p0["leader"])
+    with KafkaWire(follower.kafka_address) as w:
+        got = w.call(PRODUCE, 9, produce_body(topic, batch(b"x"), acks=-1))
+        assert got.responses[0].partition_responses[0].error_code == (
+            ErrorCode.not_leader_or_follower
+        )
+        fetched = w.call(FETCH, 12, fetch_body(topic, 0)).responses[0].partitions[0]
+        assert fetched.error_code == ErrorCode.not_leader_or_follower
+    assert http_partitions(cluster, topic)[0]["next_offset"] == len([r for r in recs if r[0] == 0])
+
+
+def test_auto_creation_through_a_follower_is_cluster_wide(cluster: DevCluster) -> None:
+    with KafkaWire(cluster.nodes[3].kafka_address) as w:
+        resp = w.call(METADATA, 12, metadata_body("k-auto"))
+    (t,) = resp.topics
+    assert t.error_code == ErrorCode.none and len(t.partitions) == 1
+    for url in cluster.urls:
+        assert httpx.get(f"{url}/v1/topics/k-auto", timeout=10).status_code == 200
