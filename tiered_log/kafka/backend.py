@@ -138,7 +138,7 @@ class Backend:
         else listed with TopicNotFoundError; a bad name with InvalidTopicNameError."""
         manager = self.state.topics
         if names is None:
-            return [self._info(t.name) for t in manager.list()]
+            return await asyncio.to_thread(self._infos, [t.name for t in manager.list()])
         out = []
         for name in names:
             try:
@@ -148,8 +148,22 @@ class Backend:
                         await self._create(name)
                     else:
                         await partition_log(self.state, name, 0)  # a cluster looks again
-                out.append(self._info(name))
             except TieredLogError as exc:
+                out.append(TopicInfo(name, uuid.UUID(int=0), (), exc))
+                continue
+            out.append(TopicInfo(name, uuid.UUID(int=0), ()))
+        wanted = [t.name for t in out if t.error is None]
+        found = {t.name: t for t in await asyncio.to_thread(self._infos, wanted)}
+        return [found.get(t.name, t) for t in out]
+
+    def _infos(self, names: list[str]) -> list[TopicInfo]:
+        """The metadata of ``names`` (in a worker thread: a cluster's partition states
+        are read under the node's lock, which its poll thread may hold across I/O)."""
+        out = []
+        for name in names:
+            try:
+                out.append(self._info(name))
+            except TieredLogError as exc:  # deleted meanwhile
                 out.append(TopicInfo(name, uuid.UUID(int=0), (), exc))
         return out
 
