@@ -7,7 +7,9 @@ every version of the API; the fields a version lacks are dropped there).
   partition's leader, epoch, replicas and ISR and the topic id; a missing topic is
   created when the request and ``kafka_auto_create_topics`` allow it.
 - Produce: each partition's batches decoded and appended through the HTTP produce's
-  path (:class:`~tiered_log.kafka.backend.Backend`); ``acks=0`` gets no answer.
+  path (:class:`~tiered_log.kafka.backend.Backend`), the partitions of a request
+  concurrently (each appears once in a request, so its order is the request's);
+  ``acks=0`` gets no answer.
 - Fetch: whole Kafka batches from each partition's fetch offset (either tier), waiting
   up to ``max_wait_ms`` until ``min_bytes`` are there; no fetch sessions (session id 0:
   every fetch is a full one, which Kafka's clients accept).
@@ -135,17 +137,24 @@ class Handlers:
             fail = InvalidRecordError("transactions are not supported yet")
         if acks not in (-1, 0, 1):
             fail = InvalidAcksError(f"acks must be -1, 0 or 1, not {acks}")
-        topics = []
-        for t in body.topic_data:
-            parts = []
-            for p in t.partition_data:
-                parts.append(
-                    await self._produce_one(be, t.name, int(p.index), p.records, acks, fail)
-                )
-            topics.append({"name": t.name, "partition_responses": parts})
+        # The partitions of one request are appended (and, acks=all, replicated)
+        # concurrently: each appears once in a request, so its order is the request's.
+        wanted = [(t.name, p) for t in body.topic_data for p in t.partition_data]
+        answers = await asyncio.gather(
+            *(
+                self._produce_one(be, name, int(p.index), p.records, acks, fail)
+                for name, p in wanted
+            )
+        )
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (name, _), answer in zip(wanted, answers, strict=True):
+            topics.setdefault(name, []).append(answer)
         if acks == 0:
             return None
-        return {"responses": topics, "throttle_time": 0}
+        return {
+            "responses": [{"name": n, "partition_responses": ps} for n, ps in topics.items()],
+            "throttle_time": 0,
+        }
 
     async def _produce_one(
         self,
