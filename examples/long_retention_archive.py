@@ -15,7 +15,7 @@ Usage::
     python examples/long_retention_archive.py --url http://127.0.0.1:8080 [--token T]
 
 Without ``--url`` the service runs on a free loopback port with a temporary data
-directory and the default remote tier (the local directory ``<data_dir>/remote``;
+directory and the default remote tier (the local directory ``<data_dir>-remote`` beside it;
 set ``--remote-url s3://bucket/prefix`` plus the ``TIERED_LOG_S3_*`` variables to use a
 bucket). Exits 0 when every record read back matches.
 """
@@ -46,7 +46,7 @@ def service_url(url: str | None, remote_url: str | None) -> Iterator[str]:
         settings["remote_url"] = remote_url
     with tempfile.TemporaryDirectory(prefix="tiered-log-archive-") as tmp:
         data = Path(tmp) / "data"
-        where = remote_url or f"{data}/remote"
+        where = remote_url or f"{data}-remote"
         print(f"starting the service (data directory {data}, remote tier {where}) ...")
         with LocalService(data, **settings) as svc:
             print(f"service listening on {svc.url}")

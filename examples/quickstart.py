@@ -8,7 +8,7 @@ Usage::
 
 Without ``--url`` it runs ``python -m tiered_log.service`` on a free loopback port with a
 temporary data directory (the remote tier is the default local directory
-``<data_dir>/remote``) and stops it at the end. With ``--url`` it talks to a running
+``<data_dir>-remote`` beside it) and stops it at the end. With ``--url`` it talks to a running
 service (e.g. the one from ``infra/docker-compose.yml``) and deletes its topic afterwards
 unless ``--keep``. Exits 0 when every record read back matches what was produced.
 """

@@ -210,6 +210,14 @@ def test_dockerfile_environment_loads(compose: dict[str, Any]) -> None:
     assert loaded["host"] == "0.0.0.0"
     assert loaded["data_dir"] == "/data"
     assert str(loaded["port"]) == env["TIERED_LOG_PORT"]
+    # Without a bucket the archive is a volume of its own, made and owned by the
+    # service's user, not inside the data directory (and not the default beside it,
+    # /data-remote, which that user could not create).
+    assert loaded["remote_url"] == "/archive"
+    volumes = [json.loads(rest) for w, rest in dockerfile() if w == "VOLUME"]
+    assert volumes == [["/data", "/archive"]]
+    runs = " ".join(rest for w, rest in dockerfile() if w == "RUN")
+    assert re.search(r"mkdir -p /data /archive", runs) and "chown tiered /data /archive" in runs
 
 
 def test_bucket_created_is_the_remote_tier_bucket(compose: dict[str, Any]) -> None:

@@ -18,7 +18,15 @@ S3 secret key are kept out of error messages, ``repr`` and :meth:`Settings.redac
 The remote tier: ``remote_url`` is ``s3://bucket/prefix`` (with ``s3_endpoint_url``,
 ``s3_region``, ``s3_access_key``, ``s3_secret_key``, ``s3_path_style`` for S3-compatible
 stores), ``file:///path`` or a plain directory path; unset means the local directory
-``<data_dir>/remote``.
+``<data_dir>-remote`` beside the data directory (not inside it: losing the data directory
+must not lose the archive). A data directory whose ``remote`` subdirectory exists (the
+default of earlier versions) keeps using it, with a warning, until ``remote_url`` says
+otherwise.
+
+Relative paths (``data_dir``, a directory ``remote_url``, wherever they are set: the
+command line, the environment or the config file) are relative to the working directory
+of the process that loads the settings, and are made absolute when loaded, so the
+settings line the server logs shows where its data really is.
 
 Topic configuration (:class:`TopicConfig`, defined in :mod:`tiered_log.topic_config` and
 re-exported here) is the per-topic set of log settings, the one configuration the local
@@ -42,6 +50,8 @@ from __future__ import annotations
 import contextvars
 import fnmatch
 import json
+import logging
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -72,6 +82,7 @@ Grant = Literal["read", "write", "admin"]
 (append), ``admin`` (create, delete, truncate; implies read and write)."""
 
 GRANTS: tuple[Grant, ...] = ("read", "write", "admin")
+_log = logging.getLogger("tiered_log.config")
 _TOPIC_PATTERN_RE = re.compile(r"^[A-Za-z0-9._*?-]{1,200}$")
 
 
@@ -150,7 +161,8 @@ class Settings(BaseSettings):
     )
     remote_url: str | None = Field(
         None,
-        description="s3://bucket/prefix, file:///dir or a directory; unset: <data_dir>/remote.",
+        description="s3://bucket/prefix, file:///dir or a directory; unset: the directory "
+        "<data_dir>-remote beside the data directory.",
     )
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
@@ -352,6 +364,11 @@ class Settings(BaseSettings):
     def _topic_defaults_valid(cls, v: TopicConfig) -> TopicConfig:
         return _check_log_config(v)
 
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir_absolute(cls, v: Path) -> Path:
+        return Path(os.path.abspath(v.expanduser()))
+
     @field_validator("remote_url")
     @classmethod
     def _remote_url_valid(cls, v: str | None) -> str | None:
@@ -368,7 +385,7 @@ class Settings(BaseSettings):
             return v
         if "://" in v:
             raise ValueError("must be s3://bucket/prefix, file:///dir or a directory path")
-        return v
+        return os.path.abspath(os.path.expanduser(v))
 
     @field_validator("auth_tokens")
     @classmethod
@@ -434,10 +451,24 @@ class Settings(BaseSettings):
         return self.tls_certfile is not None
 
     def remote_storage_url(self) -> str:
-        """Where the remote tier lives: ``remote_url`` or ``file://<data_dir>/remote``."""
+        """Where the remote tier lives: ``remote_url``, else ``file://<data_dir>-remote``
+        (or the earlier default ``<data_dir>/remote`` when that directory exists, with a
+        warning logged once that it goes with the data directory)."""
         if self.remote_url:
             return self.remote_url
-        return (self.data_dir.resolve() / "remote").as_uri()
+        data = self.data_dir.resolve()
+        inside = data / "remote"
+        if inside.is_dir():
+            if inside not in _WARNED_INSIDE:
+                _WARNED_INSIDE.add(inside)
+                _log.warning(
+                    "the remote tier is %s, inside the data directory (the earlier default): "
+                    "losing the data directory loses the archive too; move it out and set "
+                    "remote_url (TIERED_LOG_REMOTE_URL) to where it went",
+                    inside,
+                )
+            return inside.as_uri()
+        return default_remote_dir(data).as_uri()
 
     def s3_options(self) -> dict[str, Any]:
         """Keyword arguments for the S3 backend (secrets revealed: pass them, never log)."""
@@ -453,8 +484,10 @@ class Settings(BaseSettings):
         }
 
     def redacted(self) -> dict[str, Any]:
-        """The settings as JSON-able data with every secret replaced, for logs."""
+        """The settings as JSON-able data with every secret replaced, for logs; the
+        remote tier as the store it resolves to."""
         out = self.model_dump(mode="json", exclude={"auth_tokens"})
+        out["remote_url"] = self.remote_storage_url()
         for name in ("s3_access_key", "s3_secret_key", "cluster_token"):
             if out.get(name):
                 out[name] = "**********"
@@ -464,6 +497,16 @@ class Settings(BaseSettings):
     def grants_match(self, pattern: str, topic: str) -> bool:
         """Whether a grant's topic pattern covers ``topic`` (exact name or glob)."""
         return pattern == topic or fnmatch.fnmatchcase(topic, pattern)
+
+
+def default_remote_dir(data_dir: Path) -> Path:
+    """The default remote tier of a data directory: ``<data_dir>-remote``, its sibling."""
+    data = Path(os.path.abspath(data_dir))
+    return data.parent / f"{data.name or 'data'}-remote"
+
+
+_WARNED_INSIDE: set[Path] = set()
+"""Remote tiers inside a data directory already warned about (once per process)."""
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
@@ -526,8 +569,6 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
     (one line, no secrets) on any problem. Overrides whose value is None are ignored.
     Safe from any thread (the file's content is passed through a context variable).
     """
-    import os
-
     path = config_file if config_file is not None else os.environ.get("TIERED_LOG_CONFIG_FILE")
     data = _read_config_file(Path(path)) if path else {}
     token = _FILE_DATA.set(data)
