@@ -28,8 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka_listener.conftest import KafkaWire
+from kafka_listener.test_protocol import metadata_body
 
 from tiered_log.client import Client
+from tiered_log.kafka.messages import METADATA
 
 from .conftest import _skip_unless_etcd_runs
 from .helpers import wait_until
@@ -157,6 +160,12 @@ def test_dev_cluster_serves_a_replicated_topic_and_stops_on_sigterm(
             acked += zip(c.produce("cli-demo", 0, values, acks="all"), values, strict=True)
         got = [(r.offset, r.value) for page in c.consume("cli-demo", 0, 0) for r in page.records]
     assert got == acked and [o for o, _ in got] == list(range(20))
+    (kafka_line,) = [ln for ln in lines if ln.startswith("kafka ")]
+    bootstrap = kafka_line.split()[1].split(",")
+    with KafkaWire(bootstrap[0]) as w:  # each node's Kafka listener, as printed
+        brokers = w.call(METADATA, 12, metadata_body("cli-demo")).brokers
+    assert sorted(f"{b.host}:{b.port}" for b in brokers) == sorted(bootstrap)
+    assert len(set(bootstrap)) == 3
 
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)

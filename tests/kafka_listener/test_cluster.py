@@ -32,7 +32,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
 
 
 def http_partitions(cluster: DevCluster, topic: str) -> dict[int, dict[str, Any]]:
-    r = httpx.get(f"{cluster.urls[0]}/v1/topics/{topic}", timeout=10)
+    """The topic's partitions as a live node's HTTP API describes them."""
+    url = next(n.url for n in cluster.nodes.values() if n.alive)
+    r = httpx.get(f"{url}/v1/topics/{topic}", timeout=10)
     r.raise_for_status()
     return {p["partition"]: p for p in r.json()["partition_info"]}
 
@@ -91,3 +93,31 @@ def test_auto_creation_through_a_follower_is_cluster_wide(cluster: DevCluster) -
     assert t.error_code == ErrorCode.none and len(t.partitions) == 1
     for url in cluster.urls:
         assert httpx.get(f"{url}/v1/topics/k-auto", timeout=10).status_code == 200
+
+
+def test_acks_all_below_min_insync_replicas_is_not_enough_replicas(cluster: DevCluster) -> None:
+    """With a replica gone and min_insync_replicas 3, an acks=all produce is refused with
+    NOT_ENOUGH_REPLICAS and nothing is appended; acks=1 is still taken. The node comes
+    back after."""
+    topic = "k-min-isr"
+    r = httpx.post(
+        f"{cluster.urls[0]}/v1/topics",
+        json={"name": topic, "partitions": 1, "replication_factor": 3, "min_insync_replicas": 3},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    wait_until(lambda: len(http_partitions(cluster, topic)[0]["isr"]) == 3, 30, "a full ISR")
+    leader = http_partitions(cluster, topic)[0]["leader"]
+    victim = next(n for n in cluster.nodes.values() if n.node_id != leader)
+    victim.kill()
+    try:
+        wait_until(lambda: len(http_partitions(cluster, topic)[0]["isr"]) == 2, 30, "ISR shrink")
+        with KafkaWire(cluster.nodes[leader].kafka_address) as w:
+            got = w.call(PRODUCE, 9, produce_body(topic, batch(b"all"), acks=-1))
+            part = got.responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.not_enough_replicas, part
+            assert http_partitions(cluster, topic)[0]["next_offset"] == 0
+            got = w.call(PRODUCE, 9, produce_body(topic, batch(b"one"), acks=1))
+            assert got.responses[0].partition_responses[0].error_code == ErrorCode.none
+    finally:
+        victim.start()
