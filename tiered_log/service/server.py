@@ -2,10 +2,14 @@
 
 Start-up order, each step failing with one line on stderr and a non-zero exit:
 settings (exit 2: ``tiered-log: invalid setting <name>: <why>``), the listening socket
-(exit 1), the data directory (locked against a second server, every topic opened and
-recovered; exit 1), then uvicorn serves the app on the socket.
+and the Kafka listener's (``kafka_port``; none when 0 or while ``auth_tokens`` are set:
+it has no SASL yet) (exit 1), the data directory (locked against a second server,
+every topic opened and recovered; exit 1), then uvicorn serves the app on the socket
+and, once the app has started, :class:`~tiered_log.kafka.KafkaListener` serves Kafka's
+protocol on the same event loop.
 
-Shutdown on SIGTERM or SIGINT (graceful): stop accepting connections, wake long polls,
+Shutdown on SIGTERM or SIGINT (graceful): wake long polls, stop accepting Kafka
+connections and answer each one's request in flight, stop accepting HTTP connections,
 let in-flight requests finish (up to ``shutdown_timeout_s``), then flush and close every
 log (which stops the tiered log's shipper after its current step). Exit status 0.
 Every record acknowledged before the signal is on disk afterwards.
