@@ -2,7 +2,7 @@
 
 ::
 
-    tiered-log serve [--data-dir D] [--host H] [--port P] ...    run the HTTP service
+    tiered-log serve [--data-dir D] [--port P] [--kafka-port K] ...  run the service
     tiered-log topics create orders --partitions 3 [--replication-factor 3]
     tiered-log topics list|describe|delete ...
     tiered-log produce orders --file lines.txt
@@ -322,7 +322,7 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
 # ---- serve -----------------------------------------------------------------------------------
 
 
-@COMMANDS.command("serve", "run the HTTP service", _serve_args)
+@COMMANDS.command("serve", "run the service (HTTP API and Kafka listener)", _serve_args)
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..service.server import serve_from_args
 

@@ -288,7 +288,8 @@ def run_server(settings: Settings) -> int:
 def serve_main(argv: list[str] | None = None) -> int:
     """``tiered-log serve [--config FILE] [--data-dir DIR] [--host H] [--port P]``."""
     parser = argparse.ArgumentParser(
-        prog="tiered-log serve", description="Run the tiered-log HTTP service."
+        prog="tiered-log serve",
+        description="Run the tiered-log service: the HTTP API and the Kafka listener.",
     )
     add_serve_arguments(parser)
     args = parser.parse_args(argv)
