@@ -74,7 +74,8 @@ def test_a_taken_kafka_port_stops_the_start_with_one_line(tmp_path: Path) -> Non
     assert p.returncode == 1
     assert p.stderr.strip().splitlines()[-1] == (
         f"tiered-log: cannot listen for Kafka clients on 127.0.0.1:{kafka_port}: "
-        "Address already in use"
+        "Address already in use (another port: --kafka-port or TIERED_LOG_KAFKA_PORT; 0 for "
+        "no Kafka listener)"
     )
     assert "Traceback" not in p.stderr
 

@@ -192,7 +192,8 @@ def run_server(settings: Settings) -> int:
             sock.close()
             print(
                 f"tiered-log: cannot listen for Kafka clients on {settings.host}:"
-                f"{settings.kafka_port}: {exc.strerror or exc}",
+                f"{settings.kafka_port}: {exc.strerror or exc} (another port: --kafka-port "
+                "or TIERED_LOG_KAFKA_PORT; 0 for no Kafka listener)",
                 file=sys.stderr,
             )
             return 1
