@@ -7,7 +7,8 @@ Usage::
     python examples/minio_local_testing.py --endpoint http://127.0.0.1:9000 \\
         --access-key tiered --secret-key tiered-secret-key --bucket tiered-log
 
-    # no MinIO at hand: moto's S3 server is started on 127.0.0.1 instead
+    # no MinIO at hand: moto's S3 server is started on 127.0.0.1 instead (moto comes
+    # with the dev extra: pip install -e '.[dev]')
     python examples/minio_local_testing.py
 
 Steps: create the bucket (if missing), start ``python -m tiered_log.service`` with
@@ -17,7 +18,8 @@ the sealed segments are shipped, list the objects in the bucket with boto3, read
 record back (the early ones from the bucket), then restart the service on an EMPTY data
 directory and read offset 0 again: the topic and its archived records come back from the
 bucket alone. Exits 0 when everything read back matches. The objects are removed at the
-end unless ``--keep``.
+end unless ``--keep``. An endpoint that cannot be reached or refuses the credentials,
+and moto missing without ``--endpoint``, are one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -34,8 +36,15 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tiered_log.client import Client
+
+MINIO_UP = "docker compose -f infra/docker-compose.yml up -d minio create-bucket"
+
+
+class SetupError(Exception):
+    """What keeps the example from starting, in one line for the user."""
 
 
 @contextlib.contextmanager
@@ -44,7 +53,14 @@ def s3_endpoint(endpoint: str | None) -> Iterator[str]:
     if endpoint:
         yield endpoint
         return
-    from moto.server import ThreadedMotoServer
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError:
+        raise SetupError(
+            "without --endpoint this example starts moto's S3 server, and moto is not "
+            "installed: pip install -e '.[dev]', or give --endpoint http://127.0.0.1:9000 "
+            f"for a MinIO ({MINIO_UP})"
+        ) from None
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -67,8 +83,37 @@ def s3_client(endpoint: str, access_key: str, secret_key: str, region: str) -> A
         region_name=region,
         aws_access_key_id=access_key,
         aws_secret_access_key=secret_key,
-        config=Config(s3={"addressing_style": "path"}),
+        # A MinIO that is down fails in seconds, not after botocore's five attempts.
+        config=Config(
+            s3={"addressing_style": "path"},
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"max_attempts": 2},
+        ),
     )
+
+
+def ensure_bucket(s3: Any, endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` unless it exists; SetupError (one line) when the endpoint cannot
+    be reached or refuses the request."""
+    try:
+        existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+        if bucket not in existing:
+            s3.create_bucket(Bucket=bucket)
+            print(f"created bucket {bucket}")
+        else:
+            print(f"bucket {bucket} exists")
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        raise SetupError(
+            f"the S3 endpoint {endpoint} refused the request ({err.get('Code', '?')}: "
+            f"{err.get('Message', exc)}): check --access-key/--secret-key and --bucket"
+        ) from None
+    except BotoCoreError as exc:
+        raise SetupError(
+            f"cannot reach the S3 endpoint {endpoint} ({exc}): start MinIO ({MINIO_UP}), "
+            "or leave out --endpoint to use moto's S3 server"
+        ) from None
 
 
 def list_objects(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
@@ -91,10 +136,12 @@ def read_all(client: Client, topic: str, end: int) -> list[bytes]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from _service import LocalService, wait_until
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--endpoint", help="S3 endpoint (MinIO); default: start moto's server")
+    parser.add_argument(
+        "--endpoint",
+        help="S3 endpoint (MinIO); default: start moto's S3 server on 127.0.0.1 (moto comes "
+        "with the dev extra)",
+    )
     parser.add_argument("--access-key", default="testing")
     parser.add_argument("--secret-key", default="testing")
     parser.add_argument("--region", default="us-east-1")
@@ -105,18 +152,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the objects in the bucket")
     args = parser.parse_args(argv)
 
+    try:
+        return run(args)
+    except SetupError as exc:
+        print(f"minio_local_testing.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """The example's steps (see the module docstring)."""
+    from _service import LocalService, wait_until
+
     topic = "orders"
     with (
         s3_endpoint(args.endpoint) as endpoint,
         tempfile.TemporaryDirectory(prefix="tiered-log-s3-") as tmp,
     ):
         s3 = s3_client(endpoint, args.access_key, args.secret_key, args.region)
-        existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
-        if args.bucket not in existing:
-            s3.create_bucket(Bucket=args.bucket)
-            print(f"created bucket {args.bucket}")
-        else:
-            print(f"bucket {args.bucket} exists")
+        ensure_bucket(s3, endpoint, args.bucket)
         remote_url = f"s3://{args.bucket}/{args.prefix}"
         settings = {
             "remote_url": remote_url,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -131,6 +132,43 @@ def test_long_retention_archive_against_a_running_service(auth_service: LocalSer
     assert p.returncode == 0, p.stdout + p.stderr
     assert _bounds(p.stdout, "bounds after shipping:")["local_start"] > 0
     assert "deleted topic 'archive-url'" in p.stdout
+
+
+def test_minio_example_without_moto_says_what_it_needs() -> None:
+    """No --endpoint and no moto (imports of it fail, as without the dev extra): one line
+    naming moto, the dev extra and --endpoint; no traceback."""
+    code = (
+        "import runpy, sys\n"
+        "sys.modules['moto'] = None  # import moto raises ModuleNotFoundError\n"
+        f"sys.path.insert(0, {str(EXAMPLES)!r})\n"
+        f"sys.argv = [{str(EXAMPLES / 'minio_local_testing.py')!r}]\n"
+        f"runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIERED_LOG_")}
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "moto is not installed" in lines[0] and "'.[dev]'" in lines[0]
+    assert "--endpoint" in lines[0]
+
+
+def test_minio_example_with_minio_down_says_what_to_do() -> None:
+    """--endpoint where nothing listens: one line naming the endpoint and how to start
+    MinIO (it printed a 29-frame botocore traceback)."""
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    p = run_example("minio_local_testing.py", "--endpoint", endpoint, timeout=90)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert f"cannot reach the S3 endpoint {endpoint}" in lines[0]
+    assert "docker compose -f infra/docker-compose.yml up -d minio" in lines[0]
+    assert "Traceback" not in p.stdout + p.stderr
 
 
 def test_minio_local_testing() -> None:

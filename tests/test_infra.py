@@ -399,3 +399,18 @@ def test_cluster_nodes_load_as_cluster_nodes(cluster_compose: dict[str, Any]) ->
 def test_cluster_bucket_created_is_the_remote_tier_bucket(cluster_compose: dict[str, Any]) -> None:
     for name in NODES:
         check_bucket(cluster_compose["services"], name)
+
+
+@pytest.mark.parametrize("compose_file", ["docker-compose.yml", "docker-compose.cluster.yml"])
+def test_pulled_images_are_pinned(compose_file: str) -> None:
+    """Every image pulled from a registry names a release: no ``latest``, no bare name
+    (``tiered-log:dev`` is built here, not pulled). MinIO's tags are its release names."""
+    data = yaml.safe_load((INFRA / compose_file).read_text())
+    for name, svc in data["services"].items():
+        image = svc.get("image", "")
+        if "build" in svc or not image:
+            continue
+        repo, sep, tag = image.rpartition(":")
+        assert sep and "/" not in tag and tag != "latest", (name, image)
+        if repo.endswith(("minio/minio", "minio/mc")):
+            assert re.fullmatch(r"RELEASE\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ", tag), (name, image)
