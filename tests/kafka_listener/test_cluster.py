@@ -121,3 +121,30 @@ def test_acks_all_below_min_insync_replicas_is_not_enough_replicas(cluster: DevC
             assert got.responses[0].partition_responses[0].error_code == ErrorCode.none
     finally:
         victim.start()
+
+
+def test_acks_all_that_cannot_commit_in_the_request_timeout_is_request_timed_out(
+    cluster: DevCluster,
+) -> None:
+    """A follower paused (still in the ISR for a moment: its lease of 2 s has not run
+    out) holds the high watermark back: an acks=all produce with a 300 ms timeout
+    answers REQUEST_TIMED_OUT after it, not after the server's replication timeout
+    (30 s, past the wire's 10 s socket timeout)."""
+    topic = "k-timeout"
+    r = httpx.post(
+        f"{cluster.urls[0]}/v1/topics",
+        json={"name": topic, "partitions": 1, "replication_factor": 3, "min_insync_replicas": 2},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    wait_until(lambda: len(http_partitions(cluster, topic)[0]["isr"]) == 3, 30, "a full ISR")
+    leader = http_partitions(cluster, topic)[0]["leader"]
+    follower = next(n for n in cluster.nodes.values() if n.node_id != leader)
+    with KafkaWire(cluster.nodes[leader].kafka_address) as w:
+        follower.pause()
+        try:
+            body = produce_body(topic, batch(b"slow"), acks=-1) | {"timeout": 300}
+            part = w.call(PRODUCE, 9, body).responses[0].partition_responses[0]
+        finally:
+            follower.resume()
+    assert part.error_code == ErrorCode.request_timed_out, part

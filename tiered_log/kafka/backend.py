@@ -211,13 +211,18 @@ class Backend:
 
     # ---- produce -------------------------------------------------------------------------
 
-    async def produce(self, topic: str, partition: int, data: bytes, acks: int) -> int:
+    async def produce(
+        self, topic: str, partition: int, data: bytes, acks: int, timeout_ms: int
+    ) -> int:
         """Append the records of the Kafka batches ``data`` (acks 0 and 1: once the
-        leader has them; -1: once every in-sync replica has). Returns the first offset
-        assigned. Nothing is appended when the batches are refused."""
+        leader has them; -1: once every in-sync replica has, waiting at most the
+        request's ``timeout_ms``). Returns the first offset assigned. Nothing is
+        appended when the batches are refused."""
         mode: Acks = "all" if acks == -1 else "1"
         target = await produce_target(self.state, topic, partition, mode)
-        done = await append_and_commit(self.state, target, producer_records, data)
+        done = await append_and_commit(
+            self.state, target, producer_records, data, timeout_ms=timeout_ms
+        )
         return done.first
 
     def log_start(self, topic: str, partition: int) -> int:

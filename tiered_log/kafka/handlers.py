@@ -131,6 +131,7 @@ class Handlers:
     async def produce(self, req: Request) -> dict[str, Any] | None:
         body = req.body
         acks = int(body.acks)
+        timeout_ms = millis(body.timeout)
         be = self.backend
         fail: TieredLogError | None = None
         if body.transactional_id is not None:
@@ -142,7 +143,7 @@ class Handlers:
         wanted = [(t.name, p) for t in body.topic_data for p in t.partition_data]
         answers = await asyncio.gather(
             *(
-                self._produce_one(be, name, int(p.index), p.records, acks, fail)
+                self._produce_one(be, name, int(p.index), p.records, acks, timeout_ms, fail)
                 for name, p in wanted
             )
         )
@@ -163,6 +164,7 @@ class Handlers:
         partition: int,
         records: bytes | None,
         acks: int,
+        timeout_ms: int,
         fail: TieredLogError | None,
     ) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -178,7 +180,7 @@ class Handlers:
                 raise fail
             if not records:
                 raise TieredLogError("the partition's data holds no records")
-            out["base_offset"] = await be.produce(topic, partition, records, acks)
+            out["base_offset"] = await be.produce(topic, partition, records, acks, timeout_ms)
             out["error_code"] = ErrorCode.none
             out["log_start_offset"] = be.log_start(topic, partition)
         except TieredLogError as exc:

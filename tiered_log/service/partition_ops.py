@@ -66,12 +66,17 @@ async def produce_target(
 
 
 async def append_and_commit(
-    state: ServiceState, target: ProduceTarget, parse: Parse, *args: Any
+    state: ServiceState,
+    target: ProduceTarget,
+    parse: Parse,
+    *args: Any,
+    timeout_ms: int | None = None,
 ) -> Appended:
     """``parse(*args)`` and the append in one worker-thread call, then (``acks=all``)
     the wait until the high watermark passes the records (ReplicationTimeoutError after
-    ``replication_timeout_ms``); counts the metrics and wakes the partition's long
-    polls. The parse step's errors propagate with nothing appended."""
+    ``replication_timeout_ms``, or the request's own ``timeout_ms`` when shorter);
+    counts the metrics and wakes the partition's long polls. The parse step's errors
+    propagate with nothing appended."""
     topic, partition = target.topic, target.partition
     done = await run_log_call(state, topic, parse_and_append, target.plog, parse, *args)
     leader = target.leader
@@ -79,7 +84,10 @@ async def append_and_commit(
         state.cluster.appended(topic, partition)
         state.appends.notify((topic, partition))  # the followers' waiting fetches
         if target.acks == "all":  # waits on the loop (woken as the HW moves), not in a thread
-            timeout = state.settings.replication_timeout_ms / 1000
+            limit = state.settings.replication_timeout_ms
+            if timeout_ms is not None and timeout_ms > 0:
+                limit = min(limit, timeout_ms)
+            timeout = limit / 1000
             last = done.last
             if not await await_commit(
                 state.waiters, (topic, partition), lambda: leader.committed(last), timeout
