@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import httpx
 from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
@@ -298,3 +299,17 @@ def test_list_offsets(server: ServerProcess) -> None:
         assert ask(w, 1_700_000_000_001, version=1) == (ErrorCode.none, 1, 1_700_000_000_001)
         assert ask(w, 1_800_000_000_000)[:2] == (ErrorCode.none, -1)
         assert ask(w, -3)[0] == ErrorCode.unsupported_version
+
+
+def test_metrics_count_kafka_produces_and_fetches(server: ServerProcess) -> None:
+    """A long-polled fetch counts once, with its records, as the HTTP fetches do."""
+    topic = "metered"
+    create_topic(server, topic)
+    with KafkaWire(server.kafka_bootstrap) as w:
+        w.call(PRODUCE, 9, produce_body(topic, batch(b"a", b"b", b"c")))
+        w.call(FETCH, 12, fetch_body(topic, 0))
+        w.call(FETCH, 12, fetch_body(topic, 3, max_wait_ms=300))  # waits, reads twice
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    assert f'tiered_log_append_records_total{{topic="{topic}"}} 3' in text
+    assert f'tiered_log_fetch_requests_total{{topic="{topic}",format="kafka"}} 2' in text
+    assert f'tiered_log_fetch_records_total{{topic="{topic}"}} 3' in text

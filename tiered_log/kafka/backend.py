@@ -255,12 +255,15 @@ class Backend:
                 return Page(b"", hw, b.log_start_offset, 0)
             return Page(kafka_batches(got.data), hw, b.log_start_offset, got.count)
 
-        page = await run_log_call(self.state, topic, work)
+        return await run_log_call(self.state, topic, work)
+
+    def count_fetch(self, topic: str, page: Page) -> None:
+        """The metrics of one partition's part of a fetch answer (once per answer, not
+        per read of a long poll)."""
         m = self.state.metrics
         m.fetch_requests.inc(topic, "kafka")
         m.fetch_records.inc(topic, amount=page.count)
         m.fetch_bytes.inc(topic, amount=len(page.records))
-        return page
 
     def bounds(self, plog: PartitionLog) -> Page:
         """An empty page with the partition's bounds now (no I/O)."""

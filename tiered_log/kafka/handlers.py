@@ -223,6 +223,9 @@ class Handlers:
             await _wait_any(events, state.stopping, left)
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition, _, _), r in zip(wanted, results, strict=True):
+            page = r.pop("_page", None)
+            if page is not None:
+                be.count_fetch(topic, page)
             topics.setdefault(topic, []).append(r | {"partition_index": partition})
         return {
             "throttle_time": 0,
@@ -258,6 +261,7 @@ class Handlers:
                 else:
                     page = await be.read(topic, plog, offset, max(1, min(part_max, left)))
                     _fill(r, page)
+                    r["_page"] = page
                     total += len(page.records)
                     left -= len(page.records)
             except TieredLogError as exc:
