@@ -148,3 +148,58 @@ def test_acks_all_that_cannot_commit_in_the_request_timeout_is_request_timed_out
         finally:
             follower.resume()
     assert part.error_code == ErrorCode.request_timed_out, part
+
+
+def test_producer_and_consumer_move_to_the_new_leader(cluster: DevCluster) -> None:
+    """librdkafka produces acks=all while the partition's leader is SIGKILLed: it gets
+    NOT_LEADER_OR_FOLLOWER (or a dead connection), refreshes its metadata and goes on
+    at the new leader; every acknowledged record is then read back at its acknowledged
+    offset through the new leader."""
+    from confluent_kafka import Producer
+
+    topic = "k-failover"
+    r = httpx.post(
+        f"{cluster.urls[0]}/v1/topics",
+        json={"name": topic, "partitions": 1, "replication_factor": 3, "min_insync_replicas": 2},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    wait_until(lambda: len(http_partitions(cluster, topic)[0]["isr"]) == 3, 30, "a full ISR")
+    leader = http_partitions(cluster, topic)[0]["leader"]
+    p = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "enable.idempotence": False,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 60_000,
+            "retry.backoff.ms": 200,
+        }
+    )
+    acked: dict[int, bytes] = {}
+    failed: list[object] = []
+
+    def report(err: object, msg: object) -> None:
+        if err is not None:
+            failed.append(err)
+        else:
+            acked[msg.offset()] = msg.value()  # type: ignore[attr-defined]
+
+    victim = cluster.nodes[leader]
+    try:
+        for i in range(400):
+            p.produce(topic, value=b"fo-%d" % i, partition=0, on_delivery=report)
+            p.poll(0.005)
+            if i == 150:
+                p.flush(30)
+                victim.kill()
+        assert p.flush(60) == 0
+        assert not failed, failed[:3]
+        new_leader = http_partitions(cluster, topic)[0]["leader"]
+        assert new_leader != leader
+        rows = confluent_consume(cluster.nodes[new_leader].kafka_address, topic, 1, max(acked) + 1)
+        stored = {o: v for _, o, _, v, _ in rows}
+        assert all(stored.get(o) == v for o, v in acked.items())
+        assert {v for v in acked.values()} == {b"fo-%d" % i for i in range(400)}
+    finally:
+        victim.start()
