@@ -202,6 +202,7 @@ def test_refused_records_get_codes_and_nothing_is_appended(server: ServerProcess
             "idempotent",
         ),
         (bytes(damaged), ErrorCode.corrupt_message, "CRC"),
+        (b"", ErrorCode.invalid_record, "no records"),
         (batch(b"z" * ((8 << 20) + 1)), ErrorCode.message_too_large, "append threshold"),
     ]
     with KafkaWire(server.kafka_bootstrap) as w:

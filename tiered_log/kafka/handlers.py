@@ -179,7 +179,7 @@ class Handlers:
             if fail is not None:
                 raise fail
             if not records:
-                raise TieredLogError("the partition's data holds no records")
+                raise InvalidRecordError("the partition's data holds no records")
             out["base_offset"] = await be.produce(topic, partition, records, acks, timeout_ms)
             out["error_code"] = ErrorCode.none
             out["log_start_offset"] = be.log_start(topic, partition)
