@@ -74,7 +74,8 @@ def test_perf_remote_read_json_and_lines(s3_endpoint: str) -> None:
         "--endpoint",
         s3_endpoint,
     )
-    assert set(r["runs_seconds"]) == {"remote_read", "records_read", "baseline"}
+    assert set(r["runs_seconds"]) == {"remote_read", "ranges_read", "records_read", "baseline"}
+    assert positive(r["ranges_read_mb_s"], r["ranges_ratio_vs_boto3"])
     assert r["benchmark"] == "remote-read" and r["endpoint"] == s3_endpoint
     assert r["records"] * 1024 >= 2 << 20 and r["bytes"] == r["baseline_bytes"]
     assert positive(

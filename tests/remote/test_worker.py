@@ -219,8 +219,9 @@ def test_archived_reads_fetch_in_the_worker(tmp_path: Path) -> None:
 
 
 def test_a_damaged_object_is_refused_and_not_cached(tmp_path: Path) -> None:
-    """The worker finds the damage and writes no cache file; the read answers
-    RemoteCorruptionError as it would in-process; the rest of the archive reads."""
+    """The read answers RemoteCorruptionError as it would in-process (the reader finds
+    the damage: the worker does not check; the cache file is dropped, see
+    test_fetch_pipeline); the rest of the archive reads."""
     tlog = archived(tmp_path)
     try:
         objects = sorted((tmp_path / "bucket").rglob("*" + naming.LOG_SUFFIX))

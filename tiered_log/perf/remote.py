@@ -6,10 +6,11 @@
   a second baseline uploads the files two at a time (``upload_file`` from two threads)
   and its ratio is reported too.
 - ``remote-read``: a consumer reading the whole archive from offset 0 (cold cache) vs a
-  plain boto3 download of the same objects (target >= 0.7x), two ways: the batches a
-  service's binary fetch sends (``TieredLog.read_remote_batches``: verified, not
-  decoded; the consumer decodes in its own process) and decoded records in this
-  process (``TieredLog.read_range``).
+  plain boto3 download of the same objects (target >= 0.7x), three ways: the stored
+  batches as bytes (``TieredLog.read_remote_batches``: verified, not decoded; the
+  consumer decodes in its own process), where they lie (``TieredLog.read_batch_ranges``,
+  what the service's binary fetch sends with ``sendfile``: verified, not copied) and
+  decoded records in this process (``TieredLog.read_range``).
 - ``produce-latency``: p50/p99 of acknowledged (flushed) single-record appends with
   tiering off, with shipping running, and with shipping plus a catch-up reader on
   remote data, the three phases in turn for several rounds (targets: the median over
@@ -295,10 +296,13 @@ def run_remote_read(
     """A consumer reading the whole archive from offset 0 vs plain boto3 downloads.
 
     ``repeat`` rounds, each a baseline download, then a cold read (empty chunk cache) of
-    batches, then one of decoded records; the best of each counts. The ratio and target
-    are reported for both readers (``ratio_vs_boto3``/``met`` are the batches', the path
-    a catch-up consumer of the service takes; ``records_ratio_vs_boto3`` and
-    ``records_met`` the in-process decoding reader's).
+    batches as bytes, one of their ranges and one of decoded records; the best of each
+    counts. Every reader reads every record of the archive, the baseline every byte of
+    its objects (``bytes`` = ``baseline_bytes``). The ratio and target are reported for
+    each reader (``ratio_vs_boto3``/``met`` are the batches', ``ranges_ratio_vs_boto3``
+    the ranges' (the bytes a catch-up consumer of the service is sent, without the
+    copy), ``records_ratio_vs_boto3`` and ``records_met`` the in-process decoding
+    reader's).
     """
     work = Path(tempfile.mkdtemp(prefix="tl-perf-rread-"))
     try:
@@ -327,6 +331,7 @@ def run_remote_read(
             client = _boto(t)
             base_runs: list[float] = []
             batch_runs: list[float] = []
+            range_runs: list[float] = []
             record_runs: list[float] = []
             got = count = requests = 0
             for r in range(repeat):
@@ -339,7 +344,7 @@ def run_remote_read(
                 for k in keys:
                     got += len(client.get_object(Bucket=t.bucket, Key=k)["Body"].read())
                 base_runs.append(time.perf_counter() - t0)
-                for what in ("batches", "records"):
+                for what in ("batches", "ranges", "records"):
                     # A fresh open with an empty chunk cache: a cold catch-up reader.
                     shutil.rmtree(
                         work / "log" / naming.REMOTE_DIR / naming.CHUNK_CACHE_DIR,
@@ -364,6 +369,13 @@ def run_remote_read(
                             o = tlog.read_remote_batches(o, 10_000, 8 << 20).next_offset
                         batch_runs.append(time.perf_counter() - t0)
                         count = o
+                    elif what == "ranges":
+                        while o < n:
+                            page = tlog.read_batch_ranges(o, 10_000, 8 << 20)
+                            o = page.next_offset
+                            page.close()
+                        range_runs.append(time.perf_counter() - t0)
+                        count = o
                     else:
                         while o < n:
                             recs = tlog.read_range(o, 5000, 8 << 20)
@@ -374,6 +386,7 @@ def run_remote_read(
                     tlog.close()
             storage.close()
         base_s, batch_s, record_s = min(base_runs), min(batch_runs), min(record_runs)
+        range_s = min(range_runs)
         ratio, record_ratio = base_s / batch_s, base_s / record_s
         return {
             "benchmark": "remote-read",
@@ -387,6 +400,8 @@ def run_remote_read(
             "ratio_vs_boto3": round(ratio, 3),
             "target": 0.7,
             "met": ratio >= 0.7,
+            "ranges_read_mb_s": round(size / range_s / 1e6, 1),
+            "ranges_ratio_vs_boto3": round(base_s / range_s, 3),
             "records_read_mb_s": round(size / record_s / 1e6, 1),
             "records_read_records_s": round(count / record_s),
             "records_ratio_vs_boto3": round(record_ratio, 3),
@@ -394,6 +409,7 @@ def run_remote_read(
             "remote_fetch_requests": requests,
             "runs_seconds": {
                 "remote_read": [round(x, 3) for x in batch_runs],
+                "ranges_read": [round(x, 3) for x in range_runs],
                 "records_read": [round(x, 3) for x in record_runs],
                 "baseline": [round(x, 3) for x in base_runs],
             },

@@ -17,8 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 FETCH_THREADS = 16
-"""Threads fetching remote chunks, shared by every log of the process (a log's own GETs in
-flight are bounded by its prefetch window: ``prefetch_bytes / fetch_bytes`` + 1)."""
+"""Threads fetching remote chunks, shared by every log of the process (a log has at most
+:data:`FETCH_DEPTH` GETs in flight)."""
+FETCH_DEPTH = 2
+"""Ranged GETs one log's reader has in flight at once: the one the reader is on and the
+next; the rest of its prefetch window waits in read order. GETs that run together share
+the bucket's bandwidth, so with more in flight the chunk a reader needs next arrives
+later (every group of the window finishes at about the same time) while the sum
+arrives no sooner once the link or the store's CPU is the limit."""
 COPY_THREADS = 8
 """Threads that upload segments and their manifests, shared by every log of the process
 (a log has at most ``copies_in_flight`` copies, two uploads each, in flight)."""

@@ -1,14 +1,22 @@
 """Reading one log's archived records from the bucket (Kafka's ``RemoteLogReader``).
 
 Reads of remote offsets look up the chunk in the remote-index files and fetch it with a
-ranged GET, coalescing consecutive chunks of one object into one request of up to
-``fetch_bytes`` and prefetching ahead of a sequential reader; chunks go through a
+ranged GET, coalescing consecutive chunks of one object into one request (a group) of up
+to ``fetch_bytes`` and prefetching ahead of a sequential reader; chunks go through a
 bounded on-disk LRU cache (:mod:`~tiered_log.remote.cache`), held in memory for their
 first read. Where the store can be opened again by another process (a directory or S3),
-the GET, the chunks' checks and the cache file writes run in the tier's worker process
-(:mod:`~tiered_log.remote.worker`), off the producers' interpreter; this process waits
-for them and reads the files. Every record's checksum is verified; a corrupt chunk raises
-RemoteCorruptionError and is dropped from the cache. Fetches wait for the fetch quota
+the GET and the cache file writes run in the tier's worker process
+(:mod:`~tiered_log.remote.worker`), off the producers' interpreter; it hands each chunk
+over as soon as its file is written, and this process reads the file (the ranges form
+names it, unread). Every batch is verified once, where this process reads it to serve
+it (never in the worker: damage to a file after its hand-over is caught too); a corrupt
+chunk raises RemoteCorruptionError and is dropped from the cache.
+
+Prefetching is a pipeline in read order: a log's groups wait in one queue and at most
+:data:`~tiered_log.remote.limits.FETCH_DEPTH` of them are fetched at once, so the chunks
+a reader needs next arrive first instead of sharing the bucket's bandwidth with the rest
+of the window (a group a reader waits for goes to the front of the queue); each chunk
+of a group can be read as soon as it is there. Fetches wait for the fetch quota
 (a node's, :class:`~tiered_log.remote.limits.TierLimits`), and a reader waits for its
 fetch at most ``fetch_max_wait_ms`` (:mod:`~tiered_log.remote.fetch_wait`). Two read
 forms: decoded :class:`~tiered_log.format.records.Record` lists (:meth:`RemoteReader.read_range`)
@@ -19,14 +27,16 @@ where they lie in the page cache; a chunk not on disk yet comes from memory).
 A page stops before a hole or damage; a read starting there gets the error.
 
 Thread-safety: reads are lock-free and may run from any thread (fetches run on the
-process-wide fetch pool).
+process-wide fetch pool; the queue and the in-flight map are guarded by one lock).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import (
@@ -42,11 +52,35 @@ from ..format.remote_index import RemoteLogIndexEntry
 from ..local.files import ReadFd
 from ..local.ranges import BytesPage, Page
 from .cache import ChunkCache
-from .limits import RateLimiter
+from .fetch_wait import wait_for_fetch
+from .limits import FETCH_DEPTH, RateLimiter
 from .state import TierState
 from .worker import StorageSpec, TierWorker, worker_for
 
 R = TypeVar("R")
+
+
+@dataclass(eq=False)
+class _Group:
+    """Consecutive chunks of one object fetched with one ranged GET; ``done[i]``
+    completes once chunk ``i`` can be read (or its fetch failed)."""
+
+    entries: list[RemoteLogIndexEntry]
+    done: list[Future[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.done = [Future() for _ in self.entries]
+
+
+def _settle(fut: Future[None], exc: BaseException | None = None) -> None:
+    """Complete ``fut`` (with ``exc``), unless it is complete or cancelled already."""
+    try:
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
+    except InvalidStateError:
+        pass
 
 
 class RemoteReader:
@@ -78,30 +112,66 @@ class RemoteReader:
         # writes are spread out instead of competing with producers all at once.
         self.fetch_limiter = fetch_limiter
         self._pool = pool
+        # Per chunk: the future of its fetch, queued or running (one per chunk of a group).
         self._inflight: dict[tuple[str, int], Future[None]] = {}
+        self._queue: deque[_Group] = deque()  # groups waiting, in the order they are read
+        self._running: set[Future[None]] = set()  # pool tasks of the groups being fetched
         self._persisting: set[Future[None]] = set()  # chunk cache file writes
         self._inflight_lock = threading.RLock()  # re-entered by done callbacks of finished futures
 
     def fetch_futures(self) -> set[Future[Any]]:
-        """The fetches under way (for the log's close)."""
+        """The fetches under way or queued (for the log's close: a queued one can be
+        cancelled, a running one is waited for)."""
         with self._inflight_lock:
-            return set(self._inflight.values())
+            return set(self._inflight.values()) | self._running
+
+    def _pump(self) -> None:
+        """Start queued groups while fewer than FETCH_DEPTH run (cancelled ones are
+        dropped)."""
+        with self._inflight_lock:
+            while len(self._running) < FETCH_DEPTH and self._queue:
+                g = self._queue.popleft()
+                live = [f.set_running_or_notify_cancel() for f in g.done]
+                if not any(live):
+                    continue  # the log is closing: nobody waits for it
+                task = self._pool.submit(self._run_group, g)
+                self._running.add(task)
+                task.add_done_callback(self._group_ended)
+
+    def _group_ended(self, task: Future[None]) -> None:
+        with self._inflight_lock:
+            self._running.discard(task)
+        self._pump()
+
+    def _run_group(self, g: _Group) -> None:
+        """Fetch one group; every chunk's future completes, with the error if it failed."""
+        try:
+            self._fetch_group(g.entries, g.done)
+        except BaseException as exc:
+            for f in g.done:
+                _settle(f, exc)
+            raise
+        for f in g.done:
+            _settle(f)
 
     def cache_writes(self) -> set[Future[None]]:
         """The chunk cache writes of finished fetches (for the log's close)."""
         with self._inflight_lock:
             return set(self._persisting)
 
-    def _fetch_group(self, group: Sequence[RemoteLogIndexEntry]) -> None:
-        """One ranged GET covering consecutive chunks of one object; caches each chunk.
-        In a worker process where the store allows (:mod:`~tiered_log.remote.worker`:
-        it GETs, verifies and writes the cache files; this process only waits)."""
+    def _fetch_group(
+        self, group: Sequence[RemoteLogIndexEntry], done: Sequence[Future[None]]
+    ) -> None:
+        """One ranged GET covering consecutive chunks of one object; caches each chunk
+        and completes ``done[i]`` once chunk ``i`` can be read. In a worker process where
+        the store allows (:mod:`~tiered_log.remote.worker`: it GETs and writes the cache
+        files; this process only waits)."""
         first, last = group[0], group[-1]
         start, end = first.position, last.position + last.data_length
         self._fetch_quota(end - start)
         placed = worker_for(self.st.config, self.st.storage)
         if placed is not None:
-            self._fetch_in_worker(*placed, group, start, end)
+            self._fetch_in_worker(*placed, group, done, start, end)
             return
         try:
             blob = self.st.storage.get(first.object_key, start, end)
@@ -116,8 +186,9 @@ class RemoteReader:
                 f"{first.object_key}: asked for {end - start} bytes at {start}, got {len(blob)}"
             )
         chunks = [(e, blob[e.position - start : e.position - start + e.data_length]) for e in group]
-        for e, data in chunks:
+        for (e, data), f in zip(chunks, done, strict=True):
             self.cache.hold(e.object_key, e.position, data)
+            _settle(f)
         # The files are written after this fetch counts as done: readers take the chunks
         # from memory and do not wait for the disk.
         fut = self._pool.submit(self._persist, chunks)
@@ -130,30 +201,41 @@ class RemoteReader:
         worker: TierWorker,
         spec: StorageSpec,
         group: Sequence[RemoteLogIndexEntry],
+        done: Sequence[Future[None]],
         start: int,
         end: int,
     ) -> None:
         cache = self.cache
         for e in group:
             cache.expect(e.object_key, e.position, e.data_length)
-        written: list[bool] = [False] * len(group)
+        entered = [False] * len(group)
+
+        def on_chunk(i: int, written: bool) -> None:  # the worker channel's thread
+            e = group[i]
+            cache.adopt(e.object_key, e.position, e.data_length, written)
+            entered[i] = True
+            # Counted before a reader can have it (it may be done before the fetch is).
+            self.st.stats.remote_fetch_requests += i == 0
+            self.st.stats.remote_fetch_bytes += e.data_length
+            _settle(done[i])
+
         try:
-            written = worker.fetch(
+            worker.fetch(
                 spec,
                 group[0].object_key,
                 start,
                 end,
-                [(e.position, e.data_length, e.first_offset) for e in group],
+                [(e.position, e.data_length) for e in group],
                 cache.directory,
+                on_chunk,
             )
         except RemoteStorageError:
             self.st.stats.remote_fetch_errors += 1
             raise
         finally:
-            for e, ok in zip(group, written, strict=True):
-                cache.adopt(e.object_key, e.position, e.data_length, ok)
-        self.st.stats.remote_fetch_requests += 1
-        self.st.stats.remote_fetch_bytes += end - start
+            for e, ok in zip(group, entered, strict=True):
+                if not ok:  # never handed over (the fetch failed): forget the expectation
+                    cache.adopt(e.object_key, e.position, e.data_length, False)
 
     def _fetch_quota(self, n: int) -> None:
         """Wait until ``n`` more bytes from the bucket fit the fetch quota (not past this
@@ -171,29 +253,31 @@ class RemoteReader:
             self.cache.persist(e.object_key, e.position, data)
 
     def _schedule(
-        self, entries: Sequence[RemoteLogIndexEntry]
+        self, entries: Sequence[RemoteLogIndexEntry], urgent: bool = False
     ) -> dict[tuple[str, int], Future[None]]:
-        """Start fetches for the entries not cached or in flight, coalesced by object."""
+        """Queue fetches for the entries not cached or in flight, coalesced by object,
+        in order; their futures (those already in flight too). ``urgent``: a reader
+        waits for the first entry now, so its group goes to the front of the queue."""
         futs: dict[tuple[str, int], Future[None]] = {}
         with self._inflight_lock:
             group: list[RemoteLogIndexEntry] = []
+            new: list[_Group] = []
 
             def flush() -> None:
                 if not group:
                     return
-                g = list(group)
-                fut = self._pool.submit(self._fetch_group, g)
-                for e in g:
-                    self._inflight[(e.object_key, e.position)] = fut
-                    futs[(e.object_key, e.position)] = fut
+                g = _Group(list(group))
+                new.append(g)
+                for e, f in zip(g.entries, g.done, strict=True):
+                    k = (e.object_key, e.position)
+                    self._inflight[k] = futs[k] = f
 
-                def done(f: Future[None], g: list[RemoteLogIndexEntry] = g) -> None:
-                    with self._inflight_lock:
-                        for e in g:  # only its own: a later fetch may have the chunk now
-                            if self._inflight.get((e.object_key, e.position)) is f:
-                                del self._inflight[(e.object_key, e.position)]
+                    def drop(f: Future[None], k: tuple[str, int] = k) -> None:
+                        with self._inflight_lock:  # only its own: a later fetch may have it now
+                            if self._inflight.get(k) is f:
+                                del self._inflight[k]
 
-                fut.add_done_callback(done)
+                    f.add_done_callback(drop)
                 group.clear()
 
             size = 0
@@ -219,7 +303,21 @@ class RemoteReader:
                 group.append(e)
                 size += e.data_length
             flush()
+            self._queue.extend(new)
+            if urgent and entries:
+                self._to_front(entries[0])
+        self._pump()
         return futs
+
+    def _to_front(self, entry: RemoteLogIndexEntry) -> None:
+        """Move the queued group holding ``entry`` to the front (caller holds the lock)."""
+        k = (entry.object_key, entry.position)
+        fut = self._inflight.get(k)
+        for g in self._queue:
+            if fut in g.done:
+                self._queue.remove(g)
+                self._queue.appendleft(g)
+                return
 
     def _covered(self, entries: Sequence[RemoteLogIndexEntry]) -> int:
         """Bytes of the leading ``entries`` already cached or being fetched."""
@@ -271,17 +369,7 @@ class RemoteReader:
         data = self.cache.get(entry.object_key, entry.position, entry.data_length)
         ahead = self._window(entry)
         if data is None:
-            futs = self._schedule([entry, *ahead])
-            fut = futs.get((entry.object_key, entry.position))
-            if fut is not None:  # waited for at most fetch_max_wait_ms (quota waits aside)
-                from .fetch_wait import wait_for_fetch
-
-                wait_for_fetch(
-                    fut,
-                    self.st.config.fetch_max_wait_ms,
-                    lambda: self.fetch_limiter.waiting > 0,
-                    f"{entry.object_key} bytes {entry.position}+{entry.data_length}",
-                )
+            self._fetch_now(entry, ahead)
             data = self.cache.get(entry.object_key, entry.position, entry.data_length)
             if data is None:  # evicted at once (a tiny cache): fetch directly
                 self._fetch_quota(entry.data_length)
@@ -294,6 +382,18 @@ class RemoteReader:
             self._top_up(ahead)
         self._check_start(entry, data)
         return data
+
+    def _fetch_now(self, entry: RemoteLogIndexEntry, ahead: list[RemoteLogIndexEntry]) -> None:
+        """Fetch ``entry`` (first in the queue) and queue ``ahead``; wait until ``entry``
+        can be read, at most fetch_max_wait_ms (quota waits aside)."""
+        fut = self._schedule([entry, *ahead], urgent=True).get((entry.object_key, entry.position))
+        if fut is not None:
+            wait_for_fetch(
+                fut,
+                self.st.config.fetch_max_wait_ms,
+                lambda: self.fetch_limiter.waiting > 0,
+                f"{entry.object_key} bytes {entry.position}+{entry.data_length}",
+            )
 
     def _top_up(self, ahead: list[RemoteLogIndexEntry]) -> None:
         """Prefetch ``ahead`` of a cached chunk read, only once half the window is
@@ -321,17 +421,32 @@ class RemoteReader:
         page's reader (``(file, view)``), when the page wants files and the file is on
         disk; else :meth:`_chunk`'s bytes (``(None, bytes)``)."""
         if page.wants_files:
-            fd = self.cache.open_file(entry.object_key, entry.position, entry.data_length)
-            if fd is not None:
-                try:
-                    data = page.reader(fd)(0, entry.data_length)
-                except OSError:  # unreadable cache file: drop it, fetch the chunk again
-                    self.cache.discard(entry.object_key, entry.position, entry.data_length)
-                else:
-                    self._top_up(self._window(entry))
-                    self._check_start(entry, data)
-                    return fd, data
+            placed = self._from_file(entry, page)
+            if placed is None and not self.cache.contains(
+                entry.object_key, entry.position, entry.data_length
+            ):  # not fetched yet: fetch it, then read the file handed over
+                self._fetch_now(entry, self._window(entry))
+                placed = self._from_file(entry, page)
+            if placed is not None:
+                return placed
         return None, self._chunk(entry)
+
+    def _from_file(
+        self, entry: RemoteLogIndexEntry, page: Page[Any]
+    ) -> tuple[ReadFd, bytes | memoryview] | None:
+        """The chunk read from its cache file through ``page``'s reader; None when the
+        file is not there (or unreadable: then it is dropped)."""
+        fd = self.cache.open_file(entry.object_key, entry.position, entry.data_length)
+        if fd is None:
+            return None
+        try:
+            data = page.reader(fd)(0, entry.data_length)
+        except OSError:  # unreadable cache file: drop it, fetch the chunk again
+            self.cache.discard(entry.object_key, entry.position, entry.data_length)
+            return None
+        self._top_up(self._window(entry))
+        self._check_start(entry, data)
+        return fd, data
 
     def _remote_end_above(self, offset: int) -> int:
         """The remote end, if ``offset`` is in the remote tier; else DataLossError."""

@@ -3,14 +3,18 @@
 A segment's copy has two heavy parts: uploading the store (boto3's request handling,
 checksums, multipart bookkeeping) and the scan that verifies every batch and cuts the
 store into chunks for the manifest; a catch-up read of archived data has one: fetching
-chunks (a ranged GET through boto3), verifying them and writing them to the chunk cache.
+chunks (a ranged GET through boto3) and writing them to the chunk cache.
 Run on threads of the process that appends, they take the GIL from the producers: a
 producer whose fsync returned waits for it, so an acknowledged append's p99 follows how
 busy tiering is. Here all three run in worker processes (:func:`shared_worker`,
 process-wide as the thread pools of :mod:`~tiered_log.remote.limits`): a worker reads
 the sealed segment file itself and uploads it through its own client of the same store,
-or GETs a range, verifies each chunk and writes its cache file itself
-(:func:`~tiered_log.remote.cache.write_chunk_file`); the log's process only waits
+or GETs a range and writes each chunk's cache file itself
+(:func:`~tiered_log.remote.cache.write_chunk_file`), telling the log's process about
+each chunk as soon as its file is there (a reader starts on the first chunk while the
+rest are written). The worker does not check a fetched chunk's batches: the reader
+checks every batch it serves, once, where it reads it (the cache file), so damage
+after the hand-over is caught too and no byte is checked twice. The log's process only waits
 (without the GIL) and keeps every decision: the copy journal, the leader's fence before
 the manifest is put (the commit point), rate limits, retries, cleanup and the chunk
 cache's bookkeeping stay where they were (:mod:`~tiered_log.remote.copy`,
@@ -24,6 +28,8 @@ The channel is its stdin and stdout, frames of::
     length   4 bytes, big-endian: the bytes of the pickle that follows
     pickle   request:  (task id, task name, args)   task name "upload", "scan" or "fetch"
              answer:   (task id, ok, result or the exception raised)
+             progress: (task id, None, value)   before the answer, any number ("fetch":
+                       (chunk index, written) as each chunk's cache file is written)
 
 between this package's own processes only. Only stores a worker can open again from
 plain arguments go there (a directory store and S3, :func:`spec_of`); any other (the
@@ -56,13 +62,13 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from ..errors import RemoteCorruptionError, RemoteStorageError
-from ..format.records import batch_table
 from ..format.remote_index import RemoteLogIndexEntry
 from .cache import chunk_file_name, write_chunk_file
 from .manifest import chunk_entries
@@ -169,12 +175,14 @@ def _fetch(
     key: str,
     start: int,
     end: int,
-    chunks: list[tuple[int, int, int]],
+    chunks: list[tuple[int, int]],
     cache_dir: str,
+    progress: Callable[[tuple[int, bool]], None],
 ) -> list[bool]:
-    """GET ``[start, end)`` of ``key``; for each chunk ``(position, length, first
-    offset)`` in it, verify its batches and write its chunk cache file. Whether each
-    was written (False: damaged; the reader then meets the damage itself)."""
+    """GET ``[start, end)`` of ``key``; write the chunk cache file of each chunk
+    ``(position, length)`` in it, in order, calling ``progress((index, written))`` as
+    each is done. Whether each was written. Nothing is checked here: the reader checks
+    every batch it serves (see the module docstring)."""
     blob = _store(spec).get(key, start, end)
     if len(blob) != end - start:
         raise RemoteCorruptionError(
@@ -182,14 +190,11 @@ def _fetch(
         )
     view = memoryview(blob)
     out: list[bool] = []
-    for position, length, first_offset in chunks:
+    for i, (position, length) in enumerate(chunks):
         data = view[position - start : position - start + length]
-        batches, verified = batch_table(data, first_offset)
-        out.append(
-            bool(batches)
-            and verified == length
-            and write_chunk_file(Path(cache_dir), chunk_file_name(key, position, length), data)
-        )
+        ok = write_chunk_file(Path(cache_dir), chunk_file_name(key, position, length), data)
+        out.append(ok)
+        progress((i, ok))
     return out
 
 
@@ -202,7 +207,13 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     write_lock = threading.Lock()
 
     def run(task_id: int, name: str, args: tuple[Any, ...]) -> None:
+        def progress(value: object) -> None:
+            with write_lock:
+                _write_frame(out, (task_id, None, value))
+
         try:
+            if name == "fetch":
+                args = (*args, progress)
             answer: tuple[Any, ...] = (task_id, True, _TASKS[name](*args))
         except BaseException as exc:  # returned to the caller, raised there
             answer = (task_id, False, exc)
@@ -241,6 +252,7 @@ class _Process:
             close_fds=True,
         )
         self.pending: dict[int, Future[Any]] = {}
+        self.progress: dict[int, Callable[[Any], None]] = {}
         self.lock = threading.Lock()
         self.dead: str | None = None
         self.reader = threading.Thread(
@@ -253,8 +265,18 @@ class _Process:
         try:
             while (ans := _read_frame(self.proc.stdout)) is not None:
                 task_id, ok, value = ans
+                if ok is None:  # progress of a task still under way
+                    with self.lock:
+                        report = self.progress.get(task_id)
+                    if report is not None:
+                        try:
+                            report(value)
+                        except Exception:  # the caller's bug must not end the channel
+                            log.exception("tier worker %d: progress report failed", self.proc.pid)
+                    continue
                 with self.lock:
                     fut = self.pending.pop(task_id, None)
+                    self.progress.pop(task_id, None)
                 if fut is not None:
                     if ok:
                         fut.set_result(value)
@@ -268,6 +290,7 @@ class _Process:
         with self.lock:
             self.dead = why
             pending, self.pending = self.pending, {}
+            self.progress = {}
         for fut in pending.values():
             fut.set_exception(
                 RemoteStorageError(
@@ -275,17 +298,28 @@ class _Process:
                 )
             )
 
-    def submit(self, task_id: int, name: str, args: tuple[Any, ...]) -> Future[Any]:
+    def submit(
+        self,
+        task_id: int,
+        name: str,
+        args: tuple[Any, ...],
+        progress: Callable[[Any], None] | None = None,
+    ) -> Future[Any]:
+        """Send a task; its future. ``progress`` gets the task's progress values, on
+        this process's channel thread, before the future completes (it must not block)."""
         fut: Future[Any] = Future()
         with self.lock:
             if self.dead is not None:
                 raise RemoteStorageError(self.dead, retriable=True)
             self.pending[task_id] = fut
+            if progress is not None:
+                self.progress[task_id] = progress
             try:
                 assert self.proc.stdin is not None
                 _write_frame(self.proc.stdin, (task_id, name, args))
             except (OSError, ValueError) as exc:
                 self.pending.pop(task_id, None)
+                self.progress.pop(task_id, None)
                 self.dead = f"the tier worker process is gone ({exc})"
                 raise RemoteStorageError(self.dead, retriable=True) from None
         return fut
@@ -319,14 +353,14 @@ class TierWorker:
         self._ids = itertools.count()
         self._turn = itertools.count()
 
-    def _run(self, name: str, *args: Any) -> Any:
+    def _run(self, name: str, *args: Any, progress: Callable[[Any], None] | None = None) -> Any:
         task_id = next(self._ids)
         with self._lock:
             i = next(self._turn) % self.processes
             p = self._procs[i]
             if p is None or p.dead is not None:
                 p = self._procs[i] = _Process(self.nice)
-        return p.submit(task_id, name, args).result()
+        return p.submit(task_id, name, args, progress).result()
 
     def upload(self, spec: StorageSpec, key: str, path: Path) -> int:
         """Put the file ``path`` at ``key`` of the store ``spec`` names, in a worker;
@@ -355,15 +389,28 @@ class TierWorker:
         key: str,
         start: int,
         end: int,
-        chunks: list[tuple[int, int, int]],
+        chunks: list[tuple[int, int]],
         cache_dir: Path,
+        on_chunk: Callable[[int, bool], None],
     ) -> list[bool]:
-        """In a worker: GET ``[start, end)`` of ``key``, verify each chunk ``(position,
-        length, first offset)`` and write its file into the chunk cache ``cache_dir``
-        (see :meth:`~tiered_log.remote.cache.ChunkCache.expect`); whether each was
-        written (False: its batches do not verify). The store's errors as it raises
+        """In a worker: GET ``[start, end)`` of ``key`` and write the file of each chunk
+        ``(position, length)`` into the chunk cache ``cache_dir`` (see
+        :meth:`~tiered_log.remote.cache.ChunkCache.expect`), in order; as each is done,
+        ``on_chunk(index, written)`` runs on the channel's thread (it must not block),
+        so a reader can start on it before the rest are written. Returns whether each
+        was written (False: the file could not be written). The chunks' batches are not
+        checked (the reader checks what it serves). The store's errors as it raises
         them; RemoteCorruptionError for a short answer."""
-        got: list[bool] = self._run("fetch", spec, key, start, end, chunks, str(cache_dir))
+        got: list[bool] = self._run(
+            "fetch",
+            spec,
+            key,
+            start,
+            end,
+            chunks,
+            str(cache_dir),
+            progress=lambda value: on_chunk(*value),
+        )
         return got
 
     def pids(self) -> list[int]:
