@@ -314,3 +314,55 @@ def test_metrics_count_kafka_produces_and_fetches(server: ServerProcess) -> None
     assert f'tiered_log_append_records_total{{topic="{topic}"}} 3' in text
     assert f'tiered_log_fetch_requests_total{{topic="{topic}",format="kafka"}} 2' in text
     assert f'tiered_log_fetch_records_total{{topic="{topic}"}} 3' in text
+
+
+def test_odd_values_and_random_bodies_never_break_the_server(server: ServerProcess) -> None:
+    """Well-formed requests with odd values get error codes; random bytes after a valid
+    header get an answer or a closed connection; the server keeps answering and logs no
+    traceback."""
+    import random
+
+    topic = "odd-values"
+    create_topic(server, topic)
+    with KafkaWire(server.kafka_bootstrap) as w:
+        w.call(PRODUCE, 9, produce_body(topic, batch(b"a")))
+        for partition, offset in ((-1, 0), (0, -5), (2**31 - 1, 0), (0, 2**62)):
+            part = w.call(FETCH, 12, fetch_body(topic, offset, partition=partition))
+            code = part.responses[0].partitions[0].error_code
+            assert code != ErrorCode.none, (partition, offset)
+        for ts in (-7, 2**62):
+            body = {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": -3, "current_leader_epoch": -1, "timestamp": ts}
+                        ],
+                    }
+                ],
+            }
+            got = w.call(LIST_OFFSETS, 7, body).topics[0].partitions[0]
+            assert got.error_code != ErrorCode.none
+        resp = w.call(PRODUCE, 9, produce_body(topic, batch(b"b"), acks=7))
+        assert resp.responses[0].partition_responses[0].error_code == (
+            ErrorCode.invalid_required_acks
+        )
+    rnd = random.Random(27)
+    for _ in range(60):
+        key = rnd.choice([PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS])
+        spec = APIS[key]
+        version = rnd.randint(spec.min_version, spec.max_version)
+        head = struct.pack(">hhih", key, version, 5, -1)
+        if version >= {PRODUCE: 9, FETCH: 12, LIST_OFFSETS: 6, METADATA: 9, API_VERSIONS: 3}[key]:
+            head += b"\x00"  # flexible: header v2's empty tagged fields
+        frame = head + rnd.randbytes(rnd.randint(0, 64))
+        with KafkaWire(server.kafka_bootstrap) as w:
+            w.sock.sendall(struct.pack(">i", len(frame)) + frame)
+            w.read_frame()  # an answer, or b"" when the server closed
+    with KafkaWire(server.kafka_bootstrap) as w:
+        assert w.call(
+            API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+        )
+    assert "Traceback" not in server.log()

@@ -46,6 +46,10 @@ from .messages import (
 
 log = logging.getLogger("tiered_log.kafka")
 
+MAX_WAIT_MS = 30_000
+"""The longest a fetch waits for ``min_bytes`` whatever its ``max_wait_ms`` says (the
+HTTP fetch's ``wait_ms`` has the same bound)."""
+
 UNKNOWN_OPERATIONS = -(2**31)
 """Authorized operations not computed (Kafka's INT32_MIN)."""
 
@@ -208,7 +212,8 @@ class Handlers:
         max_bytes = min(int(getattr(body, "max_bytes", cap)), cap)
         min_bytes = int(body.min_bytes)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0, millis(body.max_wait)) / 1000
+        wait_ms = min(max(0, millis(body.max_wait)), MAX_WAIT_MS)
+        deadline = loop.time() + wait_ms / 1000
         wanted = [
             (t.topic, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
             for t in body.topics
