@@ -14,6 +14,11 @@ Where a setting comes from, highest priority first:
 keys) into a :class:`ConfigError` whose text is one line,
 ``invalid setting <name>: <why>``, that never contains a secret (bearer tokens and the
 S3 secret key are kept out of error messages, ``repr`` and :meth:`Settings.redacted`).
+The name says where the value came from: ``port (TIERED_LOG_PORT)``, ``port (in
+FILE)``, ``port (--port)``. An unknown key is refused wherever it is: in the config file,
+and as a ``TIERED_LOG_*`` environment variable that is neither a setting nor one of
+:data:`OTHER_ENV` (a typo such as ``TIERED_LOG_REMOTE_CACH_BYTES`` would otherwise be
+ignored); both errors name the closest valid setting.
 
 The remote tier: ``remote_url`` is ``s3://bucket/prefix`` (with ``s3_endpoint_url``,
 ``s3_region``, ``s3_access_key``, ``s3_secret_key``, ``s3_path_style`` for S3-compatible
@@ -48,6 +53,7 @@ Settings objects are immutable pydantic models: safe to share between threads an
 from __future__ import annotations
 
 import contextvars
+import difflib
 import fnmatch
 import json
 import logging
@@ -58,6 +64,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
+    BaseModel,
     Field,
     SecretStr,
     ValidationError,
@@ -101,6 +108,29 @@ def _check_log_config(cfg: TopicConfig) -> TopicConfig:
     except InvalidArgumentError as exc:
         raise ValueError(str(exc)) from exc
     return cfg
+
+
+BUCKET_RULE = (
+    "S3 bucket names are 3-63 characters of lower-case letters, digits, '.' and '-', "
+    "starting and ending with a letter or digit"
+)
+
+
+def bucket_name_problem(bucket: str) -> str | None:
+    """Why ``bucket`` is not a valid S3 bucket name (one phrase and the rule), or None."""
+    if not bucket:
+        why = "the bucket name is missing"
+    elif not 3 <= len(bucket) <= 63:
+        why = f"bucket name {bucket!r} has {len(bucket)} characters"
+    elif bucket != bucket.lower():
+        why = f"bucket name {bucket!r} has upper-case letters"
+    elif bad := sorted({c for c in bucket if not (c.isalnum() and c.isascii()) and c not in ".-"}):
+        why = f"bucket name {bucket!r} has {''.join(bad)!r}"
+    elif not (bucket[0].isalnum() and bucket[-1].isalnum()):
+        why = f"bucket name {bucket!r} does not start and end with a letter or digit"
+    else:
+        return None
+    return f"{why}; {BUCKET_RULE}"
 
 
 def validate_topic_pattern(pattern: str) -> str:
@@ -375,9 +405,9 @@ class Settings(BaseSettings):
         if v is None or v == "":
             return None
         if v.startswith("s3://"):
-            bucket = v[5:].split("/", 1)[0]
-            if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
-                raise ValueError("s3://bucket/prefix needs a valid bucket name")
+            why = bucket_name_problem(v[5:].split("/", 1)[0])
+            if why:
+                raise ValueError(f"s3://bucket/prefix: {why}")
             return v
         if v.startswith("file://"):
             if not v[7:].startswith("/"):
@@ -509,6 +539,70 @@ _WARNED_INSIDE: set[Path] = set()
 """Remote tiers inside a data directory already warned about (once per process)."""
 
 
+ENV_PREFIX = "TIERED_LOG_"
+
+OTHER_ENV = frozenset({"CONFIG_FILE", "TOKEN", "URL", "ETCD_BIN", "DEBUG"})
+"""``TIERED_LOG_*`` variables that are not settings: the config file, the CLI's service
+URL and token, the etcd binary, the CLI's tracebacks (and ``TIERED_LOG_TEST_*``, the test
+suite's)."""
+
+
+def _closest(name: str, choices: list[str], spell: str = "{}") -> str:
+    """`` (did you mean X?)`` for the closest of ``choices`` (written as ``spell``
+    formats it; an environment variable's spelling is upper case), or ``""``."""
+    near = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    if not near:
+        return ""
+    written = spell.format(near[0])
+    return f" (did you mean {written.upper() if spell.startswith(ENV_PREFIX) else written}?)"
+
+
+def _model_of(field: str) -> type[BaseModel] | None:
+    """The settings model a field holds (its nested keys), if it is one."""
+    info = Settings.model_fields.get(field)
+    ann = info.annotation if info is not None else None
+    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+
+
+def check_env_names(environ: dict[str, str]) -> None:
+    """Refuse a ``TIERED_LOG_*`` variable that names no setting (nor a nested key of
+    one, after ``__``), naming the closest valid variable. Names are case-insensitive,
+    as the settings' environment source reads them."""
+    fields = sorted(Settings.model_fields)
+    for var in sorted(environ):
+        upper = var.upper()
+        if not upper.startswith(ENV_PREFIX):
+            continue
+        rest = upper[len(ENV_PREFIX) :]
+        if rest in OTHER_ENV or rest.startswith("TEST_"):
+            continue
+        top, sep, sub = rest.lower().partition("__")
+        if top not in Settings.model_fields:
+            spell = ENV_PREFIX + "{}"
+            raise ConfigError(var, "unknown setting" + _closest(top, fields, spell))
+        model = _model_of(top)
+        key = sub.split("__", 1)[0]
+        if sep and model is not None and key not in model.model_fields:
+            spell = f"{ENV_PREFIX}{top}__{{}}"
+            near = _closest(key, sorted(model.model_fields), spell)
+            raise ConfigError(var, f"unknown key of {top}" + near)
+
+
+def _source_of(field: str, overrides: dict[str, Any], file: str | None) -> str:
+    """Where ``field``'s value came from, as the user wrote it: ``--flag``, the
+    ``TIERED_LOG_*`` variable, ``in FILE``; ``""`` for a default."""
+    if field in overrides:
+        return "--" + field.replace("_", "-")
+    want = f"{ENV_PREFIX}{field.upper()}"
+    for var in os.environ:
+        if var.upper() == want or var.upper().startswith(want + "__"):
+            return var
+    data = _FILE_DATA.get() or {}
+    if file is not None and field in data:
+        return f"in {file}"
+    return ""
+
+
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_bytes()
@@ -540,7 +634,9 @@ def _error_name(loc: tuple[int | str, ...]) -> str:
     return ".".join(parts).replace(".[", "[")
 
 
-def _from_validation_error(exc: ValidationError) -> ConfigError:
+def _from_validation_error(
+    exc: ValidationError, overrides: dict[str, Any], file: str | None
+) -> ConfigError:
     errors = exc.errors(include_url=False, include_input=False)
     first = errors[0]
     loc = tuple(first.get("loc", ()))
@@ -555,7 +651,17 @@ def _from_validation_error(exc: ValidationError) -> ConfigError:
             name, rest = "settings", msg
         msg = rest
     if first.get("type") == "extra_forbidden":
-        msg = "unknown setting"
+        where = f" in {file}" if file else ""
+        if len(loc) == 1:
+            msg = f"unknown setting{where}" + _closest(str(loc[0]), sorted(Settings.model_fields))
+        else:
+            model = _model_of(str(loc[0]))
+            keys = sorted(model.model_fields) if model is not None else []
+            msg = f"unknown setting{where}" + _closest(str(loc[-1]), keys)
+    elif loc and isinstance(loc[0], str):
+        source = _source_of(loc[0], overrides, file)
+        if source:
+            name = f"{name} ({source})"
     more = len(errors) - 1
     if more:
         msg += f" (and {more} more problem{'s' if more > 1 else ''})"
@@ -571,15 +677,19 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
     """
     path = config_file if config_file is not None else os.environ.get("TIERED_LOG_CONFIG_FILE")
     data = _read_config_file(Path(path)) if path else {}
+    check_env_names(dict(os.environ))
+    given = {k: v for k, v in overrides.items() if v is not None}
     token = _FILE_DATA.set(data)
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return Settings(**given)
     except ValidationError as exc:
-        raise _from_validation_error(exc) from None
+        raise _from_validation_error(exc, given, str(path) if path else None) from None
     except SettingsError as exc:
         # pydantic-settings' parse errors name the field and source, never the value.
         m = re.search(r'field "([^"]+)"', str(exc))
         name = m.group(1) if m else "environment"
+        source = _source_of(name, {}, None) if m else ""
+        name = f"{name} ({source})" if source else name
         raise ConfigError(
             name, "cannot parse the value from the environment (expected JSON)"
         ) from None
@@ -588,14 +698,18 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
 
 
 __all__ = [
+    "BUCKET_RULE",
     "GRANTS",
     "MAX_INT",
     "MAX_SEGMENT_BYTES",
+    "OTHER_ENV",
     "TOPIC_DEFAULTS",
     "ConfigError",
     "Grant",
     "Settings",
     "TopicConfig",
+    "bucket_name_problem",
+    "check_env_names",
     "load_settings",
     "validate_topic_pattern",
 ]

@@ -395,7 +395,8 @@ def test_cli_serve_invalid_settings(tmp_path: Path) -> None:
     )
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
-        "tiered-log: invalid setting port: Input should be a valid integer, unable to parse "
+        "tiered-log: invalid setting port (TIERED_LOG_PORT): Input should be a valid integer, "
+        "unable to parse "
         "string as an integer"
     ]
 

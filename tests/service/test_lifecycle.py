@@ -199,7 +199,7 @@ def test_invalid_config_file_and_cli_overrides(tmp_path: Path) -> None:
     p = _run_server(service_env(), "--config", str(unknown))
     assert p.returncode == 2 and "invalid setting prot: unknown setting" in p.stderr
     p = _run_server(service_env(), "--port", "-5")
-    assert p.returncode == 2 and p.stderr.startswith("tiered-log: invalid setting port:")
+    assert p.returncode == 2 and p.stderr.startswith("tiered-log: invalid setting port (--port):")
 
 
 def test_config_file_settings_and_priority(tmp_path: Path) -> None:

@@ -64,14 +64,22 @@ MAX_DELAY_S = 0.5
 
 def parse_urls(urls: str | Sequence[str]) -> list[str]:
     """The node URLs a client is given: one URL, a comma-separated string of them, or a
-    sequence; trailing slashes dropped, duplicates removed, order kept.
-    InvalidArgumentError when there is none."""
+    sequence; trailing slashes dropped, duplicates removed, order kept. A bare
+    ``host:port`` means ``http://host:port`` (as kcat's and rpk's broker lists).
+    InvalidArgumentError when there is none, or for a scheme other than http(s)."""
     items = (
         urls.split(",") if isinstance(urls, str) else [u for part in urls for u in part.split(",")]
     )
     out: list[str] = []
     for u in items:
         u = u.strip().rstrip("/")
+        if u and "://" not in u:
+            u = "http://" + u
+        scheme = u.partition("://")[0].lower()
+        if u and scheme not in ("http", "https"):
+            raise E.InvalidArgumentError(
+                f"service URL {u!r}: the scheme must be http:// or https://"
+            )
         if u and u not in out:
             out.append(u)
     if not out:

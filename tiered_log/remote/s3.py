@@ -141,7 +141,11 @@ class S3Storage:
         get_retries: int | None = None,
     ) -> None:
         if not isinstance(bucket, str) or not _BUCKET_RE.match(bucket):
-            raise InvalidArgumentError(f"invalid S3 bucket name {bucket!r}")
+            raise InvalidArgumentError(
+                f"invalid S3 bucket name {bucket!r}: bucket names are 3-255 letters, digits, "
+                "'.', '_' and '-', starting with a letter or digit (new buckets: 3-63, "
+                "lower-case, no '_')"
+            )
         prefix = prefix.strip("/")
         if prefix:
             try:

@@ -58,6 +58,9 @@ def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAP
         description="A segmented, append-only commit log with a tiered remote store. "
         'Errors are always JSON `{"error": {"code", "message", "retriable"}}`.',
         lifespan=make_lifespan(state, preloaded=topics is not None),
+        # /v1/topics/ is a JSON 404 naming /v1/topics, not an empty 307 (curl without
+        # -L printed nothing and a POST there created nothing).
+        redirect_slashes=False,
     )
     app.state.service = state
     app.add_middleware(ServiceMiddleware, state=state)

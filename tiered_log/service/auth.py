@@ -6,9 +6,10 @@ offsets, bounds, describe), ``write`` (append), ``admin`` (create, delete, trunc
 implies read and write). With no tokens configured authentication is off and every
 request may do everything.
 
-A request without a valid ``Authorization: Bearer <token>`` gets 401; a valid token
-without the grant gets 403. Both are decided before any topic is looked up, so the
-answer never reveals data, nor whether the topic exists.
+A request without a valid ``Authorization: Bearer <token>`` gets 401 (the message also
+says how the ``tiered-log`` command sends one); a valid token without the grant gets 403
+naming the grant and the topic asked for. Both are decided before any topic is looked
+up, so the answer never reveals data, nor whether the topic exists.
 
 Tokens are compared in constant time against their SHA-256 digests; the tokens
 themselves are kept nowhere else and never logged. Immutable after construction: safe
@@ -67,6 +68,12 @@ class Principal:
 ANONYMOUS_ALL = Principal("anonymous", None)
 
 
+SEND_TOKEN = (
+    "send Authorization: Bearer <token> (tiered-log commands: --token TOKEN or "
+    "$TIERED_LOG_TOKEN; the Python client: token=)"
+)
+
+
 class Authenticator:
     """Checks bearer tokens against the configured ones; see the module docstring."""
 
@@ -93,24 +100,26 @@ class Authenticator:
         if not self._entries:
             return ANONYMOUS_ALL
         if not authorization:
-            raise AuthenticationError("authentication required: send Authorization: Bearer <token>")
+            raise AuthenticationError(f"authentication required: {SEND_TOKEN}")
         scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
-            raise AuthenticationError("authentication required: send Authorization: Bearer <token>")
+            raise AuthenticationError(f"authentication required: {SEND_TOKEN}")
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         found: Principal | None = None
         for known, principal in self._entries:
             if hmac.compare_digest(known, digest):  # check all: no early exit on a match
                 found = principal
         if found is None:
-            raise AuthenticationError("invalid bearer token")
+            raise AuthenticationError(
+                "invalid bearer token: it is not one of the service's auth_tokens"
+            )
         return found
 
     def authorize(self, principal: Principal, topic: str, grant: Grant) -> None:
         """Raise PermissionDeniedError unless ``principal`` has ``grant`` on ``topic``."""
         if not principal.allows(topic, grant):
-            raise PermissionDeniedError(f"this token has no {grant!r} grant on the topic")
+            raise PermissionDeniedError(f"this token has no {grant!r} grant on topic {topic!r}")
 
 
 __all__ = [

@@ -22,6 +22,7 @@ they keep no state. Safe from any task.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -39,6 +40,7 @@ from ..errors import (
     TieredLogError,
     status_of,
 )
+from ..topic_config import TopicConfig
 from .wire import error_json
 
 log = logging.getLogger("tiered_log.service")
@@ -99,9 +101,24 @@ async def on_library_error(request: Request, exc: Exception) -> Response:
     )
 
 
+def _unknown_key_message(loc: tuple[Any, ...]) -> str | None:
+    """For a key a body may not have: the keys it may, when they are a topic config's."""
+    if len(loc) >= 2 and loc[-2] == "config":
+        valid = sorted(TopicConfig.model_fields)
+        near = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        return f"unknown topic setting{hint}; valid: {', '.join(valid)}"
+    return None
+
+
 async def on_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    errors = [{k: v for k, v in e.items() if k in ("loc", "msg")} for e in exc.errors()]
+    errors = []
+    for e in exc.errors():
+        err = {k: v for k, v in e.items() if k in ("loc", "msg")}
+        if e.get("type") == "extra_forbidden":
+            err["msg"] = _unknown_key_message(tuple(e.get("loc", ()))) or "unknown field"
+        errors.append(err)
     return error_response(400, "invalid_request", validation_message(errors))
 
 
@@ -121,6 +138,9 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     msg = exc.detail if isinstance(exc.detail, str) else "request failed"
     if exc.status_code == 404 and msg == "Not Found":
         msg = f"no such endpoint: {request.method} {request.url.path}"
+        path = request.url.path
+        if len(path) > 1 and path.endswith("/") and _routed(request, path.rstrip("/")):
+            msg += f" (without the trailing slash: {path.rstrip('/')})"
     headers = dict(exc.headers) if exc.headers else None
     if exc.status_code == 405:
         headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
@@ -140,6 +160,12 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+def _routed(request: Request, path: str) -> bool:
+    """Whether some route of the app takes ``path`` with the request's method."""
+    scope = {**request.scope, "path": path}
+    return any(route.matches(scope)[0] == Match.FULL for route in request.app.routes)
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE")
