@@ -86,8 +86,24 @@ def input_lines(stream: IO[bytes]) -> Iterator[bytes]:
         yield line
 
 
+APPEND_IS_LOCAL = (
+    "append writes a log directory on this machine, it does not send to a service; "
+    "to produce to a service's topic, use: {prog} produce {topic}"
+)
+
+
 def _append_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("directory", metavar="DIR", help="log directory (created if needed)")
+    p.description = (
+        "Append each line of stdin (or --file) as one record to the local log in directory "
+        "DIR, created if missing. This writes files on this machine and talks to no "
+        f"service: to send records to a topic of a running service, use '{PROG} produce "
+        "TOPIC'."
+    )
+    p.add_argument(
+        "directory",
+        metavar="DIR",
+        help="local log directory (created if needed; not a service topic)",
+    )
     p.add_argument("--key", help="key of every record (UTF-8); default: no key")
     p.add_argument("--file", metavar="F", help="read lines from F instead of stdin ('-' = stdin)")
     p.add_argument(
@@ -106,11 +122,18 @@ def _append_args(p: argparse.ArgumentParser) -> None:
     progress_flag(p)
 
 
-@COMMANDS.command("append", "append each line of stdin (or --file) as one record", _append_args)
+@COMMANDS.command(
+    "append",
+    "append lines of stdin (or --file) as records to a local log directory (not a topic: "
+    "see produce)",
+    _append_args,
+)
 def cmd_append(args: argparse.Namespace) -> int:
     """Append lines as records in batches, flush (fsync), print the offsets appended.
 
-    Empty lines are skipped (a record value cannot be empty) and counted on stderr.
+    Empty lines are skipped (a record value cannot be empty) and counted on stderr. When
+    DIR did not exist, one line on stderr says it was created and that ``produce`` is the
+    command for a service's topic (a Kafka user may take ``append orders`` for one).
     """
     from ..format.records import ProducerRecord
     from ..local.log import Log
@@ -121,6 +144,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     from_file = args.file is not None and args.file != "-"
     stream: IO[bytes] = open(args.file, "rb") if from_file else sys.stdin.buffer  # noqa: SIM115
     total = os.fstat(stream.fileno()).st_size if from_file else None
+    created = not os.path.lexists(args.directory)
     first = last = None
     count = skipped = 0
     try:
@@ -155,6 +179,10 @@ def cmd_append(args: argparse.Namespace) -> int:
     finally:
         if from_file:
             stream.close()
+    if created:  # after success: an error stays one line
+        name = Path(args.directory).name or str(args.directory)
+        topic = APPEND_IS_LOCAL.format(prog=PROG, topic=name)
+        note(f"created the local log directory {args.directory} ({topic})")
     if skipped:
         note(
             f"skipped {skipped} empty line{'s' if skipped != 1 else ''} (a record value cannot be empty)"
