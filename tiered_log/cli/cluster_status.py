@@ -162,6 +162,13 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         sys.stderr.write("\n")
     if args.json:
         print(json.dumps({"partitions": parts}, indent=2))
+    elif not parts:
+        only = f" of topic(s) {', '.join(args.topic)}" if args.topic else ""
+        print(
+            f"no partitions{only}: the cluster has no topics"
+            if not only
+            else f"no partitions{only}"
+        )
     else:
         for part in parts:
             print(_line(part))

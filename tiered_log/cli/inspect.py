@@ -57,15 +57,15 @@ def _dump_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "path",
         metavar="PATH",
-        help="a store (.log), offset index (.index) or time index (.timeindex) file, "
-        "or a log directory (dumps every file)",
+        help="a store (.log), offset index (.index), time index (.timeindex) or remote "
+        "segment manifest (.rli) file, or a directory (dumps every such file)",
     )
     p.add_argument(
         "--print-data", action="store_true", help="print each record's key, value and headers"
     )
     p.add_argument(
         "--type",
-        choices=("log", "index", "timeindex"),
+        choices=("log", "index", "timeindex", "rli"),
         help="how to read PATH when its name does not say",
     )
 
@@ -91,6 +91,10 @@ def cmd_dump(args: argparse.Namespace) -> int:
         if args.type is not None:
             raise UsageError("--type applies to a file, not a directory")
         dump_directory(path, args.print_data, out, totals)
+    elif args.type == "rli" or (args.type is None and path.name.endswith(naming.RLI_SUFFIX)):
+        from ..tools.dump import dump_manifest
+
+        dump_manifest(path, out, totals)
     else:
         kind_base = segment_file_kind(path)
         base = kind_base[1] if kind_base is not None else None
@@ -98,8 +102,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
             kind = args.type
         elif kind_base is None:
             raise UsageError(
-                f"cannot tell what {path.name} is: name it *.log, *.index or "
-                f"*.timeindex, or pass --type"
+                f"cannot tell what {path.name} is: name it *.log, *.index, *.timeindex "
+                f"or *.rli, or pass --type"
             )
         else:
             kind = kind_base[0]

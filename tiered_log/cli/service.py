@@ -49,6 +49,7 @@ from .registry import (
     positive_int,
     timestamp_ms,
 )
+from .topics_view import print_topic, print_topic_list
 
 COMMANDS = CommandGroup()
 """``serve``, ``topics ...``, ``produce``, ``consume``."""
@@ -390,17 +391,26 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(topics, indent=2))
     else:
-        for t in topics:
-            print(f"{t['name']}\t{t['partitions']}")
+        print_topic_list(topics, sys.stdout)
     return 0
 
 
-@TOPICS.command("describe", "describe a topic (JSON)", _topic_name_args)
+def _topics_describe_args(p: argparse.ArgumentParser) -> None:
+    _topic_name_args(p)
+    p.add_argument("--json", action="store_true", help="print the service's JSON answer")
+
+
+@TOPICS.command(
+    "describe", "a topic's configuration and partitions (--json: JSON)", _topics_describe_args
+)
 @_guard
 def cmd_topics_describe(args: argparse.Namespace) -> int:
     with _client(args) as c:
         d = c.describe_topic(args.name)
-    print(json.dumps(d, indent=2))
+    if args.json:
+        print(json.dumps(d, indent=2))
+    else:
+        print_topic(d, sys.stdout)
     return 0
 
 

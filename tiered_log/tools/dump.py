@@ -4,7 +4,12 @@ Like Kafka's ``kafka-dump-log``: :func:`dump_file` prints one store (``.log``: a
 batch with its header fields and whether it verifies, then a ``| offset: ...`` line per
 record of a batch that verifies), offset index (``.index``) or time index
 (``.timeindex``: each entry checked against the store next to it), and a summary line;
-:func:`dump_directory` prints every segment file of a log directory by base offset.
+:func:`dump_manifest` prints a copied segment's manifest (``.rli``: the segment, its
+index entries and remoteLogIndex entries, then the checks a rebuild makes on it:
+checksum, header against the name, entries tiling offsets and bytes, and the data
+object's size when the ``.log`` object is beside it, as in a local-directory remote
+tier); :func:`dump_directory` prints every segment file of a log directory by base
+offset, then its manifests.
 :class:`DumpTotals` carries what one dump learns across files (damaged files, for the
 exit status; store scans, shared by a segment's two index files). :func:`text_field` is
 the one-line text form of a key or value (also used by ``tiered-log read``).
@@ -16,11 +21,16 @@ raised. One dump per :class:`DumpTotals`; not thread-safe.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
+from ..errors import CorruptIndexError, RemoteCorruptionError
 from ..format import naming
+from ..format.index import OFFSET_ENTRY, OFFSET_ENTRY_SIZE, TIME_ENTRY, TIME_ENTRY_SIZE
+from ..format.remote_index import decode_entries
+from ..remote.manifest import decode_manifest
 from .index_check import check_offset_index, check_time_index, read_offset_index, read_time_index
 from .store import StoreDamage, StoreScan, iter_store, scan_store
 from .verify import segment_file_kind
@@ -235,6 +245,82 @@ def _dump_index(path: Path, base: int | None, kind: str, out: TextIO, totals: Du
     )
 
 
+def _key_of(path: Path, blob: bytes) -> str:
+    """The manifest's object key: the path's tail the entries' data key names (they
+    carry it), else the file name."""
+    head, _, rest = blob.partition(b"\n")
+    try:
+        fields = json.loads(head)
+        skip = int(fields.get("index_bytes", 0)) + int(fields.get("timeindex_bytes", 0))
+        entries = [e for _, e in decode_entries(memoryview(rest)[skip:])]
+    except (ValueError, TypeError, AttributeError, CorruptIndexError):
+        return path.name
+    if not entries:
+        return path.name
+    data_key = entries[0].object_key
+    key = data_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
+    return key if str(path).endswith("/" + key) or path.name == key else path.name
+
+
+def dump_manifest(path: Path, out: TextIO, totals: DumpTotals) -> None:
+    """Print manifest ``path`` entry by entry and check it; a damaged one counts in
+    ``totals.damaged_files``."""
+    blob = path.read_bytes()
+    key = _key_of(path, blob)
+    data = path.with_name(path.name[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX)
+    data_size = data.stat().st_size if data.is_file() else None
+    print(f"Dumping {path} (remote segment manifest)", file=out)
+    try:
+        rs, entries, index, timeindex = decode_manifest(blob, key, data_size)
+    except RemoteCorruptionError as exc:
+        totals.damaged_files += 1
+        print(f"PROBLEM: {exc.message}", file=out)
+        print("Summary: damaged; nothing in it is believed (a rebuild makes it again)", file=out)
+        return
+    checksum = "checksum ok" if b'"checksum"' in blob.partition(b"\n")[0] else "no checksum"
+    print(
+        f"segment: id: {rs.id} base_offset: {rs.base_offset} next_offset: {rs.next_offset} "
+        f"size: {rs.size} first_timestamp: {rs.first_timestamp} "
+        f"max_timestamp: {rs.max_timestamp} chunks: {rs.chunks} ({checksum})",
+        file=out,
+    )
+    whole = len(index) - len(index) % OFFSET_ENTRY_SIZE
+    offsets = list(OFFSET_ENTRY.iter_unpack(index[:whole]))
+    print(f"offset index: {plural(len(offsets), 'entry', 'entries')}", file=out)
+    for i, (rel, pos) in enumerate(offsets):
+        print(
+            f"  entry: {i} offset: {rs.base_offset + rel} relative_offset: {rel} position: {pos}",
+            file=out,
+        )
+    whole = len(timeindex) - len(timeindex) % TIME_ENTRY_SIZE
+    times = list(TIME_ENTRY.iter_unpack(timeindex[:whole]))
+    print(f"time index: {plural(len(times), 'entry', 'entries')}", file=out)
+    for i, (ts, rel) in enumerate(times):
+        print(
+            f"  entry: {i} max_timestamp: {ts} offset: {rs.base_offset + rel} "
+            f"relative_offset: {rel}",
+            file=out,
+        )
+    print(f"remoteLogIndex: {plural(len(entries), 'entry', 'entries')}", file=out)
+    for i, e in enumerate(entries):
+        print(
+            f"  chunk: {i} offsets: {e.first_offset}..{e.last_offset} timestamps: "
+            f"{e.first_timestamp}..{e.last_timestamp} position: {e.position} "
+            f"length: {e.data_length} object: {e.object_key}",
+            file=out,
+        )
+    size = (
+        f"data object {data.name}: {data_size:,} bytes, as it says"
+        if data_size is not None
+        else "data object not beside it: its size not checked"
+    )
+    print(
+        f"Summary: offsets {rs.base_offset}..{rs.next_offset - 1} in "
+        f"{plural(len(entries), 'chunk')}, consistent; {size}",
+        file=out,
+    )
+
+
 def dump_file(
     path: Path, kind: str, base: int | None, print_data: bool, out: TextIO, totals: DumpTotals
 ) -> None:
@@ -245,22 +331,39 @@ def dump_file(
 
 
 def dump_directory(path: Path, print_data: bool, out: TextIO, totals: DumpTotals) -> None:
-    """Dump every segment file of ``path``: by base offset, then store, index, time index."""
+    """Dump every segment file of ``path``: by base offset, then store, index, time index;
+    then every remote segment manifest (``.rli``, as a local-directory remote tier holds
+    them)."""
     order = ("log", "index", "timeindex")
     files: list[tuple[int, int, Path, str]] = []
+    manifests: list[Path] = []
     for p in sorted(path.iterdir()):
         kind, base = segment_file_kind(p) or ("", None)
-        if base is not None and p.is_file():
+        if p.name.endswith(naming.RLI_SUFFIX) and p.is_file():
+            manifests.append(p)
+        elif base is not None and p.is_file():
             files.append((base, order.index(kind), p, kind))
         else:
             print(f"Skipping {p} (not a segment file)", file=out)
     files.sort()
-    if not files:
+    if not files and not manifests:
         print(f"No segment files in {path}", file=out)
     for base, _, p, kind in files:
         dump_file(p, kind, base, print_data, out, totals)
         print(file=out)
-    print(f"Dumped {len(files)} files; {totals.damaged_files} with problems", file=out)
+    for p in manifests:
+        dump_manifest(p, out, totals)
+        print(file=out)
+    count = plural(len(files) + len(manifests), "file")
+    print(f"Dumped {count}; {totals.damaged_files} with problems", file=out)
 
 
-__all__ = ["DumpTotals", "dump_directory", "dump_file", "headers_text", "plural", "text_field"]
+__all__ = [
+    "DumpTotals",
+    "dump_directory",
+    "dump_file",
+    "dump_manifest",
+    "headers_text",
+    "plural",
+    "text_field",
+]
