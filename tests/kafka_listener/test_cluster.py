@@ -203,3 +203,18 @@ def test_producer_and_consumer_move_to_the_new_leader(cluster: DevCluster) -> No
         assert {v for v in acked.values()} == {b"fo-%d" % i for i in range(400)}
     finally:
         victim.start()
+
+
+def test_metadata_keeps_every_broker_while_etcd_is_out_of_reach(cluster: DevCluster) -> None:
+    """With etcd paused, Metadata still names the three brokers (the last list read),
+    not only the node asked."""
+    addresses = {n.node_id: n.kafka_address for n in cluster.nodes.values()}
+    node = cluster.nodes[1]
+    with KafkaWire(node.kafka_address) as w:
+        w.call(METADATA, 12, metadata_body())  # read once while etcd answers
+        cluster.etcd.pause()
+        try:
+            resp = w.call(METADATA, 12, metadata_body())
+        finally:
+            cluster.etcd.resume()
+    assert {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers} == addresses

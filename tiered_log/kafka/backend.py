@@ -102,6 +102,7 @@ class Backend:
         self.advertised = advertised
         self.node_id = state.settings.node_id if state.settings.node_id is not None else 0
         self.cluster_id = state.settings.cluster_name
+        self._last_brokers: list[Broker] = []
 
     @property
     def auto_create(self) -> bool:
@@ -111,8 +112,8 @@ class Backend:
 
     async def brokers(self) -> list[Broker]:
         """The brokers a client may connect to: this node, and in a cluster every live
-        node with a Kafka listener (from their membership records in etcd; this node
-        alone while etcd cannot be reached)."""
+        node with a Kafka listener (from their membership records in etcd; the last
+        list read while etcd cannot be reached)."""
         host, port = self.advertised
         me = Broker(self.node_id, host, port)
         cluster = self.state.cluster
@@ -121,13 +122,14 @@ class Backend:
         try:
             addresses = await asyncio.to_thread(cluster.membership.kafka_addresses)
         except TieredLogError:
-            return [me]
+            return self._last_brokers or [me]
         out = {me.node_id: me}
         for node_id, addr in addresses.items():
             h, _, p = addr.rpartition(":")
             if node_id != me.node_id and h and p.isdigit():
                 out[node_id] = Broker(node_id, h.strip("[]"), int(p))
-        return [out[n] for n in sorted(out)]
+        self._last_brokers = [out[n] for n in sorted(out)]
+        return self._last_brokers
 
     def controller_id(self) -> int:
         return self.node_id
