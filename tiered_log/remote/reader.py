@@ -426,16 +426,17 @@ class RemoteReader:
                 entry.object_key, entry.position, entry.data_length
             ):  # not fetched yet: fetch it, then read the file handed over
                 self._fetch_now(entry, self._window(entry))
-                placed = self._from_file(entry, page)
+                placed = self._from_file(entry, page, top_up=False)  # just queued
             if placed is not None:
                 return placed
         return None, self._chunk(entry)
 
     def _from_file(
-        self, entry: RemoteLogIndexEntry, page: Page[Any]
+        self, entry: RemoteLogIndexEntry, page: Page[Any], top_up: bool = True
     ) -> tuple[ReadFd, bytes | memoryview] | None:
-        """The chunk read from its cache file through ``page``'s reader; None when the
-        file is not there (or unreadable: then it is dropped)."""
+        """The chunk read from its cache file through ``page``'s reader (and the window
+        after it topped up, unless not ``top_up``); None when the file is not there (or
+        unreadable: then it is dropped)."""
         fd = self.cache.open_file(entry.object_key, entry.position, entry.data_length)
         if fd is None:
             return None
@@ -444,7 +445,8 @@ class RemoteReader:
         except OSError:  # unreadable cache file: drop it, fetch the chunk again
             self.cache.discard(entry.object_key, entry.position, entry.data_length)
             return None
-        self._top_up(self._window(entry))
+        if top_up:
+            self._top_up(self._window(entry))
         self._check_start(entry, data)
         return fd, data
 
