@@ -22,7 +22,9 @@ flush, truncate, retention, close) serialize on one lock; reads take no lock: th
 a snapshot of the segment list and ``pread`` their own descriptors, so a reader of a
 sealed segment never blocks a producer. A read racing a truncation of the same range may
 fail with :class:`~tiered_log.errors.OffsetOutOfRangeError` or return records the
-truncation then removes.
+truncation then removes. The lock never leaves the class: a caller that needs the end
+to hold still while it decides (a follower's copy, a leader epoch starting at the end)
+passes a callback to :meth:`Log.append_copy` or :meth:`Log.at_end`.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ..errors import (
     InvalidArgumentError,
@@ -50,6 +53,8 @@ from ..topic_config import MAX_SEGMENT_BYTES, TOPIC_DEFAULTS, TopicConfig, no_li
 from .files import fsync_dir
 from .segment import Segment, SegmentInfo
 from .segment_index import IndexCache
+
+T = TypeVar("T")
 
 LOCK_FILE = ".lock"
 """Held (flock) by the one open Log of a directory."""
@@ -135,6 +140,31 @@ class RecoveryReport:
     truncated_bytes: int
     rebuilt_indexes: int
     removed_files: int
+
+
+def split_batches_at(batch: EncodedBatch, at: set[int]) -> list[EncodedBatch]:
+    """``batch`` cut before each of its batches whose base offset is in ``at`` (where
+    another log's segments begin); the pieces share no bytes with each other."""
+    if not at:
+        return [batch]
+    out: list[EncodedBatch] = []
+    start = 0
+    infos = batch.batches
+    for i in range(1, len(infos) + 1):
+        if i == len(infos) or infos[i].base_offset in at:
+            part = infos[start:i]
+            first, last = part[0], part[-1]
+            lo, hi = first.position, last.position + last.size
+            out.append(
+                EncodedBatch(
+                    first.base_offset,
+                    bytes(memoryview(batch.data)[lo:hi]),
+                    [b._replace(position=b.position - lo) for b in part],
+                    last.next_offset - first.base_offset,
+                )
+            )
+            start = i
+    return out
 
 
 class Log:
@@ -400,6 +430,62 @@ class Log:
                 self._flushed_offset = max(self._flushed_offset, self._segments[-1].base_offset)
                 return True
             return False
+
+    def append_copy(
+        self,
+        batch: EncodedBatch,
+        *,
+        rolls: Sequence[int] | None = None,
+        before: Callable[[int], None] | None = None,
+        undo: Callable[[int], None] | None = None,
+    ) -> int:
+        """Append another log's verified batches at exactly this log's end, keeping their
+        offsets and timestamps (a follower copying its leader); returns the new next
+        offset. InvalidArgumentError when ``batch`` does not start at the next offset.
+
+        ``rolls``: the other log's segment bases among these offsets: the active segment
+        rolls exactly there and never by its own size or age, so the segments are the
+        other log's. None: one write, rolling by this log's own size and age.
+        ``before(next_offset)`` runs once the start is checked, before anything is
+        written (it may refuse by raising); ``undo(next_offset)`` runs if the write then
+        fails, with the offset the log ends at. Both run with appends held off, so no
+        other append comes between the check, the callbacks and the write; they must not
+        call back into this log's mutations."""
+        with self._lock:
+            self._check_open()
+            nxt = self.next_offset
+            if batch.base_offset != nxt:
+                raise InvalidArgumentError(
+                    f"replica batches start at offset {batch.base_offset}"
+                    f" but this log's next offset is {nxt}"
+                )
+            if before is not None:
+                before(nxt)
+            try:
+                # At the next offset already: the offsets stay, and so do the timestamps
+                # (a stored batch has none below 0); checksums are recomputed unchanged.
+                if rolls is None:
+                    self.append_batch(batch)
+                else:
+                    at = set(rolls)
+                    for piece in split_batches_at(batch, at):
+                        active = self._segments[-1]
+                        if piece.base_offset in at and active.base_offset != piece.base_offset:
+                            self.roll()
+                        self.append_batch(piece, roll=False)
+            except BaseException:
+                if undo is not None:
+                    undo(self.next_offset)
+                raise
+            return self.next_offset
+
+    def at_end(self, fn: Callable[[int], T]) -> T:
+        """``fn(next_offset)``, with appends held off until it returns, so the log end it
+        was given is still the end (a leader epoch that starts there). ``fn`` must not
+        call back into this log's mutations."""
+        with self._lock:
+            self._check_open()
+            return fn(self.next_offset)
 
     def flush(self) -> int:
         """fsync everything appended so far; returns the new flushed offset."""
