@@ -38,9 +38,9 @@ from .format.records import Headers, ProducerRecord, Record
 from .local.aio import AsyncLog
 from .local.log import Log, LogBounds, LogConfig, RecoveryReport
 from .local.segment import SegmentInfo
+from .partition import TieredBounds, TieredLog
 from .remote.storage import RemoteStorage, open_storage
 from .remote.tier import TierConfig, TierLimits
-from .tiered import TieredBounds, TieredLog
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """The offsets that bound one partition: what :meth:`TieredLog.bounds
-<tiered_log.tiered.TieredLog.bounds>` returns, what the HTTP API reports
+<tiered_log.partition.log.TieredLog.bounds>` returns, what the HTTP API reports
 (``GET .../bounds``; the OpenAPI schema of that body, ``service.wire.Bounds``, is
 generated from this class) and what the client reads back. One type for all of them; the
 local log below keeps its own :class:`~tiered_log.local.log.LogBounds` (it knows no

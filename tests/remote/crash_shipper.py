@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from tiered_log import LogConfig, ProducerRecord, RemoteStorage
+from tiered_log.partition import TieredLog
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 LOG_ID = "crash-0"
 SEGMENT_BYTES = 8 * 1024
@@ -119,7 +119,7 @@ def open_produced(log_dir: Path, storage: RemoteStorage, rate: int = SLOW_RATE) 
 
 def run_upload(log_dir: Path, storage: RemoteStorage) -> None:
     tlog = open_produced(log_dir, storage)
-    remote = tlog._remote
+    remote = tlog.remote_tier
     assert remote is not None
     remote.cleanup_pending()
     for seg in tlog.eligible_segments():

@@ -27,11 +27,11 @@ import pytest
 from tiered_log import LogConfig, ProducerRecord
 from tiered_log.errors import RemoteStorageError
 from tiered_log.format import naming
+from tiered_log.partition import TieredLog
 from tiered_log.remote import copy as copy_module
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.metadata import CopyState
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 SMALL = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 LOG_ID = "orders-0"
@@ -166,7 +166,7 @@ def journal_lines(log_dir: Path) -> list[dict[str, object]]:
 
 
 def finished_ids(log: TieredLog) -> set[str]:
-    r = log._remote
+    r = log.remote_tier
     assert r is not None
     return {s.id for s in r.journal.finished()}
 
@@ -246,7 +246,7 @@ def test_first_round_resync_reaches_the_old_leaders_remote_end(tmp_path: Path) -
         assert b.bounds().remote_end_offset == 0  # not before its first round
         assert b.tier_once() == 0
         assert b.bounds().remote_end_offset == a.bounds().remote_end_offset == end
-        assert {s.leader_epoch for s in b._remote.journal.finished()} == {1}  # type: ignore[union-attr]
+        assert {s.leader_epoch for s in b.remote_tier.journal.finished()} == {1}  # type: ignore[union-attr]
         b.set_high_watermark(b.next_offset)
         b.roll()
         b.set_high_watermark(b.next_offset)
@@ -366,7 +366,7 @@ def test_late_copies_by_a_deposed_leader(
         assert [x.epoch for x in copies] == [1, 1, 2, 2]
         assert b_copy in copies
         assert c.bounds().remote_end_offset == s[4]
-        assert {x.id for x in c._remote.journal.finished()} == {x.seg_id for x in copies}  # type: ignore[union-attr]
+        assert {x.id for x in c.remote_tier.journal.finished()} == {x.seg_id for x in copies}  # type: ignore[union-attr]
         # C ships on, and reads every record once (below s[4] from the bucket only).
         c.set_high_watermark(c.next_offset)
         c.roll()
@@ -396,7 +396,7 @@ def test_single_node_writes_no_leader_epoch(tmp_path: Path) -> None:
         assert all("leader_epoch" not in x.head for x in copies)
         lines = journal_lines(tmp_path / "a")
         assert lines and all("leader_epoch" not in ln for ln in lines)
-        assert all(s.leader_epoch is None for s in log._remote.journal.finished())  # type: ignore[union-attr]
+        assert all(s.leader_epoch is None for s in log.remote_tier.journal.finished())  # type: ignore[union-attr]
     finally:
         log.close()
     log = open_log(tmp_path / "a", bucket, replicated=False)  # and after a reopen

@@ -27,12 +27,12 @@ import pytest
 
 from tiered_log import OffsetOutOfRangeError
 from tiered_log.format import naming
+from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.metadata import CopyState
 from tiered_log.remote.snapshot import snapshot_key
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 from .crash_shipper import LOG_ID, RECORDS, RETAIN_BYTES, expected_record, log_config
 
@@ -158,15 +158,15 @@ def wait_until(cond: Callable[[], Any], what: str, timeout: float = 30.0) -> Any
 
 def check_bucket(target: Target, tlog: TieredLog) -> None:
     """Exactly one complete copy per segment, and nothing else but meta.json."""
-    assert tlog._remote is not None
-    finished = tlog._remote.finished_segments
+    assert tlog.remote_tier is not None
+    finished = tlog.remote_tier.finished_segments
     assert finished, "nothing was shipped"
     # The finished copies tile the archive without gaps or overlaps.
-    assert finished[0].base_offset == tlog._remote.start_offset or finished[0].base_offset == 0
+    assert finished[0].base_offset == tlog.remote_tier.start_offset or finished[0].base_offset == 0
     for a, b in itertools.pairwise(finished):
         assert a.next_offset == b.base_offset
     # No attempt is left half-way in the journal.
-    assert all(s.state == CopyState.COPY_FINISHED for s in tlog._remote.journal.segments())
+    assert all(s.state == CopyState.COPY_FINISHED for s in tlog.remote_tier.journal.segments())
     keys = target.raw_keys()
     meta = naming.meta_object_key(LOG_ID)
     snapshot = snapshot_key(LOG_ID)  # the partition snapshot, rewritten by each leader
@@ -264,8 +264,8 @@ def test_sigkill_during_upload(tmp_path: Path, target: Target) -> None:
     assert tlog.bounds().remote_end_offset == RECORDS
     assert tlog.bounds().local_start_offset == RECORDS  # every local copy dropped
     check_bucket(target, tlog)
-    assert tlog._remote is not None
-    assert not {s.id for s in tlog._remote.finished_segments} & set(killed_attempts)
+    assert tlog.remote_tier is not None
+    assert not {s.id for s in tlog.remote_tier.finished_segments} & set(killed_attempts)
     check_records(tlog, 0, RECORDS)
     tlog.close()
     # And once more after a reopen (the state on disk agrees).
@@ -299,8 +299,8 @@ def test_sigkill_with_two_copies_in_flight(tmp_path: Path, target: Target) -> No
     tlog.tier_once()
     assert tlog.bounds().remote_end_offset == RECORDS
     check_bucket(target, tlog)
-    assert tlog._remote is not None
-    assert not {s.id for s in tlog._remote.finished_segments} & set(attempts)
+    assert tlog.remote_tier is not None
+    assert not {s.id for s in tlog.remote_tier.finished_segments} & set(attempts)
     check_records(tlog, 0, RECORDS)
     tlog.close()
 
@@ -313,8 +313,8 @@ def test_sigkill_during_remote_retention_delete(tmp_path: Path, target: Target) 
 
     produce(tlog, RECORDS)
     tlog.tier_once()
-    assert tlog._remote is not None
-    n_segments = len(tlog._remote.finished_segments)
+    assert tlog.remote_tier is not None
+    n_segments = len(tlog.remote_tier.finished_segments)
     assert n_segments >= 8
     tlog.close()
 
@@ -338,8 +338,8 @@ def test_sigkill_during_remote_retention_delete(tmp_path: Path, target: Target) 
     with pytest.raises(OffsetOutOfRangeError):
         tlog.read(0)
     check_bucket(target, tlog)
-    assert tlog._remote is not None
-    assert tlog._remote.finished_segments[0].base_offset == start
+    assert tlog.remote_tier is not None
+    assert tlog.remote_tier.finished_segments[0].base_offset == start
     check_records(tlog, start, RECORDS)
     tlog.close()
     # Rebuilt from the bucket alone, the log agrees.

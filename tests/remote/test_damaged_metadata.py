@@ -17,11 +17,11 @@ import pytest
 
 from tiered_log import CorruptIndexError, RemoteCorruptionError
 from tiered_log.format import naming
+from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.manifest import decode_manifest
 from tiered_log.remote.snapshot import snapshot_key
 from tiered_log.remote.storage import RemoteStorage
-from tiered_log.tiered import TieredLog
 
 from .test_tiered_log import check_record, open_log, produce, read_all_checked
 
@@ -43,7 +43,7 @@ def _shipped(path: Path, storage: RemoteStorage) -> TieredLog:
     produce(tlog, N)
     tlog.roll()
     tlog.tier_once()
-    assert tlog._remote is not None and len(tlog._remote.finished_segments) >= 4
+    assert tlog.remote_tier is not None and len(tlog.remote_tier.finished_segments) >= 4
     storage.delete([snapshot_key("orders-0")])
     return tlog
 
@@ -72,8 +72,8 @@ def test_damaged_journal_line_is_recovered_from_the_bucket(
     """Issue 14: ``{`` -> ``[`` in a journal line used to forget that segment silently
     (log start moved up, or a hole answering 410 while a timestamp lookup skipped it)."""
     tlog = _shipped(tmp_path / "log", storage)
-    assert tlog._remote is not None
-    ids = [s.id for s in tlog._remote.finished_segments]
+    assert tlog.remote_tier is not None
+    ids = [s.id for s in tlog.remote_tier.finished_segments]
     objects = _keys(storage)
     tlog.close()
     journal = tmp_path / "log" / "remote" / "segments.jsonl"
@@ -82,11 +82,11 @@ def test_damaged_journal_line_is_recovered_from_the_bucket(
     lines[line] = b"[" + lines[line][1:]
     journal.write_bytes(b"\n".join(lines))
     tlog = open_log(tmp_path / "log", storage)
-    assert tlog._remote is not None
-    assert [s.id for s in tlog._remote.finished_segments] == ids
+    assert tlog.remote_tier is not None
+    assert [s.id for s in tlog.remote_tier.finished_segments] == ids
     assert tlog.log_start_offset == 0
     read_all_checked(tlog, N)
-    seg = tlog._remote.finished_segments[line // 2]
+    seg = tlog.remote_tier.finished_segments[line // 2]
     mid = (seg.base_offset + seg.next_offset) // 2
     assert tlog.offset_for_timestamp(1_000_000 + mid * 10) == mid
     assert _keys(storage) == objects  # nothing orphaned, nothing deleted
@@ -149,8 +149,8 @@ def test_damaged_manifest_is_made_again_from_its_data(
     damaged used to stop the whole service at start (or, on an empty data directory,
     leave the topic unrestored). The manifest is made again from its data object."""
     tlog = _shipped(tmp_path / "log", storage)
-    assert tlog._remote is not None
-    seg = tlog._remote.finished_segments[1]
+    assert tlog.remote_tier is not None
+    seg = tlog.remote_tier.finished_segments[1]
     tlog.close()
     key = _rli(seg.base_offset, seg.id)
     blob = bytearray(storage.get(key))
@@ -159,7 +159,7 @@ def test_damaged_manifest_is_made_again_from_its_data(
     path = _reopen_dir(tmp_path, empty_dir)
     tlog = open_log(path, storage)
     read_all_checked(tlog, N)
-    assert tlog._remote is not None and not tlog._remote.damage
+    assert tlog.remote_tier is not None and not tlog.remote_tier.damage
     rs, _, _, _ = decode_manifest(storage.get(key), key)  # put back, checked
     assert (rs.base_offset, rs.next_offset) == (seg.base_offset, seg.next_offset)
     tlog.close()
@@ -172,8 +172,8 @@ def test_damaged_manifest_and_data_are_contained(tmp_path: Path, empty_dir: bool
     hands the offsets out again, and both objects stay in the bucket."""
     storage = LocalDirStorage(tmp_path / "bucket")
     tlog = _shipped(tmp_path / "log", storage)
-    assert tlog._remote is not None
-    segs = tlog._remote.finished_segments
+    assert tlog.remote_tier is not None
+    segs = tlog.remote_tier.finished_segments
     seg = segs[1]
     tlog.close()
     for suffix, at in ((naming.RLI_SUFFIX, -30), (naming.LOG_SUFFIX, 300)):
@@ -213,9 +213,9 @@ def test_a_manifest_that_lies_deletes_nothing(tmp_path: Path, storage: RemoteSto
     is checked against the manifest's own entries and checksum and its data object's
     size; the manifest is made again from its data; nothing is deleted."""
     tlog = _shipped(tmp_path / "log", storage)
-    assert tlog._remote is not None
-    first = tlog._remote.finished_segments[0]
-    liar_next = tlog._remote.finished_segments[3].next_offset
+    assert tlog.remote_tier is not None
+    first = tlog.remote_tier.finished_segments[0]
+    liar_next = tlog.remote_tier.finished_segments[3].next_offset
     tlog.close()
     objects = _keys(storage)
     key = _rli(first.base_offset, first.id)

@@ -16,11 +16,11 @@ import pytest
 from tiered_log import LogConfig, ProducerRecord
 from tiered_log.errors import RemoteCorruptionError, RemoteStorageError
 from tiered_log.format import naming
+from tiered_log.partition import TieredLog
 from tiered_log.remote.cache import chunk_file_name
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.limits import FETCH_DEPTH
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 from .fake_store import MemoryStorage
 
@@ -69,7 +69,7 @@ def read_all(tlog: TieredLog) -> int:
 
 def settle(tlog: TieredLog) -> None:
     """Until no fetch (prefetches too) and no cache file write is under way."""
-    reader = tlog._remote.reader  # type: ignore[union-attr]
+    reader = tlog.remote_tier.reader  # type: ignore[union-attr]
     deadline = time.monotonic() + 10
     while (reader.cache_writes() or reader.fetch_futures()) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -77,7 +77,7 @@ def settle(tlog: TieredLog) -> None:
 
 
 def archived_bytes(tlog: TieredLog) -> int:
-    segments = tlog._remote.finished_segments  # type: ignore[union-attr]
+    segments = tlog.remote_tier.finished_segments  # type: ignore[union-attr]
     return sum(int(s.size) for s in segments)
 
 
@@ -140,7 +140,7 @@ def test_a_group_a_reader_waits_for_goes_first(tmp_path: Path) -> None:
     finally:
         gate.set()
         tlog.close()
-    last = max(tlog._remote.finished_segments, key=lambda s: s.base_offset)  # type: ignore[union-attr]
+    last = max(tlog.remote_tier.finished_segments, key=lambda s: s.base_offset)  # type: ignore[union-attr]
     key = naming.segment_object_key("p-0", last.base_offset, last.id, naming.LOG_SUFFIX)
     # Started in the first round after the two held ones, ahead of the rest of the
     # first reader's window (queued before it).
@@ -155,7 +155,7 @@ def test_a_sequential_read_fetches_each_chunk_once_and_stops_at_the_end(tmp_path
         stats = tlog.stats()
         assert stats["remote_fetch_bytes"] == archived_bytes(tlog)
         requests = stats["remote_fetch_requests"]
-        assert requests == len(tlog._remote.finished_segments)  # type: ignore[union-attr]
+        assert requests == len(tlog.remote_tier.finished_segments)  # type: ignore[union-attr]
         page = tlog.read_batch_ranges(n - 1, 1, 1 << 20)  # the end again: from the cache
         page.close()
         settle(tlog)
@@ -167,7 +167,7 @@ def test_a_sequential_read_fetches_each_chunk_once_and_stops_at_the_end(tmp_path
 def _chunk_file(tlog: TieredLog, root: Path, offset: int) -> tuple[Path, int]:
     """The cache file of the archived chunk holding ``offset``, and the chunk's first
     offset."""
-    entry = next(tlog._remote.index.entries_from(offset))  # type: ignore[union-attr]
+    entry = next(tlog.remote_tier.index.entries_from(offset))  # type: ignore[union-attr]
     name = chunk_file_name(entry.object_key, entry.position, entry.data_length)
     return root / "log" / naming.REMOTE_DIR / naming.CHUNK_CACHE_DIR / name, entry.first_offset
 
@@ -210,7 +210,7 @@ def test_damage_in_the_bucket_is_refused_and_no_cache_file_stays(
     refuses it (RemoteCorruptionError, as on this process's threads) and drops the file."""
     tlog = archived(tmp_path, LocalDirStorage(tmp_path / "bucket"), workers=workers)
     try:
-        seg = tlog._remote.finished_segments[1]  # type: ignore[union-attr]
+        seg = tlog.remote_tier.finished_segments[1]  # type: ignore[union-attr]
         key = naming.segment_object_key("p-0", seg.base_offset, seg.id, naming.LOG_SUFFIX)
         obj = tmp_path / "bucket" / key
         data = bytearray(obj.read_bytes())
@@ -236,7 +236,7 @@ def test_a_missing_object_answers_the_same_error_either_way(tmp_path: Path, work
     reads elsewhere go on."""
     tlog = archived(tmp_path, LocalDirStorage(tmp_path / "bucket"), workers=workers)
     try:
-        seg = tlog._remote.finished_segments[2]  # type: ignore[union-attr]
+        seg = tlog.remote_tier.finished_segments[2]  # type: ignore[union-attr]
         key = naming.segment_object_key("p-0", seg.base_offset, seg.id, naming.LOG_SUFFIX)
         (tmp_path / "bucket" / key).unlink()
         with pytest.raises(RemoteStorageError) as err:

@@ -35,10 +35,10 @@ from service.conftest import ServerProcess, free_port
 from tiered_log.client import Client
 from tiered_log.config import ConfigError, load_settings
 from tiered_log.errors import InvalidArgumentError, RemoteStorageError, RemoteTimeoutError
+from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.s3 import S3Storage
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 from .test_tiered_log import check_record, open_log, produce
 
@@ -226,8 +226,8 @@ def test_waiting_for_the_fetch_quota_does_not_count(tmp_path: Path) -> None:
         tmp_path, storage, n=N_QUOTA, fetch_max_wait_ms=150, fetch_bytes_per_sec=QUOTA
     )
     try:
-        assert tlog._remote is not None
-        size = sum(s.size for s in tlog._remote.finished_segments)
+        assert tlog.remote_tier is not None
+        size = sum(s.size for s in tlog.remote_tier.finished_segments)
         assert size > 2.5 * QUOTA  # over 1.5 s of the quota past its one second of burst
         t0 = time.monotonic()
         o = 0

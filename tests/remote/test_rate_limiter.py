@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tiered_log import InvalidArgumentError
+from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import RateLimiter, TierConfig, TierLimits
-from tiered_log.tiered import TieredLog
 
 from .test_tiered_log import SMALL, produce, read_all_checked
 
@@ -96,13 +96,13 @@ def test_the_fetch_quota_throttles_remote_reads(tmp_path: Path) -> None:
     produce(tlog, 1200)
     tlog.roll()
     tlog.tier_once()
-    assert tlog._remote is not None
-    archived = tlog._remote.size_bytes
+    assert tlog.remote_tier is not None
+    archived = tlog.remote_tier.size_bytes
     assert archived > 2 * 64 * 1024
     t0 = time.monotonic()
     read_all_checked(tlog, 1200, max_records=100)
     elapsed = time.monotonic() - t0
-    st = tlog._remote.stats
+    st = tlog.remote_tier.stats
     assert st.remote_fetch_bytes == archived
     assert st.remote_fetch_throttled_ms > 0
     # The quota held: what was fetched beyond the first second's burst took its time.
@@ -128,7 +128,7 @@ def test_the_quotas_are_the_nodes(tmp_path: Path) -> None:
     topics.load()
     try:
         a, b = topics.create("a", 2), topics.create("b", 1)
-        remotes = [plog._remote for plog in (*a.logs, *b.logs)]
+        remotes = [plog.remote_tier for plog in (*a.logs, *b.logs)]
         assert all(r is not None for r in remotes)
         assert {id(r.fetch_limiter) for r in remotes if r} == {id(topics.limits.fetch)}
         assert {id(r.limiter) for r in remotes if r} == {id(topics.limits.upload)}
@@ -182,8 +182,8 @@ def test_logs_sharing_limits_keep_to_them_together(tmp_path: Path) -> None:
     for th in readers:
         th.join(120)
     elapsed = time.monotonic() - t0
-    fetched = sum(t._remote.stats.remote_fetch_bytes for t in logs if t._remote)
-    assert fetched == sum(t._remote.size_bytes for t in logs if t._remote) > 2 * rate
+    fetched = sum(t.remote_tier.stats.remote_fetch_bytes for t in logs if t.remote_tier)
+    assert fetched == sum(t.remote_tier.size_bytes for t in logs if t.remote_tier) > 2 * rate
     assert elapsed >= (fetched - rate) / rate * 0.99  # together, not each, at the rate
     for t in logs:
         t.close()
@@ -238,13 +238,13 @@ def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:
     got: list[object] = []
     reader = threading.Thread(target=lambda: got.append(_read_or_error(tlog)))
     reader.start()
-    assert tlog._remote is not None
+    assert tlog.remote_tier is not None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not (
-        tlog._remote.fetch_limiter.waiting and tlog._remote.limiter.waiting
+        tlog.remote_tier.fetch_limiter.waiting and tlog.remote_tier.limiter.waiting
     ):
         time.sleep(0.02)
-    assert tlog._remote.fetch_limiter.waiting and tlog._remote.limiter.waiting
+    assert tlog.remote_tier.fetch_limiter.waiting and tlog.remote_tier.limiter.waiting
     t0 = time.monotonic()
     tlog.close()
     reader.join(60)
@@ -259,8 +259,8 @@ def test_close_does_not_sit_out_the_quotas(tmp_path: Path) -> None:
         start_shipper=False,
     )
     tlog.tier_once()
-    assert tlog._remote is not None
-    segs = tlog._remote.finished_segments
+    assert tlog.remote_tier is not None
+    segs = tlog.remote_tier.finished_segments
     assert [s.base_offset for s in segs] == sorted({s.base_offset for s in segs})
     assert segs[0].base_offset == 0 and tlog.bounds().remote_end_offset >= 1100
     for a, b in itertools.pairwise(segs):

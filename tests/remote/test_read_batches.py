@@ -204,7 +204,7 @@ def test_truncation_inside_an_archived_batch_is_never_sent(tmp_path: Path) -> No
 def test_damaged_remote_chunk_raises_and_is_not_cached(tmp_path: Path) -> None:
     log, _ = archived_log(tmp_path, [[200] * 10 for _ in range(40)])
     try:
-        seg = log._remote.finished_segments[1]  # type: ignore[union-attr]
+        seg = log.remote_tier.finished_segments[1]  # type: ignore[union-attr]
         path = (
             tmp_path
             / "bucket"

@@ -17,12 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered_log import LogConfig, OffsetOutOfRangeError, TieredLog
+from tiered_log import LogConfig, OffsetOutOfRangeError, ProducerRecord, TieredLog
 from tiered_log.errors import CorruptRangeError, RemoteCorruptionError
 from tiered_log.format import naming
 from tiered_log.local import ranges
 from tiered_log.local.files import ReadFd
 from tiered_log.local.ranges import CutGuard, FetchRanges, FileRange, MappedReader
+from tiered_log.remote.tier import TierConfig
 
 from .test_read_batches import archived_log, local_log
 
@@ -45,7 +46,7 @@ def same_page(
 
 def wait_cache_written(log: TieredLog) -> None:
     """Until no fetch (prefetches too) and no cache file write is under way."""
-    reader = log._remote.reader  # type: ignore[union-attr]
+    reader = log.remote_tier.reader  # type: ignore[union-attr]
     deadline = time.monotonic() + 10
     while (reader.cache_writes() or reader.fetch_futures()) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -88,11 +89,16 @@ def test_local_ranges_name_the_bytes_read_batches_returns(
 
 def test_local_ranges_errors_and_deleted_segments(tmp_path: Path) -> None:
     log = TieredLog(
-        tmp_path / "p", config=LogConfig(segment_bytes=4096, index_interval_bytes=256), tier=None
+        tmp_path / "p",
+        config=LogConfig(segment_bytes=4096, index_interval_bytes=256),
+        tier=TierConfig(retention_ms=3_600_000),
     )
     try:
         for i in range(60):
-            log.append_batch([bytes([i]) * 100] * 5)
+            # The first 150 records are from 1970: past retention, whose round this log
+            # (no remote tier, no shipper) runs only when asked.
+            ts = 1_000 if i < 30 else None
+            log.append_batch([ProducerRecord(bytes([i]) * 100, timestamp=ts)] * 5)
         with pytest.raises(OffsetOutOfRangeError):
             log.read_batch_ranges(301)
         assert log.read_batch_ranges(300).count == 0
@@ -101,7 +107,8 @@ def test_local_ranges_errors_and_deleted_segments(tmp_path: Path) -> None:
         assert isinstance(first, FileRange)
         want = page.read()
         # Retention deletes the first segments: what the page holds is still readable.
-        log._local.delete_segments_before(150)
+        log.tier_once()
+        assert log.log_start_offset <= 150 < log.local_segments()[0].next_offset
         assert first.fd.pread(4, 0) != b"" and page.read() == want
         with pytest.raises(OffsetOutOfRangeError):
             log.read_batch_ranges(0)
@@ -285,7 +292,7 @@ def test_archived_uncached_is_in_memory_and_damage_answers_alike(
     try:
         page = same_page(log, 0, 5, 1 << 20)  # fetched now
         assert page.size > 0 and page.file_bytes in ((page.size,) if workers else (0, page.size))
-        seg = log._remote.finished_segments[-1]  # type: ignore[union-attr]  # not prefetched yet
+        seg = log.remote_tier.finished_segments[-1]  # type: ignore[union-attr]  # not prefetched yet
         path = (
             tmp_path
             / "bucket"

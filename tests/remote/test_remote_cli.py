@@ -14,10 +14,10 @@ import pytest
 
 from tiered_log import LogConfig, ProducerRecord
 from tiered_log.format import naming
+from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

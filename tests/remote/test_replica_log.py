@@ -25,9 +25,9 @@ from tiered_log.errors import CorruptRecordError, InvalidArgumentError, OffsetOu
 from tiered_log.format import naming
 from tiered_log.format.records import batch_table, decode_records
 from tiered_log.local.leader_epoch import EpochEntry, LeaderEpochCache
+from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 SMALL = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 

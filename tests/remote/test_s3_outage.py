@@ -26,10 +26,10 @@ import pytest
 
 from tiered_log import LogConfig, ProducerRecord
 from tiered_log.format import naming
+from tiered_log.partition import TieredLog
 from tiered_log.remote.metadata import CopyState
 from tiered_log.remote.s3 import S3Storage
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 LOG_ID = "outage-0"
 SEGMENT_BYTES = 16 * 1024
@@ -150,17 +150,17 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
         config=LogConfig(segment_bytes=SEGMENT_BYTES, index_interval_bytes=1024),
         tier=TierConfig(ship_interval_ms=20, local_retention_bytes=0, chunk_bytes=4096),
     )
-    assert tlog._shipper is not None and tlog._remote is not None
+    assert tlog.shipper is not None and tlog.remote_tier is not None
     producers = Producers(tlog)
     try:
         # 1. Shipping works: a few segments reach the bucket.
-        wait_until(lambda: len(tlog._remote.finished_segments) >= 3, "the first copies")  # type: ignore[union-attr]
-        shipped_before = {s.id for s in tlog._remote.finished_segments}
+        wait_until(lambda: len(tlog.remote_tier.finished_segments) >= 3, "the first copies")  # type: ignore[union-attr]
+        shipped_before = {s.id for s in tlog.remote_tier.finished_segments}
 
         # 2. The server goes away. Appends go on; the shipper fails and backs off.
         server.stop()
         outage_start = producers.count()
-        wait_until(lambda: tlog._shipper.last_error is not None, "a failed tiering round")  # type: ignore[union-attr]
+        wait_until(lambda: tlog.shipper.last_error is not None, "a failed tiering round")  # type: ignore[union-attr]
         end_at_outage = tlog.bounds().remote_end_offset
         lag_at_outage = tlog.describe()["copy_lag_segments"]
         # Producers are never blocked: records and unshipped segments pile up.
@@ -177,14 +177,14 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
         # Three more sealed segments wait (each a little under SEGMENT_BYTES: they roll
         # at a batch boundary).
         assert tlog.describe()["copy_lag_bytes"] > 2 * SEGMENT_BYTES
-        assert "cannot reach S3" in (tlog._shipper.last_error or "")  # type: ignore[union-attr]
+        assert "cannot reach S3" in (tlog.shipper.last_error or "")  # type: ignore[union-attr]
 
         # 3. The server comes back with its state (the same bucket and objects).
         server.start()
         tlog.roll()  # wakes the shipper out of its backoff
         wait_until(
             lambda: (
-                tlog._shipper.last_error is None  # type: ignore[union-attr]
+                tlog.shipper.last_error is None  # type: ignore[union-attr]
                 and tlog.bounds().remote_end_offset > end_at_outage
             ),
             "shipping to resume",
@@ -199,9 +199,9 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
     wait_until(lambda: tlog.bounds().local_start_offset == total, "local copies to be dropped")
 
     # 4. Everything is in the bucket exactly once, and reads come from it.
-    assert shipped_before <= {s.id for s in tlog._remote.finished_segments}
-    assert all(s.state == CopyState.COPY_FINISHED for s in tlog._remote.journal.segments())
-    finished = tlog._remote.finished_segments
+    assert shipped_before <= {s.id for s in tlog.remote_tier.finished_segments}
+    assert all(s.state == CopyState.COPY_FINISHED for s in tlog.remote_tier.journal.segments())
+    finished = tlog.remote_tier.finished_segments
     assert finished[0].base_offset == 0
     for a, c in itertools.pairwise(finished):
         assert a.next_offset == c.base_offset
@@ -211,7 +211,7 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
         for s in finished
         for sfx in naming.SEGMENT_OBJECT_SUFFIXES
     )
-    fetched = tlog._remote.stats.remote_fetch_requests
+    fetched = tlog.remote_tier.stats.remote_fetch_requests
     o = 0
     while o < total:
         recs = tlog.read_range(o, 500, 256 * 1024)
@@ -219,6 +219,6 @@ def test_s3_outage_while_producing_loses_nothing(tmp_path: Path, server: Server)
         for r in recs:
             assert (r.key, r.value) == producers.acked[r.offset], r.offset
         o = recs[-1].offset + 1
-    assert tlog._remote.stats.remote_fetch_requests > fetched  # served by the bucket
+    assert tlog.remote_tier.stats.remote_fetch_requests > fetched  # served by the bucket
     tlog.close()
     storage.close()

@@ -11,9 +11,9 @@ import pytest
 
 from tiered_log import LogConfig, ProducerRecord
 from tiered_log.format import naming
+from tiered_log.partition import TieredLog
 from tiered_log.remote.snapshot import read_snapshot, snapshot_key
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 from .fake_store import MemoryStorage
 
@@ -79,7 +79,7 @@ def test_a_rebuild_reads_the_snapshot_and_only_the_copies_after_it(
     store = MemoryStorage()
     tlog = open_log(tmp_path / "log", store)
     ship(tlog, records)
-    r = tlog._remote
+    r = tlog.remote_tier
     assert r is not None
     segments = len(r.finished_segments)
     snap = read_snapshot(store, LOG_ID)
@@ -92,11 +92,11 @@ def test_a_rebuild_reads_the_snapshot_and_only_the_copies_after_it(
 
     again = rebuilt(tmp_path, store, "new-disk")
     try:
-        assert again._remote is not None
-        assert len(again._remote.finished_segments) == segments
+        assert again.remote_tier is not None
+        assert len(again.remote_tier.finished_segments) == segments
         assert manifest_reads(store) == after  # not one per archived segment
         # meta + snapshot + one listing page + the manifests after the snapshot
-        assert again._remote.rebuild_requests == 3 + after
+        assert again.remote_tier.rebuild_requests == 3 + after
         assert again.next_offset == end
         assert read_all(again) == expected == [(o, value(o)) for o in range(end)]
         assert again.offset_for_timestamp(1_000_000 + end // 2) == end // 2
@@ -108,8 +108,8 @@ def test_without_a_usable_snapshot_every_manifest_is_read(tmp_path: Path) -> Non
     store = MemoryStorage()
     tlog = open_log(tmp_path / "log", store)
     ship(tlog, 1_000)
-    assert tlog._remote is not None
-    segments = len(tlog._remote.finished_segments)
+    assert tlog.remote_tier is not None
+    segments = len(tlog.remote_tier.finished_segments)
     expected = read_all(tlog)
     tlog.close()
     store.flip_byte(snapshot_key(LOG_ID), 40)  # damaged: never trusted
@@ -134,7 +134,7 @@ def test_retention_after_the_snapshot_moves_the_rebuilt_log_start(tmp_path: Path
     ship(tlog, 1_000)
     snap = read_snapshot(store, LOG_ID)
     assert snap is not None
-    r = tlog._remote
+    r = tlog.remote_tier
     assert r is not None
     cut = r.finished_segments[5].next_offset
     r.delete_before(cut)  # remote retention after the snapshot was written
@@ -153,7 +153,7 @@ def test_a_truncation_drops_the_snapshot_and_the_next_round_writes_one(tmp_path:
     store = MemoryStorage()
     tlog = open_log(tmp_path / "log", store)
     ship(tlog, 1_000)
-    r = tlog._remote
+    r = tlog.remote_tier
     assert r is not None and read_snapshot(store, LOG_ID) is not None
     tlog.truncate(r.finished_segments[-3].base_offset + 3)
     assert read_snapshot(store, LOG_ID) is None

@@ -7,17 +7,18 @@ server on 127.0.0.1 (real HTTP, real boto3).
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import pytest
 
 from tiered_log import LogConfig, OffsetOutOfRangeError, ProducerRecord, RemoteCorruptionError
 from tiered_log.format import naming
+from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.snapshot import snapshot_key
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 SMALL = LogConfig(segment_bytes=16 * 1024, index_interval_bytes=512)
 
@@ -132,26 +133,31 @@ def test_local_retention_waits_for_copy_and_total_retention_moves_start(
     tlog = open_log(tmp_path / "log", storage, remote_enabled=True, local_retention_bytes=0)
     produce(tlog, 1500)
     tlog.roll()
-    # Nothing copied yet: local retention must not drop anything.
-    tlog._apply_retention()
+    # Nothing copied yet (a round asked to stop copies nothing but still applies
+    # retention): local retention must not drop anything.
+    stopped = threading.Event()
+    stopped.set()
+    assert tlog.tier_once(stopped) == 0
     assert tlog.bounds().local_start_offset == 0
     tlog.tier_once()
     assert tlog.bounds().local_start_offset == 1500
-    remote_before = len(tlog._remote.finished_segments)  # type: ignore[union-attr]
+    remote_before = len(tlog.remote_tier.finished_segments)  # type: ignore[union-attr]
     tlog.close()
     # Now total retention by bytes: keep about 20 KiB.
     tlog = open_log(tmp_path / "log", storage, local_retention_bytes=0, retention_bytes=20 * 1024)
     tlog.tier_once()
     start = tlog.log_start_offset
     assert start > 0
-    assert len(tlog._remote.finished_segments) < remote_before  # type: ignore[union-attr]
+    assert len(tlog.remote_tier.finished_segments) < remote_before  # type: ignore[union-attr]
     with pytest.raises(OffsetOutOfRangeError):
         tlog.read(0)
     for o in range(start, 1500, 97):
         check_record(tlog.read(o), o)
     # Deleted segments left no objects behind.
     keys = [i.key for i in storage.list(naming.segment_objects_prefix("orders-0"))]
-    assert len(keys) == len(naming.SEGMENT_OBJECT_SUFFIXES) * len(tlog._remote.finished_segments)  # type: ignore[union-attr]
+    remote = tlog.remote_tier
+    assert remote is not None
+    assert len(keys) == len(naming.SEGMENT_OBJECT_SUFFIXES) * len(remote.finished_segments)
     tlog.close()
     # Total retention by time: everything is old (timestamps near 1970).
     tlog = open_log(tmp_path / "log", storage, local_retention_bytes=0, retention_ms=1000)
@@ -198,13 +204,13 @@ def test_rebuild_from_bucket_into_empty_directory(tmp_path: Path, storage: Remot
     produce(tlog, 1200)
     tlog.roll()
     tlog.tier_once()
-    n_segments = len(tlog._remote.finished_segments)  # type: ignore[union-attr]
+    n_segments = len(tlog.remote_tier.finished_segments)  # type: ignore[union-attr]
     tlog.close()
     fetched_before = 0
     rebuilt = open_log(tmp_path / "b", storage)
     # Only manifests were read: no chunk was fetched to rebuild.
-    assert rebuilt._remote.stats.remote_fetch_bytes == fetched_before  # type: ignore[union-attr]
-    assert len(rebuilt._remote.finished_segments) == n_segments  # type: ignore[union-attr]
+    assert rebuilt.remote_tier.stats.remote_fetch_bytes == fetched_before  # type: ignore[union-attr]
+    assert len(rebuilt.remote_tier.finished_segments) == n_segments  # type: ignore[union-attr]
     assert rebuilt.bounds().log_start_offset == 0
     assert rebuilt.next_offset == 1200
     idx_files = list((tmp_path / "b" / "remote" / "index").iterdir())
@@ -230,10 +236,10 @@ def test_manifest_carries_indexes_and_a_copy_needs_both_objects(
     produce(tlog, 900)
     tlog.roll()
     tlog.tier_once()
-    assert tlog._remote is not None
-    finished = tlog._remote.finished_segments
+    assert tlog.remote_tier is not None
+    finished = tlog.remote_tier.finished_segments
     assert len(finished) >= 3
-    local = {s.base_offset: s for s in tlog._local.segments()}
+    local = {s.base_offset: s for s in tlog.local_segments()}
     for rs in finished:
         key = naming.segment_object_key("orders-0", rs.base_offset, rs.id, naming.RLI_SUFFIX)
         got, entries, index, timeindex = decode_manifest(storage.get(key), key)
@@ -256,8 +262,8 @@ def test_manifest_carries_indexes_and_a_copy_needs_both_objects(
     # rebuild reads the bucket's listing and manifests.
     storage.delete([snapshot_key("orders-0")])
     rebuilt = open_log(tmp_path / "b", storage)
-    assert rebuilt._remote is not None
-    assert [s.id for s in rebuilt._remote.finished_segments] == [s.id for s in finished[:-1]]
+    assert rebuilt.remote_tier is not None
+    assert [s.id for s in rebuilt.remote_tier.finished_segments] == [s.id for s in finished[:-1]]
     # Its offsets were handed out: the rebuilt log resumes above them and reports them
     # lost (issue 17: never an acknowledged offset twice; it used to resume at its base).
     assert rebuilt.next_offset == last.next_offset
@@ -291,7 +297,7 @@ def test_flipped_bytes_in_remote_object_are_detected(tmp_path: Path) -> None:
     produce(tlog, 500)
     tlog.roll()
     tlog.tier_once()
-    seg = tlog._remote.finished_segments[0]  # type: ignore[union-attr]
+    seg = tlog.remote_tier.finished_segments[0]  # type: ignore[union-attr]
     key = naming.segment_object_key("orders-0", seg.base_offset, seg.id, naming.LOG_SUFFIX)
     path = bucket / key
     data = bytearray(path.read_bytes())
@@ -357,9 +363,9 @@ def test_damaged_local_segment_is_never_shipped(tmp_path: Path, storage: RemoteS
         f.write(bytes([b[0] ^ 0x01]))
     with pytest.raises(CorruptRecordError):
         tlog.tier_once()
-    assert tlog._remote is not None
-    assert [s.base_offset for s in tlog._remote.finished_segments] == [segs[0].base_offset]
-    assert [s.state for s in tlog._remote.journal.segments()] == ["COPY_FINISHED"]
+    assert tlog.remote_tier is not None
+    assert [s.base_offset for s in tlog.remote_tier.finished_segments] == [segs[0].base_offset]
+    assert [s.state for s in tlog.remote_tier.journal.segments()] == ["COPY_FINISHED"]
     keys = [i.key for i in storage.list(naming.segment_objects_prefix("orders-0"))]
     assert len(keys) == len(naming.SEGMENT_OBJECT_SUFFIXES) and all(
         segs[0].base_offset == naming.parse_segment_object_key(k)[0]  # type: ignore[index]
@@ -378,7 +384,7 @@ def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
     import threading
     import time
 
-    from tiered_log.shipper import TieringScheduler
+    from tiered_log.partition import TieringScheduler
 
     sched = TieringScheduler(workers=2)
     before = threading.active_count()
@@ -390,37 +396,33 @@ def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
             storage=storage,
             config=SMALL,
             tier=TierConfig(ship_interval_ms=10),
-            start_shipper=False,
+            scheduler=sched,
         )
-        from tiered_log.shipper import Shipper
-
-        t._shipper = Shipper(t, 10, sched)
-        t._shipper.start()
         logs.append(t)
     assert threading.active_count() - before <= 2
     time.sleep(0.5)
     # Idle: after the first round, nothing changes, so no more rounds (the skips back
     # off; a full round comes only every FULL_ROUND_S).
-    rounds = [t._shipper.rounds for t in logs]  # type: ignore[union-attr]
+    rounds = [t.shipper.rounds for t in logs]  # type: ignore[union-attr]
     assert all(r >= 1 for r in rounds)
     time.sleep(0.5)
-    assert [t._shipper.rounds for t in logs] == rounds  # type: ignore[union-attr]
+    assert [t.shipper.rounds for t in logs] == rounds  # type: ignore[union-attr]
     # Appends that roll segments wake shipping: everything sealed and flushed ships
     # without waiting out the idle back-off.
     busy = logs[7]
     produce(busy, 600)
     busy.flush()
     deadline = time.monotonic() + 30
-    sealed_end = busy._local.active_base_offset
+    sealed_end = busy.local_segments()[-1].base_offset
     assert sealed_end > 0
     while busy.bounds().remote_end_offset < sealed_end and time.monotonic() < deadline:
         time.sleep(0.02)
     assert busy.bounds().remote_end_offset == sealed_end
     for t in logs:
         t.close()
-    after = [t._shipper.rounds for t in logs]  # type: ignore[union-attr]
+    after = [t.shipper.rounds for t in logs]  # type: ignore[union-attr]
     time.sleep(0.2)
-    assert [t._shipper.rounds for t in logs] == after  # type: ignore[union-attr]
+    assert [t.shipper.rounds for t in logs] == after  # type: ignore[union-attr]
 
 
 def test_fetch_and_copy_threads_are_shared_by_all_logs(
@@ -474,10 +476,10 @@ def test_prefetch_never_outgrows_the_cache(tmp_path: Path, storage: RemoteStorag
     produce(tlog, 1500, batch_records=5)  # batches (so chunks) of ~750 bytes, as configured
     tlog.roll()
     tlog.tier_once()
-    assert tlog._remote is not None
-    archived = tlog._remote.size_bytes
+    assert tlog.remote_tier is not None
+    archived = tlog.remote_tier.size_bytes
     read_all_checked(tlog, 1500)
-    assert archived <= tlog._remote.stats.remote_fetch_bytes <= archived * 1.1
+    assert archived <= tlog.remote_tier.stats.remote_fetch_bytes <= archived * 1.1
     tlog.close()
 
 
@@ -498,12 +500,12 @@ def test_sequential_reader_fetches_each_object_once_in_one_request(
     produce(tlog, 1500, batch_records=5)
     tlog.roll()
     tlog.tier_once()
-    assert tlog._remote is not None
-    objects = len(tlog._remote.finished_segments)
-    assert objects >= 4 and max(s.size for s in tlog._remote.finished_segments) > 6 * 1024
+    assert tlog.remote_tier is not None
+    objects = len(tlog.remote_tier.finished_segments)
+    assert objects >= 4 and max(s.size for s in tlog.remote_tier.finished_segments) > 6 * 1024
     read_all_checked(tlog, 1500)
-    assert tlog._remote.stats.remote_fetch_requests == objects
-    assert tlog._remote.stats.remote_fetch_bytes == tlog._remote.size_bytes
+    assert tlog.remote_tier.stats.remote_fetch_requests == objects
+    assert tlog.remote_tier.stats.remote_fetch_bytes == tlog.remote_tier.size_bytes
     tlog.close()
 
 
@@ -523,8 +525,8 @@ def test_copies_in_flight_bounds_concurrent_copies(tmp_path: Path, in_flight: in
     produce(tlog, 600)
     tlog.roll()
     assert len(tlog.eligible_segments()) >= 4
-    assert tlog._remote is not None
-    remote = tlog._remote
+    assert tlog.remote_tier is not None
+    remote = tlog.remote_tier
     journal = remote.journal
     most = 0
     done = threading.Event()
@@ -545,8 +547,8 @@ def test_copies_in_flight_bounds_concurrent_copies(tmp_path: Path, in_flight: in
         done.set()
         th.join()
     assert most == in_flight
-    assert copied == len(tlog._remote.finished_segments) >= 4
-    bases = [s.base_offset for s in tlog._remote.finished_segments]
+    assert copied == len(tlog.remote_tier.finished_segments) >= 4
+    bases = [s.base_offset for s in tlog.remote_tier.finished_segments]
     assert bases == sorted(bases) and tlog.bounds().remote_end_offset == 600
     for o in (0, 299, 599):
         check_record(tlog.read(o), o)

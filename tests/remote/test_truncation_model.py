@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from tiered_log import LogConfig, ProducerRecord
 from tiered_log.format.records import decode_records
+from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256)
 TIER = TierConfig(chunk_bytes=512, fetch_bytes=2048, prefetch_bytes=2048, local_retention_bytes=0)
@@ -67,13 +67,13 @@ def _append(tlog: TieredLog, model: Model, n: int, per_batch: int) -> None:
 def _cut_offset(tlog: TieredLog, kind: str, k: int) -> int:
     """The truncation offset a step names, resolved against the log as it is now."""
     nxt = tlog.next_offset
-    r = tlog._remote
+    r = tlog.remote_tier
     assert r is not None
     chunks = [e for e in r.index.all_entries() if e.first_offset < r.remote_end]
     segs = [(s.base_offset, r.served_end(s)) for s in r.finished_segments]
     local = [
         (s.base_offset, s.next_offset)
-        for s in tlog._local.segments()
+        for s in tlog.local_segments()
         if s.next_offset > s.base_offset
     ]
     if kind.startswith("chunk") and chunks:
@@ -109,7 +109,7 @@ def _check(tlog: TieredLog, model: Model) -> None:
             assert rec.offset == start + i
             assert (rec.value, rec.timestamp) == model.records[rec.offset], rec.offset
     # The binary fetch below the local start: whole batches, none from a truncated past.
-    local_start = tlog._local.log_start_offset
+    local_start = tlog.bounds().local_start_offset
     for start in range(min(local_start, n)):
         fetched = tlog.read_remote_batches(start, max_records=5, max_bytes=300)
         data, after = fetched.data, fetched.next_offset
@@ -124,7 +124,7 @@ def _check(tlog: TieredLog, model: Model) -> None:
         want = next((o for o, (_, t) in enumerate(model.records) if t >= ts), None)
         assert tlog.offset_for_timestamp(ts) == want, ts
     # The archive listing: segments and chunks that tile [log start, remote end) once.
-    r = tlog._remote
+    r = tlog.remote_tier
     assert r is not None
     expect = r.start_offset
     for seg in r.archived_segments(0):

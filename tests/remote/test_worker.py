@@ -22,10 +22,10 @@ from tiered_log.errors import (
     TieredLogError,
 )
 from tiered_log.format import naming
+from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
 from tiered_log.remote.worker import TierWorker, shared_worker, spec_of
-from tiered_log.tiered import TieredLog
 
 from .fake_store import MemoryStorage
 
@@ -146,7 +146,7 @@ from pathlib import Path
 from tiered_log import LogConfig, ProducerRecord
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
-from tiered_log.tiered import TieredLog
+from tiered_log.partition import TieredLog
 print("top level ran", flush=True)
 log = TieredLog(Path({str(tmp_path / "log")!r}), log_id="s-0",
                 storage=LocalDirStorage({str(tmp_path / "bucket")!r}),

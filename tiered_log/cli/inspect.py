@@ -341,9 +341,9 @@ def describe_logs(
     UsageError if there is no log, or a log has remote state but no remote location.
     Storage objects are shared between logs on the same remote and closed at the end.
     """
+    from ..partition import TieredLog
     from ..remote.storage import RemoteStorage, open_storage
     from ..remote.tier import read_location
-    from ..tiered import TieredLog
 
     if not root.is_dir():
         raise UsageError(f"{root} is not a directory")

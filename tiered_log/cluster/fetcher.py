@@ -5,19 +5,19 @@ followed partition here).
 Each round sends :class:`~tiered_log.cluster.protocol.ReplicaFetch` (this log's end and
 latest leader epoch) to the leader's replication route and applies the answer:
 
-- records: :meth:`TieredLog.append_replica <tiered_log.tiered.TieredLog.append_replica>`
+- records: :meth:`TieredLog.append_replica <tiered_log.partition.log.TieredLog.append_replica>`
   with the leader's epoch entries, then the high watermark becomes
   ``min(leader's HW, own log end)``, and local retention may drop what the leader has
-  shipped (:meth:`~tiered_log.tiered.TieredLog.apply_replica_retention`);
+  shipped (:meth:`~tiered_log.partition.log.TieredLog.apply_replica_retention`);
 - diverging: truncate to :func:`~tiered_log.local.leader_epoch.divergence_point` and go
   on (the next fetch asks again with the new latest epoch, so several rounds walk back
   through several divergent epochs, as KIP-279);
 - reset: the leader keeps nothing locally at this log's end, or this log is empty (a
   node rebuilt on a new disk) and the leader has shipped past it: restart the local log
-  at the leader's remote end (:meth:`~tiered_log.tiered.TieredLog.reset_replica`), so
+  at the leader's remote end (:meth:`~tiered_log.partition.log.TieredLog.reset_replica`), so
   only the unshipped tail is copied (KIP-1023), and fetch again at once: the view of
   the bucket is rebuilt only if this replica leads (:meth:`TieredLog.lead
-  <tiered_log.tiered.TieredLog.lead>`), whose reads of archived offsets wait for it.
+  <tiered_log.partition.log.TieredLog.lead>`), whose reads of archived offsets wait for it.
 
 Invariant: a follower's log is always a prefix of some leader's log in an epoch at
 least its own: it appends only what the leader of ``leader_epoch`` sent from exactly
@@ -49,7 +49,7 @@ from ..errors import (
     TieredLogError,
 )
 from ..local.ranges import FetchRanges
-from ..tiered import TieredLog
+from ..partition import TieredLog
 from .protocol import PATH, ReplicaAnswer, ReplicaFetch
 
 log = logging.getLogger(__name__)

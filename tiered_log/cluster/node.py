@@ -5,7 +5,7 @@ The node learns the cluster's metadata by polling etcd (:class:`ClusterMetadata`
 ``poll_interval_s``) and moves each of its replicas to the role the metadata gives it:
 
 - **leader** of epoch E: the log records epoch E from its log end
-  (:meth:`~tiered_log.tiered.TieredLog.assign_leader_epoch`), a
+  (:meth:`~tiered_log.partition.log.TieredLog.assign_leader_epoch`), a
   :class:`~tiered_log.cluster.replica.LeaderReplication` tracks the followers, and the
   node answers produce (``acks=all`` waits for the ISR), consumer fetch (below the high
   watermark) and the followers' replication fetches;
@@ -57,7 +57,7 @@ from ..errors import (
     TieredLogError,
 )
 from ..local.ranges import FetchRanges
-from ..tiered import TieredLog
+from ..partition import TieredLog
 from .controller import Controller
 from .etcd import MetaStore
 from .fetcher import ReplicaFetcher

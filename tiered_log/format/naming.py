@@ -10,7 +10,7 @@ Local segment files are named by their base offset, zero-padded to 20 digits so 
 and files per log beside them: ``leader-epoch-checkpoint``, the first offset of each
 leader epoch (see :mod:`tiered_log.local.leader_epoch`), and, for a replicated log,
 ``high-watermark-checkpoint``, its last checkpointed high watermark (see
-:mod:`tiered_log.replicated`).
+:mod:`tiered_log.partition.replication`).
 
 Pure functions; safe from any thread.
 """
@@ -30,7 +30,7 @@ LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
 """The log's leader-epoch file: the first offset of each leader epoch (see
 :mod:`tiered_log.local.leader_epoch`)."""
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
-"""A replicated log's high watermark, checkpointed (see :mod:`tiered_log.replicated`)."""
+"""A replicated log's high watermark, checkpointed (see :mod:`tiered_log.partition.replication`)."""
 OFFSET_DIGITS = 20
 
 

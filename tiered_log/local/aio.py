@@ -1,6 +1,6 @@
 """The asyncio face of the local log, for applications that embed it in event-loop code.
 
-(The HTTP service does not use it: it serves :class:`~tiered_log.tiered.TieredLog`s and
+(The HTTP service does not use it: it serves :class:`~tiered_log.partition.log.TieredLog`s and
 calls them in worker threads itself.)
 
 :class:`AsyncLog` runs every blocking file operation of a :class:`~tiered_log.local.log.Log`

@@ -1,6 +1,6 @@
 """The two result forms of a batch read, and how the second one checks what it does not copy.
 
-A batch read (:meth:`TieredLog.read_batches <tiered_log.tiered.TieredLog.read_batches>`)
+A batch read (:meth:`TieredLog.read_batches <tiered_log.partition.log.TieredLog.read_batches>`)
 walks stored batches, checks each one's checksum and stops at the limits. It hands each
 verified piece to a *page*, which decides the result's form:
 

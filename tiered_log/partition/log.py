@@ -1,4 +1,4 @@
-"""TieredLog: a local segmented log plus its remote tier, with transparent reads.
+"""The partition log: a local segmented log plus its remote tier, with transparent reads.
 
 Offsets are laid out over the two tiers like this::
 
@@ -8,23 +8,34 @@ Offsets are laid out over the two tiers like this::
 
 A read at ``offset >= local_start`` is served from disk; a lower one from the bucket via
 the remote-index files and ranged GETs (:class:`~tiered_log.remote.tier.RemoteTier`).
-Appends only ever touch the local log. A background :class:`~tiered_log.shipper.Shipper`
-copies sealed, flushed segments, drops local copies past local retention (only once
-copied), and deletes remote segments past total retention, moving the log start.
+Appends only ever touch the local log. :class:`TieredLog` is made of collaborators, as
+Kafka's ``UnifiedLog`` holds a private ``LocalLog`` and the remote tier:
+
+- the local log (:class:`~tiered_log.local.log.Log`) and the remote tier
+  (:class:`~tiered_log.remote.tier.RemoteTier`, None without a bucket), both private;
+- :class:`~tiered_log.partition.tiering.Tiering`: which segments ship, a round of copying
+  and retention, the offsets reserved in the bucket, the background shipper (on an
+  injectable :class:`~tiered_log.partition.scheduler.TieringScheduler`);
+- :class:`~tiered_log.partition.replication.Replication`: leader epochs, the role, the
+  follower's append and the one :class:`~tiered_log.partition.replication.HighWatermark`
+  (``replicated=True`` only: a log opened with ``replicated=False``, the default, has no
+  high watermark of its own: it is the next offset);
+- :mod:`~tiered_log.partition.report`: stats and describe.
+
+This class keeps the read resolution between the tiers, appends, truncation, and the
+operations that move several parts at once (a truncation, a follower's reset, a new
+leader continuing above the bucket), under its control lock.
 
 Opening a TieredLog on an empty directory whose bucket holds the log's segments rebuilds
 the remote state from the bucket alone (manifests, never segment data) and continues
 the log above every offset it handed out (the end recorded in the bucket; what lies
 between the remote end and it is reported lost, never reused).
 
-Replication (leader epochs, the follower's append, the high watermark that caps
-consumers' reads with ``upto=``) is :class:`~tiered_log.replicated.ReplicatedLogMixin`'s;
-a log opened with ``replicated=False`` (the default) has no high watermark of its own
-(it is the next offset) and behaves as before.
-
 Thread-safety: as :class:`~tiered_log.local.log.Log`: appends serialize, reads take no
-lock and never wait for the shipper; control operations (truncate, retention, close)
-serialize with shipping on the remote tier's lock.
+lock and never wait for the shipper; control operations (truncate, retention, resets,
+close) serialize with tiering rounds on the control lock. The follower's calls
+(:meth:`TieredLog.append_replica`, :meth:`TieredLog.reset_replica`,
+:meth:`TieredLog.apply_replica_retention`) are its fetcher's, one thread.
 """
 
 from __future__ import annotations
@@ -36,29 +47,30 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .bounds import PartitionBounds
-from .errors import (
+from ..bounds import PartitionBounds
+from ..errors import (
     CorruptRangeError,
     DataLossError,
     InvalidArgumentError,
     InvalidOffsetError,
     LogClosedError,
-    NotLeaderError,
     OffsetOutOfRangeError,
     PartitionNotReadyError,
     RemoteStorageError,
 )
-from .format import naming
-from .format.records import EncodedBatch, FetchData, ProducerRecord, Record
-from .local.batch_read import walk_batches as walk_local_batches
-from .local.log import Log, LogConfig, now_ms
-from .local.ranges import BytesPage, FetchRanges, Page, RangesPage
-from .local.segment import SegmentInfo
-from .remote.storage import RemoteStorage
-from .remote.tier import RemoteTier, TierConfig, TierLimits
-from .replicated import ReplicatedLogMixin
-from .shipper import Shipper
-from .tiered_report import LogReportMixin
+from ..format import naming
+from ..format.records import EncodedBatch, FetchData, ProducerRecord, Record
+from ..local.batch_read import walk_batches as walk_local_batches
+from ..local.leader_epoch import EpochEntry
+from ..local.log import Log, LogConfig, now_ms
+from ..local.ranges import BytesPage, FetchRanges, Page, RangesPage
+from ..local.segment import SegmentInfo
+from ..remote.storage import RemoteStorage
+from ..remote.tier import RemoteTier, TierConfig, TierLimits
+from . import report
+from .replication import Replication
+from .scheduler import Shipper, TieringScheduler
+from .tiering import Tiering, log_start
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -69,7 +81,38 @@ TieredBounds = PartitionBounds
 from the log to the client; this name stays for the public API)."""
 
 
-class TieredLog(ReplicatedLogMixin, LogReportMixin):
+def _check_offset(offset: int) -> None:
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
+
+
+def _resume_offset(log_id: str, r: RemoteTier | None) -> int:
+    """Where a log with no local record continues, given its view of the bucket ``r``:
+    the remote end, or above the end the bucket records (every offset this log's
+    partition handed out) when that is higher; the offsets between were acknowledged
+    and never reached the bucket: noted lost (a WARNING, describe, metrics), never
+    reused. 0 without a remote tier. Opening, and a replica that takes the lead with an
+    empty log (:meth:`TieredLog.lead`)."""
+    if r is None:
+        return 0
+    resume, end = r.remote_end, r.meta.end_offset
+    if end <= resume:
+        return resume
+    if not any(a <= resume and end <= b for a, b in r.meta.lost):
+        log.warning(
+            "%s: offsets [%d, %d) were handed out (or reserved to be) but never "
+            "reached the bucket before the local disk was lost: they are lost; "
+            "the log continues at %d",
+            log_id,
+            resume,
+            end,
+            end,
+        )
+        r.note_lost(resume, end)
+    return end
+
+
+class TieredLog:
     """A log whose old segments live in object storage; see the module docstring.
 
     ``storage=None`` (or ``tier.remote_enabled=False``) makes it a plain local log that
@@ -80,7 +123,9 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
     them the log limits itself by ``tier``'s ``upload_bytes_per_sec`` and
     ``fetch_bytes_per_sec``. ``replicated``: the log keeps a high watermark of its own
     (checkpointed at most every ``hw_checkpoint_interval_ms``) and ships only segments
-    below it (see :mod:`tiered_log.replicated`).
+    below it (see :mod:`tiered_log.partition.replication`). ``scheduler``: where the
+    shipper's rounds run (the process-wide one when None); ``clock``: wall-clock
+    milliseconds for retention and the checkpoint interval.
     """
 
     def __init__(
@@ -97,6 +142,8 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         limits: TierLimits | None = None,
         replicated: bool = False,
         hw_checkpoint_interval_ms: int = 1000,
+        scheduler: TieringScheduler | None = None,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self.directory = Path(directory)
         self.log_id = naming.validate_log_id(log_id or self.directory.name)
@@ -124,7 +171,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
                     )
         resume = self._remote.remote_end if self._remote is not None else 0
         if fresh:
-            resume = self._resume_offset()
+            resume = _resume_offset(self.log_id, self._remote)
         self._local = Log(self.directory, self.config, initial_offset=resume)
         if self._remote is not None and self._local.next_offset < resume:
             # The local disk lost data the bucket holds: continue after the bucket.
@@ -133,67 +180,68 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
             # A crash between moving the remote log start (retention) and deleting the
             # local segments below it left them here: never serve them again.
             self._local.delete_segments_before(self._remote.meta.log_start_offset)
-        self._shipper: Shipper | None = None
-        self._reserve_lock = threading.Lock()
-        self._reserve_failing = False
-        self._local_hold: int | None = None
-        self._open_replication(replicated, hw_checkpoint_interval_ms)
+        self._replication = Replication(
+            self.directory,
+            self.log_id,
+            self._local,
+            self._bounds_now,
+            replicated=replicated,
+            hw_checkpoint_interval_ms=hw_checkpoint_interval_ms,
+            clock=clock,
+        )
+        self._tiering = Tiering(
+            self.log_id,
+            self._local,
+            self._remote,
+            self.tier_config,
+            self._replication,
+            self._ctl,
+            clock=clock,
+            scheduler=scheduler,
+        )
         if start_shipper:
             self.start_shipper()
 
-    def _resume_offset(self) -> int:
-        """Where a log with no local record continues, given its view of the bucket: the
-        remote end, or above the end the bucket records (every offset this log's
-        partition handed out) when that is higher; the offsets between were
-        acknowledged and never reached the bucket: noted lost (a WARNING, describe,
-        metrics), never reused. 0 without a remote tier. Opening, and a replica that
-        takes the lead with an empty log (:meth:`lead`)."""
-        r = self._remote
-        if r is None:
-            return 0
-        resume, end = r.remote_end, r.meta.end_offset
-        if end <= resume:
-            return resume
-        if not any(a <= resume and end <= b for a, b in r.meta.lost):
-            log.warning(
-                "%s: offsets [%d, %d) were handed out (or reserved to be) but never "
-                "reached the bucket before the local disk was lost: they are lost; "
-                "the log continues at %d",
-                self.log_id,
-                resume,
-                end,
-                end,
-            )
-            r.note_lost(resume, end)
-        return end
+    def _bounds_now(self) -> tuple[int, int]:
+        return self.log_start_offset, self._local.next_offset
+
+    # ---- collaborators, for inspection -------------------------------------------------------
+
+    @property
+    def remote_tier(self) -> RemoteTier | None:
+        """The remote tier (its journal, index, cache and counters), None without one: for
+        tools and tests that inspect it. Reading through it is safe from any thread;
+        changing it behind this log's back is not."""
+        return self._remote
+
+    @property
+    def shipper(self) -> Shipper | None:
+        """The background shipper while one runs (its rounds and last error)."""
+        return self._tiering.shipper
+
+    def local_segments(self) -> list[SegmentInfo]:
+        """The local segments, oldest first (the last is the active one). No lock."""
+        return self._local.segments()
 
     def start_shipper(self) -> None:
         """Start the background shipper (a log opened with ``start_shipper=False`` is
         tiered only by explicit :meth:`tier_once` calls until then). No-op without a
         remote tier or when one runs already; not concurrently with :meth:`close`."""
-        if self._remote is None or self._shipper is not None or self._closed:
-            return
-        self._shipper = Shipper(self, self.tier_config.ship_interval_ms)
-        self._shipper.start()
+        if not self._closed:
+            self._tiering.start_shipper()
 
     def stop_shipper(self, *, wait: bool = True) -> None:
         """Stop the background shipper (a leader becoming a follower: followers never
         ship); :meth:`start_shipper` starts one again. No-op without one. ``wait=False``:
         ask it to stop after the step under way and return at once (its rounds and a new
         shipper's serialize on the log's control lock)."""
-        shipper, self._shipper = self._shipper, None
-        if shipper is not None:
-            shipper.stop(timeout=30.0 if wait else 0.0)
+        self._tiering.stop_shipper(wait=wait)
 
     # ---- bounds ------------------------------------------------------------------------
 
     @property
     def log_start_offset(self) -> int:
-        local_start = self._local.log_start_offset
-        r = self._remote
-        if r is not None and r.has_data and r.start_offset < local_start:
-            return r.start_offset
-        return local_start
+        return log_start(self._local, self._remote)
 
     @property
     def next_offset(self) -> int:
@@ -224,11 +272,6 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         if self._closed:
             raise LogClosedError(f"log {self.log_id} is closed")
 
-    @property
-    def _remote_view_pending(self) -> bool:
-        """Whether this replica leads but has not rebuilt its view of the bucket yet."""
-        return self._resync_pending and self._remote is not None and not self._following
-
     def check_remote_view(self, offset: int | None = None) -> None:
         """PartitionNotReadyError (retriable) while this replica leads but has not yet
         rebuilt its view of the bucket (:meth:`lead`: others shipped, and retention moved
@@ -237,7 +280,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         reports them, a timestamp lookup). Until then its own view would answer a log
         start above the true one and 416 for archived offsets. Offsets at or above the
         local start are always served. Any thread, no lock."""
-        if not self._remote_view_pending:
+        if not self._tiering.remote_view_pending:
             return
         local_start = self._local.log_start_offset
         if offset is None or offset < local_start:
@@ -255,12 +298,12 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         timestamp: int | None = None,
     ) -> int:
         self._check_open()
-        self._reserve_offsets(self._local.next_offset + 1)
+        self._tiering.reserve(self._local.next_offset + 1)
         active = self._local.active_base_offset
         offset = self._local.append(value, key=key, headers=headers, timestamp=timestamp)
-        self._reserve_offsets(offset + 1)
-        if self._shipper is not None and self._local.active_base_offset != active:
-            self._shipper.wake()  # the append rolled a segment: there may be one to ship
+        self._tiering.reserve(offset + 1)
+        if self._local.active_base_offset != active:
+            self._tiering.wake()  # the append rolled a segment: there may be one to ship
         return offset
 
     def append_batch(
@@ -269,38 +312,13 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
     ) -> tuple[int, int]:
         self._check_open()
         count = records.count if isinstance(records, EncodedBatch) else len(records)
-        self._reserve_offsets(self._local.next_offset + count)
+        self._tiering.reserve(self._local.next_offset + count)
         active = self._local.active_base_offset
         first_last = self._local.append_batch(records)
-        self._reserve_offsets(first_last[1] + 1)
-        if self._shipper is not None and self._local.active_base_offset != active:
-            self._shipper.wake()
+        self._tiering.reserve(first_last[1] + 1)
+        if self._local.active_base_offset != active:
+            self._tiering.wake()
         return first_last
-
-    def _reserve_offsets(self, end: int) -> None:
-        """Make sure the bucket records that offsets up to ``end`` may be handed out
-        (:attr:`RemoteMeta.end_offset <tiered_log.remote.metadata.RemoteMeta.end_offset>`)
-        before an append past the recorded end is acknowledged: a log rebuilt from the
-        bucket after its disk was lost continues above it and never hands an
-        acknowledged offset out again. Reserved ``offset_reserve`` offsets ahead, so one
-        small write covers many appends; :meth:`maintain` renews the reservation before
-        it runs out, so appends rarely wait for it. Called before an append (with the
-        offsets it will take) and after it (appends racing for the same offsets); raises
-        RemoteStorageError when the bucket cannot record it (not acknowledged: retry) and
-        NotLeaderError when the fence says this node was deposed. Leaders and single
-        nodes only (a follower's appends are its leader's). Any thread."""
-        r = self._remote
-        if r is None or self._following or end <= r.meta.end_offset:
-            return
-        with self._reserve_lock:
-            if end <= r.meta.end_offset:
-                return
-            ahead = end + self.tier_config.offset_reserve
-            # A new leader's view of the bucket is stale until its first round: it moves
-            # only the end of the bucket's own metadata.
-            record = r.record_end_fresh if self._resync_pending else r.record_end
-            if not record(ahead):
-                raise NotLeaderError(f"{self.log_id}: this node no longer leads the partition")
 
     def flush(self) -> int:
         return self._local.flush()
@@ -308,8 +326,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
     def roll(self) -> None:
         """Seal the active segment (if not empty) and wake the shipper."""
         self._local.roll()
-        if self._shipper is not None:
-            self._shipper.wake()
+        self._tiering.wake()
 
     # ---- reading (either tier) -----------------------------------------------------------
 
@@ -365,7 +382,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         that view): for a cluster's status. Any thread, no I/O."""
         r = self._remote
         return {
-            "remote_view": "not_ready" if self._remote_view_pending else "ready",
+            "remote_view": "not_ready" if self._tiering.remote_view_pending else "ready",
             "rebuild_requests": r.rebuild_requests if r is not None else 0,
         }
 
@@ -529,8 +546,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         The leader-epoch cache loses the epochs starting at or after ``offset``; the high
         watermark drops to ``offset`` if above (before the records go).
         """
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
+        _check_offset(offset)
         with self._ctl:
             self._check_open()
             start, nxt = self.log_start_offset, self.next_offset
@@ -540,8 +556,7 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
                     log_start=start,
                     next_offset=nxt,
                 )
-            with self._hw_lock:
-                self._lower_high_watermark(offset)
+            with self._replication.moving_bounds(cut=offset):
                 local_start = self._local.log_start_offset
                 if self._remote is not None:
                     self._remote.truncate(offset, local_start)
@@ -549,122 +564,25 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
                     self._local.truncate(offset)
                 else:
                     self._local.reset(offset)
-                self._epochs.truncate_from_end(offset)
-        if self._shipper is not None:
-            self._shipper.wake()  # truncated remote segments are deleted by the next round
+        self._tiering.wake()  # truncated remote segments are deleted by the next round
 
-    # ---- tiering (the shipper's round) -----------------------------------------------------
+    # ---- tiering ------------------------------------------------------------------------
 
     def eligible_segments(self) -> list[SegmentInfo]:
         """Sealed, flushed local segments not yet in the remote tier, oldest first; in a
         replicated log only those below the high watermark (committed records only)."""
-        if self._remote is None:
-            return []
-        end = self._remote.remote_end
-        flushed = min(self._local.flushed_offset, self.high_watermark)
-        return [
-            s
-            for s in self._local.segments()
-            if s.sealed and s.base_offset >= end and s.next_offset <= flushed
-        ]
+        return self._tiering.eligible_segments()
 
     def tiering_state(self) -> tuple[int, ...]:
-        """What a tiering round depends on, besides the clock: the shipper skips a round
-        when this has not changed since the last one. Cheap (no I/O, no lock); a racing
-        append at worst causes one more round."""
-        loc, r = self._local, self._remote
-        state = (
-            loc.next_offset,
-            loc.flushed_offset,
-            loc.log_start_offset,
-            loc.active_base_offset,
-            self.high_watermark,
-        )
-        if r is None:
-            return state
-        return (*state, r.remote_end, r.start_offset, int(r.needs_index_rebuild))
+        """What a tiering round depends on, besides the clock (see
+        :meth:`Tiering.tiering_state <tiered_log.partition.tiering.Tiering.tiering_state>`)."""
+        return self._tiering.tiering_state()
 
     def tier_once(self, stop: threading.Event | None = None) -> int:
-        """One round: clean up, copy eligible segments, apply both retentions.
-
-        Returns the number of segments copied. Raises RemoteStorageError when the bucket
-        fails (the shipper backs off and retries).
-        """
-        with self._ctl:
-            if self._closed:
-                return 0
-            copied = 0
-            r = self._remote
-            if r is not None and self._resync_pending:
-                # A cluster's new leader: others shipped while it followed.
-                n = r.resync_from_bucket()
-                self._resync_pending = False
-                self._local.delete_segments_before(r.meta.log_start_offset)
-                log.info(
-                    "%s: remote state rebuilt from the bucket (%d segment(s), remote end "
-                    "%d) for leader epoch %s",
-                    self.log_id,
-                    n,
-                    r.remote_end,
-                    r.leader_epoch,
-                )
-            if r is not None:
-                r.cleanup_pending()
-                if r.needs_index_rebuild:
-                    r.rebuild_index_files()
-                # In groups, so that a long round (a backlog of many segments) keeps the
-                # partition snapshot current as it goes.
-                todo, step = self.eligible_segments(), self.tier_config.snapshot_interval_segments
-                for i in range(0, len(todo), step):
-                    copied += r.copy_segments(todo[i : i + step], stop)
-                    if r.snapshot_due():
-                        r.write_snapshot()
-                    if stop is not None and stop.is_set():
-                        break
-            self._apply_retention()
-            self._epochs.truncate_from_start(self.log_start_offset)
-            self._clamp_high_watermark()
-            if r is not None and r.snapshot_due():
-                r.write_snapshot()  # a successor reads this view in a few requests
-            return copied
-
-    def _apply_retention(self) -> None:
-        now = now_ms()
-        r = self._remote
-        tc = self.tier_config
-        if r is None:
-            cands = self._local.retention_candidates(tc.retention_ms, tc.retention_bytes, now)
-            if cands:
-                self._local.delete_segments_before(cands[-1].next_offset)
-            return
-        # Remote (total) retention: moves the log start, in both tiers.
-        unshipped = sum(s.size for s in self._local.segments() if s.base_offset >= r.remote_end)
-        cut = r.retention_cutoff(unshipped, now)
-        if cut is not None:
-            r.delete_before(cut)
-        # Local segments below the log start go too: those just cut, and any a crash
-        # left behind after the start had moved (then ``cut`` is None on the retry).
-        self._local.delete_segments_before(max(cut or 0, r.meta.log_start_offset))
-        # Local retention: only segments whose copy is finished.
-        end = r.remote_end
-        cands = self._local.retention_candidates(
-            tc.local_retention_ms, tc.local_retention_bytes, now
-        )
-        shipped = [s for s in cands if s.next_offset <= end]
-        hold = self._local_hold
-        if hold is not None:
-            # Keep the newest of those a follower still copies, within the bound.
-            kept, cut = 0, len(shipped)
-            while (
-                cut > 0
-                and shipped[cut - 1].next_offset > hold
-                and kept + shipped[cut - 1].size <= tc.catchup_retention_bytes
-            ):
-                cut -= 1
-                kept += shipped[cut].size
-            shipped = shipped[:cut]
-        if shipped:
-            self._local.delete_segments_before(shipped[-1].next_offset)
+        """One round: clean up, copy eligible segments (none once ``stop`` is set), apply
+        both retentions. Returns the number of segments copied. Raises
+        RemoteStorageError when the bucket fails (the shipper backs off and retries)."""
+        return self._tiering.tier_once(stop)
 
     def hold_local_from(self, offset: int | None) -> None:
         """This leader's followers still copy from ``offset`` (the lowest next fetch of a
@@ -673,41 +591,27 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         follower catching up (a rebuilt node) is not sent back to the remote end again
         and again while producers push the local start up, as Kafka's followers rely on
         their leader's local log. The node, after each follower fetch; any thread."""
-        self._local_hold = offset
+        self._tiering.hold_local_from(offset)
 
     def maintain(self, *, tier: bool = True) -> None:
         """Time-based upkeep, run periodically by the owner (the service): flush by
-        ``flush_ms``, roll by ``segment_ms``, checkpoint the high watermark when due; without a
-        shipper (remote tier off, or not started) the round of tiering and retention runs
-        here, with one a roll wakes it. ``tier=False`` (a follower's upkeep: it ships
-        nothing, see :meth:`apply_replica_retention`): no tiering round. Any thread."""
+        ``flush_ms``, roll by ``segment_ms``, checkpoint the high watermark when due,
+        renew the offsets reserved in the bucket; without a shipper (remote tier off, or
+        not started) the round of tiering and retention runs here, with one a roll wakes
+        it. ``tier=False`` (a follower's upkeep: it ships nothing, see
+        :meth:`apply_replica_retention`): no tiering round. Any thread."""
         if self._closed:
             return
         self._local.maybe_flush()
-        if self._following:  # a follower rolls where its leader did, and ships nothing
-            self._checkpoint_if_due()
+        hw = self._replication.hw
+        if self._replication.following:  # a follower rolls where its leader did, ships nothing
+            if hw is not None:
+                hw.checkpoint_if_due()
             return
         rolled = self._local.maybe_roll_by_age()
-        self._checkpoint_if_due()
-        if self._remote is not None and not self._resync_pending and self._local.next_offset:
-            # Renew the offsets reserved in the bucket before appends run out of them
-            # (not for a log that never handed one out: a cluster's replica that leads
-            # with an empty log continues above the reservation).
-            ahead = self._local.next_offset + self.tier_config.offset_reserve // 2
-            try:
-                self._reserve_offsets(ahead)
-            except (RemoteStorageError, NotLeaderError) as exc:
-                if not self._reserve_failing:  # once per outage, not every upkeep round
-                    log.warning("%s: offsets not reserved in the bucket: %s", self.log_id, exc)
-                self._reserve_failing = True
-            else:
-                self._reserve_failing = False
-        if not tier:
-            return
-        if self._shipper is None:
-            self.tier_once()
-        elif rolled:
-            self._shipper.wake()  # a segment to ship
+        if hw is not None:
+            hw.checkpoint_if_due()
+        self._tiering.maintain(rolled=rolled, tier=tier)
 
     def remote_segments(
         self, log_start: int
@@ -736,6 +640,273 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         storage.delete(keys)  # the store batches (S3: 1,000 keys per request)
         return len(keys)
 
+    # ---- roles --------------------------------------------------------------------------
+
+    @property
+    def following(self) -> bool:
+        """Whether this replica follows another's log (see :meth:`follow`)."""
+        return self._replication.following
+
+    def follow(self) -> None:
+        """This replica follows: it appends only what its fetcher brings
+        (:meth:`append_replica`), rolls only where the leader did, never by its own size
+        or age, and ships nothing (its shipper stops; :meth:`maintain` flushes and
+        checkpoints only). The node, on a role change."""
+        self._replication.following = True
+        self._tiering.follow()
+
+    def lead(self, epoch: int, fence: Callable[[], bool] | None = None) -> int:
+        """This replica leads ``epoch`` from its log end (:meth:`assign_leader_epoch`;
+        returns the epoch's start); it rolls by its own size and age again. With a
+        remote tier, the next tiering round first rebuilds the remote state from the
+        bucket (others shipped while this replica followed) and its copies then carry
+        ``epoch``; ``fence()`` is asked before each copy is committed (False: this node
+        was deposed, the copy is abandoned). A log that never held a record first
+        continues above the bucket (:meth:`_lead_from_bucket`). The owner starts the
+        shipper. The node, on a role change."""
+        self._tiering.lead(epoch, fence)
+        if (
+            self._remote is not None
+            and self.next_offset == 0
+            and self._replication.epochs.latest_entry is None
+        ):
+            self._lead_from_bucket()
+        start = self.assign_leader_epoch(epoch)
+        self._replication.following = False
+        return start
+
+    def _lead_from_bucket(self) -> None:
+        """A replica about to lead with a log that never held a record (a whole cluster
+        restored onto new disks from the bucket, or every replica's disk lost): take
+        the bucket's view first and continue above every offset the partition handed
+        out (:func:`_resume_offset`: the gap is reported lost), never at 0 over
+        archived offsets. RemoteStorageError if the bucket fails: the node tries to
+        lead again at its next metadata poll. Under the control lock."""
+        r = self._remote
+        assert r is not None
+        with self._ctl:
+            self._check_open()
+            self._tiering.resync_view()
+            resume = _resume_offset(self.log_id, r)
+            if resume > self.next_offset:
+                with self._replication.moving_bounds():
+                    self._local.reset(resume)
+                    self._replication.clamp_high_watermark()
+                # Everything below was committed before: readable (archived) at once.
+                self.set_high_watermark(resume)
+                log.info(
+                    "%s: leads from the bucket: archived up to %d, continues at %d",
+                    self.log_id,
+                    r.remote_end,
+                    resume,
+                )
+
+    # ---- leader epochs ----------------------------------------------------------------
+
+    def leader_epoch_entries(self) -> list[EpochEntry]:
+        """This log's ``(epoch, start_offset)`` entries, oldest first. Any thread."""
+        return self._replication.epochs.entries()
+
+    @property
+    def latest_leader_epoch(self) -> int:
+        """The highest leader epoch this log holds, :data:`~tiered_log.local.leader_epoch.UNDEFINED_EPOCH`
+        (-1) when none (what a follower sends in OffsetsForLeaderEpoch)."""
+        return self._replication.latest_leader_epoch
+
+    def assign_leader_epoch(self, epoch: int) -> int:
+        """This replica became leader in ``epoch``: the epoch starts at the log's next
+        offset (before any append of it). Returns that start; for the latest epoch again,
+        its recorded start and nothing changes. An epoch below the latest is refused
+        (InvalidArgumentError). The leader's election code; serialized with appends."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise InvalidArgumentError(f"leader epoch must be an integer >= 0, got {epoch!r}")
+        self._check_open()
+        return self._replication.assign_leader_epoch(epoch)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch answer of this log (as a leader): ``(epoch
+        found, end offset)``, see :meth:`LeaderEpochCache.end_offset_for
+        <tiered_log.local.leader_epoch.LeaderEpochCache.end_offset_for>`; the latest
+        epoch ends at the log's next offset. Any thread."""
+        self._check_open()
+        return self._replication.end_offset_for_epoch(epoch)
+
+    def record_leader_epoch(self, epoch: int, start_offset: int) -> None:
+        """Record the leader's entry ``(epoch, start_offset)`` in this log's cache (a
+        follower after :meth:`reset_replica`: the leader's epochs from the new start), as
+        :meth:`LeaderEpochCache.assign <tiered_log.local.leader_epoch.LeaderEpochCache.assign>`
+        (an epoch below the latest: InvalidArgumentError). The follower's fetcher."""
+        self._check_open()
+        self._replication.epochs.assign(epoch, start_offset)
+
+    def divergence(self, leader_answer: tuple[int, int]) -> int:
+        """The offset this log (as a follower) must be truncated to, given the leader's
+        :meth:`end_offset_for_epoch` answer for :attr:`latest_leader_epoch`:
+        :func:`~tiered_log.local.leader_epoch.divergence_point` on this log's cache and
+        end (without an answer to go by, the high watermark: a plain log, which has none,
+        keeps nothing), never below the log start. When the leader lacks this log's
+        latest epoch the cut is partial: the next fetch, sending the new latest epoch,
+        finds the rest. Truncates nothing: the fetcher calls :meth:`truncate`."""
+        return self._replication.divergence(leader_answer)
+
+    def local_bytes_from(self, offset: int) -> int:
+        """Bytes of the local log from ``offset`` to its end: what a follower whose log
+        ends at ``offset`` still has to copy from this leader (see
+        :meth:`Log.bytes_from <tiered_log.local.log.Log.bytes_from>`). Any thread."""
+        return self._local.bytes_from(offset)
+
+    def segment_bases(self, start: int, end: int) -> list[int]:
+        """Base offsets of the local segments beginning in ``[start, end)``: where a
+        follower copying that range rolls (see :meth:`append_replica`)."""
+        return [s.base_offset for s in self._local.segments() if start <= s.base_offset < end]
+
+    # ---- the follower's side ------------------------------------------------------------
+
+    def append_replica(
+        self,
+        data: bytes | bytearray | memoryview,
+        epochs: Sequence[tuple[int, int]],
+        rolls: Sequence[int] | None = None,
+    ) -> int:
+        """Append the leader's stored batches (as its ``read_batches`` returned them) at
+        the offsets and with the timestamps they carry; returns the new next offset
+        (empty ``data``: nothing happens).
+
+        ``rolls``: the base offsets of the leader's segments among these batches. The
+        follower rolls exactly there and nowhere else (never by its own size or age), so
+        its segments are the leader's, byte for byte: a follower that becomes leader
+        ships from the bucket's remote end, which is one of its own segment bases (no
+        segment shipped twice, none overlapping). One write per leader segment. None
+        (a plain copy, not a cluster's follower): the log rolls by its own size.
+
+        The first batch must start at exactly this log's next offset and the batches must
+        follow each other (InvalidArgumentError naming both offsets); every batch is
+        verified first (checksums, lengths; CorruptRecordError): nothing is appended
+        unless all of it is. ``epochs`` are the leader's ``(epoch, start_offset)``
+        entries: the epoch of the first batch and those starting inside the appended
+        range are recorded in this log's cache before the write (cut again if it fails).
+        The follower's fetcher only, one thread (see the module docstring)."""
+        self._check_open()
+        active = self._local.active_base_offset
+        end = self._replication.append(data, epochs, rolls)
+        if self._local.active_base_offset != active:
+            self._tiering.wake()
+        return end
+
+    def reset_replica(self, offset: int) -> None:
+        """Restart the local log empty at ``offset``: for a follower whose log end is
+        below the leader's local start (the records between are only in the bucket). The
+        epoch cache is cleared (the next :meth:`append_replica` records the leader's epoch
+        at ``offset``); a remote tier of this log holding data at or above ``offset`` is
+        truncated there; the high watermark is clamped to the new bounds. The follower's
+        fetcher only."""
+        _check_offset(offset)
+        with self._ctl:
+            self._check_open()
+            with self._replication.moving_bounds(cut=offset):
+                r = self._remote
+                if r is not None and offset < r.remote_end:
+                    r.truncate(offset, self._local.log_start_offset)
+                self._local.reset(offset)
+                self._replication.epochs.clear()
+                self._replication.clamp_high_watermark()
+
+    def resync_remote(self) -> int:
+        """Rebuild this log's view of the bucket (journal, metadata, remote-index files)
+        from the manifests there, downloading no segment data: a replica reset to its
+        leader's remote end can then serve the archived offsets once it leads. Reads
+        only: a follower writes nothing to the bucket (an object without its manifest
+        may be the leader's copy under way). Returns the number of remote segments; 0
+        without a remote tier. RemoteStorageError if the bucket fails (nothing else
+        changes)."""
+        r = self._remote
+        if r is None:
+            return 0
+        with self._ctl:
+            self._check_open()
+            return r.resync_from_bucket(read_only=True)
+
+    def refresh_remote_meta(self) -> None:
+        """A follower's copy of the bucket's metadata (log start, lost ranges, recorded
+        end): one small read, so that it reports what its leader does; its view of the
+        copies is rebuilt only if it leads (:meth:`lead`). Reads only; no-op without a
+        remote tier. RemoteStorageError if the bucket fails (nothing changes)."""
+        r = self._remote
+        if r is None:
+            return
+        with self._ctl:
+            self._check_open()
+            r.load_meta_from_bucket()
+
+    def apply_replica_retention(self, remote_end: int) -> None:
+        """A follower's retention round (it ships nothing; the leader does): delete the
+        oldest local segments past local retention (``local_retention_ms`` /
+        ``local_retention_bytes``; without a remote tier the total ``retention_ms`` /
+        ``retention_bytes``) that end at or below both ``remote_end`` (the leader's
+        remote end, learnt from fetches: those records are in the bucket) and this log's
+        high watermark. The follower's fetcher (or its node's upkeep), any one thread."""
+        _check_offset(remote_end)
+        self._tiering.apply_replica_retention(remote_end)
+
+    # ---- the high watermark -------------------------------------------------------------
+
+    @property
+    def replicated(self) -> bool:
+        """Whether this log keeps a high watermark of its own (else it is the next offset)."""
+        return self._replication.hw is not None
+
+    @property
+    def high_watermark(self) -> int:
+        """One past the last committed record: what consumers may read (``upto=``). The
+        next offset for a log opened with ``replicated=False``. No lock."""
+        return self._replication.high_watermark
+
+    def set_high_watermark(self, hw: int) -> int:
+        """Move the high watermark up to ``hw`` (clamped to ``[log_start, next_offset]``;
+        a lower value leaves it as it is: it moves down only through a truncation).
+        Returns the high watermark now. Checkpointed at most every
+        ``hw_checkpoint_interval_ms``; wakes the shipper when it passes the last sealed
+        segment (only committed segments ship). A no-op on a log opened with ``replicated=False``
+        (its high watermark is always its next offset). Any thread."""
+        _check_offset(hw)
+        self._check_open()
+        mark = self._replication.hw
+        if mark is None:
+            return self.next_offset
+        old, value = mark.advance(hw)
+        if old < self._local.active_base_offset <= value:
+            self._tiering.wake()  # the sealed segments are committed now: one to ship
+        mark.checkpoint_if_due()
+        return value
+
+    def checkpoint_high_watermark(self, *, quiet: bool = False) -> None:
+        """Write the high watermark to its checkpoint file now, if it changed since the
+        last write (``quiet``: a failure is logged, to be tried again, not raised: the
+        file keeps an older, lower value, which is safe). No-op on a log opened with
+        ``replicated=False``. Any thread."""
+        if self._replication.hw is not None:
+            self._replication.hw.checkpoint(quiet=quiet)
+
+    # ---- reports ------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, float]:
+        """Numeric counters and gauges, for /metrics (see :func:`~tiered_log.partition.report.stats`)."""
+        return report.stats(self._local, self._remote)
+
+    def describe(self) -> dict[str, Any]:
+        """Local and remote segments, copy lag, cache and fetch counters (JSON-able)."""
+        return report.describe(
+            self.log_id, self.bounds(), self._local, self._remote, self._tiering.shipper
+        )
+
+    def remote_damage(self) -> list[dict[str, Any]]:
+        """Remote ranges that cannot be read (see :func:`~tiered_log.partition.report.remote_damage`)."""
+        return report.remote_damage(self._remote)
+
+    def lost_offsets(self) -> list[list[int]]:
+        """Offsets lost with a local disk (see :func:`~tiered_log.partition.report.lost_offsets`)."""
+        return report.lost_offsets(self._remote)
+
     # ---- closing ------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -743,30 +914,13 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
         limit, as fetches under way ignore the fetch quota), flush and close. Idempotent."""
         if self._closed:
             return
-        if self._remote is not None:
-            self._remote.release_limits()  # a copy or fetch under way need not sit out its quota
-        if self._shipper is not None:
-            self._shipper.stop()
+        self._tiering.stop()
         with self._ctl:
             self.checkpoint_high_watermark(quiet=True)
             self._closed = True
+            end = self._local.next_offset
             self._local.close()
-            if self._remote is not None:
-                if not self._following and not self._resync_pending:
-                    self._release_reserved_offsets()
-                self._remote.close()
-
-    def _release_reserved_offsets(self) -> None:
-        """On a clean close, lower the end recorded in the bucket from the reservation
-        to the offsets truly handed out (no append can follow): a log rebuilt after a
-        later disk loss then reports exactly the unshipped tail lost. Best effort."""
-        assert self._remote is not None
-        try:
-            self._remote.release_end(self._local.next_offset)
-        except RemoteStorageError as exc:
-            log.warning(
-                "%s: reserved offsets not released in the bucket: %s", self.log_id, exc.message
-            )
+            self._tiering.close(end)
 
     @property
     def closed(self) -> bool:
@@ -777,3 +931,6 @@ class TieredLog(ReplicatedLogMixin, LogReportMixin):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+__all__ = ["TieredBounds", "TieredLog"]

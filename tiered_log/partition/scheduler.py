@@ -1,25 +1,25 @@
-"""The background tiering of tiered logs: when to ship sealed segments and apply retention.
+"""When a partition's tiering rounds run: :class:`Shipper` (one log's policy) on a
+:class:`TieringScheduler` (a few threads for every log of a process).
 
-:class:`Shipper` is the policy for one :class:`~tiered_log.tiered.TieredLog`: every
-``ship_interval_ms`` (or at once when woken by a roll) it runs one round of
-:meth:`~tiered_log.tiered.TieredLog.tier_once` (clean up interrupted attempts, copy
-eligible segments, apply local and remote retention). A round that fails because the
-bucket is unreachable is retried with exponential backoff (0.5 s doubling to 30 s);
-appends go on meanwhile and unshipped segments stay on disk.
+A :class:`Shipper` drives one :class:`TieringRound` (a partition's
+:class:`~tiered_log.partition.tiering.Tiering`): every ``ship_interval_ms`` (or at once
+when woken by a roll) it runs one :meth:`~TieringRound.tier_once` (clean up interrupted
+attempts, copy eligible segments, apply local and remote retention). A round that fails
+because the bucket is unreachable is retried with exponential backoff (0.5 s doubling to
+30 s); appends go on meanwhile and unshipped segments stay on disk.
 
 An idle log costs almost nothing: a round whose log has not changed since the last one
-(same next, flushed and start offsets, same active segment, same remote end, no repair
-pending; see :meth:`~tiered_log.tiered.TieredLog.tiering_state`) is skipped, and the
-next look comes later and later (doubling up to :data:`FULL_ROUND_S`); a full round runs
-at least every :data:`FULL_ROUND_S` seconds so that time-based retention still applies
-(as Kafka checks retention every ``log.retention.check.interval.ms``). A roll wakes the
-shipper at once.
+(same :meth:`~TieringRound.tiering_state`: next, flushed and start offsets, active
+segment, remote end, no repair pending) is skipped, and the next look comes later and
+later (doubling up to :data:`FULL_ROUND_S`); a full round runs at least every
+:data:`FULL_ROUND_S` seconds so that time-based retention still applies (as Kafka checks
+retention every ``log.retention.check.interval.ms``). A roll wakes the shipper at once.
 
-The rounds of every shipper in a process run on one :class:`TieringScheduler`: a few
-worker threads (:data:`DEFAULT_WORKERS`) and a queue ordered by due time, so a node with
-thousands of partitions has a bounded number of tiering threads and copies, not one per
-partition (as Kafka's remote log manager has a bounded thread pool). One log never has
-two rounds at once.
+The rounds of every shipper on one :class:`TieringScheduler` run on a few worker threads
+(:data:`DEFAULT_WORKERS`) fed by a queue ordered by due time, so a node with thousands of
+partitions has a bounded number of tiering threads and copies, not one per partition (as
+Kafka's remote log manager has a bounded thread pool). One log never has two rounds at
+once. A log uses the process-wide :func:`default_scheduler` unless given one.
 
 Thread-safety: ``Shipper.start``/``stop``/``wake`` and the scheduler may be used from
 any thread. Worker threads are daemons, so a crashed process never hangs on them.
@@ -32,12 +32,9 @@ import itertools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .errors import TieredLogError
-
-if TYPE_CHECKING:
-    from .tiered import TieredLog
+from ..errors import TieredLogError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +43,21 @@ MAX_BACKOFF_S = 30.0
 FULL_ROUND_S = 30.0
 """An unchanged log still gets a full round this often (time-based retention)."""
 DEFAULT_WORKERS = 4
+
+
+class TieringRound(Protocol):
+    """What a :class:`Shipper` runs: one partition's tiering round and what it depends on."""
+
+    @property
+    def log_id(self) -> str: ...
+
+    def tiering_state(self) -> tuple[int, ...]:
+        """What a round depends on besides the clock (unchanged: the round is skipped)."""
+        ...
+
+    def tier_once(self, stop: threading.Event | None = None) -> int:
+        """One round; stops between segments once ``stop`` is set."""
+        ...
 
 
 class TieringScheduler:
@@ -129,9 +141,9 @@ class Shipper:
     """Background tiering of one log; see the module docstring."""
 
     def __init__(
-        self, tlog: TieredLog, interval_ms: int, scheduler: TieringScheduler | None = None
+        self, tiering: TieringRound, interval_ms: int, scheduler: TieringScheduler | None = None
     ) -> None:
-        self.tlog = tlog
+        self.tiering = tiering
         self.interval = interval_ms / 1000
         self.scheduler = scheduler or default_scheduler()
         self.backoff = 0.0
@@ -178,7 +190,7 @@ class Shipper:
         """One round (or a skip) in a worker thread; the seconds until the next one."""
         now = time.monotonic()
         try:
-            state = self.tlog.tiering_state()
+            state = self.tiering.tiering_state()
             if (
                 state == self._last_state
                 and not self._wake_pending
@@ -190,8 +202,8 @@ class Shipper:
                 self._skip_delay = min(FULL_ROUND_S, max(self.interval, 2 * self._skip_delay))
                 return self._skip_delay
             self._skip_delay = 0.0
-            self.tlog.tier_once(stop=self._stop)
-            self._last_state = self.tlog.tiering_state()
+            self.tiering.tier_once(stop=self._stop)
+            self._last_state = self.tiering.tiering_state()
             self._last_full = now
             self.backoff = 0.0
             self.last_error = None
@@ -199,11 +211,11 @@ class Shipper:
             self.backoff = min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.backoff * 2))
             self.last_error = str(exc)
             log.warning(
-                "tiering %s failed, retrying in %.1fs: %s", self.tlog.log_id, self.backoff, exc
+                "tiering %s failed, retrying in %.1fs: %s", self.tiering.log_id, self.backoff, exc
             )
         except Exception as exc:  # keep the tiering alive whatever happens
             self.backoff = min(MAX_BACKOFF_S, max(MIN_BACKOFF_S, self.backoff * 2))
             self.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("tiering %s failed unexpectedly", self.tlog.log_id)
+            log.exception("tiering %s failed unexpectedly", self.tiering.log_id)
         self.rounds += 1
         return self.backoff or self.interval

@@ -45,9 +45,9 @@ from typing import Any
 
 from ..format import naming
 from ..local.log import LogConfig
+from ..partition import TieredLog
 from ..remote.s3 import S3Storage
 from ..remote.tier import TierConfig
-from ..tiered import TieredLog
 from .common import DEFAULT_LATENCY_ROUNDS, say
 
 
@@ -463,7 +463,7 @@ class _CatchUpReader:
     a loop, as the service's binary fetch does for a catch-up consumer: stored batches
     fetched, verified and cached (in the tier's worker process where the store allows),
     then named as ranges of the chunk cache's files, which the service would ``sendfile``
-    (:meth:`~tiered_log.tiered.TieredLog.read_batch_ranges`; the consumer decodes them
+    (:meth:`~tiered_log.partition.log.TieredLog.read_batch_ranges`; the consumer decodes them
     in its own process). ``start`` it, then ``stop`` it: the records it read and for
     how long."""
 

@@ -43,10 +43,10 @@ def build_archive(
     from ..config import TopicConfig
     from ..format.records import ProducerRecord
     from ..local.log import LogConfig
+    from ..partition import TieredLog
     from ..remote.storage import open_storage
     from ..remote.tier import TierConfig
     from ..service.topics import TopicMeta, log_id_of, topic_object_key
-    from ..tiered import TieredLog
 
     bucket = root / "bucket"
     store = open_storage(bucket.as_uri())

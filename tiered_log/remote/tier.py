@@ -2,8 +2,8 @@
 
 :class:`RemoteTier` is the *mechanism* (each step idempotent, each state change journaled
 before the next); the background loop that decides when to run it is
-:class:`tiered_log.shipper.Shipper`, and the read resolution between tiers is
-:class:`tiered_log.tiered.TieredLog`. As Kafka's ``RemoteLogManager``, it is made of
+:class:`tiered_log.partition.scheduler.Shipper`, and the read resolution between tiers is
+:class:`tiered_log.partition.log.TieredLog`. As Kafka's ``RemoteLogManager``, it is made of
 named jobs over one shared state:
 
 =====================  =============================================================

@@ -28,7 +28,7 @@ from ..config import Settings
 from ..errors import InvalidArgumentError, TieredLogError, TopicExistsError, TopicNotFoundError
 from ..format import naming
 from ..local.log import LogConfig
-from ..tiered import TieredLog
+from ..partition import TieredLog
 from ..topic_config import TopicConfig
 from .topics import TopicManager, TopicMeta, validate_partitions, validate_topic_name
 

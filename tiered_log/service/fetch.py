@@ -1,12 +1,12 @@
 """Reading records for the API: decoded (JSON form) or as raw batches (binary form).
 
 Both go through the partition's log: :func:`fetch_frames` is
-:meth:`TieredLog.read_batch_ranges <tiered_log.tiered.TieredLog.read_batch_ranges>` (the
+:meth:`TieredLog.read_batch_ranges <tiered_log.partition.log.TieredLog.read_batch_ranges>` (the
 stored batches of either tier, verified, not decoded: disk format == bucket format ==
 wire format; answered as the places they lie, which the response sends from the files
 with ``sendfile``: :mod:`tiered_log.service.zerocopy`) with the bounds the answer
 reports; :func:`fetch_records` is
-:meth:`TieredLog.read_range <tiered_log.tiered.TieredLog.read_range>`, which decodes and
+:meth:`TieredLog.read_range <tiered_log.partition.log.TieredLog.read_range>`, which decodes and
 so verifies every record it returns.
 
 Damage: nothing damaged is served on either path. A page stops before a damaged batch
@@ -42,7 +42,7 @@ def fetch_frames(
     plog: PartitionLog, offset: int, max_records: int, max_bytes: int, upto: int | None = None
 ) -> FrameBatch:
     """Batches from the one holding ``offset`` on, as places in files (see
-    :meth:`TieredLog.read_batch_ranges <tiered_log.tiered.TieredLog.read_batch_ranges>`): at least
+    :meth:`TieredLog.read_batch_ranges <tiered_log.partition.log.TieredLog.read_batch_ranges>`): at least
     one batch if there is a record at ``offset``, then whole batches while fewer than
     ``max_records`` records and ``max_bytes`` bytes were taken; empty at exactly the next
     offset. OffsetOutOfRangeError outside the log. ``upto``: nothing at or past it (a

@@ -15,7 +15,7 @@ directory into ``trash/`` (atomic) before removing the files, so a crash mid-del
 leaves a half topic behind.
 
 Every partition log is created by :func:`open_partition_log`, the one place that decides
-what a partition log is: a :class:`~tiered_log.tiered.TieredLog` whose remote tier is the
+what a partition log is: a :class:`~tiered_log.partition.log.TieredLog` whose remote tier is the
 server's one shared store (``Settings.remote_storage_url()``). A partition's log id in
 the store is ``<topic>-<topic id, 12 hex>-<partition>``, so a topic deleted and created
 again never sees the old topic's objects.
@@ -64,9 +64,9 @@ from ..errors import (
 from ..format import naming
 from ..local.log import LogConfig
 from ..local.segment import fsync_dir, write_atomic
+from ..partition import TieredLog
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig, TierLimits
-from ..tiered import TieredLog
 from .wire import TOPIC_NAME_PATTERN
 
 log = logging.getLogger("tiered_log.service.topics")

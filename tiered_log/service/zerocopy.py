@@ -2,7 +2,7 @@
 
 A binary fetch answers stored batches as they are (disk format == bucket format == wire
 format), so the bytes never need to pass through the program: the log says *where* they
-lie (:meth:`TieredLog.read_batch_ranges <tiered_log.tiered.TieredLog.read_batch_ranges>`,
+lie (:meth:`TieredLog.read_batch_ranges <tiered_log.partition.log.TieredLog.read_batch_ranges>`,
 a :class:`~tiered_log.local.ranges.FetchRanges` of segment-file and chunk-cache-file
 ranges, checked where they lie in the page cache) and the kernel copies them from the
 page cache to the socket (``os.sendfile``). Two halves, joined by ASGI's own extension
