@@ -316,6 +316,38 @@ def test_hw_checkpoint_survives_reopen(tmp_path: Path) -> None:
     log.close()
 
 
+def test_hw_checkpoint_is_written_once_its_interval_passed(tmp_path: Path) -> None:
+    """The interval is timed by the log's clock (injected here): the upkeep writes the
+    checkpoint once the interval has passed since the last write, not before."""
+    now = [1_000_000]
+    path = tmp_path / "a"
+    ckpt = path / naming.HIGH_WATERMARK_FILE
+    log = TieredLog(
+        path,
+        config=SMALL,
+        start_shipper=False,
+        replicated=True,
+        hw_checkpoint_interval_ms=1000,
+        clock=lambda: now[0],
+    )
+    produce(log, 20, per_batch=5)
+    log.set_high_watermark(10)
+    now[0] += 999
+    log.maintain(tier=False)
+    assert not ckpt.exists()
+    now[0] += 1
+    log.maintain(tier=False)
+    assert ckpt.read_bytes() == b"0\n10\n"
+    log.set_high_watermark(15)  # the interval starts again at the write
+    now[0] += 999
+    log.maintain(tier=False)
+    assert ckpt.read_bytes() == b"0\n10\n"
+    now[0] += 1
+    log.maintain(tier=False)
+    assert ckpt.read_bytes() == b"0\n15\n"
+    log.close()
+
+
 # ---- leader epochs ------------------------------------------------------------------------
 
 

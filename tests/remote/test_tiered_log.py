@@ -375,6 +375,33 @@ def test_damaged_local_segment_is_never_shipped(tmp_path: Path, storage: RemoteS
     tlog.close()
 
 
+def test_time_retention_follows_the_logs_clock(tmp_path: Path) -> None:
+    """Time-based retention dates segments by the log's clock (injected here): nothing
+    goes while the newest record of a segment is younger than ``retention_ms``; once the
+    clock has moved past it, every sealed segment whose records are all older goes."""
+    now = [1_000_000]
+    tlog = TieredLog(
+        tmp_path / "log",
+        config=SMALL,
+        tier=TierConfig(retention_ms=60_000),
+        clock=lambda: now[0],
+    )
+    produce(tlog, 1500)  # timestamps 1_000_000 + 10 * offset
+    tlog.roll()
+    sealed = tlog.local_segments()[:-1]
+    assert len(sealed) >= 3
+    now[0] = sealed[0].max_timestamp + 60_000
+    tlog.tier_once()
+    assert tlog.log_start_offset == 0
+    now[0] += 1
+    tlog.tier_once()
+    assert tlog.log_start_offset == sealed[0].next_offset
+    now[0] = 1_000_000 + 1500 * 10 + 60_001
+    tlog.tier_once()
+    assert tlog.log_start_offset == tlog.next_offset == 1500
+    tlog.close()
+
+
 def test_many_logs_share_a_few_tiering_threads_and_idle_logs_rest(
     tmp_path: Path, storage: RemoteStorage
 ) -> None:
