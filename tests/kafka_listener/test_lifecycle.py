@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -122,5 +123,19 @@ def test_no_listener_while_tokens_are_set(tmp_path: Path) -> None:
             s.settimeout(5)
             assert s.connect_ex((host, int(port))) != 0
         assert "no Kafka listener: auth_tokens are set" in srv.log()
+    finally:
+        srv.stop()
+
+
+def test_a_half_sent_request_closes_its_connection(tmp_path: Path) -> None:
+    """A frame whose bytes stop coming for body_timeout_s (1 s here) closes that
+    connection with a log line; a connection that sent a whole request is answered."""
+    srv = ServerProcess(tmp_path / "data", tmp_path, {"body_timeout_s": "1"}).start()
+    try:
+        with KafkaWire(srv.kafka_bootstrap) as stuck, KafkaWire(srv.kafka_bootstrap) as ok:
+            stuck.sock.sendall(struct.pack(">i", 100) + b"\x00\x12\x00\x03")  # 4 of 100
+            assert stuck.closed_by_server()
+            assert ok.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        assert "a request half-sent: no byte for 1 s" in srv.log()
     finally:
         srv.stop()

@@ -18,6 +18,10 @@ Refusals, as Kafka's broker makes them:
 - an error inside a handler that is not a Kafka error code: logged with its traceback,
   the connection closed.
 
+Timeouts: a request half-sent (bytes of a frame received, then none for ``stall_s``,
+the service's ``body_timeout_s``) closes the connection with a log line; so does a
+connection idle for :data:`IDLE_S` (nothing sent, no request in flight).
+
 A client that closes its end: the produces it sent before are still appended (an
 ``acks=0`` producer may close right after sending), its other requests are dropped.
 
@@ -58,6 +62,10 @@ log = logging.getLogger("tiered_log.kafka")
 MAX_QUEUED = 64
 """Requests read ahead of their answers before reading pauses."""
 
+IDLE_S = 600.0
+"""A connection that sends nothing and waits for no answer this long is closed (Kafka's
+``connections.max.idle.ms`` default)."""
+
 _SIZE = struct.Struct(">i")
 _PRODUCE_KEY = struct.pack(">h", PRODUCE)
 
@@ -67,11 +75,23 @@ class KafkaConnection(asyncio.Protocol):
     listener's set of open ones, which this adds itself to and removes itself from."""
 
     def __init__(
-        self, handlers: Handlers, max_frame_bytes: int, connections: set[KafkaConnection]
+        self,
+        handlers: Handlers,
+        max_frame_bytes: int,
+        connections: set[KafkaConnection],
+        *,
+        stall_s: float = 20.0,
+        idle_s: float = IDLE_S,
     ) -> None:
         self.handlers = handlers
         self.max_frame_bytes = max_frame_bytes
         self.connections = connections
+        self.stall_s = stall_s
+        self.idle_s = idle_s
+        self._last_rx = 0.0
+        self._last_active = 0.0
+        self._busy = False
+        self._timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._buf = bytearray()
@@ -96,11 +116,33 @@ class KafkaConnection(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.connections.add(self)
-        self._task = asyncio.get_running_loop().create_task(self._answer_loop())
+        loop = asyncio.get_running_loop()
+        self._last_rx = self._last_active = loop.time()
+        self._task = loop.create_task(self._answer_loop())
+        self._tick = min(5.0, max(0.05, min(self.stall_s, self.idle_s) / 4))
+        self._timer = loop.call_later(self._tick, self._check_timeouts)
+
+    def _check_timeouts(self) -> None:
+        """Close a connection whose request stopped half-sent for ``stall_s``, or that
+        has sent nothing and waited for nothing for ``idle_s``; else look again later."""
+        if self._closing or self._lost or self._draining:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._buf and now - self._last_rx >= self.stall_s:
+            self._drop(f"a request half-sent: no byte for {self.stall_s:g} s")
+            return
+        quiet = not self._buf and not self._queue and not self._busy
+        if quiet and now - self._last_active >= self.idle_s:
+            log.info("kafka connection from %s closed: idle for %g s", self.peer, self.idle_s)
+            self._close()
+            return
+        self._timer = loop.call_later(self._tick, self._check_timeouts)
 
     def data_received(self, data: bytes) -> None:
         if self._closing or self._draining or self._lost:
             return
+        self._last_rx = self._last_active = asyncio.get_running_loop().time()
         buf = self._buf
         buf += data
         pos = 0
@@ -121,6 +163,8 @@ class KafkaConnection(asyncio.Protocol):
             self._pause()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         # The produces the client sent before it closed are still appended (an acks=0
         # producer closes right after sending), as Kafka's broker handles a request it
         # has read; other requests are dropped, and no answer is written.
@@ -151,7 +195,12 @@ class KafkaConnection(asyncio.Protocol):
                 frame = self._queue.popleft()
                 if self._lost and frame[:2] != _PRODUCE_KEY:
                     continue
-                answer = await self._answer(frame)
+                self._busy = True
+                try:
+                    answer = await self._answer(frame)
+                finally:
+                    self._busy = False
+                    self._last_active = asyncio.get_running_loop().time()
                 if self._closing or self._lost or self.transport is None:
                     continue
                 if answer is not None:
@@ -193,6 +242,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def _close(self) -> None:
         self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
         self._queue.clear()
         self._ready.set()
         if self.transport is not None:

@@ -71,9 +71,10 @@ class KafkaListener:
     async def start(self) -> None:
         """Accept connections (on the running loop)."""
         loop = asyncio.get_running_loop()
-        max_frame = self.state.settings.max_request_bytes
+        settings = self.state.settings
+        max_frame, stall_s = settings.max_request_bytes, settings.body_timeout_s
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self.handlers, max_frame, self.connections),
+            lambda: KafkaConnection(self.handlers, max_frame, self.connections, stall_s=stall_s),
             sock=self.sock,
             start_serving=True,
         )
