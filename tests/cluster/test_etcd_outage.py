@@ -198,7 +198,8 @@ def test_while_etcd_is_down_the_cluster_view_is_served_stale_and_clients_route(
                 started = time.monotonic()
                 r = httpx.get(n.url + "/v1/cluster", timeout=5)
                 assert r.status_code == 200, r.text
-                assert time.monotonic() - started < 1.0, "it waited for etcd"
+                # etcd's client gives up after 2 s: an answer before that did not wait
+                assert time.monotonic() - started < 1.9, "it waited for etcd"
                 view = r.json()
                 assert view["stale"] is True and view["metadata_age_ms"] >= 1000, view
                 assert view["controller_id"] is not None

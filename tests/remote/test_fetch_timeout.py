@@ -453,11 +453,10 @@ def _hang_and_read(srv: ServerProcess, hang: Any) -> None:
             # The Python client raises the error by its code.
             with Client(srv.url, timeout=20.0) as client, pytest.raises(RemoteTimeoutError):
                 client.fetch("t", 0, 50, max_records=10)
-            # Local records are served as usual meanwhile.
-            t0 = time.monotonic()
+            # Local records are served as usual meanwhile (a read that went to the hung
+            # bucket would answer 503 remote_timeout).
             r = c.get("/v1/topics/t/partitions/0/records", params={"offset": last})
             assert r.status_code == 200 and r.json()["records"][0]["value"] == _value(last)
-            assert time.monotonic() - t0 < 1.0
         finally:
             hang.resume()
 

@@ -199,13 +199,15 @@ def test_a_slow_bucket_times_out_the_reader_then_serves(
     produce(tlog, N)
     tlog.roll()
     assert tlog.tier_once() == 6
-    store.inject("get", "", delay=1.0, times=None)
+    store.inject("get", "", delay=2.0, times=None)
     t0 = time.monotonic()
     with pytest.raises(RemoteTimeoutError) as exc_info:
         tlog.read_range(0, max_records=10)
-    assert time.monotonic() - t0 < 0.9
+    # It gave up at its 200 ms wait rather than waiting out the 2 s get (the margin is
+    # for a loaded machine: this is not a speed check).
+    assert time.monotonic() - t0 < 1.8
     assert exc_info.value.retriable is True
     store.plan.clear()
-    time.sleep(1.2)  # the fetch that timed out goes on and lands
+    time.sleep(2.2)  # the fetch that timed out goes on and lands
     check_everything_reads(tlog, N)
     tlog.close()
