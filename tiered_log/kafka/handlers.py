@@ -13,6 +13,9 @@ every version of the API; the fields a version lacks are dropped there).
 - Fetch: whole Kafka batches from each partition's fetch offset (either tier), waiting
   up to ``max_wait_ms`` until ``min_bytes`` are there; no fetch sessions (session id 0:
   every fetch is a full one, which Kafka's clients accept).
+- The consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+  LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups):
+  :mod:`tiered_log.kafka.groups.handlers`, registered here.
 - ListOffsets: -1 latest (the high watermark), -2 earliest (the log start, the bucket
   included), else the first offset at or after a timestamp in either tier.
 
@@ -29,10 +32,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..errors import TieredLogError, TopicNotFoundError
+from ..errors import InvalidTopicNameError, TieredLogError, TopicNotFoundError
 from ..service.longpoll import wait_event
 from .backend import Backend, Page
 from .errors import InvalidAcksError, InvalidRecordError, error_code, error_message
+from .groups.handlers import GROUP_APIS, GroupHandlers
+from .groups.offsets import is_internal
 from .messages import (
     API_VERSIONS,
     APIS,
@@ -40,6 +45,7 @@ from .messages import (
     LIST_OFFSETS,
     METADATA,
     PRODUCE,
+    ApiSpec,
     Request,
     millis,
 )
@@ -49,6 +55,8 @@ log = logging.getLogger("tiered_log.kafka")
 MAX_WAIT_MS = 30_000
 """The longest a fetch waits for ``min_bytes`` whatever its ``max_wait_ms`` says (the
 HTTP fetch's ``wait_ms`` has the same bound)."""
+
+APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in GROUP_APIS.items()})
 
 UNKNOWN_OPERATIONS = -(2**31)
 """Authorized operations not computed (Kafka's INT32_MIN)."""
@@ -77,6 +85,7 @@ class Handlers:
             PRODUCE: self.produce,
             FETCH: self.fetch,
             LIST_OFFSETS: self.list_offsets,
+            **GroupHandlers(backend).handlers(),
         }
 
     async def handle(self, req: Request) -> dict[str, Any] | None:
@@ -110,7 +119,7 @@ class Handlers:
                     "error_code": error_code(t.error) if t.error else ErrorCode.none,
                     "name": t.name,
                     "topic_id": t.topic_id,
-                    "is_internal": False,
+                    "is_internal": is_internal(t.name),
                     "partitions": [
                         {
                             "error_code": ErrorCode.none
@@ -182,6 +191,8 @@ class Handlers:
         try:
             if fail is not None:
                 raise fail
+            if is_internal(topic):
+                raise InvalidTopicNameError(f"{topic} is internal: clients cannot produce to it")
             if not records:
                 raise InvalidRecordError("the partition's data holds no records")
             out["base_offset"] = await be.produce(topic, partition, records, acks, timeout_ms)
