@@ -354,3 +354,67 @@ def test_clients_cannot_produce_to_the_internal_topic(server: ServerProcess) -> 
     assert len(errors) == 1 and isinstance(errors[0], KafkaError)
     with pytest.raises(KafkaException):
         raise KafkaException(errors[0])
+
+
+# ---- HTTP ----------------------------------------------------------------------------------
+
+
+def test_http_shows_members_assignments_offsets_and_lag(server: ServerProcess) -> None:
+    import httpx
+
+    topic, group = "grp-http", "g-http"
+    create_topic(server, topic, partitions=2)
+    produce_n(server, topic, 2, 10)
+    c = group_consumer(server, group, **{"client.id": "http-client"})
+    try:
+        c.subscribe([topic])
+        poll_until([c], lambda _: len(parts(c)) == 2, 30, "two partitions assigned")
+        c.commit(
+            offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 5)], asynchronous=False
+        )
+        r = httpx.get(f"{server.url}/v1/groups/{group}", timeout=TIMEOUT_S)
+        assert r.status_code == 200, r.text
+        g = r.json()
+        assert g["state"] == "Stable" and g["protocol_type"] == "consumer"
+        assert [(m["client_id"], m["assignment"]) for m in g["members"]] == [
+            ("http-client", {topic: [0, 1]})
+        ]
+        assert [(o["partition"], o["committed_offset"], o["lag"]) for o in g["offsets"]] == [
+            (0, 2, 3),
+            (1, 5, 0),
+        ]
+        assert g["total_lag"] == 3
+        listed = httpx.get(f"{server.url}/v1/groups", timeout=TIMEOUT_S).json()["groups"]
+        assert {
+            "group": group,
+            "state": "Stable",
+            "protocol_type": "consumer",
+            "members": 1,
+        } in listed
+        busy = httpx.post(
+            f"{server.url}/v1/groups/{group}/offsets",
+            json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]},
+            timeout=TIMEOUT_S,
+        )
+        assert busy.status_code == 409 and busy.json()["error"]["code"] == "group_has_members"
+    finally:
+        c.close()
+    r = httpx.post(
+        f"{server.url}/v1/groups/{group}/offsets",
+        json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]},
+        timeout=TIMEOUT_S,
+    )
+    assert r.status_code == 204, r.text
+    g = httpx.get(f"{server.url}/v1/groups/{group}", timeout=TIMEOUT_S).json()
+    assert g["state"] == "Empty" and g["members"] == []
+    assert [(o["partition"], o["committed_offset"]) for o in g["offsets"]] == [(0, 1), (1, 5)]
+    missing = httpx.get(f"{server.url}/v1/groups/no-such-group", timeout=TIMEOUT_S)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "group_not_found"
+    bad = httpx.post(
+        f"{server.url}/v1/groups/{group}/offsets",
+        json={"offsets": [{"topic": topic, "partition": 0, "offset": -3}]},
+        timeout=TIMEOUT_S,
+    )
+    assert bad.status_code == 400
+    spec = httpx.get(f"{server.url}/openapi.json", timeout=TIMEOUT_S).json()
+    assert {"/v1/groups", "/v1/groups/{group}", "/v1/groups/{group}/offsets"} <= set(spec["paths"])

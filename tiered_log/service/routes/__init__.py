@@ -5,6 +5,8 @@
 - :mod:`.records`: ``/v1/topics/{topic}/partitions/{p}/records`` (produce, fetch).
 - :mod:`.partitions`: a partition's ``offsets``, ``bounds``, ``remote-segments`` and
   ``truncate``.
+- :mod:`.groups`: ``/v1/groups`` and ``/v1/groups/{group}`` (the Kafka listener's
+  consumer groups: members, committed offsets, lag).
 - :mod:`.cluster`: ``/v1/cluster`` and the followers' replication fetch (a clustered
   node only).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from .cluster import router as cluster_router
+from .groups import router as groups_router
 from .ops import router as ops_router
 from .partitions import router as partitions_router
 from .records import router as records_router
@@ -32,6 +35,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     topics_router,
     records_router,
     partitions_router,
+    groups_router,
     cluster_router,
 )
 

@@ -1,0 +1,115 @@
+"""Routes of consumer groups (the Kafka listener's groups): ``GET /v1/groups`` (the
+groups this node coordinates), ``GET /v1/groups/{group}`` (state, members and their
+assignments, committed offsets and lag per partition) and ``POST
+/v1/groups/{group}/offsets`` (a commit outside the group protocol, as ``tiered-log
+consume --group`` makes: refused with 409 while the group has members). A group's
+answers come from its coordinator: another node answers 421 ``not_leader`` naming it.
+
+Grants: any token lists and describes groups, and sees the offsets of the topics it may
+read; a commit needs ``read`` on every topic it names.
+
+Concurrency: handlers run on the event loop; partition bounds are read in a worker
+thread (:mod:`tiered_log.kafka.groups.view`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...kafka.groups import coordinator_of
+from ...kafka.groups.view import commit_outside, describe_group, list_groups
+from ..deps import Authenticated, JsonContent, State
+from ..openapi import errs
+
+router = APIRouter(tags=["groups"])
+
+
+class GroupSummary(BaseModel):
+    group: str
+    state: str
+    protocol_type: str
+    members: int
+
+
+class GroupList(BaseModel):
+    groups: list[GroupSummary]
+
+
+class GroupMember(BaseModel):
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    assignment: dict[str, list[int]] = Field(description="topic -> assigned partitions")
+
+
+class GroupOffset(BaseModel):
+    topic: str
+    partition: int
+    committed_offset: int
+    metadata: str
+    high_watermark: int | None = Field(description="the partition's end here (None: unknown)")
+    lag: int | None
+
+
+class GroupDescription(BaseModel):
+    group: str
+    state: str
+    protocol_type: str
+    protocol: str | None
+    generation: int
+    coordinator: int
+    members: list[GroupMember]
+    offsets: list[GroupOffset]
+    total_lag: int
+
+
+class OffsetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    topic: str
+    partition: int = Field(ge=0)
+    offset: int = Field(ge=0, description="the next offset to consume")
+
+
+class CommitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    offsets: list[OffsetIn] = Field(min_length=1)
+
+
+@router.get("/v1/groups", response_model=GroupList, responses=errs(401, 503))
+async def get_groups(_: Authenticated, state: State) -> dict[str, Any]:
+    """The groups this node coordinates (in a cluster, ask each node)."""
+    return {"groups": await list_groups(coordinator_of(state))}
+
+
+@router.get(
+    "/v1/groups/{group}", response_model=GroupDescription, responses=errs(401, 404, 421, 503)
+)
+async def get_group(group: str, principal: Authenticated, state: State) -> dict[str, Any]:
+    """A group's state, members and assignments, committed offsets and lag."""
+    out = await describe_group(coordinator_of(state), group)
+    out["offsets"] = [r for r in out["offsets"] if principal.allows(r["topic"], "read")]
+    out["total_lag"] = sum(r["lag"] or 0 for r in out["offsets"])
+    return out
+
+
+@router.post(
+    "/v1/groups/{group}/offsets",
+    status_code=204,
+    responses=errs(400, 401, 403, 409, 415, 421, 503),
+)
+async def commit_offsets(
+    group: str, body: CommitRequest, principal: Authenticated, _json: JsonContent, state: State
+) -> None:
+    """Commit offsets for ``group`` outside the group protocol (409 while it has
+    members)."""
+    for o in body.offsets:
+        state.auth.authorize(principal, o.topic, "read")
+    await commit_outside(
+        coordinator_of(state), group, [(o.topic, o.partition, o.offset) for o in body.offsets]
+    )
+
+
+__all__ = ["router"]
