@@ -262,6 +262,13 @@ class Settings(BaseSettings):
         le=1 << 30,
         description="A shipped segment gets one remoteLogIndex entry per chunk of this size.",
     )
+    remote_encryption_key_file: Path | None = Field(
+        None,
+        description='Key ring for the archive\'s envelope encryption: JSON {"active": "k2", '
+        '"keys": {"k1": "<base64 of 32 bytes>", "k2": ...}}. Set: every segment shipped is '
+        "encrypted (AES-256-GCM) with a data key of its own, wrapped with the active key; "
+        "the file is read again when it changes. Unset: shipped unencrypted.",
+    )
     topic_defaults: TopicConfig = Field(TOPIC_DEFAULTS)
     auth_tokens: dict[str, dict[str, list[Grant]]] = Field(
         default_factory=dict,
@@ -416,6 +423,20 @@ class Settings(BaseSettings):
         if "://" in v:
             raise ValueError("must be s3://bucket/prefix, file:///dir or a directory path")
         return os.path.abspath(os.path.expanduser(v))
+
+    @field_validator("remote_encryption_key_file")
+    @classmethod
+    def _key_ring_valid(cls, v: Path | None) -> Path | None:
+        if v is None or str(v) == "":
+            return None
+        from .remote.crypto import key_ring
+
+        p = Path(os.path.abspath(v.expanduser()))
+        try:
+            key_ring(p)
+        except InvalidArgumentError as exc:
+            raise ValueError(exc.message) from None
+        return p
 
     @field_validator("auth_tokens")
     @classmethod

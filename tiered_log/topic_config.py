@@ -15,7 +15,7 @@ layer (local, remote, the tiered log, the service) may import it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -95,6 +95,12 @@ class TopicConfig(BaseModel):
         None, ge=0, le=MAX_INT, description="Total retention (both tiers), ms; null: forever."
     )
     remote_enabled: bool = Field(True, description="Copy sealed segments to the remote tier.")
+    remote_compression: Literal["none", "zstd", "lz4", "gzip"] = Field(
+        "zstd",
+        description="Compress each chunk of a shipped segment with this codec (a chunk it "
+        "does not shrink by 1/16 is stored as it is); reads are unchanged. Applies to "
+        "segments shipped from then on.",
+    )
     append_threshold: int = Field(
         8 << 20, ge=1, le=1 << 30, description="Largest record value accepted (bytes)."
     )

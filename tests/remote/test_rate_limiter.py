@@ -84,6 +84,7 @@ def test_the_fetch_quota_throttles_remote_reads(tmp_path: Path) -> None:
         prefetch_bytes=8192,
         local_retention_bytes=0,
         fetch_bytes_per_sec=64 * 1024,
+        compression="none",  # the quota counts bucket bytes: here the log's own
     )
     tlog = TieredLog(
         tmp_path / "log",
@@ -146,7 +147,11 @@ def test_logs_sharing_limits_keep_to_them_together(tmp_path: Path) -> None:
     faster than the shared quota."""
     storage = LocalDirStorage(tmp_path / "bucket")
     base = TierConfig(
-        chunk_bytes=2048, fetch_bytes=8192, prefetch_bytes=8192, local_retention_bytes=0
+        chunk_bytes=2048,
+        fetch_bytes=8192,
+        prefetch_bytes=8192,
+        local_retention_bytes=0,
+        compression="none",  # the quota counts bucket bytes: here the log's own
     )
     for name in ("x", "y"):
         tlog = TieredLog(

@@ -499,6 +499,7 @@ def test_prefetch_never_outgrows_the_cache(tmp_path: Path, storage: RemoteStorag
         cache_bytes=16 * 1024,
         prefetch_bytes=256 * 1024,
         fetch_bytes=8192,
+        compression="none",  # fetched bytes are compared with the log's own bytes
     )
     produce(tlog, 1500, batch_records=5)  # batches (so chunks) of ~750 bytes, as configured
     tlog.roll()

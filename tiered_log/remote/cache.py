@@ -1,7 +1,10 @@
 """A bounded on-disk cache of fetched remote chunks, LRU by bytes.
 
-Each cached chunk is one file named by a hash of ``(object key, position, length)``,
-written atomically (tmp, rename). The LRU order lives in memory and is rebuilt from the
+Each cached chunk is one file named by a hash of ``(object key, position, length)``
+(the chunk's place and *stored* length in the bucket), written atomically (tmp,
+rename). A file holds the chunk *decoded*: its batches, decompressed and decrypted
+(:mod:`~tiered_log.remote.chunk_codec`), so it may be longer or shorter than the stored
+length; the cache checks a file against the size it had when it entered. The LRU order lives in memory and is rebuilt from the
 files' access times on open; the total size never exceeds ``max_bytes`` (a chunk larger
 than the whole cache is not cached).
 
@@ -111,7 +114,9 @@ class ChunkCache:
             data = (self.directory / name).read_bytes()
         except OSError:
             data = b""
-        if len(data) != length:
+        with self._lock:
+            size = self._lru.get(name)
+        if len(data) != size:
             self.discard(key, position, length)
             with self._lock:
                 self.misses += 1
@@ -122,18 +127,19 @@ class ChunkCache:
 
     def open_file(self, key: str, position: int, length: int) -> ReadFd | None:
         """The chunk's file, opened (held, it stays readable after an eviction), when it
-        is on disk with the right length; None when it is not (only in memory, being
+        is on disk with the size it entered with (the decoded chunk's: read it whole); None when it is not (only in memory, being
         written, or not cached: read it with :meth:`get`). Counts a hit when found."""
         name = self._name(key, position, length)
         with self._lock:
             if name not in self._lru or name in self._pending:
                 return None
             self._lru.move_to_end(name)
+            size = self._lru[name]
         try:
             fd = ReadFd(self.directory / name)
         except OSError:
             return None
-        if os.fstat(fd.fd).st_size != length:
+        if os.fstat(fd.fd).st_size != size:
             self.discard(key, position, length)
             return None
         with self._lock:
@@ -144,10 +150,12 @@ class ChunkCache:
         name = self._name(key, position, length)
         return name in self._lru or name in self._fresh
 
-    def hold(self, key: str, position: int, data: bytes) -> None:
-        """Keep a fetched chunk in memory for :meth:`get`; :meth:`persist` it next
-        (without that, it stays in memory only, and past the bound, for ever)."""
-        name = self._name(key, position, len(data))
+    def hold(self, key: str, position: int, data: bytes, length: int | None = None) -> None:
+        """Keep a fetched chunk (stored ``length`` bytes at ``position``, by default
+        ``len(data)``: a plain chunk; ``data`` decoded) in memory for :meth:`get`;
+        :meth:`persist` it next (without that, it stays in memory only, and past the
+        bound, for ever)."""
+        name = self._name(key, position, len(data) if length is None else length)
         with self._lock:
             self._take_fresh(name)
             self._pending[name] = self._pending.get(name, 0) + 1
@@ -167,13 +175,18 @@ class ChunkCache:
             if self._fresh_bytes <= self.memory_bytes:
                 return
 
-    def persist(self, key: str, position: int, data: bytes) -> None:
-        """Write a held chunk's file (atomically), unless it was discarded since."""
-        self._write(self._name(key, position, len(data)), data, held=True)
+    def persist(self, key: str, position: int, data: bytes, length: int | None = None) -> None:
+        """Write a held chunk's file (atomically), unless it was discarded since
+        (``length`` as for :meth:`hold`)."""
+        self._write(
+            self._name(key, position, len(data) if length is None else length), data, held=True
+        )
 
-    def put(self, key: str, position: int, data: bytes) -> None:
-        """Write ``data``'s file (tmp, rename) and enter it in the LRU."""
-        self._write(self._name(key, position, len(data)), data, held=False)
+    def put(self, key: str, position: int, data: bytes, length: int | None = None) -> None:
+        """Write the file of the chunk ``data`` (stored ``length`` bytes, by default
+        ``len(data)``: a plain chunk) (tmp, rename) and enter it in the LRU."""
+        n = len(data) if length is None else length
+        self._write(self._name(key, position, n), data, held=False)
 
     def expect(self, key: str, position: int, length: int) -> None:
         """A chunk's file is about to be written by someone else (a worker process,
@@ -183,15 +196,19 @@ class ChunkCache:
         with self._lock:
             self._pending[name] = self._pending.get(name, 0) + 1
 
-    def adopt(self, key: str, position: int, length: int, written: bool) -> None:
-        """After :meth:`expect`: the file was ``written`` (enter it in the LRU, unless
-        discarded meanwhile, then it is removed) or not (forget the expectation)."""
+    def adopt(
+        self, key: str, position: int, length: int, written: bool, size: int | None = None
+    ) -> None:
+        """After :meth:`expect`: the file was ``written`` with ``size`` bytes (the decoded
+        chunk's; default ``length``) (enter it in the LRU, unless discarded meanwhile,
+        then it is removed) or not (forget the expectation)."""
         name = self._name(key, position, length)
         path = self.directory / name
-        if written and length > self.max_bytes:  # never cached: larger than the whole cache
+        n = length if size is None else size
+        if written and n > self.max_bytes:  # never cached: larger than the whole cache
             path.unlink(missing_ok=True)
             written = False
-        self._enter(name, path, length, written, held=True)
+        self._enter(name, path, n, written, held=True)
 
     def _write(self, name: str, data: bytes, *, held: bool) -> None:
         if held:

@@ -18,6 +18,15 @@ fails, those started after it are abandoned (cleaned up like a failed attempt). 
 flight ships faster and costs producers latency; 1 copies one segment at a time, as
 Kafka's RLMTask does.
 
+A topic with ``remote_compression`` other than ``none``, or a node with a key ring
+(:mod:`~tiered_log.remote.crypto`), ships *encoded* instead: one task scans the store,
+encodes each chunk (:mod:`~tiered_log.remote.chunk_codec`: compressed where that pays,
+encrypted with a new data key of the segment's own) into a temporary file beside the
+store (``<store>.<uuid>.archive.tmp``, removed after; a crash leaves it for the log's
+open to delete), PUTs that as the data object, then the manifest (the stored chunks'
+entries, ``stored_size``, the codec and the wrapped data key). The upload quota counts
+the stored bytes.
+
 A copy is complete when *both* objects exist. A failed attempt (including a damaged local
 segment, found by the scan) is journaled DELETE_STARTED and its objects deleted
 (DELETE_FINISHED); an attempt interrupted by a crash is found as COPY_STARTED on the next
@@ -37,6 +46,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -48,8 +58,9 @@ from ..format import naming
 from ..format.records import HEADER_SIZE, first_timestamp
 from ..format.remote_index import RemoteLogIndexEntry
 from ..local.segment import SegmentInfo
+from .crypto import new_data_key
 from .limits import RateLimiter
-from .manifest import COMMITTED, chunk_entries, encode_manifest
+from .manifest import COMMITTED, chunk_entries, encode_manifest, encode_segment
 from .metadata import CopyState, RemoteSegment, new_segment_id
 from .state import TierState
 from .worker import worker_for
@@ -163,6 +174,69 @@ class CopyTask:
                 )
                 return done, entries
 
+            cfg = self.st.config
+            if cfg.compression != "none" or cfg.key_ring is not None:
+                dek = new_data_key() if cfg.key_ring is not None else None
+                wrapped = cfg.key_ring.wrap(dek) if cfg.key_ring is not None and dek else None
+
+                def encode_and_put() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
+                    tmp = seg.store_path.with_name(
+                        f"{seg.store_path.name}.{uuid.uuid4().hex}.archive{naming.TMP_SUFFIX}"
+                    )
+                    try:
+                        args = (
+                            seg.store_path,
+                            seg.size,
+                            seg.base_offset,
+                            seg.next_offset,
+                            data_key,
+                            cfg.chunk_bytes,
+                            cfg.compression,
+                            dek,
+                            tmp,
+                        )
+                        entries = (
+                            placed[0].encode(*args) if placed is not None else encode_segment(*args)
+                        )
+                        stored = sum(e.data_length for e in entries)
+                        if placed is not None:
+                            on_progress(stored)  # paid up front, as for a plain upload
+                            placed[0].upload(placed[1], data_key, tmp)
+                        else:
+                            self.st.storage.put_file(data_key, tmp, progress=on_progress)
+                            if sent < stored:
+                                self.limiter.consume(stored - sent, self.st.closing)
+                    finally:
+                        tmp.unlink(missing_ok=True)
+                    done = replace(rs, chunks=len(entries))
+                    if fence is not None and not fence():
+                        raise RemoteStorageError(
+                            f"{self.st.log_id}: copy of [{seg.base_offset}, {seg.next_offset}) "
+                            f"abandoned: this node no longer leads epoch {rs.leader_epoch}"
+                        )
+                    self.st.storage.put(
+                        rli_key,
+                        encode_manifest(
+                            done,
+                            entries,
+                            seg.store_path.with_suffix(naming.INDEX_SUFFIX).read_bytes(),
+                            seg.store_path.with_suffix(naming.TIMEINDEX_SUFFIX).read_bytes(),
+                            stored_size=stored,
+                            compression=cfg.compression,
+                            encryption=(
+                                None
+                                if wrapped is None
+                                else {"key_id": wrapped[0], "wrapped_key": wrapped[1]}
+                            ),
+                        ),
+                    )
+                    return done, entries
+
+                nothing: Future[None] = Future()
+                nothing.set_result(None)
+                attempt = CopyAttempt(rs, nothing, self._copy_pool.submit(encode_and_put))
+                self._copy_helpers |= {attempt.manifest}
+                return attempt
             # The scan (CPU) and the manifest upload run beside the data upload.
             attempt = CopyAttempt(
                 rs, self._copy_pool.submit(upload), self._copy_pool.submit(put_manifest)

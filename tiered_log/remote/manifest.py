@@ -4,7 +4,8 @@ from a sealed store, how it is checked, and how a damaged one is made again.
 A manifest is::
 
     one line of JSON: the segment (id, base/next offset, size, first/max timestamp,
-                      chunks), "index_bytes", "timeindex_bytes" and "checksum"; then b"\n"
+                      chunks), "index_bytes", "timeindex_bytes", the codec fields
+                      below where they apply, and "checksum"; then b"\n"
     index_bytes       the segment's offset index file, as on local disk
     timeindex_bytes   its time index file
     the rest          ``chunks`` remoteLogIndex entries (the remote-index layout)
@@ -18,6 +19,15 @@ object key's base offset and id, the entries tile ``[base, next)`` and the data 
 bytes ``[0, size)`` with no gap, and the data object is ``size`` bytes long. A manifest
 that fails any check is damaged: it is never believed, and it can be made again from its
 data object alone (:func:`repair_manifest`), which verifies every batch.
+
+A segment shipped compressed or encrypted (:mod:`~tiered_log.remote.chunk_codec`) has
+chunks of other lengths than its batches: its entries give the *stored* chunks' places,
+``size`` stays the segment's own bytes (what retention counts) and the header adds
+``stored_size`` (the data object's bytes), ``compression`` (the topic's codec when it
+was shipped; each chunk's frame says what it really holds) and, when encrypted,
+``encryption``: ``{"key_id": <the KEK's id>, "wrapped_key": <the wrapped data key>}``
+(:mod:`~tiered_log.remote.crypto`). Manifests without them are plain archives, read as
+they always were. :func:`rewrap_manifest` re-wraps the data key; nothing else changes.
 
 Pure functions and blocking I/O on the given paths and store; safe from any thread.
 """
@@ -37,6 +47,8 @@ from ..errors import CorruptIndexError, CorruptRecordError, RemoteCorruptionErro
 from ..format import naming
 from ..format.records import HEADER_SIZE, BatchInfo, batch_header, batch_table
 from ..format.remote_index import RemoteLogIndexEntry, decode_entries
+from .chunk_codec import chunk_is_encrypted, decode_chunk, encode_store, frame_size, is_framed
+from .crypto import KeyRing
 from .metadata import CopyState, RemoteSegment
 from .storage import RemoteStorage
 
@@ -95,6 +107,24 @@ def chunk_entries(
     return cut_chunks(batches, end, object_key, chunk_bytes)
 
 
+def encode_segment(
+    path: Path,
+    size: int,
+    base_offset: int,
+    expected_next: int,
+    object_key: str,
+    chunk_bytes: int,
+    codec: str,
+    dek: bytes | None,
+    out: Path,
+) -> list[RemoteLogIndexEntry]:
+    """:func:`chunk_entries` (verifying every batch), then each chunk encoded
+    (:func:`~tiered_log.remote.chunk_codec.encode_store`) into the file ``out``: the
+    data object of a segment shipped compressed or encrypted, and its entries."""
+    entries = chunk_entries(path, size, base_offset, expected_next, object_key, chunk_bytes)
+    return encode_store(path, entries, out, codec, dek)
+
+
 def cut_chunks(
     batches: Sequence[BatchInfo], end: int, object_key: str, chunk_bytes: int
 ) -> list[RemoteLogIndexEntry]:
@@ -144,20 +174,95 @@ def _checksum(head: dict[str, object], rest: bytes | memoryview) -> str:
 
 
 def encode_manifest(
-    rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], index: bytes, timeindex: bytes
+    rs: RemoteSegment,
+    entries: Sequence[RemoteLogIndexEntry],
+    index: bytes,
+    timeindex: bytes,
+    *,
+    stored_size: int | None = None,
+    compression: str | None = None,
+    encryption: dict[str, str] | None = None,
 ) -> bytes:
-    """The ``.rli`` object of a copied segment (layout in the module docstring)."""
+    """The ``.rli`` object of a copied segment (layout in the module docstring);
+    ``stored_size``, ``compression`` and ``encryption`` for a segment shipped encoded."""
     head = json.loads(rs.to_json())
     head["index_bytes"], head["timeindex_bytes"] = len(index), len(timeindex)
+    if stored_size is not None:
+        head["stored_size"] = stored_size
+    if compression is not None:
+        head["compression"] = compression
+    if encryption is not None:
+        head["encryption"] = dict(encryption)
     rest = b"".join([index, timeindex, *(e.encode() for e in entries)])
+    return _with_checksum(head, rest)
+
+
+def _with_checksum(head: dict[str, object], rest: bytes | memoryview) -> bytes:
+    head.pop("checksum", None)
     head["checksum"] = _checksum(head, rest)
     return json.dumps(head, separators=(",", ":")).encode() + b"\n" + rest
 
 
-def check_entries(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], data_key: str) -> None:
+def _verified_head(blob: bytes, key: str) -> tuple[dict[str, object], bytes]:
+    """The header fields (without ``checksum``) and the rest of the manifest ``key``,
+    its checksum verified; RemoteCorruptionError naming ``key`` otherwise."""
+    head, sep, rest = blob.partition(b"\n")
+    try:
+        if not sep:
+            raise ValueError("no header line")
+        fields = json.loads(head)
+        if not isinstance(fields, dict):
+            raise ValueError("the header is not a JSON object")
+        checksum = fields.pop("checksum", None)
+        if checksum is not None and checksum != _checksum(fields, rest):
+            raise ValueError("its checksum does not match its bytes")
+    except ValueError as exc:
+        raise RemoteCorruptionError(f"manifest {key} is damaged: {exc}") from exc
+    return fields, rest
+
+
+def manifest_encryption(blob: bytes, key: str) -> tuple[str, str] | None:
+    """``(key id, wrapped data key)`` of the manifest ``key`` (its checksum verified),
+    None for a segment shipped unencrypted; RemoteCorruptionError if it is damaged."""
+    fields, _ = _verified_head(blob, key)
+    enc = fields.get("encryption")
+    if enc is None:
+        return None
+    if (
+        not isinstance(enc, dict)
+        or not isinstance(enc.get("key_id"), str)
+        or not isinstance(enc.get("wrapped_key"), str)
+    ):
+        raise RemoteCorruptionError(f"manifest {key} is damaged: bad encryption field {enc!r}")
+    return enc["key_id"], enc["wrapped_key"]
+
+
+def rewrap_manifest(blob: bytes, key: str, ring: KeyRing) -> bytes | None:
+    """The manifest ``key`` with its data key wrapped with ``ring``'s active key, or
+    None when it needs no change (unencrypted, or wrapped with the active key already).
+    The data key is unwrapped first (KeyUnavailableError naming a key the ring lacks;
+    RemoteCorruptionError if the manifest is damaged or the key does not unwrap);
+    everything but the ``encryption`` field and the checksum stays as it was."""
+    fields, rest = _verified_head(blob, key)
+    found = manifest_encryption(blob, key)
+    if found is None or found[0] == ring.active_id:
+        return None
+    dek = ring.unwrap(*found)
+    key_id, wrapped = ring.wrap(dek)
+    fields["encryption"] = {"key_id": key_id, "wrapped_key": wrapped}
+    return _with_checksum(fields, rest)
+
+
+def check_entries(
+    rs: RemoteSegment,
+    entries: Sequence[RemoteLogIndexEntry],
+    data_key: str,
+    object_size: int | None = None,
+) -> None:
     """That ``entries`` describe exactly ``rs``'s data object ``data_key``: offsets
-    ``[base, next)`` and bytes ``[0, size)``, each chunk right after the one before.
-    CorruptIndexError naming what does not fit."""
+    ``[base, next)`` and bytes ``[0, object_size)`` (default ``rs.size``: a plain
+    object), each chunk right after the one before. CorruptIndexError naming what does
+    not fit."""
     if len(entries) != rs.chunks:
         raise CorruptIndexError(f"it holds {len(entries)} of {rs.chunks} entries")
     offset, pos = rs.base_offset, 0
@@ -174,10 +279,11 @@ def check_entries(rs: RemoteSegment, entries: Sequence[RemoteLogIndexEntry], dat
                 f"{e.object_key} does not follow offset {offset - 1} at byte {pos} of {data_key}"
             )
         offset, pos = e.last_offset + 1, e.position + e.data_length
-    if offset != rs.next_offset or pos != rs.size:
+    size = rs.size if object_size is None else object_size
+    if offset != rs.next_offset or pos != size:
         raise CorruptIndexError(
             f"its entries end at offset {offset} and byte {pos}, its header says "
-            f"{rs.next_offset} and {rs.size}"
+            f"{rs.next_offset} and {size}"
         )
 
 
@@ -207,9 +313,10 @@ def decode_manifest(
             raise ValueError(f"index lengths {n1}, {n2} do not fit in {len(rest)} bytes")
         entries = [e for _, e in decode_entries(memoryview(rest)[n1 + n2 :])]
         data_key = key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
-        check_entries(rs, entries, data_key)
-        if data_size is not None and data_size != rs.size:
-            raise ValueError(f"its data object has {data_size} bytes, it says {rs.size}")
+        stored = int(fields.get("stored_size", rs.size))
+        check_entries(rs, entries, data_key, stored)
+        if data_size is not None and data_size != stored:
+            raise ValueError(f"its data object has {data_size} bytes, it says {stored}")
     except (ValueError, TypeError, AttributeError, CorruptIndexError) as exc:
         msg = exc.message if isinstance(exc, CorruptIndexError) else str(exc)
         raise RemoteCorruptionError(f"manifest {key} is damaged: {msg}") from exc
@@ -224,7 +331,9 @@ def repair_manifest(
     Downloads the data object, verifies every batch in one pass over it (as a copy's
     scan does) and cuts it into chunks of ``chunk_bytes``; the new
     manifest carries no index files (``index_bytes`` 0: readers use the entries only).
-    RemoteCorruptionError if the data object is damaged too (it is then kept as it is);
+    A compressed object's frames are decoded and each is one chunk again; an encrypted
+    one cannot be: its data key was in the manifest alone. RemoteCorruptionError if the
+    data object is damaged too or encrypted (it is then kept as it is);
     RemoteStorageError if the bucket fails.
     """
     parsed = naming.parse_segment_object_key(rli_key)
@@ -233,22 +342,80 @@ def repair_manifest(
     base, seg_id, _ = parsed
     data_key = rli_key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
     blob = storage.get(data_key)
-    batches, end = batch_table(blob, base)
-    if not batches or end != len(blob):
-        raise RemoteCorruptionError(
-            f"data object {data_key} does not verify past byte {end} of {len(blob)}: "
-            f"its damaged manifest {rli_key} cannot be made again"
-        )
-    entries = cut_chunks(batches, end, data_key, chunk_bytes)
+    batches, entries, size = _walk_stored(blob, base, data_key, rli_key, chunk_bytes)
     rs = RemoteSegment(
         seg_id,
         base,
         batches[-1].next_offset,
-        len(blob),
+        size,
         batches[0].first_timestamp,
         max(b.max_timestamp for b in batches),
         CopyState.COPY_FINISHED,
         chunks=len(entries),
     )
-    storage.put(rli_key, encode_manifest(rs, entries, b"", b""))
+    encoded = size != len(blob)
+    storage.put(
+        rli_key,
+        encode_manifest(rs, entries, b"", b"", stored_size=len(blob) if encoded else None),
+    )
     return rs, entries
+
+
+def _walk_stored(
+    blob: bytes, base: int, data_key: str, rli_key: str, chunk_bytes: int
+) -> tuple[list[BatchInfo], list[RemoteLogIndexEntry], int]:
+    """The verified batches of a data object (positions as in the segment), its
+    entries (stored places: a frame is one chunk, a run of plain batches is cut into
+    chunks of ``chunk_bytes``) and the segment's own bytes. RemoteCorruptionError
+    naming the manifest when any of it does not verify."""
+    batches: list[BatchInfo] = []
+    entries: list[RemoteLogIndexEntry] = []
+    pos, plain, expect = 0, 0, base
+    view = memoryview(blob)
+    while pos < len(blob):
+        rest = view[pos:]
+        if is_framed(rest):
+            n = frame_size(rest)
+            if chunk_is_encrypted(rest):
+                raise RemoteCorruptionError(
+                    f"data object {data_key} is encrypted: its damaged manifest {rli_key} held "
+                    "its data key and cannot be made again"
+                )
+            try:
+                data = decode_chunk(rest[:n], None, f"{data_key} byte {pos}")
+            except RemoteCorruptionError as exc:
+                raise RemoteCorruptionError(
+                    f"{exc.message}: its damaged manifest {rli_key} cannot be made again"
+                ) from exc
+            got, end = batch_table(data, expect)
+            if not got or end != len(data):
+                break
+            entries.append(
+                RemoteLogIndexEntry(
+                    got[0].base_offset,
+                    got[-1].next_offset - 1,
+                    got[0].first_timestamp,
+                    max(b.max_timestamp for b in got),
+                    n,
+                    data_key,
+                    pos,
+                )
+            )
+            batches.extend(b._replace(position=b.position + plain) for b in got)
+            pos, plain, expect = pos + n, plain + len(data), got[-1].next_offset
+            continue
+        got, end = batch_table(rest, expect)
+        if not got:
+            break
+        entries.extend(
+            replace(e, position=e.position + pos)
+            for e in cut_chunks(got, end, data_key, chunk_bytes)
+        )
+        batches.extend(b._replace(position=b.position + plain) for b in got)
+        pos, plain, expect = pos + end, plain + end, got[-1].next_offset
+    if not batches or pos != len(blob):
+        raise RemoteCorruptionError(
+            f"data object {data_key} does not verify past byte {pos} of {len(blob)}: "
+            f"its damaged manifest {rli_key} cannot be made again"
+        )
+    return batches, entries, plain

@@ -12,6 +12,13 @@ names it, unread). Every batch is verified once, where this process reads it to 
 it (never in the worker: damage to a file after its hand-over is caught too); a corrupt
 chunk raises RemoteCorruptionError and is dropped from the cache.
 
+A chunk stored compressed or encrypted (:mod:`~tiered_log.remote.chunk_codec`) is
+decoded where it is fetched (the worker or the fetch thread), after its stored checksum
+is verified; the cache holds it decoded, so everything after the fetch reads plain
+batches. An encrypted segment's data key is unwrapped from its manifest (one GET per
+segment, kept in memory by object key) with the node's key ring; a key the ring lacks
+is a KeyUnavailableError naming it, never a wrong answer.
+
 Prefetching is a pipeline in read order: a log's groups wait in one queue and at most
 :data:`~tiered_log.remote.limits.FETCH_DEPTH` of them are fetched at once, so the chunks
 a reader needs next arrive first instead of sharing the bucket's bandwidth with the rest
@@ -32,6 +39,7 @@ process-wide fetch pool; the queue and the in-flight map are guarded by one lock
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -52,8 +60,11 @@ from ..format.remote_index import RemoteLogIndexEntry
 from ..local.files import ReadFd
 from ..local.ranges import BytesPage, Page
 from .cache import ChunkCache
+from .chunk_codec import decode_chunk
+from .crypto import KeyUnavailableError
 from .fetch_wait import wait_for_fetch
 from .limits import FETCH_DEPTH, RateLimiter
+from .manifest import manifest_encryption
 from .state import TierState
 from .worker import StorageSpec, TierWorker, worker_for
 
@@ -118,6 +129,8 @@ class RemoteReader:
         self._running: set[Future[None]] = set()  # pool tasks of the groups being fetched
         self._persisting: set[Future[None]] = set()  # chunk cache file writes
         self._inflight_lock = threading.RLock()  # re-entered by done callbacks of finished futures
+        self._deks: dict[str, bytes | None] = {}  # object key -> its data key (None: plain)
+        self._deks_lock = threading.Lock()
 
     def fetch_futures(self) -> set[Future[Any]]:
         """The fetches under way or queued (for the log's close: a queued one can be
@@ -159,19 +172,63 @@ class RemoteReader:
         with self._inflight_lock:
             return set(self._persisting)
 
+    def _data_key(self, object_key: str) -> bytes | None:
+        """The data key of the segment ``object_key`` (None: not encrypted, or this
+        node has no key ring: an encrypted chunk then fails with :meth:`_no_key`),
+        unwrapped from its manifest once and kept. KeyUnavailableError naming the
+        key id when the ring lacks it."""
+        ring = self.st.config.key_ring
+        if ring is None:
+            return None
+        with self._deks_lock:
+            if object_key in self._deks:
+                return self._deks[object_key]
+        rli = object_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
+        found = manifest_encryption(self.st.storage.get(rli), rli)
+        dek = None if found is None else ring.unwrap(*found)
+        with self._deks_lock:
+            self._deks[object_key] = dek
+        return dek
+
+    def _no_key(self, object_key: str) -> KeyUnavailableError:
+        """The error for an encrypted chunk of ``object_key`` read without its data
+        key: names the key id its manifest gives (when it can be read)."""
+        rli = object_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
+        try:
+            found = manifest_encryption(self.st.storage.get(rli), rli)
+            which = f"encryption key {found[0]!r}" if found else "an encryption key"
+        except RemoteStorageError as exc:
+            which = f"an encryption key (its manifest cannot be read: {exc.message})"
+        return KeyUnavailableError(
+            f"{object_key} is encrypted with {which}, and this node has no key ring "
+            "(set remote_encryption_key_file to a ring holding it)"
+        )
+
     def _fetch_group(
         self, group: Sequence[RemoteLogIndexEntry], done: Sequence[Future[None]]
     ) -> None:
-        """One ranged GET covering consecutive chunks of one object; caches each chunk
-        and completes ``done[i]`` once chunk ``i`` can be read. In a worker process where
-        the store allows (:mod:`~tiered_log.remote.worker`: it GETs and writes the cache
-        files; this process only waits)."""
+        """One ranged GET covering consecutive chunks of one object; decodes and caches
+        each chunk and completes ``done[i]`` once chunk ``i`` can be read. In a worker
+        process where the store allows (:mod:`~tiered_log.remote.worker`: it GETs,
+        decodes and writes the cache files; this process only waits)."""
+        try:
+            self._fetch_decoded(group, done)
+        except KeyUnavailableError as exc:
+            self.st.stats.remote_fetch_errors += 1
+            if self.st.config.key_ring is None:
+                raise self._no_key(group[0].object_key) from exc
+            raise
+
+    def _fetch_decoded(
+        self, group: Sequence[RemoteLogIndexEntry], done: Sequence[Future[None]]
+    ) -> None:
         first, last = group[0], group[-1]
         start, end = first.position, last.position + last.data_length
+        dek = self._data_key(first.object_key)
         self._fetch_quota(end - start)
         placed = worker_for(self.st.config, self.st.storage)
         if placed is not None:
-            self._fetch_in_worker(*placed, group, done, start, end)
+            self._fetch_in_worker(*placed, group, done, start, end, dek)
             return
         try:
             blob = self.st.storage.get(first.object_key, start, end)
@@ -185,9 +242,25 @@ class RemoteReader:
             raise RemoteCorruptionError(
                 f"{first.object_key}: asked for {end - start} bytes at {start}, got {len(blob)}"
             )
-        chunks = [(e, blob[e.position - start : e.position - start + e.data_length]) for e in group]
+        try:
+            chunks = [
+                (
+                    e,
+                    bytes(
+                        decode_chunk(
+                            blob[e.position - start : e.position - start + e.data_length],
+                            dek,
+                            f"{e.object_key} byte {e.position}",
+                        )
+                    ),
+                )
+                for e in group
+            ]
+        except RemoteCorruptionError:
+            self.st.stats.remote_fetch_errors += 1
+            raise
         for (e, data), f in zip(chunks, done, strict=True):
-            self.cache.hold(e.object_key, e.position, data)
+            self.cache.hold(e.object_key, e.position, data, e.data_length)
             _settle(f)
         # The files are written after this fetch counts as done: readers take the chunks
         # from memory and do not wait for the disk.
@@ -204,15 +277,16 @@ class RemoteReader:
         done: Sequence[Future[None]],
         start: int,
         end: int,
+        dek: bytes | None,
     ) -> None:
         cache = self.cache
         for e in group:
             cache.expect(e.object_key, e.position, e.data_length)
         entered = [False] * len(group)
 
-        def on_chunk(i: int, written: bool) -> None:  # the worker channel's thread
+        def on_chunk(i: int, written: bool, size: int) -> None:  # the worker channel's thread
             e = group[i]
-            cache.adopt(e.object_key, e.position, e.data_length, written)
+            cache.adopt(e.object_key, e.position, e.data_length, written, size)
             entered[i] = True
             # Counted before a reader can have it (it may be done before the fetch is).
             self.st.stats.remote_fetch_requests += i == 0
@@ -228,6 +302,7 @@ class RemoteReader:
                 [(e.position, e.data_length) for e in group],
                 cache.directory,
                 on_chunk,
+                dek,
             )
         except RemoteStorageError:
             self.st.stats.remote_fetch_errors += 1
@@ -250,7 +325,7 @@ class RemoteReader:
 
     def _persist(self, chunks: list[tuple[RemoteLogIndexEntry, bytes]]) -> None:
         for e, data in chunks:
-            self.cache.persist(e.object_key, e.position, data)
+            self.cache.persist(e.object_key, e.position, data, e.data_length)
 
     def _schedule(
         self, entries: Sequence[RemoteLogIndexEntry], urgent: bool = False
@@ -377,7 +452,13 @@ class RemoteReader:
                     entry.object_key, entry.position, entry.position + entry.data_length
                 )
                 self.st.stats.remote_fetch_bytes += len(blob)
-                data = blob
+                where = f"{entry.object_key} byte {entry.position}"
+                try:
+                    data = bytes(decode_chunk(blob, self._data_key(entry.object_key), where))
+                except KeyUnavailableError as exc:
+                    if self.st.config.key_ring is None:
+                        raise self._no_key(entry.object_key) from exc
+                    raise
         else:
             self._top_up(ahead)
         self._check_start(entry, data)
@@ -440,8 +521,8 @@ class RemoteReader:
         fd = self.cache.open_file(entry.object_key, entry.position, entry.data_length)
         if fd is None:
             return None
-        try:
-            data = page.reader(fd)(0, entry.data_length)
+        try:  # the file holds the chunk decoded: its own size, not the stored length
+            data = page.reader(fd)(0, os.fstat(fd.fd).st_size)
         except OSError:  # unreadable cache file: drop it, fetch the chunk again
             self.cache.discard(entry.object_key, entry.position, entry.data_length)
             return None
@@ -591,7 +672,7 @@ class RemoteReader:
         cur = offset
         for entry, fd, data in self._chunks_from(offset, page):
             batches, verified = batch_table(data, entry.first_offset)
-            if verified != len(data) or not batches:
+            if verified != len(data) or not batches or batches[-1].next_offset <= entry.last_offset:
                 self.cache.discard(entry.object_key, entry.position, entry.data_length)
                 self.st.stats.remote_fetch_errors += 1
                 if page.size:

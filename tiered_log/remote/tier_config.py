@@ -9,10 +9,13 @@ once (:data:`TIER_DEFAULTS`; the service's settings take theirs from it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
 from ..topic_config import TOPIC_DEFAULTS, TopicConfig, no_limit
+
+if TYPE_CHECKING:
+    from .crypto import KeyRing
 
 _OPTIONAL = (
     "local_retention_bytes",
@@ -45,6 +48,12 @@ class TierConfig:
     local_retention_ms: int | None = TOPIC_DEFAULTS.local_retention_ms
     retention_bytes: int | None = TOPIC_DEFAULTS.retention_bytes
     retention_ms: int | None = TOPIC_DEFAULTS.retention_ms
+    compression: str = TOPIC_DEFAULTS.remote_compression
+    """The codec each shipped chunk is compressed with (:mod:`~tiered_log.remote.chunk_codec`)."""
+    key_ring: KeyRing | None = None
+    """The node's key ring (:mod:`~tiered_log.remote.crypto`): set, every segment shipped
+    is encrypted with a data key of its own, wrapped with the ring's active key; reads of
+    encrypted segments need it. None: segments are shipped unencrypted."""
     chunk_bytes: int = 1 << 20
     fetch_bytes: int = 8 << 20
     prefetch_bytes: int = 32 << 20
@@ -84,6 +93,7 @@ class TierConfig:
             local_retention_ms=topic.local_retention_ms,
             retention_bytes=topic.retention_bytes,
             retention_ms=topic.retention_ms,
+            compression=topic.remote_compression,
             **node,
         )
 
@@ -99,6 +109,10 @@ class TierConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {v!r}")
+        if self.compression not in ("none", "zstd", "lz4", "gzip"):
+            raise InvalidArgumentError(
+                f"compression must be none, zstd, lz4 or gzip, got {self.compression!r}"
+            )
         v = self.worker_processes
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 16:
             raise InvalidArgumentError(f"worker_processes must be an integer 0-16, got {v!r}")

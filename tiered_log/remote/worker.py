@@ -26,10 +26,11 @@ child and run whatever it does at top level). It runs tasks on a few threads of 
 The channel is its stdin and stdout, frames of::
 
     length   4 bytes, big-endian: the bytes of the pickle that follows
-    pickle   request:  (task id, task name, args)   task name "upload", "scan" or "fetch"
+    pickle   request:  (task id, task name, args)   task name "upload", "scan", "encode"
+                       or "fetch"
              answer:   (task id, ok, result or the exception raised)
              progress: (task id, None, value)   before the answer, any number ("fetch":
-                       (chunk index, written) as each chunk's cache file is written)
+                       (chunk index, written, bytes) as each chunk's cache file is written)
 
 between this package's own processes only. Only stores a worker can open again from
 plain arguments go there (a directory store and S3, :func:`spec_of`); any other (the
@@ -71,7 +72,8 @@ from typing import IO, Any
 from ..errors import RemoteCorruptionError, RemoteStorageError
 from ..format.remote_index import RemoteLogIndexEntry
 from .cache import chunk_file_name, write_chunk_file
-from .manifest import chunk_entries
+from .chunk_codec import decode_chunk
+from .manifest import chunk_entries, encode_segment
 from .storage import RemoteStorage
 from .tier_config import TierConfig
 
@@ -170,6 +172,22 @@ def _scan(
     return chunk_entries(Path(path), size, base_offset, expected_next, object_key, chunk_bytes)
 
 
+def _encode(
+    path: str,
+    size: int,
+    base_offset: int,
+    expected_next: int,
+    object_key: str,
+    chunk_bytes: int,
+    codec: str,
+    dek: bytes | None,
+    out: str,
+) -> list[RemoteLogIndexEntry]:
+    return encode_segment(
+        Path(path), size, base_offset, expected_next, object_key, chunk_bytes, codec, dek, Path(out)
+    )
+
+
 def _fetch(
     spec: StorageSpec,
     key: str,
@@ -177,12 +195,16 @@ def _fetch(
     end: int,
     chunks: list[tuple[int, int]],
     cache_dir: str,
-    progress: Callable[[tuple[int, bool]], None],
+    dek: bytes | None,
+    progress: Callable[[tuple[int, bool, int]], None],
 ) -> list[bool]:
-    """GET ``[start, end)`` of ``key``; write the chunk cache file of each chunk
-    ``(position, length)`` in it, in order, calling ``progress((index, written))`` as
-    each is done. Whether each was written. Nothing is checked here: the reader checks
-    every batch it serves (see the module docstring)."""
+    """GET ``[start, end)`` of ``key``; decode each stored chunk ``(position, length)``
+    in it (:func:`~tiered_log.remote.chunk_codec.decode_chunk`, with the segment's data
+    key ``dek``) and write its chunk cache file, in order, calling
+    ``progress((index, written, bytes))`` as each is done. Whether each was written.
+    The batches are not checked here: the reader checks every batch it serves (see
+    the module docstring); a chunk that does not decode raises (RemoteCorruptionError,
+    or KeyUnavailableError for an encrypted one without ``dek``)."""
     blob = _store(spec).get(key, start, end)
     if len(blob) != end - start:
         raise RemoteCorruptionError(
@@ -191,14 +213,16 @@ def _fetch(
     view = memoryview(blob)
     out: list[bool] = []
     for i, (position, length) in enumerate(chunks):
-        data = view[position - start : position - start + length]
+        data = decode_chunk(
+            view[position - start : position - start + length], dek, f"{key} byte {position}"
+        )
         ok = write_chunk_file(Path(cache_dir), chunk_file_name(key, position, length), data)
         out.append(ok)
-        progress((i, ok))
+        progress((i, ok, len(data)))
     return out
 
 
-_TASKS: dict[str, Any] = {"upload": _upload, "scan": _scan, "fetch": _fetch}
+_TASKS: dict[str, Any] = {"upload": _upload, "scan": _scan, "encode": _encode, "fetch": _fetch}
 
 
 def serve(inp: IO[bytes], out: IO[bytes]) -> None:
@@ -383,6 +407,35 @@ class TierWorker:
         )
         return got
 
+    def encode(
+        self,
+        path: Path,
+        size: int,
+        base_offset: int,
+        expected_next: int,
+        object_key: str,
+        chunk_bytes: int,
+        codec: str,
+        dek: bytes | None,
+        out: Path,
+    ) -> list[RemoteLogIndexEntry]:
+        """:func:`~tiered_log.remote.manifest.encode_segment` in a worker: the store
+        verified, cut and each chunk compressed/encrypted into the file ``out``; the
+        stored chunks' entries."""
+        got: list[RemoteLogIndexEntry] = self._run(
+            "encode",
+            str(path),
+            size,
+            base_offset,
+            expected_next,
+            object_key,
+            chunk_bytes,
+            codec,
+            dek,
+            str(out),
+        )
+        return got
+
     def fetch(
         self,
         spec: StorageSpec,
@@ -391,16 +444,18 @@ class TierWorker:
         end: int,
         chunks: list[tuple[int, int]],
         cache_dir: Path,
-        on_chunk: Callable[[int, bool], None],
+        on_chunk: Callable[[int, bool, int], None],
+        dek: bytes | None = None,
     ) -> list[bool]:
-        """In a worker: GET ``[start, end)`` of ``key`` and write the file of each chunk
-        ``(position, length)`` into the chunk cache ``cache_dir`` (see
+        """In a worker: GET ``[start, end)`` of ``key``, decode each stored chunk
+        ``(position, length)`` (with the segment's data key ``dek`` when it is
+        encrypted) and write its file into the chunk cache ``cache_dir`` (see
         :meth:`~tiered_log.remote.cache.ChunkCache.expect`), in order; as each is done,
-        ``on_chunk(index, written)`` runs on the channel's thread (it must not block),
-        so a reader can start on it before the rest are written. Returns whether each
-        was written (False: the file could not be written). The chunks' batches are not
-        checked (the reader checks what it serves). The store's errors as it raises
-        them; RemoteCorruptionError for a short answer."""
+        ``on_chunk(index, written, bytes)`` runs on the channel's thread (it must not
+        block), so a reader can start on it before the rest are written. Returns whether
+        each was written (False: the file could not be written). The chunks' batches are
+        not checked (the reader checks what it serves). The store's errors as it raises
+        them; RemoteCorruptionError for a short answer or a chunk that does not decode."""
         got: list[bool] = self._run(
             "fetch",
             spec,
@@ -409,6 +464,7 @@ class TierWorker:
             end,
             chunks,
             str(cache_dir),
+            dek,
             progress=lambda value: on_chunk(*value),
         )
         return got

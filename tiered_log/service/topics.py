@@ -65,6 +65,7 @@ from ..format import naming
 from ..local.log import LogConfig
 from ..local.segment import fsync_dir, write_atomic
 from ..partition import TieredLog
+from ..remote.crypto import key_ring
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig, TierLimits
 from .wire import TOPIC_NAME_PATTERN
@@ -96,6 +97,11 @@ def tier_config_of(config: TopicConfig, settings: Settings) -> TierConfig:
         catchup_retention_bytes=settings.replica_catchup_retention_bytes,
         ship_interval_ms=settings.ship_interval_ms,
         fetch_max_wait_ms=settings.remote_fetch_max_wait_ms,
+        key_ring=(
+            None
+            if settings.remote_encryption_key_file is None
+            else key_ring(settings.remote_encryption_key_file)
+        ),
     )
 
 

@@ -40,6 +40,7 @@ from ..errors import (
     RemoteObjectNotFoundError,
 )
 from ..format.records import FrameColumns, Record, decode_columns
+from ..remote.chunk_codec import decode_chunk, is_framed
 from ..remote.storage import RemoteStorage
 from .bucket import open_reader_store
 from .options import ReadOptions
@@ -156,6 +157,14 @@ def _get(store: RemoteStorage, key: str, group: list[Chunk]) -> bytes:
     if len(blob) != end - start:
         raise RemoteCorruptionError(
             f"{key}: asked for {end - start} bytes at {start}, got {len(blob)}"
+        )
+    # Chunks shipped compressed are decoded here (an encrypted one raises: executors
+    # hold no key ring); plain chunks stay as they are, uncopied.
+    view = memoryview(blob)
+    parts = [view[c[4] - start : c[4] - start + c[5]] for c in group]
+    if any(is_framed(p) for p in parts):
+        return b"".join(
+            decode_chunk(p, None, f"{key} byte {c[4]}") for p, c in zip(parts, group, strict=True)
         )
     return blob
 
