@@ -17,15 +17,16 @@ partition, ``topics/<topic>/<partition>``), prints each problem as found, a line
 (of a directory of logs), then a summary (or one JSON report). A log without segments,
 or a DIR without logs, is not clean: nothing was checked, which it says (exit 1).
 
-``describe`` opens every log under DIR (DIR itself if it is a log directory, else the log
-directories below it, e.g. a service's data directory) without starting a shipper and
+``describe`` reads every log under DIR (DIR itself if it is a log directory, else the log
+directories below it, e.g. a service's data directory) from its files alone
+(:mod:`tiered_log.tools.describe`: no lock, nothing written, the bucket never asked) and
 prints, per log: bounds, local and remote segments with offset ranges and sizes, copy
-lag in bytes and segments, unreadable remote ranges, and the chunk cache (size on disk;
-hit rate as counted by this process, so ``null`` until it reads). The remote tier is the
-one ``--remote`` names, else the one the log recorded when it was last opened with a
-remote tier (``remote/location.json``); a log with remote state and neither is an error.
-A log held open by another process (a running server) cannot be described: its
-``/metrics`` show the same figures.
+lag in bytes and segments, lost and unreadable ranges, and the chunk cache's size on
+disk. The remote tier named is the one ``--remote`` names, else the one the log recorded
+when it was last opened with a remote tier (``remote/location.json``); a log with remote
+state and neither is an error. A log open in a running server is described beside it:
+the output says it is a snapshot of a live directory (and which process holds it).
+``read`` (:mod:`.log`), ``dump`` and ``verify`` say the same on stderr.
 
 Output goes to stdout, progress to stderr. One command per process; not thread-safe.
 """
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
 from ..format import naming
-from .registry import CommandGroup, UsageError, counted, progress_flag
+from .registry import CommandGroup, UsageError, counted, note, progress_flag
 
 if TYPE_CHECKING:
     from ..tools.verify import LogsReport, VerifyReport
@@ -51,6 +52,27 @@ COMMANDS = CommandGroup()
 
 
 # ---- dump / verify -------------------------------------------------------------------------
+
+
+def note_live(root: Path, logs: list[Path]) -> None:
+    """One line on stderr when any of ``logs`` (found under ``root``) is open in another
+    process (a running server): what is printed is a snapshot of a live directory."""
+    from ..local.log import held_by
+    from .log import live_note
+
+    holders = {d: pid for d in logs if (pid := held_by(d)) is not None}
+    if not holders:
+        return
+    pids = sorted(set(holders.values()))
+    pid_s = ", ".join(map(str, pids))
+    if len(logs) == 1:
+        note(live_note(str(logs[0]), pids[0]))
+        return
+    note(
+        f"{len(holders)} of the {len(logs)} logs in {root} are open by process "
+        f"{pid_s} (a running server?): this is a snapshot of a live directory, as its "
+        "files were when read"
+    )
 
 
 def _dump_args(p: argparse.ArgumentParser) -> None:
@@ -87,6 +109,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     totals = DumpTotals()
     if not path.exists():
         raise InvalidArgumentError(f"{path} does not exist")
+    note_live(path, [path if path.is_dir() else path.parent])
     if path.is_dir():
         if args.type is not None:
             raise UsageError("--type applies to a file, not a directory")
@@ -208,6 +231,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not logs:
         raise _nothing_to_check(directory)
     single = logs == [directory]
+    note_live(directory, logs)
 
     def where(path: str | Path) -> str:
         try:
@@ -336,15 +360,18 @@ def describe_logs(
     region: str | None = None,
     log_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """``TieredLog.describe()`` of every log under ``root`` plus its ``directory``.
+    """:func:`~tiered_log.tools.describe.describe_log` of every log under ``root`` plus
+    its ``directory``: read-only, beside a running server too (``live``: the pid of the
+    process holding a log, which makes it a snapshot).
 
     UsageError if there is no log, or a log has remote state but no remote location.
-    Storage objects are shared between logs on the same remote and closed at the end.
+    The bucket is not asked: what a log knows of its remote tier is in its directory.
+    ``endpoint_url`` and ``region`` are accepted for the commands' compatibility.
     """
-    from ..partition import TieredLog
-    from ..remote.storage import RemoteStorage, open_storage
     from ..remote.tier import read_location
+    from ..tools.describe import describe_log
 
+    del endpoint_url, region  # the bucket is never asked
     if not root.is_dir():
         raise UsageError(f"{root} is not a directory")
     logs = find_logs(root)
@@ -352,39 +379,19 @@ def describe_logs(
         raise UsageError(f"no log directories in {root}")
     if log_id is not None and len(logs) > 1:
         raise UsageError(f"--log-id needs DIR to be one log; {root} holds {len(logs)}")
-    stores: dict[tuple[str, str | None, str | None], RemoteStorage] = {}
     out: list[dict[str, Any]] = []
-    try:
-        for d in logs:
-            loc = read_location(d)
-            url, ep, rg = remote, endpoint_url, region
-            if url is None and loc is not None:
-                url = loc["url"]
-                ep = ep or loc.get("endpoint_url")
-                rg = rg or loc.get("region")
-            if url is None and (d / naming.REMOTE_DIR).is_dir():
-                raise UsageError(
-                    f"log {d} has a remote tier but its location is not recorded; "
-                    "give it with --remote URL (and --endpoint-url for S3)"
-                )
-            storage = None
-            if url is not None:
-                key = (url, ep, rg)
-                if key not in stores:
-                    stores[key] = open_storage(url, endpoint_url=ep, region=rg)
-                storage = stores[key]
-            lid = log_id or (loc or {}).get("log_id") or d.name
-            tlog = TieredLog(d, log_id=lid, storage=storage, start_shipper=False, rebuild=False)
-            try:
-                desc = tlog.describe()
-            finally:
-                tlog.close()
-            if not desc.get("cache_hits") and not desc.get("cache_misses"):
-                desc["cache_hit_rate"] = None  # nothing read by this process yet
-            out.append({"directory": str(d), **desc})
-    finally:
-        for st in stores.values():
-            st.close()
+    for d in logs:
+        loc = read_location(d)
+        url = remote if remote is not None else (loc["url"] if loc is not None else None)
+        has_remote = (d / naming.REMOTE_DIR).is_dir()
+        if url is None and has_remote:
+            raise UsageError(
+                f"log {d} has a remote tier but its location is not recorded; "
+                "give it with --remote URL (and --endpoint-url for S3)"
+            )
+        lid = log_id or (loc or {}).get("log_id") or d.name
+        desc = describe_log(d, lid, url, remote=has_remote or remote is not None)
+        out.append({"directory": str(d), **desc})
     return out
 
 
@@ -399,6 +406,11 @@ def format_describe(logs: list[dict[str, Any]]) -> str:
         b = d["bounds"]
         where = d.get("remote_url") or "no remote tier"
         lines.append(f"{d['log_id']}  {d['directory']}  ({where})")
+        if d.get("live"):
+            lines.append(
+                f"  LIVE: open by process {d['live']}: a snapshot of a live directory, "
+                "as its files were when read"
+            )
         lines.append(
             f"  offsets: log start {_n(b['log_start_offset'])}, local start "
             f"{_n(b['local_start_offset'])}, remote end {_n(b['remote_end_offset'])}, "
@@ -415,10 +427,16 @@ def format_describe(logs: list[dict[str, Any]]) -> str:
             f"  copy lag: {counted(d['copy_lag_segments'], 'segment')}, "
             f"{counted(d['copy_lag_bytes'], 'byte')}"
         )
+        lost = d.get("lost_offsets") or []
+        if lost:
+            lines.append("  lost offsets: " + ", ".join(f"[{a:,}, {b:,})" for a, b in lost))
         if d["remote_enabled"]:
-            rate = d.get("cache_hit_rate")
-            rate_s = "n/a (no reads by this process)" if rate is None else f"{rate:.1%}"
-            lines.append(f"  cache: {_n(d.get('cache_bytes', 0))} bytes, hit rate {rate_s}")
+            lines.append(
+                f"  cache: {counted(d.get('cache_bytes', 0), 'byte')} on disk "
+                "(hit rate: the server's /metrics)"
+            )
+        for n in d.get("notes", []):
+            lines.append(f"  note: {n}")
         lines.append(f"  {'tier':<7}{'base offset':>14}{'next offset':>14}{'bytes':>14}  state")
         damaged = {x["id"]: x["problem"] for x in d.get("remote_damage", [])}
         for s in rsegs:

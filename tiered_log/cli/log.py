@@ -6,9 +6,10 @@
     tiered-log read DIR [--offset N | --timestamp T] [--max-records N] [--json]
     tiered-log demo DIR            append, read back, look up, verify; print a summary
 
-Each opens the log with :meth:`Log.open <tiered_log.local.log.Log.open>` like any client
-(which recovers it after a crash); ``dump`` and ``verify`` (:mod:`.inspect`) look at a
-log without touching it. Records go to stdout, notes and progress to stderr. One command
+``append`` and ``demo`` open the log with :meth:`Log.open <tiered_log.local.log.Log.open>`
+like any client (which recovers it after a crash); ``read``, as ``dump``, ``verify`` and
+``describe`` (:mod:`.inspect`), looks at a log without touching it (also one a running
+server holds). Records go to stdout, notes and progress to stderr. One command
 per process; not thread-safe.
 """
 
@@ -232,14 +233,19 @@ def cmd_read(args: argparse.Namespace) -> int:
     """Print records from an offset (or timestamp) to the end (or ``--max-records``).
 
     Text lines are ``offset<TAB>timestamp<TAB>key<TAB>value`` (see :func:`text_field`).
-    Opens the log like any client does, which recovers it after a crash (cutting a torn
-    tail); use ``dump`` to look at a log without touching it.
+    Opens the log read-only (:meth:`Log.open_read_only`: no lock, nothing written, a torn
+    tail left as it is), so a running server's log can be read: a note on stderr then
+    says the records are a snapshot of a live directory, and offsets its retention
+    deletes during the read are skipped with a note.
     """
-    from ..local.log import Log
+    from ..local.log import Log, held_by
 
     path = _existing_log_dir(args.directory)
     out = sys.stdout
-    with Log.open(path) as log:
+    holder = held_by(path)
+    if holder is not None:
+        note(live_note(str(path), holder))
+    with Log.open_read_only(path) as log:
         end = log.next_offset
         if args.timestamp is not None:
             found = log.offset_for_timestamp(args.timestamp)
@@ -262,7 +268,24 @@ def cmd_read(args: argparse.Namespace) -> int:
         limit = args.max_records if args.max_records is not None else 1 << 62
         printed = 0
         while offset < end and printed < limit:
-            recs = log.read_range(offset, min(READ_PAGE, limit - printed), 16 << 20)
+            try:
+                recs = log.read_range(offset, min(READ_PAGE, limit - printed), 16 << 20)
+            except OffsetOutOfRangeError:
+                # The owner's retention deleted segments after this snapshot was taken
+                # (the oldest first): go on at the first one still there.
+                later = [
+                    s.base_offset
+                    for s in log.segments()
+                    if s.base_offset > offset and s.store_path.exists()
+                ]
+                resume = later[0] if later else end
+                note(
+                    f"offsets [{offset}, {resume}) were deleted from {path} while this read "
+                    f"ran (the running log's retention): skipped"
+                    + (f", reading on at {resume}" if resume < end else "")
+                )
+                offset = resume
+                continue
             if not recs:
                 break
             lines = []
@@ -277,6 +300,14 @@ def cmd_read(args: argparse.Namespace) -> int:
             printed += len(recs)
             offset = recs[-1].offset + 1
     return 0
+
+
+def live_note(where: str, pid: int) -> str:
+    """The line that says ``where`` is open in process ``pid`` (a running server)."""
+    return (
+        f"{where} is open by process {pid} (a running server?): this is a snapshot of a "
+        "live directory, as its files were when read"
+    )
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
@@ -400,4 +431,5 @@ __all__ = [
     "cmd_demo",
     "cmd_read",
     "input_lines",
+    "live_note",
 ]

@@ -25,6 +25,16 @@ fail with :class:`~tiered_log.errors.OffsetOutOfRangeError` or return records th
 truncation then removes. The lock never leaves the class: a caller that needs the end
 to hold still while it decides (a follower's copy, a leader epoch starting at the end)
 passes a callback to :meth:`Log.append_copy` or :meth:`Log.at_end`.
+
+Read-only open (:meth:`Log.open_read_only`): a view of a directory that another process
+(a running server) owns, for inspection tools. It takes no lock and never writes,
+truncates, renames or deletes a file: no recovery (a torn or growing tail is left as it
+is and only its verified batches are read; damaged index files are rebuilt in memory).
+It is a snapshot: the segments and their extents as they were when it was opened;
+records appended later are not in it, and a segment the owner deletes afterwards
+(retention) reads as :class:`~tiered_log.errors.OffsetOutOfRangeError` unless this view
+already had it open. Every mutation raises :class:`~tiered_log.errors.InvalidArgumentError`.
+:func:`held_by` tells whether (and by which process) the directory is open elsewhere.
 """
 
 from __future__ import annotations
@@ -58,6 +68,29 @@ T = TypeVar("T")
 
 LOCK_FILE = ".lock"
 """Held (flock) by the one open Log of a directory."""
+
+READ_ONLY_OPEN_ATTEMPTS = 5
+"""Listings of a directory a read-only open tries when segments vanish while it opens
+them (the owner's retention) before it gives up."""
+
+
+def held_by(directory: str | os.PathLike[str]) -> int | None:
+    """The pid of the process holding ``directory``'s log lock (an open :class:`Log`,
+    e.g. a running server), or None when no process holds it or it cannot be told
+    (no ``/proc/locks``: not Linux). Takes no lock: reads ``/proc/locks``."""
+    try:
+        st = os.stat(Path(directory) / LOCK_FILE)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 15308 08:01:123456 0 EOF" (blocked waiters: "-> ...")
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == want and parts[4].isdigit():
+            return int(parts[4])
+    return None
 
 
 def now_ms() -> int:
@@ -180,8 +213,10 @@ class Log:
         config: LogConfig | None = None,
         *,
         initial_offset: int = 0,
+        read_only: bool = False,
     ) -> None:
         self.directory = Path(directory)
+        self.read_only = read_only
         self._initial_offset = initial_offset
         self.config = config or LogConfig()
         self._lock = threading.RLock()
@@ -192,18 +227,30 @@ class Log:
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._view: tuple[list[Segment], list[int]] = ([], [])
-        self._lock_fd = self._lock_directory()
-        try:
-            self.recovery = self._open()
-        except BaseException:
-            os.close(self._lock_fd)
-            raise
+        if read_only:
+            self._lock_fd = -1
+            self.recovery = self._open_read_only()
+        else:
+            self._lock_fd = self._lock_directory()
+            try:
+                self.recovery = self._open()
+            except BaseException:
+                os.close(self._lock_fd)
+                raise
         self._flushed_offset = self.next_offset
 
     @classmethod
     def open(cls, directory: str | os.PathLike[str], config: LogConfig | None = None) -> Log:
         """Open (creating if needed) the log in ``directory``, recovering it after a crash."""
         return cls(directory, config)
+
+    @classmethod
+    def open_read_only(
+        cls, directory: str | os.PathLike[str], config: LogConfig | None = None
+    ) -> Log:
+        """A read-only snapshot of the log in ``directory``, which may be open elsewhere
+        (see the module docstring). InvalidArgumentError when it holds no segment."""
+        return cls(directory, config, read_only=True)
 
     # ---- opening / recovery ------------------------------------------------------------
 
@@ -264,6 +311,37 @@ class Log:
             segments.append(Segment.create(self.directory, self._initial_offset, **kw))  # type: ignore[arg-type]
         self._set_segments(segments)
         return RecoveryReport(len(segments), cut, rebuilt, removed)
+
+    def _open_read_only(self) -> RecoveryReport:
+        """Open the segments as they are, writing nothing; a segment that vanishes while
+        they open (the owner's retention) makes it list the directory again."""
+        if not self.directory.is_dir():
+            raise InvalidArgumentError(f"log directory {self.directory} does not exist")
+        cfg = self.config
+        kw = {"index_interval_bytes": cfg.index_interval_bytes, "cache": self._cache}
+        for _ in range(READ_ONLY_OPEN_ATTEMPTS):
+            bases = naming.list_segment_bases(self.directory)
+            if not bases:
+                raise InvalidArgumentError(
+                    f"{self.directory} holds no log (no *{naming.LOG_SUFFIX} segment files)"
+                )
+            try:
+                segments = [
+                    Segment.open_sealed(self.directory, b, bases[i + 1], read_only=True, **kw)  # type: ignore[arg-type]
+                    for i, b in enumerate(bases[:-1])
+                ]
+                last, past = Segment.open_active(self.directory, bases[-1], read_only=True, **kw)  # type: ignore[arg-type]
+            except FileNotFoundError:
+                continue
+            segments.append(last)
+            self._set_segments(segments)
+            rebuilt = sum(s.index_rebuilds for s in segments)
+            return RecoveryReport(len(segments), past, rebuilt, 0)
+        raise TieredLogError(
+            f"the segments of {self.directory} kept being deleted while they were opened "
+            f"({READ_ONLY_OPEN_ATTEMPTS} tries): try again",
+            retriable=True,
+        )
 
     def _set_segments(self, segments: list[Segment]) -> None:
         # Replace both lists whole. Lock-free readers take their snapshot from ``_view``,
@@ -331,6 +409,11 @@ class Log:
         if self._closed:
             raise LogClosedError(f"log {self.directory} is closed")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise InvalidArgumentError(f"the log in {self.directory} was opened read-only")
+
     def append(
         self,
         value: bytes,
@@ -363,7 +446,7 @@ class Log:
         if (records.count if isinstance(records, EncodedBatch) else len(records)) == 0:
             raise InvalidArgumentError("a batch needs at least one record")
         with self._lock:
-            self._check_open()
+            self._check_writable()
             cfg = self.config
             ts_now = now_ms()
             active = self._segments[-1]
@@ -410,7 +493,7 @@ class Log:
     def roll(self) -> None:
         """Seal the active segment now if it holds any record (e.g. before shipping)."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if self._segments[-1].size:
                 self._roll()
                 self._flushed_offset = max(self._flushed_offset, self._segments[-1].base_offset)
@@ -419,7 +502,7 @@ class Log:
         """Roll the active segment if ``segment_ms`` has passed; for a periodic task."""
         cfg = self.config
         with self._lock:
-            self._check_open()
+            self._check_writable()
             active = self._segments[-1]
             if (
                 active.size
@@ -452,7 +535,7 @@ class Log:
         other append comes between the check, the callbacks and the write; they must not
         call back into this log's mutations."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             nxt = self.next_offset
             if batch.base_offset != nxt:
                 raise InvalidArgumentError(
@@ -490,7 +573,7 @@ class Log:
     def flush(self) -> int:
         """fsync everything appended so far; returns the new flushed offset."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             self._flush_locked()
             return self._flushed_offset
 
@@ -617,7 +700,7 @@ class Log:
         """
         self._check_offset(offset)
         with self._lock:
-            self._check_open()
+            self._check_writable()
             start, nxt = self.log_start_offset, self.next_offset
             if offset < start or offset > nxt:
                 raise OffsetOutOfRangeError(
@@ -647,7 +730,7 @@ class Log:
         """
         self._check_offset(offset)
         with self._lock:
-            self._check_open()
+            self._check_writable()
             for seg in self._segments:
                 seg.delete_files()
             new = Segment.create(
@@ -667,7 +750,7 @@ class Log:
         deleted.
         """
         with self._lock:
-            self._check_open()
+            self._check_writable()
             segs = self._segments
             doomed = [s for s in segs[:-1] if s.next_offset <= base_offset]
             if not doomed:
@@ -720,7 +803,8 @@ class Log:
             for s in self._segments:
                 s.close()
             self._closed = True
-            os.close(self._lock_fd)
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
 
     @property
     def closed(self) -> bool:

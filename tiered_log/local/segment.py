@@ -17,6 +17,13 @@ Building the indexes from batches and the cache of sealed segments' indexes are 
 :mod:`tiered_log.local.files` (``fsync_dir``, ``write_atomic`` and ``IndexCache`` are
 re-exported here for their importers).
 
+A segment opened ``read_only`` (:meth:`Segment.open_active` / :meth:`Segment.open_sealed`
+with ``read_only=True``, for a read-only :class:`~tiered_log.local.log.Log` beside the
+process that owns the directory) never writes, truncates, renames or deletes a file: a
+torn tail is left where it is and only the verified batches are read, a damaged or
+missing index is rebuilt in memory only, and a store deleted under it (the owner's
+retention) reads as :class:`~tiered_log.errors.OffsetOutOfRangeError`.
+
 Thread-safety: one writer at a time (the owning :class:`~tiered_log.local.log.Log` holds
 its lock around append, seal, truncate); any number of concurrent readers, which use
 ``os.pread`` on their own descriptor and take no lock, so reads never block appends.
@@ -110,6 +117,7 @@ class Segment:
         self.deleted = False  # set by delete_files; readers holding the segment then fail
         self.created_ms = 0  # wall clock of the first append (0 = empty), for segment_ms
         self.index_rebuilds = 0  # times rebuild_index ran (reported by the log's recovery)
+        self.read_only = False  # opened beside the directory's owner: never writes a file
         self._damage_logged = False  # a read met damage and logged it
         self.cut_guard = CutGuard()  # a truncation waits for readers that map the store
         # Active-segment state (None once sealed).
@@ -133,25 +141,39 @@ class Segment:
 
     @classmethod
     def open_active(
-        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, cache: IndexCache
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        cache: IndexCache,
+        read_only: bool = False,
     ) -> tuple[Segment, int]:
         """Reopen the last segment as the active one, recovering it from its store.
 
         Scans every batch verifying checksums and the offset sequence, truncates a torn
         or damaged tail, and rebuilds the in-memory indexes. Returns the segment and the
-        number of bytes cut from the tail.
+        number of bytes cut from the tail. ``read_only``: nothing is written (an
+        interrupted cut is not finished, the tail is not cut, no write descriptor):
+        the segment holds the verified batches the store had when it was read, and the
+        count returned is of the bytes past them (an append under way, or damage).
         """
         seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes, cache=cache)
-        if seg._cut_path.exists():  # a truncation inside a batch was interrupted: finish it
+        seg.read_only = read_only
+        if not read_only and seg._cut_path.exists():  # an interrupted truncation: finish it
             blob = seg._cut_path.read_bytes()
             seg._apply_cut(_CUT_POSITION.unpack_from(blob)[0], blob[_CUT_POSITION.size :])
+        rfd = ReadFd(seg.store_path) if read_only else None  # kept readable if deleted
         data = seg.store_path.read_bytes()
         idx, end, max_ts, max_rel, nxt = build_index(data, base_offset, index_interval_bytes)
         cut = len(data) - end
-        if cut:
+        if read_only:
+            seg._index, seg._rfd = idx, rfd
+        elif cut:
             os.truncate(seg.store_path, end)
-        for p in (seg.index_path, seg.timeindex_path):
-            p.unlink(missing_ok=True)
+        if not read_only:
+            for p in (seg.index_path, seg.timeindex_path):
+                p.unlink(missing_ok=True)
         seg._index = idx
         seg.size = end
         seg.next_offset = nxt
@@ -159,7 +181,8 @@ class Segment:
         seg._max_ts_rel = max_rel
         seg._since_index = end - (idx.positions[-1] if len(idx.positions) else 0)
         seg.created_ms = int(time.time() * 1000) if end else 0
-        seg._open_active(truncate=False)
+        if not read_only:
+            seg._open_active(truncate=False)
         return seg, cut
 
     @classmethod
@@ -171,15 +194,18 @@ class Segment:
         *,
         index_interval_bytes: int,
         cache: IndexCache,
+        read_only: bool = False,
     ) -> Segment:
         """Open a sealed segment lazily: its indexes load on first read via the cache.
 
         Reads only the store size and the first and last time-index entries (the last
         holds the segment's max timestamp, which retention and timestamp lookups trust
         before the index is loaded, so both entries are sanity-checked); a missing or
-        damaged index is rebuilt from the store right away.
+        damaged index is rebuilt from the store right away (``read_only``: in memory
+        only). FileNotFoundError when the store is gone (deleted meanwhile).
         """
         seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes, cache=cache)
+        seg.read_only = read_only
         seg.sealed = True
         seg.next_offset = next_offset
         seg.size = seg.store_path.stat().st_size
@@ -279,7 +305,8 @@ class Segment:
             return self.rebuild_index()
 
     def rebuild_index(self) -> SegmentIndex:
-        """Rebuild a sealed segment's index files from its store (after damage)."""
+        """Rebuild a sealed segment's index files from its store (after damage); a
+        read-only segment keeps the rebuilt index in its cache entry and writes nothing."""
         data = self.store_path.read_bytes()
         idx, end, max_ts, max_rel, nxt = build_index(
             data, self.base_offset, self.index_interval_bytes
@@ -292,10 +319,13 @@ class Segment:
         if end and (not len(idx.time_max) or idx.time_max[-1] < max_ts):
             idx.add_time(max_ts, max_rel)
         self.max_timestamp = max_ts
+        self.index_rebuilds += 1
+        if self.read_only:
+            self._cache.put(self._uid, (idx, ReadFd(self.store_path)))
+            return idx
         write_atomic(self.index_path, idx.encode_offsets())
         write_atomic(self.timeindex_path, idx.encode_times())
         self._cache.drop(self._uid)
-        self.index_rebuilds += 1
         return idx
 
     def index_entries(self) -> SegmentIndex:
@@ -494,8 +524,9 @@ class Segment:
             ) from exc
 
     def _read_error(self, exc: OSError) -> TieredLogError:
-        """Our error for an OSError met while reading (the files may have been deleted)."""
-        if self.deleted:
+        """Our error for an OSError met while reading (the files may have been deleted:
+        by this log, or, for a read-only segment, by the directory's owner)."""
+        if self.deleted or (self.read_only and isinstance(exc, FileNotFoundError)):
             return OffsetOutOfRangeError(f"segment {self.store_path.name} was deleted")
         return TieredLogError(f"cannot read {self.store_path}: {exc}", retriable=True)
 

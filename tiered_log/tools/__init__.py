@@ -16,6 +16,8 @@ line only formats them, and the service can reuse them as they are. One module p
                        every log under a directory such as a service's data directory
                        (:func:`verify_logs`, :class:`LogsReport`)
 - :mod:`.dump`         the text ``tiered-log dump`` prints, file by file
+- :mod:`.describe`     a partition log described from its files (``tiered-log describe``):
+                       a read-only snapshot of the local log, the copy journal, metadata
 
 Pure functions over files; safe from any thread (each call reads its own files).
 """
