@@ -1,4 +1,6 @@
-"""Reading records for the API: decoded (JSON form) or as raw batches (binary form).
+"""A consumer's reads of a partition log: decoded (JSON form) or as raw batches (binary
+form), the ``read`` steps a front end hands to :meth:`Broker.fetch
+<tiered_log.broker.Broker.fetch>`.
 
 Both go through the partition's log: :func:`fetch_frames` is
 :meth:`TieredLog.read_batch_ranges <tiered_log.partition.log.TieredLog.read_batch_ranges>` (the
@@ -14,8 +16,9 @@ Damage: nothing damaged is served on either path. A page stops before a damaged 
 that starts in one raises :class:`~tiered_log.errors.CorruptRangeError` (HTTP 410
 ``corrupt_record``, not retriable). Records after the damage are served as before.
 
-Both functions block on disk and the bucket: run them in a worker thread. They take no
-lock (as the log's reads).
+Both functions block on disk and the bucket: the broker runs them on its read executor
+(an archived chunk not fetched yet parks the request instead). They take no lock (as
+the log's reads).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from ..errors import CorruptIndexError, CorruptRecordError
 from ..format.records import Record
 from ..local.ranges import FetchRanges
-from .topics import PartitionBounds, PartitionLog, partition_bounds
+from ..service.topics import PartitionBounds, PartitionLog, partition_bounds
 
 
 @dataclass(frozen=True, slots=True)

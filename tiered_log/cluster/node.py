@@ -37,8 +37,10 @@ Local logs: the node holds a log for every partition of every topic in the metad
 not a replica of stay empty.
 
 Thread-safety: one poll thread applies the metadata (role changes serialize on the
-node's lock); request handlers call :meth:`leader_of`, :meth:`replica_fetch` etc. from
-worker threads; every method is safe from any thread.
+node's lock); the broker calls :meth:`leader_of` and :meth:`leads` on its event loop
+(they take no lock: a role is read as the poll thread last set it) and
+:meth:`appended`, :meth:`replica_fetch` on its executors; every method is safe from any
+thread.
 """
 
 from __future__ import annotations
@@ -452,26 +454,35 @@ class ClusterNode:
 
     def leader_of(self, topic: str, partition: int) -> LeaderReplication:
         """This node's leadership of a partition; NotLeaderError naming the leader if it
-        is not the leader now."""
-        with self._lock:
-            role = self._roles.get((topic, partition))
-            rep = role.replication if role is not None else None
-            if rep is None or rep.resigned:
-                raise self._not_leader(topic, partition, role)
-            return rep
+        is not the leader now. Takes no lock (see :meth:`_role`): the event loop asks."""
+        role = self._role(topic, partition)
+        rep = role.replication if role is not None else None
+        if rep is None or rep.resigned:
+            raise self._not_leader(topic, partition, role)
+        return rep
 
     def leads(self, topic: str, partition: int, epoch: int) -> bool:
-        """Whether this node leads the partition in ``epoch`` now (no waiting: a lock)."""
-        with self._lock:
-            role = self._roles.get((topic, partition))
-            rep = role.replication if role is not None else None
-            return rep is not None and not rep.resigned and rep.leader_epoch == epoch
+        """Whether this node leads the partition in ``epoch`` now. Takes no lock (see
+        :meth:`_role`): the event loop asks."""
+        role = self._role(topic, partition)
+        rep = role.replication if role is not None else None
+        return rep is not None and not rep.resigned and rep.leader_epoch == epoch
+
+    def _role(self, topic: str, partition: int) -> _Role | None:
+        """The partition's role as the poll thread last set it, read without the node's
+        lock: the poll thread holds that lock across a whole metadata round, which may
+        stop a fetcher (a join of up to 5 s) or read the bucket, and the broker's
+        requests must not wait for that. A single dict lookup and attribute read are
+        atomic under the GIL; a request that reads the role while it changes sees the
+        old role (as one that came a moment earlier) or none (not the leader: retried),
+        and a deposed leader is fenced by its followers and by etcd, not by this read."""
+        return self._roles.get((topic, partition))
 
     def appended(self, topic: str, partition: int) -> None:
-        """The leader appended to a partition: move the HW (a lone ISR). (The followers'
-        fetches waiting at the log end are the service's to wake.)"""
-        with self._lock:
-            role = self._roles.get((topic, partition))
+        """The leader appended to a partition: move the HW (a lone ISR), which may write
+        its checkpoint (the broker calls this on its append executor). (The followers'
+        fetches waiting at the log end are the broker's to wake.)"""
+        role = self._role(topic, partition)
         if role is None:
             return
         rep = role.replication
@@ -484,9 +495,8 @@ class ClusterNode:
         records at the log end, which the service's route waits out on its event loop
         for up to ``req.wait_ms`` before it asks again. See
         :mod:`~tiered_log.cluster.protocol`."""
-        with self._lock:
-            role = self._roles.get((topic, partition))
-            rep = role.replication if role is not None else None
+        role = self._role(topic, partition)
+        rep = role.replication if role is not None else None
         if role is None or rep is None or rep.resigned:
             raise self._not_leader(topic, partition, role)
         if req.leader_epoch < rep.leader_epoch:

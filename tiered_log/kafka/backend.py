@@ -1,18 +1,17 @@
-"""Every call the Kafka listener makes into the partitions, in one place: the seam that
-moves onto the broker layer when it exists.
+"""Every call the Kafka listener makes into the partitions, in one place.
 
 :class:`Backend` answers in the listener's terms (topic and partition metadata, an
 append of a Produce request's partition, a page of Kafka batches, an offset lookup) and
 reaches the logs only through what the HTTP API uses: the topic manager of
-:mod:`tiered_log.service.topics`, the produce and fetch steps of
-:mod:`tiered_log.service.partition_ops` (leadership, ``acks``, ``min_insync_replicas``,
-the high-watermark wait, metrics, long-poll wake-ups) and the cluster node's view.
+:mod:`tiered_log.service.topics`, the broker (:class:`tiered_log.broker.Broker`:
+leadership, ``acks``, ``min_insync_replicas``, the high-watermark wait, metrics,
+wake-ups, its executors) and the cluster node's view.
 Errors are the library's (:mod:`tiered_log.errors`); the handlers turn them into Kafka
 codes (:mod:`tiered_log.kafka.errors`).
 
 Concurrency: coroutines and methods of the event loop; every call that can block (an
-append and its fsync, a read of either tier, creating a topic, etcd) runs in a worker
-thread.
+append and its fsync, a read of either tier) runs on the broker's executors, creating a
+topic and etcd calls in worker threads.
 """
 
 from __future__ import annotations
@@ -23,16 +22,9 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..broker import Acks
 from ..errors import TieredLogError, TopicExistsError
 from ..format.batch import FetchData
-from ..service.deps import partition_log, run_log_call
-from ..service.partition_ops import (
-    Acks,
-    append_and_commit,
-    fetch_target,
-    produce_target,
-    read_cap,
-)
 from ..service.state import ServiceState
 from ..service.topics import PartitionLog, partition_bounds, validate_topic_name
 from ..service.wire import CreateTopicRequest
@@ -149,7 +141,7 @@ class Backend:
                     if auto_create and self.auto_create:
                         await self._create(name)
                     else:
-                        await partition_log(self.state, name, 0)  # a cluster looks again
+                        await self.state.broker.partition(name, 0)  # a cluster looks again
             except TieredLogError as exc:
                 out.append(TopicInfo(name, uuid.UUID(int=0), (), exc))
                 continue
@@ -221,9 +213,8 @@ class Backend:
         request's ``timeout_ms``). Returns the first offset assigned. Nothing is
         appended when the batches are refused."""
         mode: Acks = "all" if acks == -1 else "1"
-        target = await produce_target(self.state, topic, partition, mode)
-        done = await append_and_commit(
-            self.state, target, producer_records, data, timeout_ms=timeout_ms
+        done = await self.state.broker.produce(
+            topic, partition, producer_records, data, acks=mode, timeout_ms=timeout_ms
         )
         return done.first
 
@@ -241,13 +232,13 @@ class Backend:
 
     async def fetch_log(self, topic: str, partition: int) -> PartitionLog:
         """The log a consumer reads (leadership checked in a cluster)."""
-        return await fetch_target(self.state, topic, partition)
+        return await self.state.broker.fetch_log(topic, partition)
 
     async def read(self, topic: str, plog: PartitionLog, offset: int, max_bytes: int) -> Page:
         """Whole Kafka batches from the one holding ``offset`` (either tier), about
         ``max_bytes`` (at least one batch when there is a record at ``offset``); empty at
         the end of what a consumer may read. OffsetOutOfRangeError outside the log."""
-        upto = read_cap(self.state, plog)
+        upto = self.state.broker.read_cap(plog)
 
         def work() -> Page:
             got: FetchData = plog.read_batches(offset, MAX_FETCH_RECORDS, max_bytes, upto=upto)
@@ -257,7 +248,7 @@ class Backend:
                 return Page(b"", hw, b.log_start_offset, 0)
             return Page(kafka_batches(got.data), hw, b.log_start_offset, got.count)
 
-        return await run_log_call(self.state, topic, work)
+        return await self.state.broker.read(topic, work)
 
     def count_fetch(self, topic: str, page: Page) -> None:
         """The metrics of one partition's part of a fetch answer (once per answer, not
@@ -279,7 +270,8 @@ class Backend:
         """``(offset, timestamp)`` for a ListOffsets query: -1 latest (the high
         watermark), -2 earliest (the log start, either tier), else the first offset whose
         timestamp is at or after ``timestamp`` in either tier (``(-1, -1)``: none)."""
-        plog = await fetch_target(self.state, topic, partition)
+        broker = self.state.broker
+        plog = await broker.fetch_log(topic, partition)
 
         def work() -> tuple[int, int]:
             if timestamp == -1:
@@ -287,13 +279,13 @@ class Backend:
             if timestamp == -2:
                 return partition_bounds(plog).log_start_offset, -1
             found = plog.offset_for_timestamp(timestamp)
-            cap = read_cap(self.state, plog)
+            cap = broker.read_cap(plog)
             if found is None or (cap is not None and found >= cap):
                 return -1, -1
             recs = plog.read_range(found, 1, 1 << 20)
             return found, recs[0].timestamp if recs else -1
 
-        return await run_log_call(self.state, topic, work)
+        return await broker.read(topic, work)
 
 
 __all__ = ["Backend", "Broker", "Page", "PartitionInfo", "TopicInfo", "topic_uuid"]

@@ -32,8 +32,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..broker.parking import wait_event
 from ..errors import InvalidTopicNameError, TieredLogError, TopicNotFoundError
-from ..service.longpoll import wait_event
 from .backend import Backend, Page
 from .errors import InvalidAcksError, InvalidRecordError, error_code, error_message
 from .groups.handlers import GROUP_APIS, GroupHandlers
@@ -231,7 +231,7 @@ class Handlers:
             for p in t.partitions
         ]
         while True:
-            events = [state.waiters.event(be.wake_key(t, p)) for t, p, _, _ in wanted]
+            events = [state.broker.parking.hw.event(be.wake_key(t, p)) for t, p, _, _ in wanted]
             results, total, failed = await self._fetch_round(wanted, max_bytes)
             left = deadline - loop.time()
             if total >= min_bytes or failed or left <= 0 or state.is_stopping or not wanted:

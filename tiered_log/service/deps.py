@@ -11,8 +11,8 @@
 - Body reading: :func:`read_value` (a raw record streamed in, bounded by the topic's
   ``append_threshold``) and :func:`read_body` (the whole body, bounded by the
   middleware); a client that goes away mid-body is 400.
-- :func:`run_log_call`: a blocking log call in a worker thread, with a log closed under
-  the request mapped to 404 (topic deleted) or 503 (shutting down).
+- :func:`run_log_call`: a blocking log call on the broker's read executor, with a log
+  closed under the request mapped to 404 (topic deleted) or 503 (shutting down).
 
 Concurrency: everything here runs on the event loop and never blocks it; log calls go
 to worker threads through :func:`run_log_call`.
@@ -20,7 +20,6 @@ to worker threads through :func:`run_log_call`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -31,10 +30,7 @@ from starlette.requests import ClientDisconnect
 from ..config import Grant
 from ..errors import (
     InvalidRequestError,
-    LogClosedError,
     RecordTooLargeError,
-    ShuttingDownError,
-    TopicNotFoundError,
     UnsupportedMediaTypeError,
 )
 from .auth import Principal
@@ -162,28 +158,15 @@ async def read_body(request: Request) -> bytes:
 
 
 async def partition_log(state: ServiceState, topic: str, partition: int) -> PartitionLog:
-    """The open log of a partition (TopicNotFoundError if there is none). In a cluster a
-    topic created a moment ago on another node may not be applied here yet: on a miss
-    this node reads etcd's metadata once (in a worker thread) and looks again."""
-    try:
-        return state.topics.partition(topic, partition)
-    except TopicNotFoundError:
-        if state.cluster is None:
-            raise
-    await asyncio.to_thread(state.cluster.refresh)
-    return state.topics.partition(topic, partition)
+    """The open log of a partition (TopicNotFoundError if there is none); see
+    :meth:`Broker.partition <tiered_log.broker.Broker.partition>`."""
+    return await state.broker.partition(topic, partition)
 
 
 async def run_log_call(state: ServiceState, topic: str, fn: Callable[..., T], *args: Any) -> T:
-    """Run a blocking log call in a thread; a log closed under us becomes 404 or 503."""
-    try:
-        return await asyncio.to_thread(fn, *args)
-    except LogClosedError:
-        if state.is_stopping or state.topics.closed:
-            raise ShuttingDownError("the service is shutting down") from None
-        if not state.topics.exists(topic):
-            raise TopicNotFoundError(f"topic {topic!r} does not exist") from None
-        raise
+    """A blocking log call on the broker's read executor (an archived chunk not fetched
+    yet parks the request, holding no thread); a log closed under us is 404 or 503."""
+    return await state.broker.read(topic, fn, *args)
 
 
 __all__ = [

@@ -1,6 +1,7 @@
 """What runs for the app's life: loading the topics, the maintenance loop, closing.
 
-:func:`make_lifespan` gives the app's lifespan: on start-up it makes the shutdown event,
+:func:`make_lifespan` gives the app's lifespan: on start-up it makes the shutdown event, starts the
+event loop's watchdog (:mod:`~tiered_log.service.loop_watchdog`, exported in ``/metrics``),
 loads the topics (unless the server loaded them before listening), joins the cluster
 when the settings name one (:mod:`~tiered_log.service.clustering`) and starts
 :func:`maintain_forever` (periodic time-based flush, roll and retention of every log);
@@ -20,6 +21,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 
+from .loop_watchdog import LoopWatchdog
 from .state import ServiceState
 
 log = logging.getLogger("tiered_log.service")
@@ -32,25 +34,20 @@ def make_lifespan(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state.stopping = asyncio.Event()
+        state.broker.start()
+        watchdog = LoopWatchdog(asyncio.get_running_loop()).start()
+        state.metrics.watch_loop(watchdog)
         if not preloaded:
             await asyncio.to_thread(state.topics.load)
         if state.settings.clustered:
             from ..kafka.listener import kafka_address
             from .clustering import start_node  # here: a single node never loads it
 
-            state.cluster = await asyncio.to_thread(
+            node = await asyncio.to_thread(
                 start_node, state.settings, state.topics, kafka_address(state.settings)
             )
-            loop = asyncio.get_running_loop()
-            waiters = state.waiters
-
-            # Consumers read below the high watermark: wake their long polls when it moves.
-            def on_commit(topic: str, partition: int) -> None:
-                loop.call_soon_threadsafe(waiters.notify, (topic, partition))
-
-            state.cluster.on_commit = on_commit
-            state.metrics.watch_cluster(state.cluster)
+            state.broker.join_cluster(node)
+            state.metrics.watch_cluster(node)
             log.info(
                 "node %s joined cluster %s (etcd %s)",
                 state.settings.node_id,
@@ -66,7 +63,9 @@ def make_lifespan(
             await asyncio.gather(task, return_exceptions=True)
             if state.cluster is not None:
                 await asyncio.to_thread(state.cluster.close)
+            await asyncio.to_thread(state.broker.close)
             await asyncio.to_thread(state.topics.close)
+            watchdog.stop()
             log.info("all logs flushed and closed")
 
     return lifespan

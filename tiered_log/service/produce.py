@@ -1,8 +1,9 @@
-"""Produce bodies to appends: read a body, parse it and append its records in one
-worker-thread call.
+"""Produce bodies to records: read a body and the parse steps the broker runs with the
+append.
 
 The three produce forms (see :mod:`tiered_log.service.routes.records`) each end in a
-*parse* step, run with the append in ONE worker-thread call (:func:`parse_and_append`):
+*parse* step, run with the append in ONE executor call
+(:meth:`Broker.append <tiered_log.broker.Broker.append>`):
 decoding costs CPU, and one thread hop is cheaper than two. The parse steps:
 :func:`one_record` (a raw body: its one record), :func:`parse_frames` (binary batches,
 each verified; a bad one is the client's: 400 naming it) and :func:`parse_batch` (a
@@ -18,16 +19,12 @@ and writes it to the segment in one ``write``. What the ASGI server does before
 (uvicorn's reads and its own body buffer) is not this module's.
 
 Concurrency: :func:`receive_body` runs on the event loop (it only awaits the body's
-messages and copies them); every other function here blocks (CPU, then the log's
-append and its fsync): call them from a worker thread, never on the event loop. They
-keep no state; a buffer :func:`receive_body` returns belongs to the one request.
+messages and copies them); the parse steps cost CPU: the broker runs them on its append
+executor, never on the event loop. They keep no state; a buffer :func:`receive_body`
+returns belongs to the one request.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -35,33 +32,7 @@ from starlette.requests import Request
 from ..errors import CorruptRecordError, InvalidArgumentError, InvalidRequestError
 from ..format.records import EncodedBatch, ProducerRecord, receive_batches
 from .error_mapping import validation_message
-from .topics import PartitionLog
 from .wire import MAX_BATCH_RECORDS, ProduceRequest
-
-Parse = Callable[..., list[ProducerRecord | bytes] | EncodedBatch]
-"""A parse step: its arguments to the records to append."""
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """What :func:`parse_and_append` did: the offsets, for the answer and the metrics."""
-
-    first: int
-    last: int
-    count: int
-    payload_bytes: int
-    durable: bool
-
-
-def parse_and_append(plog: PartitionLog, parse: Parse, *args: Any) -> Appended:
-    """``parse(*args)`` then append the records in one write (in a worker thread)."""
-    records = parse(*args)
-    first, last = plog.append_batch(records)
-    if isinstance(records, EncodedBatch):
-        return Appended(
-            first, last, records.count, records.payload_bytes, plog.flushed_offset > last
-        )
-    return Appended(first, last, len(records), _payload_bytes(records), plog.flushed_offset > last)
 
 
 def one_record(record: ProducerRecord) -> list[ProducerRecord | bytes]:
@@ -154,22 +125,8 @@ def parse_batch(body: bytes) -> list[ProducerRecord | bytes]:
     return out
 
 
-def _payload_bytes(records: Iterable[ProducerRecord | bytes]) -> int:
-    """Bytes of values and keys in ``records`` (the append_bytes metric)."""
-    n = 0
-    for r in records:
-        if r.__class__ is bytes:
-            n += len(r)
-        elif isinstance(r, ProducerRecord):
-            n += len(r.value) + len(r.key or b"")
-    return n
-
-
 __all__ = [
-    "Appended",
-    "Parse",
     "one_record",
-    "parse_and_append",
     "parse_batch",
     "parse_frames",
     "receive_body",

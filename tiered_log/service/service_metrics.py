@@ -14,11 +14,14 @@ worker thread (``asyncio.to_thread``), as ``GET /metrics`` does.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TieredLogError
 from .metrics import Family, Registry
 from .topics import TopicManager, partition_bounds, partition_stats
+
+if TYPE_CHECKING:
+    from .loop_watchdog import LoopWatchdog
 
 
 class ServiceMetrics:
@@ -247,6 +250,32 @@ class ServiceMetrics:
                     "One past the last committed record of a partition this node leads.",
                     ("topic", "partition"),
                     tuple(hws),
+                ),
+            ]
+
+        self.registry.add_collector(collect)
+
+    def watch_loop(self, watchdog: LoopWatchdog) -> None:
+        """Export the event loop's watchdog figures (see
+        :mod:`~tiered_log.service.loop_watchdog`)."""
+
+        def collect() -> Iterable[Family]:
+            return [
+                Family(
+                    "tiered_log_event_loop_lag_max_seconds",
+                    "gauge",
+                    "The longest the event loop took to run a marker posted to it, since "
+                    "the start.",
+                    (),
+                    (((), watchdog.lag_max_s()),),
+                ),
+                Family(
+                    "tiered_log_event_loop_stalls_total",
+                    "counter",
+                    "Times the event loop was late past the watchdog's threshold while "
+                    "blocked in a call (not waiting for a CPU); each logged with its stack.",
+                    (),
+                    (((), float(watchdog.stalls)),),
                 ),
             ]
 

@@ -1,13 +1,14 @@
 """The state the service's handlers share: :class:`ServiceState`, one per app.
 
-It holds the settings, the topic manager, the cluster node (when clustered), the
-authenticator, the metrics, the long-poll wake-ups and the shutdown flag. :func:`tiered_log.service.app.create_app` makes it and
-puts it on ``app.state.service``; handlers reach it through
+It holds the settings, the topic manager, the broker (:class:`~tiered_log.broker.Broker`:
+produce, fetch, the cluster node when clustered, where requests park, the shutdown
+flag), the authenticator and the metrics. :func:`tiered_log.service.app.create_app`
+makes it and puts it on ``app.state.service``; handlers reach it through
 :data:`tiered_log.service.deps.State`.
 
-Concurrency: the waiters and the shutdown event are touched from the event loop only;
-everything else is immutable or thread-safe (topic manager, logs, authenticator,
-metrics), so worker threads may use it.
+Concurrency: the broker's parking and the shutdown event are touched from the event
+loop only; everything else is immutable or thread-safe (topic manager, logs,
+authenticator, metrics), so worker threads may use it.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from ..broker import Broker
 from ..config import Settings
 from .auth import Authenticator
-from .longpoll import Waiters
 from .service_metrics import ServiceMetrics
 from .topics import TopicManager
 
@@ -33,26 +34,25 @@ class ServiceState:
         self.topics = topics
         self.auth = Authenticator.from_settings(settings)
         self.metrics = ServiceMetrics(topics)
-        self.waiters = Waiters()
-        """Consumers' long polls (woken by appends; in a cluster by high watermark moves,
-        which also wake ``acks=all`` produces)."""
-        self.appends = Waiters()
-        """A cluster's followers' long polls at their leader's log end (woken by appends)."""
-        self.stopping: asyncio.Event | None = None
-        self.cluster: ClusterNode | None = None
+        self.broker = Broker(settings, topics, self.metrics)
+
+    @property
+    def cluster(self) -> ClusterNode | None:
         """This node's part in a cluster (None: a single node, the embedded default)."""
+        return self.broker.cluster
+
+    @property
+    def stopping(self) -> asyncio.Event | None:
+        return self.broker.stopping
 
     @property
     def is_stopping(self) -> bool:
-        return self.stopping is not None and self.stopping.is_set()
+        return self.broker.is_stopping
 
     def begin_shutdown(self) -> None:
-        """Mark the shutdown and wake long polls (event-loop thread). In-flight requests
-        still finish; uvicorn has stopped accepting new ones."""
-        if self.stopping is not None:
-            self.stopping.set()
-        self.waiters.notify_all()
-        self.appends.notify_all()
+        """Mark the shutdown and wake parked requests (event-loop thread). In-flight
+        requests still finish; uvicorn has stopped accepting new ones."""
+        self.broker.begin_shutdown()
 
 
 __all__ = ["ServiceState"]

@@ -10,8 +10,8 @@ the body says).
 The replication route needs ``admin`` on the topic when authentication is on (nodes use
 the cluster token, ``Settings.cluster_token``).
 
-Concurrency: handlers run on the event loop; the replication answer (which may wait
-``wait_ms`` for records) runs in a worker thread.
+Concurrency: handlers run on the event loop; the replication answer is the broker's
+(computed on its read executor, parked on the loop while it waits for records).
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ from ..deps import (
     PartitionPath,
     State,
     TopicPath,
-    run_log_call,
 )
-from ..longpoll import wait_event
 from ..openapi import errs
 from ..state import ServiceState
 from ..wire import BINARY
@@ -188,23 +186,14 @@ async def replicate(
     wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
     empty: Annotated[int, Query(ge=0, le=1)] = 0,
 ) -> Response:
-    """A follower's fetch (see :mod:`tiered_log.cluster.protocol`). At the leader's log
-    end it waits up to ``wait_ms`` on the event loop (woken by an append), not in a
-    thread: a node leading many partitions holds no thread per waiting follower."""
-    node = cluster_of(state)
+    """A follower's fetch (see :mod:`tiered_log.cluster.protocol`): the broker's
+    :meth:`~tiered_log.broker.Broker.replica_fetch`, parked at the leader's log end up
+    to ``wait_ms`` (no thread per waiting follower)."""
+    cluster_of(state)
     req = ReplicaFetch(
         replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms, bool(empty)
     )
-    key = (topic, partition)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_ms / 1000
-    ev = state.appends.event(key)  # taken before reading: no append slips between
-    ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, req)
-    while ans.waits and not state.is_stopping and (left := deadline - loop.time()) > 0:
-        await wait_event(ev, state.stopping, min(left, 0.1))
-        if ev.is_set() or not node.leads(topic, partition, leader_epoch):
-            ev = state.appends.event(key)
-            ans = await run_log_call(state, topic, node.replica_fetch, topic, partition, req)
+    ans = await state.broker.replica_fetch(topic, partition, req)
     if isinstance(ans.data, FetchRanges):  # sent from the files (zerocopy.py)
         return RangesResponse(ans.data, media_type=BINARY, headers=ans.headers())
     return Response(ans.data, media_type=BINARY, headers=ans.headers())

@@ -9,17 +9,19 @@ rebased and written as it is: :func:`~tiered_log.service.produce.receive_body`).
 body must say so: ``application/json`` or
 ``application/*+json``; any other type, or none, is 415 (a missing type is never read as
 JSON: a web page could send that cross-origin without a CORS preflight). The body is
-parsed and appended in one worker-thread call (:mod:`tiered_log.service.produce`); the
-partition's long polls are then woken.
+parsed and appended in one call on the broker's append executor
+(:meth:`Broker.append <tiered_log.broker.Broker.append>`), which then wakes the
+partition's long polls.
 
 Fetch answers JSON, or the stored record batches as they are when ``Accept`` prefers
 ``application/octet-stream`` (:func:`wants_binary`); the batches come from
-:mod:`tiered_log.service.fetch` as places in files, sent from there with ``sendfile``
-(:class:`~tiered_log.service.zerocopy.RangesResponse`). At the end of the log it may long-poll
-(:mod:`tiered_log.service.longpoll`).
+:mod:`tiered_log.broker.reads` as places in files, sent from there with ``sendfile``
+(:class:`~tiered_log.service.zerocopy.RangesResponse`), read through
+:meth:`Broker.fetch <tiered_log.broker.Broker.fetch>`, which parks a long poll at the
+end of the log.
 
-Concurrency: handlers run on the event loop; reading bodies is async, parsing, appending
-and reading the log run in worker threads (:func:`~tiered_log.service.deps.run_log_call`).
+Concurrency: handlers run on the event loop; reading bodies is async; parsing,
+appending and reading the log run on the broker's executors.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from ...broker.append import Parse
+from ...broker.reads import FrameBatch, fetch_frames, fetch_records
 from ...config import MAX_INT
 from ...errors import InvalidRequestError, UnsupportedMediaTypeError
 from ...format.records import ProducerRecord
@@ -43,14 +47,9 @@ from ..deps import (
     media_type,
     read_body,
     read_value,
-    run_log_call,
 )
-from ..fetch import fetch_frames, fetch_records
-from ..longpoll import poll
 from ..openapi import errs
-from ..partition_ops import append_and_commit, fetch_target, produce_target, read_cap
 from ..produce import (
-    Parse,
     one_record,
     parse_batch,
     parse_frames,
@@ -161,7 +160,8 @@ async def produce(
     ] = None,
 ) -> Response:
     manager = state.topics
-    target = await produce_target(state, topic, partition, acks)
+    broker = state.broker
+    target = await broker.produce_target(topic, partition, acks)
     media = media_type(request)
     # Each form ends in a parse step that runs with the append in ONE worker-thread
     # call (parse_and_append): decoding costs CPU, and one thread hop is cheaper.
@@ -199,7 +199,7 @@ async def produce(
         raise UnsupportedMediaTypeError(
             f"Content-Type must be {JSON}, {FRAMES} or {BINARY}, not {media or 'missing'!r}"
         )
-    done = await append_and_commit(state, target, parse, *args)
+    done = await broker.append(target, parse, *args)
     first, last = done.first, done.last
     # Built here rather than validated against ProduceResponse (the documented model):
     # the offsets list of a big batch made that validation a visible cost.
@@ -292,25 +292,15 @@ async def fetch(
         Query(ge=0, le=30_000, description="At the end of the log, wait this long for records."),
     ] = 0,
 ) -> Response:
-    plog = await fetch_target(state, topic, partition)
     max_bytes = min(max_bytes, state.settings.max_fetch_bytes)
-    key = (topic, partition)
     m = state.metrics
-
-    def upto() -> int | None:  # at each read: a long poll wakes when the HW moves
-        return read_cap(state, plog)
-
+    broker = state.broker
     if wants_binary(request.headers.get("accept")):
-        fb = await poll(
-            state.waiters,
-            state.stopping,
-            key,
-            wait_ms,
-            lambda: run_log_call(
-                state, topic, fetch_frames, plog, offset, max_records, max_bytes, upto()
-            ),
-            lambda r: r.fetched.count == 0,
-        )
+
+        def frames(plog: PartitionLog, upto: int | None) -> FrameBatch:
+            return fetch_frames(plog, offset, max_records, max_bytes, upto)
+
+        fb = await broker.fetch(topic, partition, frames, lambda r: r.fetched.count == 0, wait_ms)
         m.fetch_requests.inc(topic, "binary")
         page, b = fb.fetched, fb.bounds
         m.fetch_records.inc(topic, amount=page.count)
@@ -325,16 +315,11 @@ async def fetch(
                 H_RECORD_COUNT: str(page.count),
             },
         )
-    body, count, size = await poll(
-        state.waiters,
-        state.stopping,
-        key,
-        wait_ms,
-        lambda: run_log_call(
-            state, topic, _json_fetch, plog, offset, max_records, max_bytes, upto()
-        ),
-        lambda r: r[1] == 0,
-    )
+
+    def records(plog: PartitionLog, upto: int | None) -> tuple[bytes, int, int]:
+        return _json_fetch(plog, offset, max_records, max_bytes, upto)
+
+    body, count, size = await broker.fetch(topic, partition, records, lambda r: r[1] == 0, wait_ms)
     m.fetch_requests.inc(topic, "json")
     m.fetch_records.inc(topic, amount=count)
     m.fetch_bytes.inc(topic, amount=size)

@@ -148,7 +148,7 @@ async def delete_topic(topic: TopicPath, _: AdminGrant, state: State) -> Respons
         await asyncio.to_thread(state.topics.delete, topic)
     state.metrics.forget_topic(topic)
     for p in range(partitions):  # long polls on it end (and then answer 404)
-        state.waiters.notify((topic, p))
+        state.broker.parking.hw.notify((topic, p))
     return Response(status_code=204)
 
 
