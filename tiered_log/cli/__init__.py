@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import TieredLogError
-from . import archive, cluster, cluster_status, inspect, log, perf, service
+from . import archive, cluster, cluster_status, groups, inspect, log, perf, service
 from .registry import PROG, CommandGroup, Parser, UsageError, positive_int
 
 COMMANDS = CommandGroup(PROG)
@@ -49,6 +49,7 @@ COMMANDS.include(
     service.COMMANDS,
     cluster.COMMANDS,
     cluster_status.COMMANDS,
+    groups.COMMANDS,
     archive.COMMANDS,
 )
 

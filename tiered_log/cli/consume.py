@@ -9,6 +9,11 @@ record, and how it keeps reading through a server restart or a lost range.
   ``name=value`` comma-separated, ``%K``/``%S`` key/value size, ``%%``; ``\\n``,
   ``\\t``, ``\\r``, ``\\\\`` escapes; nothing added at the end), or the named forms
   ``value`` (the value and a newline) and ``json`` (one JSON object a line).
+- :class:`GroupPosition`: ``--group G``: a consumer group's committed offsets (where
+  each partition starts when it has one) and the commits of what was printed, through
+  the HTTP API (``/v1/groups/{group}``), as a consumer outside the group protocol (rpk
+  and kcat commit their position the same way): refused while Kafka members hold the
+  group.
 - :func:`partition_pages`: one partition's pages from a start offset on, which with
   ``follow`` waits out a server that cannot be reached (a restart) and goes on from the
   next offset not yet handed out, and with ``skip_lost`` steps over offsets lost in a
@@ -25,6 +30,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+import httpx
 
 from ..client import Client, FetchResult
 from ..errors import ConnectionFailedError, DataLossError, TieredLogError
@@ -76,8 +83,8 @@ def start_offset(c: Client, topic: str, partition: int, spec: OffsetSpec) -> int
     """The first offset to read of ``partition`` for ``spec``."""
     if spec.kind == "stored":
         raise UsageError(
-            "-o stored needs a consumer group's committed offsets, which this "
-            "service does not keep: use beginning, end, N, -N or s@TIME"
+            "-o stored reads a consumer group's committed offsets: name the group with "
+            "--group G (or use beginning, end, N, -N or s@TIME)"
         )
     if spec.kind == "offset":
         return spec.value
@@ -91,6 +98,103 @@ def start_offset(c: Client, topic: str, partition: int, spec: OffsetSpec) -> int
     if spec.kind == "tail":
         return max(b.log_start_offset, b.next_offset - spec.value)
     return b.next_offset  # end, or a timestamp after every record
+
+
+class GroupPosition:
+    """A consumer group's committed offsets of one topic over the HTTP API (see the
+    module docstring). ``urls``: the service's nodes (a group is answered by its
+    coordinator: each is asked in turn). Not thread-safe: the consuming thread only."""
+
+    def __init__(
+        self, urls: list[str], token: str | None, verify: bool | str, group: str, topic: str
+    ) -> None:
+        self.group = group
+        self.topic = topic
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(timeout=30, headers=headers, verify=verify)
+        self._urls = self._nodes([u.rstrip("/") for u in urls])
+        self.committed_offsets: dict[int, int] = {}
+
+    def _nodes(self, urls: list[str]) -> list[str]:
+        """``urls`` and, in a cluster, every live node's URL."""
+        out = list(urls)
+        for url in urls:
+            try:
+                r = self._http.get(url + "/v1/cluster")
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                for n in r.json().get("nodes", ()):
+                    if n.get("alive") and n.get("url") and n["url"].rstrip("/") not in out:
+                        out.append(n["url"].rstrip("/"))
+                break
+        return out
+
+    def _call(self, method: str, path: str, body: object = None) -> httpx.Response:
+        """The coordinator's answer (421 from the others: the next node is asked)."""
+        last: httpx.Response | None = None
+        for url in self._urls:
+            try:
+                r = self._http.request(method, url + path, json=body)
+            except httpx.HTTPError:
+                continue
+            if r.status_code != 421:
+                return r
+            last = r
+        if last is None:
+            raise ConnectionFailedError(f"no node of {', '.join(self._urls)} answered")
+        return last
+
+    @staticmethod
+    def _fail(r: httpx.Response) -> TieredLogError:
+        try:
+            err = r.json()["error"]
+            exc = TieredLogError(str(err["message"]))
+            exc.code = str(err["code"])  # the server's code, as the one-line error shows it
+            return exc
+        except (ValueError, KeyError, TypeError):
+            return TieredLogError(f"HTTP {r.status_code}: {r.text[:200]}")
+
+    def load(self) -> dict[int, int]:
+        """The group's committed offsets of the topic (partition -> next offset)."""
+        r = self._call("GET", f"/v1/groups/{self.group}")
+        if r.status_code == 404:
+            self.committed_offsets = {}
+        elif r.status_code != 200:
+            raise self._fail(r)
+        else:
+            members = r.json()["members"]
+            if members:
+                exc = TieredLogError(
+                    f"group {self.group!r} has {len(members)} member(s) consuming through the "
+                    "Kafka protocol: only they commit its offsets now"
+                )
+                exc.code = "group_has_members"
+                raise exc
+            self.committed_offsets = {
+                int(o["partition"]): int(o["committed_offset"])
+                for o in r.json()["offsets"]
+                if o["topic"] == self.topic
+            }
+        return dict(self.committed_offsets)
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        """Commit the partitions of ``offsets`` that moved since the last commit."""
+        moved = {p: o for p, o in offsets.items() if self.committed_offsets.get(p) != o}
+        if not moved:
+            return
+        body = {
+            "offsets": [
+                {"topic": self.topic, "partition": p, "offset": o} for p, o in sorted(moved.items())
+            ]
+        }
+        r = self._call("POST", f"/v1/groups/{self.group}/offsets", body)
+        if r.status_code != 204:
+            raise self._fail(r)
+        self.committed_offsets.update(moved)
+
+    def close(self) -> None:
+        self._http.close()
 
 
 _DIRECTIVE = re.compile(rb"%[tpokKsSTh%]|\\[ntr\\]")
@@ -247,6 +351,7 @@ def partition_pages(
 
 
 __all__ = [
+    "GroupPosition",
     "OffsetSpec",
     "RecordFormat",
     "next_readable",

@@ -38,7 +38,14 @@ from typing import IO, Any
 from ..client import Client, FetchResult
 from ..errors import TieredLogError
 from ..format.records import ProducerRecord
-from .consume import OffsetSpec, RecordFormat, offset_spec, partition_pages, start_offset
+from .consume import (
+    GroupPosition,
+    OffsetSpec,
+    RecordFormat,
+    offset_spec,
+    partition_pages,
+    start_offset,
+)
 from .produce import Acknowledged, line_to_record, lines_with_linger
 from .registry import (
     CommandGroup,
@@ -69,6 +76,16 @@ def _client(args: argparse.Namespace) -> Client:
     return Client(
         args.url, token=args.token or None, verify=verify, retry_timeout_s=args.retry_timeout
     )
+
+
+def _verify(args: argparse.Namespace) -> bool | str:
+    if getattr(args, "cacert", None):
+        return str(args.cacert)
+    return not getattr(args, "insecure", False)
+
+
+GROUP_COMMIT_S = 1.0
+"""How often ``consume --group`` commits what it printed (and once more at exit)."""
 
 
 def _client_options(p: argparse.ArgumentParser) -> None:
@@ -282,6 +299,13 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
         metavar="TIME",
         help="start at the first record at or after TIME (ms since the epoch "
         "or ISO 8601, UTC if no zone), as -o s@TIME",
+    )
+    p.add_argument(
+        "-G",
+        "--group",
+        metavar="GROUP",
+        help="start each partition at GROUP's committed offset (else where -o says) and "
+        "commit what was printed (refused while Kafka consumers are members of GROUP)",
     )
     p.add_argument(
         "--follow",
@@ -559,6 +583,12 @@ def cmd_consume(args: argparse.Namespace) -> int:
     count = 0
     limit = args.max_records
     next_offsets: dict[int, int] = {}
+    group = (
+        GroupPosition(args.url.split(","), args.token, _verify(args), args.group, args.topic)
+        if args.group
+        else None
+    )
+    committed_at = time.monotonic()
     try:
         with _client(args) as c:
             parts = (
@@ -566,7 +596,14 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 if args.partition is not None
                 else list(range(c.partitions(args.topic)))
             )
-            next_offsets = {p: start_offset(c, args.topic, p, spec) for p in parts}
+            stored = group.load() if group is not None else {}
+            if group is not None and spec.kind == "stored":
+                spec = OffsetSpec("beginning")  # partitions without a commit
+            elif args.offset is not None or args.timestamp is not None:
+                stored = {}  # an explicit -o wins over the group's offsets
+            next_offsets = {
+                p: stored[p] if p in stored else start_offset(c, args.topic, p, spec) for p in parts
+            }
             one = len(parts) == 1
 
             def pages_of(p: int) -> Iterator[FetchResult]:
@@ -598,6 +635,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
                     next_offsets[p] = page.next_offset
                 out.flush()
                 progress.update(count, f", at offset {page.next_offset} of partition {p}")
+                if group is not None and time.monotonic() - committed_at >= GROUP_COMMIT_S:
+                    group.commit(next_offsets)
+                    committed_at = time.monotonic()
                 if stop.is_set() or (limit is not None and count >= limit):
                     break
             stop.set()
@@ -614,6 +654,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
         stop.set()
         signal.signal(signal.SIGTERM, old)
         progress.done()
+        if group is not None:
+            try:
+                group.commit(next_offsets)
+            finally:
+                group.close()
     if args.progress:
         where = ", ".join(f"{p}: {o}" for p, o in sorted(next_offsets.items()))
         print(
