@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
@@ -352,8 +352,18 @@ def test_clients_cannot_produce_to_the_internal_topic(server: ServerProcess) -> 
         server.kafka_bootstrap, "__consumer_offsets", [(0, b"k", b"v", [])], **{"retries": 0}
     )
     assert len(errors) == 1 and isinstance(errors[0], KafkaError)
-    with pytest.raises(KafkaException):
-        raise KafkaException(errors[0])
+    assert errors[0].code() == KafkaError.TOPIC_EXCEPTION
+
+
+def test_the_internal_topic_is_listed_only_when_asked(server: ServerProcess) -> None:
+    import httpx
+
+    with KafkaWire(server.kafka_bootstrap) as w:  # creates the internal topic
+        assert w.call(10, 1, {"key": "g-listing", "key_type": 0}).error_code == ErrorCode.none
+    plain = httpx.get(f"{server.url}/v1/topics", timeout=TIMEOUT_S).json()["topics"]
+    assert "__consumer_offsets" not in {t["name"] for t in plain}
+    asked = httpx.get(f"{server.url}/v1/topics?internal=true", timeout=TIMEOUT_S).json()["topics"]
+    assert "__consumer_offsets" in {t["name"] for t in asked}
 
 
 # ---- HTTP ----------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ A consumer protocol assignment (what the consumers' leader sends in SyncGroup, K
                     partitions int32 count + int32 each | user_data int32 length + bytes
 
 Only the coordinator of a group answers for it: elsewhere :class:`NotLeaderError` names
-the node that does. Concurrency: coroutines of the event loop; partition bounds are read
-in a worker thread.
+the node that does. Concurrency: coroutines of the event loop (partition bounds are
+read without I/O).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...errors import InvalidArgumentError, NotLeaderError, TieredLogError
-from ...service.topics import partition_bounds
 from .coordinator import GroupCoordinator
 from .handlers import groups_here
 from .offsets import Committed, now_ms
@@ -103,13 +102,13 @@ async def _check_coordinator(coord: GroupCoordinator, group: str) -> None:
 
 
 def _ends(coord: GroupCoordinator, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """The high watermark of each partition this node has (worker thread)."""
+    """The high watermark of each partition this node has (the log's end on a single
+    node)."""
+    be = coord.offsets.backend
     out = {}
     for topic, p in keys:
         try:
-            out[(topic, p)] = partition_bounds(
-                coord.state.topics.partition(topic, p)
-            ).high_watermark
+            out[(topic, p)] = be.bounds(coord.state.topics.partition(topic, p)).high_watermark
         except TieredLogError:
             continue
     return out
@@ -140,7 +139,7 @@ async def describe_group(coord: GroupCoordinator, group: str) -> dict[str, Any]:
     if g is None and not have:
         raise GroupNotFoundError(f"no group {group!r} (no members, no committed offsets)")
     keys = sorted(have)
-    ends = await asyncio.to_thread(_ends, coord, keys)
+    ends = _ends(coord, keys)
     rows = [
         OffsetRow(t, p, have[(t, p)].offset, have[(t, p)].metadata, ends.get((t, p)))
         for t, p in keys

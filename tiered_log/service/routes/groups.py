@@ -8,8 +8,8 @@ answers come from its coordinator: another node answers 421 ``not_leader`` namin
 Grants: any token lists and describes groups, and sees the offsets of the topics it may
 read; a commit needs ``read`` on every topic it names.
 
-Concurrency: handlers run on the event loop; partition bounds are read in a worker
-thread (:mod:`tiered_log.kafka.groups.view`).
+Concurrency: handlers run on the event loop; the offsets partition is loaded in the
+broker's read executor (:mod:`tiered_log.kafka.groups.view`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from ...errors import (
     PartitionNotReadyError,
     TopicNotFoundError,
 )
+from ...kafka.groups.offsets import is_internal
 from ..deps import AdminGrant, Authenticated, JsonContent, ReadGrant, State, TopicPath
 from ..openapi import errs
 from ..topics import Topic, partition_bounds, validate_topic_name
@@ -112,10 +113,17 @@ async def create_topic(
 
 
 @router.get("/v1/topics", response_model=TopicList, responses=errs(401))
-async def list_topics(principal: Authenticated, state: State) -> dict[str, Any]:
-    """Every topic the token has any grant on."""
+async def list_topics(
+    principal: Authenticated, state: State, internal: bool = False
+) -> dict[str, Any]:
+    """Every topic the token has any grant on (the internal ``__consumer_offsets`` only
+    with ``?internal=true``)."""
     return {
-        "topics": [t.meta.as_dict() for t in state.topics.list() if principal.allows_any(t.name)]
+        "topics": [
+            t.meta.as_dict()
+            for t in state.topics.list()
+            if principal.allows_any(t.name) and (internal or not is_internal(t.name))
+        ]
     }
 
 
