@@ -428,3 +428,47 @@ def test_http_shows_members_assignments_offsets_and_lag(server: ServerProcess) -
     assert bad.status_code == 400
     spec = httpx.get(f"{server.url}/openapi.json", timeout=TIMEOUT_S).json()
     assert {"/v1/groups", "/v1/groups/{group}", "/v1/groups/{group}/offsets"} <= set(spec["paths"])
+
+
+def test_a_static_member_rejoining_fences_its_old_member_id(server: ServerProcess) -> None:
+    group = "g-static"
+
+    def join_static(wire: KafkaWire) -> Any:
+        return wire.call(
+            11,
+            5,
+            {
+                "group_id": group,
+                "session_timeout": 6000,
+                "rebalance_timeout": 6000,
+                "member_id": "",
+                "group_instance_id": "instance-1",
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b"m"}],
+            },
+        )
+
+    with KafkaWire(server.kafka_bootstrap) as w:
+        first = join_static(w)  # a static member needs no MEMBER_ID_REQUIRED round
+        assert first.error_code == ErrorCode.none and first.member_id
+        second = join_static(w)
+        assert second.error_code == ErrorCode.none
+        assert second.member_id != first.member_id
+        assert second.generation_id > first.generation_id
+        old = w.call(
+            12,
+            3,
+            {
+                "group_id": group,
+                "generation_id": second.generation_id,
+                "member_id": first.member_id,
+                "group_instance_id": "instance-1",
+            },
+        )
+        assert old.error_code == ErrorCode.fenced_instance_id
+        left = w.call(
+            13,
+            3,
+            {"group_id": group, "members": [{"member_id": "", "group_instance_id": "instance-1"}]},
+        )
+        assert left.members[0].error_code == ErrorCode.none
