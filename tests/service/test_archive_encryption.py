@@ -70,10 +70,10 @@ def test_encrypted_archive_over_http(
         _wait(lambda: _bounds(c, "t")["local_start_offset"] > 300, "shipping")
         shipped = _bounds(c, "t")["local_start_offset"]
         assert len(_read_all_json(c, "t", 0, shipped)) == shipped
+    srv.stop()  # nothing is written to the bucket while it is read
     files = [p for p in bucket.rglob("*") if p.is_file()]
     assert any(p.suffix == ".log" for p in files)
     assert not [p for p in files if b"value-000123-" in p.read_bytes()]
-    srv.stop()
 
     # The ring no longer holds k1: a clear error naming it, the server keeps serving.
     wipe_chunk_caches(srv.data_dir)
