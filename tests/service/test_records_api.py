@@ -245,6 +245,10 @@ def test_bounds_and_truncate(admin: httpx.Client, topic_name: str) -> None:
         "high_watermark": 10,
         "next_offset": 10,
         "flushed_offset": 10,
+        "remote_end_offset": 0,
+        "copy_lag_bytes": 0,
+        "copy_lag_segments": 0,
+        "lost_offsets": [],
     }
     url = f"/v1/topics/{topic_name}/partitions/0/truncate"
     r = admin.post(url, json={"offset": 6})

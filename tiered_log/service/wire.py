@@ -202,6 +202,21 @@ class CreateTopicRequest(BaseModel):
     )
 
 
+class TieringFields(BaseModel):
+    """Where a partition's remote tier stands: in ``GET .../bounds`` after the bounds,
+    and in each partition of a topic's description."""
+
+    remote_end_offset: int = Field(
+        description="One past the last offset in the remote tier (the local start when "
+        "nothing is there, or there is no remote tier)."
+    )
+    copy_lag_bytes: int = Field(description="Bytes of sealed local segments not shipped yet.")
+    copy_lag_segments: int = Field(description="Sealed local segments not shipped yet.")
+
+
+_FIELD_DOC = {k: str(f.description) for k, f in TieringFields.model_fields.items()}
+
+
 class RemoteDamage(BaseModel):
     """A remote range that cannot be read: its manifest and data object are damaged."""
 
@@ -218,6 +233,9 @@ class PartitionInfo(BaseModel):
     high_watermark: int
     next_offset: int
     flushed_offset: int
+    remote_end_offset: int = Field(description=_FIELD_DOC["remote_end_offset"])
+    copy_lag_bytes: int = Field(description=_FIELD_DOC["copy_lag_bytes"])
+    copy_lag_segments: int = Field(description=_FIELD_DOC["copy_lag_segments"])
     remote_damage: list[RemoteDamage] = []
     leader: int | None = Field(
         None, description="Cluster only: the leader's node id (null while the partition has none)."
@@ -429,12 +447,32 @@ _BOUNDS_HINTS = get_type_hints(PartitionBounds, include_extras=True)
 _BOUNDS_FIELDS: dict[str, Any] = {k: (_BOUNDS_HINTS[k], ...) for k in WIRE_FIELDS}
 Bounds: type[BaseModel] = create_model(
     "Bounds",
-    __doc__="The body of ``GET .../bounds`` and of a truncation's answer.",
+    __doc__="A truncation's answer (``GET .../bounds`` adds to it: BoundsDetail).",
     **_BOUNDS_FIELDS,
 )
 """The OpenAPI model of :meth:`PartitionBounds.as_dict
 <tiered_log.bounds.PartitionBounds.as_dict>`, generated from the one bounds type (its
 wire fields, their descriptions), not restated."""
+
+
+_DETAIL_FIELDS: dict[str, Any] = {
+    **{k: (int, Field(description=d)) for k, d in _FIELD_DOC.items()},
+    "lost_offsets": (
+        list[list[int]],
+        Field(
+            description="[first, end) ranges of offsets acknowledged before the local "
+            "disk was lost that never reached the bucket (empty when none): reads there "
+            "answer 410 data_loss; never handed out again."
+        ),
+    ),
+}
+BoundsDetail: type[BaseModel] = create_model(
+    "BoundsDetail",
+    __base__=Bounds,
+    __doc__="The body of ``GET .../bounds``: the bounds, then the remote tier's end and "
+    "copy lag, and the lost ranges.",
+    **_DETAIL_FIELDS,
+)
 
 
 class TruncateRequest(BaseModel):
@@ -551,6 +589,7 @@ __all__ = [
     "MAX_OFFSET",
     "TOPIC_NAME_PATTERN",
     "Bounds",
+    "BoundsDetail",
     "CreateTopicRequest",
     "ErrorResponse",
     "FetchResponse",
@@ -560,6 +599,7 @@ __all__ = [
     "RecordIn",
     "RequestTooLargeError",
     "ShuttingDownError",
+    "TieringFields",
     "TopicConfigOverrides",
     "TopicDescription",
     "TopicList",

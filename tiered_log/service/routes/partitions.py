@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from ...bounds import PartitionBounds
 from ...errors import InvalidArgumentError
 from ..deps import (
     AdminGrant,
@@ -28,7 +29,7 @@ from ..deps import (
 from ..openapi import errs
 from ..state import ServiceState
 from ..topics import PartitionLog, partition_bounds
-from ..wire import Bounds, OffsetForTimestamp, TruncateRequest
+from ..wire import Bounds, BoundsDetail, OffsetForTimestamp, TruncateRequest
 
 router = APIRouter(tags=["records"])
 
@@ -57,18 +58,36 @@ async def offset_for_timestamp(
     return {"timestamp": timestamp, "offset": found, "next_offset": b.next_offset}
 
 
+def tiering_fields(plog: PartitionLog, b: PartitionBounds) -> dict[str, int]:
+    """The remote tier's end and the copy lag of a partition (:class:`TieringFields
+    <tiered_log.service.wire.TieringFields>`; in a worker thread: one pass over the local
+    segments)."""
+    st = plog.stats()
+    end = b.remote_end_offset
+    return {
+        "remote_end_offset": b.local_start_offset if end is None else end,
+        "copy_lag_bytes": int(st["copy_lag_bytes"]),
+        "copy_lag_segments": int(st["copy_lag_segments"]),
+    }
+
+
+def _bounds_detail(plog: PartitionLog) -> dict[str, Any]:
+    b = partition_bounds(plog)
+    return {**b.as_dict(), **tiering_fields(plog, b), "lost_offsets": plog.lost_offsets()}
+
+
 @router.get(
     "/v1/topics/{topic}/partitions/{partition}/bounds",
-    response_model=Bounds,
+    response_model=BoundsDetail,
     responses=errs(400, 401, 403, 404, 503),
 )
 async def bounds(
     topic: TopicPath, partition: PartitionPath, _: ReadGrant, state: State
 ) -> dict[str, Any]:
-    """Log start, local start, high watermark, next and flushed offsets."""
+    """Log start, local start, high watermark, next and flushed offsets; then the remote
+    tier's end, the copy lag (sealed segments not shipped yet) and the lost ranges."""
     plog = await _leader_log(state, topic, partition)
-    b = await run_log_call(state, topic, partition_bounds, plog)
-    return b.as_dict()
+    return await run_log_call(state, topic, _bounds_detail, plog)
 
 
 async def _leader_log(state: ServiceState, topic: str, partition: int) -> PartitionLog:
@@ -141,4 +160,4 @@ async def truncate(
     return b.as_dict()
 
 
-__all__ = ["router"]
+__all__ = ["router", "tiering_fields"]

@@ -28,6 +28,7 @@ from ..deps import AdminGrant, Authenticated, JsonContent, ReadGrant, State, Top
 from ..openapi import errs
 from ..topics import Topic, partition_bounds, validate_topic_name
 from ..wire import CreateTopicRequest, TopicDescription, TopicList
+from .partitions import tiering_fields
 
 if TYPE_CHECKING:
     from ...cluster.node import ClusterNode
@@ -49,7 +50,12 @@ def _describe(topic: Topic, cluster: ClusterNode | None = None) -> dict[str, Any
                 not_ready, b = exc.message, plog.bounds()
         except LogClosedError:
             continue
-        info = {"partition": i, **b.as_dict(), "remote_damage": plog.remote_damage()}
+        info = {
+            "partition": i,
+            **b.as_dict(),
+            **tiering_fields(plog, b),
+            "remote_damage": plog.remote_damage(),
+        }
         if not_ready is not None:
             info["not_ready"] = not_ready
         lost = plog.lost_offsets()
