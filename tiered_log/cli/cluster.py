@@ -2,7 +2,9 @@
 
 ::
 
-    tiered-log dev-cluster [--nodes 3] [--dir D] [--lease-ttl S]
+    tiered-log dev-cluster [--nodes 3] [--dir D] [--lease-ttl S] [--remote-url URL]
+                           [--s3-endpoint-url URL]
+    tiered-log dev-cluster node N stop|kill|start|wipe --dir D
 
 It is for trying the cluster on a laptop (failover, acks, the client following
 leaders) with nothing installed beyond pip: it runs
@@ -26,6 +28,17 @@ cluster stays up. The nodes inherit the environment, so other ``TIERED_LOG_*`` s
 (e.g. ``TIERED_LOG_REPLICA_LAG_TIME_MAX_MS``) reach every node; the data directory,
 ports, URLs and remote tier are the dev cluster's own.
 
+The remote tier is ``--remote-url`` (``s3://bucket/prefix`` for MinIO or S3, with
+``--s3-endpoint-url`` and the credentials in ``TIERED_LOG_S3_ACCESS_KEY`` /
+``TIERED_LOG_S3_SECRET_KEY`` or the AWS variables), else ``$TIERED_LOG_REMOTE_URL``,
+else ``remote/`` in the work directory.
+
+``dev-cluster node N ACTION --dir D``, from another shell, asks the dev-cluster running
+in D to stop (SIGTERM), kill (SIGKILL), start again (same ports, data directory and
+environment) or wipe (delete the data directory of a stopped node: a lost disk) node N;
+it prints what was done, or one line saying why not (exit 1). The dev-cluster records
+its processes in ``D/dev-cluster.json`` (pids, URLs, settings without credentials).
+
 ``--dir`` holds everything (``etcd/``, ``node-<i>/`` and ``node-<i>.log``, ``remote/``) and
 is kept; without it a new temporary directory is used and removed on a clean exit. Bad
 arguments (fewer than one node, a ``--dir`` that is not a writable directory) exit 2;
@@ -46,6 +59,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from ..cluster.dev import NODE_ACTIONS
 from .registry import PROG, CommandGroup, UsageError, note, positive_int
 
 if TYPE_CHECKING:
@@ -85,6 +99,37 @@ def _dev_cluster_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="the nodes' membership lease in seconds: how long a dead leader's "
         "partitions wait for a new one (default: the nodes' setting, 3)",
+    )
+    p.add_argument(
+        "--remote-url",
+        metavar="URL",
+        help="the remote tier the nodes share: s3://bucket/prefix (MinIO, S3), "
+        "file:///dir or a directory (default: $TIERED_LOG_REMOTE_URL, else D/remote)",
+    )
+    p.add_argument(
+        "--s3-endpoint-url",
+        metavar="URL",
+        help="S3 endpoint of --remote-url, e.g. MinIO's http://127.0.0.1:9000 (default: "
+        "$TIERED_LOG_S3_ENDPOINT_URL; credentials: $TIERED_LOG_S3_ACCESS_KEY and "
+        "$TIERED_LOG_S3_SECRET_KEY)",
+    )
+    sub = p.add_subparsers(dest="dev_command", metavar="node", required=False)
+    node = sub.add_parser(
+        "node",
+        help="stop, kill, start or wipe node N of the dev-cluster running in --dir",
+        description="Ask the dev-cluster running in --dir (started in another shell) to "
+        "stop (SIGTERM), kill (SIGKILL), start again (same ports, data directory and "
+        "settings) or wipe (delete the data directory of a stopped node) node N.",
+    )
+    node.add_argument("node_id", type=positive_int, metavar="N", help="the node's id")
+    node.add_argument("action", choices=NODE_ACTIONS, help="what to do to it")
+    node.add_argument(
+        "--dir",
+        type=Path,
+        required=True,
+        dest="node_dir",
+        metavar="D",
+        help="the --dir the dev-cluster was started with",
     )
 
 
@@ -136,14 +181,19 @@ def _watch(cluster: DevCluster) -> None:
     etcd_gone = False
     while True:
         time.sleep(0.5)
+        for line in cluster.serve_requests():
+            note(line)
+            gone.update(n.node_id for n in cluster.nodes.values() if not n.alive)
         for node in cluster.nodes.values():
             if node.node_id not in gone and not node.alive:
                 gone.add(node.node_id)
                 code = node.proc.returncode if node.proc is not None else None
                 note(
                     f"node {node.node_id} ended (status {code}); the others keep running "
-                    f"(log: {node.log_path})"
+                    f"(log: {node.log_path}; start it again: {PROG} dev-cluster node "
+                    f"{node.node_id} start --dir {cluster.work_dir})"
                 )
+                cluster.write_state()
             elif node.node_id in gone and node.alive:
                 gone.discard(node.node_id)
         if not etcd_gone and cluster.etcd.pid is None:
@@ -155,9 +205,17 @@ def _watch(cluster: DevCluster) -> None:
     "dev-cluster", "run etcd and N nodes on this machine until Ctrl-C", _dev_cluster_args
 )
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
-    """Start a :class:`DevCluster`, print its URLs and a ready line, stop it on a signal."""
-    from ..cluster.dev import DevCluster
+    """Start a :class:`DevCluster`, print its URLs and a ready line, stop it on a signal;
+    or (``node N ACTION``) ask a running one to act on a node."""
+    from ..cluster.dev import DevCluster, DevClusterError, request_node_action
     from ..cluster.etcd_process import ENV_BIN, EtcdStartError, find_etcd_binary
+
+    if args.dev_command == "node":
+        try:
+            print(request_node_action(args.node_dir, args.node_id, args.action), flush=True)
+        except DevClusterError as exc:
+            return _fail(str(exc))
+        return 0
 
     if args.lease_ttl is not None and args.lease_ttl > MAX_LEASE_TTL_S:
         raise UsageError(f"--lease-ttl: at most {MAX_LEASE_TTL_S} seconds, got {args.lease_ttl}")
@@ -171,12 +229,16 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
     settings = {}
     if args.lease_ttl is not None:
         settings["TIERED_LOG_CLUSTER_LEASE_TTL_S"] = str(args.lease_ttl)
+    if args.s3_endpoint_url is not None:
+        settings["TIERED_LOG_S3_ENDPOINT_URL"] = args.s3_endpoint_url
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise _Stop(signum)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    cluster = DevCluster(work_dir, args.nodes, settings=settings, progress=note)
+    cluster = DevCluster(
+        work_dir, args.nodes, settings=settings, progress=note, remote_url=args.remote_url
+    )
     status = 0
     try:
         try:
@@ -190,7 +252,11 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
             print(f"node {node.node_id} {node.url} pid {pid}", flush=True)
         print(f"kafka {cluster.bootstrap}", flush=True)
         print(f"ready {','.join(cluster.urls)}", flush=True)
-        note(f"data in {work_dir}; Ctrl-C or SIGTERM stops the cluster")
+        note(f"remote tier {cluster.remote_url}")
+        note(
+            f"data in {work_dir}; Ctrl-C or SIGTERM stops the cluster; from another shell: "
+            f"{PROG} dev-cluster node N stop|kill|start|wipe --dir {work_dir}"
+        )
         _watch(cluster)
     except _Stop:
         pass

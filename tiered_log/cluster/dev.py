@@ -5,7 +5,12 @@ Layout under ``work_dir``::
 
     etcd/            the etcd server's data and log (:class:`EtcdProcess`)
     node-<i>/        node i's data directory; node-<i>.log its output
-    remote/          the remote tier the nodes share (a local directory)
+    remote/          the remote tier the nodes share (a local directory), unless
+                     ``remote_url`` (or ``$TIERED_LOG_REMOTE_URL``) names another
+    dev-cluster.json the state file: the owner's pid, etcd's and each node's pid, URLs,
+                     Kafka address, data directory, log and settings (secrets left out)
+    control/         requests to the owner: ``<id>.req`` (``{"node", "action"}``) in,
+                     ``<id>.done`` (``{"ok", "message"}``) out
 
 Each node is a real process (``python -m tiered_log.service``) started with
 ``TIERED_LOG_*`` settings: node id i, its advertised URL, the etcd URL and a Kafka
@@ -14,24 +19,49 @@ killed (SIGKILL), stopped (SIGTERM), paused (SIGSTOP), resumed (SIGCONT) and sta
 again on the same port and data directory, which is what the failover tests and
 ``perf failover`` do to it.
 
+Another process changes a running cluster's node through the owner
+(:func:`request_node_action`: ``stop``, ``kill``, ``start``, ``wipe``): it writes a request
+into ``control/``, and the owner, which polls it (:meth:`DevCluster.serve_requests`),
+acts on its own node objects (signals by pid, never by name) and answers. So a node is
+restarted with exactly the environment, ports and data directory it had, and only the
+owner ever starts or reaps the processes.
+
 Not thread-safe: one owner drives a DevCluster.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
+from ..local.files import write_atomic
 from .etcd_process import EtcdProcess, free_port, wait_until_stopped
+
+STATE_FILE = "dev-cluster.json"
+"""In the work directory: what :meth:`DevCluster.write_state` records."""
+CONTROL_DIR = "control"
+"""In the work directory: node requests to the owner and its answers."""
+NODE_ACTIONS = ("stop", "kill", "start", "wipe")
+"""What :func:`request_node_action` asks: SIGTERM (then SIGKILL), SIGKILL, start it
+again as it was, delete its data directory (a stopped node only: a lost disk)."""
+_SECRET_WORDS = ("SECRET", "TOKEN", "PASSWORD", "AUTH", "KEY")
+"""Settings whose values the state file leaves out (credentials)."""
+
+
+class DevClusterError(Exception):
+    """A node request that could not be made or was refused (the message says why)."""
 
 
 class DevNode:
@@ -59,11 +89,10 @@ class DevNode:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
-    def start(self, wait_s: float = 30.0) -> DevNode:
-        """Start the process and wait until it answers ``/healthz``."""
-        env = {
-            **os.environ,
-            **self._env,
+    def env(self) -> dict[str, str]:
+        """The node's own ``TIERED_LOG_*`` settings (over the cluster's and the
+        inherited environment)."""
+        return {
             "TIERED_LOG_NODE_ID": str(self.node_id),
             "TIERED_LOG_HOST": "127.0.0.1",
             "TIERED_LOG_PORT": str(self.port),
@@ -72,6 +101,10 @@ class DevNode:
             "TIERED_LOG_CLUSTER_ETCD": self._etcd_url,
             "TIERED_LOG_DATA_DIR": str(self.data_dir),
         }
+
+    def start(self, wait_s: float = 30.0) -> DevNode:
+        """Start the process and wait until it answers ``/healthz``."""
+        env = {**os.environ, **self._env, **self.env()}
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tiered_log.service"],
@@ -149,7 +182,9 @@ class DevCluster:
     """etcd plus ``nodes`` nodes under ``work_dir`` (see the module docstring).
 
     ``settings``: extra ``TIERED_LOG_*`` variables for every node (e.g. a short lease).
-    ``progress``: told what is starting (the CLI prints it)."""
+    ``progress``: told what is starting (the CLI prints it). ``remote_url``: the remote
+    tier the nodes share (default: ``$TIERED_LOG_REMOTE_URL``, else ``work_dir/remote``);
+    its S3 settings (``TIERED_LOG_S3_*``) reach the nodes from the environment."""
 
     def __init__(
         self,
@@ -158,6 +193,7 @@ class DevCluster:
         *,
         settings: Mapping[str, str] | None = None,
         progress: Callable[[str], None] | None = None,
+        remote_url: str | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
@@ -165,9 +201,11 @@ class DevCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._progress = progress or (lambda _m: None)
         self.etcd = EtcdProcess(self.work_dir / "etcd")
-        remote = self.work_dir / "remote"
+        remote = (
+            remote_url or os.environ.get("TIERED_LOG_REMOTE_URL") or str(self.work_dir / "remote")
+        )
         env = {
-            "TIERED_LOG_REMOTE_URL": str(remote),
+            "TIERED_LOG_REMOTE_URL": remote,
             "TIERED_LOG_ACCESS_LOG": "false",
             **(settings or {}),
         }
@@ -183,7 +221,102 @@ class DevCluster:
             self.nodes[i] = node
             self._progress(f"starting node {i} on {node.url}")
             node.start()
+        self.write_state()
         return self
+
+    @property
+    def remote_url(self) -> str:
+        """The remote tier every node ships to."""
+        return self._env["TIERED_LOG_REMOTE_URL"]
+
+    # ---- the state file and node requests from other processes -------------------------
+
+    def write_state(self) -> None:
+        """Record the owner's, etcd's and each node's pid, addresses and settings in
+        :data:`STATE_FILE` (atomically; credentials left out)."""
+
+        def shown(k: str, v: str) -> str:
+            return "<set>" if any(w in k.upper() for w in _SECRET_WORDS) else v
+
+        settings = {
+            k: shown(k, v)
+            for k, v in {**os.environ, **self._env}.items()
+            if k.startswith("TIERED_LOG_")
+        }
+        state = {
+            "pid": os.getpid(),
+            "remote_url": self.remote_url,
+            "etcd": {"url": self.etcd.client_url, "pid": self.etcd.pid},
+            "nodes": {
+                str(n.node_id): {
+                    "pid": n.proc.pid if n.alive and n.proc is not None else None,
+                    "url": n.url,
+                    "kafka": n.kafka_address,
+                    "data_dir": str(n.data_dir),
+                    "log": str(n.log_path),
+                    "settings": {**settings, **{k: shown(k, v) for k, v in n.env().items()}},
+                }
+                for n in self.nodes.values()
+            },
+        }
+        write_atomic(self.work_dir / STATE_FILE, json.dumps(state, indent=2).encode())
+
+    def serve_requests(self) -> list[str]:
+        """Carry out the node requests waiting in :data:`CONTROL_DIR` (the owner calls
+        this from its wait loop); returns what was done, one line each."""
+        control = self.work_dir / CONTROL_DIR
+        done: list[str] = []
+        try:
+            requests = sorted(control.glob("*.req"))
+        except OSError:
+            return done
+        for req in requests:
+            try:
+                ask = json.loads(req.read_bytes())
+                ok, message = True, self.node_action(int(ask["node"]), str(ask["action"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                ok, message = False, f"bad request: {exc}"
+            except DevClusterError as exc:
+                ok, message = False, str(exc)
+            except (OSError, RuntimeError) as exc:
+                ok, message = False, " ".join(str(exc).split())[:500]
+            write_atomic(
+                req.with_suffix(".done"), json.dumps({"ok": ok, "message": message}).encode()
+            )
+            req.unlink(missing_ok=True)
+            done.append(message)
+        if done:
+            self.write_state()
+        return done
+
+    def node_action(self, node_id: int, action: str) -> str:
+        """Do ``action`` (:data:`NODE_ACTIONS`) to node ``node_id``; what was done.
+        DevClusterError when it cannot be done (no such node, a wipe of a live node)."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise DevClusterError(f"no node {node_id}: the nodes are {sorted(self.nodes)}")
+        if action == "stop":
+            was = node.proc.pid if node.alive and node.proc is not None else None
+            node.stop()
+            return f"node {node_id} stopped" + (f" (pid {was})" if was else " (was not running)")
+        if action == "kill":
+            was = node.proc.pid if node.alive and node.proc is not None else None
+            node.kill()
+            return f"node {node_id} killed" + (f" (pid {was})" if was else " (was not running)")
+        if action == "start":
+            if node.alive:
+                raise DevClusterError(f"node {node_id} is running (pid {node.proc.pid})")  # type: ignore[union-attr]
+            node.start()
+            pid = node.proc.pid if node.proc is not None else None
+            return f"node {node_id} started: {node.url} pid {pid}"
+        if action == "wipe":
+            if node.alive:
+                raise DevClusterError(
+                    f"node {node_id} is running (pid {node.proc.pid}): stop it first"  # type: ignore[union-attr]
+                )
+            shutil.rmtree(node.data_dir, ignore_errors=True)
+            return f"node {node_id}'s data directory {node.data_dir} deleted"
+        raise DevClusterError(f"unknown action {action!r}: one of {', '.join(NODE_ACTIONS)}")
 
     @property
     def urls(self) -> list[str]:
@@ -206,4 +339,58 @@ class DevCluster:
         self.stop()
 
 
-__all__ = ["DevCluster", "DevNode"]
+def request_node_action(
+    work_dir: str | os.PathLike[str], node_id: int, action: str, timeout_s: float = 90.0
+) -> str:
+    """Ask the DevCluster running in ``work_dir`` (another process) to ``action`` node
+    ``node_id`` and wait for its answer; what it did. DevClusterError when no cluster
+    runs there, it refused, or it did not answer within ``timeout_s``."""
+    wd = Path(work_dir)
+    try:
+        state: dict[str, Any] = json.loads((wd / STATE_FILE).read_bytes())
+    except (OSError, ValueError):
+        raise DevClusterError(
+            f"no dev-cluster state in {wd} (give the --dir a running dev-cluster was started with)"
+        ) from None
+    owner = int(state.get("pid") or 0)
+    if owner <= 0 or not _pid_alive(owner):
+        raise DevClusterError(f"the dev-cluster of {wd} (pid {owner}) is not running")
+    control = wd / CONTROL_DIR
+    control.mkdir(exist_ok=True)
+    rid = uuid.uuid4().hex
+    write_atomic(control / f"{rid}.req", json.dumps({"node": node_id, "action": action}).encode())
+    answer = control / f"{rid}.done"
+    deadline = time.monotonic() + timeout_s
+    while not answer.exists():
+        if time.monotonic() > deadline or not _pid_alive(owner):
+            (control / f"{rid}.req").unlink(missing_ok=True)
+            raise DevClusterError(
+                f"the dev-cluster of {wd} (pid {owner}) did not answer within {timeout_s:.0f} s"
+            )
+        time.sleep(0.1)
+    reply = json.loads(answer.read_bytes())
+    answer.unlink(missing_ok=True)
+    if not reply.get("ok"):
+        raise DevClusterError(str(reply.get("message")))
+    return str(reply.get("message"))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+__all__ = [
+    "CONTROL_DIR",
+    "NODE_ACTIONS",
+    "STATE_FILE",
+    "DevCluster",
+    "DevClusterError",
+    "DevNode",
+    "request_node_action",
+]
