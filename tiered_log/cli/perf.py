@@ -19,12 +19,14 @@
                                 [--before-s S] [--wipes N] [--lease-ttl S] [--dir D] [--keep]
     tiered-log perf spark-scan [--json] [--records N] [--partitions P] [--segment-bytes B]
                                 [--repeat R] [--dir D] [--keep]
+    tiered-log perf archive [--json] [--total-mib N] [--segment-mib N] [--repeat R]
+                                [--endpoint URL]
     tiered-log perf kafka-codec [--json] [--total-kib N] [--record-bytes B]
                                 [--batch-records N] [--compression C] [--rounds R]
 
 Each command parses its arguments and runs one benchmark of :mod:`tiered_log.perf`
-(``.local``, ``.http``, ``.remote``, ``.cluster``, ``.rebuild``, ``.spark``,
-``.kafka_codec``; imported
+(``.local``, ``.http``, ``.remote``, ``.archive``, ``.cluster``, ``.rebuild``,
+``.spark``, ``.kafka_codec``; imported
 only when it runs), which measures its baseline in the same run. The remote ones start
 moto's S3 server on 127.0.0.1 unless ``--endpoint`` names one; the cluster ones
 (``.cluster``, ``.rebuild``) start etcd and ``tiered-log serve`` processes on loopback
@@ -373,6 +375,41 @@ def cmd_perf_remote_read(args: argparse.Namespace) -> int:
 
     return _print(
         run_remote_read(args.total_mib, args.segment_mib, args.endpoint, args.repeat), args.json
+    )
+
+
+def _archive_args(p: argparse.ArgumentParser) -> None:
+    _endpoint_arg(p)
+    p.add_argument(
+        "--total-mib",
+        type=positive_int,
+        default=24,
+        metavar="N",
+        help="MiB of each corpus (JSON lines, random values) to ship (default: 24)",
+    )
+    p.add_argument(
+        "--segment-mib", type=positive_int, default=4, metavar="N", help="segment MiB (default: 4)"
+    )
+    p.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=3,
+        metavar="R",
+        help="rounds of plain and compressed+encrypted, taking turns (default: 3)",
+    )
+
+
+@PERF.command(
+    "archive",
+    "bucket bytes, shipping and cold reads: zstd + encryption vs plain, two corpora",
+    _archive_args,
+)
+def cmd_perf_archive(args: argparse.Namespace) -> int:
+    """``tiered-log perf archive``; exit 0 whether or not the targets are met."""
+    from ..perf.archive import run_archive
+
+    return _print(
+        run_archive(args.total_mib, args.segment_mib, args.endpoint, args.repeat), args.json
     )
 
 

@@ -7,7 +7,9 @@ chunks (a ranged GET through boto3) and writing them to the chunk cache.
 Run on threads of the process that appends, they take the GIL from the producers: a
 producer whose fsync returned waits for it, so an acknowledged append's p99 follows how
 busy tiering is. Here all three run in worker processes (:func:`shared_worker`,
-process-wide as the thread pools of :mod:`~tiered_log.remote.limits`): a worker reads
+process-wide as the thread pools of :mod:`~tiered_log.remote.limits`), and so do a
+compressed or encrypted copy's scan and encoding and a fetched chunk's decoding
+(:mod:`~tiered_log.remote.chunk_codec`): a worker reads
 the sealed segment file itself and uploads it through its own client of the same store,
 or GETs a range and writes each chunk's cache file itself
 (:func:`~tiered_log.remote.cache.write_chunk_file`), telling the log's process about
