@@ -18,6 +18,7 @@ import pytest
 from tiered_log import LogConfig, ProducerRecord, RemoteCorruptionError, TieredLog
 from tiered_log.cli import main
 from tiered_log.format import naming
+from tiered_log.format.records import batch_header
 from tiered_log.remote.chunk_codec import FRAME_SIZE, is_framed
 from tiered_log.remote.crypto import KeyRing, KeyUnavailableError, parse_key_ring
 from tiered_log.remote.fs import LocalDirStorage
@@ -365,3 +366,31 @@ def test_perf_archive_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert r["met"] == (
         r["bucket_bytes_ratio"] <= 0.35 and all(v >= 0.7 for v in r["ratios"].values())
     )
+
+
+def test_a_decoded_chunk_cut_at_a_batch_boundary_in_the_cache_is_refused(tmp_path: Path) -> None:
+    """The cache holds decoded chunks, with no stored length to check a file against: a
+    cache file cut after its first batch (every batch still verifies) is refused at the
+    read (RemoteCorruptionError), dropped, and the next read fetches the chunk again."""
+    storage = LocalDirStorage(tmp_path / "bucket")
+    big = {"compression": "zstd", "chunk_bytes": 20_000}  # chunks of a few batches
+    tlog = open_log(tmp_path / "log", storage, **big)
+    produce(tlog, 600)
+    read_all(tlog, 600)
+    tlog.close()
+    cache = tmp_path / "log" / naming.REMOTE_DIR / naming.CHUNK_CACHE_DIR
+    files = sorted(cache.iterdir())
+    assert files
+    for f in files:  # every cached chunk cut after its first batch
+        data = f.read_bytes()
+        first = batch_header(data)[1]
+        assert first < len(data)
+        f.write_bytes(data[:first])
+    tlog = open_log(tmp_path / "log", storage, **big)
+    try:
+        with pytest.raises(RemoteCorruptionError) as info:
+            tlog.read_range(0, 600, 1 << 20)
+        assert "before" in info.value.message
+        read_all(tlog, 600)  # fetched again, whole
+    finally:
+        tlog.close()

@@ -55,7 +55,15 @@ from ..errors import (
     TieredLogError,
 )
 from ..format import naming
-from ..format.records import FetchData, Record, batch_header, batch_table, decode_records, rebatch
+from ..format.records import (
+    HEADER_SIZE,
+    FetchData,
+    Record,
+    batch_header,
+    batch_table,
+    decode_records,
+    rebatch,
+)
 from ..format.remote_index import RemoteLogIndexEntry
 from ..local.files import ReadFd
 from ..local.ranges import BytesPage, Page
@@ -487,12 +495,26 @@ class RemoteReader:
 
     def _check_start(self, entry: RemoteLogIndexEntry, data: bytes | memoryview) -> None:
         """RemoteCorruptionError (the chunk dropped from the cache) unless ``data``
-        starts with the batch the index entry names."""
-        if len(data) >= 20 and batch_header(data)[0] != entry.first_offset:
+        starts with the batch the index entry names, and, when its batch headers walk
+        to its end, reaches the entry's last offset: a decoded chunk's cache file has no
+        stored length to be checked against, so one cut at a batch boundary is found
+        here (the batches' checksums are verified where they are read)."""
+        problem = None
+        if len(data) >= HEADER_SIZE and batch_header(data)[0] != entry.first_offset:
+            problem = f"does not start at offset {entry.first_offset}"
+        else:
+            pos, last = 0, -1
+            while pos + HEADER_SIZE <= len(data):
+                base, size, count = batch_header(data, pos)
+                if size < HEADER_SIZE:
+                    break
+                pos, last = pos + size, base + count - 1
+            if pos == len(data) and last < entry.last_offset:
+                problem = f"ends at offset {last}, before {entry.last_offset}"
+        if problem is not None:
             self.cache.discard(entry.object_key, entry.position, entry.data_length)
             raise RemoteCorruptionError(
-                f"chunk at {entry.position} of {entry.object_key} does not start at offset "
-                f"{entry.first_offset}"
+                f"chunk at {entry.position} of {entry.object_key} {problem}"
             )
 
     def _chunk_place(
