@@ -333,7 +333,8 @@ def dump_file(
 def dump_directory(path: Path, print_data: bool, out: TextIO, totals: DumpTotals) -> None:
     """Dump every segment file of ``path``: by base offset, then store, index, time index;
     then every remote segment manifest (``.rli``, as a local-directory remote tier holds
-    them)."""
+    them). A file deleted after the listing (a running log's retention) is skipped with
+    a line saying so."""
     order = ("log", "index", "timeindex")
     files: list[tuple[int, int, Path, str]] = []
     manifests: list[Path] = []
@@ -348,14 +349,24 @@ def dump_directory(path: Path, print_data: bool, out: TextIO, totals: DumpTotals
     files.sort()
     if not files and not manifests:
         print(f"No segment files in {path}", file=out)
+    gone = 0
     for base, _, p, kind in files:
-        dump_file(p, kind, base, print_data, out, totals)
+        try:
+            dump_file(p, kind, base, print_data, out, totals)
+        except FileNotFoundError:  # a running log's retention deleted the segment
+            gone += 1
+            print(f"Skipped {p}: deleted while this dump ran (the log's retention)", file=out)
         print(file=out)
     for p in manifests:
-        dump_manifest(p, out, totals)
+        try:
+            dump_manifest(p, out, totals)
+        except FileNotFoundError:
+            gone += 1
+            print(f"Skipped {p}: deleted while this dump ran", file=out)
         print(file=out)
-    count = plural(len(files) + len(manifests), "file")
-    print(f"Dumped {count}; {totals.damaged_files} with problems", file=out)
+    count = plural(len(files) + len(manifests) - gone, "file")
+    deleted = f" ({plural(gone, 'file')} deleted meanwhile)" if gone else ""
+    print(f"Dumped {count}{deleted}; {totals.damaged_files} with problems", file=out)
 
 
 __all__ = [
