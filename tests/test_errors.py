@@ -176,7 +176,7 @@ def test_a_subclass_elsewhere_inherits_its_status() -> None:
             ],
             id="wire",
         ),
-        pytest.param("tiered_log.service.topics", ["DataDirLockedError"], id="topics"),
+        pytest.param("tiered_log.broker.topics", ["DataDirLockedError"], id="topics"),
         pytest.param("tiered_log.client", ["ConnectionFailedError", "ServiceError"], id="client"),
     ],
 )

@@ -476,8 +476,8 @@ def test_a_new_leader_answers_not_ready_until_it_has_read_the_bucket(tmp_path: P
     archived reads and timestamp lookups answer retriable not_ready, never a log start
     above the true one or a 416 for an archived offset; local offsets are served. The
     round makes every offset readable again."""
+    from tiered_log.broker.topics import partition_bounds
     from tiered_log.errors import PartitionNotReadyError
-    from tiered_log.service.topics import partition_bounds
 
     bucket = tmp_path / "bucket"
     a = open_log(tmp_path / "a", bucket)

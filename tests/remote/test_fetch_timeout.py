@@ -36,6 +36,7 @@ from tiered_log.client import Client
 from tiered_log.config import ConfigError, load_settings
 from tiered_log.errors import InvalidArgumentError, RemoteStorageError, RemoteTimeoutError
 from tiered_log.partition import TieredLog
+from tiered_log.remote.fetch_wait import FetchPending, parked_reads
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.s3 import S3Storage
 from tiered_log.remote.tier import TierConfig
@@ -208,6 +209,41 @@ def test_a_reader_waits_at_most_fetch_max_wait_then_the_fetch_goes_on(tmp_path: 
             for r in recs:
                 check_record(r, r.offset)
             o = recs[-1].offset + 1
+    finally:
+        storage.release.set()
+        tlog.close()
+
+
+def _parked(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        with parked_reads():
+            return fn()
+
+    return run
+
+
+def test_a_parked_read_hands_back_the_fetch_instead_of_waiting(tmp_path: Path) -> None:
+    """What the broker's archived reads rely on to hold no thread while the bucket
+    answers: inside ``parked_reads`` a read whose chunk is not fetched yet raises
+    FetchPending at once, however long the bucket takes (here: it hangs until released;
+    the read's own wait would be 20 s); the fetch goes on, its future completes once the
+    bucket answers, and the same read then returns the records from the cache."""
+    storage = HangingStorage(tmp_path / "bucket")
+    tlog = _archived_log(tmp_path, storage, fetch_max_wait_ms=20_000)
+    try:
+        storage.hang.set()
+        exc, _ = _bounded(_parked(lambda: tlog.read_range(0, 50)), 10)
+        assert isinstance(exc, FetchPending), repr(exc)
+        assert not exc.future.done()  # the bucket has not answered
+        storage.release.set()
+        storage.hang.clear()
+        exc.future.result(timeout=10)
+        got: list[Any] = []
+        err, _ = _bounded(_parked(lambda: got.extend(tlog.read_range(0, 50))), 10)
+        assert err is None, repr(err)
+        assert [r.offset for r in got] == list(range(len(got))) and got
+        for r in got:
+            check_record(r, r.offset)
     finally:
         storage.release.set()
         tlog.close()

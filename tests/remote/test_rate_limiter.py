@@ -116,8 +116,8 @@ def test_the_fetch_quota_throttles_remote_reads(tmp_path: Path) -> None:
 def test_the_quotas_are_the_nodes(tmp_path: Path) -> None:
     """The service's upload and fetch limits are its node's: every partition of every
     topic shares the same two limiters, set from the settings."""
+    from tiered_log.broker.topics import TopicManager
     from tiered_log.config import Settings
-    from tiered_log.service.topics import TopicManager
 
     settings = Settings(
         data_dir=str(tmp_path / "data"),

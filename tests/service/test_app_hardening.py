@@ -14,7 +14,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from tiered_log.service.topics import validate_topic_name
+from tiered_log.broker.topics import validate_topic_name
 
 from .conftest import ServerProcess
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..format.records import EncodedBatch, ProducerRecord
-from ..service.topics import PartitionLog
+from .topics import PartitionLog
 
 Parse = Callable[..., list[ProducerRecord | bytes] | EncodedBatch]
 """A parse step: its arguments to the records to append."""

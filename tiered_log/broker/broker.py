@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from ..config import Settings
 from ..errors import LogClosedError, ShuttingDownError, TopicNotFoundError
 from ..remote.fetch_wait import FetchPending, parked_reads
-from ..service.topics import PartitionLog, TopicManager
 from .append import Appended, Parse, parse_and_append
 from .parking import Parking, await_commit, park_on, poll, wait_event
+from .topics import PartitionLog, TopicManager
 
 if TYPE_CHECKING:  # a single node never loads the cluster package (nor its etcd client)
     from ..cluster.node import ClusterNode

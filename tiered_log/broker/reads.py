@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from ..errors import CorruptIndexError, CorruptRecordError
 from ..format.records import Record
 from ..local.ranges import FetchRanges
-from ..service.topics import PartitionBounds, PartitionLog, partition_bounds
+from .topics import PartitionBounds, PartitionLog, partition_bounds
 
 
 @dataclass(frozen=True, slots=True)

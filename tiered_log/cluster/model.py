@@ -49,18 +49,14 @@ pure: safe from any thread.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..broker.topics import validate_topic_name
 from ..errors import InvalidArgumentError
 
 FORMAT_VERSION = 1
-MAX_TOPIC_NAME = 200
-_TOPIC_NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]{1,200}")
-"""The service's rule for topic names (``service.wire.TOPIC_NAME_PATTERN``; a test keeps
-the two equal): a topic name is a directory name."""
 
 
 # ---- strict field readers -------------------------------------------------------------
@@ -96,17 +92,6 @@ def _shown(value: object) -> str:
         else type(value).__name__
     )
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def validate_topic_name(name: object) -> str:
-    """``name`` if it is a valid topic name (1-200 of ``A-Z a-z 0-9 . _ -``, not ``.``
-    or ``..``), else InvalidArgumentError."""
-    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name):
-        raise InvalidArgumentError(
-            f"invalid topic name {_shown(name)}: use 1-{MAX_TOPIC_NAME} letters, digits, "
-            "'.', '_' or '-' (not '.' or '..')"
-        )
-    return name
 
 
 def _decode(data: str | bytes, what: str) -> Mapping[str, Any]:

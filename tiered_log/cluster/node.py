@@ -33,8 +33,8 @@ Invariants (who may write what):
   :mod:`~tiered_log.cluster.controller`.
 
 Local logs: the node holds a log for every partition of every topic in the metadata
-(through :class:`LocalLogs`, which the service's topic manager implements); those it is
-not a replica of stay empty.
+(the broker's :class:`~tiered_log.broker.topics.TopicManager`, which it drives directly);
+those it is not a replica of stay empty.
 
 Thread-safety: one poll thread applies the metadata (role changes serialize on the
 node's lock); the broker calls :meth:`leader_of` and :meth:`leads` on its event loop
@@ -50,8 +50,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from ..broker.topics import TopicManager
 from ..errors import (
     FencedEpochError,
     InvalidArgumentError,
@@ -96,22 +97,6 @@ class NodeConfig:
     """``host:port`` of this node's Kafka listener, registered with its membership."""
 
 
-class LocalLogs(Protocol):
-    """What the node needs of the local topic store (the service's topic manager)."""
-
-    def ensure_topic(self, meta: TopicMeta) -> None:
-        """Create the topic's local logs if missing (same topic id: same log ids)."""
-
-    def drop_topic(self, name: str) -> None:
-        """Delete the topic's local logs (it left the metadata)."""
-
-    def local_topics(self) -> set[str]:
-        """Names of the topics held locally."""
-
-    def partition_log(self, topic: str, partition: int) -> TieredLog | None:
-        """The open log of a partition, None if not held."""
-
-
 def _lag_bytes(plog: TieredLog | None, replica: dict[str, Any]) -> int | None:
     """Bytes of the leader's local log a replica still lacks (None: unknown)."""
     end = replica["log_end_offset"]
@@ -140,7 +125,7 @@ class _Role:
 class ClusterNode:
     """This node's part in the cluster; see the module docstring."""
 
-    def __init__(self, config: NodeConfig, logs: LocalLogs) -> None:
+    def __init__(self, config: NodeConfig, logs: TopicManager) -> None:
         self.config = config
         self.node_id = config.node_id
         self._logs = logs
@@ -691,4 +676,4 @@ class ClusterNode:
         }
 
 
-__all__ = ["STALE_AFTER_S", "ClusterNode", "LocalLogs", "NodeConfig"]
+__all__ = ["STALE_AFTER_S", "ClusterNode", "NodeConfig"]

@@ -3,7 +3,7 @@
 :class:`Backend` answers in the listener's terms (topic and partition metadata, an
 append of a Produce request's partition, a page of Kafka batches, an offset lookup) and
 reaches the logs only through what the HTTP API uses: the topic manager of
-:mod:`tiered_log.service.topics`, the broker (:class:`tiered_log.broker.Broker`:
+:mod:`tiered_log.broker.topics`, the broker (:class:`tiered_log.broker.Broker`:
 leadership, ``acks``, ``min_insync_replicas``, the high-watermark wait, metrics,
 wake-ups, its executors) and the cluster node's view.
 Errors are the library's (:mod:`tiered_log.errors`); the handlers turn them into Kafka
@@ -23,10 +23,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..broker import Acks
+from ..broker.topics import PartitionLog, partition_bounds, validate_topic_name
 from ..errors import TieredLogError, TopicExistsError
 from ..format.batch import FetchData
 from ..service.state import ServiceState
-from ..service.topics import PartitionLog, partition_bounds, validate_topic_name
 from ..service.wire import CreateTopicRequest
 from .convert import kafka_batches, producer_records
 

@@ -11,7 +11,7 @@
   the answer;
 - **library**: ``append_batch`` of the same batches on a partition log opened in this
   process exactly as the server opens its partitions
-  (:func:`tiered_log.service.topics.open_partition_log`, same topic config).
+  (:func:`tiered_log.broker.topics.open_partition_log`, same topic config).
 
 Then ``--single`` single-record produces one request at a time, for the latency
 distribution (p50/p99/max, milliseconds) of one acknowledged record over HTTP, next to
@@ -68,8 +68,8 @@ from . import fetch_limit
 from .common import DEFAULT_BATCH, DEFAULT_REPEAT, MB, Progress, environment, rate, ratio, say
 
 if TYPE_CHECKING:
+    from ..broker.topics import PartitionLog
     from ..config import TopicConfig
-    from ..service.topics import PartitionLog
 
 HTTP = "http"
 LIBRARY = "library"
@@ -192,8 +192,8 @@ def topic_config(durable: bool) -> TopicConfig:
 
 def open_library_log(directory: Path, durable: bool) -> PartitionLog:
     """A partition log opened as the server opens one (same function, same config)."""
+    from ..broker.topics import open_partition_log
     from ..config import load_settings
-    from ..service.topics import open_partition_log
 
     settings = load_settings(data_dir=str(directory.parent))
     return open_partition_log(

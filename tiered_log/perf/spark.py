@@ -40,13 +40,13 @@ def build_archive(
     root: Path, records: int, partitions: int, segment_bytes: int, progress: bool | None
 ) -> tuple[str, int]:
     """Write and ship the archive; returns the store URL and the archived bytes."""
+    from ..broker.topics import TopicMeta, log_id_of, topic_object_key
     from ..config import TopicConfig
     from ..format.records import ProducerRecord
     from ..local.log import LogConfig
     from ..partition import TieredLog
     from ..remote.storage import open_storage
     from ..remote.tier import TierConfig
-    from ..service.topics import TopicMeta, log_id_of, topic_object_key
 
     bucket = root / "bucket"
     store = open_storage(bucket.as_uri())

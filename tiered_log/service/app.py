@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from ..broker.topics import TopicManager
 from ..config import Settings
 from .error_mapping import install_error_handlers
 from .lifespan import make_lifespan
@@ -44,7 +45,6 @@ from .middleware import ServiceMiddleware
 from .openapi import build_openapi
 from .routes import ROUTERS
 from .state import ServiceState
-from .topics import TopicManager
 
 
 def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAPI:

@@ -1,6 +1,5 @@
-"""The service in a cluster: the node's view of the local topics
-(:class:`TopicLogs`, the :class:`~tiered_log.cluster.node.LocalLogs` the node drives),
-making the node from the settings (:func:`start_node`), and the cluster's side of
+"""The service in a cluster: making the node from the settings (:func:`start_node`; it
+drives the broker's topic manager directly), and the cluster's side of
 creating a topic (:func:`create_cluster_topic`) and of restoring a whole cluster's
 topics from the bucket (:func:`restore_cluster_topics`).
 
@@ -8,68 +7,28 @@ In a cluster the topic list is etcd's: a topic is created there (replicas assign
 the live nodes) and every node then creates its local logs with the same topic id, so a
 partition's log has one id on every node. A topic gone from etcd is deleted locally.
 
-Concurrency: the node calls :class:`TopicLogs` from its poll thread; everything here
-blocks (etcd, disk): call it from worker threads, never on the event loop.
+Concurrency: everything here blocks (etcd, disk): call it from worker threads, never on
+the event loop.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 import uuid
 from typing import Any
 
 from pydantic import ValidationError
 
+from ..broker.topics import TopicManager, TopicMeta, validate_partitions, validate_topic_name
 from ..cluster.model import TopicMeta as ClusterTopic
 from ..cluster.node import ClusterNode, NodeConfig
 from ..config import Settings
-from ..errors import InvalidArgumentError, TieredLogError, TopicExistsError, TopicNotFoundError
+from ..errors import InvalidArgumentError, TopicExistsError
 from ..format import naming
 from ..local.log import LogConfig
-from ..partition import TieredLog
 from ..topic_config import TopicConfig
-from .topics import TopicManager, TopicMeta, validate_partitions, validate_topic_name
 
 log = logging.getLogger(__name__)
-
-
-class TopicLogs:
-    """The local topics as the cluster node sees them (see the module docstring)."""
-
-    def __init__(self, topics: TopicManager) -> None:
-        self.topics = topics
-
-    def ensure_topic(self, meta: ClusterTopic) -> None:
-        have = next((t for t in self.topics.list() if t.name == meta.name), None)
-        if have is not None:
-            if have.meta.topic_id == meta.topic_id:
-                return
-            log.info(
-                "topic %s was created again in the cluster: replacing the local one", meta.name
-            )
-            self.topics.delete(meta.name)
-        config = TopicConfig.model_validate(meta.config)
-        local = TopicMeta(
-            meta.name, meta.topic_id, meta.partitions, config, time.time_ns() // 1_000_000
-        )
-        with contextlib.suppress(TopicExistsError):  # created meanwhile on this node
-            self.topics.adopt(local)
-
-    def drop_topic(self, name: str) -> None:
-        with contextlib.suppress(TopicNotFoundError):
-            self.topics.delete(name)
-
-    def local_topics(self) -> set[str]:
-        return {t.name for t in self.topics.list()}
-
-    def partition_log(self, topic: str, partition: int) -> TieredLog | None:
-        try:
-            t = self.topics.get(topic)
-        except TieredLogError:  # not held (or unavailable)
-            return None
-        return t.logs[partition] if 0 <= partition < len(t.logs) else None
 
 
 def start_node(
@@ -96,7 +55,7 @@ def start_node(
         replica_fetch_wait_ms=settings.replica_fetch_wait_max_ms,
         kafka_address=kafka_address,
     )
-    return ClusterNode(config, TopicLogs(topics)).start()
+    return ClusterNode(config, topics).start()
 
 
 def create_cluster_topic(
@@ -213,4 +172,4 @@ def restore_cluster_topics(
     return out
 
 
-__all__ = ["TopicLogs", "create_cluster_topic", "restore_cluster_topics", "start_node"]
+__all__ = ["create_cluster_topic", "restore_cluster_topics", "start_node"]

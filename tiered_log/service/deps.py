@@ -27,6 +27,7 @@ from fastapi import Depends, Path, Request
 from fastapi.security import HTTPBearer
 from starlette.requests import ClientDisconnect
 
+from ..broker.topics import MAX_PARTITIONS, PartitionLog, validate_topic_name
 from ..config import Grant
 from ..errors import (
     InvalidRequestError,
@@ -36,7 +37,6 @@ from ..errors import (
 from .auth import Principal
 from .middleware import BodyTooLarge
 from .state import ServiceState
-from .topics import MAX_PARTITIONS, PartitionLog, validate_topic_name
 from .wire import JSON, TOPIC_NAME_PATTERN
 
 T = TypeVar("T")

@@ -162,11 +162,11 @@ def run_server(settings: Settings) -> int:
     """
     import uvicorn
 
+    from ..broker.topics import TopicManager
     from ..kafka.listener import KafkaListener
     from .app import create_app
     from .http_protocol import HttpLimits, protocol_class
     from .state import ServiceState
-    from .topics import TopicManager
 
     pending: list[int] = []
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..broker.topics import TopicManager, partition_bounds, partition_stats
 from ..errors import TieredLogError
 from .metrics import Family, Registry
-from .topics import TopicManager, partition_bounds, partition_stats
 
 if TYPE_CHECKING:
     from .loop_watchdog import LoopWatchdog

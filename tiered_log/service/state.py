@@ -17,10 +17,10 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..broker import Broker
+from ..broker.topics import TopicManager
 from ..config import Settings
 from .auth import Authenticator
 from .service_metrics import ServiceMetrics
-from .topics import TopicManager
 
 if TYPE_CHECKING:  # a single node never loads the cluster package (nor its etcd client)
     from ..cluster.node import ClusterNode

@@ -47,6 +47,7 @@ from pydantic import (
 )
 
 from ..bounds import WIRE_FIELDS, PartitionBounds
+from ..broker.topics import TOPIC_NAME_PATTERN
 from ..errors import (  # the request errors live in tiered_log.errors; re-exported here
     InvalidArgumentError,
     InvalidRequestError,
@@ -64,9 +65,6 @@ FRAMES = "application/vnd.tiered-log.frames"
 """Content-Type of a binary produce batch: record frames (see the module docstring)."""
 JSON = "application/json"
 
-TOPIC_NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._-]{1,200}$"
-"""A valid topic name: 1-200 of ``A-Z a-z 0-9 . _ -``, not ``.`` or ``..`` (what
-:func:`tiered_log.service.topics.validate_topic_name` accepts: it matches this pattern)."""
 MAX_HEADER_NAME_CHARS = 0xFFFF // 4
 """The longest header name the document promises (characters): its UTF-8 takes at most
 4 bytes a character, and the format's limit is 65535 bytes (longer names in bytes: 400)."""

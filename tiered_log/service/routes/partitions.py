@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from ...bounds import PartitionBounds
+from ...broker.topics import PartitionLog, partition_bounds
 from ...errors import InvalidArgumentError
 from ..deps import (
     AdminGrant,
@@ -28,7 +29,6 @@ from ..deps import (
 )
 from ..openapi import errs
 from ..state import ServiceState
-from ..topics import PartitionLog, partition_bounds
 from ..wire import Bounds, BoundsDetail, OffsetForTimestamp, TruncateRequest
 
 router = APIRouter(tags=["records"])

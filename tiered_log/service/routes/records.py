@@ -34,6 +34,7 @@ from fastapi.responses import Response
 
 from ...broker.append import Parse
 from ...broker.reads import FrameBatch, fetch_frames, fetch_records
+from ...broker.topics import PartitionLog
 from ...config import MAX_INT
 from ...errors import InvalidRequestError, UnsupportedMediaTypeError
 from ...format.records import ProducerRecord
@@ -55,7 +56,6 @@ from ..produce import (
     parse_frames,
     receive_body,
 )
-from ..topics import PartitionLog
 from ..wire import (
     BINARY,
     FRAMES,

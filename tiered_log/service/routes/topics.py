@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
+from ...broker.topics import Topic, partition_bounds, validate_topic_name
 from ...errors import (
     InvalidArgumentError,
     LogClosedError,
@@ -26,7 +27,6 @@ from ...errors import (
 from ...kafka.groups.offsets import is_internal
 from ..deps import AdminGrant, Authenticated, JsonContent, ReadGrant, State, TopicPath
 from ..openapi import errs
-from ..topics import Topic, partition_bounds, validate_topic_name
 from ..wire import CreateTopicRequest, TopicDescription, TopicList
 from .partitions import tiering_fields
 

@@ -1,4 +1,6 @@
-"""Topics: named sets of partition logs, their on-disk state and their lifecycle.
+"""Topics: named sets of partition logs, their on-disk state and their lifecycle (Kafka's
+``LogManager``). The broker serves them; a cluster node drives them
+(:meth:`TopicManager.ensure_topic` and its neighbours: the topics etcd lists).
 
 Layout under the data directory::
 
@@ -45,7 +47,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -68,10 +70,16 @@ from ..partition import TieredLog
 from ..remote.crypto import key_ring
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig, TierLimits
-from .wire import TOPIC_NAME_PATTERN
+
+if TYPE_CHECKING:
+    from ..cluster.model import TopicMeta as ClusterTopic
 
 log = logging.getLogger("tiered_log.service.topics")
 
+TOPIC_NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._-]{1,200}$"
+"""A valid topic name: 1-200 of ``A-Z a-z 0-9 . _ -``, not ``.`` or ``..`` (what
+:func:`validate_topic_name` accepts; the OpenAPI document states it): a topic name is a
+directory name."""
 TOPIC_NAME_RE = re.compile(TOPIC_NAME_PATTERN)
 """What :func:`validate_topic_name` accepts (whole names: ``fullmatch``); the OpenAPI
 document states the same pattern."""
@@ -546,6 +554,44 @@ class TopicManager:
             self._discard_dir(directory)
             raise
         return topic
+
+    # ---- the cluster's view (a ClusterNode drives these from its poll thread) ------------
+
+    def ensure_topic(self, meta: ClusterTopic) -> None:
+        """Create the cluster topic's local logs if missing, with its topic id (so a
+        partition's log has one id on every node); a local topic of that name with
+        another id was deleted in the cluster and created again: it is replaced."""
+        have = next((t for t in self.list() if t.name == meta.name), None)
+        if have is not None:
+            if have.meta.topic_id == meta.topic_id:
+                return
+            log.info(
+                "topic %s was created again in the cluster: replacing the local one", meta.name
+            )
+            self.delete(meta.name)
+        config = TopicConfig.model_validate(meta.config)
+        local = TopicMeta(
+            meta.name, meta.topic_id, meta.partitions, config, time.time_ns() // 1_000_000
+        )
+        with contextlib.suppress(TopicExistsError):  # created meanwhile on this node
+            self.adopt(local)
+
+    def drop_topic(self, name: str) -> None:
+        """Delete the topic's local logs (it left the cluster's metadata)."""
+        with contextlib.suppress(TopicNotFoundError):
+            self.delete(name)
+
+    def local_topics(self) -> set[str]:
+        """Names of the topics held locally."""
+        return {t.name for t in self.list()}
+
+    def partition_log(self, topic: str, partition: int) -> TieredLog | None:
+        """The open log of a partition, None if not held (or unavailable)."""
+        try:
+            t = self.get(topic)
+        except TieredLogError:
+            return None
+        return t.logs[partition] if 0 <= partition < len(t.logs) else None
 
     def delete(self, name: str) -> None:
         """Delete a topic and every record in it; TopicNotFoundError if there is none.
