@@ -730,7 +730,8 @@ class RemoteReader:
         """Finished remote segments holding offsets at or above ``log_start``, clipped by
         truncation, each with its ``.log`` object key (relative to the store) and its
         remoteLogIndex chunks ``[first_offset, last_offset, first_timestamp,
-        last_timestamp, position, length]`` (JSON-able): what a reader that fetches from
+        last_timestamp, position, length]`` (the stored chunks' places; ``size`` the data
+        object's bytes, ``log_bytes`` the segment's own) (JSON-able): what a reader that fetches from
         the bucket itself (the Spark source) plans from. Reads the index files; any thread.
         """
         out: list[dict[str, Any]] = []
@@ -763,7 +764,12 @@ class RemoteReader:
                     "first_timestamp": s.first_timestamp,
                     "max_timestamp": s.max_timestamp,
                     "object_key": key,
-                    "size": s.size,
+                    # The data object's bytes: the stored chunks' end (a compressed or
+                    # encrypted segment's differ from its log bytes) where they reach it.
+                    "size": chunks[-1][4] + chunks[-1][5]
+                    if chunks and nxt == s.next_offset
+                    else s.size,
+                    "log_bytes": s.size,
                     "chunks": chunks,
                 }
             )
