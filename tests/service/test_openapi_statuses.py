@@ -169,8 +169,9 @@ def test_a_single_node_says_it_is_not_a_cluster(
 
 
 def test_a_cluster_documents_not_leader_on_partition_routes() -> None:
-    """In a cluster the partition routes answer 421 ``not_leader``; a single node never
-    does, and documents it nowhere."""
+    """In a cluster the partition routes (and a consumer group's, answered by its
+    coordinator) answer 421 ``not_leader``; a single node never does, and documents it
+    nowhere."""
     with tempfile.TemporaryDirectory() as d:
         single = create_app(load_settings(data_dir=d)).openapi()
         clustered = create_app(
@@ -184,7 +185,7 @@ def test_a_cluster_documents_not_leader_on_partition_routes() -> None:
     for doc, expect in ((single, False), (clustered, True)):
         for path, item in doc["paths"].items():
             for op in item.values():
-                if "{partition}" in path:
+                if "{partition}" in path or "{group}" in path:
                     assert ("421" in op["responses"]) is expect, (path, expect)
                 else:
                     assert "421" not in op["responses"], path

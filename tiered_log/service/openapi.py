@@ -18,7 +18,8 @@ leave them out (:func:`shared_statuses`):
 - a route that takes a JSON body (``JsonContent``): 415;
 - a route on a named topic (``{topic}`` in the path): 404 (no such topic) and 503 (it
   did not open, or the server is stopping);
-- in a cluster, a route on a partition (``{partition}``): 421 (``not_leader``).
+- in a cluster, a route on a partition (``{partition}``) or a consumer group
+  (``{group}``, answered by its coordinator only): 421 (``not_leader``).
 
 Concurrency: :func:`build_openapi` caches the document on the app; a race builds it
 twice, identically. Pure functions otherwise.
@@ -92,7 +93,7 @@ def shared_statuses(route: APIRoute, *, clustered: bool) -> set[int]:
     params = set(route.param_convertors)
     if "topic" in params:
         out |= {404, 503}
-    if clustered and "partition" in params:
+    if clustered and ("partition" in params or "group" in params):
         out.add(421)
     return out
 

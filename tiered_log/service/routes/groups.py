@@ -84,9 +84,7 @@ async def get_groups(_: Authenticated, state: State) -> dict[str, Any]:
     return {"groups": await list_groups(coordinator_of(state))}
 
 
-@router.get(
-    "/v1/groups/{group}", response_model=GroupDescription, responses=errs(401, 404, 421, 503)
-)
+@router.get("/v1/groups/{group}", response_model=GroupDescription, responses=errs(401, 404, 503))
 async def get_group(group: str, principal: Authenticated, state: State) -> dict[str, Any]:
     """A group's state, members and assignments, committed offsets and lag."""
     out = await describe_group(coordinator_of(state), group)
@@ -98,7 +96,7 @@ async def get_group(group: str, principal: Authenticated, state: State) -> dict[
 @router.post(
     "/v1/groups/{group}/offsets",
     status_code=204,
-    responses=errs(400, 401, 403, 409, 415, 421, 503),
+    responses=errs(400, 401, 403, 409, 415, 503),
 )
 async def commit_offsets(
     group: str, body: CommitRequest, principal: Authenticated, _json: JsonContent, state: State
