@@ -19,6 +19,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -26,6 +27,37 @@ import pytest
 from botocore.config import Config
 
 from tiered_log.remote.s3 import S3Storage
+
+# Tests that run a whole cluster (etcd and several nodes) or a SparkSession: under
+# pytest-xdist (``-n``, ``--dist loadgroup``) each group runs on one worker, one test at a
+# time, so two clusters never compete for the cores and a group's session-scoped
+# fixtures (one JVM, one etcd per module) start once. The paths are relative to tests/.
+SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
+    "cluster": (
+        "cluster/",
+        "kafka_listener/test_cluster.py",
+        "kafka_listener/test_groups_cluster.py",
+        "remote/test_cluster_shipping.py",
+        "test_cli_tables.py",
+        "test_perf_cluster.py",
+        "test_perf_rebuild.py",
+    ),
+    "spark": ("spark/",),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test of :data:`SERIAL_GROUPS` in its xdist group (a no-op without xdist)."""
+    here = Path(__file__).parent
+    for item in items:
+        try:
+            where = item.path.relative_to(here).as_posix()
+        except ValueError:
+            continue
+        for group, prefixes in SERIAL_GROUPS.items():
+            if where.startswith(prefixes):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 @dataclass(frozen=True)
