@@ -91,9 +91,13 @@ class Parking:
         self.end.notify_all()
 
 
-async def wait_event(ev: asyncio.Event, stopping: asyncio.Event | None, timeout: float) -> None:
-    """Until ``ev`` (or ``stopping``) is set, or ``timeout`` seconds passed."""
-    waits = [asyncio.ensure_future(ev.wait())]
+async def wait_event(
+    ev: asyncio.Event | list[asyncio.Event], stopping: asyncio.Event | None, timeout: float
+) -> None:
+    """Until ``ev`` (or one of a list of events, or ``stopping``) is set, or ``timeout``
+    seconds passed."""
+    events = ev if isinstance(ev, list) else [ev]
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
     if stopping is not None:
         waits.append(asyncio.ensure_future(stopping.wait()))
     try:

@@ -162,7 +162,11 @@ class Backend:
         return out
 
     async def _create(self, name: str) -> None:
-        partitions = CreateTopicRequest.model_fields["partitions"].default
+        await self.create_topic(name, CreateTopicRequest.model_fields["partitions"].default)
+
+    async def create_topic(self, name: str, partitions: int) -> None:
+        """Create a topic with the service's defaults (in a cluster through its metadata
+        store); one created meanwhile is no error."""
         state = self.state
         with contextlib.suppress(TopicExistsError):
             if state.cluster is not None:

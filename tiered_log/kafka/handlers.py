@@ -236,7 +236,7 @@ class Handlers:
             left = deadline - loop.time()
             if total >= min_bytes or failed or left <= 0 or state.is_stopping or not wanted:
                 break
-            await _wait_any(events, state.stopping, left)
+            await wait_event(events, state.stopping, left)
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition, _, _), r in zip(wanted, results, strict=True):
             page = r.pop("_page", None)
@@ -323,23 +323,6 @@ def _fill(r: dict[str, Any], page: Page) -> None:
         log_start_offset=page.log_start_offset,
         records=page.records,
     )
-
-
-async def _wait_any(
-    events: list[asyncio.Event], stopping: asyncio.Event | None, timeout: float
-) -> None:
-    """Until one of ``events`` (or ``stopping``) is set, or ``timeout`` seconds passed."""
-    if len(events) == 1:
-        await wait_event(events[0], stopping, timeout)
-        return
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    if stopping is not None:
-        waits.append(asyncio.ensure_future(stopping.wait()))
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
 
 
 __all__ = ["Handlers", "api_versions_body"]

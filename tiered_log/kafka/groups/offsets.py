@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ...errors import NotLeaderError, PartitionNotReadyError, TieredLogError, TopicExistsError
+from ...errors import NotLeaderError, PartitionNotReadyError, TieredLogError
 from ...format.kafka import NewRecord, encode_batch, iter_batches
 from ..backend import Backend
 
@@ -173,23 +173,7 @@ class OffsetStore:
             n = self.partitions()
             if n is not None:
                 return n
-            state = self.state
-            with contextlib.suppress(TopicExistsError):
-                if state.cluster is not None:
-                    from ...service.clustering import create_cluster_topic
-
-                    await asyncio.to_thread(
-                        create_cluster_topic,
-                        state.cluster,
-                        state.settings,
-                        OFFSETS_TOPIC,
-                        OFFSETS_PARTITIONS,
-                        {},
-                        None,
-                        None,
-                    )
-                else:
-                    await asyncio.to_thread(state.topics.create, OFFSETS_TOPIC, OFFSETS_PARTITIONS)
+            await self.backend.create_topic(OFFSETS_TOPIC, OFFSETS_PARTITIONS)
             with contextlib.suppress(TieredLogError):  # a cluster node applies it meanwhile
                 await self.backend.fetch_log(OFFSETS_TOPIC, 0)
             n = self.partitions()
