@@ -179,8 +179,12 @@ class ReplicaFetcher:
                 ans.reset_to,
             )
             plog.reset_replica(ans.reset_to)
-            for epoch, start in ans.epochs:
-                plog.record_leader_epoch(epoch, max(start, ans.reset_to))
+            # Only the epoch in force at the new start: an epoch the leader began past it
+            # is recorded by append_replica when its batches arrive (recorded now, it would
+            # refuse the older epoch's batches that come first).
+            current = [e for e in ans.epochs if e[1] <= ans.reset_to]
+            if current:
+                plog.record_leader_epoch(max(current, key=lambda e: e[1])[0], ans.reset_to)
             # The next fetch goes at once: the view of the bucket's copies is not read
             # here (it is rebuilt when this replica leads, before it serves archived
             # offsets); only its metadata (lost ranges, log start), one small read.
