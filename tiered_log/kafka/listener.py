@@ -24,8 +24,9 @@ from .handlers import Handlers
 log = logging.getLogger("tiered_log.kafka")
 
 
-def bind_kafka(host: str, port: int) -> socket.socket:
-    """A listening, non-blocking socket on ``host:port`` (OSError when it cannot)."""
+def bind_kafka(host: str, port: int, backlog: int = 1024) -> socket.socket:
+    """A listening, non-blocking socket on ``host:port`` (OSError when it cannot): the
+    Kafka listener's, and the HTTP server's with its own ``backlog``."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, addr = infos[0]
     sock = socket.socket(family, kind, proto)
@@ -34,7 +35,7 @@ def bind_kafka(host: str, port: int) -> socket.socket:
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(addr)
-        sock.listen(1024)
+        sock.listen(backlog)
         sock.setblocking(False)
     except OSError:
         sock.close()

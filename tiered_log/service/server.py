@@ -86,20 +86,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, kind, proto, _, addr = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(addr)
-        sock.listen(2048)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+    from ..kafka.listener import bind_kafka  # the one listening-socket recipe
+
+    return bind_kafka(host, port, backlog=2048)
 
 
 def _bind_kafka(settings: Settings) -> socket.socket | None:
