@@ -91,8 +91,12 @@ def test_auto_creation_through_a_follower_is_cluster_wide(cluster: DevCluster) -
         resp = w.call(METADATA, 12, metadata_body("k-auto"))
     (t,) = resp.topics
     assert t.error_code == ErrorCode.none and len(t.partitions) == 1
-    for url in cluster.urls:
-        assert httpx.get(f"{url}/v1/topics/k-auto", timeout=10).status_code == 200
+    for url in cluster.urls:  # every node learns it from the metadata store's watch
+        wait_until(
+            lambda url=url: httpx.get(f"{url}/v1/topics/k-auto", timeout=10).status_code == 200,
+            15,
+            f"k-auto known at {url}",
+        )
 
 
 def test_acks_all_below_min_insync_replicas_is_not_enough_replicas(cluster: DevCluster) -> None:
