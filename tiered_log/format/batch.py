@@ -1,40 +1,55 @@
-"""The record batch: its byte layout, its constants and the types of its records.
+"""The record batch: Kafka's record batch v2, its constants, the types of its records,
+and the unverified reads of a batch's header.
 
-A store file is a sequence of *batches*, each holding one or more records with consecutive
-offsets (as Kafka's RecordBatch v2). The same bytes go unchanged over the binary HTTP API
-and into the bucket, so a store file is *self-describing*: indexes can always be rebuilt by
-scanning it. All integers are little-endian. One batch of ``n`` records::
+A store file (a segment's ``.log``), a chunk in the bucket (a byte range of one), the
+binary HTTP bodies (produce and fetch) and the Kafka listener's record sets are all the
+same bytes: Kafka v2 batches back to back, nothing between them, exactly as Kafka's
+protocol guide ("Record Batch") defines them and as Kafka's own log segments hold them.
+The layout (all integers big-endian)::
 
-    0   u64  base_offset      offset of its first record (record i has base_offset + i)
-    8   u32  size             bytes of the whole batch, this header included
-   12   u64  checksum         xxh3_64(batch[20:size], seed=base_offset)
-   20   u16  magic            0x5442 ("TB")
-   22   u16  attributes       0: no attribute bit is defined (receive_batches refuses
-                              a batch with any bit set)
-   24   u32  count            n >= 1
-   28   i64[n]  timestamps    milliseconds since the epoch
-        i32[n]  key lengths   -1 = no key
-        u32[n]  value lengths > 0
-        u32[n]  header bytes  length of each record's header block (0 = no headers)
-        then the keys, then the values, then the header blocks, each concatenated in
-        record order; a header block is, per header: u16 name_length, name (UTF-8),
-        i32 value_length (-1 = null), value.
+    0   i64  baseOffset            offset of the batch's first record
+    8   i32  batchLength           bytes after this field (the batch's size - 12)
+   12   i32  partitionLeaderEpoch  the leader epoch the batch was appended under
+   16   i8   magic                 2
+   17   u32  crc                   CRC-32C (Castagnoli) of bytes 21..end
+   21   i16  attributes            bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4,
+                                   4 zstd), bit 3 LogAppendTime, bit 4 transactional,
+                                   bit 5 control, bit 6 delete horizon
+   23   i32  lastOffsetDelta       records - 1 (the log never leaves gaps)
+   27   i64  baseTimestamp         the first record's timestamp (ms)
+   35   i64  maxTimestamp          the largest record timestamp, or the log's clock
+                                   at append under LogAppendTime
+   43   i64  producerId            -1: none
+   51   i16  producerEpoch         -1: none
+   53   i32  baseSequence          -1: none
+   57   i32  records count         n >= 1
+   61        records               varint-framed (:mod:`tiered_log.format.kafka`),
+                                   compressed as one block unless the codec is 0
 
-One checksum covers a whole batch (seeding it with the base offset binds the batch to its
-place in the log, so a batch copied to the wrong offset fails its check too): verifying
-a page of records is one xxh3 call, and the columns decode with a few C-level calls
-instead of a Python loop over records. Columns rather than per-record headers make the
-values of a batch contiguous. A record's *size* (what ``max_bytes`` limits count) is
-``20 + key + value + header bytes``, its share of the columns and data.
+Which check guards which bytes:
+
+- the CRC-32C covers attributes to the end (the records as stored, compressed or
+  not): one ``crc32c`` call per batch verifies its contents;
+- baseOffset, batchLength, partitionLeaderEpoch and magic are outside it, so that the
+  log assigns offsets and stamps its epoch in place. They are guarded by framing (magic
+  2, batchLength in range and inside the buffer, the records count equal to
+  lastOffsetDelta + 1) and by the walks, which check that each batch's offsets follow
+  the previous batch's; on disk and in the bucket the local index entries and the
+  remote tier's chunk and manifest checksums (xxh3) cover them too;
+- a record's framing (its length matches its fields, offset deltas 0, 1, ...) is checked
+  when a client's batches come in (:func:`~tiered_log.format.batch_decode.receive_batches`)
+  and when records are decoded; the walks that verify a stored buffer check framing and
+  CRC only, with no loop over records.
+
+A record's *size* (what ``max_bytes`` limits count) is its bytes in the batch, its
+varint length prefix included; a null key or value takes one byte, an empty one too.
 
 Encoding is in :mod:`tiered_log.format.batch_encode` (:func:`encode_batch` cuts its input
 into batches of at most :data:`MAX_BATCH_BYTES`, a larger single record getting a batch
-of its own, so a chunk shipped to the bucket or a page read never has to hold much more
-than that); verifying and decoding in :mod:`tiered_log.format.batch_decode`;
-:mod:`tiered_log.format.records` gathers the public names of all three. This module
-holds what both sides share: the header struct and offsets into it, the record types,
-the header-block codec, the column helpers, and the reads of a batch's header fields
-that do not verify it.
+of its own); verifying and decoding in :mod:`tiered_log.format.batch_decode`;
+:mod:`tiered_log.format.records` gathers the public names of all three. The byte-level
+codec (varints, records, compression codecs, the CRC walk) is
+:mod:`tiered_log.format.kafka`; this module holds what both sides of the log share.
 
 Everything here is pure and stateless: safe from any thread.
 """
@@ -42,87 +57,85 @@ Everything here is pure and stateless: safe from any thread.
 from __future__ import annotations
 
 import struct
-import sys
 from array import array
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Final, NamedTuple
 
-import xxhash
+from ..errors import CorruptRecordError
+from .kafka.compression import decompress
+from .kafka.layout import (
+    ATTRIBUTES_AT,
+    BASE_TIMESTAMP_AT,
+    COMPRESSION_MASK,
+    CONTROL_BIT,
+    CRC_AT,
+    DELETE_HORIZON_BIT,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_AT,
+    MAX_TIMESTAMP_AT,
+    MIN_BATCH_LENGTH,
+    PARTITION_LEADER_EPOCH_AT,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    Compression,
+)
+from .kafka.records import (
+    MAX_HEADERS,
+    Headers,
+    ProducerRecord,
+    Record,
+    decode_headers,
+    decode_records,
+    encode_headers,
+)
 
-from ..errors import CorruptRecordError, InvalidArgumentError
-
-HEADER = struct.Struct("<QIQHHI")
-"""base_offset u64, size u32, checksum u64, magic u16, attributes u16, count u32."""
-HEADER_SIZE = HEADER.size  # 28
-CHECKSUM_AT = 12
-"""Where the checksum lies in the header."""
-CHECKED_FROM = 20
-"""The checksum covers a batch from this byte on (everything after the checksum)."""
-MAGIC = 0x5442
-KNOWN_ATTRIBUTES = 0
-"""The attribute bits the format defines (none): a batch with another bit set is from a
-format this code does not know, and is refused where batches come in."""
-ATTRIBUTES_AT = 22
-ATTRIBUTES = struct.Struct("<H")
-"""The attributes field (u16 at :data:`ATTRIBUTES_AT`)."""
-RECORD_OVERHEAD = 20
-"""Column bytes per record: timestamp 8, key length 4, value length 4, header bytes 4."""
-MAX_BATCH_BYTES = 1 << 20
+CHECKED_FROM: Final = ATTRIBUTES_AT
+"""The CRC-32C covers a batch from this byte (attributes) to its end."""
+KNOWN_ATTRIBUTES: Final = COMPRESSION_MASK | TIMESTAMP_TYPE_BIT
+"""The attribute bits a batch coming in may have: a codec and the timestamp type.
+Transactional and control batches (and a delete horizon, which only compaction sets)
+are refused where batches come in."""
+RECORD_OVERHEAD: Final = 7
+"""The fewest framing bytes a record takes: its length, attributes, timestampDelta,
+offsetDelta, key length, value length and header count, one byte each."""
+MAX_BATCH_BYTES: Final = 1 << 20
 """:func:`~tiered_log.format.batch_encode.encode_batch` starts a new batch before one
 would pass this size."""
-U64 = struct.Struct("<Q")
-"""A u64 (the base offset at byte 0, the checksum at :data:`CHECKSUM_AT`)."""
-_TIMESTAMP = struct.Struct("<q")
-_HNAME = struct.Struct("<H")
-_HVAL = struct.Struct("<i")
+MAX_RECORD_FRAMING: Final = 5 + 1 + 10 + 5 + 5 + 5 + 5
+"""The most framing bytes a record takes (every varint at its longest)."""
+MAX_BODY_BYTES: Final = (1 << 31) - 1 - (HEADER_SIZE - LOG_OVERHEAD) - MAX_RECORD_FRAMING
+"""The largest key + value + headers one record may have (batchLength is an int32)."""
+MAX_KEY_BYTES: Final = MAX_BODY_BYTES
 
-MAX_KEY_BYTES = (1 << 31) - 1
-MAX_HEADERS = (1 << 16) - 1
-MAX_BODY_BYTES = (1 << 32) - 1 - HEADER_SIZE - RECORD_OVERHEAD
-"""The largest key + value + headers one record may have (a batch's size is a u32)."""
+_FRAMING = struct.Struct(">qiibIhi")
+"""baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
+lastOffsetDelta: the header's first 27 bytes."""
+_I64 = struct.Struct(">q")
 
-Headers = tuple[tuple[str, bytes | None], ...]
+LEGACY_MARK: Final = b"BT"
+"""Bytes 20-21 of a batch of tiered_log's own format before Kafka v2 (its u16 magic
+0x5442, "TB", little-endian)."""
 
-h64 = xxhash.xxh3_64_intdigest
-"""The batch checksum: ``h64(batch[CHECKED_FROM:size], base_offset)``."""
-_BIG_ENDIAN_HOST = sys.byteorder == "big"
-
-
-class Record(NamedTuple):
-    """One record as read from the log. Immutable; safe to share between threads.
-
-    ``checksum`` is that of the batch the record was stored in (verified when read).
-    A NamedTuple rather than a frozen dataclass: the read path builds millions of them and
-    a tuple is several times cheaper to create.
-    """
-
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes
-    headers: Headers = ()
-    checksum: int = 0
-
-    @property
-    def size(self) -> int:
-        """Bytes this record takes in a batch (its columns, key, value and headers)."""
-        return (
-            RECORD_OVERHEAD
-            + len(self.value)
-            + (len(self.key) if self.key else 0)
-            + len(encode_headers(self.headers))
-        )
+LEGACY_HINT: Final = (
+    "this is tiered_log's old batch format ('TB' columnar batches, before the Kafka v2 "
+    "record batch): rewrite the directory with `tiered-log migrate DIR`"
+)
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerRecord:
-    """A record to append: the offset is assigned by the log, the timestamp too if None."""
+class LegacyFormatError(CorruptRecordError):
+    """Bytes of tiered_log's format before Kafka v2 where a Kafka v2 batch must be: the
+    data is not damaged, but this version does not read it (see :data:`LEGACY_HINT`)."""
 
-    value: bytes
-    key: bytes | None = None
-    headers: Headers = field(default=())
-    timestamp: int | None = None
+
+def is_legacy_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> bool:
+    """Whether the bytes at ``pos`` open a batch of the old "TB" format (not magic 2,
+    and the old magic at bytes 20-21). Needs 22 bytes; fewer: False."""
+    if len(buf) - pos < 22:
+        return False
+    return buf[pos + MAGIC_AT] != MAGIC and bytes(buf[pos + 20 : pos + 22]) == LEGACY_MARK
 
 
 class BatchInfo(NamedTuple):
@@ -133,110 +146,16 @@ class BatchInfo(NamedTuple):
     position: int
     size: int
     first_timestamp: int
+    """The header's baseTimestamp."""
     max_timestamp: int
+    """The header's maxTimestamp."""
     max_timestamp_offset: int
-    """The offset of the (first) record holding ``max_timestamp``."""
+    """The offset of the first record holding ``max_timestamp`` when the records were
+    read (encoding, a client's batches coming in), else the batch's last offset."""
 
     @property
     def next_offset(self) -> int:
         return self.base_offset + self.record_count
-
-
-def batch_info(base: int, position: int, size: int, timestamps: array[int]) -> BatchInfo:
-    """The :class:`BatchInfo` of a batch whose timestamp column is ``timestamps``."""
-    mx = max(timestamps)
-    return BatchInfo(
-        base, len(timestamps), position, size, timestamps[0], mx, base + timestamps.index(mx)
-    )
-
-
-def encode_headers(headers: Iterable[tuple[str, bytes | None]]) -> bytes:
-    """Encode headers as ``u16 name_len, name, i32 value_len (-1 null), value`` each."""
-    parts: list[bytes] = []
-    try:
-        items = list(headers)
-    except TypeError as exc:
-        raise InvalidArgumentError("headers must be a sequence of (name, value) pairs") from exc
-    if len(items) > MAX_HEADERS:
-        raise InvalidArgumentError("a record may have at most 65535 headers")
-    for item in items:
-        if not isinstance(item, tuple | list) or len(item) != 2:
-            raise InvalidArgumentError(f"a header must be a (name, value) pair, not {item!r:.80}")
-        name, value = item
-        if not isinstance(name, str):
-            raise InvalidArgumentError(f"header name must be str, not {type(name).__name__}")
-        try:
-            nb = name.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidArgumentError(f"header name {name!r:.80} is not valid UTF-8 text") from exc
-        if len(nb) > 0xFFFF:
-            raise InvalidArgumentError("header name longer than 65535 bytes")
-        parts.append(_HNAME.pack(len(nb)))
-        parts.append(nb)
-        if value is None:
-            parts.append(_HVAL.pack(-1))
-        else:
-            if not isinstance(value, bytes | bytearray | memoryview):
-                raise InvalidArgumentError(
-                    f"header {name!r} value must be bytes or None, not {type(value).__name__}"
-                )
-            parts.append(_HVAL.pack(len(value)))
-            parts.append(bytes(value))
-    return b"".join(parts)
-
-
-def decode_headers(buf: bytes | memoryview, pos: int, end: int) -> Headers:
-    """Decode the header block ``buf[pos:end]``; CorruptRecordError if it is malformed."""
-    out: list[tuple[str, bytes | None]] = []
-    try:
-        while pos < end:
-            (nlen,) = _HNAME.unpack_from(buf, pos)
-            pos += 2
-            if pos + nlen > end:
-                raise CorruptRecordError("a header name overruns its record")
-            name = bytes(buf[pos : pos + nlen]).decode("utf-8")
-            pos += nlen
-            (vlen,) = _HVAL.unpack_from(buf, pos)
-            pos += 4
-            if vlen < -1 or pos + max(vlen, 0) > end:
-                raise CorruptRecordError("a header value overruns its record")
-            if vlen < 0:
-                out.append((name, None))
-            else:
-                out.append((name, bytes(buf[pos : pos + vlen])))
-                pos += vlen
-    except (struct.error, UnicodeDecodeError) as exc:
-        raise CorruptRecordError(f"malformed record headers: {exc}") from exc
-    if pos != end:
-        raise CorruptRecordError("record headers overrun their record")
-    return tuple(out)
-
-
-def read_column(mv: memoryview, pos: int, typecode: str, n: int) -> array[int]:
-    """The ``n`` little-endian integers of type ``typecode`` at ``mv[pos:]`` as an array."""
-    col = array(typecode)
-    col.frombytes(mv[pos : pos + col.itemsize * n])
-    if _BIG_ENDIAN_HOST:
-        col.byteswap()
-    return col
-
-
-def le_bytes(col: array[int]) -> bytes:
-    """An array's integers as little-endian bytes (the format's byte order)."""
-    if _BIG_ENDIAN_HOST:
-        col = array(col.typecode, col)
-        col.byteswap()
-    return col.tobytes()
-
-
-def batch_timestamps(buf: bytes | memoryview, pos: int, count: int) -> array[int]:
-    """The timestamp column (``count`` records) of the batch at ``pos``, unverified."""
-    return read_column(memoryview(buf), pos + HEADER_SIZE, "q", count)
-
-
-def first_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
-    """The timestamp of the first record of the batch at ``pos``, without verifying it."""
-    return int(_TIMESTAMP.unpack_from(buf, pos + HEADER_SIZE)[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +176,68 @@ class FetchData:
         return self.next_offset - self.first_offset
 
 
-def batch_header(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
-    """``(base_offset, size, count)`` of the batch at ``pos`` without verifying it."""
-    base, size, _cs, _m, _a, n = HEADER.unpack_from(buf, pos)
-    return base, size, n
+def batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int]:
+    """``(base_offset, size, count)`` of the batch at ``pos`` without verifying it
+    (``size`` = batchLength + 12, ``count`` = lastOffsetDelta + 1)."""
+    base, length, _epoch, _magic, _crc, _attrs, lod = _FRAMING.unpack_from(buf, pos)
+    return base, length + LOG_OVERHEAD, lod + 1
+
+
+def first_timestamp(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The baseTimestamp of the batch at ``pos``, without verifying it."""
+    return int(_I64.unpack_from(buf, pos + BASE_TIMESTAMP_AT)[0])
+
+
+def max_timestamp(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The maxTimestamp of the batch at ``pos``, without verifying it."""
+    return int(_I64.unpack_from(buf, pos + MAX_TIMESTAMP_AT)[0])
+
+
+def batch_timestamps(buf: bytes | bytearray | memoryview, pos: int, count: int) -> array[int]:
+    """The record timestamps of the (whole) batch at ``pos``, its records decoded
+    (decompressed if need be) but its CRC not checked; ``count`` is ignored (the
+    header's count is used). CorruptRecordError if the records do not parse."""
+    f = HEADER.unpack_from(buf, pos)
+    end = pos + f[1] + LOG_OVERHEAD
+    section = decompress(f[5] & COMPRESSION_MASK, buf[pos + HEADER_SIZE : end])
+    lat = f[8] if f[5] & TIMESTAMP_TYPE_BIT else None
+    recs = decode_records(section, f[12], f[0], f[7], lat)
+    return array("q", [r.timestamp for r in recs])
+
+
+__all__ = [
+    "ATTRIBUTES_AT",
+    "CHECKED_FROM",
+    "CONTROL_BIT",
+    "CRC_AT",
+    "DELETE_HORIZON_BIT",
+    "HEADER",
+    "HEADER_SIZE",
+    "KNOWN_ATTRIBUTES",
+    "LEGACY_HINT",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "MAX_BATCH_BYTES",
+    "MAX_BODY_BYTES",
+    "MAX_HEADERS",
+    "MAX_KEY_BYTES",
+    "MIN_BATCH_LENGTH",
+    "PARTITION_LEADER_EPOCH_AT",
+    "RECORD_OVERHEAD",
+    "TIMESTAMP_TYPE_BIT",
+    "TRANSACTIONAL_BIT",
+    "BatchInfo",
+    "Compression",
+    "FetchData",
+    "Headers",
+    "LegacyFormatError",
+    "ProducerRecord",
+    "Record",
+    "batch_header",
+    "batch_timestamps",
+    "decode_headers",
+    "encode_headers",
+    "first_timestamp",
+    "is_legacy_batch",
+    "max_timestamp",
+]

@@ -1,53 +1,71 @@
 """Verifying and decoding record batches: one checked walk, and what reads through it.
 
-The layout is drawn in :mod:`tiered_log.format.batch`. :func:`_parse` verifies one batch
-(its xxh3 checksum against the base offset it carries, magic, count, that its lengths add
-up) and reads its columns; every reader here goes through it, so a damaged record is
-never returned:
+The layout and which check guards which bytes are in :mod:`tiered_log.format.batch`.
+:func:`_parse` verifies one batch's framing and CRC-32C (one ``struct`` unpack and one
+``crc32c`` call, no loop over records); every reader here goes through it, so a damaged
+record is never returned:
 
 - :func:`decode_records`: records from an offset within limits (the read path);
 - :func:`decode_columns`: every record as columns without building a record or copying a
   value (the Spark source's Arrow batches);
-- :func:`receive_batches`: a client's batches checked whole before they are appended;
+- :func:`receive_batches`: a client's batches checked whole (their records parsed too)
+  before they are appended;
 - :func:`batch_table` / :func:`scan_batches`: the batches of a store that verify and
   follow in sequence (recovery's torn-tail cut point, index rebuilds, chunking a segment
   to ship, the verify and dump tools);
-- :func:`check_batches`: a fetched page's batches checked by their checksums alone, no
-  column read and no record built (what a follower, a rebuild or a columnar reader needs
-  before it passes the bytes on).
+- :func:`check_batches`: a fetched page's batches checked by framing and CRC alone, no
+  record read (what a follower, a rebuild or a columnar reader needs before it passes
+  the bytes on).
+
+Compressed batches are decompressed by the readers that read records
+(:func:`decode_records`, :func:`decode_columns`, :func:`receive_batches`); the walks over
+stored bytes do not need to. A batch of the format before Kafka v2 raises
+:class:`~tiered_log.format.batch.LegacyFormatError` wherever a batch is verified.
 
 Everything here is pure and stateless: safe from any thread.
 """
 
 from __future__ import annotations
 
-from array import array
-from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator
-from itertools import accumulate, repeat
-from typing import NamedTuple, cast
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from crc32c import crc32c
 
 from ..errors import CorruptRecordError, InvalidArgumentError, RecordTooLargeError
 from .batch import (
-    ATTRIBUTES,
     ATTRIBUTES_AT,
-    CHECKED_FROM,
+    CONTROL_BIT,
+    CRC_AT,
+    DELETE_HORIZON_BIT,
     HEADER,
     HEADER_SIZE,
     KNOWN_ATTRIBUTES,
+    LEGACY_HINT,
+    LOG_OVERHEAD,
     MAGIC,
-    RECORD_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     BatchInfo,
     Headers,
+    LegacyFormatError,
     Record,
-    batch_info,
-    decode_headers,
-    h64,
-    read_column,
+    is_legacy_batch,
 )
 from .batch_encode import EncodedBatch
+from .kafka.compression import decompress
+from .kafka.layout import COMPRESSION_MASK, MAGIC_AT, MAX_TIMESTAMP_AT
+from .kafka.records import (
+    check_section,
+    check_section_end,
+    decode_section,
+    section_columns,
+    skip_records,
+)
 
-_new = tuple.__new__
+_unpack = HEADER.unpack_from
+_MAX_TS = 1 << 62
 
 
 class _Incomplete(Exception):
@@ -55,143 +73,75 @@ class _Incomplete(Exception):
 
 
 class _Parsed(NamedTuple):
-    """A verified batch's columns (see :func:`_parse`)."""
+    """A verified batch's header (see :func:`_parse`)."""
 
     base: int
     n: int  # records
-    checksum: int
+    crc: int
+    attributes: int
+    base_timestamp: int
+    max_timestamp: int
+    pos: int
     end: int
-    timestamps: array[int]
-    klens: array[int] | None  # None: no record has a key
-    vlens: array[int]
-    hlens: array[int] | None  # None: no record has headers
-    data: int  # position of the first key (or value)
 
 
 def _parse(buf: bytes | bytearray | memoryview, pos: int, end: int) -> _Parsed:
-    """Verify the batch at ``pos`` (checksum, magic, lengths) and read its columns.
+    """Verify the framing and CRC-32C of the batch at ``pos`` (not its records).
 
-    Raises ``_Incomplete`` when it runs past ``end``; CorruptRecordError when damaged.
+    Raises ``_Incomplete`` when it runs past ``end``; CorruptRecordError when damaged
+    (LegacyFormatError for a batch of the format before Kafka v2).
     """
-    if pos + HEADER_SIZE > end:
+    if end - pos < HEADER_SIZE:
+        if end - pos > MAGIC_AT and buf[pos + MAGIC_AT] != MAGIC:
+            _bad_magic(buf, pos, end)
         raise _Incomplete
-    base, size, cs, magic, _attrs, n = HEADER.unpack_from(buf, pos)
-    if size < HEADER_SIZE + RECORD_OVERHEAD:
-        raise CorruptRecordError(f"batch at byte {pos} has an impossible size {size}")
-    bend = pos + size
+    f = _unpack(buf, pos)
+    base, length, magic, crc, attrs, lod, count = f[0], f[1], f[3], f[4], f[5], f[6], f[12]
+    if magic != MAGIC:
+        _bad_magic(buf, pos, end)
+    if length < MIN_BATCH_LENGTH:
+        raise CorruptRecordError(f"batch at byte {pos} has an impossible batchLength {length}")
+    bend = pos + LOG_OVERHEAD + length
     if bend > end:
         raise _Incomplete
-    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-    if h64(mv[pos + CHECKED_FROM : bend], base) != cs:
-        raise CorruptRecordError(f"checksum mismatch for the batch at offset {base}")
-    if magic != MAGIC or n < 1 or HEADER_SIZE + RECORD_OVERHEAD * n > size:
-        raise CorruptRecordError(f"batch at offset {base} has a bad header")
-    p = pos + HEADER_SIZE
-    ts = read_column(mv, p, "q", n)
-    kcol = read_column(mv, p + 8 * n, "i", n)
-    vl = read_column(mv, p + 12 * n, "I", n)
-    hcol = read_column(mv, p + 16 * n, "I", n)
-    p += RECORD_OVERHEAD * n
-    keys_len = 0
-    kl: array[int] | None = None
-    if kcol.count(-1) != n:
-        if min(kcol) < -1:
-            raise CorruptRecordError(f"batch at offset {base} has a bad key length")
-        keys_len = sum(k for k in kcol if k > 0)
-        kl = kcol
-    hl: array[int] | None = hcol if hcol.count(0) != n else None
-    if p + keys_len + sum(vl) + sum(hcol) != bend:
-        raise CorruptRecordError(f"batch at offset {base}: its lengths do not add up")
-    return _Parsed(base, n, cs, bend, ts, kl, vl, hl, p)
-
-
-def _fields(
-    buf: bytes | memoryview,
-    b: _Parsed,
-    lo: int,
-    hi: int,
-) -> tuple[Iterable[bytes | None], Iterator[bytes | memoryview], Iterable[Headers]]:
-    """Keys, values and headers of records ``lo .. hi-1`` (indexes within the parsed batch
-    ``b`` of ``buf``). Values are slices of ``buf`` (``bytes`` of a ``bytes`` buffer,
-    zero-copy views of a memoryview); keys are ``bytes``. Raises CorruptRecordError on a
-    malformed header block."""
-    m = hi - lo
-    p = b.data
-    keys: Iterable[bytes | None]
-    if b.klens is None:
-        keys = repeat(None, m)
-    else:
-        kpos = list(accumulate((k if k > 0 else 0 for k in b.klens), initial=p))
-        p = kpos[-1]
-        keys = [
-            bytes(buf[kpos[i] : kpos[i + 1]]) if b.klens[i] >= 0 else None for i in range(lo, hi)
-        ]
-    vpos = list(accumulate(b.vlens, initial=p))
-    cut = cast("Callable[[slice], bytes | memoryview]", buf.__getitem__)
-    values = map(cut, map(slice, vpos[lo:hi], vpos[lo + 1 : hi + 1]))
-    headers: Iterable[Headers]
-    if b.hlens is None:
-        headers = repeat((), m)
-    else:
-        hpos = list(accumulate(b.hlens, initial=vpos[-1]))
-        headers = [
-            decode_headers(buf, hpos[i], hpos[i + 1]) if b.hlens[i] else () for i in range(lo, hi)
-        ]
-    return keys, values, headers
-
-
-def _records(buf: bytes, b: _Parsed, lo: int, hi: int) -> list[Record]:
-    """Records ``lo .. hi-1`` (indexes within the batch) of a parsed batch of ``buf``."""
-    m = hi - lo
-    keys, values, headers = _fields(buf, b, lo, hi)
-    return list(
-        map(
-            _new,
-            repeat(Record, m),
-            zip(
-                range(b.base + lo, b.base + hi),
-                b.timestamps[lo:hi],
-                keys,
-                values,
-                headers,
-                repeat(b.checksum, m),
-                strict=True,
-            ),
+    if crc32c(memoryview(buf)[pos + ATTRIBUTES_AT : bend]) != crc:
+        raise CorruptRecordError(f"CRC-32C mismatch for the batch at offset {base} (byte {pos})")
+    if count < 1 or count != lod + 1:
+        raise CorruptRecordError(
+            f"batch at offset {base} has records count {count} and lastOffsetDelta {lod}"
         )
+    if attrs & COMPRESSION_MASK > 4:
+        raise CorruptRecordError(
+            f"batch at offset {base} has an unknown compression codec {attrs & COMPRESSION_MASK}"
+        )
+    return _Parsed(base, count, crc, attrs, f[7], f[8], pos, bend)
+
+
+def _bad_magic(buf: bytes | bytearray | memoryview, pos: int, end: int) -> None:
+    if is_legacy_batch(buf, pos):
+        raise LegacyFormatError(f"batch at byte {pos}: {LEGACY_HINT}")
+    raise CorruptRecordError(
+        f"batch at byte {pos} has magic {buf[pos + MAGIC_AT]}, not 2 (not a Kafka v2 record batch)"
     )
 
 
-def _check_header_blocks(buf: bytes | bytearray | memoryview, b: _Parsed) -> None:
-    """Raise CorruptRecordError if a header block of the parsed batch ``b`` is malformed
-    (the lengths :func:`_parse` checks cannot tell)."""
-    if b.hlens is None:
-        return
-    hpos = list(accumulate(b.hlens, initial=b.end - sum(b.hlens)))
-    mv = memoryview(buf)
-    for i, h in enumerate(b.hlens):
-        if h:
-            decode_headers(mv, hpos[i], hpos[i + 1])
+def _section(data: bytes, b: _Parsed) -> tuple[bytes, int, int]:
+    """The records section of the parsed batch ``b`` of ``data``: ``(bytes, start,
+    end)``, the batch's own bytes when not compressed, else the decompressed copy."""
+    codec = b.attributes & COMPRESSION_MASK
+    if not codec:
+        return data, b.pos + HEADER_SIZE, b.end
+    section = decompress(codec, memoryview(data)[b.pos + HEADER_SIZE : b.end])
+    return section, 0, len(section)
 
 
-def _record_ends(b: _Parsed) -> list[int]:
-    """Cumulative record sizes of a parsed batch (``[0, s0, s0+s1, ...]``)."""
-    if b.klens is None and b.hlens is None:
-        return list(accumulate((v + RECORD_OVERHEAD for v in b.vlens), initial=0))
-    kl = b.klens if b.klens is not None else repeat(-1, b.n)
-    hl = b.hlens if b.hlens is not None else repeat(0, b.n)
-    return list(
-        accumulate(
-            (
-                RECORD_OVERHEAD + (k if k > 0 else 0) + v + h
-                for k, v, h in zip(kl, b.vlens, hl, strict=True)
-            ),
-            initial=0,
-        )
-    )
+def _lat(b: _Parsed) -> int | None:
+    """The LogAppendTime of a parsed batch (every record's timestamp), or None."""
+    return b.max_timestamp if b.attributes & TIMESTAMP_TYPE_BIT else None
 
 
 def decode_records(
-    buf: bytes | memoryview,
+    buf: bytes | bytearray | memoryview,
     pos: int = 0,
     end: int | None = None,
     *,
@@ -207,8 +157,9 @@ def decode_records(
     (returning at least one record if ``at_least_one``), or at the first incomplete batch.
     Returns the records, the position after the last batch it took every wanted record
     of (so a caller that goes on from there with ``start_offset`` = the next offset
-    misses nothing), and the bytes (record sizes) of the returned records. Raises
-    CorruptRecordError on a damaged batch: a corrupt record is never returned.
+    misses nothing), and the bytes (record sizes) of the returned records. Compressed
+    batches are decompressed. Raises CorruptRecordError on a damaged batch: a corrupt
+    record is never returned.
     """
     end = len(buf) if end is None else end
     data = buf if isinstance(buf, bytes) else bytes(buf)
@@ -216,37 +167,47 @@ def decode_records(
     used = 0
     limit_n = max_records if max_records is not None else 1 << 62
     limit_b = max_bytes if max_bytes is not None else 1 << 62
-    unpack = HEADER.unpack_from
     while len(out) < limit_n and pos + HEADER_SIZE <= end:
-        base, size, _cs, _m, _a, n = unpack(data, pos)
-        if start_offset is not None and base + n <= start_offset and size >= HEADER_SIZE:
-            if pos + size > end:
-                break
-            pos += size
-            continue
+        if start_offset is not None:
+            f = _unpack(data, pos)
+            size = f[1] + LOG_OVERHEAD
+            if f[0] + f[6] + 1 <= start_offset and size >= HEADER_SIZE and f[3] == MAGIC:
+                if pos + size > end:
+                    break
+                pos += size
+                continue
         try:
             b = _parse(data, pos, end)
         except _Incomplete:
             break
-        lo = start_offset - base if start_offset is not None and start_offset > base else 0
-        hi = min(n, lo + limit_n - len(out))
-        if max_bytes is not None:
-            ends = _record_ends(b)
-            room = limit_b - used
-            cut = bisect_right(ends, ends[lo] + room) - 1
-            if at_least_one and not out and cut <= lo:
-                cut = lo + 1
-            hi = min(hi, cut)
-            taken = ends[hi] - ends[lo]
-        else:
-            taken = 0
-        if hi > lo:
-            out.extend(_records(data, b, lo, hi))
-            used += taken
-        if hi < n:
+        section, spos, send = _section(data, b)
+        lo = start_offset - b.base if start_offset is not None and start_offset > b.base else 0
+        if lo >= b.n:  # the batch ends before start_offset (only a damaged header gets here)
+            pos = b.end
+            continue
+        p = skip_records(section, spos, send, lo) if lo else spos
+        got = decode_section(
+            section,
+            p,
+            send,
+            b.n,
+            b.base,
+            b.base_timestamp,
+            _lat(b),
+            b.crc,
+            limit=min(b.n - lo, limit_n - len(out)),
+            max_bytes=limit_b - used,
+            first_free=at_least_one and not out,
+        )
+        took = lo + len(got.records)
+        if not lo and took == b.n:
+            check_section_end(got.pos, send, b.n)
+        out.extend(got.records)
+        used += got.used
+        if took < b.n:
             break
         pos = b.end
-        if max_bytes is not None and used >= limit_b:
+        if used >= limit_b:
             break
     return out, pos, used
 
@@ -254,43 +215,55 @@ def decode_records(
 class FrameColumns(NamedTuple):
     """The verified records of a buffer as columns (what :func:`decode_columns` returns).
 
-    ``values[i]`` is a zero-copy ``memoryview`` into the decoded buffer; ``values`` join
-    with ``b"".join``. ``end`` is the position after the last complete batch.
+    ``values[i]`` is None for a null value, else a zero-copy ``memoryview`` into the
+    decoded buffer (or into a compressed batch's decompressed records); non-null values
+    join with ``b"".join``. ``end`` is the position after the last complete batch.
     """
 
     offsets: list[int]
     timestamps: list[int]
     keys: list[bytes | None]
-    values: list[bytes | memoryview]
+    values: list[bytes | memoryview | None]
     headers: list[Headers]
     end: int
 
 
-def decode_columns(buf: bytes | memoryview) -> FrameColumns:
-    """Every record of the complete batches of ``buf``, checksums verified, as columns,
+def decode_columns(buf: bytes | bytearray | memoryview) -> FrameColumns:
+    """Every record of the complete batches of ``buf``, CRCs verified, as columns,
     without building a :class:`Record` or copying a value: for consumers that build
     columnar batches (the Spark source's Arrow batches). Stops at the first incomplete
     batch (see ``end``); raises CorruptRecordError on a damaged one.
     """
     mv = memoryview(buf)
-    end = len(mv)
+    data = buf if isinstance(buf, bytes) else bytes(mv)
+    end = len(data)
     offsets: list[int] = []
     timestamps: list[int] = []
     keys: list[bytes | None] = []
-    values: list[bytes | memoryview] = []
+    values: list[bytes | memoryview | None] = []
     headers: list[Headers] = []
     pos = 0
     while True:
         try:
-            b = _parse(mv, pos, end)
+            b = _parse(data, pos, end)
         except _Incomplete:
             break
-        keys_i, values_i, headers_i = _fields(mv, b, 0, b.n)
-        offsets.extend(range(b.base, b.base + b.n))
-        timestamps.extend(b.timestamps)
-        keys.extend(keys_i)
-        values.extend(values_i)
-        headers.extend(headers_i)
+        section, spos, send = _section(data, b)
+        section_columns(
+            section,
+            spos,
+            send,
+            b.n,
+            b.base,
+            b.base_timestamp,
+            _lat(b),
+            mv if section is data else memoryview(section),
+            offsets,
+            timestamps,
+            keys,
+            values,
+            headers,
+        )
         pos = b.end
     return FrameColumns(offsets, timestamps, keys, values, headers, pos)
 
@@ -302,29 +275,36 @@ def receive_batches(
     max_records: int | None = None,
     in_place: bool = False,
 ) -> EncodedBatch:
-    """A client's batches (the binary produce request), checked whole, ready to append.
+    """A client's batches (the binary produce request, a Kafka Produce, a follower's
+    copy of its leader's batches), checked whole, ready to append.
 
-    Every batch is verified before anything is returned: its checksum (against the base
-    offset it carries), its lengths, its values (not empty, at most ``append_threshold``
-    bytes), its timestamps (below 2**62; a negative one means "the appending log's clock"),
-    its headers and its attributes (no bit outside :data:`KNOWN_ATTRIBUTES`, none
-    today). The batches' offsets are not checked against each other: the log
-    assigns new ones (:meth:`EncodedBatch.rebased`). ``buf`` is copied once, unless
-    ``in_place`` and it is a ``bytearray``: then it becomes the returned batch's ``data``
-    as it is (the service's produce body, read into a buffer of its own; the caller hands
-    it over and must not touch it again, as the rebase rewrites it in place).
+    Every batch is verified before anything is returned: magic 2, framing, CRC-32C, its
+    records (decompressed if the batch is compressed) parsed with offset deltas 0, 1,
+    ..., values at most ``append_threshold`` bytes, timestamps below 2**62, and its
+    attributes: a codec and the timestamp type only (no transactional, control or
+    delete-horizon batch). Batches are kept as sent (compressed ones stay compressed;
+    producer id, epoch and base sequence kept), except that a CreateTime batch whose
+    maxTimestamp is not its records' largest timestamp gets the right one written (the
+    CRC recomputed), as Kafka's broker does. The batches' offsets are not checked
+    against each other: the log assigns new ones (:meth:`EncodedBatch.rebased`).
+    ``buf`` is copied once, unless ``in_place`` and it is a ``bytearray``: then it
+    becomes the returned batch's ``data`` as it is (the service's produce body, read
+    into a buffer of its own; the caller hands it over and must not touch it again, as
+    the rebase rewrites it in place).
 
     Raises CorruptRecordError naming the first bad batch (index, byte position, offset),
-    also when ``buf`` ends inside a batch or a batch has unknown attribute bits;
-    RecordTooLargeError for a value over ``append_threshold``; InvalidArgumentError for
-    an empty ``buf``, more than ``max_records`` records, an empty value or a timestamp
-    past the 2**62 ms range.
+    also when ``buf`` ends inside a batch or a batch has unknown attribute bits
+    (LegacyFormatError for the format before Kafka v2); RecordTooLargeError for a value
+    over ``append_threshold``; InvalidArgumentError for an empty ``buf``, more than
+    ``max_records`` records, a timestamp past the 2**62 ms range, or a transactional or
+    control batch.
     """
     data = buf if in_place and isinstance(buf, bytearray) else bytearray(buf)
     end = len(data)
     if end == 0:
         raise InvalidArgumentError("the body holds no record batches")
     limit = max_records if max_records is not None else 1 << 62
+    frozen = bytes(data)  # the walk reads bytes (fast item access); edits go to data
     infos: list[BatchInfo] = []
     total = 0
     pos = 0
@@ -332,63 +312,93 @@ def receive_batches(
     while pos < end:
         where = f"batch {i} (at byte {pos}"
         try:
-            b = _parse(data, pos, end)
+            b = _parse(frozen, pos, end)
         except _Incomplete:
             raise CorruptRecordError(f"{where}): the body ends inside it") from None
+        except LegacyFormatError as exc:
+            raise LegacyFormatError(f"{where}): {exc}") from None
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"{where}): {exc}") from None
         where += f", offset {b.base})"
-        (attributes,) = ATTRIBUTES.unpack_from(data, pos + ATTRIBUTES_AT)
-        if attributes & ~KNOWN_ATTRIBUTES:
+        attrs = b.attributes
+        if attrs & (TRANSACTIONAL_BIT | CONTROL_BIT):
+            raise InvalidArgumentError(
+                f"{where}: a transactional or control batch (attributes 0x{attrs:04x}): "
+                "transactions are not supported"
+            )
+        if attrs & ~KNOWN_ATTRIBUTES:
             raise CorruptRecordError(
-                f"{where}: attributes 0x{attributes:04x} has bits the format does not define "
-                "(attributes must be 0)"
+                f"{where}: attributes 0x{attrs:04x} has bits this log does not take "
+                f"(delete horizon 0x{DELETE_HORIZON_BIT:02x} or undefined ones)"
             )
         total += b.n
         if total > limit:
             raise InvalidArgumentError(f"more than {limit} records in one request")
-        if min(b.vlens) == 0:
-            raise InvalidArgumentError(f"{where}: a record value must not be empty")
-        if max(b.vlens) > append_threshold:
-            raise RecordTooLargeError(
-                f"{where}: a value of {max(b.vlens)} bytes exceeds the append threshold of "
-                f"{append_threshold} bytes"
-            )
-        if max(b.timestamps) >= 1 << 62:
-            raise InvalidArgumentError(f"{where}: timestamp {max(b.timestamps)} is out of range")
         try:
-            _check_header_blocks(data, b)
+            section, spos, send = _section(frozen, b)
+            facts = check_section(section, spos, send, b.n)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"{where}: {exc}") from None
-        infos.append(batch_info(b.base, pos, b.end - pos, b.timestamps))
+        if facts.max_value > append_threshold:
+            raise RecordTooLargeError(
+                f"{where}: a value of {facts.max_value} bytes exceeds the append threshold "
+                f"of {append_threshold} bytes"
+            )
+        top = b.base_timestamp + facts.max_timestamp_delta
+        mx = b.max_timestamp
+        if top >= _MAX_TS or mx >= _MAX_TS:
+            raise InvalidArgumentError(f"{where}: timestamp {max(top, mx)} is out of range")
+        if attrs & TIMESTAMP_TYPE_BIT:
+            mx_off = b.base
+        else:
+            mx_off = b.base + facts.max_timestamp_index
+            if mx != top:  # as Kafka's broker: the header says what the records hold
+                mx = top
+                data[pos + MAX_TIMESTAMP_AT : pos + MAX_TIMESTAMP_AT + 8] = top.to_bytes(
+                    8, "big", signed=True
+                )
+                data[pos + CRC_AT : pos + CRC_AT + 4] = crc32c(
+                    memoryview(data)[pos + ATTRIBUTES_AT : b.end]
+                ).to_bytes(4, "big")
+        infos.append(BatchInfo(b.base, b.n, pos, b.end - pos, b.base_timestamp, mx, mx_off))
         pos = b.end
         i += 1
     return EncodedBatch(infos[0].base_offset, data, infos, total)
 
 
-def batch_table(buf: bytes | memoryview, expect_offset: int) -> tuple[list[BatchInfo], int]:
-    """Verify the batches of ``buf`` from byte 0, which must hold offsets
-    ``expect_offset``, +1, ...: ``(batches, end)``, ``end`` being the position after the
-    last verified one. Stops (without raising) at the first batch that is incomplete,
-    damaged or breaks the offset sequence: for recovery (the torn-tail cut point), index
-    rebuilds, cutting a segment into chunks to ship, and the verify/dump tools."""
-    mv = memoryview(buf)
-    end = len(mv)
+def batch_table(
+    buf: bytes | bytearray | memoryview, expect_offset: int
+) -> tuple[list[BatchInfo], int]:
+    """Verify the batches of ``buf`` from byte 0 (framing and CRC-32C, no record read),
+    which must hold offsets ``expect_offset``, +1, ...: ``(batches, end)``, ``end``
+    being the position after the last verified one. Stops (without raising) at the
+    first batch that is incomplete, damaged or breaks the offset sequence: for recovery
+    (the torn-tail cut point), index rebuilds, cutting a segment into chunks to ship,
+    and the verify/dump tools. ``max_timestamp_offset`` is each batch's last offset (its
+    records are not read). A first batch of the format before Kafka v2 raises
+    LegacyFormatError (the data is not damaged, and cutting it would lose it)."""
+    end = len(buf)
     out: list[BatchInfo] = []
     pos = 0
     expect = expect_offset
     while True:
         try:
-            b = _parse(mv, pos, end)
-        except (_Incomplete, CorruptRecordError):
+            b = _parse(buf, pos, end)
+        except _Incomplete:
+            break
+        except LegacyFormatError:
+            if pos == 0:
+                raise
+            break
+        except CorruptRecordError:
             break
         if b.base != expect:
             break
-        try:  # header blocks must decode too
-            _check_header_blocks(mv, b)
-        except CorruptRecordError:
-            break
-        out.append(batch_info(b.base, pos, b.end - pos, b.timestamps))
+        out.append(
+            BatchInfo(
+                b.base, b.n, pos, b.end - pos, b.base_timestamp, b.max_timestamp, b.base + b.n - 1
+            )
+        )
         expect += b.n
         pos = b.end
     return out, pos
@@ -397,47 +407,49 @@ def batch_table(buf: bytes | memoryview, expect_offset: int) -> tuple[list[Batch
 def check_batches(buf: bytes | bytearray | memoryview, first_offset: int) -> tuple[int, int]:
     """Check a binary fetch's page without decoding it: ``(batches, next_offset)``.
 
-    Per batch one xxh3 pass over its bytes as stored (against the base offset it
-    carries) and a look at its header (magic, count, a size that holds the columns);
-    the batches must follow one another in offset order, the first holding
+    Per batch its framing (magic 2, batchLength within the page, records count =
+    lastOffsetDelta + 1 >= 1) and one ``crc32c`` call over its bytes as stored; the
+    batches must follow one another in offset order, the first holding
     ``first_offset`` (a page's first batch may begin below it), and the page must end
-    where its last batch does. No column is read and no record built, so the cost is
-    the checksum pass alone. An empty ``buf`` is ``(0, first_offset)``.
-    CorruptRecordError names the first batch that fails.
+    where its last batch does. No record is read (compressed batches are not
+    decompressed), so the cost is the CRC pass alone. An empty ``buf`` is ``(0,
+    first_offset)``. CorruptRecordError names the first batch that fails
+    (LegacyFormatError for the format before Kafka v2).
     """
-    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-    end = len(mv)
-    unpack = HEADER.unpack_from
+    end = len(buf)
     pos = 0
     n = 0
     nxt = first_offset
     while pos < end:
-        if pos + HEADER_SIZE > end:
-            raise CorruptRecordError(f"the page ends inside the header of batch {n} (byte {pos})")
-        base, size, cs, magic, _attrs, count = unpack(mv, pos)
-        bend = pos + size
-        if (
-            magic != MAGIC
-            or count < 1
-            or size < HEADER_SIZE + RECORD_OVERHEAD * count
-            or bend > end
-        ):
+        try:
+            b = _parse(buf, pos, end)
+        except _Incomplete:
             raise CorruptRecordError(
-                f"batch {n} (byte {pos}, offset {base}) has a bad header or runs past the page"
-            )
-        if h64(mv[pos + CHECKED_FROM : bend], base) != cs:
-            raise CorruptRecordError(f"checksum mismatch for the batch at offset {base}")
+                f"batch {n} (byte {pos}) runs past the end of the page ({end} bytes)"
+            ) from None
+        base, count = b.base, b.n
         if (base != nxt) if n else not base <= first_offset < base + count:
             raise CorruptRecordError(
                 f"batch {n} holds offsets [{base}, {base + count}), "
                 f"expected one {'at' if n else 'holding'} {nxt}"
             )
         nxt = base + count
-        pos = bend
+        pos = b.end
         n += 1
     return n, nxt
 
 
-def scan_batches(buf: bytes | memoryview, expect_offset: int) -> Iterator[BatchInfo]:
+def scan_batches(buf: bytes | bytearray | memoryview, expect_offset: int) -> Iterator[BatchInfo]:
     """The verified batches of ``buf`` (see :func:`batch_table`), one at a time."""
     yield from batch_table(buf, expect_offset)[0]
+
+
+__all__ = [
+    "FrameColumns",
+    "batch_table",
+    "check_batches",
+    "decode_columns",
+    "decode_records",
+    "receive_batches",
+    "scan_batches",
+]

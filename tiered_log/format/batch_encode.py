@@ -1,12 +1,14 @@
-"""Encoding record batches: a producer's records (or a cut batch's) as verified-ready bytes.
+"""Encoding record batches: a producer's records (or a cut batch's) as Kafka v2 batches.
 
 The layout is drawn in :mod:`tiered_log.format.batch`. :func:`encode_batch` validates
-every record first and builds the columns with a few C-level calls (bare values need no
-Python loop over records), cutting the input into batches of at most
-:data:`~tiered_log.format.batch.MAX_BATCH_BYTES`; :class:`EncodedBatch` is what a log
-appends (also built by :func:`~tiered_log.format.batch_decode.receive_batches` from a
-client's bytes), and :func:`rebatch` writes decoded records as batches again (the kept
-head of a batch a truncation cuts).
+every record and cuts its input into batches of at most
+:data:`~tiered_log.format.batch.MAX_BATCH_BYTES`; bare values (the log's own append
+path) are framed with a few C-level passes (``map`` over cached varints, one
+``bytes.join``) instead of a Python loop over records, and each batch's CRC is one
+``crc32c`` call. :class:`EncodedBatch` is what a log appends (also built by
+:func:`~tiered_log.format.batch_decode.receive_batches` from a client's bytes), moved to
+the log's next offset by :meth:`EncodedBatch.rebased`; :func:`rebatch` writes decoded
+records as batches again (the kept head of a batch a truncation cuts).
 
 Everything here is pure and stateless: safe from any thread (an :class:`EncodedBatch` is
 not safe to mutate from two).
@@ -15,48 +17,66 @@ not safe to mutate from two).
 from __future__ import annotations
 
 import struct
-from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import cast
+from operator import add
+from typing import Final, cast
 
-from xxhash import xxh3_64
+from crc32c import crc32c
 
 from ..errors import InvalidArgumentError, RecordTooLargeError
 from .batch import (
-    CHECKED_FROM,
-    CHECKSUM_AT,
+    CRC_AT,
+    HEADER,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     MAGIC,
     MAX_BATCH_BYTES,
     MAX_BODY_BYTES,
-    RECORD_OVERHEAD,
-    U64,
     BatchInfo,
     ProducerRecord,
     Record,
-    batch_info,
-    encode_headers,
-    h64,
-    le_bytes,
-    read_column,
 )
+from .kafka.compression import compress
+from .kafka.layout import (
+    ATTRIBUTES_AT,
+    BASE_TIMESTAMP_AT,
+    COMPRESSION_MASK,
+    MAX_TIMESTAMP_AT,
+    PARTITION_LEADER_EPOCH_AT,
+    TIMESTAMP_TYPE_BIT,
+    Compression,
+)
+from .kafka.records import VARINT, encode_headers
 
-_PREFIX = struct.Struct("<QIQ")
-"""The unchecked head of a batch's header: base offset, size, checksum (bytes 0-19)."""
-_CHECKED_HEAD = struct.Struct("<HHI")
-"""The rest of the header, under the checksum: magic, attributes, count (bytes 20-27)."""
+_HEAD = struct.Struct(">qiibI")
+"""baseOffset, batchLength, partitionLeaderEpoch, magic, crc: bytes 0-20 (outside the
+CRC but the CRC itself)."""
+_TAIL = struct.Struct(">hiqqqhii")
+"""attributes .. records count: bytes 21-60, the header's part under the CRC."""
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_TIMES = struct.Struct(">qq")
+"""baseTimestamp, maxTimestamp (bytes 27-42)."""
+
+NO_TIMESTAMP: Final = -1
+"""A batch whose baseTimestamp and maxTimestamp are both this takes the appending log's
+clock (:meth:`EncodedBatch.rebased`)."""
 
 
 def validate_value(value: object, append_threshold: int) -> None:
-    """Raise the library's error for a value no log accepts (type, empty, too large)."""
+    """Raise the library's error for a value no log accepts: not bytes or None, or
+    longer than ``append_threshold`` bytes. None (null) and ``b""`` are valid values."""
+    if value is None:
+        return
     if not isinstance(value, bytes | bytearray | memoryview):
-        raise InvalidArgumentError(f"record value must be bytes, not {type(value).__name__}")
+        raise InvalidArgumentError(
+            f"record value must be bytes or None, not {type(value).__name__}"
+        )
     n = len(value)
-    if n == 0:
-        raise InvalidArgumentError("record value must not be empty")
     if n > append_threshold:
         raise RecordTooLargeError(
             f"record value of {n} bytes exceeds the append threshold of {append_threshold} bytes"
@@ -65,10 +85,11 @@ def validate_value(value: object, append_threshold: int) -> None:
 
 @dataclass(slots=True)
 class EncodedBatch:
-    """Batches of consecutive records ready to write, plus what the indexes need.
+    """Kafka v2 batches of consecutive records ready to write, plus what the indexes need.
 
     ``batches`` describe the batches of ``data`` (positions relative to its start).
-    Built by :func:`encode_batch`, or by :func:`~tiered_log.format.batch_decode.receive_batches` from a client's bytes and
+    Built by :func:`encode_batch`, or by
+    :func:`~tiered_log.format.batch_decode.receive_batches` from a client's bytes and
     then moved to the log's next offset with :meth:`rebased`. Not thread-safe to mutate.
     """
 
@@ -83,41 +104,125 @@ class EncodedBatch:
 
     @property
     def payload_bytes(self) -> int:
-        """Bytes of keys, values and header blocks (the batches minus their framing)."""
-        return len(self.data) - HEADER_SIZE * len(self.batches) - RECORD_OVERHEAD * self.count
+        """Bytes of the batches' records sections (records with their framing, as stored:
+        compressed if they are): the batches less their headers."""
+        return len(self.data) - HEADER_SIZE * len(self.batches)
 
-    def rebased(self, base_offset: int, now_ms: int) -> EncodedBatch:
-        """These batches moved to ``base_offset`` (the batches need not have been
-        consecutive), timestamps below 0 set to ``now_ms``: offsets and checksums rewritten
-        in place (the bytes must be verified already, as :func:`~tiered_log.format.batch_decode.receive_batches` does).
-        A ``bytearray`` ``data`` is rewritten in place (no copy of a large body): do not
-        use this batch afterwards, only the one returned.
+    def rebased(
+        self,
+        base_offset: int,
+        now_ms: int,
+        *,
+        leader_epoch: int | None = None,
+        log_append_time: bool = False,
+    ) -> EncodedBatch:
+        """These batches moved to offsets from ``base_offset`` (the batches need not have
+        been consecutive), in place: baseOffset written, and partitionLeaderEpoch when
+        ``leader_epoch`` is given (neither under the CRC). A batch whose baseTimestamp
+        and maxTimestamp are both -1 (:data:`NO_TIMESTAMP`: "the appending log's
+        clock", as :func:`encode_batch` writes them for ``now_ms=-1``) gets ``now_ms``
+        in both; with ``log_append_time`` (a LogAppendTime topic) every batch gets
+        attributes bit 3 and maxTimestamp ``now_ms``. The CRC is recomputed only for a
+        batch whose covered bytes changed. The bytes must be verified already (as
+        :func:`~tiered_log.format.batch_decode.receive_batches` does). A ``bytearray``
+        ``data`` is rewritten in place (no copy of a large body): do not use this batch
+        afterwards, only the one returned.
         """
         data = self.data if isinstance(self.data, bytearray) else bytearray(self.data)
-        mv = memoryview(data)
+        epoch = None if leader_epoch is None else _I32.pack(leader_epoch)
         out: list[BatchInfo] = []
         off = base_offset
-        for b in self.batches:
-            p, n = b.position, b.record_count
-            U64.pack_into(data, p, off)
-            ts = read_column(mv, p + HEADER_SIZE, "q", n)
-            if min(ts) < 0:
-                if max(ts) < 0:  # every record takes the log's clock (what the clients send)
-                    ts = array("q", [now_ms]) * n
-                else:
-                    ts = array("q", [now_ms if t < 0 else t for t in ts])
-                mv[p + HEADER_SIZE : p + HEADER_SIZE + 8 * n] = le_bytes(ts)
-            U64.pack_into(data, p + CHECKSUM_AT, h64(mv[p + CHECKED_FROM : p + b.size], off))
-            out.append(batch_info(off, p, b.size, ts))
-            off += n
-        mv.release()
+        mv = memoryview(data)
+        try:
+            for b in self.batches:
+                p, n = b.position, b.record_count
+                data[p : p + 8] = _I64.pack(off)
+                if epoch is not None:
+                    data[p + PARTITION_LEADER_EPOCH_AT : p + PARTITION_LEADER_EPOCH_AT + 4] = epoch
+                first, mx, mx_off = (
+                    b.first_timestamp,
+                    b.max_timestamp,
+                    off + (b.max_timestamp_offset - b.base_offset),
+                )
+                changed = False
+                if first == NO_TIMESTAMP and mx == NO_TIMESTAMP:
+                    first = mx = now_ms
+                    mx_off = off
+                    _TIMES.pack_into(data, p + BASE_TIMESTAMP_AT, now_ms, now_ms)
+                    changed = True
+                if log_append_time:
+                    a = p + ATTRIBUTES_AT
+                    data[a + 1] |= TIMESTAMP_TYPE_BIT
+                    if mx != now_ms:
+                        _I64.pack_into(data, p + MAX_TIMESTAMP_AT, now_ms)
+                        mx = now_ms
+                    mx_off = off
+                    changed = True
+                if changed:
+                    _U32.pack_into(data, p + CRC_AT, crc32c(mv[p + ATTRIBUTES_AT : p + b.size]))
+                out.append(BatchInfo(off, n, p, b.size, first, mx, mx_off))
+                off += n
+        finally:
+            mv.release()
         return EncodedBatch(base_offset, data, out, self.count)
 
 
-def _batch_counts(record_sizes: Iterable[int], limit: int) -> list[int]:
-    """Record counts of consecutive batches of records of these sizes, each batch at most
-    ``limit`` bytes (or one record)."""
-    ends = list(accumulate(record_sizes))
+# ---- framing records -------------------------------------------------------------------------
+
+_MIDS: list[bytes] = []
+"""``_MIDS[d]``: attributes 0, timestampDelta 0, offsetDelta ``d``, key null: the bytes
+between a bare value's record length and its value length."""
+_MID_LENS: list[int] = []
+_MIDS_CACHED: Final = 1 << 16
+
+
+def _mids(m: int) -> tuple[list[bytes], list[int]]:
+    """The first ``m`` of :data:`_MIDS` and their lengths (extending the cache)."""
+    if len(_MIDS) < m:
+        have = len(_MIDS)
+        new = [b"\x00\x00" + VARINT[d] + b"\x01" for d in range(have, min(m, _MIDS_CACHED))]
+        _MIDS.extend(new)  # list.extend is atomic: two threads extend with equal items
+        _MID_LENS.extend(map(len, new))
+        if m > _MIDS_CACHED:
+            extra = [b"\x00\x00" + VARINT[d] + b"\x01" for d in range(_MIDS_CACHED, m)]
+            return _MIDS[:_MIDS_CACHED] + extra, _MID_LENS[:_MIDS_CACHED] + list(map(len, extra))
+    return _MIDS[:m], _MID_LENS[:m]
+
+
+class _ValueFraming(dict[int, int]):
+    """``cache[n]``: bytes of a value of ``n`` bytes with its varint length, plus the
+    header count byte after it (a C-level lookup once seen; small ``n`` only kept)."""
+
+    def __missing__(self, n: int) -> int:
+        v = len(VARINT[n]) + n + 1
+        if n < 1 << 16:
+            self[n] = v
+        return v
+
+
+_VALUE_FRAMING = _ValueFraming()
+
+
+def _bare_section(values: Sequence[bytes], lens: Sequence[int]) -> tuple[bytes, list[int]]:
+    """The records section of bare values at offset deltas 0, 1, ... (timestamp delta 0,
+    null key, no headers) and each record's size, with C-level passes only."""
+    m = len(values)
+    mids, mid_lens = _mids(m)
+    vlv = list(map(VARINT.__getitem__, lens))
+    body = list(map(add, mid_lens, map(_VALUE_FRAMING.__getitem__, lens)))
+    lv = list(map(VARINT.__getitem__, body))
+    parts: list[bytes] = [b"\x00"] * (5 * m)
+    parts[0::5] = lv
+    parts[1::5] = mids
+    parts[2::5] = vlv
+    parts[3::5] = values
+    return b"".join(parts), list(map(add, map(len, lv), body))
+
+
+def _cut(sizes: list[int], limit: int) -> list[int]:
+    """Record counts of consecutive batches of records of these sizes, each batch at
+    most ``limit`` bytes with its header (or one record)."""
+    ends = list(accumulate(sizes))
     counts: list[int] = []
     i, n, used = 0, len(ends), 0
     while i < n:
@@ -128,35 +233,92 @@ def _batch_counts(record_sizes: Iterable[int], limit: int) -> list[int]:
     return counts
 
 
-def _assemble(
-    parts: list[bytes | bytearray | memoryview],
-    off: int,
-    timestamps: array[int],
-    klens: array[int],
-    vlens: array[int],
-    hlens: array[int],
-    payload: Sequence[bytes | memoryview],
-    at: int,
-) -> BatchInfo:
-    """Append one whole batch's pieces to ``parts``, its header and checksum included:
-    the checksum is computed over the pieces as they are (a streaming xxh3, the same
-    value as over the joined bytes), so the batches are joined once, into ``bytes``,
-    and never patched. Returns the batch's info with ``position`` = ``at``."""
-    body = [
-        _CHECKED_HEAD.pack(MAGIC, 0, len(timestamps)),
-        le_bytes(timestamps),
-        le_bytes(klens),
-        le_bytes(vlens),
-        le_bytes(hlens),
-        *payload,
-    ]
-    size = CHECKED_FROM + sum(map(len, body))
-    h = xxh3_64(seed=off)
-    for piece in body:
-        h.update(piece)
-    parts.append(_PREFIX.pack(off, size, h.intdigest()))
-    parts.extend(body)
-    return batch_info(off, at, size, timestamps)
+class _Builder:
+    """Collects finished batches: their bytes and :class:`BatchInfo` (one per batch)."""
+
+    __slots__ = (
+        "at",
+        "attributes",
+        "base_offset",
+        "codec",
+        "epoch",
+        "infos",
+        "level",
+        "log_append_time",
+        "now_ms",
+        "parts",
+        "producer_epoch",
+        "producer_id",
+        "sequence",
+    )
+
+    def __init__(
+        self,
+        base_offset: int,
+        now_ms: int,
+        codec: Compression,
+        level: int | None,
+        epoch: int,
+        log_append_time: bool,
+        producer_id: int,
+        producer_epoch: int,
+        sequence: int,
+    ) -> None:
+        self.base_offset = base_offset
+        self.now_ms = now_ms
+        self.codec = codec
+        self.level = level
+        self.epoch = epoch
+        self.log_append_time = log_append_time
+        self.attributes = int(codec) | (TIMESTAMP_TYPE_BIT if log_append_time else 0)
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.sequence = sequence
+        self.parts: list[bytes] = []
+        self.infos: list[BatchInfo] = []
+        self.at = 0
+
+    def add(
+        self, first: int, count: int, section: bytes, base_ts: int, max_ts: int, max_i: int
+    ) -> None:
+        """One batch of ``count`` records from record index ``first`` (of the input),
+        its records section uncompressed."""
+        body = (
+            section if self.codec == Compression.NONE else compress(self.codec, section, self.level)
+        )
+        off = self.base_offset + first
+        if self.log_append_time:
+            max_ts, max_i = self.now_ms, 0
+        seq = self.sequence
+        if seq >= 0:
+            seq = (seq + first) & 0x7FFFFFFF
+        try:
+            tail = _TAIL.pack(
+                self.attributes,
+                count - 1,
+                base_ts,
+                max_ts,
+                self.producer_id,
+                self.producer_epoch,
+                seq,
+                count,
+            )
+            head = _HEAD.pack(
+                off,
+                HEADER_SIZE - LOG_OVERHEAD + len(body),
+                self.epoch,
+                MAGIC,
+                crc32c(body, crc32c(tail)),
+            )
+        except struct.error as exc:
+            raise InvalidArgumentError(f"a batch header field is out of range: {exc}") from None
+        size = HEADER_SIZE + len(body)
+        self.parts += (head, tail, body)
+        self.infos.append(BatchInfo(off, count, self.at, size, base_ts, max_ts, off + max_i))
+        self.at += size
+
+    def result(self, count: int) -> EncodedBatch:
+        return EncodedBatch(self.base_offset, b"".join(self.parts), self.infos, count)
 
 
 def encode_batch(
@@ -166,133 +328,175 @@ def encode_batch(
     append_threshold: int,
     *,
     max_batch_bytes: int = MAX_BATCH_BYTES,
+    compression: Compression | str | int | None = Compression.NONE,
+    compression_level: int | None = None,
+    leader_epoch: int = -1,
+    log_append_time: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
 ) -> EncodedBatch:
-    """Encode ``records`` as batches with offsets ``base_offset, base_offset+1, ...``.
+    """Encode ``records`` as Kafka v2 batches with offsets ``base_offset``, +1, ...
 
     A bare ``bytes`` item is a value with no key, no headers and timestamp ``now_ms``, as
     is a record whose ``timestamp`` is None. ``now_ms`` is not validated: a client may
-    pass ``-1`` ("the appending log's clock", see :meth:`EncodedBatch.rebased`).
-    Validates every record first; raises before producing anything on bad input.
+    pass ``-1`` ("the appending log's clock"): a batch of records without timestamps is
+    then written with baseTimestamp = maxTimestamp = -1 and deltas 0, which
+    :meth:`EncodedBatch.rebased` fills in (records with and without a timestamp are put
+    in separate batches for that). A new batch starts before one would pass
+    ``max_batch_bytes`` (uncompressed). Each batch is compressed with ``compression``
+    (a :class:`~tiered_log.format.kafka.Compression`, its name or number, None for none)
+    in Kafka's framing; ``log_append_time`` marks every batch LogAppendTime with
+    maxTimestamp ``now_ms``; partitionLeaderEpoch is ``leader_epoch``; producer id,
+    epoch and base sequence (counted on from batch to batch) are as given, -1 by
+    default, as a producer that is not idempotent writes them.
+    Validates every record first; raises before producing anything on bad input
+    (InvalidArgumentError, RecordTooLargeError for a value over ``append_threshold``).
     """
+    try:
+        codec = Compression.parse(compression)
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
     n = len(records)
+    out = _Builder(
+        base_offset,
+        now_ms,
+        codec,
+        compression_level,
+        leader_epoch,
+        log_append_time,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+    )
     if n and all(type(r) is bytes for r in records):
         values = cast("Sequence[bytes]", records)
         lens = list(map(len, values))
-        if min(lens) > 0 and max(lens) <= min(append_threshold, MAX_BODY_BYTES):
-            # Bare values: every column is built in C.
-            return _encode_columns(
-                base_offset,
-                array("q", [now_ms]) * n,
-                array("i", [-1]) * n,
-                array("I", lens),
-                array("I", bytes(4 * n)),
-                None,
-                values,
-                None,
-                max_batch_bytes,
-            )
-    ts_col, keys, values, hdrs = _producer_columns(records, now_ms, append_threshold)
-    return _encode_columns(
-        base_offset,
-        ts_col,
-        array("i", [-1 if k is None else len(k) for k in keys]),
-        array("I", map(len, values)),
-        array("I", map(len, hdrs)),
-        keys,
-        values,
-        hdrs,
-        max_batch_bytes,
-    )
+        if max(lens) > min(append_threshold, MAX_BODY_BYTES):
+            for v in values:
+                validate_value(v, min(append_threshold, MAX_BODY_BYTES))
+        section, sizes = _bare_section(values, lens)
+        if HEADER_SIZE + len(section) <= max_batch_bytes or n == 1:
+            out.add(0, n, section, now_ms, now_ms, 0)
+        else:  # sizes with deltas from 0 bound those of later batches: cut, then frame
+            i = 0
+            for cnt in _cut(sizes, max_batch_bytes):
+                part, _ = _bare_section(values[i : i + cnt], lens[i : i + cnt])
+                out.add(i, cnt, part, now_ms, now_ms, 0)
+                i += cnt
+        return out.result(n)
+    if not n:
+        return out.result(0)
+    _encode_records(out, records, now_ms, min(append_threshold, MAX_BODY_BYTES), max_batch_bytes)
+    return out.result(n)
 
 
-def _producer_columns(
+def _encode_records(
+    out: _Builder,
     records: Sequence[ProducerRecord | bytes],
     now_ms: int,
-    append_threshold: int,
-) -> tuple[array[int], list[bytes | None], list[bytes], list[bytes]]:
-    """Validate records and split them into timestamps, keys, values and header blocks."""
-    ts_col = array("q")
-    keys: list[bytes | None] = []
-    values: list[bytes] = []
-    hdrs: list[bytes] = []
+    threshold: int,
+    limit: int,
+) -> None:
+    """Validate and frame ``records`` one by one, cutting batches as they fill."""
+    tails: list[bytes] = []
+    stamps: list[int] = []
+    clock = now_ms < 0
+    free: list[bool] = []  # per record: takes the log's clock (no timestamp, now_ms < 0)
     for rec in records:
-        if isinstance(rec, bytes):
-            validate_value(rec, append_threshold)
-            ts_col.append(now_ms)
-            keys.append(None)
-            values.append(rec)
-            hdrs.append(b"")
+        if type(rec) is bytes:
+            validate_value(rec, threshold)
+            tails.append(b"\x01" + VARINT[len(rec)] + rec + b"\x00")
+            stamps.append(now_ms)
+            free.append(clock)
             continue
         if not isinstance(rec, ProducerRecord):
             raise InvalidArgumentError(
                 f"records must be ProducerRecord or bytes, not {type(rec).__name__}"
             )
-        validate_value(rec.value, append_threshold)
+        value = rec.value
+        validate_value(value, threshold)
         key = rec.key
-        if key is not None:
-            if not isinstance(key, bytes | bytearray | memoryview):
-                raise InvalidArgumentError(f"record key must be bytes, not {type(key).__name__}")
-            key = bytes(key)
+        if key is not None and not isinstance(key, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(
+                f"record key must be bytes or None, not {type(key).__name__}"
+            )
         ts = rec.timestamp
         if ts is None:
             ts = now_ms
+            free.append(clock)
         elif not isinstance(ts, int) or isinstance(ts, bool) or ts < 0 or ts >= 1 << 62:
             raise InvalidArgumentError(
                 f"record timestamp must be a non-negative int (ms), got {ts!r}"
             )
-        h = encode_headers(rec.headers) if rec.headers else b""
-        if (len(key) if key else 0) + len(rec.value) + len(h) > MAX_BODY_BYTES:
-            raise InvalidArgumentError("a record's key, value and headers exceed 4 GiB")
-        ts_col.append(ts)
-        keys.append(key)
-        values.append(bytes(rec.value))
-        hdrs.append(h)
-    return ts_col, keys, values, hdrs
+        else:
+            free.append(False)
+        kb = b"\x01" if key is None else VARINT[len(key)] + bytes(key)
+        vb = b"\x01" if value is None else VARINT[len(value)] + bytes(value)
+        hb = encode_headers(rec.headers) if rec.headers else b"\x00"
+        tail = kb + vb + hb
+        if len(tail) > MAX_BODY_BYTES:
+            raise InvalidArgumentError("a record's key, value and headers exceed 2 GiB")
+        tails.append(tail)
+        stamps.append(ts)
+    parts: list[bytes] = []
+    first = 0
+    base_ts = stamps[0]
+    max_ts, max_i = base_ts, 0
+    used = HEADER_SIZE
+    for i, tail in enumerate(tails):
+        ts = stamps[i]
+        d = i - first
+        body = 1 + len(VARINT[ts - base_ts]) + len(VARINT[d]) + len(tail)
+        size = len(VARINT[body]) + body
+        if d and (used + size > limit or free[i] != free[first]):
+            out.add(first, d, b"".join(parts), base_ts, max_ts, max_i)
+            parts.clear()
+            first, d, base_ts, used = i, 0, ts, HEADER_SIZE
+            max_ts, max_i = ts, 0
+            body = 2 + 1 + len(tail)
+            size = len(VARINT[body]) + body
+        if ts > max_ts:
+            max_ts, max_i = ts, d
+        parts.append(VARINT[body] + b"\x00" + VARINT[ts - base_ts] + VARINT[d] + tail)
+        used += size
+    out.add(first, len(tails) - first, b"".join(parts), base_ts, max_ts, max_i)
 
 
-def _encode_columns(
-    base_offset: int,
-    ts_col: array[int],
-    kl: array[int],
-    vl: array[int],
-    hl: array[int],
-    keys: Sequence[bytes | None] | None,
-    values: Sequence[bytes],
-    hdrs: Sequence[bytes] | None,
-    max_batch_bytes: int,
-) -> EncodedBatch:
-    """Batches of validated columns; ``keys``/``hdrs`` None when no record has any."""
-    if keys is None and hdrs is None:
-        sizes: Iterable[int] = (RECORD_OVERHEAD + v for v in vl)
-    else:
-        sizes = (
-            RECORD_OVERHEAD + (k if k > 0 else 0) + v + h
-            for k, v, h in zip(kl, vl, hl, strict=True)
-        )
-    parts: list[bytes | bytearray | memoryview] = []
-    infos: list[BatchInfo] = []
-    at, i = 0, 0
-    for cnt in _batch_counts(sizes, max_batch_bytes):
-        j = i + cnt
-        payload: Sequence[bytes | memoryview] = values[i:j]
-        if keys is not None and hdrs is not None:
-            payload = [k for k in keys[i:j] if k is not None] + list(values[i:j]) + list(hdrs[i:j])
-        info = _assemble(
-            parts, base_offset + i, ts_col[i:j], kl[i:j], vl[i:j], hl[i:j], payload, at
-        )
-        infos.append(info)
-        at += info.size
-        i = j
-    return EncodedBatch(base_offset, b"".join(parts), infos, len(values))
-
-
-def rebatch(records: Sequence[Record], max_batch_bytes: int = MAX_BATCH_BYTES) -> bytes:
+def rebatch(
+    records: Sequence[Record],
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+    *,
+    like: bytes | bytearray | memoryview | None = None,
+) -> bytes:
     """Consecutive decoded records as batches again, from ``records[0].offset`` (a new
     batch before one would pass ``max_batch_bytes``), timestamps kept: for the records
-    kept of a stored batch that is cut (a truncation inside it)."""
+    kept of a stored batch that is cut (a truncation inside it). ``like``: the header
+    (at least its 61 bytes) of the batch they came from, whose codec, timestamp type
+    (maxTimestamp kept under LogAppendTime), partitionLeaderEpoch and producer id,
+    epoch and base sequence the new batches keep."""
     if not records:
         return b""
     prs = [ProducerRecord(r.value, r.key, r.headers, r.timestamp) for r in records]
-    return bytes(
-        encode_batch(records[0].offset, prs, 0, 1 << 62, max_batch_bytes=max_batch_bytes).data
+    if like is None:
+        eb = encode_batch(records[0].offset, prs, 0, 1 << 62, max_batch_bytes=max_batch_bytes)
+        return bytes(eb.data)
+    f = HEADER.unpack_from(like, 0)
+    lat = bool(f[5] & TIMESTAMP_TYPE_BIT)
+    eb = encode_batch(
+        records[0].offset,
+        prs,
+        f[8] if lat else 0,
+        1 << 62,
+        max_batch_bytes=max_batch_bytes,
+        compression=f[5] & COMPRESSION_MASK,
+        leader_epoch=f[2],
+        log_append_time=lat,
+        producer_id=f[9],
+        producer_epoch=f[10],
+        base_sequence=f[11],
     )
+    return bytes(eb.data)
+
+
+__all__ = ["NO_TIMESTAMP", "EncodedBatch", "encode_batch", "rebatch", "validate_value"]

@@ -1,16 +1,18 @@
 """Record batches, the bytes of records in a segment's store file: every public name.
 
-The format lives in three modules, one job each; this one gathers their public names so
-that ``from tiered_log.format.records import X`` is one import for any of them:
+The batches are Kafka's record batch v2 (drawn in :mod:`tiered_log.format.batch`). The
+format lives in three modules, one job each, over the byte-level codec of
+:mod:`tiered_log.format.kafka`; this one gathers their public names so that
+``from tiered_log.format.records import X`` is one import for any of them:
 
-- :mod:`tiered_log.format.batch`: the byte layout (drawn in its docstring), constants,
-  :class:`Record`, :class:`ProducerRecord`, :class:`BatchInfo`, the header-block codec
-  and the unverified reads of a batch's header;
+- :mod:`tiered_log.format.batch`: the byte layout, constants, :class:`Record`,
+  :class:`ProducerRecord`, :class:`BatchInfo`, :class:`FetchData`, the unverified reads
+  of a batch's header, and the recognition of the format before Kafka v2;
 - :mod:`tiered_log.format.batch_encode`: :func:`encode_batch`, :class:`EncodedBatch`,
   :func:`rebatch`, :func:`validate_value`;
 - :mod:`tiered_log.format.batch_decode`: the verified walk and what reads through it,
   :func:`decode_records`, :func:`decode_columns`, :func:`receive_batches`,
-  :func:`batch_table`, :func:`scan_batches`.
+  :func:`batch_table`, :func:`scan_batches`, :func:`check_batches`.
 
 Everything here is pure and stateless: safe from any thread.
 """
@@ -19,9 +21,11 @@ from __future__ import annotations
 
 from .batch import (
     CHECKED_FROM,
+    CRC_AT,
     HEADER,
     HEADER_SIZE,
     KNOWN_ATTRIBUTES,
+    LEGACY_HINT,
     MAGIC,
     MAX_BATCH_BYTES,
     MAX_BODY_BYTES,
@@ -29,8 +33,10 @@ from .batch import (
     MAX_KEY_BYTES,
     RECORD_OVERHEAD,
     BatchInfo,
+    Compression,
     FetchData,
     Headers,
+    LegacyFormatError,
     ProducerRecord,
     Record,
     batch_header,
@@ -38,6 +44,8 @@ from .batch import (
     decode_headers,
     encode_headers,
     first_timestamp,
+    is_legacy_batch,
+    max_timestamp,
 )
 from .batch_decode import (
     FrameColumns,
@@ -48,24 +56,29 @@ from .batch_decode import (
     receive_batches,
     scan_batches,
 )
-from .batch_encode import EncodedBatch, encode_batch, rebatch, validate_value
+from .batch_encode import NO_TIMESTAMP, EncodedBatch, encode_batch, rebatch, validate_value
 
 __all__ = [
     "CHECKED_FROM",
+    "CRC_AT",
     "HEADER",
     "HEADER_SIZE",
     "KNOWN_ATTRIBUTES",
+    "LEGACY_HINT",
     "MAGIC",
     "MAX_BATCH_BYTES",
     "MAX_BODY_BYTES",
     "MAX_HEADERS",
     "MAX_KEY_BYTES",
+    "NO_TIMESTAMP",
     "RECORD_OVERHEAD",
     "BatchInfo",
+    "Compression",
     "EncodedBatch",
     "FetchData",
     "FrameColumns",
     "Headers",
+    "LegacyFormatError",
     "ProducerRecord",
     "Record",
     "batch_header",
@@ -78,6 +91,8 @@ __all__ = [
     "encode_batch",
     "encode_headers",
     "first_timestamp",
+    "is_legacy_batch",
+    "max_timestamp",
     "rebatch",
     "receive_batches",
     "scan_batches",

@@ -315,12 +315,13 @@ class KafkaBatch:
         return decompress(self.header.attributes & COMPRESSION_MASK, self.data[HEADER_SIZE:])
 
     def records(self) -> list[Record]:
-        """The batch's records, decoded; raises CorruptRecordError if they do not parse.
-        Control batches decode the same way (their key and value hold the marker)."""
+        """The batch's records, decoded (``checksum`` the batch's CRC); raises
+        CorruptRecordError if they do not parse. Control batches decode the same way
+        (their key and value hold the marker)."""
         h = self.header
         lat = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_BIT else None
         return decode_records(
-            self.records_section(), h.records_count, h.base_offset, h.base_timestamp, lat
+            self.records_section(), h.records_count, h.base_offset, h.base_timestamp, lat, h.crc
         )
 
 
