@@ -74,7 +74,6 @@ from .kafka.layout import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
-    MAGIC_AT,
     MAX_TIMESTAMP_AT,
     MIN_BATCH_LENGTH,
     PARTITION_LEADER_EPOCH_AT,
@@ -131,11 +130,13 @@ class LegacyFormatError(CorruptRecordError):
 
 
 def is_legacy_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> bool:
-    """Whether the bytes at ``pos`` open a batch of the old "TB" format (not magic 2,
-    and the old magic at bytes 20-21). Needs 22 bytes; fewer: False."""
+    """Whether the bytes at ``pos`` open a batch of the old "TB" format: its magic at
+    bytes 20-21, where a v2 batch holds its CRC's last byte and its attributes' high
+    byte, which is never 0x54 (no attribute bit above 6 is defined). Needs 22 bytes;
+    fewer: False."""
     if len(buf) - pos < 22:
         return False
-    return buf[pos + MAGIC_AT] != MAGIC and bytes(buf[pos + 20 : pos + 22]) == LEGACY_MARK
+    return bytes(buf[pos + 20 : pos + 22]) == LEGACY_MARK
 
 
 class BatchInfo(NamedTuple):

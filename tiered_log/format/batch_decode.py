@@ -92,9 +92,11 @@ def _parse(buf: bytes | bytearray | memoryview, pos: int, end: int) -> _Parsed:
     (LegacyFormatError for a batch of the format before Kafka v2).
     """
     if end - pos < HEADER_SIZE:
-        if end - pos > MAGIC_AT and buf[pos + MAGIC_AT] != MAGIC:
+        if (end - pos > MAGIC_AT and buf[pos + MAGIC_AT] != MAGIC) or is_legacy_batch(buf, pos):
             _bad_magic(buf, pos, end)
         raise _Incomplete
+    if buf[pos + 21] == 0x54 and buf[pos + 20] == 0x42:  # b"BT": never a v2 attributes byte
+        raise LegacyFormatError(f"batch at byte {pos}: {LEGACY_HINT}")
     f = _unpack(buf, pos)
     base, length, magic, crc, attrs, lod, count = f[0], f[1], f[3], f[4], f[5], f[6], f[12]
     if magic != MAGIC:

@@ -419,8 +419,12 @@ def decode_section(
             start = pos
             b = data[pos]
             if b < 0x80:
-                length = b >> 1
+                length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | data[pos + 1] << 7
+                length = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 length, pos = _rv(data, pos)
             rend = pos + length
@@ -438,8 +442,12 @@ def decode_section(
                 ts_delta, pos = _rv(data, pos + 1)
             b = data[pos]
             if b < 0x80:
-                off_delta = b >> 1
+                off_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | data[pos + 1] << 7
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 off_delta, pos = _rv(data, pos)
             # key
@@ -452,6 +460,11 @@ def decode_section(
                 pos += 1
                 key = data[pos : pos + (b >> 1)]
                 pos += b >> 1
+            elif b & 0x81 == 0x80 and data[pos + 1] < 0x80:  # two bytes, not negative
+                b = ((b & 0x7F) | data[pos + 1] << 7) >> 1
+                pos += 2
+                key = data[pos : pos + b]
+                pos += b
             else:
                 klen, pos = _rv(data, pos)
                 if klen < -1:
@@ -468,6 +481,11 @@ def decode_section(
                 pos += 1
                 value = data[pos : pos + (b >> 1)]
                 pos += b >> 1
+            elif b & 0x81 == 0x80 and data[pos + 1] < 0x80:  # two bytes, not negative
+                b = ((b & 0x7F) | data[pos + 1] << 7) >> 1
+                pos += 2
+                value = data[pos : pos + b]
+                pos += b
             else:
                 vlen, pos = _rv(data, pos)
                 if vlen < -1:
@@ -545,13 +563,18 @@ def section_columns(
 ) -> None:
     """Append the fields of every record of the section ``data[pos:end]`` (which they
     must fill exactly) to the column lists; values are slices of ``values_from`` (the
-    same bytes as ``data``: a memoryview of them gives zero-copy views). Raises
-    CorruptRecordError as :func:`decode_section` does."""
+    same bytes as ``data``: a memoryview of them gives zero-copy views), cut with
+    C-level ``map`` calls after the walk. Raises CorruptRecordError as
+    :func:`decode_section` does."""
     add_off = offsets.append
     add_ts = timestamps.append
     add_key = keys.append
-    add_val = values.append
     add_hdr = headers.append
+    starts: list[int] = []
+    ends: list[int] = []
+    add_start = starts.append
+    add_end = ends.append
+    nulls: list[int] = []  # indexes (in this section) of null values
     start0 = pos
     i = 0
     try:
@@ -559,8 +582,12 @@ def section_columns(
             start = pos
             b = data[pos]
             if b < 0x80:
-                length = b >> 1
+                length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | data[pos + 1] << 7
+                length = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 length, pos = _rv(data, pos)
             rend = pos + length
@@ -574,7 +601,7 @@ def section_columns(
                 ts_delta, pos = _rv(data, pos + 1)
             b = data[pos]
             if b < 0x80:
-                add_off(base_offset + (b >> 1))
+                add_off(base_offset + ((b >> 1) ^ -(b & 1)))
                 pos += 1
             else:
                 off_delta, pos = _rv(data, pos)
@@ -595,19 +622,28 @@ def section_columns(
                 add_key(None if klen < 0 else data[pos : pos + klen])
                 pos += max(klen, 0)
             b = data[pos]
-            if b == 1:
-                add_val(None)
+            if b < 0x80 and not b & 1:
                 pos += 1
-            elif b < 0x80 and not b & 1:
-                pos += 1
-                add_val(values_from[pos : pos + (b >> 1)])
+                add_start(pos)
                 pos += b >> 1
+            elif b & 0x81 == 0x80 and data[pos + 1] < 0x80:  # two bytes, not negative
+                b = ((b & 0x7F) | data[pos + 1] << 7) >> 1
+                pos += 2
+                add_start(pos)
+                pos += b
+            elif b == 1:
+                nulls.append(i)
+                add_start(pos)
+                pos += 1
             else:
                 vlen, pos = _rv(data, pos)
                 if vlen < -1:
                     raise CorruptRecordError(f"negative value length {vlen}")
-                add_val(None if vlen < 0 else values_from[pos : pos + vlen])
+                if vlen < 0:
+                    nulls.append(i)
+                add_start(pos)
                 pos += max(vlen, 0)
+            add_end(pos)
             if data[pos] == 0:
                 add_hdr(())
                 pos += 1
@@ -620,6 +656,11 @@ def section_columns(
     except IndexError:
         raise _truncated(end - start0, i, count) from None
     check_section_end(pos, end, count)
+    cut = values_from.__getitem__
+    got: list[bytes | memoryview | None] = list(map(cut, map(slice, starts, ends)))
+    for k in nulls:
+        got[k] = None
+    values.extend(got)
 
 
 class SectionFacts(NamedTuple):
@@ -648,8 +689,12 @@ def check_section(data: bytes, pos: int, end: int, count: int) -> SectionFacts:
             start = pos
             b = data[pos]
             if b < 0x80:
-                length = b >> 1
+                length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | data[pos + 1] << 7
+                length = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 length, pos = _rv(data, pos)
             rend = pos + length
@@ -666,8 +711,12 @@ def check_section(data: bytes, pos: int, end: int, count: int) -> SectionFacts:
                 max_at = i
             b = data[pos]
             if b < 0x80:
-                off_delta = b >> 1
+                off_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | data[pos + 1] << 7
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 off_delta, pos = _rv(data, pos)
             if off_delta != i:
