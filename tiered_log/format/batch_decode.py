@@ -27,7 +27,9 @@ Everything here is pure and stateless: safe from any thread.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator
+from itertools import accumulate
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -54,12 +56,14 @@ from .batch import (
     is_legacy_batch,
 )
 from .batch_encode import EncodedBatch
+from .kafka import native
 from .kafka.compression import decompress
 from .kafka.layout import COMPRESSION_MASK, MAGIC_AT, MAX_TIMESTAMP_AT
 from .kafka.records import (
     check_section,
     check_section_end,
     decode_section,
+    record_sizes,
     section_columns,
     skip_records,
 )
@@ -164,7 +168,12 @@ def decode_records(
     record is never returned.
     """
     end = len(buf) if end is None else end
-    data = buf if isinstance(buf, bytes) else bytes(buf)
+    shift = 0
+    if isinstance(buf, bytes):
+        data = buf
+    else:  # one copy of the window (item access on bytes is what the walk is fast on)
+        data = bytes(memoryview(buf)[pos:end])
+        shift, pos, end = pos, 0, end - pos
     out: list[Record] = []
     used = 0
     limit_n = max_records if max_records is not None else 1 << 62
@@ -188,38 +197,83 @@ def decode_records(
             pos = b.end
             continue
         p = skip_records(section, spos, send, lo) if lo else spos
-        got = decode_section(
-            section,
-            p,
-            send,
-            b.n,
-            b.base,
-            b.base_timestamp,
-            _lat(b),
-            b.crc,
-            limit=min(b.n - lo, limit_n - len(out)),
-            max_bytes=limit_b - used,
-            first_free=at_least_one and not out,
-        )
-        took = lo + len(got.records)
-        if not lo and took == b.n:
-            check_section_end(got.pos, send, b.n)
-        out.extend(got.records)
-        used += got.used
+        want = min(b.n - lo, limit_n - len(out))
+        first_free = at_least_one and not out
+        if native.ENABLED and want >= _NATIVE_MIN and lo <= 4 * want:
+            recs, took_bytes = _native_records(
+                data, b, section, p, send, lo, want, limit_b - used, first_free
+            )
+        else:
+            got = decode_section(
+                section,
+                p,
+                send,
+                b.n,
+                b.base,
+                b.base_timestamp,
+                _lat(b),
+                b.crc,
+                limit=want,
+                max_bytes=limit_b - used,
+                first_free=first_free,
+            )
+            if not lo and len(got.records) == b.n:
+                check_section_end(got.pos, send, b.n)
+            recs, took_bytes = got.records, got.used
+        took = lo + len(recs)
+        out.extend(recs)
+        used += took_bytes
         if took < b.n:
             break
         pos = b.end
         if used >= limit_b:
             break
-    return out, pos, used
+    return out, pos + shift, used
+
+
+_NATIVE_MIN = 8
+"""The fewest records worth handing to the C reader (:mod:`.kafka.native`), which
+decodes from a batch's first record: used when at least this many are wanted and no
+more than four times as many precede them in the batch."""
+
+
+def _native_records(
+    data: bytes,
+    b: _Parsed,
+    section: bytes,
+    p: int,
+    send: int,
+    lo: int,
+    want: int,
+    room: int,
+    first_free: bool,
+) -> tuple[list[Record], int]:
+    """Records ``lo`` .. of the parsed batch ``b`` (record ``lo`` at ``section[p]``), at
+    most ``want`` of them and ``room`` bytes of them (the first free if
+    ``first_free``), read by the C reader: ``(records, their bytes)``."""
+    sizes = record_sizes(section, p, send, want)
+    if not lo and want == b.n and p + sum(sizes) != send:
+        check_section_end(p + sum(sizes), send, b.n)
+    ends = list(accumulate(sizes))
+    if ends[-1] > room:
+        take = bisect_right(ends, room)
+        if not take and first_free:
+            take = 1
+        sizes = sizes[:take]
+        if not sizes:
+            return [], 0
+    batch = memoryview(data)[b.pos : b.end]
+    plain = native.plain_batch(batch, None if section is data else section)
+    return native.records(plain, lo, sizes, b.crc), sum(sizes)
 
 
 class FrameColumns(NamedTuple):
     """The verified records of a buffer as columns (what :func:`decode_columns` returns).
 
     ``values[i]`` is None for a null value, else a zero-copy ``memoryview`` into the
-    decoded buffer (or into a compressed batch's decompressed records); non-null values
-    join with ``b"".join``. ``end`` is the position after the last complete batch.
+    decoded buffer (or into a compressed batch's decompressed records), or ``bytes``
+    when the C reader (:mod:`.kafka.native`) read them; non-null values join with
+    ``b"".join``. ``end`` is the position after the last complete batch.
     """
 
     offsets: list[int]
@@ -251,6 +305,12 @@ def decode_columns(buf: bytes | bytearray | memoryview) -> FrameColumns:
         except _Incomplete:
             break
         section, spos, send = _section(data, b)
+        if native.ENABLED:
+            batch = mv[b.pos : b.end]
+            plain = native.plain_batch(batch, None if section is data else section)
+            native.columns(plain, b.n, offsets, timestamps, keys, values, headers)
+            pos = b.end
+            continue
         section_columns(
             section,
             spos,

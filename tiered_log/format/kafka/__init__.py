@@ -7,9 +7,15 @@ round. Modules:
 
 - :mod:`.layout`       field offsets, attribute bits, :class:`Compression`, :class:`TimestampType`
 - :mod:`.compression`  the codecs of the records section, in Kafka's framing
-- :mod:`.records`      zigzag varints; records to and from bytes
+- :mod:`.records`      zigzag varints; the record types (:class:`Record`,
+                       :class:`ProducerRecord`, alias :data:`NewRecord`); records to
+                       and from bytes (the project's one record codec)
+- :mod:`.native`       aiokafka's C record reader, used by the log's decoders when it
+                       is installed (optional)
 - :mod:`.batch`        building a batch, the checked walk over a buffer of batches,
                        reading records on demand, in-place header edits
+
+The log's own batch API (:mod:`tiered_log.format.records`) is built on these modules.
 
 The batch (all integers big-endian; a buffer, a segment file, a fetch answer is batches
 back to back, nothing between them)::
@@ -80,7 +86,7 @@ from .batch import (
 )
 from .compression import compress, decompress
 from .layout import HEADER_SIZE, LOG_OVERHEAD, MAGIC, Compression, TimestampType
-from .records import Header, NewRecord, Record
+from .records import Header, Headers, NewRecord, ProducerRecord, Record
 
 __all__ = [
     "HEADER_SIZE",
@@ -89,8 +95,10 @@ __all__ = [
     "BatchHeader",
     "Compression",
     "Header",
+    "Headers",
     "KafkaBatch",
     "NewRecord",
+    "ProducerRecord",
     "Record",
     "TimestampType",
     "assign_offsets",

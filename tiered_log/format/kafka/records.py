@@ -326,6 +326,36 @@ def skip_records(data: bytes, pos: int, end: int, k: int) -> int:
     return pos
 
 
+def record_sizes(data: bytes, pos: int, end: int, k: int) -> list[int]:
+    """The sizes of the ``k`` records from ``pos`` (a record's start), by their lengths
+    alone. Raises CorruptRecordError if they do not fit before ``end``."""
+    out: list[int] = []
+    add = out.append
+    start = pos
+    try:
+        for _ in range(k):
+            b = data[pos]
+            if b < 0x80:
+                s = 1 + ((b >> 1) ^ -(b & 1))
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | data[pos + 1] << 7
+                s = 2 + ((b >> 1) ^ -(b & 1))
+            else:
+                length, p = _rv(data, pos)
+                s = p - pos + length
+            if s < 7:
+                raise _bad_length(s, pos, end)
+            add(s)
+            pos += s
+    except IndexError:
+        raise CorruptRecordError("records run past their section") from None
+    if pos > end:
+        raise CorruptRecordError(
+            f"records run past their section ({pos - start} bytes where {end - start} are left)"
+        )
+    return out
+
+
 def _decode_headers(data: bytes, pos: int, end: int) -> tuple[Headers, int]:
     """The headers array at ``pos`` (its varint count first) and the position after it."""
     count, pos = _rv(data, pos)
@@ -779,6 +809,7 @@ __all__ = [
     "put_varint",
     "read_varint",
     "record_size",
+    "record_sizes",
     "record_tail",
     "section_columns",
     "skip_records",
