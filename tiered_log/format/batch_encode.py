@@ -17,6 +17,7 @@ not safe to mutate from two).
 from __future__ import annotations
 
 import struct
+import threading
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -176,13 +177,18 @@ _MID_LENS: list[int] = []
 _MIDS_CACHED: Final = 1 << 16
 
 
+_MIDS_LOCK = threading.Lock()
+"""Held to extend :data:`_MIDS` (readers only slice it: it only grows)."""
+
+
 def _mids(m: int) -> tuple[list[bytes], list[int]]:
     """The first ``m`` of :data:`_MIDS` and their lengths (extending the cache)."""
-    if len(_MIDS) < m:
-        have = len(_MIDS)
-        new = [b"\x00\x00" + VARINT[d] + b"\x01" for d in range(have, min(m, _MIDS_CACHED))]
-        _MIDS.extend(new)  # list.extend is atomic: two threads extend with equal items
-        _MID_LENS.extend(map(len, new))
+    if len(_MID_LENS) < m:
+        with _MIDS_LOCK:
+            have = len(_MIDS)
+            new = [b"\x00\x00" + VARINT[d] + b"\x01" for d in range(have, min(m, _MIDS_CACHED))]
+            _MIDS.extend(new)
+            _MID_LENS.extend(map(len, new))  # last: a reader checks its length first
         if m > _MIDS_CACHED:
             extra = [b"\x00\x00" + VARINT[d] + b"\x01" for d in range(_MIDS_CACHED, m)]
             return _MIDS[:_MIDS_CACHED] + extra, _MID_LENS[:_MIDS_CACHED] + list(map(len, extra))
