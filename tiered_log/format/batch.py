@@ -57,12 +57,10 @@ Everything here is pure and stateless: safe from any thread.
 from __future__ import annotations
 
 import struct
-from array import array
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from ..errors import CorruptRecordError
-from .kafka.compression import decompress
 from .kafka.layout import (
     ATTRIBUTES_AT,
     BASE_TIMESTAMP_AT,
@@ -86,8 +84,6 @@ from .kafka.records import (
     Headers,
     ProducerRecord,
     Record,
-    decode_headers,
-    decode_records,
     encode_headers,
 )
 
@@ -107,7 +103,6 @@ MAX_RECORD_FRAMING: Final = 5 + 1 + 10 + 5 + 5 + 5 + 5
 """The most framing bytes a record takes (every varint at its longest)."""
 MAX_BODY_BYTES: Final = (1 << 31) - 1 - (HEADER_SIZE - LOG_OVERHEAD) - MAX_RECORD_FRAMING
 """The largest key + value + headers one record may have (batchLength is an int32)."""
-MAX_KEY_BYTES: Final = MAX_BODY_BYTES
 
 _FRAMING = struct.Struct(">qiibIhi")
 """baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
@@ -194,18 +189,6 @@ def max_timestamp(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     return int(_I64.unpack_from(buf, pos + MAX_TIMESTAMP_AT)[0])
 
 
-def batch_timestamps(buf: bytes | bytearray | memoryview, pos: int, count: int) -> array[int]:
-    """The record timestamps of the (whole) batch at ``pos``, its records decoded
-    (decompressed if need be) but its CRC not checked; ``count`` is ignored (the
-    header's count is used). CorruptRecordError if the records do not parse."""
-    f = HEADER.unpack_from(buf, pos)
-    end = pos + f[1] + LOG_OVERHEAD
-    section = decompress(f[5] & COMPRESSION_MASK, buf[pos + HEADER_SIZE : end])
-    lat = f[8] if f[5] & TIMESTAMP_TYPE_BIT else None
-    recs = decode_records(section, f[12], f[0], f[7], lat)
-    return array("q", [r.timestamp for r in recs])
-
-
 __all__ = [
     "ATTRIBUTES_AT",
     "CHECKED_FROM",
@@ -221,7 +204,6 @@ __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BODY_BYTES",
     "MAX_HEADERS",
-    "MAX_KEY_BYTES",
     "MIN_BATCH_LENGTH",
     "PARTITION_LEADER_EPOCH_AT",
     "RECORD_OVERHEAD",
@@ -235,8 +217,6 @@ __all__ = [
     "ProducerRecord",
     "Record",
     "batch_header",
-    "batch_timestamps",
-    "decode_headers",
     "encode_headers",
     "first_timestamp",
     "is_legacy_batch",

@@ -54,11 +54,6 @@ MAX_HEADERS = (1 << 16) - 1
 # ---- varints ---------------------------------------------------------------------------------
 
 
-def zigzag(n: int) -> int:
-    """The zigzag code of a signed 64-bit ``n`` (0, -1, 1, -2 -> 0, 1, 2, 3)."""
-    return (n << 1) ^ (n >> 63)
-
-
 def put_varint(out: bytearray, n: int) -> None:
     """Append the zigzag varint of the signed ``n`` (varint or varlong) to ``out``."""
     v = (n << 1) ^ (n >> 63)
@@ -386,18 +381,6 @@ def _decode_headers(data: bytes, pos: int, end: int) -> tuple[Headers, int]:
             raise CorruptRecordError(f"negative header value length {vlen}")
         headers.append((hkey, hvalue))
     return tuple(headers), pos
-
-
-def decode_headers(data: bytes, pos: int, end: int) -> Headers:
-    """The headers array ``data[pos:end]`` (its varint count first), which must fill it
-    exactly; CorruptRecordError if it is malformed."""
-    try:
-        headers, pos = _decode_headers(data, pos, end)
-    except IndexError:
-        raise CorruptRecordError("record headers run past their record") from None
-    if pos != end:
-        raise CorruptRecordError("record headers do not fill their record")
-    return headers
 
 
 class Decoded(NamedTuple):
@@ -801,7 +784,6 @@ __all__ = [
     "Value",
     "check_section",
     "check_section_end",
-    "decode_headers",
     "decode_records",
     "decode_section",
     "encode_headers",
@@ -810,10 +792,8 @@ __all__ = [
     "read_varint",
     "record_size",
     "record_sizes",
-    "record_tail",
     "section_columns",
     "skip_records",
     "varint_bytes",
     "varint_size",
-    "zigzag",
 ]
