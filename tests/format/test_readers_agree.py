@@ -127,3 +127,5 @@ def test_records_that_do_not_fit_their_framing_are_refused_by_both(
             decode_records(data)
         with pytest.raises(CorruptRecordError):
             decode_records(data, max_records=20, max_bytes=1 << 20)
+        with pytest.raises(CorruptRecordError):
+            decode_columns(data)

@@ -19,8 +19,8 @@ thread: the functions keep no state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from itertools import islice, repeat
+from collections.abc import Iterable, Iterator
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -61,10 +61,33 @@ def plain_batch(batch: bytes | memoryview, section: bytes | None) -> bytes | mem
     return bytes(head) + section
 
 
-def _read(batch: bytes | memoryview, stop: int | None) -> list[Any]:
+_CHUNK = 256
+"""Records converted at a time: the reader's own record objects die young (a whole
+batch of them alive at once would be promoted by the garbage collector, which then
+traverses them again and again)."""
+
+
+def _chunks(
+    batch: bytes | memoryview, skip: int, count: int, whole: bool = False
+) -> Iterator[list[Any]]:
+    """The reader's records ``skip`` .. ``count - 1`` of ``batch``, in lists of at most
+    :data:`_CHUNK` (``map(next, ...)``: no Python frame per record). ``whole``: the
+    batch must hold no more records and no byte after them (the reader checks that when
+    asked for one more)."""
     assert _CBatch is not None
     try:
-        return list(islice(_CBatch(batch), stop))
+        it = _CBatch(batch)
+        i = 0
+        while i < count:
+            k = min(_CHUNK, count - i)
+            got = list(map(next, repeat(it, k)))
+            if len(got) != k:
+                raise CorruptRecordError(f"a batch holds {i + len(got)} records, not {count}")
+            if i + k > skip:
+                yield got[skip - i :] if i < skip else got
+            i += k
+        if whole and next(it, None) is not None:
+            raise CorruptRecordError(f"a batch holds more than its {count} records")
     except CorruptRecordError:
         raise
     except Exception as exc:  # aiokafka's CorruptRecordException, or a struct error
@@ -74,27 +97,29 @@ def _read(batch: bytes | memoryview, stop: int | None) -> list[Any]:
 def records(batch: bytes | memoryview, lo: int, sizes: list[int], checksum: int) -> list[Record]:
     """Records ``lo`` to ``lo + len(sizes) - 1`` of ``batch`` (see :func:`plain_batch`),
     ``sizes`` being their sizes (the reader does not report them)."""
-    got = _read(batch, lo + len(sizes))[lo:]
-    if len(got) != len(sizes):
-        raise CorruptRecordError(f"a batch holds {len(got)} records where {len(sizes)} were read")
-    n = len(got)
-    hdrs: Iterable[Headers] = map(tuple, map(_headers, got))
-    return list(
-        map(
-            _new,
-            repeat(Record, n),
-            zip(
-                map(_offset, got),
-                map(_timestamp, got),
-                map(_key, got),
-                map(_value, got),
-                hdrs,
-                repeat(checksum, n),
-                sizes,
-                strict=True,
-            ),
+    out: list[Record] = []
+    at = 0
+    for got in _chunks(batch, lo, lo + len(sizes)):
+        n = len(got)
+        hdrs: Iterable[Headers] = map(tuple, map(_headers, got))
+        out.extend(
+            map(
+                _new,
+                repeat(Record, n),
+                zip(
+                    map(_offset, got),
+                    map(_timestamp, got),
+                    map(_key, got),
+                    map(_value, got),
+                    hdrs,
+                    repeat(checksum, n),
+                    sizes[at : at + n],
+                    strict=True,
+                ),
+            )
         )
-    )
+        at += n
+    return out
 
 
 def columns(
@@ -107,15 +132,14 @@ def columns(
     headers: list[Headers],
 ) -> None:
     """Append every record's fields of ``batch`` (see :func:`plain_batch`), which must
-    hold ``count`` records, to the column lists (values as ``bytes``)."""
-    got = _read(batch, None)
-    if len(got) != count:
-        raise CorruptRecordError(f"a batch holds {len(got)} records, its header says {count}")
-    offsets.extend(map(_offset, got))
-    timestamps.extend(map(_timestamp, got))
-    keys.extend(map(_key, got))
-    values.extend(map(_value, got))
-    headers.extend(map(tuple, map(_headers, got)))
+    hold ``count`` records and nothing after them, to the column lists (values as
+    ``bytes``)."""
+    for got in _chunks(batch, 0, count, whole=True):
+        offsets.extend(map(_offset, got))
+        timestamps.extend(map(_timestamp, got))
+        keys.extend(map(_key, got))
+        values.extend(map(_value, got))
+        headers.extend(map(tuple, map(_headers, got)))
 
 
 __all__ = ["AVAILABLE", "ENABLED", "columns", "plain_batch", "records"]
