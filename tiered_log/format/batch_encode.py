@@ -209,20 +209,27 @@ class _ValueFraming(dict[int, int]):
 _VALUE_FRAMING = _ValueFraming()
 
 
-def _bare_section(values: Sequence[bytes], lens: Sequence[int]) -> tuple[bytes, list[int]]:
-    """The records section of bare values at offset deltas 0, 1, ... (timestamp delta 0,
-    null key, no headers) and each record's size, with C-level passes only."""
-    m = len(values)
-    mids, mid_lens = _mids(m)
-    vlv = list(map(VARINT.__getitem__, lens))
+def _bare_framing(lens: Sequence[int]) -> tuple[list[bytes], list[int], list[bytes]]:
+    """For bare values of these lengths at offset deltas 0, 1, ...: each record's
+    length varint, its length (after that varint) and the bytes between the two
+    (:data:`_MIDS`), with C-level passes only."""
+    mids, mid_lens = _mids(len(lens))
     body = list(map(add, mid_lens, map(_VALUE_FRAMING.__getitem__, lens)))
-    lv = list(map(VARINT.__getitem__, body))
+    return list(map(VARINT.__getitem__, body)), body, mids
+
+
+def _bare_section(
+    values: Sequence[bytes], lens: Sequence[int], lv: list[bytes], mids: list[bytes]
+) -> bytes:
+    """The records section of bare values (timestamp delta 0, null key, no headers),
+    framed by :func:`_bare_framing`: one ``bytes.join``."""
+    m = len(values)
     parts: list[bytes] = [b"\x00"] * (5 * m)
     parts[0::5] = lv
     parts[1::5] = mids
-    parts[2::5] = vlv
+    parts[2::5] = list(map(VARINT.__getitem__, lens))
     parts[3::5] = values
-    return b"".join(parts), list(map(add, map(len, lv), body))
+    return b"".join(parts)
 
 
 def _cut(sizes: list[int], limit: int) -> list[int]:
@@ -381,14 +388,16 @@ def encode_batch(
         if max(lens) > min(append_threshold, MAX_BODY_BYTES):
             for v in values:
                 validate_value(v, min(append_threshold, MAX_BODY_BYTES))
-        section, sizes = _bare_section(values, lens)
-        if HEADER_SIZE + len(section) <= max_batch_bytes or n == 1:
-            out.add(0, n, section, now_ms, now_ms, 0)
+        lv, body, mids = _bare_framing(lens)
+        if HEADER_SIZE + sum(map(len, lv)) + sum(body) <= max_batch_bytes or n == 1:
+            out.add(0, n, _bare_section(values, lens, lv, mids), now_ms, now_ms, 0)
         else:  # sizes with deltas from 0 bound those of later batches: cut, then frame
             i = 0
-            for cnt in _cut(sizes, max_batch_bytes):
-                part, _ = _bare_section(values[i : i + cnt], lens[i : i + cnt])
-                out.add(i, cnt, part, now_ms, now_ms, 0)
+            for cnt in _cut(list(map(add, map(len, lv), body)), max_batch_bytes):
+                part = values[i : i + cnt]
+                plens = lens[i : i + cnt]
+                plv, _, pmids = _bare_framing(plens)
+                out.add(i, cnt, _bare_section(part, plens, plv, pmids), now_ms, now_ms, 0)
                 i += cnt
         return out.result(n)
     if not n:
