@@ -739,6 +739,8 @@ def check_section(data: bytes, pos: int, end: int, count: int) -> SectionFacts:
                 pos += 1 + (b >> 1)
             elif b == 1:
                 pos += 1
+            elif b & 0x81 == 0x80 and data[pos + 1] < 0x80:  # two bytes, not negative
+                pos += 2 + (((b & 0x7F) | data[pos + 1] << 7) >> 1)
             else:
                 klen, pos = _rv(data, pos)
                 if klen < -1:
@@ -751,6 +753,11 @@ def check_section(data: bytes, pos: int, end: int, count: int) -> SectionFacts:
                     max_value = b >> 1
             elif b == 1:
                 pos += 1
+            elif b & 0x81 == 0x80 and data[pos + 1] < 0x80:  # two bytes, not negative
+                vlen = ((b & 0x7F) | data[pos + 1] << 7) >> 1
+                pos += 2 + vlen
+                if vlen > max_value:
+                    max_value = vlen
             else:
                 vlen, pos = _rv(data, pos)
                 if vlen < -1:
