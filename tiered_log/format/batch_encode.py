@@ -420,7 +420,8 @@ def _encode_records(
     free: list[bool] = []  # per record: takes the log's clock (no timestamp, now_ms < 0)
     for rec in records:
         if type(rec) is bytes:
-            validate_value(rec, threshold)
+            if len(rec) > threshold:
+                validate_value(rec, threshold)
             tails.append(b"\x01" + VARINT[len(rec)] + rec + b"\x00")
             stamps.append(now_ms)
             free.append(clock)
@@ -430,7 +431,8 @@ def _encode_records(
                 f"records must be ProducerRecord or bytes, not {type(rec).__name__}"
             )
         value = rec.value
-        validate_value(value, threshold)
+        if type(value) is not bytes or len(value) > threshold:
+            validate_value(value, threshold)
         key = rec.key
         if key is not None and not isinstance(key, bytes | bytearray | memoryview):
             raise InvalidArgumentError(
@@ -459,22 +461,26 @@ def _encode_records(
     base_ts = stamps[0]
     max_ts, max_i = base_ts, 0
     used = HEADER_SIZE
+    extend = parts.extend
     for i, tail in enumerate(tails):
         ts = stamps[i]
         d = i - first
-        body = 1 + len(VARINT[ts - base_ts]) + len(VARINT[d]) + len(tail)
-        size = len(VARINT[body]) + body
-        if d and (used + size > limit or free[i] != free[first]):
+        vt = VARINT[ts - base_ts]
+        vd = VARINT[d]
+        body = 1 + len(vt) + len(vd) + len(tail)
+        vb = VARINT[body]
+        if d and (used + len(vb) + body > limit or free[i] != free[first]):
             out.add(first, d, b"".join(parts), base_ts, max_ts, max_i)
             parts.clear()
             first, d, base_ts, used = i, 0, ts, HEADER_SIZE
             max_ts, max_i = ts, 0
-            body = 2 + 1 + len(tail)
-            size = len(VARINT[body]) + body
+            vt = vd = b"\x00"
+            body = 3 + len(tail)
+            vb = VARINT[body]
         if ts > max_ts:
             max_ts, max_i = ts, d
-        parts.append(VARINT[body] + b"\x00" + VARINT[ts - base_ts] + VARINT[d] + tail)
-        used += size
+        extend((vb, b"\x00", vt, vd, tail))
+        used += len(vb) + body
     out.add(first, len(tails) - first, b"".join(parts), base_ts, max_ts, max_i)
 
 
