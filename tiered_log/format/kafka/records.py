@@ -616,6 +616,10 @@ def section_columns(
             if b < 0x80:
                 add_off(base_offset + ((b >> 1) ^ -(b & 1)))
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | data[pos + 1] << 7
+                add_off(base_offset + ((b >> 1) ^ -(b & 1)))
+                pos += 2
             else:
                 off_delta, pos = _rv(data, pos)
                 add_off(base_offset + off_delta)
