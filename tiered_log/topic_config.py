@@ -104,6 +104,12 @@ class TopicConfig(BaseModel):
     append_threshold: int = Field(
         8 << 20, ge=1, le=1 << 30, description="Largest record value accepted (bytes)."
     )
+    message_timestamp_type: Literal["CreateTime", "LogAppendTime"] = Field(
+        "CreateTime",
+        description="Kafka's message.timestamp.type: CreateTime keeps the timestamps the "
+        "producer set; LogAppendTime gives every appended batch the broker's clock "
+        "(attributes bit 3 and maxTimestamp in the batch header, the CRC recomputed).",
+    )
 
     @field_validator(*LIMIT_FIELDS, mode="before")
     @classmethod

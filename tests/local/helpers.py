@@ -16,9 +16,11 @@ def value_for(offset: int, size: int = 100) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
-def fixed_record(offset: int, size: int = 52, ts: int | None = None) -> ProducerRecord:
-    """A keyless, headerless record that, appended on its own, takes a batch of
-    ``48 + size`` bytes (100 by default: 28 of batch header, 20 of columns)."""
+def fixed_record(offset: int, size: int = 32, ts: int | None = None) -> ProducerRecord:
+    """A keyless, headerless record that, appended on its own, takes a Kafka batch of
+    ``68 + size`` bytes for a ``size`` up to 57 (100 by default: 61 of batch header, 7 of
+    record framing: its length, attributes, timestamp and offset deltas, key and value
+    lengths, header count, one byte each)."""
     return ProducerRecord(value_for(offset, size), timestamp=ts)
 
 

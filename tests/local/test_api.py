@@ -150,14 +150,11 @@ def test_directory_that_is_a_file(tmp_path: Path) -> None:
 THRESHOLD = 1024
 BAD_BATCHES = [
     pytest.param([], InvalidArgumentError, id="empty-batch"),
-    pytest.param([b""], InvalidArgumentError, id="zero-length-bytes"),
-    pytest.param([ProducerRecord(b"")], InvalidArgumentError, id="zero-length-record"),
     pytest.param([b"x" * (THRESHOLD + 1)], RecordTooLargeError, id="oversized-bytes"),
     pytest.param(
         [ProducerRecord(b"x" * (THRESHOLD + 1))], RecordTooLargeError, id="oversized-record"
     ),
     pytest.param([ProducerRecord("text")], InvalidArgumentError, id="str-value"),
-    pytest.param([ProducerRecord(None)], InvalidArgumentError, id="none-value"),
     pytest.param([ProducerRecord(b"v", key="k")], InvalidArgumentError, id="str-key"),
     pytest.param([ProducerRecord(b"v", key=5)], InvalidArgumentError, id="int-key"),
     pytest.param(
@@ -186,11 +183,6 @@ BAD_BATCHES = [
     ),
     pytest.param([ProducerRecord(b"v", headers=(5,))], InvalidArgumentError, id="header-int"),
     pytest.param(
-        [ProducerRecord(b"v", headers=(("n" * 70000, b"v"),))],
-        InvalidArgumentError,
-        id="header-name-too-long",
-    ),
-    pytest.param(
         [ProducerRecord(b"v", headers=tuple(("h", None) for _ in range(65536)))],
         InvalidArgumentError,
         id="too-many-headers",
@@ -202,7 +194,8 @@ BAD_BATCHES = [
     pytest.param([1], InvalidArgumentError, id="int-item"),
     pytest.param(["text"], InvalidArgumentError, id="str-item"),
     pytest.param([bytearray(b"x")], InvalidArgumentError, id="bytearray-item"),
-    pytest.param([b"ok", b""], InvalidArgumentError, id="bad-record-after-good-one"),
+    pytest.param([b"ok", "text"], InvalidArgumentError, id="bad-record-after-good-one"),
+    pytest.param([None], InvalidArgumentError, id="none-item"),
 ]
 
 
@@ -223,7 +216,6 @@ def test_bad_append_raises_own_error_and_changes_nothing(
 @pytest.mark.parametrize(
     "kwargs",
     [
-        pytest.param({"value": b""}, id="zero-length"),
         pytest.param({"value": b"x" * (THRESHOLD + 1)}, id="oversized"),
         pytest.param({"value": b"v", "key": "k"}, id="str-key"),
         pytest.param({"value": b"v", "headers": [("n", 1)]}, id="int-header-value"),

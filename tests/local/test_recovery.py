@@ -18,6 +18,7 @@ from tiered_log import (
     TieredLogError,
 )
 from tiered_log.format import naming
+from tiered_log.format.kafka.layout import LOG_OVERHEAD, PARTITION_LEADER_EPOCH_AT
 from tiered_log.format.records import HEADER_SIZE
 
 from .helpers import read_all, value_for
@@ -225,9 +226,10 @@ TAILS = [
     pytest.param(append_garbage(300), 0, id="garbage"),
     pytest.param(append_zeros, 0, id="zeros"),
     pytest.param(cut_last_frame(1), 1, id="cut-after-1-byte"),
-    pytest.param(cut_last_frame(28), 1, id="cut-after-header"),
-    pytest.param(cut_last_frame(40), 1, id="cut-inside-columns"),
-    pytest.param(cut_last_frame(60), 1, id="cut-inside-value"),
+    pytest.param(cut_last_frame(LOG_OVERHEAD), 1, id="cut-after-length"),
+    pytest.param(cut_last_frame(40), 1, id="cut-inside-header"),
+    pytest.param(cut_last_frame(HEADER_SIZE), 1, id="cut-after-header"),
+    pytest.param(cut_last_frame(HEADER_SIZE + 5), 1, id="cut-inside-value"),
     pytest.param(duplicate_last_frame, 0, id="duplicate-frame"),
     pytest.param(flip_in_last_frame, 1, id="flipped-byte-in-last-frame"),
 ]
@@ -280,8 +282,10 @@ def test_torn_first_frame_leaves_an_empty_active_segment(tmp_path: Path) -> None
 def test_every_flipped_byte_of_a_sealed_segment_is_caught(tmp_path: Path) -> None:
     """Flip each byte of a sealed store in turn (in place, the log open): a read that
     covers the damaged record raises CorruptRecordError and never returns data; every
-    record a read does return is intact."""
-    cfg = LogConfig(segment_bytes=400, index_interval_bytes=60)
+    record a read does return is intact. The one field no check covers (as in Kafka) is a
+    batch's partitionLeaderEpoch, which is no part of a record: damaged, every read still
+    returns every record intact."""
+    cfg = LogConfig(segment_bytes=500, index_interval_bytes=60)
     with Log.open(tmp_path, cfg) as log:
         for i in range(12):
             log.append_batch([record_for(i)])
@@ -297,12 +301,20 @@ def test_every_flipped_byte_of_a_sealed_segment_is_caught(tmp_path: Path) -> Non
         original = path.read_bytes()
         reads: list[tuple[int, int]] = [(1, 1), (500, 1 << 20), (2, 100), (500, 1)]
         for byte in range(victim.size):
-            damaged = next(off for start, off in reversed(positions) if start <= byte)
+            start, damaged = next((s, off) for s, off in reversed(positions) if s <= byte)
+            epoch_field = 0 <= byte - start - PARTITION_LEADER_EPOCH_AT < 4
             for mask in (0x01, 0x80):
                 data = bytearray(original)
                 data[byte] ^= mask
                 with open(path, "r+b") as f:
                     f.write(data)
+                if epoch_field:
+                    got = read_all(log)
+                    assert [r.offset for r in got] == list(range(12)), byte
+                    assert all(matches(r, r.offset) for r in got), byte
+                    with open(path, "r+b") as f:
+                        f.write(original)
+                    continue
                 for off in range(victim.base_offset, victim.next_offset):
                     for max_records, max_bytes in reads:
                         try:

@@ -49,7 +49,7 @@ def _payload_bytes(records: Iterable[ProducerRecord | bytes]) -> int:
         if r.__class__ is bytes:
             n += len(r)
         elif isinstance(r, ProducerRecord):
-            n += len(r.value) + len(r.key or b"")
+            n += len(r.value or b"") + len(r.key or b"")
     return n
 
 

@@ -10,6 +10,8 @@ Commands (``tiered-log COMMAND --help`` for each one's options), one module per 
     .cluster  tiered-log dev-cluster                    etcd and N nodes on this machine
     .cluster_status  tiered-log cluster status | reassign | restore
                                                         replicas in sync, moves, restore
+    .migrate  tiered-log migrate DIR                    a data directory in the former
+                                                        batch format -> Kafka batches
 
 Each group module owns a :class:`~.registry.CommandGroup` named ``COMMANDS`` and
 registers its commands on it with the ``@COMMANDS.command(name, help, add_arguments)``
@@ -37,7 +39,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import TieredLogError
-from . import archive, cluster, cluster_status, groups, inspect, log, perf, service
+from . import archive, cluster, cluster_status, groups, inspect, log, migrate, perf, service
 from .registry import PROG, CommandGroup, Parser, UsageError, positive_int
 
 COMMANDS = CommandGroup(PROG)
@@ -51,6 +53,7 @@ COMMANDS.include(
     cluster_status.COMMANDS,
     groups.COMMANDS,
     archive.COMMANDS,
+    migrate.COMMANDS,
 )
 
 

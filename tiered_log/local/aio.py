@@ -30,7 +30,7 @@ class AsyncLog:
 
     async def append(
         self,
-        value: bytes,
+        value: bytes | None,
         *,
         key: bytes | None = None,
         headers: Sequence[tuple[str, bytes | None]] = (),
@@ -59,7 +59,8 @@ class AsyncLog:
         The value is gathered in memory up to the log's ``append_threshold``; the moment
         the stream passes it, RecordTooLargeError is raised and the stream is not read
         further. The record is written only once complete, in one write, so a rejected or
-        interrupted stream leaves nothing of itself in the log.
+        interrupted stream leaves nothing of itself in the log. A stream of no bytes is
+        a record with an empty value (``b""``, not null).
         """
         limit = self.log.config.append_threshold
         buf = bytearray()

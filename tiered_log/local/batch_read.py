@@ -5,10 +5,12 @@ and both return one :class:`~tiered_log.format.batch.FetchData`).
 
 It never decodes or re-encodes: it finds the batch holding the first wanted offset
 through the segment's index (:meth:`~tiered_log.local.segment.Segment.position_of`),
-reads from there with about one ``pread`` per segment and walks the 28-byte batch
-headers to honour ``max_records``/``max_bytes``, checking each batch's checksum (one
-xxh3 pass, no decode). As in Kafka, a page is made of whole batches: its first batch may
-begin before the asked offset and its last may run past ``max_records``.
+reads from there with about one ``pread`` per segment and walks the Kafka batch
+headers to honour ``max_records``/``max_bytes``, checking each batch's framing and
+CRC-32C (:func:`~tiered_log.format.records.check_batches`: one C call per batch, no
+decode) and that its base offset follows the one before (the CRC does not cover it). As
+in Kafka, a page is made of whole batches: its first batch may begin before the asked
+offset and its last may run past ``max_records``.
 
 One walk, two result forms (:mod:`tiered_log.local.ranges`): the page it fills decides
 whether the checked bytes are returned (:class:`~tiered_log.local.ranges.BytesPage`, a
@@ -16,7 +18,7 @@ whether the checked bytes are returned (:class:`~tiered_log.local.ranges.BytesPa
 ``FetchRanges`` of the segment files' ranges, checked through mappings of the page
 cache rather than read into memory).
 
-Damage: nothing damaged is served. A page stops before a batch that fails its checksum
+Damage: nothing damaged is served. A page stops before a batch that fails its check
 (the batches before it are returned; the page's ``next_offset`` is the damaged batch's);
 a read that starts in a damaged batch raises :class:`~tiered_log.errors.CorruptRangeError`
 (HTTP 410 ``corrupt_record``), and the first time a damaged place is met it is logged as
@@ -34,16 +36,13 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-import xxhash
-
 from ..errors import CorruptIndexError, CorruptRangeError, CorruptRecordError, OffsetOutOfRangeError
-from ..format.records import CHECKED_FROM, HEADER, HEADER_SIZE, FetchData, batch_header
+from ..format.records import HEADER_SIZE, FetchData, batch_header, check_batches
 from .ranges import BytesPage, Page, Reader
 from .segment import Segment
 
 log = logging.getLogger(__name__)
 
-_h64 = xxhash.xxh3_64_intdigest
 R = TypeVar("R")
 _reported: set[tuple[str, int]] = set()
 _reported_lock = threading.Lock()
@@ -170,12 +169,15 @@ def _position_of(seg: Segment, offset: int) -> tuple[int, int]:
 
 
 def _intact(buf: bytes | memoryview, at: int, size: int, base: int) -> bool:
-    """Whether the batch at ``buf[at:at+size]`` (base offset ``base``) matches its
-    checksum: one xxh3 pass, covering every byte but the base offset (the seed) and the
-    size (a wrong size hashes the wrong bytes)."""
-    return bool(
-        _h64(memoryview(buf)[at + CHECKED_FROM : at + size], base) == HEADER.unpack_from(buf, at)[2]
-    )
+    """Whether the batch at ``buf[at:at+size]`` (base offset ``base``) verifies: its
+    framing (magic, a batchLength that makes it ``size`` bytes) and its CRC-32C, which
+    covers the bytes from its attributes to its end (the base offset, which it does not
+    cover, the walk checks against the offset sequence)."""
+    try:
+        check_batches(memoryview(buf)[at : at + size], base)
+    except CorruptRecordError:
+        return False
+    return True
 
 
 def _take_batches(
@@ -198,8 +200,8 @@ def _take_batches(
 
     Reads about what the page needs: a first guess from the segment's mean record size
     (plus slack), grown when it falls short, never past ``budget`` (except for a first
-    batch larger than it, read whole). Every batch taken is checked against its
-    checksum (not decoded): the walk stops before one that fails, and a failing first
+    batch larger than it, read whole). Every batch taken is checked (framing and CRC-32C,
+    not decoded): the walk stops before one that fails, and a failing first
     batch (read twice, in case a truncation was rewriting it) is CorruptRangeError.
     """
     count = seg.next_offset - seg.base_offset
@@ -262,7 +264,7 @@ def _first_batch_again(
     if off != base or len(whole) != size:
         raise _damaged(seg, pos, base, f"{where} has a damaged header")
     if not _intact(whole, 0, size, off):
-        raise _damaged(seg, pos, base, f"{where} fails its checksum")
+        raise _damaged(seg, pos, base, f"{where} fails its CRC-32C check")
     return whole, size, off + n
 
 

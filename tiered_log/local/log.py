@@ -93,6 +93,12 @@ def held_by(directory: str | os.PathLike[str]) -> int | None:
     return None
 
 
+def _no_epoch() -> int:
+    """The leader epoch of a log whose owner set no source: none (-1, as a producer
+    writes it)."""
+    return -1
+
+
 def now_ms() -> int:
     """Wall-clock milliseconds since the epoch."""
     return time.time_ns() // 1_000_000
@@ -118,6 +124,10 @@ class LogConfig:
     retention_ms: int | None = TOPIC_DEFAULTS.retention_ms
     retention_bytes: int | None = TOPIC_DEFAULTS.retention_bytes
     num_index_cached_read_segments: int = 64
+    log_append_time: bool = TOPIC_DEFAULTS.message_timestamp_type == "LogAppendTime"
+    """Every batch appended gets the log's clock (Kafka's LogAppendTime: attributes bit 3
+    and maxTimestamp set, which readers report as every record's timestamp); False: the
+    timestamps as the producer set them (CreateTime), the clock only where it set none."""
 
     @classmethod
     def of(cls, topic: TopicConfig, **local: int) -> LogConfig:
@@ -131,6 +141,7 @@ class LogConfig:
             flush_ms=topic.flush_ms,
             retention_ms=topic.retention_ms,
             retention_bytes=topic.retention_bytes,
+            log_append_time=topic.message_timestamp_type == "LogAppendTime",
             **local,
         )
 
@@ -154,6 +165,10 @@ class LogConfig:
         positive("retention_ms", self.retention_ms, optional=True, lo=0)
         positive("retention_bytes", self.retention_bytes, optional=True, lo=0)
         positive("num_index_cached_read_segments", self.num_index_cached_read_segments)
+        if not isinstance(self.log_append_time, bool):
+            raise InvalidArgumentError(
+                f"log_append_time must be a bool, got {self.log_append_time!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +242,7 @@ class Log:
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._view: tuple[list[Segment], list[int]] = ([], [])
+        self._leader_epoch: Callable[[], int] = _no_epoch
         if read_only:
             self._lock_fd = -1
             self.recovery = self._open_read_only()
@@ -414,15 +430,24 @@ class Log:
         if self.read_only:
             raise InvalidArgumentError(f"the log in {self.directory} was opened read-only")
 
+    def set_leader_epoch_source(self, epoch: Callable[[], int]) -> None:
+        """Where appends find the leader epoch they stamp into every batch's
+        partitionLeaderEpoch: ``epoch()`` is called under the append lock, so an epoch
+        assigned at the log end (:meth:`at_end`) is stamped into every batch appended
+        after it and none before. It returns -1 when the log has no epoch (the default
+        source). The partition log that owns this log sets it once, before appending."""
+        self._leader_epoch = epoch
+
     def append(
         self,
-        value: bytes,
+        value: bytes | None,
         *,
         key: bytes | None = None,
         headers: Sequence[tuple[str, bytes | None]] = (),
         timestamp: int | None = None,
     ) -> int:
-        """Append one record; returns its offset."""
+        """Append one record (``value`` None: a null value, a tombstone); returns its
+        offset."""
         try:
             hdrs = tuple(headers)
         except TypeError as exc:
@@ -439,7 +464,11 @@ class Log:
         item is a value with no key or headers, timestamped now. An
         :class:`~tiered_log.format.records.EncodedBatch` from
         :func:`~tiered_log.format.records.receive_batches` (a client's verified batches)
-        is appended as it is, moved to the log's next offset. ``roll=False``: never roll
+        is appended as it is, moved to the log's next offset. Either way every batch is
+        written as this log's leader: it gets the leader epoch (see
+        :meth:`set_leader_epoch_source`) and, under ``log_append_time``, the log's clock
+        (a client's batches in place: :meth:`EncodedBatch.rebased
+        <tiered_log.format.records.EncodedBatch.rebased>`). ``roll=False``: never roll
         by size or age here (a follower rolls exactly where its leader did, by
         :meth:`roll`).
         """
@@ -449,32 +478,49 @@ class Log:
             self._check_writable()
             cfg = self.config
             ts_now = now_ms()
-            active = self._segments[-1]
+            nxt = self._segments[-1].next_offset
+            epoch = self._leader_epoch()
+            lat = cfg.log_append_time
             if isinstance(records, EncodedBatch):
-                batch = records.rebased(active.next_offset, ts_now)
+                batch = records.rebased(nxt, ts_now, leader_epoch=epoch, log_append_time=lat)
             else:
-                batch = encode_batch(active.next_offset, records, ts_now, cfg.append_threshold)
-            if (
-                roll
-                and active.size
-                and (
-                    active.size + len(batch.data) > cfg.segment_bytes
-                    or (cfg.segment_ms is not None and ts_now - active.created_ms >= cfg.segment_ms)
+                batch = encode_batch(
+                    nxt,
+                    records,
+                    ts_now,
+                    cfg.append_threshold,
+                    leader_epoch=epoch,
+                    log_append_time=lat,
                 )
-            ):
-                active = self._roll()
-            try:
-                active.append(batch)
-            except OSError as exc:
-                raise TieredLogError(
-                    f"write to {active.store_path} failed: {exc}", retriable=True
-                ) from exc
-            self._unflushed += batch.count
-            if (cfg.flush_messages is not None and self._unflushed >= cfg.flush_messages) or (
-                cfg.flush_ms is not None and ts_now - self._last_flush_ms >= cfg.flush_ms
-            ):
-                self._flush_locked()
-            return batch.base_offset, batch.next_offset - 1
+            return self._write_locked(batch, ts_now, roll=roll)
+
+    def _write_locked(self, batch: EncodedBatch, ts_now: int, *, roll: bool) -> tuple[int, int]:
+        """Write ``batch`` (at the next offset already) to the active segment, rolling
+        first when ``roll`` and the segment is full or old, then flush by the policy;
+        returns the first and last offsets. Under the lock."""
+        cfg = self.config
+        active = self._segments[-1]
+        if (
+            roll
+            and active.size
+            and (
+                active.size + len(batch.data) > cfg.segment_bytes
+                or (cfg.segment_ms is not None and ts_now - active.created_ms >= cfg.segment_ms)
+            )
+        ):
+            active = self._roll()
+        try:
+            active.append(batch)
+        except OSError as exc:
+            raise TieredLogError(
+                f"write to {active.store_path} failed: {exc}", retriable=True
+            ) from exc
+        self._unflushed += batch.count
+        if (cfg.flush_messages is not None and self._unflushed >= cfg.flush_messages) or (
+            cfg.flush_ms is not None and ts_now - self._last_flush_ms >= cfg.flush_ms
+        ):
+            self._flush_locked()
+        return batch.base_offset, batch.next_offset - 1
 
     def _roll(self) -> Segment:
         """Seal the active segment and start a new one at the next offset (lock held)."""
@@ -545,17 +591,17 @@ class Log:
             if before is not None:
                 before(nxt)
             try:
-                # At the next offset already: the offsets stay, and so do the timestamps
-                # (a stored batch has none below 0); checksums are recomputed unchanged.
+                # The leader's bytes, unchanged: offsets, timestamps and the leader epoch
+                # it stamped stay as they are.
                 if rolls is None:
-                    self.append_batch(batch)
+                    self._write_locked(batch, now_ms(), roll=True)
                 else:
                     at = set(rolls)
                     for piece in split_batches_at(batch, at):
                         active = self._segments[-1]
                         if piece.base_offset in at and active.base_offset != piece.base_offset:
                             self.roll()
-                        self.append_batch(piece, roll=False)
+                        self._write_locked(piece, now_ms(), roll=False)
             except BaseException:
                 if undo is not None:
                     undo(self.next_offset)

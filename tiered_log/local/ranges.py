@@ -1,7 +1,7 @@
 """The two result forms of a batch read, and how the second one checks what it does not copy.
 
 A batch read (:meth:`TieredLog.read_batches <tiered_log.partition.log.TieredLog.read_batches>`)
-walks stored batches, checks each one's checksum and stops at the limits. It hands each
+walks stored batches, checks each one (framing, CRC-32C) and stops at the limits. It hands each
 verified piece to a *page*, which decides the result's form:
 
 - :class:`BytesPage`: the bytes themselves (read with ``pread``), joined into a
@@ -13,7 +13,7 @@ verified piece to a *page*, which decides the result's form:
   a truncation and batched again) is a ``bytes`` part.
 
 To check the batches it does not copy, a :class:`RangesPage` reads through a
-:class:`MappedReader`: the file's pages are mapped read-only and hashed where they lie
+:class:`MappedReader`: the file's pages are mapped read-only and checked where they lie
 in the page cache. A page not resident (``mincore``) would be read from disk by the
 fault, and a read error there is a ``SIGBUS`` that kills the process; so a range that
 is not entirely resident is read with ``pread`` instead (an I/O error is then an
@@ -29,7 +29,7 @@ objects: held, they keep the bytes readable after retention deletes the segment 
 cache evicts the chunk; :meth:`FetchRanges.close` lets go of them. A truncation that
 rewrites a segment's tail after the walk checked it changes what a later ``sendfile``
 of that tail sends (or makes it end early): the sender must end the connection on a
-short send, and the client's own checksum check refuses a changed batch.
+short send, and the client's own CRC check refuses a changed batch.
 
 Thread-safety: a page and its readers belong to the one thread that walks; a
 :class:`FetchRanges` is handed over whole (to the event loop that sends it); a

@@ -6,6 +6,9 @@ order (layout in :mod:`tiered_log.format.batch`); ``<base>.index`` and
 which point at batches: an offset inside a batch is found from its batch's entry.
 
 Invariants:
+- the store holds Kafka record batches (v2); one whose first batch is in tiered_log's
+  former format (:mod:`tiered_log.format.legacy`) is refused when the segment opens
+  (:func:`refuse_legacy`: ``tiered-log migrate`` rewrites it), never read or cut;
 - batches in the store hold consecutive offsets ``base_offset .. next_offset-1``;
 - ``size`` is the byte length of complete, verified batches; readers never look past it;
 - an *active* segment keeps its indexes in memory only (rebuilt from the store after a
@@ -51,7 +54,15 @@ from ..errors import (
     TieredLogError,
 )
 from ..format import naming
-from ..format.batch import HEADER_SIZE, MAX_BODY_BYTES, BatchInfo, Record, batch_header
+from ..format.batch import (
+    HEADER_SIZE,
+    MAX_BODY_BYTES,
+    BatchInfo,
+    LegacyFormatError,
+    Record,
+    batch_header,
+    is_legacy_batch,
+)
 from ..format.batch_decode import decode_records, scan_batches
 from ..format.batch_encode import EncodedBatch, rebatch
 from ..format.index import (
@@ -89,6 +100,28 @@ class SegmentInfo:
     @property
     def record_count(self) -> int:
         return self.next_offset - self.base_offset
+
+
+LEGACY_HEAD = 22
+"""Bytes of a store's start that tell the former batch format (its magic at 20-21)."""
+
+
+def refuse_legacy(store_path: Path, head: bytes | memoryview) -> None:
+    """Raise LegacyFormatError, in one line saying what to do, when ``head`` (the first
+    bytes of the store ``store_path``, or of a ``.cut`` file's batch) begins a batch in
+    tiered_log's former format: such a store is never read as Kafka batches nor cut as
+    a torn tail; ``tiered-log migrate`` rewrites it. The directory to migrate named is
+    the service's data directory when the log is one of its partitions."""
+    if not is_legacy_batch(head):
+        return
+    log_dir = store_path.parent
+    topics = log_dir.parent.parent
+    target = topics.parent if topics.name == naming.TOPICS_DIR else log_dir
+    raise LegacyFormatError(
+        f"{store_path} holds tiered_log's old batch format ('TB' columnar batches, "
+        "before the Kafka v2 record batch), which this version does not read: stop the "
+        f"service and run `tiered-log migrate {target}` to rewrite it"
+    )
 
 
 class Segment:
@@ -151,20 +184,25 @@ class Segment:
     ) -> tuple[Segment, int]:
         """Reopen the last segment as the active one, recovering it from its store.
 
-        Scans every batch verifying checksums and the offset sequence, truncates a torn
-        or damaged tail, and rebuilds the in-memory indexes. Returns the segment and the
-        number of bytes cut from the tail. ``read_only``: nothing is written (an
-        interrupted cut is not finished, the tail is not cut, no write descriptor):
-        the segment holds the verified batches the store had when it was read, and the
-        count returned is of the bytes past them (an append under way, or damage).
+        Scans every batch verifying each (framing, CRC-32C) and the offset sequence,
+        truncates a torn or damaged tail, and rebuilds the in-memory indexes. Returns the
+        segment and the number of bytes cut from the tail. A store in the former batch
+        format is refused (:func:`refuse_legacy`), never cut. ``read_only``: nothing is
+        written (an interrupted cut is not finished, the tail is not cut, no write
+        descriptor): the segment holds the verified batches the store had when it was
+        read, and the count returned is of the bytes past them (an append under way, or
+        damage).
         """
         seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes, cache=cache)
         seg.read_only = read_only
+        seg._refuse_legacy()
         if not read_only and seg._cut_path.exists():  # an interrupted truncation: finish it
             blob = seg._cut_path.read_bytes()
+            refuse_legacy(seg.store_path, blob[_CUT_POSITION.size :])
             seg._apply_cut(_CUT_POSITION.unpack_from(blob)[0], blob[_CUT_POSITION.size :])
         rfd = ReadFd(seg.store_path) if read_only else None  # kept readable if deleted
         data = seg.store_path.read_bytes()
+        refuse_legacy(seg.store_path, data)  # never cut as a torn tail
         idx, end, max_ts, max_rel, nxt = build_index(data, base_offset, index_interval_bytes)
         cut = len(data) - end
         if read_only:
@@ -209,6 +247,7 @@ class Segment:
         seg.sealed = True
         seg.next_offset = next_offset
         seg.size = seg.store_path.stat().st_size
+        seg._refuse_legacy()
         try:
             tsize = seg.timeindex_path.stat().st_size
             isize = seg.index_path.stat().st_size
@@ -233,6 +272,12 @@ class Segment:
             seg.rebuild_index()
         seg._check_ends_at_next()
         return seg
+
+    def _refuse_legacy(self) -> None:
+        """:func:`refuse_legacy` on the store's first bytes (FileNotFoundError when the
+        store is gone)."""
+        with open(self.store_path, "rb") as f:
+            refuse_legacy(self.store_path, f.read(LEGACY_HEAD))
 
     def _check_ends_at_next(self) -> None:
         """Raise CorruptRecordError if this sealed segment's store is whole and consistent
@@ -385,7 +430,9 @@ class Segment:
         """Remove every record at or after ``offset`` (within this segment); reopen active.
 
         An ``offset`` inside a batch cuts the store at that batch and writes the records
-        of it below ``offset`` again as a batch of their own. So that a crash in between
+        of it below ``offset`` again as a batch of their own, with the header fields of
+        the batch cut (codec, timestamp type, leader epoch, producer). So that a crash
+        in between
         loses none of them, the cut is first saved whole in ``<base>.cut`` (position u64
         little-endian, then the new batch; written atomically): :meth:`open_active`
         finishes a cut it finds, and it is deleted (durably) once the store holds it.
@@ -396,7 +443,8 @@ class Segment:
         again = b""
         if base < offset:
             keep = self.read(base, offset - base, 1 << 62)[0]
-            again = rebatch(keep, max_batch_bytes=MAX_BODY_BYTES)
+            like = self.read_bytes(pos, HEADER_SIZE)
+            again = rebatch(keep, max_batch_bytes=MAX_BODY_BYTES, like=like)
             write_atomic(self._cut_path, _CUT_POSITION.pack(pos) + again)
         self._cache.drop(self._uid)
         if self._wfd is not None:
@@ -495,7 +543,7 @@ class Segment:
         Returns the records (at least one if ``offset`` is in the segment) and the bytes
         their frames take. A reader that raced the deletion of the segment (retention,
         truncation) gets OffsetOutOfRangeError. Damage in a sealed segment (a batch that
-        fails its checksum or framing on the way to the records asked for) is
+        fails its CRC-32C or framing on the way to the records asked for) is
         CorruptRangeError, logged once per segment as an ERROR.
         """
         try:

@@ -74,7 +74,12 @@ def index_batches(
     """Add index entries for ``batches`` written from byte ``start`` of a segment: an offset
     entry for a batch once ``interval`` bytes were written since the last one (and for the
     first), a time entry when the segment's max timestamp grew. Returns the new
-    ``(since, max_timestamp, rel_of_max)``."""
+    ``(since, max_timestamp, rel_of_max)``.
+
+    A time entry's offset is the last offset of the batch whose maxTimestamp raised the
+    maximum (as Kafka's time index, from batch headers alone): every record up to it is
+    at most the entry's timestamp. So the entries made as batches are appended and those
+    rebuilt from a store (whose records are not read) are the same."""
     for b in batches:
         pos = start + b.position
         if pos == 0:  # the first entries are the first record's (the time index's rule)
@@ -83,7 +88,7 @@ def index_batches(
             idx.add_time(max_ts, 0)
             since = 0
         if b.max_timestamp > max_ts:
-            max_ts, max_rel = b.max_timestamp, b.max_timestamp_offset - base_offset
+            max_ts, max_rel = b.max_timestamp, b.next_offset - 1 - base_offset
         if pos and since >= interval:
             idx.add_offset(b.base_offset - base_offset, pos)
             if not idx.time_max or max_ts > idx.time_max[-1]:

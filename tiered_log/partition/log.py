@@ -291,7 +291,7 @@ class TieredLog:
 
     def append(
         self,
-        value: bytes,
+        value: bytes | None,
         *,
         key: bytes | None = None,
         headers: Sequence[tuple[str, bytes | None]] = (),

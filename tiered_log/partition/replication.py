@@ -8,15 +8,18 @@ What each part is for, as in Kafka:
 
 - **Leader epochs** (KIP-101/279): every partition log keeps a
   :class:`~tiered_log.local.leader_epoch.LeaderEpochCache` in its directory. A new leader
-  assigns its epoch at its log end (:meth:`Replication.assign_leader_epoch`); it answers
+  assigns its epoch at its log end (:meth:`Replication.assign_leader_epoch`) and stamps
+  it into the partitionLeaderEpoch field of every batch it appends from there (in place,
+  before the write, outside the CRC; -1 while the log holds no epoch); it answers
   a follower's OffsetsForLeaderEpoch (:meth:`Replication.end_offset_for_epoch`); a
   follower coming back finds where its log diverges (:meth:`Replication.divergence`) and
   the log truncates there. The cache follows the log: a truncation cuts it from the end,
   the log start moving up (total retention, a reset) cuts it from the start; on open it
   is cut to the log's bounds (a crash between writing the cache and the log).
 - **The follower's append** (:meth:`Replication.append`): the leader's stored batches,
-  verified, appended at the offsets and with the timestamps they have on the leader, in
-  one write per leader segment, plus the leader's epoch entries for that range
+  verified (framing, CRC-32C, offsets in sequence: :func:`leader_batches`), appended
+  byte for byte as the leader stored them (offsets, timestamps, the leader epoch in each
+  batch), in one write per leader segment, plus the leader's epoch entries for that range
   (:meth:`Log.append_copy <tiered_log.local.log.Log.append_copy>` holds the local log's
   end still while they are recorded).
 - **The high watermark** (:class:`HighWatermark`, a replicated log only; otherwise the
@@ -53,9 +56,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from ..errors import CorruptIndexError, InvalidArgumentError
+from ..errors import CorruptIndexError, CorruptRecordError, InvalidArgumentError
 from ..format import naming
-from ..format.records import EncodedBatch, receive_batches
+from ..format.records import HEADER_SIZE, EncodedBatch, batch_header, batch_table, check_batches
 from ..local.files import write_atomic
 from ..local.leader_epoch import UNDEFINED_EPOCH, EpochEntry, LeaderEpochCache
 from ..local.leader_epoch import divergence_point as _divergence_point
@@ -64,8 +67,6 @@ from ..local.log import Log, now_ms
 log = logging.getLogger(__name__)
 
 HW_FILE_VERSION = 0
-_NO_THRESHOLD = 1 << 62
-"""A follower appends what its leader accepted: no value-size check of its own."""
 
 Bounds = Callable[[], tuple[int, int]]
 """The log's ``(log_start_offset, next_offset)`` as they are now."""
@@ -216,6 +217,33 @@ def _epoch_pairs(epochs: Sequence[tuple[int, int]]) -> list[EpochEntry]:
     return out
 
 
+def leader_batches(data: bytes | bytearray | memoryview) -> EncodedBatch:
+    """The leader's stored batches ``data`` (a page of its ``read_batches``), checked as
+    a follower appends them: each batch's framing and CRC-32C, and offsets that follow one
+    another from the first batch's base offset (records are not decoded: the leader
+    verified them when it appended them). CorruptRecordError for a damaged batch or one
+    cut short, InvalidArgumentError for batches that do not follow each other."""
+    buf = data if isinstance(data, bytes | bytearray) else bytes(data)
+    first = batch_header(buf)[0] if len(buf) >= HEADER_SIZE else 0
+    infos, end = batch_table(buf, first)
+    if end != len(buf):
+        expect = infos[-1].next_offset if infos else first
+        if end + HEADER_SIZE <= len(buf):
+            base, size, _count = batch_header(buf, end)
+            if base != expect:
+                check_batches(memoryview(buf)[end : end + size], base)  # damage is that
+                raise InvalidArgumentError(
+                    f"replica batches do not follow each other: offset {base} where "
+                    f"{expect} was expected"
+                )
+            check_batches(memoryview(buf)[end:], expect)
+        raise CorruptRecordError(
+            f"the leader's batches end inside a batch (at byte {end} of {len(buf)}, "
+            f"offset {expect})"
+        )
+    return EncodedBatch(first, buf, infos, infos[-1].next_offset - first)
+
+
 def _epochs_for(pairs: list[EpochEntry], first: int, end: int) -> list[EpochEntry]:
     """What a follower records for appending offsets ``[first, end)``: the epoch of the
     first batch (the last pair starting at or before ``first``), starting at ``first``,
@@ -260,6 +288,7 @@ class Replication:
             log.error("%s: %s; it is replaced by an empty one", log_id, exc.message)
             (directory / naming.LEADER_EPOCH_FILE).unlink(missing_ok=True)
             self.epochs = LeaderEpochCache(directory)
+        local.set_leader_epoch_source(self._leader_epoch)
         start, end = bounds()
         # An epoch may start at the log end (a leader with no append yet), not past it.
         self.epochs.truncate_from_end(end + 1)
@@ -301,6 +330,11 @@ class Replication:
         (-1) when none."""
         latest = self.epochs.latest_epoch
         return UNDEFINED_EPOCH if latest is None else latest
+
+    def _leader_epoch(self) -> int:
+        """The epoch the local log stamps into the batches it appends as leader (its
+        latest: the one this replica leads in), -1 when it holds none."""
+        return self.latest_leader_epoch
 
     def assign_leader_epoch(self, epoch: int) -> int:
         """This replica leads in ``epoch`` (an int >= 0, checked by the caller) from the
@@ -348,15 +382,7 @@ class Replication:
         if not len(data):
             return self._local.next_offset
         pairs = _epoch_pairs(epochs)
-        batch: EncodedBatch = receive_batches(data, _NO_THRESHOLD)
-        expect = batch.base_offset
-        for b in batch.batches:
-            if b.base_offset != expect:
-                raise InvalidArgumentError(
-                    f"replica batches do not follow each other: offset "
-                    f"{b.base_offset} where {expect} was expected"
-                )
-            expect = b.next_offset
+        batch = leader_batches(data)
 
         def record_epochs(nxt: int) -> None:
             assign = _epochs_for(pairs, nxt, batch.next_offset)
@@ -379,5 +405,6 @@ __all__ = [
     "HighWatermark",
     "Replication",
     "encode_high_watermark",
+    "leader_batches",
     "read_high_watermark",
 ]
