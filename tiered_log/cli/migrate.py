@@ -33,8 +33,21 @@ def _migrate_args(p: argparse.ArgumentParser) -> None:
     progress_flag(p)
 
 
-def _mib(n: int) -> str:
+def _size(n: int) -> str:
+    """Bytes as the summary lines write them (``2,954 bytes``, ``12.3 KiB``, ``1.5 MiB``)."""
+    if n < 10_000:
+        return counted(n, "byte")
+    if n < 10 << 20:
+        return f"{n / 1024:,.1f} KiB"
     return f"{n / (1 << 20):,.1f} MiB"
+
+
+def _shipped(log_dir: Path) -> bool:
+    """Whether the log's remote tier recorded a copy (its journal is not empty)."""
+    try:
+        return (log_dir / naming.REMOTE_DIR / naming.COPY_JOURNAL_FILE).stat().st_size > 0
+    except OSError:
+        return False
 
 
 @COMMANDS.command(
@@ -88,24 +101,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 torn += report.torn_bytes
                 line = (
                     f"{where(d)}: {counted(len(done), 'segment')} rewritten, "
-                    f"{counted(report.records, 'record')}, {_mib(report.old_bytes)} -> "
-                    f"{_mib(report.new_bytes)}"
+                    f"{counted(report.records, 'record')}, {_size(report.old_bytes)} -> "
+                    f"{_size(report.new_bytes)}"
                 )
                 if report.torn_bytes:
                     line += f" (a torn tail of {counted(report.torn_bytes, 'byte')} left out)"
                 print(line, file=out, flush=True)
-    remote = [d for d in logs if (d / naming.REMOTE_DIR).is_dir()]
+    remote = [d for d in logs if _shipped(d)]
     print(
         f"migrated {counted(len(logs), 'log')}: {counted(migrated, 'segment')} and "
         f"{counted(records, 'record')} rewritten as Kafka record batches "
-        f"({_mib(old)} -> {_mib(new)})"
+        f"({_size(old)} -> {_size(new)})"
         + (f"; {counted(torn, 'byte')} of torn tails left out" if torn else ""),
         file=out,
     )
     if remote and migrated:
         print(
-            f"note: {counted(len(remote), 'log')} also have a remote tier: only local "
-            "segments were rewritten, the bucket's copies are as they were",
+            f"note: {counted(len(remote), 'log')} shipped segments to a remote tier: only "
+            "local segments were rewritten, the bucket's copies are as they were",
             file=out,
         )
     return 0
