@@ -15,7 +15,9 @@ files are checked for size (and fully validated on first load), and rebuilt from
 store when missing or damaged; the last segment is scanned batch by batch, its torn or
 damaged tail cut at the last verified batch, its indexes rebuilt in memory. Records that
 reached the OS (written, even if not fsynced) survive a process kill; records that were
-flushed (fsynced) survive a machine crash too.
+flushed (fsynced) survive a machine crash too. A segment in tiered_log's former batch
+format is refused (:class:`~tiered_log.format.batch.LegacyFormatError`, one line naming
+``tiered-log migrate``), never read or cut.
 
 Thread-safety: :class:`Log` is safe to share between threads. Mutations (append, roll,
 flush, truncate, retention, close) serialize on one lock; reads take no lock: they work on
