@@ -4,10 +4,11 @@ Decoding records is a varint walk per record; in Python (:mod:`.records`) that i
 interpreted loop iteration per record, the dominant cost of reading records. aiokafka
 (an asyncio Kafka client) ships a Cython reader of Kafka v2 batches
 (``aiokafka.record._crecords.DefaultRecordBatch``) that does the same walk in C, several
-times faster. tiered_log does not depend on aiokafka: when it is importable, the
-decoders of :mod:`tiered_log.format.batch_decode` hand it whole (decompressed,
-CRC-verified) batches and convert what it yields with C-level ``map`` calls; when it is
-not, they use :mod:`.records` alone, which reads the same records (the tests run both).
+times faster. aiokafka is a dependency of the package for this reader alone: when it
+is importable, the decoders of :mod:`tiered_log.format.batch_decode` hand it whole
+(decompressed, CRC-verified) batches and convert what it yields with C-level ``map``
+calls; when it is not (a platform without its wheels, or an aiokafka whose private reader
+moved), they use :mod:`.records` alone, which reads the same records (the tests run both).
 
 Only the reading is delegated: CRCs, framing, decompression and the checks of a client's
 batches stay ours. A record aiokafka cannot parse raises
