@@ -41,6 +41,10 @@ answer (:func:`error_class`) read one table: this tree::
     ├── ReplicationTimeoutError    replication_timeout       503    acks=all not in time
     ├── PartitionNotReadyError     not_ready                 503    new leader's remote view
     ├── FencedEpochError           fenced_epoch              409    a deposed leader's epoch
+    ├── ProducerStateError         producer_state            409    idempotent producer's
+    │   ├── OutOfOrderSequenceError    out_of_order_sequence 409    a gap in sequences
+    │   ├── InvalidProducerEpochError  invalid_producer_epoch 409   an older epoch
+    │   └── UnknownProducerIdError     unknown_producer_id   409    unknown id, seq != 0
     ├── DataLossError              data_loss                 410    removed by retention
     │   └── CorruptRangeError      corrupt_record            410    stored batch damaged
     │                                                               (also CorruptRecord)
@@ -336,6 +340,37 @@ class FencedEpochError(TieredLogError):
         self.current_epoch = current_epoch
 
 
+class ProducerStateError(TieredLogError):
+    """An idempotent producer's batch that its partition's producer state refuses
+    (:mod:`tiered_log.partition.producer_state`): nothing of it is appended: 409."""
+
+    code = "producer_state"
+    status = 409
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    """An idempotent producer's batch whose first sequence does not follow the last one
+    stored for its producer id and epoch (or a new epoch not starting at 0): a batch
+    in between was lost (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+
+    code = "out_of_order_sequence"
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    """An idempotent producer's batch of an epoch older than the one the partition
+    holds for its producer id: an older instance of the producer (Kafka's
+    INVALID_PRODUCER_EPOCH)."""
+
+    code = "invalid_producer_epoch"
+
+
+class UnknownProducerIdError(ProducerStateError):
+    """A batch of a producer id the partition holds no state of, not at sequence 0,
+    while the partition saw every batch of its log (Kafka's UNKNOWN_PRODUCER_ID)."""
+
+    code = "unknown_producer_id"
+
+
 class CorruptRangeError(DataLossError, CorruptRecordError):
     """The stored batch holding the asked offset fails its checksum (a damaged segment
     file): that range cannot be served; the records before and after it can.
@@ -493,6 +528,7 @@ __all__ = [
     "FencedEpochError",
     "InvalidArgumentError",
     "InvalidOffsetError",
+    "InvalidProducerEpochError",
     "InvalidRequestError",
     "InvalidTopicNameError",
     "LeaseNotFoundError",
@@ -503,8 +539,10 @@ __all__ = [
     "NotEnoughReplicasError",
     "NotLeaderError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "PartitionNotReadyError",
     "PermissionDeniedError",
+    "ProducerStateError",
     "RecordTooLargeError",
     "RemoteCorruptionError",
     "RemoteObjectNotFoundError",
@@ -519,6 +557,7 @@ __all__ = [
     "TopicExistsError",
     "TopicNotFoundError",
     "TopicUnavailableError",
+    "UnknownProducerIdError",
     "UnsupportedMediaTypeError",
     "error_class",
     "status_of",

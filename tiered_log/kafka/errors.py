@@ -19,12 +19,14 @@ from ..errors import (
     DataLossError,
     FencedEpochError,
     InvalidArgumentError,
+    InvalidProducerEpochError,
     InvalidTopicNameError,
     LogClosedError,
     MetadataUnavailableError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     PartitionNotReadyError,
     RecordTooLargeError,
     RemoteStorageError,
@@ -32,6 +34,7 @@ from ..errors import (
     TieredLogError,
     TopicNotFoundError,
     TopicUnavailableError,
+    UnknownProducerIdError,
 )
 
 
@@ -51,6 +54,9 @@ class InvalidAcksError(InvalidArgumentError):
 _MAP: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (InvalidRecordError, ErrorCode.invalid_record),
     (InvalidAcksError, ErrorCode.invalid_required_acks),
+    (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
+    (UnknownProducerIdError, ErrorCode.unknown_producer_id),
     (RecordTooLargeError, ErrorCode.message_too_large),
     (InvalidTopicNameError, ErrorCode.invalid_topic_exception),
     (TopicNotFoundError, ErrorCode.unknown_topic_or_partition),

@@ -16,6 +16,8 @@ every version of the API; the fields a version lacks are dropped there).
 - The consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
   LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups):
   :mod:`tiered_log.kafka.groups.handlers`, registered here.
+- InitProducerId: a producer id for an idempotent producer; a transactional id is
+  refused (:mod:`tiered_log.kafka.producers`).
 - ListOffsets: -1 latest (the high watermark), -2 earliest (the log start, the bucket
   included), else the first offset at or after a timestamp in either tier.
 
@@ -49,6 +51,7 @@ from .messages import (
     Request,
     millis,
 )
+from .producers import PRODUCER_APIS, ProducerHandlers
 
 log = logging.getLogger("tiered_log.kafka")
 
@@ -57,6 +60,7 @@ MAX_WAIT_MS = 30_000
 HTTP fetch's ``wait_ms`` has the same bound)."""
 
 APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in GROUP_APIS.items()})
+APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in PRODUCER_APIS.items()})
 
 UNKNOWN_OPERATIONS = -(2**31)
 """Authorized operations not computed (Kafka's INT32_MIN)."""
@@ -86,6 +90,7 @@ class Handlers:
             FETCH: self.fetch,
             LIST_OFFSETS: self.list_offsets,
             **GroupHandlers(backend).handlers(),
+            **ProducerHandlers(backend).handlers(),
         }
 
     async def handle(self, req: Request) -> dict[str, Any] | None:

@@ -68,6 +68,12 @@ from ..local.segment import SegmentInfo
 from ..remote.storage import RemoteStorage
 from ..remote.tier import RemoteTier, TierConfig, TierLimits
 from . import report
+from .producer_state import (
+    ProducerBatch,
+    ProducerStateManager,
+    buffer_headers,
+    producer_batch,
+)
 from .replication import Replication
 from .scheduler import Shipper, TieringScheduler
 from .tiering import Tiering, log_start
@@ -199,8 +205,28 @@ class TieredLog:
             clock=clock,
             scheduler=scheduler,
         )
+        self._producers = ProducerStateManager(self.directory, self.log_id)
+        with self._producers.lock:
+            self._rebuild_producers()
+        self._snapshot_base = self._local.active_base_offset
         if start_shipper:
             self.start_shipper()
+
+    def _rebuild_producers(self) -> None:
+        """The producer state from its snapshot and a header walk of the local log (see
+        :mod:`~tiered_log.partition.producer_state`). Under its lock."""
+        local = self._local
+        start, n = self._producers.rebuild(
+            local.segment_for, local.log_start_offset, local.next_offset
+        )
+        if n:
+            log.info(
+                "%s: producer state of %d producers rebuilt from %d batch headers from offset %d",
+                self.log_id,
+                len(self._producers),
+                n,
+                start,
+            )
 
     def _bounds_now(self) -> tuple[int, int]:
         return self.log_start_offset, self._local.next_offset
@@ -310,7 +336,51 @@ class TieredLog:
         self,
         records: Sequence[ProducerRecord | bytes] | EncodedBatch,
     ) -> tuple[int, int]:
+        """Append records in one write; returns ``(first_offset, last_offset)``.
+
+        A client's Kafka batches (an :class:`~tiered_log.format.records.EncodedBatch`)
+        of an idempotent producer (a producer id) come one batch per call and are
+        checked against the partition's producer state first, under its lock
+        (:meth:`ProducerStateManager.check
+        <tiered_log.partition.producer_state.ProducerStateManager.check>`): a duplicate
+        of one of the producer's last five batches is not written and the original's
+        offsets are returned; a refused one raises a
+        :class:`~tiered_log.errors.ProducerStateError` with nothing written."""
         self._check_open()
+        if isinstance(records, EncodedBatch):
+            first = records.batches[0] if records.batches else None
+            pb = producer_batch(records.data, first.position) if first is not None else None
+            if pb is not None:
+                if len(records.batches) != 1:
+                    raise InvalidArgumentError(
+                        f"batches of producer id {pb.producer_id}: an idempotent "
+                        "producer's batch must come alone (one batch per partition "
+                        "of a request)"
+                    )
+                return self._append_idempotent(records, pb)
+            if any(producer_batch(records.data, b.position) is not None for b in records.batches):
+                raise InvalidArgumentError(
+                    "an idempotent producer's batch must come alone (one batch per "
+                    "partition of a request)"
+                )
+        return self._append_batch(records)
+
+    def _append_idempotent(self, records: EncodedBatch, pb: ProducerBatch) -> tuple[int, int]:
+        """Check, append and record an idempotent producer's one batch (see
+        :meth:`append_batch`), under the producer state's lock."""
+        ps = self._producers
+        with ps.lock:
+            dup = ps.check(pb)
+            if dup is not None:
+                return dup.first_offset, dup.last_offset
+            first, last = self._append_batch(records)
+            ps.update(pb, first, last)
+            return first, last
+
+    def _append_batch(
+        self,
+        records: Sequence[ProducerRecord | bytes] | EncodedBatch,
+    ) -> tuple[int, int]:
         count = records.count if isinstance(records, EncodedBatch) else len(records)
         self._tiering.reserve(self._local.next_offset + count)
         active = self._local.active_base_offset
@@ -556,14 +626,18 @@ class TieredLog:
                     log_start=start,
                     next_offset=nxt,
                 )
-            with self._replication.moving_bounds(cut=offset):
+            ps = self._producers
+            with self._replication.moving_bounds(cut=offset), ps.lock:
+                ps.delete_snapshot()  # never used past a cut; rebuilt below
                 local_start = self._local.log_start_offset
                 if self._remote is not None:
                     self._remote.truncate(offset, local_start)
                 if offset >= local_start:
                     self._local.truncate(offset)
+                    self._rebuild_producers()
                 else:
                     self._local.reset(offset)
+                    ps.clear(complete=offset == 0)
         self._tiering.wake()  # truncated remote segments are deleted by the next round
 
     # ---- tiering ------------------------------------------------------------------------
@@ -603,6 +677,7 @@ class TieredLog:
         if self._closed:
             return
         self._local.maybe_flush()
+        self._maybe_snapshot_producers()
         hw = self._replication.hw
         if self._replication.following:  # a follower rolls where its leader did, ships nothing
             if hw is not None:
@@ -612,6 +687,23 @@ class TieredLog:
         if hw is not None:
             hw.checkpoint_if_due()
         self._tiering.maintain(rolled=rolled, tier=tier)
+
+    def _maybe_snapshot_producers(self, *, force: bool = False) -> None:
+        """Write the producer state's snapshot when it changed and the log rolled since
+        the last one (``force``: whenever it changed), so that an open walks the
+        headers of about one segment. A failed write is logged; the open then walks
+        from an older snapshot or the log start. Any thread."""
+        ps = self._producers
+        active = self._local.active_base_offset
+        if not ps.dirty or (not force and active == self._snapshot_base):
+            return
+        with ps.lock:
+            try:
+                ps.write_snapshot(self._local.next_offset)
+            except OSError as exc:
+                log.warning("%s: producer state snapshot not written: %s", self.log_id, exc)
+                return
+            self._snapshot_base = active
 
     def remote_segments(
         self, log_start: int
@@ -689,8 +781,10 @@ class TieredLog:
             self._tiering.resync_view()
             resume = _resume_offset(self.log_id, r)
             if resume > self.next_offset:
-                with self._replication.moving_bounds():
+                with self._replication.moving_bounds(), self._producers.lock:
+                    self._producers.delete_snapshot()
                     self._local.reset(resume)
+                    self._producers.clear(complete=False)
                     self._replication.clamp_high_watermark()
                 # Everything below was committed before: readable (archived) at once.
                 self.set_high_watermark(resume)
@@ -785,10 +879,16 @@ class TieredLog:
         unless all of it is. ``epochs`` are the leader's ``(epoch, start_offset)``
         entries: the epoch of the first batch and those starting inside the appended
         range are recorded in this log's cache before the write (cut again if it fails).
+        The producer batches among them are recorded in this log's producer state
+        (no checks: the leader made them), so that it knows its producers if it leads.
         The follower's fetcher only, one thread (see the module docstring)."""
         self._check_open()
         active = self._local.active_base_offset
-        end = self._replication.append(data, epochs, rolls)
+        ps = self._producers
+        with ps.lock:
+            end = self._replication.append(data, epochs, rolls)
+            if len(data):
+                ps.apply_headers(buffer_headers(data))
         if self._local.active_base_offset != active:
             self._tiering.wake()
         return end
@@ -803,11 +903,13 @@ class TieredLog:
         _check_offset(offset)
         with self._ctl:
             self._check_open()
-            with self._replication.moving_bounds(cut=offset):
+            with self._replication.moving_bounds(cut=offset), self._producers.lock:
+                self._producers.delete_snapshot()
                 r = self._remote
                 if r is not None and offset < r.remote_end:
                     r.truncate(offset, self._local.log_start_offset)
                 self._local.reset(offset)
+                self._producers.clear(complete=offset == 0)
                 self._replication.epochs.clear()
                 self._replication.clamp_high_watermark()
 
@@ -917,6 +1019,7 @@ class TieredLog:
         self._tiering.stop()
         with self._ctl:
             self.checkpoint_high_watermark(quiet=True)
+            self._maybe_snapshot_producers(force=True)
             self._closed = True
             end = self._local.next_offset
             self._local.close()
