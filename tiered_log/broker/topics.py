@@ -36,6 +36,7 @@ threads (``asyncio.to_thread``), never on an event loop.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
 import json
 import logging
@@ -45,7 +46,8 @@ import shutil
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -196,6 +198,72 @@ def validate_partitions(partitions: object) -> int:
     ):
         raise InvalidArgumentError(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
     return partitions
+
+
+FIXED_SETTINGS = {
+    "partitions": "the number of partitions cannot be changed after a topic is created",
+    "replication_factor": "the replication factor cannot be changed after a topic is created",
+    "min_insync_replicas": "min_insync_replicas cannot be changed after a topic is created",
+    "name": "a topic cannot be renamed",
+    "topic_id": "a topic's id cannot be changed",
+    "created_ms": "a topic's creation time cannot be changed",
+}
+"""Keys of a topic's description that are not settings one may change, and why."""
+REMOTE_DISABLE_POLICIES = ("retain", "delete")
+"""What turning a topic's tiering off (``remote_enabled`` true -> false) does with the
+data its bucket holds, as Kafka's KIP-950 asks for an explicit choice: ``retain`` (it
+stays readable until the total retention removes it) or ``delete`` (deleted at once)."""
+
+
+def altered_config(
+    current: TopicConfig,
+    defaults: TopicConfig,
+    changes: dict[str, Any],
+    reset: Sequence[str] = (),
+) -> TopicConfig:
+    """``current`` with ``changes`` applied and the settings named in ``reset`` set back
+    to ``defaults`` (the server's topic defaults), validated as a created topic's are
+    (``null`` or ``-1`` for a limit: no limit). InvalidArgumentError (one line naming
+    the key) for an unknown key, a key that cannot change (:data:`FIXED_SETTINGS`), a key
+    both set and reset, or an invalid value. Every TopicConfig setting may change."""
+    valid = sorted(TopicConfig.model_fields)
+    for key in [*changes, *reset]:
+        if key in FIXED_SETTINGS:
+            raise InvalidArgumentError(f"cannot change {key}: {FIXED_SETTINGS[key]}")
+        if key not in TopicConfig.model_fields:
+            near = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise InvalidArgumentError(
+                f"unknown topic setting {key!r}{hint}; valid: {', '.join(valid)}"
+            )
+    both = sorted(set(changes) & set(reset))
+    if both:
+        raise InvalidArgumentError(f"{both[0]} is both set and reset in one request")
+    values = current.model_dump()
+    values.update({k: getattr(defaults, k) for k in reset})
+    values.update(changes)
+    try:
+        config = TopicConfig.model_validate(values)
+        LogConfig.of(config)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in err.get("loc", ())) or "config"
+        raise InvalidArgumentError(f"invalid topic config {where}: {err['msg']}") from None
+    return config
+
+
+def check_remote_disable(old: TopicConfig, new: TopicConfig, policy: str | None) -> None:
+    """InvalidArgumentError unless ``policy`` is None or one of
+    :data:`REMOTE_DISABLE_POLICIES`, and given when ``new`` turns tiering off."""
+    if policy is not None and policy not in REMOTE_DISABLE_POLICIES:
+        raise InvalidArgumentError(
+            f"remote_disable_policy must be 'retain' or 'delete', got {policy!r}"
+        )
+    if old.remote_enabled and not new.remote_enabled and policy is None:
+        raise InvalidArgumentError(
+            "remote_enabled=false needs remote_disable_policy: 'retain' (the remote data "
+            "stays readable until retention removes it) or 'delete' (it is deleted now)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -555,6 +623,46 @@ class TopicManager:
             raise
         return topic
 
+    # ---- configuration -----------------------------------------------------------------
+
+    def alter(
+        self,
+        name: str,
+        changes: dict[str, Any],
+        reset: Sequence[str] = (),
+        *,
+        remote_disable_policy: str | None = None,
+    ) -> Topic:
+        """Change topic ``name``'s settings: ``changes`` set, ``reset`` back to the
+        server's topic defaults (see :func:`altered_config`; turning ``remote_enabled``
+        off needs ``remote_disable_policy``, :func:`check_remote_disable`). The new
+        ``topic.json`` is committed (atomically) and published to the store before it
+        is applied to every open partition log (:meth:`TieredLog.reconfigure
+        <tiered_log.partition.log.TieredLog.reconfigure>`), so a restart keeps it. Returns
+        the topic as it is now. TopicNotFoundError, InvalidArgumentError."""
+        validate_topic_name(name)
+        with self._lock:
+            if self._closed:
+                raise LogClosedError("the service is shutting down")
+            topic = self.get(name)
+            config = altered_config(topic.meta.config, self.settings.topic_defaults, changes, reset)
+            check_remote_disable(topic.meta.config, config, remote_disable_policy)
+            return self._apply_config(topic, config, remote_disable_policy)
+
+    def _apply_config(self, topic: Topic, config: TopicConfig, policy: str | None) -> Topic:
+        """Commit ``config`` as ``topic``'s and apply it to its open logs. Lock held."""
+        meta = replace(topic.meta, config=config)
+        write_atomic(topic.directory / TOPIC_FILE, meta.to_json())
+        self._publish(meta)
+        new = Topic(meta, topic.logs, topic.directory)
+        self._topics = {**self._topics, meta.name: new}
+        local, tier = LogConfig.of(config), tier_config_of(config, self.settings)
+        for plog in topic.logs:
+            if not plog.closed:
+                plog.reconfigure(local, tier, remote_disable_policy=policy)
+        log.info("topic %s: configuration changed", meta.name)
+        return new
+
     # ---- the cluster's view (a ClusterNode drives these from its poll thread) ------------
 
     def ensure_topic(self, meta: ClusterTopic) -> None:
@@ -564,6 +672,13 @@ class TopicManager:
         have = next((t for t in self.list() if t.name == meta.name), None)
         if have is not None:
             if have.meta.topic_id == meta.topic_id:
+                config = TopicConfig.model_validate(meta.config)
+                if config != have.meta.config:  # altered in the cluster: apply it here
+                    with self._lock:
+                        have = self.get(meta.name)
+                        if have.meta.topic_id == meta.topic_id and config != have.meta.config:
+                            # A cluster turns tiering off only keeping the bucket's data.
+                            self._apply_config(have, config, "retain")
                 return
             log.info(
                 "topic %s was created again in the cluster: replacing the local one", meta.name
@@ -662,7 +777,9 @@ class TopicManager:
 
 
 __all__ = [
+    "FIXED_SETTINGS",
     "MAX_PARTITIONS",
+    "REMOTE_DISABLE_POLICIES",
     "TOPIC_NAME_RE",
     "DataDirLockedError",
     "PartitionBounds",
@@ -670,6 +787,8 @@ __all__ = [
     "Topic",
     "TopicManager",
     "TopicMeta",
+    "altered_config",
+    "check_remote_disable",
     "log_id_of",
     "maintain_partition_log",
     "open_partition_log",

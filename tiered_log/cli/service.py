@@ -5,6 +5,7 @@
     tiered-log serve [--data-dir D] [--port P] [--kafka-port K] ...  run the service
     tiered-log topics create orders --partitions 3 [--replication-factor 3]
     tiered-log topics list|describe|delete ...
+    tiered-log topics alter orders --config retention_ms=86400000 [--delete-config K]
     tiered-log produce orders --file lines.txt
     tiered-log consume orders --offset 0 --follow
 
@@ -266,6 +267,13 @@ def _produce_args(p: argparse.ArgumentParser) -> None:
         "with replicas) or 1 (the leader has them)",
     )
     p.add_argument(
+        "-Z",
+        "--null",
+        action="store_true",
+        help="send an empty value as a null value (a tombstone), as kcat's -Z "
+        "(default: an empty value)",
+    )
+    p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -331,6 +339,12 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
         "(nothing is added at the end) (default: %(default)s)",
     )
     p.add_argument(
+        "-Z",
+        "--null",
+        action="store_true",
+        help="print a null key or value (a tombstone) as NULL, as kcat's -Z (default: as nothing)",
+    )
+    p.add_argument(
         "--skip-lost",
         action="store_true",
         help="go on past offsets lost in a restore (410 data_loss) instead of stopping there",
@@ -356,8 +370,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 # ---- topics ----------------------------------------------------------------------------------
 
-TOPICS = COMMANDS.group("topics", "create, list, describe, delete topics")
-"""``tiered-log topics create|list|describe|delete``."""
+TOPICS = COMMANDS.group("topics", "create, list, describe, alter, delete topics")
+"""``tiered-log topics create|list|describe|alter|delete``."""
 
 
 def _parse_config_items(items: list[str]) -> dict[str, Any]:
@@ -438,6 +452,75 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _topics_alter_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="the topic's name")
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a setting to change (repeatable), as topics create takes it: an integer, "
+        "true/false, null or -1 (no limit), or a word (remote_compression=lz4)",
+    )
+    p.add_argument(
+        "--delete-config",
+        action="append",
+        metavar="NAME",
+        help="a setting set back to the server's default (repeatable)",
+    )
+    p.add_argument(
+        "--remote-disable-policy",
+        choices=("retain", "delete"),
+        help="with --config remote_enabled=false: keep the remote data readable until "
+        "retention removes it (retain) or delete it now (delete)",
+    )
+    p.add_argument("--json", action="store_true", help="print the service's JSON answer")
+    _client_options(p)
+
+
+def _parse_alter_items(items: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs: an integer, true/false, null/none, else the word itself."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--config takes NAME=VALUE, got {item!r}")
+        low = raw.strip().lower()
+        value: Any
+        if low in ("null", "none"):
+            value = None
+        elif low in ("true", "false"):
+            value = low == "true"
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                value = raw.strip()
+        out[name.strip()] = value
+    return out
+
+
+@TOPICS.command("alter", "change a topic's settings while it serves", _topics_alter_args)
+@_guard
+def cmd_topics_alter(args: argparse.Namespace) -> int:
+    config = _parse_alter_items(args.config or [])
+    reset = [n.strip() for n in args.delete_config or []]
+    if not config and not reset:
+        raise UsageError("nothing to change: give --config NAME=VALUE or --delete-config NAME")
+    with _client(args) as c:
+        d = c.alter_topic(
+            args.name,
+            config,
+            delete_config=reset,
+            remote_disable_policy=args.remote_disable_policy,
+        )
+    if args.json:
+        print(json.dumps(d, indent=2))
+    else:
+        changed = ", ".join(f"{k}={d['config'].get(k)}" for k in [*config, *reset])
+        print(f"altered topic {d['name']}: {changed}")
+    return 0
+
+
 @TOPICS.command("delete", "delete a topic and its records", _topic_name_args)
 @_guard
 def cmd_topics_delete(args: argparse.Namespace) -> int:
@@ -470,13 +553,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
             for lines, _ in lines_with_linger(
                 stream, batch_size=args.batch_size, linger_ms=args.linger_ms
             ):
-                batch: list[ProducerRecord | bytes] = []
-                for line in lines:
-                    rec = line_to_record(line, separator=separator, key=key)
-                    if rec is None:
-                        acked.skipped += 1
-                    else:
-                        batch.append(rec)
+                batch: list[ProducerRecord | bytes] = [
+                    line_to_record(line, separator=separator, key=key, empty_is_null=args.null)
+                    for line in lines
+                ]
                 if not batch:
                     continue
                 acked.unsent = len(batch)
@@ -564,7 +644,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     """Print the records of the topic's partitions from the start ``-o`` says (see
     :mod:`.consume`); with ``--follow`` until Ctrl-C or SIGTERM."""
     try:
-        fmt = RecordFormat(args.format, args.topic)
+        fmt = RecordFormat(args.format, args.topic, b"NULL" if args.null else b"")
     except argparse.ArgumentTypeError as exc:
         raise UsageError(str(exc)) from None
     spec = (

@@ -27,6 +27,7 @@ from .messages import (
     _ACCEPT_BINARY,
     _BINARY,
     _FRAMES_HEADERS,
+    Codec,
     FetchedBatches,
     FetchResult,
     PartitionBounds,
@@ -226,6 +227,24 @@ class AsyncClient:
     async def delete_topic(self, name: str) -> None:
         await self._any("DELETE", _topic_path(name))
 
+    async def alter_topic(
+        self,
+        name: str,
+        config: dict[str, Any] | None = None,
+        *,
+        delete_config: list[str] | None = None,
+        remote_disable_policy: str | None = None,
+    ) -> dict[str, Any]:
+        """Change a topic's settings (``PATCH /v1/topics/{name}``): ``config`` sets,
+        ``delete_config`` resets to the server's defaults; ``remote_disable_policy``
+        (``retain`` or ``delete``) when ``remote_enabled`` turns false. Returns the new
+        description; InvalidArgumentError naming a bad key or value."""
+        body: dict[str, Any] = {"config": config or {}, "delete_config": delete_config or []}
+        if remote_disable_policy is not None:
+            body["remote_disable_policy"] = remote_disable_policy
+        result: dict[str, Any] = (await self._any("PATCH", _topic_path(name), json=body)).json()
+        return result
+
     async def cluster(self) -> dict[str, Any] | None:
         """``GET /v1/cluster`` of a node that answers; None for a single node."""
         try:
@@ -254,6 +273,7 @@ class AsyncClient:
         records: Iterable[ProducerRecord | bytes | str],
         *,
         acks: str | None = None,
+        compression: Codec = None,
     ) -> list[RecordMetadata]:
         """Append ``records`` where Kafka's default partitioner puts them; see
         :meth:`Client.send <tiered_log.client.Client.send>`."""
@@ -261,7 +281,10 @@ class AsyncClient:
         if not items:
             raise E.InvalidArgumentError("a batch needs at least one record")
         groups = self._partitioner.assign(topic, items, await self.partitions(topic))
-        bodies = {p: encode_produce_body([items[i] for i in idx]) for p, idx in groups.items()}
+        bodies = {
+            p: encode_produce_body([items[i] for i in idx], compression)
+            for p, idx in groups.items()
+        }
         out: list[RecordMetadata] = [RecordMetadata(-1, -1)] * len(items)
         for p, idx in groups.items():
             offsets = await self._produce_body(topic, p, bodies[p], acks)
@@ -276,13 +299,18 @@ class AsyncClient:
         records: Iterable[ProducerRecord | bytes | str],
         *,
         acks: str | None = None,
+        compression: Codec = None,
     ) -> list[int]:
         """Append a batch on the partition's leader; see :meth:`Client.produce
-        <tiered_log.client.Client.produce>` (``acks``, when it is retried, and
-        ``partition=None``: Kafka's default partitioner, as :meth:`send`)."""
+        <tiered_log.client.Client.produce>` (``acks``, ``compression``, when it is
+        retried, and ``partition=None``: Kafka's default partitioner, as :meth:`send`)."""
         if partition is None:
-            return [m.offset for m in await self.send(topic, records, acks=acks)]
-        return await self._produce_body(topic, partition, encode_produce_body(records), acks)
+            return [
+                m.offset
+                for m in await self.send(topic, records, acks=acks, compression=compression)
+            ]
+        body = encode_produce_body(records, compression)
+        return await self._produce_body(topic, partition, body, acks)
 
     async def _produce_body(
         self, topic: str, partition: int, body: bytes, acks: str | None

@@ -30,6 +30,7 @@ from .messages import (
     _ACCEPT_BINARY,
     _BINARY,
     _FRAMES_HEADERS,
+    Codec,
     FetchedBatches,
     FetchResult,
     PartitionBounds,
@@ -223,6 +224,24 @@ class Client:
     def delete_topic(self, name: str) -> None:
         self._any("DELETE", _topic_path(name))
 
+    def alter_topic(
+        self,
+        name: str,
+        config: dict[str, Any] | None = None,
+        *,
+        delete_config: list[str] | None = None,
+        remote_disable_policy: str | None = None,
+    ) -> dict[str, Any]:
+        """Change a topic's settings (``PATCH /v1/topics/{name}``): ``config`` sets,
+        ``delete_config`` resets to the server's defaults; ``remote_disable_policy``
+        (``retain`` or ``delete``) when ``remote_enabled`` turns false. Returns the new
+        description; InvalidArgumentError naming a bad key or value."""
+        body: dict[str, Any] = {"config": config or {}, "delete_config": delete_config or []}
+        if remote_disable_policy is not None:
+            body["remote_disable_policy"] = remote_disable_policy
+        result: dict[str, Any] = (self._any("PATCH", _topic_path(name), json=body)).json()
+        return result
+
     def reassign(self, from_node: int, to_node: int) -> dict[str, Any]:
         """Move every replica ``from_node`` holds to ``to_node`` (a cluster; needs admin on
         every topic): ``POST /v1/cluster/reassign``'s answer, the partitions started."""
@@ -290,6 +309,7 @@ class Client:
         records: Iterable[ProducerRecord | bytes | str],
         *,
         acks: str | None = None,
+        compression: Codec = None,
     ) -> list[RecordMetadata]:
         """Append ``records`` to the partitions Kafka's default partitioner chooses
         (:meth:`assign_partitions`); returns each record's partition and offset, in order.
@@ -302,7 +322,10 @@ class Client:
         if not items:
             raise InvalidArgumentError("a batch needs at least one record")
         groups = self.assign_partitions(topic, items)
-        bodies = {p: encode_produce_body([items[i] for i in idx]) for p, idx in groups.items()}
+        bodies = {
+            p: encode_produce_body([items[i] for i in idx], compression)
+            for p, idx in groups.items()
+        }
         out: list[RecordMetadata] = [RecordMetadata(-1, -1)] * len(items)
         for p, idx in groups.items():
             offsets = self._produce_body(topic, p, bodies[p], acks)
@@ -317,6 +340,7 @@ class Client:
         records: Iterable[ProducerRecord | bytes | str],
         *,
         acks: str | None = None,
+        compression: Codec = None,
     ) -> list[int]:
         """Append a batch (all or nothing, binary frames) on the partition's leader;
         returns each record's offset. ``acks``: ``"all"`` (every in-sync replica has
@@ -324,13 +348,17 @@ class Client:
         leader has them); None leaves it to the server. Retried only where nothing was
         appended (see :mod:`tiered_log.client.routing`): a connection that broke after
         sending raises ConnectionFailedError, and the records may or may not be in the
-        log (the caller decides whether to send them again).
+        log (the caller decides whether to send them again). ``compression``:
+        ``"gzip"``, ``"snappy"``, ``"lz4"`` or ``"zstd"`` compresses each batch here (the
+        server stores it compressed, as sent); None or ``"none"``: not compressed. A
+        :class:`ProducerRecord` whose value is None is a null value (a tombstone).
 
         ``partition=None``: the partitions Kafka's default partitioner chooses, as
         :meth:`send` (which also says which partition each record went to)."""
         if partition is None:
-            return [m.offset for m in self.send(topic, records, acks=acks)]
-        return self._produce_body(topic, partition, encode_produce_body(records), acks)
+            return [m.offset for m in self.send(topic, records, acks=acks, compression=compression)]
+        body = encode_produce_body(records, compression)
+        return self._produce_body(topic, partition, body, acks)
 
     def _produce_body(self, topic: str, partition: int, body: bytes, acks: str | None) -> list[int]:
         """Send an encoded produce body to the partition's leader; the offsets."""

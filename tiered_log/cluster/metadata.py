@@ -49,6 +49,7 @@ import threading
 import uuid
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from tiered_log.cluster.etcd import MAX_TXN_OPS, Fence, MetaStore, Versioned
 from tiered_log.cluster.membership import NODES_PREFIX
@@ -259,6 +260,27 @@ class ClusterMetadata:
                 return True
         raise MetadataUnavailableError(
             f"topic {name}: deleting lost {CAS_RETRIES} races to other writers (or the fence failed)"
+        )
+
+    def update_topic_config(self, name: str, config: dict[str, Any]) -> TopicMeta:
+        """Replace topic ``name``'s ``config`` (its log settings, as JSON), compare-and-
+        swapped on the revision just read (retried on a conflict), everything else kept;
+        every node applies it at its next metadata read. Returns the new TopicMeta.
+        TopicNotFoundError; MetadataUnavailableError after :data:`CAS_RETRIES` lost races.
+
+        No fence: a topic's settings are not the controller's (it writes partition
+        states only); two alters racing each win on the revision they read."""
+        validate_topic_name(name)
+        for _ in range(CAS_RETRIES):
+            v = self.store.get(topic_key(name))
+            if v is None:
+                raise TopicNotFoundError(f"topic {name} does not exist")
+            meta = replace(TopicMeta.from_dict(v.value), config=config)
+            if self.store.put_if(v.key, meta.to_dict(), v.mod_revision):
+                log.info("topic %s: configuration changed", name)
+                return meta
+        raise MetadataUnavailableError(
+            f"topic {name}: changing its configuration lost {CAS_RETRIES} races to other writers"
         )
 
     # ---- partition states ---------------------------------------------------------

@@ -274,8 +274,9 @@ class ClusterNode:
         nodes = self.membership.live_nodes()
         controller = self.election.controller_id()
         for meta in topics.values():
-            if meta.name not in self._topics:
-                self._logs.ensure_topic(meta)
+            known = self._topics.get(meta.name)
+            if known is None or known.config != meta.config or known.topic_id != meta.topic_id:
+                self._logs.ensure_topic(meta)  # a new topic, or its settings changed
         with self._lock:
             self._nodes = dict(nodes)
             self._seen.update(nodes)
@@ -584,6 +585,12 @@ class ClusterNode:
 
     def delete_topic(self, name: str) -> None:
         self.metadata.delete_topic(name)
+        self.refresh()
+
+    def alter_topic(self, name: str, config: dict[str, Any]) -> None:
+        """Make ``config`` topic ``name``'s settings in the metadata store (every replica
+        applies them at its next read), then apply them here at once (refresh)."""
+        self.metadata.update_topic_config(name, config)
         self.refresh()
 
     def wait_until(self, ready: Callable[[], bool], timeout_s: float) -> bool:

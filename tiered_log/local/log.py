@@ -47,7 +47,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -545,6 +545,23 @@ class Log:
             if self._segments[-1].size:
                 self._roll()
                 self._flushed_offset = max(self._flushed_offset, self._segments[-1].base_offset)
+
+    def reconfigure(self, config: LogConfig) -> None:
+        """Take ``config``'s topic-level settings from now on (a topic's configuration
+        changed while the log is open): segment size and age apply to the active segment
+        at the next append or age check (segments already sealed stay as they are),
+        flush settings to the next append, retention to the next round, the timestamp
+        type to batches appended from now on. The settings of this log only
+        (``index_interval_bytes``, ``num_index_cached_read_segments``) stay as they are.
+        Under the append lock, so an append sees either the old or the new settings."""
+        merged = replace(
+            config,
+            index_interval_bytes=self.config.index_interval_bytes,
+            num_index_cached_read_segments=self.config.num_index_cached_read_segments,
+        )
+        with self._lock:
+            self._check_writable()
+            self.config = merged
 
     def maybe_roll_by_age(self) -> bool:
         """Roll the active segment if ``segment_ms`` has passed; for a periodic task."""

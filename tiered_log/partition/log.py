@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -90,6 +91,11 @@ from the log to the client; this name stays for the public API)."""
 def _check_offset(offset: int) -> None:
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
+
+
+def _has_remote_tier(directory: str | os.PathLike[str]) -> bool:
+    """Whether the log in ``directory`` had a remote tier (its copy journal exists)."""
+    return (Path(directory) / naming.REMOTE_DIR / naming.COPY_JOURNAL_FILE).is_file()
 
 
 def _resume_offset(log_id: str, r: RemoteTier | None) -> int:
@@ -159,8 +165,13 @@ class TieredLog:
         self._ctl = threading.Lock()
         self.directory.mkdir(parents=True, exist_ok=True)
         fresh = not naming.list_segment_bases(self.directory)
+        self._storage = storage
+        self._limits = limits
+        self._ships = start_shipper
         self._remote: RemoteTier | None = None
-        if storage is not None and self.tier_config.remote_enabled:
+        # A log whose tiering was turned off keeping its remote data (``retain``) still
+        # serves and ages out what the bucket holds: its remote tier opens, copying nothing.
+        if storage is not None and (self.tier_config.remote_enabled or _has_remote_tier(directory)):
             self._remote = RemoteTier(
                 self.directory, self.log_id, storage, self.tier_config, limits
             )
@@ -1008,6 +1019,89 @@ class TieredLog:
     def lost_offsets(self) -> list[list[int]]:
         """Offsets lost with a local disk (see :func:`~tiered_log.partition.report.lost_offsets`)."""
         return report.lost_offsets(self._remote)
+
+    # ---- configuration ------------------------------------------------------------------
+
+    def reconfigure(
+        self, config: LogConfig, tier: TierConfig, *, remote_disable_policy: str | None = None
+    ) -> None:
+        """Apply a topic's changed settings to this open log, without reopening it.
+
+        The local log takes ``config`` (:meth:`Log.reconfigure
+        <tiered_log.local.log.Log.reconfigure>`: segment size and age for the active
+        segment on, flush settings, retention, the timestamp type of new appends); the
+        tiering and the remote tier take ``tier`` (retention and local retention at the
+        next round, which this call asks for; compression for segments shipped from
+        then on). ``tier.remote_enabled`` turning:
+
+        - off, with ``remote_disable_policy="retain"``: nothing more is copied; what the
+          bucket holds stays readable and ages out by the total retention, which then
+          also applies to the local segments once the bucket holds none;
+        - off, with ``"delete"``: the shipper stops, every object of this log is deleted
+          from the bucket and the log is a local log from then on (its start moves up
+          to the local start); InvalidArgumentError without a policy;
+        - on: copying resumes (a log that never had a remote tier gets one; its first
+          copy is its oldest local segment).
+
+        A replicated log (a cluster's) refuses a change of ``remote_enabled`` that needs
+        the remote tier to appear or go (InvalidArgumentError). Any thread: the settings
+        are swapped whole (an append, under the local log's lock, and a tiering round
+        each read one set); a remote tier appears or goes under the control lock, after
+        the round under way. LogClosedError once closed.
+        """
+        was = self.tier_config.remote_enabled
+        now_on = tier.remote_enabled
+        # Not only on the turn: a "delete" whose bucket failed half way is asked again.
+        detach = not now_on and remote_disable_policy == "delete" and self._remote is not None
+        attach = now_on and self._remote is None and self._storage is not None
+        if was and not now_on and remote_disable_policy not in ("retain", "delete"):
+            raise InvalidArgumentError(
+                "remote_enabled=false needs remote_disable_policy: 'retain' (the remote "
+                "data stays readable until retention removes it) or 'delete' (it is deleted now)"
+            )
+        if (detach or attach) and self.replicated:
+            raise InvalidArgumentError(
+                "remote_enabled cannot be turned on or deleted on a replicated partition yet "
+                "(use remote_disable_policy=retain to stop copying)"
+            )
+        self._check_open()
+        # The settings themselves are swapped whole (a round reads them once); only a
+        # remote tier appearing or going waits for the round under way.
+        self._local.reconfigure(config)
+        self.config = config
+        self.tier_config = tier
+        self._tiering.config = tier
+        if self._remote is not None:
+            self._remote.config = tier
+        if detach:
+            self._tiering.stop_shipper()  # its round takes the control lock: before it
+        if not (detach or attach):
+            self._tiering.wake()
+            return
+        with self._ctl:
+            self._check_open()
+            if detach and self._remote is not None:
+                r = self._remote
+                storage = r.storage
+                keys = [o.key for o in storage.list(naming.log_prefix(self.log_id) + "/")]
+                storage.delete(keys)
+                self._remote = None
+                self._tiering.detach_remote()
+                r.close()
+                shutil.rmtree(self.directory / naming.REMOTE_DIR, ignore_errors=True)
+                log.info(
+                    "%s: remote tier turned off, %d remote object(s) deleted",
+                    self.log_id,
+                    len(keys),
+                )
+            elif attach and self._storage is not None:
+                r = RemoteTier(self.directory, self.log_id, self._storage, tier, self._limits)
+                self._remote = r
+                self._tiering.attach_remote(r)
+                log.info("%s: remote tier turned on", self.log_id)
+        if attach and self._ships:
+            self.start_shipper()
+        self._tiering.wake()
 
     # ---- closing ------------------------------------------------------------------------
 

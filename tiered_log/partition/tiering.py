@@ -148,6 +148,18 @@ class Tiering:
         self._local.delete_segments_before(r.meta.log_start_offset)
         return n
 
+    def attach_remote(self, remote: RemoteTier) -> None:
+        """Tier to ``remote`` from now on (the topic's tiering was turned on). Under the
+        control lock; a single node's log (no leader epoch, no fence)."""
+        self._remote = remote
+
+    def detach_remote(self) -> None:
+        """Tier to no bucket from now on (the topic's tiering was turned off and its remote
+        data deleted): rounds apply the total retention to the local log. Under the
+        control lock, the shipper stopped."""
+        self._remote = None
+        self.view_pending = False
+
     # ---- reservations ------------------------------------------------------------------------
 
     def reserve(self, end: int) -> None:
@@ -202,7 +214,7 @@ class Tiering:
     def eligible_segments(self) -> list[SegmentInfo]:
         """Sealed, flushed local segments not yet in the remote tier, oldest first; in a
         replicated log only those below the high watermark (committed records only)."""
-        if self._remote is None:
+        if self._remote is None or not self.config.remote_enabled:
             return []
         end = self._remote.remote_end
         flushed = min(self._local.flushed_offset, self._replication.high_watermark)
@@ -284,6 +296,13 @@ class Tiering:
         # Local segments below the log start go too: those just cut, and any a crash
         # left behind after the start had moved (then ``cut`` is None on the retry).
         self._local.delete_segments_before(max(cut or 0, r.meta.log_start_offset))
+        if not tc.remote_enabled and not r.has_data:
+            # Copying is off (the bucket's data kept) and the bucket holds nothing more
+            # below the local segments: the total retention applies to them, as to a log
+            # without a remote tier (never before: the log start stays contiguous).
+            cands = self._local.retention_candidates(tc.retention_ms, tc.retention_bytes, now)
+            if cands:
+                self._local.delete_segments_before(cands[-1].next_offset)
         # Local retention: only segments whose copy is finished.
         end = r.remote_end
         cands = self._local.retention_candidates(

@@ -2,30 +2,34 @@
 
 **JSON records.** Record bytes (value, key, header values) are either text or binary.
 In a request each byte field is given as text (``"value": "hello"``, UTF-8 encoded by
-the server) or as base64 (``"value_b64": "aGVsbG8="``), never both. In a response every
-record has the same shape: ``value`` holds the text when the bytes are valid UTF-8 and
-``value_b64`` is null; otherwise ``value`` is null and ``value_b64`` holds base64. Keys
-and header values follow the same rule (both null = no key / a null header value).
+the server) or as base64 (``"value_b64": "aGVsbG8="``), never both. A value or key may
+be JSON ``null`` (a null value is a tombstone, as Kafka's) or empty (``""``): null and
+empty are different values and both are kept. In a response every record has the same
+shape: ``value`` holds the text when the bytes are valid UTF-8 and ``value_b64`` is
+null; otherwise ``value`` is null and ``value_b64`` holds base64; both null is a null
+value (an empty value is ``"value": ""``). Keys and header values follow the same rule
+(both null = no key / a null header value).
 
 **Binary produce.** ``POST .../records`` with ``Content-Type:
-application/vnd.tiered-log.frames`` (:data:`FRAMES`) takes a body of record batches in
-the stored layout (build it with :func:`tiered_log.format.records.encode_batch`; any
-base offset will do). The server verifies every batch
-(:func:`tiered_log.format.records.receive_batches`: checksum, lengths, values, headers,
-attributes 0)
-and ignores the base offsets otherwise (the log assigns them); a negative timestamp
-means "the server's clock". The batches are appended as they came, all or nothing, only
-their offsets and checksums rewritten: a bad batch is 400 naming it, a value over the
-topic's append threshold 413, an empty body 400, more than :data:`MAX_BATCH_RECORDS`
-records 400; the body is bounded by ``max_request_bytes`` (413). The answer is the same
-JSON as the JSON form's. This is the fast form: no JSON, no base64, no re-encoding.
+application/vnd.tiered-log.frames`` (:data:`FRAMES`) takes a body of Kafka record
+batches (magic 2, as Kafka's protocol defines them; build it with
+:func:`tiered_log.format.records.encode_batch`, compressed or not; any base offset will
+do). The server verifies every batch
+(:func:`tiered_log.format.records.receive_batches`: framing, CRC-32C, the records parse,
+values within the topic's append threshold, no transactional or control batch) and
+stores it as sent, compression included: only its base offset (and partition leader
+epoch) is written in place, outside the CRC; a timestamp of -1 means "the server's
+clock". All or nothing: a bad batch is 400 naming it, a value over the topic's append
+threshold 413, an empty body 400, more than :data:`MAX_BATCH_RECORDS` records 400; the
+body is bounded by ``max_request_bytes`` (413). The answer is the same JSON as the JSON
+form's. This is the fast form: no JSON, no base64, no re-encoding.
 
-**Binary fetch.** With ``Accept: application/octet-stream`` the body is the record
-batches exactly as stored (layout in :mod:`tiered_log.format.records`; decode and verify
-them with :func:`tiered_log.format.records.decode_records`, skipping records below the
-asked offset: a page is whole batches), and the headers
-``X-Next-Offset``, ``X-High-Watermark``, ``X-Log-Start-Offset``, ``X-Record-Count``
-carry what the JSON form has in its body.
+**Binary fetch.** With ``Accept: application/octet-stream`` the body is the stored
+Kafka record batches exactly as stored (decode and verify them with
+:func:`tiered_log.format.records.decode_records`, skipping records below the asked
+offset: a page is whole batches), and the headers ``X-Next-Offset``,
+``X-High-Watermark``, ``X-Log-Start-Offset``, ``X-Record-Count`` carry what the JSON
+form has in its body.
 
 Everything here is pure: safe from any thread.
 """
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, Literal, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -200,6 +204,27 @@ class CreateTopicRequest(BaseModel):
     )
 
 
+class AlterTopicRequest(BaseModel):
+    """``PATCH /v1/topics/{topic}``: change a topic's settings while it serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Settings to change, named and bounded as TopicConfigOverrides' "
+        "(null or -1 for a limit: no limit). The partition count cannot change.",
+    )
+    delete_config: list[str] = Field(
+        default_factory=list,
+        description="Settings set back to the server's topic defaults.",
+    )
+    remote_disable_policy: Literal["retain", "delete"] | None = Field(
+        None,
+        description="Needed when remote_enabled turns false (Kafka's KIP-950): 'retain' "
+        "keeps the remote data readable until retention removes it, 'delete' deletes it.",
+    )
+
+
 class TieringFields(BaseModel):
     """Where a partition's remote tier stands: in ``GET .../bounds`` after the bounds,
     and in each partition of a topic's description."""
@@ -318,9 +343,11 @@ def _headers_json_schema(schema: dict[str, Any]) -> None:
 
 class RecordIn(BaseModel):
     """A record to append. Exactly one of ``value`` (text) / ``value_b64`` (base64, for
-    binary values); at most one of ``key`` / ``key_b64``; ``headers`` as an object of
-    text values or a list of ``{name, value | value_b64}``; ``timestamp`` in ms since
-    the epoch (default: the server's clock)."""
+    binary values), either of which may be ``null`` (a null value: a tombstone) or
+    empty; at most one of ``key`` / ``key_b64`` (absent or ``null``: no key; ``""``: an
+    empty key); ``headers`` as an object of text values or a list of
+    ``{name, value | value_b64}``; ``timestamp`` in ms since the epoch (default: the
+    server's clock)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -333,18 +360,24 @@ class RecordIn(BaseModel):
         },
     )
 
-    value: Annotated[str | None, WithJsonSchema({"type": "string", "minLength": 1})] = Field(
-        None, description="The value as text (stored UTF-8 encoded)."
+    value: Annotated[
+        str | None, WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "null"}]})
+    ] = Field(
+        None,
+        description="The value as text (stored UTF-8 encoded); null for a null value "
+        '(a tombstone), distinct from an empty value "".',
     )
     value_b64: Annotated[
-        str | None, WithJsonSchema({"type": "string", "format": "byte", "minLength": 4})
-    ] = Field(None, description="The value as base64 (binary values).")
-    key: Annotated[str | None, WithJsonSchema({"type": "string"})] = Field(
-        None, description="The key as text."
-    )
-    key_b64: Annotated[str | None, WithJsonSchema({"type": "string", "format": "byte"})] = Field(
-        None, description="The key as base64."
-    )
+        str | None,
+        WithJsonSchema({"anyOf": [{"type": "string", "format": "byte"}, {"type": "null"}]}),
+    ] = Field(None, description="The value as base64 (binary values); null as for value.")
+    key: Annotated[
+        str | None, WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "null"}]})
+    ] = Field(None, description="The key as text; null or absent: no key.")
+    key_b64: Annotated[
+        str | None,
+        WithJsonSchema({"anyOf": [{"type": "string", "format": "byte"}, {"type": "null"}]}),
+    ] = Field(None, description="The key as base64.")
     headers: dict[str, str | None] | list[HeaderIn] | None = Field(
         None,
         description='{"name": "text value", ...} or [{"name": ..., "value_b64": ...}, ...]',
@@ -359,8 +392,11 @@ class RecordIn(BaseModel):
 
     @model_validator(mode="after")
     def _one_value(self) -> RecordIn:
-        if (self.value is None) == (self.value_b64 is None):
-            raise ValueError("each record needs exactly one of value or value_b64")
+        given = self.model_fields_set
+        if ("value" in given) == ("value_b64" in given):
+            raise ValueError(
+                "each record needs exactly one of value or value_b64 (null for a null value)"
+            )
         if self.key is not None and self.key_b64 is not None:
             raise ValueError("give a record's key or key_b64, not both")
         return self
@@ -369,11 +405,11 @@ class RecordIn(BaseModel):
         """The record to append; InvalidArgumentError for undecodable bytes (invalid
         base64, text that is not UTF-8 encodable)."""
         try:
-            value = (
-                _b64(self.value_b64, "value_b64")
-                if self.value_b64 is not None
-                else _utf8(self.value or "", "value")
-            )
+            value: bytes | None = None
+            if self.value_b64 is not None:
+                value = _b64(self.value_b64, "value_b64")
+            elif self.value is not None:
+                value = _utf8(self.value, "value")
             key: bytes | None = None
             if self.key_b64 is not None:
                 key = _b64(self.key_b64, "key_b64")
@@ -416,11 +452,17 @@ class HeaderOut(BaseModel):
 
 
 class RecordOut(BaseModel):
+    """A record read. ``value`` and ``value_b64`` both null: a null value (a tombstone);
+    an empty value is ``"value": ""``. The same for the key (both null: no key)."""
+
     offset: int
     timestamp: int
     key: str | None = Field(description="The key as text when it is valid UTF-8.")
     key_b64: str | None = Field(description="The key as base64 when it is not text.")
-    value: str | None = Field(description="The value as text when it is valid UTF-8.")
+    value: str | None = Field(
+        description="The value as text when it is valid UTF-8 (null with value_b64 null: "
+        "a null value)."
+    )
     value_b64: str | None = Field(description="The value as base64 when it is not text.")
     headers: list[HeaderOut]
 
@@ -535,7 +577,7 @@ def record_from_json(d: dict[str, Any]) -> Record:
             return base64.b64decode(b64)
         return None if text is None else text.encode("utf-8")
 
-    value = get(d.get("value"), d.get("value_b64")) or b""
+    value = get(d.get("value"), d.get("value_b64"))
     headers = tuple(
         (h["name"], get(h.get("value"), h.get("value_b64"))) for h in d.get("headers", ())
     )
@@ -544,18 +586,22 @@ def record_from_json(d: dict[str, Any]) -> Record:
     )
 
 
-def producer_record_to_json(rec: ProducerRecord | bytes | str) -> dict[str, Any]:
-    """A record for a JSON produce request (text where possible, base64 otherwise)."""
+def producer_record_to_json(rec: ProducerRecord | bytes | str | None) -> dict[str, Any]:
+    """A record for a JSON produce request (text where possible, base64 otherwise; a
+    null value, or a bare None, as ``"value": null``)."""
     if isinstance(rec, str):
         return {"value": rec}
-    if isinstance(rec, bytes | bytearray | memoryview):
-        rec = ProducerRecord(bytes(rec))
+    if rec is None or isinstance(rec, bytes | bytearray | memoryview):
+        rec = ProducerRecord(None if rec is None else bytes(rec))
     out: dict[str, Any] = {}
-    v, vb = _text_or_b64(bytes(rec.value))
-    if v is not None:
-        out["value"] = v
+    if rec.value is None:
+        out["value"] = None
     else:
-        out["value_b64"] = vb
+        v, vb = _text_or_b64(bytes(rec.value))
+        if v is not None:
+            out["value"] = v
+        else:
+            out["value_b64"] = vb
     if rec.key is not None:
         k, kb = _text_or_b64(bytes(rec.key))
         if k is not None:
@@ -586,6 +632,7 @@ __all__ = [
     "MAX_BATCH_RECORDS",
     "MAX_OFFSET",
     "TOPIC_NAME_PATTERN",
+    "AlterTopicRequest",
     "Bounds",
     "BoundsDetail",
     "CreateTopicRequest",

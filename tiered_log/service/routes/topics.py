@@ -1,8 +1,9 @@
-"""Routes of topics: create (``POST /v1/topics``), list, describe and delete a topic.
+"""Routes of topics: create (``POST /v1/topics``), list, describe, alter (``PATCH``) and
+delete a topic.
 
 Creating needs ``admin`` on the new name (checked in the handler: the name is in the
-body, not the path); describe needs ``read``, delete ``admin``; the list shows the
-topics the token has any grant on.
+body, not the path); describe needs ``read``, alter and delete ``admin``; the list shows
+the topics the token has any grant on.
 
 Concurrency: handlers run on the event loop; topic creation, deletion and describing
 (which reads every partition's bounds) run in worker threads.
@@ -17,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from ...broker.topics import Topic, partition_bounds, validate_topic_name
+from ...broker.topics import (
+    Topic,
+    altered_config,
+    check_remote_disable,
+    partition_bounds,
+    validate_topic_name,
+)
 from ...errors import (
     InvalidArgumentError,
     LogClosedError,
@@ -25,9 +32,10 @@ from ...errors import (
     TopicNotFoundError,
 )
 from ...kafka.groups.offsets import is_internal
+from ...topic_config import TopicConfig
 from ..deps import AdminGrant, Authenticated, JsonContent, ReadGrant, State, TopicPath
 from ..openapi import errs
-from ..wire import CreateTopicRequest, TopicDescription, TopicList
+from ..wire import AlterTopicRequest, CreateTopicRequest, TopicDescription, TopicList
 from .partitions import tiering_fields
 
 if TYPE_CHECKING:
@@ -142,6 +150,57 @@ async def list_topics(
 async def describe_topic(topic: TopicPath, _: ReadGrant, state: State) -> dict[str, Any]:
     """A topic's config and the bounds of each partition."""
     t = state.topics.get(topic)
+    return await asyncio.to_thread(_describe, t, state.cluster)
+
+
+def _alter_in_cluster(state: Any, name: str, body: AlterTopicRequest) -> Topic:
+    """Change a cluster topic's settings through the metadata store (every replica
+    applies them at its next read; this node at once). Tiering may only be turned off,
+    keeping the bucket's data (``retain``)."""
+    cluster = state.cluster
+    meta = cluster.topic_meta(name)
+    if meta is None:
+        raise TopicNotFoundError(f"topic {name!r} does not exist")
+    current = TopicConfig.model_validate(meta.config)
+    config = altered_config(current, state.settings.topic_defaults, body.config, body.delete_config)
+    check_remote_disable(current, config, body.remote_disable_policy)
+    if current.remote_enabled != config.remote_enabled and (
+        config.remote_enabled or body.remote_disable_policy != "retain"
+    ):
+        raise InvalidArgumentError(
+            "in a cluster, remote_enabled can only be turned off, with "
+            "remote_disable_policy=retain (not deleted, not turned on: not yet supported)"
+        )
+    cluster.alter_topic(name, config.model_dump(mode="json"))
+    topic: Topic = state.topics.get(name)
+    return topic
+
+
+@router.patch(
+    "/v1/topics/{topic}",
+    response_model=TopicDescription,
+    response_model_exclude_unset=True,
+    responses=errs(400, 401, 403, 404, 415, 503),
+)
+async def alter_topic(
+    topic: TopicPath, body: AlterTopicRequest, _: AdminGrant, _json: JsonContent, state: State
+) -> dict[str, Any]:
+    """Change a topic's settings while it serves (needs ``admin``): ``config`` sets,
+    ``delete_config`` resets to the server's defaults; every open partition takes them
+    at once (retention at its next round, segment settings for segments rolled from
+    then on, compression for segments shipped from then on) and a restart keeps them.
+    Turning ``remote_enabled`` off needs ``remote_disable_policy``. Answers the topic's
+    new description."""
+    if state.cluster is not None:
+        t = await asyncio.to_thread(_alter_in_cluster, state, topic, body)
+    else:
+        t = await asyncio.to_thread(
+            state.topics.alter,
+            topic,
+            body.config,
+            body.delete_config,
+            remote_disable_policy=body.remote_disable_policy,
+        )
     return await asyncio.to_thread(_describe, t, state.cluster)
 
 
