@@ -192,53 +192,122 @@ def test_demo(tmp_path: Path) -> None:
 
 
 def test_dump_store(base_log: Path) -> None:
+    """A line per Kafka record batch with kafka-dump-log's fields, names and order, then
+    a ``| offset:`` line per record; ``--print-data`` adds key, payload and headers."""
     store = seg(base_log, 0, naming.LOG_SUFFIX)
+    data = store.read_bytes()
     p = run("dump", store)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0].startswith(f"Dumping {store}")
-    # A header line per batch, then a "| " line per record of it.
-    assert lines[1].startswith(
-        f"base_offset: 0 last_offset: {BATCH - 1} count: {BATCH} position: 0 size: "
-    )
-    assert f" first_timestamp: {TS0} max_timestamp: {TS0 + BATCH - 1} checksum: 0x" in lines[1]
-    assert lines[1].endswith("valid: true")
+    assert lines[1] == "Log starting offset: 0"
+    size = int.from_bytes(data[8:12], "big") + 12
+    crc = int.from_bytes(data[17:21], "big")
+    epoch = int.from_bytes(data[12:16], "big", signed=True)
     assert lines[2] == (
-        f"| offset: 0 timestamp: {TS0} key_length: 2 "
-        f"value_length: {len(value_for(0))} header_count: 1"
+        f"baseOffset: 0 lastOffset: {BATCH - 1} count: {BATCH} baseSequence: -1 "
+        f"lastSequence: -1 producerId: -1 producerEpoch: -1 partitionLeaderEpoch: {epoch} "
+        f"isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
+        f"position: 0 CreateTime: {TS0 + BATCH - 1} size: {size} magic: 2 "
+        f"compresscodec: none crc: {crc} isvalid: true"
     )
-    assert lines[1 + BATCH].startswith(f"| offset: {BATCH - 1} timestamp: {TS0 + BATCH - 1} ")
-    assert lines[2 + BATCH].startswith(f"base_offset: {BATCH} last_offset: {2 * BATCH - 1} ")
-    assert not any("value: " in line for line in lines)
-    headers = [line for line in lines[1:-1] if not line.startswith("| ")]
-    records = [line for line in lines[1:-1] if line.startswith("| ")]
+    assert lines[3] == (
+        f"| offset: 0 CreateTime: {TS0} keySize: 2 valueSize: {len(value_for(0))} "
+        f"sequence: -1 headerKeys: [n]"
+    )
+    assert lines[2 + BATCH].startswith(f"| offset: {BATCH - 1} CreateTime: {TS0 + BATCH - 1} ")
+    assert lines[3 + BATCH].startswith(
+        f"baseOffset: {BATCH} lastOffset: {2 * BATCH - 1} count: {BATCH} "
+    )
+    assert f" position: {size} " in lines[3 + BATCH]
+    assert not any("payload: " in line for line in lines)
+    headers = [line for line in lines[2:-1] if not line.startswith("| ")]
+    records = [line for line in lines[2:-1] if line.startswith("| ")]
     assert len(records) == BATCH * len(headers)
     last = records[-1].split()[2]
     assert lines[-1].startswith(
         f"Summary: {len(headers)} batches, {len(records)} readable records, offsets 0..{last}, "
     )
     assert lines[-1].endswith("; all batches verify")
-    p = run("dump", store, "--print-data")
-    assert p.stdout.splitlines()[2].endswith(
-        f"header_count: 1 key: k0 value: {value_for(0).decode()} headers: n=0"
+    for flag in ("--print-data", "--print-data-log"):  # ours, and kafka-dump-log's name
+        p = run("dump", store, flag)
+        assert p.stdout.splitlines()[3].endswith(
+            f"headerKeys: [n] key: k0 payload: {value_for(0).decode()} headers: n=0"
+        )
+
+
+def test_dump_kafka_fields_nulls_and_compression(tmp_path: Path) -> None:
+    """A client's zstd batch with producer fields, null and empty keys and values: the
+    dump prints its codec, producer id, epoch and sequences, and ``null`` for a null
+    key or value (sizes -1), ``base64:`` for an empty one (size 0)."""
+    from tiered_log.format import kafka
+    from tiered_log.format.records import receive_batches
+
+    d = tmp_path / "log"
+    raw = kafka.encode_batch(
+        [
+            kafka.NewRecord(None, b"k", (("h", None),), TS0),
+            kafka.NewRecord(b"", None, (), TS0 + 1),
+            kafka.NewRecord(b"null", b"", (), TS0 + 2),
+        ],
+        compression="zstd",
+        producer_id=7,
+        producer_epoch=1,
+        base_sequence=10,
     )
+    with Log.open(d, SMALL) as log:
+        log.append_batch([ProducerRecord(b"plain", timestamp=TS0 - 1)])
+        log.append_batch(receive_batches(raw, 1 << 20))
+    p = run("dump", seg(d, 0, naming.LOG_SUFFIX), "--print-data")
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[2].startswith("baseOffset: 0 lastOffset: 0 count: 1 ")
+    assert lines[3].endswith("key: null payload: plain")
+    batch = lines[4]
+    assert batch.startswith(
+        "baseOffset: 1 lastOffset: 3 count: 3 baseSequence: 10 lastSequence: 12 "
+        "producerId: 7 producerEpoch: 1 partitionLeaderEpoch: "
+    )
+    assert f" CreateTime: {TS0 + 2} size: {len(raw)} magic: 2 compresscodec: zstd " in batch
+    assert batch.endswith(f"crc: {int.from_bytes(raw[17:21], 'big')} isvalid: true")
+    assert lines[5:8] == [
+        f"| offset: 1 CreateTime: {TS0} keySize: 1 valueSize: -1 sequence: 10 "
+        "headerKeys: [h] key: k payload: null headers: h=(null)",
+        f"| offset: 2 CreateTime: {TS0 + 1} keySize: -1 valueSize: 0 sequence: 11 "
+        "headerKeys: [] key: null payload: base64:",
+        f"| offset: 3 CreateTime: {TS0 + 2} keySize: 0 valueSize: 4 sequence: 12 "
+        "headerKeys: [] key: base64: payload: base64:bnVsbA==",
+    ]
+    assert lines[-1].endswith("; all batches verify")
 
 
 def test_dump_store_with_a_damaged_batch(log_copy: Path) -> None:
-    """A batch failing its checksum is listed without its records; the walk goes on."""
+    """A batch failing its CRC is listed without its records; the walk goes on."""
     store = seg(log_copy, 0, naming.LOG_SUFFIX)
     data = bytearray(store.read_bytes())
-    data[HEADER_SIZE + 8 * BATCH + 1] ^= 0x01  # in the key-length column of batch 0
+    data[HEADER_SIZE + 8 * BATCH + 1] ^= 0x01  # inside batch 0's records
     store.write_bytes(bytes(data))
     p = run("dump", store)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     lines = p.stdout.splitlines()
-    assert lines[1].startswith(f"base_offset: 0 last_offset: {BATCH - 1} count: {BATCH} ")
-    assert lines[1].endswith("valid: false (checksum mismatch for the batch at offset 0)")
-    assert lines[2].startswith(f"base_offset: {BATCH} ") and lines[2].endswith("valid: true")
-    assert lines[3].startswith(f"| offset: {BATCH} ")
-    assert "1 batch failing their checksum" in lines[-1]
+    assert lines[2].startswith(f"baseOffset: 0 lastOffset: {BATCH - 1} count: {BATCH} ")
+    assert lines[2].endswith("isvalid: false (CRC-32C mismatch (attributes..end damaged))")
+    assert lines[3].startswith(f"baseOffset: {BATCH} ") and lines[3].endswith("isvalid: true")
+    assert lines[4].startswith(f"| offset: {BATCH} ")
+    assert "1 batch failing their check" in lines[-1]
     assert "out of sequence" not in lines[-1]
+
+
+def test_dump_a_segment_of_the_former_format(tmp_path: Path) -> None:
+    """A store of tiered_log's former batches: one damage line naming the format."""
+    from tiered_log.format.legacy import LegacyRecord, encode_legacy_batch
+
+    store = tmp_path / "00000000000000000000.log"
+    store.write_bytes(encode_legacy_batch(0, [LegacyRecord(0, TS0, None, b"old")]))
+    p = run("dump", store)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "DAMAGE at byte 0: the bytes hold a batch of tiered_log's former 'TB'" in p.stdout
+    assert "tiered-log migrate" in p.stdout
 
 
 def test_dump_indexes(base_log: Path) -> None:
@@ -334,7 +403,7 @@ def test_verify_flipped_byte_in_a_record(log_copy: Path) -> None:
     problems, report = _verify_damaged(log_copy)
     assert len(problems) == 1
     assert problems[0].startswith(f"{store.name}: batch at byte 0 (offset ")
-    assert "checksum" in problems[0]
+    assert "CRC-32C mismatch" in problems[0]
     assert report["problems"][0]["kind"] == "checksum"  # type: ignore[index]
     # The damaged batch's records still count (its header is plausible), as do its batches.
     assert report["records"] == RECORDS
@@ -384,15 +453,17 @@ def test_verify_index_entry_inside_a_batch(log_copy: Path) -> None:
 
 
 def test_iter_store_and_scan_store(log_copy: Path) -> None:
-    """The tools in-process: one BatchEntry per batch, records with ``with_data``; a
-    damaged batch is reported and the walk goes on; its records keep their rows."""
+    """The tools in-process: one BatchEntry per batch (its Kafka header), records with
+    ``with_data``; a damaged batch is reported and the walk goes on by its header's
+    count."""
     store = seg(log_copy, 0, naming.LOG_SUFFIX)
     good = store.read_bytes()
     entries = list(iter_store(good))
     assert all(isinstance(e, BatchEntry) and e.valid and not e.records for e in entries)
     batches = [e for e in entries if isinstance(e, BatchEntry)]
     assert [e.base_offset for e in batches] == [BATCH * i for i in range(len(batches))]
-    assert all(e.count == BATCH and len(e.timestamps) == BATCH for e in batches)
+    assert all(e.count == BATCH == e.header.records_count for e in batches)
+    assert all(e.header.magic == 2 and e.compression == "none" for e in batches)
     assert batches[0].position == 0 and batches[1].position == batches[0].size
     assert batches[-1].position + batches[-1].size == len(good)
     assert (batches[0].first_timestamp, batches[0].max_timestamp) == (TS0, TS0 + BATCH - 1)
@@ -402,18 +473,19 @@ def test_iter_store_and_scan_store(log_copy: Path) -> None:
     assert full.records[3].headers == (("n", b"3"),)
 
     damaged = bytearray(good)
-    damaged[HEADER_SIZE + 8 * BATCH + 1] ^= 0x01  # batch 0's key-length column
+    damaged[HEADER_SIZE + 8 * BATCH + 1] ^= 0x01  # inside batch 0's records
     store.write_bytes(bytes(damaged))
     first = next(iter_store(bytes(damaged), with_data=True))
     assert isinstance(first, BatchEntry) and not first.valid and first.records == ()
-    assert "checksum" in (first.error or "")
+    assert "CRC-32C" in (first.error or "")
     found: list[tuple[str, int | None]] = []
     scan = scan_store(store, 0, lambda kind, _m, pos, _o: found.append((kind, pos)))
     assert found == [("checksum", 0)]
     assert scan.bad_batches == 1 and scan.damage is None
     assert scan.records == BATCH * len(batches) and scan.next_offset == BATCH * len(batches)
     assert scan.batch_at(batches[1].position) == 1 and scan.batch_at(1) is None
-    assert scan.row_of(BATCH + 7) == BATCH + 7
+    assert scan.batch_of(BATCH + 7) == 1 and scan.batch_of(BATCH * len(batches)) is None
+    assert scan.max_timestamp == batches[-1].max_timestamp
 
     # The next batch damaged too: the walk stops with a StoreDamage at the first one.
     damaged[batches[1].position + HEADER_SIZE + 8 * BATCH + 1] ^= 0x01

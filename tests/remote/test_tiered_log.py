@@ -14,6 +14,7 @@ import pytest
 
 from tiered_log import LogConfig, OffsetOutOfRangeError, ProducerRecord, RemoteCorruptionError
 from tiered_log.format import naming
+from tiered_log.format.records import HEADER_SIZE, batch_table
 from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.snapshot import snapshot_key
@@ -356,10 +357,12 @@ def test_damaged_local_segment_is_never_shipped(tmp_path: Path, storage: RemoteS
     segs = tlog.eligible_segments()
     assert len(segs) >= 3
     victim = segs[1]
+    (first, *_), _ = batch_table(victim.store_path.read_bytes(), victim.base_offset)
+    at = HEADER_SIZE + (first.size - HEADER_SIZE) // 2  # inside a record of its first batch
     with open(victim.store_path, "r+b") as f:  # flip a byte inside a record's value
-        f.seek(victim.size // 2)
+        f.seek(at)
         b = f.read(1)
-        f.seek(victim.size // 2)
+        f.seek(at)
         f.write(bytes([b[0] ^ 0x01]))
     with pytest.raises(CorruptRecordError):
         tlog.tier_once()

@@ -1,6 +1,6 @@
 """Issue 14's truncation case end to end: a real service on moto's S3, the real client, Spark.
 
-Produce 400 records, let them ship, truncate in the middle of the first chunk of the
+Produce 500 records, let them ship, truncate in the middle of the first chunk of the
 second remote segment, produce 200 more and let them ship: the JSON fetch, the binary
 consume, the timestamp lookup and a Spark read all serve the new records above the cut,
 and none of the old ones (they came back before the fix: the clipped chunk was read to
@@ -50,7 +50,7 @@ def test_truncation_inside_archived_chunk_then_appends(
     service: Any, client: Client, spark: Any, read_options: Any
 ) -> None:
     topic = new_topic(client, segment_bytes=16384)
-    _produce(client, topic, "old", 0, 400)
+    _produce(client, topic, "old", 0, 500)
     wait_for(
         lambda: (
             len(_remote(service.url, topic)["segments"]) >= 2

@@ -2,7 +2,7 @@
 
 ::
 
-    tiered-log dump PATH [--print-data] [--type log|index|timeindex]
+    tiered-log dump PATH [--print-data] [--type log|index|timeindex|rli]
     tiered-log verify DIR [--json]        check a log, or every log of a data directory,
                                           without changing it (exit 1 if damaged, or if
                                           nothing was checked)
@@ -11,7 +11,8 @@
 ``dump`` and ``verify`` read segment files as they are (:mod:`tiered_log.tools`: nothing
 is written, no lock is taken, the log is never opened, so a running server's logs can be
 read) and exit 1 when they find damage. ``dump`` prints every batch, record and index
-entry of a file or a log directory, each checked (like ``kafka-dump-log``); ``verify``
+entry of a file or a log directory, each checked (Kafka record batches as
+``kafka-dump-log`` prints them; a chunk or data object from the bucket too); ``verify``
 checks DIR when it is a log, else every log below it (a service's data directory: every
 partition, ``topics/<topic>/<partition>``), prints each problem as found, a line per log
 (of a directory of logs), then a summary (or one JSON report). A log without segments,
@@ -83,7 +84,11 @@ def _dump_args(p: argparse.ArgumentParser) -> None:
         "segment manifest (.rli) file, or a directory (dumps every such file)",
     )
     p.add_argument(
-        "--print-data", action="store_true", help="print each record's key, value and headers"
+        "--print-data",
+        "--print-data-log",
+        dest="print_data",
+        action="store_true",
+        help="print each record's key, payload and headers (null for a null key or value)",
     )
     p.add_argument(
         "--type",

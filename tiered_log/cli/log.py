@@ -132,7 +132,7 @@ def _append_args(p: argparse.ArgumentParser) -> None:
 def cmd_append(args: argparse.Namespace) -> int:
     """Append lines as records in batches, flush (fsync), print the offsets appended.
 
-    Empty lines are skipped (a record value cannot be empty) and counted on stderr. When
+    Empty lines are skipped (a blank line is not taken for a record) and counted on stderr. When
     DIR did not exist, one line on stderr says it was created and that ``produce`` is the
     command for a service's topic (a Kafka user may take ``append orders`` for one).
     """
@@ -186,7 +186,8 @@ def cmd_append(args: argparse.Namespace) -> int:
         note(f"created the local log directory {args.directory} ({topic})")
     if skipped:
         note(
-            f"skipped {skipped} empty line{'s' if skipped != 1 else ''} (a record value cannot be empty)"
+            f"skipped {skipped} empty line{'s' if skipped != 1 else ''} "
+            "(a blank line is not taken for a record)"
         )
     out = sys.stdout
     if count:
@@ -232,7 +233,9 @@ def _read_args(p: argparse.ArgumentParser) -> None:
 def cmd_read(args: argparse.Namespace) -> int:
     """Print records from an offset (or timestamp) to the end (or ``--max-records``).
 
-    Text lines are ``offset<TAB>timestamp<TAB>key<TAB>value`` (see :func:`text_field`).
+    Text lines are ``offset<TAB>timestamp<TAB>key<TAB>value`` (see :func:`text_field`: a
+    null key or value is an empty field, an empty one ``base64:``; ``--json`` says
+    ``null``).
     Opens the log read-only (:meth:`Log.open_read_only`: no lock, nothing written, a torn
     tail left as it is), so a running server's log can be read: a note on stderr then
     says the records are a snapshot of a live directory, and offsets its retention

@@ -5,7 +5,8 @@ laid end to end in its ``.log`` object; the remoteLogIndex entries give each chu
 place and *stored* length, so a reader still fetches a chunk with one ranged GET.
 A chunk is stored either *plain* (its batches, exactly as the local store holds them:
 every archive written before compression existed, and a chunk that neither compression
-nor encryption applies to) or *framed*. All integers little-endian, as the batches'::
+nor encryption applies to) or *framed*. All integers of the frame little-endian (the
+Kafka batches inside are big-endian, as Kafka's are)::
 
      0  4s   magic      b"TLCK"
      4  u8   version    1
@@ -14,7 +15,8 @@ nor encryption applies to) or *framed*. All integers little-endian, as the batch
      7  u8   reserved   0
      8  u32  length     bytes of the chunk once decoded (its batches)
     12  u64  checksum   xxh3-64 of bytes [0, 12) and [20, end): everything stored but itself
-    20  2s   marker     b"CF" (a plain chunk holds its first batch's magic, "BT", here)
+    20  2s   marker     b"CF" (a plain chunk holds its first batch's CRC-32C's last byte
+                        and its attributes' high byte, always 0, here)
     22  u16  reserved   0
     24  u32  stored     bytes of the payload (a frame's end is known from its head)
     28  12s  nonce      AES-GCM nonce (random per chunk); zeros when not encrypted

@@ -55,7 +55,7 @@ from typing import Any
 
 from ..errors import RemoteStorageError
 from ..format import naming
-from ..format.records import HEADER_SIZE, first_timestamp
+from ..format.kafka.layout import BASE_TIMESTAMP_AT, HEADER_SIZE
 from ..format.remote_index import RemoteLogIndexEntry
 from ..local.segment import SegmentInfo
 from .crypto import new_data_key
@@ -108,9 +108,14 @@ class CopyTask:
         is called from the upload thread with the bytes sent so far."""
         with self.st.lock:
             with open(seg.store_path, "rb") as f:
-                head = f.read(HEADER_SIZE + 8)
+                head = f.read(HEADER_SIZE)
+            # The first batch's baseTimestamp (big-endian int64 in its Kafka v2 header).
             # Unverified here: the manifest's scan verifies every batch before the copy ends.
-            first_ts = first_timestamp(head) if len(head) >= HEADER_SIZE + 8 else -1
+            first_ts = (
+                int.from_bytes(head[BASE_TIMESTAMP_AT : BASE_TIMESTAMP_AT + 8], "big", signed=True)
+                if len(head) == HEADER_SIZE
+                else -1
+            )
             rs = RemoteSegment(
                 new_segment_id(),
                 seg.base_offset,

@@ -4,8 +4,8 @@ from a sealed store, how it is checked, and how a damaged one is made again.
 A manifest is::
 
     one line of JSON: the segment (id, base/next offset, size, first/max timestamp,
-                      chunks), "index_bytes", "timeindex_bytes", the codec fields
-                      below where they apply, and "checksum"; then b"\n"
+                      chunks), "index_bytes", "timeindex_bytes", "batch_format", the
+                      codec fields below where they apply, and "checksum"; then b"\n"
     index_bytes       the segment's offset index file, as on local disk
     timeindex_bytes   its time index file
     the rest          ``chunks`` remoteLogIndex entries (the remote-index layout)
@@ -29,6 +29,15 @@ was shipped; each chunk's frame says what it really holds) and, when encrypted,
 (:mod:`~tiered_log.remote.crypto`). Manifests without them are plain archives, read as
 they always were. :func:`rewrap_manifest` re-wraps the data key; nothing else changes.
 
+``batch_format`` names the format of the segment's record batches: ``"kafka-v2"``
+(:data:`BATCH_FORMAT`, Kafka's record batch v2, the only one this version writes or
+reads). A manifest without it was written before that format: its segment holds
+tiered_log's former batches (:mod:`~tiered_log.format.legacy`), and
+:func:`decode_manifest` refuses it with one line saying so (a
+:class:`~tiered_log.format.batch.LegacyFormatError`, a CorruptRecordError, not a damaged
+manifest: nothing is repaired, journaled unreadable or deleted because of it), as :func:`check_batch_format`
+refuses a chunk or data object whose first batch is not Kafka's.
+
 Pure functions and blocking I/O on the given paths and store; safe from any thread.
 """
 
@@ -45,7 +54,14 @@ import xxhash
 
 from ..errors import CorruptIndexError, CorruptRecordError, RemoteCorruptionError
 from ..format import naming
-from ..format.records import HEADER_SIZE, BatchInfo, batch_header, batch_table
+from ..format.records import (
+    HEADER_SIZE,
+    BatchInfo,
+    LegacyFormatError,
+    batch_header,
+    batch_table,
+    is_legacy_batch,
+)
 from ..format.remote_index import RemoteLogIndexEntry, decode_entries
 from .chunk_codec import chunk_is_encrypted, decode_chunk, encode_store, frame_size, is_framed
 from .crypto import KeyRing
@@ -57,6 +73,36 @@ SCAN_WINDOW = 8 << 20
 
 COMMITTED = frozenset((naming.LOG_SUFFIX, naming.RLI_SUFFIX))
 """The objects a copy must have in the bucket to count as complete."""
+
+FORMER_FORMAT = "tiered_log's former 'TB' record batch format"
+"""How refusals name the batch format before Kafka's (:mod:`~tiered_log.format.legacy`)."""
+
+BATCH_FORMAT = "kafka-v2"
+"""The ``batch_format`` of every manifest this version writes: the segment's batches
+are Kafka's record batch v2. A manifest without the field describes a segment of
+tiered_log's former batch format (:mod:`~tiered_log.format.legacy`)."""
+
+REIMPORT = (
+    "this version reads only Kafka record batches (v2); re-import the records with the "
+    "version that wrote them (consume them there, produce them here) into a new bucket "
+    "or log id"
+)
+"""What to do about a bucket of the former format, as the refusals say it."""
+
+
+def format_error(what: str) -> LegacyFormatError:
+    """The one-line refusal of ``what`` (a manifest, chunk or data object of a batch
+    format this version does not read: not damage, nothing to repair)."""
+    return LegacyFormatError(f"{what}: {REIMPORT}")
+
+
+def check_batch_format(data: bytes | memoryview, where: str) -> None:
+    """Refuse (:func:`format_error`, naming ``where``) the bytes of a chunk or data
+    object whose first batch is of tiered_log's former format
+    (:func:`~tiered_log.format.batch.is_legacy_batch`). Anything else that is not a
+    Kafka v2 batch is damage, left to the checked walks."""
+    if is_legacy_batch(data):
+        raise format_error(f"{where} holds batches of {FORMER_FORMAT}")
 
 
 def scan_store(
@@ -70,6 +116,7 @@ def scan_store(
     out: list[BatchInfo] = []
     pos = 0
     expect = base_offset
+    window = max(window, HEADER_SIZE)  # at least a batch header, to learn a batch's size
     with open(path, "rb") as f:
         fd = f.fileno()
         while pos < size:
@@ -187,6 +234,7 @@ def encode_manifest(
     ``stored_size``, ``compression`` and ``encryption`` for a segment shipped encoded."""
     head = json.loads(rs.to_json())
     head["index_bytes"], head["timeindex_bytes"] = len(index), len(timeindex)
+    head["batch_format"] = BATCH_FORMAT
     if stored_size is not None:
         head["stored_size"] = stored_size
     if compression is not None:
@@ -293,7 +341,8 @@ def decode_manifest(
     """``(segment, entries, offset index, time index)`` of the manifest ``key``;
     RemoteCorruptionError (naming ``key``) when it is damaged or inconsistent in any way
     (see the module docstring), or when ``data_size``, the listed size of its data
-    object, is not the size it claims."""
+    object, is not the size it claims; CorruptRecordError (:func:`format_error`) when it
+    is whole but describes batches of another format than :data:`BATCH_FORMAT`."""
     parsed = naming.parse_segment_object_key(key)
     head, sep, rest = blob.partition(b"\n")
     try:
@@ -320,6 +369,11 @@ def decode_manifest(
     except (ValueError, TypeError, AttributeError, CorruptIndexError) as exc:
         msg = exc.message if isinstance(exc, CorruptIndexError) else str(exc)
         raise RemoteCorruptionError(f"manifest {key} is damaged: {msg}") from exc
+    found = fields.get("batch_format")
+    if found is None:
+        raise format_error(f"manifest {key} describes a segment of {FORMER_FORMAT}")
+    if found != BATCH_FORMAT:
+        raise format_error(f"manifest {key} describes batches of an unknown format {found!r}")
     return rs, entries, rest[:n1], rest[n1 : n1 + n2]
 
 
@@ -334,7 +388,8 @@ def repair_manifest(
     A compressed object's frames are decoded and each is one chunk again; an encrypted
     one cannot be: its data key was in the manifest alone. RemoteCorruptionError if the
     data object is damaged too or encrypted (it is then kept as it is);
-    RemoteStorageError if the bucket fails.
+    CorruptRecordError (:func:`check_batch_format`) if it holds batches of another
+    format than Kafka's v2; RemoteStorageError if the bucket fails.
     """
     parsed = naming.parse_segment_object_key(rli_key)
     if parsed is None:
@@ -387,6 +442,7 @@ def _walk_stored(
                 raise RemoteCorruptionError(
                     f"{exc.message}: its damaged manifest {rli_key} cannot be made again"
                 ) from exc
+            check_batch_format(data, f"data object {data_key} (byte {pos})")
             got, end = batch_table(data, expect)
             if not got or end != len(data):
                 break
@@ -404,6 +460,7 @@ def _walk_stored(
             batches.extend(b._replace(position=b.position + plain) for b in got)
             pos, plain, expect = pos + n, plain + len(data), got[-1].next_offset
             continue
+        check_batch_format(rest, f"data object {data_key} (byte {pos})")
         got, end = batch_table(rest, expect)
         if not got:
             break

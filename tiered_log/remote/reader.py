@@ -72,7 +72,7 @@ from .chunk_codec import decode_chunk
 from .crypto import KeyUnavailableError
 from .fetch_wait import wait_for_fetch
 from .limits import FETCH_DEPTH, RateLimiter
-from .manifest import manifest_encryption
+from .manifest import check_batch_format, manifest_encryption
 from .state import TierState
 from .worker import StorageSpec, TierWorker, worker_for
 
@@ -498,7 +498,15 @@ class RemoteReader:
         starts with the batch the index entry names, and, when its batch headers walk
         to its end, reaches the entry's last offset: a decoded chunk's cache file has no
         stored length to be checked against, so one cut at a batch boundary is found
-        here (the batches' checksums are verified where they are read)."""
+        here (the batches' checksums are verified where they are read). A chunk of
+        tiered_log's former batch format (a bucket written before Kafka's) is refused
+        with CorruptRecordError saying so (:func:`~.manifest.check_batch_format`), never
+        read as damage or data."""
+        try:
+            check_batch_format(data, f"chunk at {entry.position} of {entry.object_key}")
+        except CorruptRecordError:
+            self.cache.discard(entry.object_key, entry.position, entry.data_length)
+            raise
         problem = None
         if len(data) >= HEADER_SIZE and batch_header(data)[0] != entry.first_offset:
             problem = f"does not start at offset {entry.first_offset}"

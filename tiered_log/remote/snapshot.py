@@ -10,6 +10,9 @@ Object ``<log>/snapshot.bin`` (:func:`snapshot_key`)::
 
 The JSON body: ``leader_epoch`` (the writer's; null on a single node), ``end`` (the
 remote end when written: every finished copy below it is listed), ``written_ms``,
+``batch_format`` (that of the copies' batches, as their manifests carry it:
+:data:`~tiered_log.remote.manifest.BATCH_FORMAT`; a snapshot without it lists copies of
+the former format and is refused as their manifests are),
 ``segments`` (each finished copy's journal record, as the copy journal writes it) and
 ``entries`` (base64 of the remoteLogIndex entries of those copies, in offset order,
 encoded as the local remoteLogIndex file holds them).
@@ -39,6 +42,7 @@ import xxhash
 from ..errors import CorruptIndexError, RemoteCorruptionError, RemoteObjectNotFoundError
 from ..format import naming
 from ..format.remote_index import RemoteLogIndexEntry, decode_entries
+from .manifest import BATCH_FORMAT, FORMER_FORMAT, format_error
 from .metadata import RemoteSegment
 from .storage import RemoteStorage
 
@@ -73,6 +77,7 @@ def encode_snapshot(snap: Snapshot) -> bytes:
             "leader_epoch": snap.leader_epoch,
             "end": snap.end,
             "written_ms": snap.written_ms or int(time.time() * 1000),
+            "batch_format": BATCH_FORMAT,
             "segments": [json.loads(s.to_json()) for s in snap.segments],
             "entries": base64.b64encode(b"".join(e.encode() for e in snap.entries)).decode(),
         },
@@ -84,7 +89,9 @@ def encode_snapshot(snap: Snapshot) -> bytes:
 
 def decode_snapshot(data: bytes, key: str) -> Snapshot:
     """The snapshot in ``data``; RemoteCorruptionError naming ``key`` when anything does
-    not check (magic, digest, JSON, records, entries)."""
+    not check (magic, digest, JSON, records, entries); CorruptRecordError
+    (:func:`~tiered_log.remote.manifest.format_error`) when it lists copies of another
+    batch format than :data:`~tiered_log.remote.manifest.BATCH_FORMAT`."""
     try:
         if not data.startswith(MAGIC):
             raise ValueError("not a snapshot (bad magic)")
@@ -97,15 +104,21 @@ def decode_snapshot(data: bytes, key: str) -> Snapshot:
         segments = [RemoteSegment.from_dict(s) for s in d["segments"]]
         entries = [e for _, e in decode_entries(base64.b64decode(d["entries"]))]
         epoch = d.get("leader_epoch")
-        return Snapshot(
+        snap = Snapshot(
             None if epoch is None else int(epoch),
             int(d["end"]),
             segments,
             entries,
             int(d.get("written_ms", 0)),
         )
+        found = d.get("batch_format")
     except (ValueError, KeyError, TypeError, zlib.error, CorruptIndexError) as exc:
         raise RemoteCorruptionError(f"partition snapshot {key} is damaged: {exc}") from exc
+    if found is None:
+        raise format_error(f"partition snapshot {key} lists segments of {FORMER_FORMAT}")
+    if found != BATCH_FORMAT:
+        raise format_error(f"partition snapshot {key} lists batches of an unknown format {found!r}")
+    return snap
 
 
 def read_snapshot(storage: RemoteStorage, log_id: str) -> Snapshot | None:

@@ -2,12 +2,13 @@
 
 An :class:`~tiered_log.spark.planning.ArchiveSplit` is read straight from the bucket:
 its chunks are coalesced into ranged GETs of up to ``fetch_bytes`` (the next GET runs in
-a background thread while the current one is decoded), and every batch is decoded with
-:func:`~tiered_log.format.records.decode_columns`, which verifies its xxh3 checksum and
-hands back columns whose values are views of the fetched bytes (each value is copied once,
-into the Arrow batch; no per-record object is built); a
-range whose bytes do not hold exactly the chunks the index promised raises
-RemoteCorruptionError. A :class:`~tiered_log.spark.planning.TailSplit` is read through
+a background thread while the current one is decoded), and every Kafka record batch is
+decoded with :func:`~tiered_log.format.records.decode_columns`, which verifies its
+CRC-32C, decompresses a compressed batch and hands back columns (keys and values as
+bytes, views or None for null; each value is copied once, into the Arrow batch, a null
+one as an Arrow null); a range whose bytes do not hold exactly the chunks the index
+promised raises RemoteCorruptionError, and one of tiered_log's former batch format
+(a bucket written before Kafka's) CorruptRecordError saying so. A :class:`~tiered_log.spark.planning.TailSplit` is read through
 the service's binary fetch (:class:`~tiered_log.client.Client`, checksums verified too).
 
 Data loss: an object deleted by retention after planning (or an offset below the log
@@ -27,7 +28,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import accumulate
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +42,7 @@ from ..errors import (
 )
 from ..format.records import FrameColumns, Record, decode_columns
 from ..remote.chunk_codec import decode_chunk, is_framed
+from ..remote.manifest import check_batch_format
 from ..remote.storage import RemoteStorage
 from .bucket import open_reader_store
 from .options import ReadOptions
@@ -71,16 +73,30 @@ def _int64s(values: Iterable[int]) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(buf), [None, pa.py_buffer(buf)])
 
 
-def _binaries(values: Sequence[bytes | memoryview]) -> pa.Array:
-    """A binary Arrow array of ``values``: one join into the data buffer and the offsets
-    summed in C, instead of converting item by item."""
-    ends = array("q", accumulate(map(len, values), initial=0))
+def _binaries(values: Sequence[bytes | memoryview | None]) -> pa.Array:
+    """A binary Arrow array of ``values`` (None: null): one join into the data buffer
+    and the offsets summed in C, instead of converting item by item; a validity bitmap
+    only when some value is null."""
+    n = len(values)
+    nulls = sum(v is None for v in values)
+    if nulls == n:
+        return pa.nulls(n, pa.binary())
+    present = (
+        cast("Sequence[bytes | memoryview]", values)
+        if not nulls
+        else [b"" if v is None else v for v in values]
+    )
+    ends = array("q", accumulate(map(len, present), initial=0))
     if ends[-1] >= 1 << 31:  # past int32 offsets: let Arrow convert (and complain) itself
-        return pa.array([bytes(v) for v in values], pa.binary())
+        return pa.array([None if v is None else bytes(v) for v in values], pa.binary())
+    validity = (
+        None if not nulls else pa.array([v is not None for v in values], pa.bool_()).buffers()[1]
+    )
     return pa.Array.from_buffers(
         pa.binary(),
-        len(values),
-        [None, pa.py_buffer(array("i", ends)), pa.py_buffer(b"".join(values))],
+        n,
+        [validity, pa.py_buffer(array("i", ends)), pa.py_buffer(b"".join(present))],
+        null_count=nulls,
     )
 
 
@@ -101,9 +117,7 @@ def columns_to_batch(
     dense = n > 0 and offsets[hi - 1] - offsets[lo] + 1 == n
     ts = pc.multiply(_int64s(cols.timestamps[lo:hi]), 1000)
     arrays: list[pa.Array] = [
-        pa.array(keys, pa.binary())
-        if any(k is not None for k in keys)
-        else pa.nulls(n, pa.binary()),
+        _binaries(keys),
         _binaries(cols.values[lo:hi]),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
@@ -172,7 +186,8 @@ def _get(store: RemoteStorage, key: str, group: list[Chunk]) -> bytes:
 def _decode_group(
     key: str, group: list[Chunk], blob: bytes, start: int, end: int
 ) -> tuple[FrameColumns, int, int]:
-    """The verified frames of one GET and the row range ``lo:hi`` of them in ``[start, end)``."""
+    """The verified batches of one GET and the row range ``lo:hi`` of them in ``[start, end)``."""
+    check_batch_format(blob, f"{key} bytes [{group[0][4]}, {group[0][4] + len(blob)})")
     cols = decode_columns(blob)
     offs = cols.offsets
     # A chunk clipped by a truncation holds records above its index entry's last offset.

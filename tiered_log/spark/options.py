@@ -57,7 +57,9 @@ READ_OPTIONS = frozenset(
 )
 """Every read option (lower case; Spark matches option names case-insensitively)."""
 
-WRITE_OPTIONS = frozenset({"serviceurl", "token", "topic", "batchrecords", "batchbytes"})
+WRITE_OPTIONS = frozenset(
+    {"serviceurl", "token", "topic", "batchrecords", "batchbytes", "compression"}
+)
 """Every write option (lower case)."""
 
 
@@ -108,13 +110,16 @@ class ReadOptions:
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
-    """What a write was asked for: where to produce and how to batch requests."""
+    """What a write was asked for: where to produce, how to batch requests, and the
+    codec each Kafka batch is compressed with (``none``, ``gzip``, ``snappy``, ``lz4``,
+    ``zstd``; stored as sent)."""
 
     service_url: str
     topic: str
     token: str | None = None
     batch_records: int = 1000
     batch_bytes: int = 4 << 20
+    compression: str = "none"
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -340,4 +345,16 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         token=o.get("token") or None,
         batch_records=_int(o, "batchrecords", "batchRecords", minimum=1) or 1000,
         batch_bytes=_int(o, "batchbytes", "batchBytes", minimum=1024) or 4 << 20,
+        compression=_codec(o.get("compression", "none")),
     )
+
+
+def _codec(name: str) -> str:
+    """A Kafka compression codec's name, lower case; ValueError naming the choices."""
+    from ..format.kafka import Compression
+
+    try:
+        return Compression.parse(name.strip()).name.lower()
+    except ValueError:
+        choices = ", ".join(c.name.lower() for c in Compression)
+        raise ValueError(f"option 'compression' must be one of {choices}, not {name!r}") from None

@@ -1,10 +1,13 @@
 """Writing a DataFrame into a topic through the service, batch and streaming.
 
-Columns: ``value`` (binary or string, required), and optionally ``key`` (binary or
-string), ``headers`` (array<struct<key string, value binary>>), ``partition`` (int) and
-``timestamp`` (timestamp). ``topic`` and ``offset`` columns (a DataFrame read from a
+Columns: ``value`` (binary or string, required; a null value is written as a null
+value, a tombstone, and an empty one as an empty value), and optionally ``key`` (binary
+or string; null: no key), ``headers`` (array<struct<key string, value binary>>),
+``partition`` (int) and ``timestamp`` (timestamp). ``topic`` and ``offset`` columns (a DataFrame read from a
 topic) are ignored; any other column is an error. A row with a null ``partition`` goes
-to ``xxh3(key) % partitions`` when it has a key, else round-robin.
+to ``xxh3(key) % partitions`` when it has a key, else round-robin. Option
+``compression`` (``gzip``, ``snappy``, ``lz4``, ``zstd``; default ``none``) compresses
+each Kafka batch produced; the topic stores it as sent.
 
 **Guarantee: at least once.** Each task produces its rows in batches (``batchRecords``,
 ``batchBytes``) with the service's all-or-nothing append; a batch is acknowledged only
@@ -72,9 +75,7 @@ def _bytes(v: Any, what: str) -> bytes | None:
 
 def _record(row: Any) -> ProducerRecord:
     d = row.asDict() if hasattr(row, "asDict") else dict(row)
-    value = _bytes(d.get("value"), "value")
-    if not value:
-        raise ValueError("tiered_log cannot write a row whose value is null or empty")
+    value = _bytes(d.get("value"), "value")  # None: a null value (a tombstone)
     headers = tuple(
         (str(h["key"]), _bytes(h["value"], "headers.value")) for h in (d.get("headers") or ())
     )
@@ -102,7 +103,7 @@ def produce_rows(opts: WriteOptions, partitions: int, rows: Iterator[Any]) -> Wr
             batch = pending.pop(p, [])
             sizes.pop(p, None)
             if batch:
-                client.produce(opts.topic, p, batch)
+                client.produce(opts.topic, p, batch, compression=opts.compression)
                 done += len(batch)
                 requests += 1
 
@@ -121,7 +122,7 @@ def produce_rows(opts: WriteOptions, partitions: int, rows: Iterator[Any]) -> Wr
                 )
             p = int(part)
             pending.setdefault(p, []).append(rec)
-            sizes[p] = sizes.get(p, 0) + len(rec.value) + len(rec.key or b"")
+            sizes[p] = sizes.get(p, 0) + len(rec.value or b"") + len(rec.key or b"")
             if len(pending[p]) >= opts.batch_records or sizes[p] >= opts.batch_bytes:
                 flush(p)
         for p in list(pending):

@@ -1,8 +1,11 @@
 """What ``tiered-log dump`` prints: every batch, record and index entry of segment files.
 
-Like Kafka's ``kafka-dump-log``: :func:`dump_file` prints one store (``.log``: a line per
-batch with its header fields and whether it verifies, then a ``| offset: ...`` line per
-record of a batch that verifies), offset index (``.index``) or time index
+Like Kafka's ``kafka-dump-log``: :func:`dump_file` prints one store (``.log``, or a
+chunk or data object as the bucket stores it, framed chunks decoded: a line per Kafka
+record batch with its header fields, named and ordered as ``kafka-dump-log`` prints them,
+and whether it verifies, then a ``| offset: ...`` line per record of a batch that
+verifies: timestamp, key and value sizes, sequence, header keys; with ``print_data`` its
+key, payload and headers, ``null`` for a null key or value), offset index (``.index``) or time index
 (``.timeindex``: each entry checked against the store next to it), and a summary line;
 :func:`dump_manifest` prints a copied segment's manifest (``.rli``: the segment, its
 index entries and remoteLogIndex entries, then the checks a rebuild makes on it:
@@ -26,13 +29,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
-from ..errors import CorruptIndexError, RemoteCorruptionError
+from ..errors import CorruptIndexError, CorruptRecordError, RemoteCorruptionError
 from ..format import naming
 from ..format.index import OFFSET_ENTRY, OFFSET_ENTRY_SIZE, TIME_ENTRY, TIME_ENTRY_SIZE
+from ..format.kafka.records import Record
 from ..format.remote_index import decode_entries
-from ..remote.manifest import decode_manifest
+from ..remote.manifest import BATCH_FORMAT, decode_manifest
 from .index_check import check_offset_index, check_time_index, read_offset_index, read_time_index
-from .store import StoreDamage, StoreScan, iter_store, scan_store
+from .store import BatchEntry, StoreDamage, StoreScan, iter_store, scan_store, unframe
 from .verify import segment_file_kind
 
 
@@ -40,8 +44,8 @@ def text_field(b: bytes | None) -> str:
     """A key or value for one-line text output.
 
     The text itself when the bytes are UTF-8 with no control characters (and do not start
-    with ``base64:``); otherwise ``base64:`` and the base64 of the bytes. None (no key)
-    prints as an empty field; an empty key as ``base64:``.
+    with ``base64:``); otherwise ``base64:`` and the base64 of the bytes. None (a null
+    key or value) prints as an empty field; an empty one as ``base64:``.
     """
     if b is None:
         return ""
@@ -80,17 +84,75 @@ def _sealed(directory: Path, base: int | None) -> bool:
     return any(b > base for b in naming.list_segment_bases(directory))
 
 
+def data_text(b: bytes | None) -> str:
+    """A key or payload in a dump's record line: ``null`` for a null one (a value that is
+    the text ``null`` prints as base64, so the two never read alike), else
+    :func:`text_field` (an empty one prints as ``base64:``)."""
+    if b is None:
+        return "null"
+    return "base64:bnVsbA==" if b == b"null" else text_field(b)
+
+
+def batch_line(item: BatchEntry) -> str:
+    """A batch's line as Kafka's ``kafka-dump-log`` prints it (same fields, names and
+    order), then ``isvalid`` with the reason when it does not verify."""
+    h = item.header
+    horizon = f"OptionalLong[{h.base_timestamp}]" if h.has_delete_horizon else "OptionalLong.empty"
+    valid = "true" if item.valid else f"false ({item.error})"
+    return (
+        f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
+        f"baseSequence: {h.base_sequence} lastSequence: {item.last_sequence} "
+        f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
+        f"partitionLeaderEpoch: {h.partition_leader_epoch} "
+        f"isTransactional: {str(h.is_transactional).lower()} "
+        f"isControl: {str(h.is_control).lower()} deleteHorizonMs: {horizon} "
+        f"position: {h.position} {item.timestamp_type}: {h.max_timestamp} size: {h.size} "
+        f"magic: {h.magic} compresscodec: {item.compression} crc: {h.crc} isvalid: {valid}"
+    )
+
+
+def record_line(item: BatchEntry, r: Record, print_data: bool) -> str:
+    """A record's ``| offset: ...`` line as ``kafka-dump-log`` prints it; with
+    ``print_data`` its key, payload (``null`` for null) and header values too."""
+    h = item.header
+    seq = -1 if h.base_sequence < 0 else (h.base_sequence + r.offset - h.base_offset) & 0x7FFFFFFF
+    line = (
+        f"| offset: {r.offset} {item.timestamp_type}: {r.timestamp} "
+        f"keySize: {-1 if r.key is None else len(r.key)} "
+        f"valueSize: {-1 if r.value is None else len(r.value)} sequence: {seq} "
+        f"headerKeys: [{','.join(name for name, _ in r.headers)}]"
+    )
+    if print_data:
+        line += f" key: {data_text(r.key)} payload: {data_text(r.value)}"
+        if r.headers:
+            line += f" headers: {headers_text(r.headers)}"
+    return line
+
+
 def _dump_store(
     path: Path, base: int | None, print_data: bool, out: TextIO, totals: DumpTotals
 ) -> None:
     """Print each batch's header line, then a ``| offset: ...`` line per record of a batch
-    that verifies (with its key, value and headers when ``print_data``), then a summary."""
-    data = path.read_bytes()
+    that verifies (with its key, payload and headers when ``print_data``), then a
+    summary. A data object or chunk as the bucket stores it (framed chunks) is decoded
+    first (:func:`~.store.unframe`)."""
+    stored = path.read_bytes()
+    data, frames, problem = unframe(stored)
+    if base is None:
+        parsed = naming.parse_segment_object_key(path.name)  # a bucket's <base>-<id>.log
+        base = parsed[0] if parsed is not None else None
+    what = (
+        f"store, {len(data):,} bytes"
+        if not frames and problem is None
+        else f"remote data object, {len(stored):,} bytes stored, {plural(frames, 'framed chunk')} "
+        f"decoded: {len(data):,} bytes of batches; positions are in those"
+    )
     print(
-        f"Dumping {path} (store, {len(data):,} bytes"
-        f"{'' if base is None else f', segment base offset {base}'})",
+        f"Dumping {path} ({what}{'' if base is None else f', segment base offset {base}'})",
         file=out,
     )
+    if base is not None:
+        print(f"Log starting offset: {base}", file=out)
     batches = records = bad = 0
     first = last = None
     damage: StoreDamage | None = None
@@ -117,37 +179,24 @@ def _dump_store(
             expect = item.next_offset
         else:
             bad += 1
-            # The header cannot be trusted: go on by its count if that fits, else resync.
-            expect = (
-                expect + len(item.timestamps) if expect is not None and item.timestamps else None
-            )
-        status = "true" if item.valid else f"false ({item.error})"
-        print(
-            f"base_offset: {item.base_offset} last_offset: {item.last_offset} "
-            f"count: {item.count} position: {item.position} size: {item.size} "
-            f"first_timestamp: {item.first_timestamp} max_timestamp: {item.max_timestamp} "
-            f"checksum: {item.checksum:#018x} valid: {status}{note}",
-            file=out,
-        )
+            # The header cannot be trusted: go on by its count if that is plausible.
+            n = item.plausible_count
+            expect = expect + n if expect is not None and n else None
+        print(batch_line(item) + note, file=out)
         for r in item.records:
-            line = (
-                f"| offset: {r.offset} timestamp: {r.timestamp} "
-                f"key_length: {-1 if r.key is None else len(r.key)} "
-                f"value_length: {len(r.value)} header_count: {len(r.headers)}"
-            )
-            if print_data:
-                line += f" key: {text_field(r.key)} value: {text_field(r.value)}"
-                if r.headers:
-                    line += f" headers: {headers_text(r.headers)}"
-            print(line, file=out)
+            print(record_line(item, r, print_data), file=out)
+    if problem is not None:
+        print(f"NOT DECODED: {problem}", file=out)
     span = "" if first is None else f", offsets {first}..{last}"
     verdict = []
     if bad:
-        verdict.append(f"{plural(bad, 'batch', 'batches')} failing their checksum")
+        verdict.append(f"{plural(bad, 'batch', 'batches')} failing their check")
     if out_of_sequence:
         verdict.append(f"{out_of_sequence} out of sequence")
     if damage is not None:
         verdict.append(f"damaged from byte {damage.position} ({damage.unreadable_bytes:,} bytes)")
+    if problem is not None:
+        verdict.append("stored chunks not decoded")
     if verdict:
         totals.damaged_files += 1
     print(
@@ -277,11 +326,17 @@ def dump_manifest(path: Path, out: TextIO, totals: DumpTotals) -> None:
         print(f"PROBLEM: {exc.message}", file=out)
         print("Summary: damaged; nothing in it is believed (a rebuild makes it again)", file=out)
         return
+    except CorruptRecordError as exc:  # whole, but of a batch format this version does not read
+        totals.damaged_files += 1
+        print(f"PROBLEM: {exc.message}", file=out)
+        print("Summary: another batch format; a rebuild refuses it", file=out)
+        return
     checksum = "checksum ok" if b'"checksum"' in blob.partition(b"\n")[0] else "no checksum"
     print(
         f"segment: id: {rs.id} base_offset: {rs.base_offset} next_offset: {rs.next_offset} "
         f"size: {rs.size} first_timestamp: {rs.first_timestamp} "
-        f"max_timestamp: {rs.max_timestamp} chunks: {rs.chunks} ({checksum})",
+        f"max_timestamp: {rs.max_timestamp} chunks: {rs.chunks} "
+        f"batch_format: {BATCH_FORMAT} ({checksum})",
         file=out,
     )
     whole = len(index) - len(index) % OFFSET_ENTRY_SIZE

@@ -4,7 +4,8 @@
 files (layouts in :mod:`tiered_log.format.index`). Their entries are added at batch
 granularity: an offset-index entry points at the start of a batch (its base offset and
 byte position); a time-index entry names a record of the segment (the one where the
-segment's largest timestamp so far was first reached). :func:`check_offset_index` /
+segment's largest timestamp so far was first reached), checked against the batches'
+header timestamps (no record is decoded). :func:`check_offset_index` /
 :func:`check_time_index` check entries against a :class:`~.store.StoreScan` of the store
 next to them and return one :data:`EntryProblem` per finding.
 
@@ -14,7 +15,6 @@ Read-only; pure functions over files, safe from any thread.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,12 +138,16 @@ def check_offset_index(
 def check_time_index(
     entries: list[TimeIndexEntry], trailing: int, scan: StoreScan, *, sealed: bool
 ) -> list[EntryProblem]:
-    """Check time-index entries against the store.
+    """Check time-index entries against the store, batch by batch (the batch headers'
+    maxTimestamp; records are not decoded).
 
-    Each entry ``(t, r)`` must say that ``t`` is the largest timestamp of the records up
-    to relative offset ``r`` and that record ``r`` is where it was first reached (entries
-    are added at batch starts, but ``r`` may be any record); entries strictly increase in
-    both fields; a sealed segment's last entry holds its maximum.
+    An entry ``(t, r)`` says that ``t`` is the segment's largest timestamp up to the
+    record ``r`` and that ``r`` is where it was first reached: so the batch holding
+    ``r`` has a maxTimestamp of at least ``t`` (the segment's first record may name its
+    own timestamp, the first batch's baseTimestamp), the batches before it all stay
+    below ``t``, and when ``r`` is its batch's last record, ``t`` is that batch's
+    maxTimestamp. Entries strictly increase in both fields; a sealed segment's last
+    entry holds its maximum.
     """
     out: list[EntryProblem] = []
     if trailing:
@@ -157,11 +161,11 @@ def check_time_index(
     if sealed and scan.records and not entries:
         out.append((None, "the time index is empty but the store holds records"))
     base = scan.base_offset
-    running = array("q")
+    before = array("q")  # per batch: the largest maxTimestamp of the batches before it
     m = -1 << 63
-    for ts in scan.timestamps:
+    for ts in scan.max_timestamps:
+        before.append(m)
         m = max(m, ts)
-        running.append(m)
     prev: TimeIndexEntry | None = None
     beyond = 0
     for e in entries:
@@ -181,7 +185,7 @@ def check_time_index(
                 )
             )
         prev = e
-        row = scan.row_of(off)
+        row = scan.batch_of(off)
         if row is None:
             out.append(
                 (
@@ -191,22 +195,34 @@ def check_time_index(
                 )
             )
             continue
-        true_max = running[row]
-        if true_max != e.max_timestamp:
+        top = scan.max_timestamps[row]
+        first_record = row == 0 and off == scan.base_offsets[0]
+        last_record = off == scan.next_offsets[row] - 1
+        if e.max_timestamp > top and not (
+            first_record and e.max_timestamp == scan.first_timestamps[0]
+        ):
             out.append(
                 (
                     e.index,
                     f"entry (timestamp {e.max_timestamp}, offset {off}): the largest "
-                    f"timestamp up to that offset is {true_max}",
+                    f"timestamp of the batch holding that offset is {top}",
                 )
             )
-        elif row and running[row - 1] >= true_max:
-            first = bisect_left(running, true_max)  # running maxima never decrease
+        elif e.max_timestamp <= before[row]:
             out.append(
                 (
                     e.index,
-                    f"entry (timestamp {e.max_timestamp}, offset {off}): that maximum "
-                    f"was first reached at offset {scan.offsets[first]}",
+                    f"entry (timestamp {e.max_timestamp}, offset {off}): the batches "
+                    f"before offset {scan.base_offsets[row]} already reach timestamp "
+                    f"{before[row]}",
+                )
+            )
+        elif last_record and not first_record and e.max_timestamp != top:
+            out.append(
+                (
+                    e.index,
+                    f"entry (timestamp {e.max_timestamp}, offset {off}): the largest "
+                    f"timestamp up to that offset is {top}",
                 )
             )
     if beyond:
@@ -223,13 +239,13 @@ def check_time_index(
         and scan.records
         and not out
         and scan.damage is None
-        and entries[-1].max_timestamp != running[-1]
+        and entries[-1].max_timestamp != scan.max_timestamp
     ):
         out.append(
             (
                 entries[-1].index,
                 f"the last entry has timestamp {entries[-1].max_timestamp} but the "
-                f"segment's largest timestamp is {running[-1]}",
+                f"segment's largest timestamp is {scan.max_timestamp}",
             )
         )
     return out
