@@ -18,6 +18,8 @@ every version of the API; the fields a version lacks are dropped there).
   :mod:`tiered_log.kafka.groups.handlers`, registered here.
 - InitProducerId: a producer id for an idempotent producer; a transactional id is
   refused (:mod:`tiered_log.kafka.producers`).
+- DescribeConfigs, IncrementalAlterConfigs: a topic's settings under Kafka's names
+  (:mod:`tiered_log.kafka.configs`).
 - ListOffsets: -1 latest (the high watermark), -2 earliest (the log start, the bucket
   included), else the first offset at or after a timestamp in either tier.
 
@@ -37,6 +39,7 @@ from kio.schema.errors import ErrorCode
 from ..broker.parking import wait_event
 from ..errors import InvalidTopicNameError, TieredLogError, TopicNotFoundError
 from .backend import Backend, Page
+from .configs import CONFIG_APIS, ConfigHandlers
 from .errors import InvalidAcksError, InvalidRecordError, error_code, error_message
 from .groups.handlers import GROUP_APIS, GroupHandlers
 from .groups.offsets import is_internal
@@ -61,6 +64,7 @@ HTTP fetch's ``wait_ms`` has the same bound)."""
 
 APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in GROUP_APIS.items()})
 APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in PRODUCER_APIS.items()})
+APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in CONFIG_APIS.items()})
 
 UNKNOWN_OPERATIONS = -(2**31)
 """Authorized operations not computed (Kafka's INT32_MIN)."""
@@ -91,6 +95,7 @@ class Handlers:
             LIST_OFFSETS: self.list_offsets,
             **GroupHandlers(backend).handlers(),
             **ProducerHandlers(backend).handlers(),
+            **ConfigHandlers(backend).handlers(),
         }
 
     async def handle(self, req: Request) -> dict[str, Any] | None:

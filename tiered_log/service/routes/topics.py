@@ -18,13 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from ...broker.topics import (
-    Topic,
-    altered_config,
-    check_remote_disable,
-    partition_bounds,
-    validate_topic_name,
-)
+from ...broker.topics import Topic, partition_bounds, validate_topic_name
 from ...errors import (
     InvalidArgumentError,
     LogClosedError,
@@ -32,7 +26,7 @@ from ...errors import (
     TopicNotFoundError,
 )
 from ...kafka.groups.offsets import is_internal
-from ...topic_config import TopicConfig
+from .. import topic_alter
 from ..deps import AdminGrant, Authenticated, JsonContent, ReadGrant, State, TopicPath
 from ..openapi import errs
 from ..wire import AlterTopicRequest, CreateTopicRequest, TopicDescription, TopicList
@@ -153,29 +147,6 @@ async def describe_topic(topic: TopicPath, _: ReadGrant, state: State) -> dict[s
     return await asyncio.to_thread(_describe, t, state.cluster)
 
 
-def _alter_in_cluster(state: Any, name: str, body: AlterTopicRequest) -> Topic:
-    """Change a cluster topic's settings through the metadata store (every replica
-    applies them at its next read; this node at once). Tiering may only be turned off,
-    keeping the bucket's data (``retain``)."""
-    cluster = state.cluster
-    meta = cluster.topic_meta(name)
-    if meta is None:
-        raise TopicNotFoundError(f"topic {name!r} does not exist")
-    current = TopicConfig.model_validate(meta.config)
-    config = altered_config(current, state.settings.topic_defaults, body.config, body.delete_config)
-    check_remote_disable(current, config, body.remote_disable_policy)
-    if current.remote_enabled != config.remote_enabled and (
-        config.remote_enabled or body.remote_disable_policy != "retain"
-    ):
-        raise InvalidArgumentError(
-            "in a cluster, remote_enabled can only be turned off, with "
-            "remote_disable_policy=retain (not deleted, not turned on: not yet supported)"
-        )
-    cluster.alter_topic(name, config.model_dump(mode="json"))
-    topic: Topic = state.topics.get(name)
-    return topic
-
-
 @router.patch(
     "/v1/topics/{topic}",
     response_model=TopicDescription,
@@ -191,17 +162,15 @@ async def alter_topic(
     then on, compression for segments shipped from then on) and a restart keeps them.
     Turning ``remote_enabled`` off needs ``remote_disable_policy``. Answers the topic's
     new description."""
-    if state.cluster is not None:
-        t = await asyncio.to_thread(_alter_in_cluster, state, topic, body)
-    else:
-        t = await asyncio.to_thread(
-            state.topics.alter,
-            topic,
-            body.config,
-            body.delete_config,
-            remote_disable_policy=body.remote_disable_policy,
-        )
-    return await asyncio.to_thread(_describe, t, state.cluster)
+    await asyncio.to_thread(
+        topic_alter.alter_topic,
+        state,
+        topic,
+        body.config,
+        body.delete_config,
+        remote_disable_policy=body.remote_disable_policy,
+    )
+    return await asyncio.to_thread(_describe, state.topics.get(topic), state.cluster)
 
 
 @router.delete(

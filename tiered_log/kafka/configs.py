@@ -1,0 +1,273 @@
+"""DescribeConfigs (API key 32, versions 1-4) and IncrementalAlterConfigs (44, 0-1): a
+topic's settings under Kafka's names, so ``kafka-configs.sh``, an AdminClient's
+``describe_configs``/``incremental_alter_configs`` and UIs built on them work.
+
+Kafka's names map to the topic's settings (:data:`KAFKA_NAMES`); values travel as strings,
+``-1`` meaning "no limit" as in Kafka (``local.retention.*``: ``-2``, Kafka's "as the
+total retention", is the same as no local limit here, and is how one is described).
+``remote.storage.enable=false`` follows KIP-950: it needs
+``remote.log.delete.on.disable=true`` in the same request (the bucket's data is deleted),
+else it is refused; ``remote.log.copy.disable=true`` stops copying and keeps the bucket's
+data readable (this service's ``remote_disable_policy=retain``). An alter goes the HTTP
+API's way (:func:`tiered_log.service.topic_alter.alter_topic`): validated, committed,
+applied to every open partition, in a cluster through the metadata store.
+
+A BROKER resource is described with no settings (nothing of a broker is configurable
+through Kafka's APIs here); any other resource type, and an alter of a broker, is
+refused with INVALID_REQUEST. An unknown key or a bad value: INVALID_CONFIG naming it.
+
+Concurrency: coroutines of the listener's loop; the change and the description run in
+worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..errors import InvalidArgumentError, TieredLogError
+from ..topic_config import TopicConfig
+from .backend import Backend
+from .errors import error_code, error_message
+from .messages import Request
+
+DESCRIBE_CONFIGS = 32
+INCREMENTAL_ALTER_CONFIGS = 44
+CONFIG_APIS: dict[int, tuple[str, int, int]] = {
+    DESCRIBE_CONFIGS: ("describe_configs", 1, 4),
+    INCREMENTAL_ALTER_CONFIGS: ("incremental_alter_configs", 0, 1),
+}
+"""The configuration APIs served: key -> (kio's module name, first and last version)."""
+
+TOPIC = 2
+BROKER = 4
+SET, DELETE = 0, 1
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+BOOLEAN, STRING, LONG = 1, 2, 5
+NEVER = (1 << 63) - 1
+"""How a setting without a limit that Kafka writes as Long.MAX_VALUE is described."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaName:
+    """One Kafka topic config and the setting it is: its type (for DescribeConfigs v3+)
+    and the value describing "no limit" (None: the setting always has one)."""
+
+    setting: str
+    kind: int
+    unlimited: str | None = "-1"
+
+
+KAFKA_NAMES: dict[str, KafkaName] = {
+    "retention.ms": KafkaName("retention_ms", LONG),
+    "retention.bytes": KafkaName("retention_bytes", LONG),
+    "local.retention.ms": KafkaName("local_retention_ms", LONG, "-2"),
+    "local.retention.bytes": KafkaName("local_retention_bytes", LONG, "-2"),
+    "segment.bytes": KafkaName("segment_bytes", LONG, None),
+    "segment.ms": KafkaName("segment_ms", LONG, str(NEVER)),
+    "flush.messages": KafkaName("flush_messages", LONG, str(NEVER)),
+    "flush.ms": KafkaName("flush_ms", LONG, str(NEVER)),
+    "max.message.bytes": KafkaName("append_threshold", LONG, None),
+    "message.timestamp.type": KafkaName("message_timestamp_type", STRING, None),
+    "remote.storage.enable": KafkaName("remote_enabled", BOOLEAN, None),
+}
+"""Kafka's topic config names and the settings they are."""
+REMOTE_DELETE_ON_DISABLE = "remote.log.delete.on.disable"
+REMOTE_COPY_DISABLE = "remote.log.copy.disable"
+
+
+def _described(config: TopicConfig, defaults: TopicConfig, keys: Any) -> list[dict[str, Any]]:
+    """The DescribeConfigs entries of ``config`` (``keys``: the names asked for, None or
+    empty: all), each marked dynamic when it differs from the server's default."""
+    wanted = set(keys) if keys else None
+    out = []
+    for name, k in KAFKA_NAMES.items():
+        if wanted is not None and name not in wanted:
+            continue
+        value = getattr(config, k.setting)
+        if value is None:
+            text = k.unlimited or "-1"
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = str(value)
+        dynamic = value != getattr(defaults, k.setting)
+        out.append(
+            {
+                "name": name,
+                "value": text,
+                "read_only": False,
+                "config_source": DYNAMIC_TOPIC_CONFIG if dynamic else DEFAULT_CONFIG,
+                "is_sensitive": False,
+                "synonyms": (),
+                "config_type": k.kind,
+                "documentation": None,
+                "is_default": not dynamic,
+            }
+        )
+    return out
+
+
+def _setting_value(name: str, raw: str | None) -> Any:
+    """The setting's value of Kafka config ``name`` given as ``raw`` (InvalidArgumentError
+    naming it when it is not one)."""
+    k = KAFKA_NAMES[name]
+    if raw is None:
+        raise InvalidArgumentError(f"{name}: a value is needed")
+    text = raw.strip()
+    if k.kind == BOOLEAN:
+        if text.lower() not in ("true", "false"):
+            raise InvalidArgumentError(f"{name}: {raw!r} is not true or false")
+        return text.lower() == "true"
+    if k.kind == STRING:
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidArgumentError(f"{name}: {raw!r} is not an integer") from None
+    if value in (-1, -2) and k.unlimited is not None:
+        return None
+    if value == NEVER and k.unlimited == str(NEVER):
+        return None
+    return value
+
+
+def kafka_changes(configs: Any) -> tuple[dict[str, Any], list[str], str | None]:
+    """An IncrementalAlterConfigs resource's ``configs`` as ``(changes, reset,
+    remote_disable_policy)`` of the topic's settings; InvalidArgumentError naming the
+    first key that is unknown, has an operation other than SET or DELETE, or a bad
+    value."""
+    changes: dict[str, Any] = {}
+    reset: list[str] = []
+    policy: str | None = None
+    for c in configs:
+        name, op = c.name, int(c.config_operation)
+        if op not in (SET, DELETE):
+            raise InvalidArgumentError(f"{name}: only SET and DELETE operations apply")
+        if name in (REMOTE_DELETE_ON_DISABLE, REMOTE_COPY_DISABLE):
+            on = op == SET and _flag(name, c.value)
+            if on and name == REMOTE_DELETE_ON_DISABLE:
+                policy = "delete"
+            elif on:
+                policy = policy or "retain"
+                changes["remote_enabled"] = False
+            continue
+        k = KAFKA_NAMES.get(name)
+        if k is None:
+            raise InvalidArgumentError(
+                f"{name}: not a topic config this broker supports; it supports "
+                f"{', '.join(KAFKA_NAMES)}, {REMOTE_DELETE_ON_DISABLE}, {REMOTE_COPY_DISABLE}"
+            )
+        if op == DELETE:
+            reset.append(k.setting)
+        else:
+            changes[k.setting] = _setting_value(name, c.value)
+    if changes.get("remote_enabled") is False and policy is None:
+        raise InvalidArgumentError(
+            f"remote.storage.enable=false needs {REMOTE_DELETE_ON_DISABLE}=true (the remote "
+            f"data is deleted) or {REMOTE_COPY_DISABLE}=true (copying stops, the remote data "
+            "stays readable) in the same request"
+        )
+    return changes, reset, policy
+
+
+def _flag(name: str, raw: str | None) -> bool:
+    if raw is None or raw.strip().lower() not in ("true", "false"):
+        raise InvalidArgumentError(f"{name}: {raw!r} is not true or false")
+    return raw.strip().lower() == "true"
+
+
+class ConfigHandlers:
+    """DescribeConfigs and IncrementalAlterConfigs over one backend. Event-loop thread
+    only."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def handlers(self) -> dict[int, Callable[[Request], Awaitable[dict[str, Any]]]]:
+        """The handler of each configuration API key."""
+        return {
+            DESCRIBE_CONFIGS: self.describe_configs,
+            INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+        }
+
+    def _topic_config(self, name: str) -> TopicConfig:
+        state = self.backend.state
+        cluster = state.cluster
+        meta = cluster.topic_meta(name) if cluster is not None else None
+        if meta is not None:
+            return TopicConfig.model_validate(meta.config)
+        return state.topics.get(name).meta.config
+
+    async def describe_configs(self, req: Request) -> dict[str, Any]:
+        defaults = self.backend.state.settings.topic_defaults
+        results = []
+        for res in req.body.resources:
+            r: dict[str, Any] = {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "resource_type": res.resource_type,
+                "resource_name": res.resource_name,
+                "configs": (),
+            }
+            if res.resource_type == TOPIC:
+                try:
+                    config = await asyncio.to_thread(self._topic_config, res.resource_name)
+                    r["configs"] = _described(config, defaults, res.configuration_keys)
+                except TieredLogError as exc:
+                    r["error_code"], r["error_message"] = error_code(exc), error_message(exc)
+            elif res.resource_type != BROKER:
+                r["error_code"] = ErrorCode.invalid_request
+                r["error_message"] = "only topic (and broker) configs can be described"
+            results.append(r)
+        return {"throttle_time": 0, "results": results}
+
+    async def incremental_alter_configs(self, req: Request) -> dict[str, Any]:
+        from ..service.topic_alter import alter_topic  # the service's one path
+
+        state = self.backend.state
+        out = []
+        for res in req.body.resources:
+            r: dict[str, Any] = {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "resource_type": res.resource_type,
+                "resource_name": res.resource_name,
+            }
+            if res.resource_type != TOPIC:
+                r["error_code"] = ErrorCode.invalid_request
+                r["error_message"] = "only topic configs can be altered"
+                out.append(r)
+                continue
+            try:
+                changes, reset, policy = kafka_changes(res.configs)
+                await asyncio.to_thread(
+                    alter_topic,
+                    state,
+                    res.resource_name,
+                    changes,
+                    reset,
+                    remote_disable_policy=policy,
+                    validate_only=bool(req.body.validate_only),
+                )
+            except InvalidArgumentError as exc:
+                r["error_code"] = ErrorCode.invalid_config
+                r["error_message"] = exc.message
+            except TieredLogError as exc:
+                r["error_code"], r["error_message"] = error_code(exc), error_message(exc)
+            out.append(r)
+        return {"throttle_time": 0, "responses": out}
+
+
+__all__ = [
+    "CONFIG_APIS",
+    "DESCRIBE_CONFIGS",
+    "INCREMENTAL_ALTER_CONFIGS",
+    "KAFKA_NAMES",
+    "ConfigHandlers",
+    "kafka_changes",
+]
