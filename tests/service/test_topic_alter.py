@@ -155,6 +155,20 @@ def test_lowered_retention_deletes_old_segments_without_restart(server_factory: 
         assert b["next_offset"] == 100  # only the sealed segments go, never the active one
 
 
+def test_segment_size_applies_to_the_active_segment(server_factory: Factory) -> None:
+    srv = server_factory()
+    _create(srv, "s", remote_enabled=False)
+    pdir = srv.data_dir / "topics" / "s" / "0"
+    _produce_old(srv, "s", 60, age_ms=0)
+    assert len(list(pdir.glob("*.log"))) == 1  # 64 MiB segments: one
+    r = _patch(srv, "s", {"config": {"segment_bytes": 2048}})
+    assert r.status_code == 200, r.text
+    _produce_old(srv, "s", 60, age_ms=0)  # three batches of about 4 KiB: a roll each
+    assert len(list(pdir.glob("*.log"))) == 4
+    rec = httpx.get(srv.url + "/v1/topics/s/partitions/0/records?offset=0&max_records=200")
+    assert [x["offset"] for x in rec.json()["records"]] == list(range(120))
+
+
 def test_changes_survive_a_restart(server_factory: Factory) -> None:
     srv = server_factory()
     _create(srv, "c")
