@@ -67,6 +67,7 @@ def test_bad_alters_are_refused_naming_the_key(server: ServerProcess) -> None:
     for entry, word in (
         (ConfigEntry("cleanup.policy", "compact", incremental_operation=set_), "cleanup.policy"),
         (ConfigEntry("retention.ms", "soon", incremental_operation=set_), "retention.ms"),
+        (ConfigEntry("segment.bytes", "10", incremental_operation=set_), "segment.bytes"),
         (ConfigEntry("remote.storage.enable", "false", incremental_operation=set_), "delete"),
     ):
         with pytest.raises(KafkaException) as info:

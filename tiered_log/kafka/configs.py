@@ -23,6 +23,7 @@ worker threads.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -175,6 +176,16 @@ def kafka_changes(configs: Any) -> tuple[dict[str, Any], list[str], str | None]:
     return changes, reset, policy
 
 
+_SETTING_WORD = re.compile(r"\b(" + "|".join(k.setting for k in KAFKA_NAMES.values()) + r")\b")
+_KAFKA_NAME = {k.setting: name for name, k in KAFKA_NAMES.items()}
+
+
+def kafka_message(message: str) -> str:
+    """``message`` (the service's, naming its settings) with each setting named as Kafka
+    names it (``segment_bytes`` -> ``segment.bytes``)."""
+    return _SETTING_WORD.sub(lambda m: _KAFKA_NAME[m.group(1)], message)
+
+
 def _flag(name: str, raw: str | None) -> bool:
     if raw is None or raw.strip().lower() not in ("true", "false"):
         raise InvalidArgumentError(f"{name}: {raw!r} is not true or false")
@@ -256,7 +267,7 @@ class ConfigHandlers:
                 )
             except InvalidArgumentError as exc:
                 r["error_code"] = ErrorCode.invalid_config
-                r["error_message"] = exc.message
+                r["error_message"] = kafka_message(exc.message)
             except TieredLogError as exc:
                 r["error_code"], r["error_message"] = error_code(exc), error_message(exc)
             out.append(r)
@@ -270,4 +281,5 @@ __all__ = [
     "KAFKA_NAMES",
     "ConfigHandlers",
     "kafka_changes",
+    "kafka_message",
 ]
