@@ -128,7 +128,10 @@ class TieredLog:
     """A log whose old segments live in object storage; see the module docstring.
 
     ``storage=None`` (or ``tier.remote_enabled=False``) makes it a plain local log that
-    applies ``retention_ms``/``retention_bytes`` locally (in :meth:`tier_once`).
+    applies ``retention_ms``/``retention_bytes`` locally (in :meth:`tier_once`), unless
+    its directory keeps the remote tier of a log whose tiering was turned off with its
+    remote data retained (:meth:`reconfigure`): that tier opens, serves and ages out
+    what the bucket holds, and copies nothing.
     ``rebuild=False`` skips the rebuild from the bucket of a log opened on an empty
     directory (a log created just now, whose id is new, has nothing in the bucket).
     ``limits``: upload and fetch rate limits shared with other logs (a node's); without
