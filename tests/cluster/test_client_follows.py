@@ -17,6 +17,7 @@ bounded."""
 from __future__ import annotations
 
 import asyncio
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from tiered_log.client import AsyncClient, Client
 from tiered_log.cluster.dev import DevCluster
 from tiered_log.cluster.etcd_process import free_port
 from tiered_log.errors import ConnectionFailedError, TieredLogError
+from tiered_log.format.records import ProducerRecord
 
 from .conftest import dev_cluster
 from .helpers import wait_until
@@ -102,6 +104,51 @@ def test_a_client_given_a_follower_produces_and_consumes(cluster: DevCluster) ->
         assert c.offset_for_timestamp(topic, 0, 0) == 0
         check_exactly_once(read_all(c, topic), acked)
         assert c.fetch(topic, 0, 18).records[0].value == b"f4-2"
+
+
+def segment_files(node_dir: Path, topic: str) -> dict[str, bytes]:
+    """A node's segment files of ``topic`` (relative path -> bytes)."""
+    return {
+        str(p.relative_to(node_dir)): p.read_bytes()
+        for p in sorted(node_dir.rglob("*.log"))
+        if topic in str(p.relative_to(node_dir))
+    }
+
+
+def test_followers_store_the_leaders_batches_byte_for_byte(cluster: DevCluster) -> None:
+    """A follower's segments are its leader's, byte for byte: compressed batches as the
+    client sent them (zstd, null values and all), each stamped by the leader with its
+    epoch, neither decoded nor rewritten on the way (the replication fetch sends them from
+    the leader's files, the follower appends them as they came)."""
+    topic = "replica-bytes"
+    with create(cluster, topic) as c:
+        st = partition(c, topic)
+        recs = [
+            ProducerRecord(None if j % 5 == 0 else b"v%d" % j * 50, key=b"k%d" % (j % 7))
+            for j in range(60)
+        ]
+        for codec in ("zstd", "gzip", None, "lz4", "snappy"):
+            c.produce(topic, 0, recs, acks="all", compression=codec)
+        end = c.bounds(topic, 0).next_offset
+        assert end == 300
+        got = [r for page in c.consume(topic, 0, 0) for r in page.records]
+        assert [r.value for r in got[:60]] == [r.value for r in recs]
+        assert got[0].value is None and got[1].value == b"v1" * 50
+        batches = c.fetch_batches(topic, 0, 0)
+    data = bytes(batches.data)
+    assert data[16] == 2 and data[22] & 7 == 4  # magic 2; the first batch zstd, as sent
+    assert struct.unpack_from(">i", data, 12)[0] == st["leader_epoch"]  # stamped by the leader
+    leader = cluster.nodes[st["leader"]]
+    wait_until(
+        lambda: all(
+            segment_files(cluster.nodes[r].data_dir, topic) == segment_files(leader.data_dir, topic)
+            for r in st["replicas"]
+        ),
+        15,
+        "every replica's segments equal to the leader's",
+    )
+    files = segment_files(leader.data_dir, topic)
+    assert files and sum(map(len, files.values())) >= len(data)
 
 
 def test_sigkill_the_leader_under_acks_all_produce_and_a_follow_consume(

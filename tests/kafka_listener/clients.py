@@ -11,19 +11,23 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-Rec = tuple[int, bytes | None, bytes, list[tuple[str, bytes]]]
-"""A record to send: partition, key, value, headers."""
+Rec = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
+"""A record to send: partition, key, value (None: a null value, a tombstone), headers."""
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
-def sample(n: int, partitions: int, tag: str) -> list[Rec]:
-    """``n`` records over ``partitions``: every third without a key, headers on most."""
+def sample(n: int, partitions: int, tag: str, *, nulls: bool = True) -> list[Rec]:
+    """``n`` records over ``partitions``: every third without a key, headers on most;
+    with ``nulls``, every seventh keyed one a null value (a tombstone)."""
     out: list[Rec] = []
     for i in range(n):
         key = None if i % 3 == 0 else f"key-{i}".encode()
         headers = [] if i % 5 == 0 else [("seq", str(i).encode()), ("tag", tag.encode())]
-        out.append((i % partitions, key, f"{tag}-value-{i}".encode() * (1 + i % 4), headers))
+        value: bytes | None = f"{tag}-value-{i}".encode() * (1 + i % 4)
+        if nulls and key is not None and i % 7 == 1:
+            value = None
+        out.append((i % partitions, key, value, headers))
     return out
 
 

@@ -75,12 +75,47 @@ def test_produce_keys_land_where_kafka_puts_them(server: ServerProcess, topic_na
         key = f"user-{i}".encode()
         expected[_kafka_partition(key, 3)].append((key, f"event {i}:x".encode()))
     assert all(expected.values())  # the keys spread over every partition
+    expected[_kafka_partition(b"empty", 3)].append((b"empty", b""))  # an empty value, as kcat
     keyless = [(None, b"no-separator")]
     assert {p: [r for r in recs if r[0] is not None] for p, recs in got.items()} == expected
     assert sum((r for recs in got.values() for r in recs if r[0] is None), ()) == keyless[0]
     err = p.stderr.decode().strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"produced 61 records to {topic_name}: partition 0 ")
-    assert err[0].endswith("skipped 1 empty line")
+    assert len(err) == 1 and err[0].startswith(f"produced 62 records to {topic_name}: partition 0 ")
+
+
+def test_produce_and_consume_null_values_as_kcat_does(
+    server: ServerProcess, topic_name: str
+) -> None:
+    """kcat's -Z: an empty value is produced as a null value (a tombstone: ``key:`` with
+    ``-K :`` deletes ``key``), and consume prints a null key or value as NULL (without
+    -Z: as nothing; an empty value prints as nothing either way)."""
+    with Client(server.url, token=ADMIN) as c:
+        c.create_topic(topic_name, 1)
+        p = _cli(server, "produce", topic_name, "-K", ":", "-Z", input=b"a:1\ngone:\nnokey\n")
+        assert p.returncode == 0, p.stderr
+        p = _cli(server, "produce", topic_name, "-K", ":", input=b"empty:\n")
+        assert p.returncode == 0, p.stderr
+        got = _all_records(c, topic_name, 1)[0]
+    assert got == [(b"a", b"1"), (b"gone", None), (None, b"nokey"), (b"empty", b"")]
+    fmt = "%k=%s (%K %S)\\n"
+    p = _cli(server, "consume", topic_name, "-f", fmt, "-Z")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().splitlines() == [
+        "a=1 (1 1)",
+        "gone=NULL (4 -1)",
+        "NULL=nokey (-1 5)",
+        "empty= (5 0)",
+    ]
+    p = _cli(server, "consume", topic_name, "-f", fmt)
+    assert p.stdout.decode().splitlines()[1:3] == ["gone= (4 -1)", "=nokey (-1 5)"]
+    p = _cli(server, "consume", topic_name, "-f", "json")
+    rows = [json.loads(line) for line in p.stdout.decode().splitlines()]
+    assert [(r["key"], r["value"], r["value_b64"]) for r in rows] == [
+        ("a", "1", None),
+        ("gone", None, None),
+        (None, "nokey", None),
+        ("empty", "", None),
+    ]
 
 
 def test_produce_one_key_and_an_explicit_partition(server: ServerProcess, topic_name: str) -> None:

@@ -50,9 +50,9 @@ def test_metrics_count_appends_and_fetches(admin: httpx.Client, topic_name: str)
     assert s[f'tiered_log_fetch_requests_total{{{t},format="json"}}'] == 1
     assert s[f'tiered_log_fetch_requests_total{{{t},format="binary"}}'] == 1
     assert s[f"tiered_log_fetch_records_total{{{t}}}"] == 4
-    # The binary fetch sent the stored batch (one, 28 bytes of header); the JSON one counts
-    # the records' sizes (their share of the batch).
-    assert s[f"tiered_log_fetch_bytes_total{{{t}}}"] == frame_bytes + (frame_bytes - 28)
+    # The binary fetch sent the stored batch (one Kafka batch, 61 bytes of header); the
+    # JSON one counts the records' sizes (their share of the batch).
+    assert s[f"tiered_log_fetch_bytes_total{{{t}}}"] == frame_bytes + (frame_bytes - 61)
     for gauge in (
         "copy_lag_bytes",
         "copy_lag_segments",
@@ -62,7 +62,8 @@ def test_metrics_count_appends_and_fetches(admin: httpx.Client, topic_name: str)
         "remote_cache_misses_total",
     ):
         assert f"tiered_log_{gauge}{{{t}}}" in s, gauge
-    assert s[f"tiered_log_local_bytes{{{t}}}"] == frame_bytes + 48 + 5
+    # partition 1: one Kafka batch (61 bytes) of one 12-byte record (a 5-byte value)
+    assert s[f"tiered_log_local_bytes{{{t}}}"] == frame_bytes + 61 + 12
     assert s[f'tiered_log_partition_next_offset{{{t},partition="0"}}'] == 2
     assert s[f'tiered_log_partition_next_offset{{{t},partition="1"}}'] == 1
     assert re.search(

@@ -172,7 +172,7 @@ def test_damage_in_one_partition_is_named(data_copy: Path) -> None:
     assert p.returncode == 1, p.stdout + p.stderr
     rel = store.relative_to(data_copy).as_posix()
     assert any(
-        line.startswith(f"{rel}: batch at byte 0 ") and "checksum" in line
+        line.startswith(f"{rel}: batch at byte 0 ") and "CRC-32C mismatch" in line
         for line in p.stdout.splitlines()
     ), p.stdout
     lines = partition_lines(p.stdout)

@@ -8,7 +8,9 @@ record, and how it keeps reading through a server restart or a lost range.
   ``%o`` offset, ``%k`` key, ``%s`` value, ``%T`` timestamp in ms, ``%h`` headers as
   ``name=value`` comma-separated, ``%K``/``%S`` key/value size, ``%%``; ``\\n``,
   ``\\t``, ``\\r``, ``\\\\`` escapes; nothing added at the end), or the named forms
-  ``value`` (the value and a newline) and ``json`` (one JSON object a line).
+  ``value`` (the value and a newline) and ``json`` (one JSON object a line). A null key
+  or value (a tombstone) prints as nothing, or as ``NULL`` with ``-Z`` (kcat's), and its
+  size as -1; ``json`` shows it as ``null``.
 - :class:`GroupPosition`: ``--group G``: a consumer group's committed offsets (where
   each partition starts when it has one) and the commits of what was printed, through
   the HTTP API (``/v1/groups/{group}``), as a consumer outside the group protocol (rpk
@@ -203,11 +205,12 @@ _ESCAPES = {b"\\n": b"\n", b"\\t": b"\t", b"\\r": b"\r", b"\\\\": b"\\"}
 
 class RecordFormat:
     """How ``consume`` prints a record: ``value``, ``json`` or a kcat format string (see
-    the module docstring)."""
+    the module docstring); ``null``: what a null key or value prints as."""
 
-    def __init__(self, fmt: str, topic: str) -> None:
+    def __init__(self, fmt: str, topic: str, null: bytes = b"") -> None:
         self.fmt = fmt
         self.topic = topic
+        self.null = null
         self._parts: list[bytes] = []
         if fmt not in ("value", "json"):
             if "%" not in fmt:
@@ -235,7 +238,7 @@ class RecordFormat:
     def render(self, partition: int, rec: Record) -> bytes:
         """The bytes printed for ``rec`` of ``partition``."""
         if self.fmt == "value":
-            return rec.value + b"\n"
+            return (self.null if rec.value is None else rec.value) + b"\n"
         if self.fmt == "json":
             return (
                 json.dumps(
@@ -262,13 +265,13 @@ class RecordFormat:
             case b"o":
                 return str(rec.offset).encode()
             case b"k":
-                return rec.key or b""
+                return self.null if rec.key is None else rec.key
             case b"K":
                 return str(-1 if rec.key is None else len(rec.key)).encode()
             case b"s":
-                return rec.value
+                return self.null if rec.value is None else rec.value
             case b"S":
-                return str(len(rec.value)).encode()
+                return str(-1 if rec.value is None else len(rec.value)).encode()
             case b"T":
                 return str(rec.timestamp).encode()
             case b"h":

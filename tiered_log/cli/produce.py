@@ -4,6 +4,8 @@ batches sent within a linger, and the account of what was acknowledged.
 - :func:`line_to_record`: a line is a record's value, or with a key separator (kcat's
   ``-K``) the key before the first separator and the value after it (a line without the
   separator is a value without a key, as kcat does), or every record gets one ``--key``.
+  An empty value is sent as an empty value, or with ``-Z`` (kcat's) as a null value (a
+  tombstone: ``-K :`` and a line ``key:`` deletes ``key`` in a compacted topic).
 - :func:`lines_with_linger`: the lines of a stream in batches: a batch is sent once it has
   ``batch_size`` records or its first record has waited ``linger_ms`` (Kafka's
   ``linger.ms``), so a line typed at a terminal is sent within a fraction of a second
@@ -29,17 +31,20 @@ _EOF = object()
 
 
 def line_to_record(
-    line: bytes, *, separator: bytes | None, key: bytes | None
-) -> ProducerRecord | bytes | None:
-    """The record a line of input stands for; None for a line with an empty value (the
-    log refuses empty values: it is skipped and counted)."""
+    line: bytes, *, separator: bytes | None, key: bytes | None, empty_is_null: bool = False
+) -> ProducerRecord | bytes:
+    """The record a line of input stands for (see the module docstring); an empty value
+    is a null value with ``empty_is_null`` (kcat's ``-Z``), else an empty one."""
+    value: bytes | None = line
     if separator is not None:
         k, sep, v = line.partition(separator)
         if sep:
-            return ProducerRecord(v, key=k) if v else None
-    if not line:
-        return None
-    return ProducerRecord(line, key=key) if key is not None else line
+            key, value = k, v
+    if empty_is_null and not value:
+        value = None
+    if key is None and value is not None:
+        return value
+    return ProducerRecord(value, key=key)
 
 
 READ_BYTES = 1 << 16
@@ -121,8 +126,6 @@ class Acknowledged:
 
     topic: str
     partitions: dict[int, _Range] = field(default_factory=dict)
-    skipped: int = 0
-    """Lines with an empty value, not sent."""
     unsent: int = 0
     """Records read but not sent (a batch not complete when the run stopped)."""
     in_flight: int = 0
@@ -161,8 +164,6 @@ class Acknowledged:
         else:
             text = head
         notes = []
-        if self.skipped:
-            notes.append(f"skipped {counted(self.skipped, 'empty line')}")
         if self.in_flight:
             notes.append(
                 f"{counted(self.in_flight, 'record')} sent but not acknowledged "

@@ -3,19 +3,21 @@
 Both speak the service's API (see :mod:`tiered_log.service.app`): small JSON requests
 through httpx, record bodies (binary fetch and produce) through ``http.client`` with a
 pool of kept-alive connections (in a worker thread for :class:`AsyncClient`), which is
-2-3x cheaper per MiB. Fetches use the binary form: the body is the record batches
-exactly as stored, decoded here with
-:func:`tiered_log.format.records.decode_records`, which verifies every checksum (a
-damaged record raises :class:`~tiered_log.errors.CorruptRecordError`, never returns);
+2-3x cheaper per MiB. Fetches use the binary form: the body is the Kafka record batches
+(magic 2) exactly as stored, decoded here with
+:func:`tiered_log.format.records.decode_records`, which verifies every batch's CRC-32C
+and decompresses compressed batches (a damaged record raises :class:`~tiered_log.errors.CorruptRecordError`, never returns);
 records of the first batch below the asked offset are skipped, and records past
 ``max_records`` (a page is whole batches) are dropped by :meth:`Client.fetch`.
 :meth:`Client.fetch_batches` returns the batches themselves, received into a buffer the
-caller may reuse and checked by their checksums alone, building no record (what a
+caller may reuse and checked by their CRCs alone, building no record (what a
 follower, a rebuild or a columnar reader takes: :class:`FetchedBatches`).
 Produce sends binary batches (``Content-Type: application/vnd.tiered-log.frames``): the
-records encoded here as batches in the stored layout with
+records encoded here as Kafka record batches with
 :func:`tiered_log.format.records.encode_batch` (no JSON, no base64; timestamps left to
-the server's clock unless a record gives one), or one raw streamed body with
+the server's clock unless a record gives one; compressed with ``compression="zstd"``
+(or gzip, snappy, lz4), which the server stores as sent; a ``ProducerRecord`` whose
+value is None is a null value, a tombstone), or one raw streamed body with
 :meth:`Client.produce_raw`. A produce with ``partition=None`` (or :meth:`Client.send`)
 places records as Kafka's default partitioner does (:mod:`.partitioner`: the murmur2 hash
 of the key, so a key lands on the partition a Kafka client would choose; keyless records

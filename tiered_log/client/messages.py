@@ -3,12 +3,12 @@
 Shared by :class:`~tiered_log.client.Client` and :class:`~tiered_log.client.AsyncClient`:
 
 - requests: the paths of a topic and a partition, the query parameters of a fetch and of
-  a raw produce, the binary produce body (:func:`encode_produce_body`: records as batches
-  in the stored layout, see :mod:`tiered_log.format.records`), the auth header, httpx's
-  ``verify``;
+  a raw produce, the binary produce body (:func:`encode_produce_body`: records as Kafka
+  record batches, compressed or not, see :mod:`tiered_log.format.records`), the auth
+  header, httpx's ``verify``;
 - answers: a binary fetch's records and offset headers (:func:`_parse_fetch`, every
-  checksum verified), its batches as received (:func:`_checked_batches`, checksums
-  verified, nothing decoded: :class:`FetchedBatches`), :class:`FetchResult`,
+  batch's CRC-32C verified, compressed batches decompressed), its batches as received
+  (:func:`_checked_batches`, CRCs verified, nothing decoded: :class:`FetchedBatches`), :class:`FetchResult`,
   :class:`PartitionBounds`, and an error
   answer raised as its :class:`~tiered_log.errors.TieredLogError` subclass
   (:func:`error_from_response`, by the tree's :func:`~tiered_log.errors.error_class`),
@@ -32,6 +32,7 @@ import httpx
 from .. import errors as E
 from ..bounds import PartitionBounds
 from ..errors import ServiceError
+from ..format.kafka import Compression
 from ..format.records import (
     MAX_BODY_BYTES,
     ProducerRecord,
@@ -132,8 +133,8 @@ class FetchResult:
 
 @dataclass(frozen=True, slots=True)
 class FetchedBatches:
-    """One binary fetch's record batches as the server stores and sends them, each
-    batch's checksum verified, nothing decoded (no :class:`Record` built): what a
+    """One binary fetch's Kafka record batches as the server stores and sends them, each
+    batch's CRC-32C verified, nothing decoded (no :class:`Record` built): what a
     follower, a rebuild or a columnar reader passes on or decodes itself.
 
     ``data`` holds whole batches; the first may begin below ``first_offset`` (skip its
@@ -164,17 +165,37 @@ def _part_path(topic: str, partition: int) -> str:
     return f"{_topic_path(topic)}/partitions/{int(partition)}"
 
 
-def encode_produce_body(records: Iterable[ProducerRecord | bytes | str]) -> bytes:
-    """The body of a binary produce request: ``records`` as frames.
+Codec = Compression | str | None
+"""A produce's compression: ``none``, ``gzip``, ``snappy``, ``lz4``, ``zstd`` (a name or a
+:class:`~tiered_log.format.kafka.Compression`); None: none."""
+
+
+def compression_of(codec: Codec) -> Compression:
+    """The :class:`~tiered_log.format.kafka.Compression` ``codec`` names
+    (InvalidArgumentError for an unknown one)."""
+    try:
+        return Compression.parse(codec)
+    except ValueError as exc:
+        raise E.InvalidArgumentError(str(exc)) from None
+
+
+def encode_produce_body(
+    records: Iterable[ProducerRecord | bytes | str], compression: Codec = None
+) -> bytes:
+    """The body of a binary produce request: ``records`` as Kafka record batches, their
+    records compressed with ``compression`` (see :data:`Codec`; the server stores the
+    batches as they are sent, compressed).
 
     ``str`` values are UTF-8 encoded; a record without a timestamp gets the server's
-    clock. The offsets in the frames are 0, 1, ... (the server assigns the real ones);
-    value sizes are checked by the server (against the topic's append threshold).
-    InvalidArgumentError for records no log accepts (empty value, wrong types).
+    clock; a :class:`ProducerRecord` whose value is None is a null value (a tombstone).
+    The offsets in the batches are 0, 1, ... (the server assigns the real ones); value
+    sizes are checked by the server (against the topic's append threshold).
+    InvalidArgumentError for records no log accepts (wrong types) or an unknown codec.
 
     The encoder's own ``bytes``, not a copy: a second 1 MiB buffer a batch (and the
     fresh pages the kernel faulted in for it every time) cost the client ~1 ms a batch.
     """
+    codec = compression_of(compression)
     items: list[ProducerRecord | bytes]
     if isinstance(records, list) and records and set(map(type, records)) == {bytes}:
         items = cast("list[ProducerRecord | bytes]", records)  # bare values: as they are
@@ -196,7 +217,8 @@ def encode_produce_body(records: Iterable[ProducerRecord | bytes | str]) -> byte
                 )
     if not items:
         raise E.InvalidArgumentError("a batch needs at least one record")
-    return bytes(encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES).data)  # bytes already
+    encoded = encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES, compression=codec)
+    return bytes(encoded.data)  # bytes already
 
 
 def _fetch_headers(resp: httpx.Response) -> tuple[int, int, int, int]:
@@ -310,10 +332,12 @@ def _headers(token: str | None) -> dict[str, str]:
 
 
 __all__ = [
+    "Codec",
     "FetchResult",
     "FetchedBatches",
     "PartitionBounds",
     "RequestNotSentError",
+    "compression_of",
     "encode_produce_body",
     "error_from_response",
 ]

@@ -9,12 +9,16 @@ Modules, from the socket inwards:
 - :mod:`.messages`    request/response framing and bodies (``kio``'s generated codecs)
 - :mod:`.handlers`    ApiVersions, Metadata, Produce, Fetch, ListOffsets
 - :mod:`.backend`     every call into the partitions (the seam to the broker layer)
-- :mod:`.convert`     Kafka record batches to and from the log's own batches
 - :mod:`.errors`      the library's errors as Kafka error codes
 
+The log stores Kafka's record batches (magic 2) as its own format, so neither way
+converts: a Produce's batches are verified and stored as sent (compression kept, the
+base offset written in place), a Fetch answers the stored bytes, sent from the files
+with ``sendfile``.
+
 Served: ApiVersions 0-3, Metadata 1-12, Produce 3-9 (0-2 advertised and refused, as
-Kafka 4.0 does), Fetch 4-12, ListOffsets 1-7. Not yet: consumer groups, idempotent and
-transactional producers, SASL and TLS.
+Kafka 4.0 does), Fetch 4-12, ListOffsets 1-7, and the consumer-group APIs
+(:mod:`.groups`). Not yet: idempotent and transactional producers, SASL and TLS.
 """
 
 from __future__ import annotations

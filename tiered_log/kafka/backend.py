@@ -9,6 +9,14 @@ wake-ups, its executors) and the cluster node's view.
 Errors are the library's (:mod:`tiered_log.errors`); the handlers turn them into Kafka
 codes (:mod:`tiered_log.kafka.errors`).
 
+The log stores Kafka's record batches (magic 2) themselves, so the data path is a
+pass-through: a Produce's partition data is verified (:func:`produce_batches`: framing,
+CRC-32C, the records parse, compressed ones decompressed to check them) and appended as
+sent, compression included, only each batch's base offset (and partition leader epoch)
+written in place; a Fetch answers the stored batches as they lie in the segment files
+and chunk cache (:class:`~tiered_log.local.ranges.FetchRanges`, sent with ``sendfile``
+by the connection), never decoded or re-encoded.
+
 Concurrency: coroutines and methods of the event loop; every call that can block (an
 append and its fsync, a read of either tier) runs on the broker's executors, creating a
 topic and etcd calls in worker threads.
@@ -18,17 +26,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..broker import Acks
-from ..broker.topics import PartitionLog, partition_bounds, validate_topic_name
-from ..errors import TieredLogError, TopicExistsError
-from ..format.batch import FetchData
+from ..broker.topics import (
+    PartitionBounds,
+    PartitionLog,
+    partition_bounds,
+    validate_topic_name,
+)
+from ..errors import (
+    CorruptRecordError,
+    InvalidArgumentError,
+    RecordTooLargeError,
+    TieredLogError,
+    TopicExistsError,
+)
+from ..format.kafka.layout import PRODUCER_ID_AT
+from ..format.records import EncodedBatch, receive_batches
+from ..local.ranges import FetchRanges
 from ..service.state import ServiceState
 from ..service.wire import CreateTopicRequest
-from .convert import kafka_batches, producer_records
+from .errors import InvalidRecordError
 
 MAX_FETCH_RECORDS = 1_000_000
 """A page's record bound (the byte bound is what limits a Kafka fetch)."""
@@ -66,12 +88,64 @@ class TopicInfo:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """A fetch answer's partition: Kafka batches and the partition's bounds."""
+    """A fetch answer's partition: the stored Kafka batches (where they lie, sent from
+    the files; ``b""`` when none) and the partition's bounds. ``close`` lets go of the
+    files of a page that is not sent."""
 
-    records: bytes
+    records: FetchRanges | bytes
     high_watermark: int
     log_start_offset: int
     count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes of the batches."""
+        r = self.records
+        return r.size if isinstance(r, FetchRanges) else len(r)
+
+    def close(self) -> None:
+        if isinstance(self.records, FetchRanges):
+            self.records.close()
+
+
+_PRODUCER_ID = struct.Struct(">q")
+
+
+def produce_batches(data: bytes | bytearray, append_threshold: int) -> EncodedBatch:
+    """The parse step of a Kafka Produce's partition data: its batches, each verified
+    (:func:`~tiered_log.format.records.receive_batches`: framing, CRC-32C, the records
+    parse, decompressed when compressed) and kept as sent, to append in this order (the
+    log writes their base offsets in place).
+
+    CorruptRecordError (CORRUPT_MESSAGE) for a batch that fails its checks;
+    RecordTooLargeError (MESSAGE_TOO_LARGE) for a value over ``append_threshold``;
+    InvalidRecordError (INVALID_RECORD) for what the log does not take: a
+    transactional or control batch, a batch of an idempotent producer (a producer id)
+    beside other batches (Kafka takes one batch per partition; the log checks an
+    idempotent batch's sequence when it appends it), a timestamp out of range, no
+    records. The
+    whole partition's data is refused: nothing of it is appended. Pure CPU work: the
+    broker runs it on its append executor."""
+    if not data:
+        raise InvalidRecordError("the partition's data holds no records")
+    try:
+        got = receive_batches(data, append_threshold, in_place=isinstance(data, bytearray))
+    except (CorruptRecordError, RecordTooLargeError):
+        raise
+    except InvalidArgumentError as exc:
+        raise InvalidRecordError(exc.message) from None
+    if len(got.batches) > 1:
+        buf = got.data
+        for b in got.batches:
+            (producer_id,) = _PRODUCER_ID.unpack_from(buf, b.position + PRODUCER_ID_AT)
+            if producer_id >= 0:
+                raise InvalidRecordError(
+                    f"{len(got.batches)} batches beside one of producer id {producer_id}: "
+                    "an idempotent producer's batch must come alone"
+                )
+    if not got.count:
+        raise InvalidRecordError("the partition's data holds no records")
+    return got
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:
@@ -210,16 +284,17 @@ class Backend:
     # ---- produce -------------------------------------------------------------------------
 
     async def produce(
-        self, topic: str, partition: int, data: bytes, acks: int, timeout_ms: int
+        self, topic: str, partition: int, data: bytes | bytearray, acks: int, timeout_ms: int
     ) -> int:
-        """Append the records of the Kafka batches ``data`` (acks 0 and 1: once the
-        leader has them; -1: once every in-sync replica has, waiting at most the
-        request's ``timeout_ms``). Returns the first offset assigned. Nothing is
-        appended when the batches are refused."""
+        """Append the Kafka batches ``data`` as sent (:func:`produce_batches`; acks 0
+        and 1: once the leader has them; -1: once every in-sync replica has, waiting at
+        most the request's ``timeout_ms``). Returns the first offset assigned. Nothing
+        is appended when the batches are refused."""
         mode: Acks = "all" if acks == -1 else "1"
-        done = await self.state.broker.produce(
-            topic, partition, producer_records, data, acks=mode, timeout_ms=timeout_ms
-        )
+        broker = self.state.broker
+        target = await broker.produce_target(topic, partition, mode)
+        threshold = self.state.topics.get(topic).meta.config.append_threshold
+        done = await broker.append(target, produce_batches, data, threshold, timeout_ms=timeout_ms)
         return done.first
 
     def log_start(self, topic: str, partition: int) -> int:
@@ -238,19 +313,29 @@ class Backend:
         """The log a consumer reads (leadership checked in a cluster)."""
         return await self.state.broker.fetch_log(topic, partition)
 
-    async def read(self, topic: str, plog: PartitionLog, offset: int, max_bytes: int) -> Page:
-        """Whole Kafka batches from the one holding ``offset`` (either tier), about
-        ``max_bytes`` (at least one batch when there is a record at ``offset``); empty at
-        the end of what a consumer may read. OffsetOutOfRangeError outside the log."""
+    async def read(
+        self, topic: str, plog: PartitionLog, offset: int, max_bytes: int, *, ranges: bool = True
+    ) -> Page:
+        """The stored Kafka batches from the one holding ``offset`` (either tier), about
+        ``max_bytes`` (at least one batch when there is a record at ``offset``), verified;
+        empty at the end of what a consumer may read. OffsetOutOfRangeError outside the
+        log. With ``ranges`` (a Fetch answer) as places in files, sent from there;
+        without, their bytes (a reader here, the consumer offsets' replay)."""
         upto = self.state.broker.read_cap(plog)
 
         def work() -> Page:
-            got: FetchData = plog.read_batches(offset, MAX_FETCH_RECORDS, max_bytes, upto=upto)
+            b: PartitionBounds
+            if not ranges:
+                data = plog.read_batches(offset, MAX_FETCH_RECORDS, max_bytes, upto=upto)
+                b = partition_bounds(plog)
+                return Page(bytes(data.data), b.high_watermark, b.log_start_offset, data.count)
+            got = plog.read_batch_ranges(offset, MAX_FETCH_RECORDS, max_bytes, upto=upto)
             b = partition_bounds(plog)
             hw = b.high_watermark
-            if not got.data:
+            if not got.size:
+                got.close()
                 return Page(b"", hw, b.log_start_offset, 0)
-            return Page(kafka_batches(got.data), hw, b.log_start_offset, got.count)
+            return Page(got, hw, b.log_start_offset, got.count)
 
         return await self.state.broker.read(topic, work)
 
@@ -260,7 +345,7 @@ class Backend:
         m = self.state.metrics
         m.fetch_requests.inc(topic, "kafka")
         m.fetch_records.inc(topic, amount=page.count)
-        m.fetch_bytes.inc(topic, amount=len(page.records))
+        m.fetch_bytes.inc(topic, amount=page.size)
 
     def bounds(self, plog: PartitionLog) -> Page:
         """An empty page with the partition's bounds now (no I/O)."""
@@ -292,4 +377,12 @@ class Backend:
         return await broker.read(topic, work)
 
 
-__all__ = ["Backend", "Broker", "Page", "PartitionInfo", "TopicInfo", "topic_uuid"]
+__all__ = [
+    "Backend",
+    "Broker",
+    "Page",
+    "PartitionInfo",
+    "TopicInfo",
+    "produce_batches",
+    "topic_uuid",
+]

@@ -28,6 +28,17 @@ A client that closes its end: the produces it sent before are still appended (an
 Back-pressure: reading pauses while :data:`MAX_QUEUED` requests wait or the transport's
 write buffer is over its high-water mark, and resumes as they go out.
 
+Zero copy: a Fetch answer's stored batches are file ranges
+(:func:`~tiered_log.kafka.messages.encode_fetch_response`); once the bytes before a range
+are on the wire, a thread of the service's ``sendfile`` pool
+(:func:`tiered_log.service.zerocopy.senders`) sends it from the file to a duplicate of
+the socket's descriptor, as the HTTP binary fetch does, while the answer loop waits
+(nothing else writes to the connection meanwhile). A range that cannot be sent whole
+(the client gone or silent for
+:data:`~tiered_log.service.zerocopy.SEND_IDLE_TIMEOUT_S`, a file cut short) ends the
+connection: the frame's size can no longer be honoured. Where the transport has no
+socket to send on, the ranges are read (in a worker thread) and written.
+
 Concurrency: every method runs on the listener's event loop.
 """
 
@@ -36,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import struct
 from collections import deque
@@ -43,13 +55,18 @@ from typing import cast
 
 from kio.schema.errors import ErrorCode
 
+from ..local.ranges import FileRange
+from ..service.zerocopy import SendError, drained, offers_zerocopy, senders, sendfile_all
 from .handlers import Handlers, api_versions_body
 from .messages import (
     API_VERSIONS,
     APIS,
+    FETCH,
     PRODUCE,
     BadFrame,
+    Piece,
     encode_body,
+    encode_fetch_response,
     encode_response,
     frame_response,
     is_supported,
@@ -104,6 +121,7 @@ class KafkaConnection(asyncio.Protocol):
         self._draining = False
         self._lost = False
         self._task: asyncio.Task[None] | None = None
+        self._zerocopy = False
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
 
@@ -115,6 +133,7 @@ class KafkaConnection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._zerocopy = offers_zerocopy(transport)
         self.connections.add(self)
         loop = asyncio.get_running_loop()
         self._last_rx = self._last_active = loop.time()
@@ -203,17 +222,53 @@ class KafkaConnection(asyncio.Protocol):
                     self._last_active = asyncio.get_running_loop().time()
                 if self._closing or self._lost or self.transport is None:
                     continue
-                if answer is not None:
+                if isinstance(answer, bytes):
                     self.transport.write(answer)
                     await self._can_write.wait()
+                elif answer is not None:
+                    await self._write_pieces(answer)
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("kafka connection from %s failed; closing it", self.peer)
             self._close()
 
-    async def _answer(self, frame: bytes) -> bytes | None:
-        """The response frame to ``frame`` (None: none due, or the connection closed)."""
+    async def _write_pieces(self, pieces: list[Piece]) -> None:
+        """Write a response frame of pieces (see the module docstring: file ranges with
+        ``sendfile``); a range that cannot be sent whole ends the connection."""
+        transport = self.transport
+        assert transport is not None
+        try:
+            for piece in pieces:
+                if self._closing or self._lost:
+                    return
+                if isinstance(piece, bytes):
+                    transport.write(piece)
+                elif self._zerocopy:
+                    await drained(transport)
+                    if transport.is_closing():
+                        return
+                    sock_fd = os.dup(transport.get_extra_info("socket").fileno())
+                    try:
+                        await asyncio.get_running_loop().run_in_executor(
+                            senders(),
+                            sendfile_all,
+                            sock_fd,
+                            piece.fd.fileno(),
+                            piece.position,
+                            piece.length,
+                        )
+                    finally:
+                        os.close(sock_fd)
+                else:
+                    transport.write(await asyncio.to_thread(_read_range, piece))
+                await self._can_write.wait()
+        except SendError as exc:
+            self._drop(f"a fetch answer not sent whole: {exc}")
+
+    async def _answer(self, frame: bytes) -> bytes | list[Piece] | None:
+        """The response frame to ``frame`` (None: none due, or the connection closed);
+        a Fetch answer as pieces (its stored batches as file ranges)."""
         try:
             key, version, correlation = peek_header(frame)
             if not is_supported(key, version):
@@ -232,6 +287,8 @@ class KafkaConnection(asyncio.Protocol):
         answer = await self.handlers.handle(req)
         if answer is None:
             return None
+        if key == FETCH:
+            return encode_fetch_response(version, correlation, answer)
         return encode_response(key, version, correlation, answer)
 
     # ---- closing -------------------------------------------------------------------------
@@ -273,6 +330,15 @@ class KafkaConnection(asyncio.Protocol):
                 self._task.cancel()
         if self.transport is not None:
             self.transport.close()
+
+
+def _read_range(piece: FileRange) -> bytes:
+    """A file range's bytes (where ``sendfile`` cannot be used); SendError when the file
+    ends before the range does."""
+    data = piece.fd.pread(piece.length, piece.position)
+    if len(data) != piece.length:
+        raise SendError(f"a file ended {piece.length - len(data)} bytes before its range")
+    return data
 
 
 __all__ = ["MAX_QUEUED", "KafkaConnection"]

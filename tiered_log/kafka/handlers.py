@@ -6,12 +6,14 @@ every version of the API; the fields a version lacks are dropped there).
 - Metadata: the brokers, the topics asked for (every one when null) with each
   partition's leader, epoch, replicas and ISR and the topic id; a missing topic is
   created when the request and ``kafka_auto_create_topics`` allow it.
-- Produce: each partition's batches decoded and appended through the HTTP produce's
-  path (:class:`~tiered_log.kafka.backend.Backend`), the partitions of a request
-  concurrently (each appears once in a request, so its order is the request's);
+- Produce: each partition's batches verified and appended as sent, compression
+  included (:func:`~tiered_log.kafka.backend.produce_batches`), through the HTTP
+  produce's path (:class:`~tiered_log.kafka.backend.Backend`), the partitions of a
+  request concurrently (each appears once in a request, so its order is the request's);
   ``acks=0`` gets no answer.
-- Fetch: whole Kafka batches from each partition's fetch offset (either tier), waiting
-  up to ``max_wait_ms`` until ``min_bytes`` are there; no fetch sessions (session id 0:
+- Fetch: the stored batches from each partition's fetch offset (either tier), as they
+  lie in the files (the connection sends them with ``sendfile``), waiting up to
+  ``max_wait_ms`` until ``min_bytes`` are there; no fetch sessions (session id 0:
   every fetch is a full one, which Kafka's clients accept).
 - The consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
   LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups):
@@ -246,6 +248,10 @@ class Handlers:
             left = deadline - loop.time()
             if total >= min_bytes or failed or left <= 0 or state.is_stopping or not wanted:
                 break
+            for r in results:  # not sent: read again after the wait
+                page = r.get("_page")
+                if page is not None:
+                    page.close()
             await wait_event(events, state.stopping, left)
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition, _, _), r in zip(wanted, results, strict=True):
@@ -288,8 +294,8 @@ class Handlers:
                     page = await be.read(topic, plog, offset, max(1, min(part_max, left)))
                     _fill(r, page)
                     r["_page"] = page
-                    total += len(page.records)
-                    left -= len(page.records)
+                    total += page.size
+                    left -= page.size
             except TieredLogError as exc:
                 failed = True
                 r["error_code"] = error_code(exc)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime
 import functools
 import io
+import os
 import struct
 import types
 import typing
@@ -43,6 +44,8 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
+
+from ..local.ranges import FetchRanges, FileRange
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +190,70 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: dict[
     return frame_response(api_key, version, correlation_id, encode_body(api_key, version, body))
 
 
+Piece = bytes | FileRange
+"""A piece of a response frame: bytes, or a range of a file sent as it lies there."""
+
+
+def encode_fetch_response(version: int, correlation_id: int, body: dict[str, Any]) -> list[Piece]:
+    """A Fetch response frame whose partitions' ``records`` may be
+    :class:`~tiered_log.local.ranges.FetchRanges` (stored batches as places in files):
+    the frame as pieces, the file ranges left in place for ``sendfile``, so no byte of
+    a batch in a file passes through this program.
+
+    How: each such ``records`` is encoded as a distinct placeholder (a random marker
+    and its index) whose length field precedes it in the encoded bytes (int32 in
+    versions before 12, an unsigned varint of length + 1 in the flexible 12); the frame
+    is cut at each placeholder, whose length field is replaced by the ranges' size and
+    which is replaced by the ranges' parts. ``records`` is the last field of a
+    partition before its tagged fields, so nothing else moves. The size prefix of the
+    frame counts every piece. The caller owns the ranges (closes them once sent)."""
+    ranges: list[FetchRanges] = []
+    marker = os.urandom(16)
+    for topic in body.get("responses", ()):
+        for part in topic.get("partitions", ()):
+            got = part.get("records")
+            if isinstance(got, FetchRanges):
+                part["records"] = marker + _INDEX.pack(len(ranges))
+                ranges.append(got)
+    frame = encode_response(FETCH, version, correlation_id, body)
+    if not ranges:
+        return [frame]
+    flexible = version >= 12
+    placeholder = len(marker) + _INDEX.size
+    head = _uvarint(placeholder + 1) if flexible else _SIZE.pack(placeholder)
+    pieces: list[Piece] = []
+    pos = 0
+    first = -1  # where the frame's first piece ends
+    for i, got in enumerate(ranges):
+        at = frame.find(marker + _INDEX.pack(i), pos)
+        if at < 0 or frame[at - len(head) : at] != head:
+            raise ValueError("a Fetch response's records placeholder was not found")
+        size = got.size
+        if first < 0:
+            first = at - len(head)
+        pieces.append(frame[pos : at - len(head)])
+        pieces.append(_uvarint(size + 1) if flexible else _SIZE.pack(size))
+        pieces.extend(bytes(p) if isinstance(p, memoryview) else p for p in got.parts)
+        pos = at + placeholder
+    pieces.append(frame[pos:])
+    total = sum(p.length if isinstance(p, FileRange) else len(p) for p in pieces)
+    pieces[0] = _SIZE.pack(total - 4) + frame[4:first]
+    return [p for p in pieces if not isinstance(p, bytes) or p]
+
+
+_INDEX = struct.Struct(">I")
+
+
+def _uvarint(n: int) -> bytes:
+    """``n`` as an unsigned base-128 varint (the flexible versions' length fields)."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 @dataclass(frozen=True, slots=True)
 class _Field:
     name: str
@@ -285,9 +352,11 @@ __all__ = [
     "PRODUCE",
     "ApiSpec",
     "BadFrame",
+    "Piece",
     "Request",
     "build",
     "encode_body",
+    "encode_fetch_response",
     "encode_response",
     "frame_response",
     "is_supported",

@@ -5,17 +5,19 @@ The three produce forms (see :mod:`tiered_log.service.routes.records`) each end 
 *parse* step, run with the append in ONE executor call
 (:meth:`Broker.append <tiered_log.broker.Broker.append>`):
 decoding costs CPU, and one thread hop is cheaper than two. The parse steps:
-:func:`one_record` (a raw body: its one record), :func:`parse_frames` (binary batches,
-each verified; a bad one is the client's: 400 naming it) and :func:`parse_batch` (a
-JSON batch; malformed is 400).
+:func:`one_record` (a raw body: its one record), :func:`parse_frames` (Kafka record
+batches, each verified and kept as sent; a bad one is the client's: 400 naming it) and
+:func:`parse_batch` (a JSON batch; malformed is 400).
 
 A binary batch body takes the lean path, one copy in this program from the ASGI
 server's messages to the segment file: :func:`receive_body` copies each body message
 into one buffer allocated up front at the declared ``Content-Length`` (up to
 :data:`PREALLOC_BYTES`; no list of chunks joined), and nothing copies it again:
-:func:`parse_frames` verifies the batches in that buffer, the log rewrites their
-offsets and checksums in it (:meth:`~tiered_log.format.records.EncodedBatch.rebased`)
-and writes it to the segment in one ``write``. What the ASGI server does before
+:func:`parse_frames` verifies the batches in that buffer (CRC-32C, framing, records;
+compressed batches stay compressed), the log writes their base offsets (and leader
+epoch) in place, outside the CRC
+(:meth:`~tiered_log.format.records.EncodedBatch.rebased`), and writes the buffer to the
+segment in one ``write``. What the ASGI server does before
 (uvicorn's reads and its own body buffer) is not this module's.
 
 Concurrency: :func:`receive_body` runs on the event loop (it only awaits the body's
@@ -96,11 +98,11 @@ async def receive_body(request: Request) -> bytearray:
 
 
 def parse_frames(body: bytes | bytearray, append_threshold: int) -> EncodedBatch:
-    """The batches of a binary produce body, every one verified, values bounded by
-    ``append_threshold`` (RecordTooLargeError); a bad batch is InvalidRequestError naming
-    it (the client sent it: 400, not a storage fault). A ``bytearray`` body (from
-    :func:`receive_body`) is verified and then rebased in place, not copied: the caller
-    hands it over."""
+    """The Kafka batches of a binary produce body, every one verified and kept as sent
+    (compression included), values bounded by ``append_threshold``
+    (RecordTooLargeError); a bad batch is InvalidRequestError naming it (the client sent
+    it: 400, not a storage fault). A ``bytearray`` body (from :func:`receive_body`) is
+    verified and then rebased in place, not copied: the caller hands it over."""
     try:
         return receive_batches(body, append_threshold, max_records=MAX_BATCH_RECORDS, in_place=True)
     except CorruptRecordError as exc:

@@ -165,8 +165,10 @@ class RangesResponse(Response):
             ranges.close()
 
 
-async def _drained(transport: asyncio.WriteTransport) -> None:
-    """Return once everything written to ``transport`` is on the wire (or it closes)."""
+async def drained(transport: asyncio.WriteTransport) -> None:
+    """Return once everything written to ``transport`` is on the wire (or it closes);
+    SendError when the client takes nothing for :data:`SEND_IDLE_TIMEOUT_S`. Also the
+    Kafka listener's, before it sends a fetch answer's file range."""
     if not transport.get_write_buffer_size():
         return
     # A bounded poll: the head (a few hundred bytes) usually leaves within one turn of
@@ -220,7 +222,7 @@ def install(scope: dict[str, Any], cycle: Any, transport: asyncio.WriteTransport
                     raise RuntimeError("Response content longer than Content-Length")
                 cycle.expected_content_length -= count
             try:
-                await _drained(transport)
+                await drained(transport)
                 if transport.is_closing():
                     return
                 sock_fd = os.dup(transport.get_extra_info("socket").fileno())
@@ -251,6 +253,7 @@ __all__ = [
     "SEND_IDLE_TIMEOUT_S",
     "RangesResponse",
     "SendError",
+    "drained",
     "install",
     "offers_zerocopy",
     "senders",

@@ -239,9 +239,10 @@ class OffsetStore:
         out = PartitionOffsets(epoch)
         offset = b.log_start_offset
         while offset < end:
-            page = await be.read(OFFSETS_TOPIC, plog, offset, READ_BYTES)
-            if not page.records:
+            page = await be.read(OFFSETS_TOPIC, plog, offset, READ_BYTES, ranges=False)
+            if not page.size:
                 break
+            assert isinstance(page.records, bytes)
             for batch in iter_batches(page.records):
                 for r in batch.records():
                     if r.offset >= offset:

@@ -1,9 +1,9 @@
 """Routes of a partition's records: produce (``POST .../records``) and fetch (``GET``).
 
 Produce takes three bodies (see :data:`_PRODUCE_DOC`): a JSON batch, one raw
-``application/octet-stream`` record streamed in, or a binary batch of record frames
-(``application/vnd.tiered-log.frames``, the stored frame layout: checksums verified,
-offsets reassigned, appended as one batch; the fast form the Python client uses; see
+``application/octet-stream`` record streamed in, or Kafka record batches
+(``application/vnd.tiered-log.frames``, the stored layout: each batch verified and
+stored as sent, its base offset written in place; the fast form the Python client uses; see
 :mod:`tiered_log.service.wire`; its body is read into one buffer that is verified,
 rebased and written as it is: :func:`~tiered_log.service.produce.receive_body`). A JSON
 body must say so: ``application/json`` or
@@ -78,19 +78,22 @@ _PRODUCE_DOC = """Append records to a partition.
 Three forms:
 
 * `Content-Type: application/vnd.tiered-log.frames` (the fast binary form): the body is
-  record batches in the stored layout, the same a binary fetch returns (see
-  `tiered_log/format/records.py`: u64 base offset, u32 size, u64 xxh3 checksum, u16 magic, u16 attributes, u32 count, then columns (i64 timestamps, i32 key lengths, u32 value lengths, u32 header-block lengths) and the keys, values and header blocks; little-endian). The base offsets in the body are
-  ignored (the log assigns consecutive ones) but every batch's checksum is verified
-  against the base offset it carries, and its attributes must be 0 (the format defines
-  no attribute bit): a bad or truncated batch is 400 naming it, and nothing is stored.
-  A negative timestamp means the server's clock. At most 10,000 records; each value
-  bounded by the topic's `append_threshold` (413, nothing stored); an empty body is 400.
-  Appended all-or-nothing, as sent (offsets and checksums rewritten, nothing else
-  re-encoded).
+  Kafka record batches (magic 2, exactly as Kafka's protocol defines them: i64 base
+  offset, i32 batch length, i32 partition leader epoch, i8 magic, u32 CRC-32C,
+  attributes, ..., then the varint-encoded records, compressed with gzip, snappy, lz4 or
+  zstd or not; big-endian), the same a binary fetch returns. Every batch is verified
+  (framing, CRC-32C, its records parse after decompression) and stored as sent,
+  compression included: the log writes only each batch's base offset (and partition
+  leader epoch) in place; the base offsets sent are ignored. Transactional and control
+  batches are refused. A bad or truncated batch is 400 naming it, and nothing is
+  stored. A timestamp of -1 means the server's clock. At most 10,000 records; each
+  value bounded by the topic's `append_threshold` (413, nothing stored); an empty body
+  is 400. Appended all-or-nothing, as sent.
 * `Content-Type: application/json` (or `application/*+json`; a body without a
   Content-Type is 415, never read as JSON): a batch
-  `{"records": [{"value": "text"} | {"value_b64": "..."}, ...]}`; each record may also
-  have `key` (text) or `key_b64`, `headers` (`{"name": "text"}` or
+  `{"records": [{"value": "text"} | {"value_b64": "..."}, ...]}` (a value may be `null`,
+  a tombstone, or empty `""`: both are kept as given); each record may also have `key`
+  (text; `null`: no key; `""`: an empty key) or `key_b64`, `headers` (`{"name": "text"}` or
   `[{"name": "n", "value_b64": "..."}]`) and `timestamp` (ms). The batch is appended
   all-or-nothing at consecutive offsets.
 * `Content-Type: application/octet-stream`: the body, streamed, is the value of ONE
@@ -105,9 +108,10 @@ _FETCH_DOC = """Read records from `offset` on (from either tier), at most `max_r
 about `max_bytes` (at least one record when there is one).
 
 JSON by default: record bytes as text when valid UTF-8 (`value`, `key`, header `value`),
-else base64 (`value_b64`, ...). With `Accept: application/octet-stream` the body is the
-record batches exactly as stored (see `tiered_log/format/records.py`: u64 base offset, u32 size, u64 xxh3 checksum, u16 magic, u16 attributes, u32 count, then columns (i64 timestamps, i32 key lengths, u32 value lengths, u32 header-block lengths) and the keys, values and header blocks; little-endian)
-and the headers X-Next-Offset, X-High-Watermark, X-Log-Start-Offset, X-Record-Count
+else base64 (`value_b64`, ...); `value` and `value_b64` both null is a null value (a
+tombstone), `"value": ""` an empty one. With `Accept: application/octet-stream` the body
+is the Kafka record batches (magic 2) exactly as stored, compressed ones as their
+producer sent them, and the headers X-Next-Offset, X-High-Watermark, X-Log-Start-Offset, X-Record-Count
 carry the offsets. As in Kafka the body is whole batches: the first may hold records
 below `offset` (skip them) and the last may run past `max_records`; X-Record-Count
 counts the records from `offset` to X-Next-Offset.
@@ -133,7 +137,7 @@ both bounds in `error.details`.
                     "schema": {
                         "type": "string",
                         "format": "binary",
-                        "description": "Record frames (see the description).",
+                        "description": "Kafka record batches, magic 2 (see the description).",
                     }
                 },
             },
@@ -266,7 +270,7 @@ def _json_fetch(
     responses={
         200: {
             "model": FetchResponse,
-            "description": "Records (JSON or raw frames)",
+            "description": "Records (JSON, or Kafka record batches as stored)",
             "content": {BINARY: {"schema": {"type": "string", "format": "binary"}}},
             "headers": {
                 h: {"schema": {"type": "integer"}, "description": "Binary form only"}
