@@ -193,9 +193,14 @@ def test_typed_lines_are_sent_within_the_linger_and_ctrl_c_says_what_was_acked(
                 proc.kill()
                 proc.wait()
     assert proc.returncode == 130
-    assert err.decode().strip().splitlines() == [
-        f"tiered-log: interrupted: produced 1 record to {topic_name}/0 (offsets 0..0)"
-    ]
+    # The record is in the log; the command may or may not have read the answer yet
+    # when the interrupt came, and says which.
+    assert err.decode().strip().splitlines()[0] in (
+        f"tiered-log: interrupted: produced 1 record to {topic_name}/0 (offsets 0..0)",
+        f"tiered-log: interrupted: produced 0 records to {topic_name}, 1 record sent but "
+        "not acknowledged (they may or may not be in the log)",
+    )
+    assert len(err.decode().strip().splitlines()) == 1
 
 
 def test_produce_help_and_bad_input(server: ServerProcess, topic_name: str, tmp_path: Path) -> None:

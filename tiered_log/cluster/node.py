@@ -150,6 +150,12 @@ class ClusterNode:
             unclean_leader_election=config.unclean_leader_election,
         )
         self._lock = threading.RLock()
+        """Serialises role changes (the poll thread, close): held across fetcher joins
+        and bucket reads, so never taken by what answers a request."""
+        self._view_lock = threading.Lock()
+        """Guards the containers below for the few statements that change or copy them:
+        readers (describe, partition_state, topic_meta, replication) take only this one,
+        so a request never waits for a role change."""
         self._roles: dict[tuple[str, int], _Role] = {}
         self._nodes: dict[int, str] = {}
         self._seen: dict[int, str] = {}
@@ -238,7 +244,8 @@ class ClusterNode:
                     role.fetcher.stop_soon()
             for role in self._roles.values():
                 role.stop("the node is shutting down")
-            self._roles.clear()
+            with self._view_lock:
+                self._roles.clear()
         for closer in (
             self.controller.close,
             self.election.close,
@@ -278,19 +285,22 @@ class ClusterNode:
             if known is None or known.config != meta.config or known.topic_id != meta.topic_id:
                 self._logs.ensure_topic(meta)  # a new topic, or its settings changed
         with self._lock:
-            self._nodes = dict(nodes)
-            self._seen.update(nodes)
-            self._topics = dict(topics)
-            self._controller_id = controller
-            self._read_at = max(self._read_at, began)
+            with self._view_lock:
+                self._nodes = dict(nodes)
+                self._seen.update(nodes)
+                self._topics = dict(topics)
+                self._controller_id = controller
+                self._read_at = max(self._read_at, began)
             seen: set[tuple[str, int]] = set()
             for (topic, p), (state, _rev) in parts.items():
                 if topic not in topics:
                     continue
                 seen.add((topic, p))
                 self._apply(state)
-            for key in [k for k in self._roles if k not in seen]:
-                self._roles.pop(key).stop("the partition left the metadata")
+            with self._view_lock:
+                gone = [self._roles.pop(k) for k in [k for k in self._roles if k not in seen]]
+            for role in gone:
+                role.stop("the partition left the metadata")
         for name in self._logs.local_topics() - set(topics):
             self._logs.drop_topic(name)
 
@@ -299,7 +309,8 @@ class ClusterNode:
         key = (state.topic, state.partition)
         role = self._roles.get(key)
         if role is None:
-            role = self._roles[key] = _Role(state)
+            with self._view_lock:
+                role = self._roles[key] = _Role(state)
         plog = self._logs.partition_log(state.topic, state.partition)
         if plog is None:
             return
@@ -383,7 +394,7 @@ class ClusterNode:
     def maintain_isr(self) -> None:
         """For each led partition: propose to etcd the ISR shrink (lagging followers) or
         expansion (caught-up ones) its replication state suggests."""
-        with self._lock:
+        with self._view_lock:
             led = [(k, r) for k, r in self._roles.items() if r.replication is not None]
         for (topic, p), role in led:
             rep = role.replication
@@ -606,12 +617,12 @@ class ClusterNode:
             self.refresh()
 
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
-        with self._lock:
+        with self._view_lock:
             role = self._roles.get((topic, partition))
             return role.state if role is not None else None
 
     def topic_meta(self, name: str) -> TopicMeta | None:
-        with self._lock:
+        with self._view_lock:
             return self._topics.get(name)
 
     def replication(self) -> list[dict[str, Any]]:
@@ -621,7 +632,7 @@ class ClusterNode:
         local log holds above the replica's end) and catch-up rate (see
         :meth:`LeaderReplication.status`). For ``GET /v1/cluster``, ``/metrics`` and
         ``tiered-log cluster status``."""
-        with self._lock:
+        with self._view_lock:
             led = [(k, r.replication) for k, r in self._roles.items() if r.replication is not None]
         out = []
         for (topic, p), rep in sorted(led):
@@ -652,7 +663,7 @@ class ClusterNode:
         leader, epoch, replicas and ISR, as this node last read them. Reads nothing from
         etcd, so it answers while etcd is out of reach: ``stale`` is then true (the last
         read is older than :data:`STALE_AFTER_S`) and ``metadata_age_ms`` says how old."""
-        with self._lock:
+        with self._view_lock:
             nodes = dict(self._nodes)
             seen = dict(self._seen)
             parts = [r.state for r in self._roles.values()]
