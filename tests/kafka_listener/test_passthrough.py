@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import struct
+import time
 from typing import Any
 
 import httpx
@@ -27,6 +28,9 @@ from .test_protocol import produce_body
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 TS = 1_700_000_000_000
+LAST_DELTA_AT = 23  # lastOffsetDelta, then baseTimestamp up to byte 35
+BASE_TS_END = 35
+PRODUCER_AT = 43  # producerId, epoch, base sequence, records count, the records
 
 
 def fetch_body(wanted: list[tuple[str, int, int]], max_bytes: int = 64 << 20) -> dict[str, Any]:
@@ -171,3 +175,32 @@ def test_a_fetch_over_segments_and_partitions_is_the_produced_bytes(
                 assert len(stamped) == 1  # one leader epoch stamped on every batch
                 assert len(decode_batches(got)) == 20
     assert bounds(server, topic, 0)["next_offset"] == 120
+
+
+def test_a_log_append_time_topic_answers_the_time_it_stamped(server: ServerProcess) -> None:
+    """On a LogAppendTime topic the broker writes its clock into the batch (attributes
+    bit 3, maxTimestamp; the CRC recomputed) and answers it as the Produce's
+    log_append_time, as Kafka's broker does; a CreateTime topic answers -1."""
+    topic = "passthrough-lat"
+    create_topic(server, topic, message_timestamp_type="LogAppendTime")
+    create_topic(server, "passthrough-ct")
+    sent = encode_batch([NewRecord(b"v%d" % i, None, [], TS + i) for i in range(3)])
+    with KafkaWire(server.kafka_bootstrap) as w:
+        before = int(time.time() * 1000)
+        resp = w.call(PRODUCE, 9, produce_body(topic, sent))
+        after = int(time.time() * 1000)
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.none
+        stamped = part.log_append_time
+        assert stamped is not None
+        stamped_ms = int(stamped.timestamp() * 1000)
+        assert before - 1000 <= stamped_ms <= after + 1000
+        (got,) = fetch(w, 12, [(topic, 0, 0)])
+        data = bytes(got.records)
+        ((header, recs),) = decode_batches(data)
+        assert header.attributes & 0x08 and header.max_timestamp == stamped_ms
+        assert [r.timestamp for r in recs] == [stamped_ms] * 3
+        assert data[LAST_DELTA_AT:BASE_TS_END] == sent[LAST_DELTA_AT:BASE_TS_END]
+        assert data[PRODUCER_AT:] == sent[PRODUCER_AT:]  # the records as sent
+        resp = w.call(PRODUCE, 9, produce_body("passthrough-ct", sent))
+        assert resp.responses[0].partition_responses[0].log_append_time is None

@@ -30,6 +30,7 @@ import struct
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..broker import Acks
 from ..broker.topics import (
@@ -45,7 +46,7 @@ from ..errors import (
     TieredLogError,
     TopicExistsError,
 )
-from ..format.kafka.layout import PRODUCER_ID_AT
+from ..format.kafka.layout import MAX_TIMESTAMP_AT, PRODUCER_ID_AT
 from ..format.records import EncodedBatch, receive_batches
 from ..local.ranges import FetchRanges
 from ..service.state import ServiceState
@@ -108,7 +109,15 @@ class Page:
             self.records.close()
 
 
-_PRODUCER_ID = struct.Struct(">q")
+_I64 = struct.Struct(">q")
+
+
+class Produced(NamedTuple):
+    """What a Produce's partition got: its first offset, and the log's clock its batches
+    were stamped with on a LogAppendTime topic (-1 on a CreateTime one)."""
+
+    base_offset: int
+    log_append_time: int
 
 
 def produce_batches(data: bytes | bytearray, append_threshold: int) -> EncodedBatch:
@@ -137,7 +146,7 @@ def produce_batches(data: bytes | bytearray, append_threshold: int) -> EncodedBa
     if len(got.batches) > 1:
         buf = got.data
         for b in got.batches:
-            (producer_id,) = _PRODUCER_ID.unpack_from(buf, b.position + PRODUCER_ID_AT)
+            (producer_id,) = _I64.unpack_from(buf, b.position + PRODUCER_ID_AT)
             if producer_id >= 0:
                 raise InvalidRecordError(
                     f"{len(got.batches)} batches beside one of producer id {producer_id}: "
@@ -285,17 +294,35 @@ class Backend:
 
     async def produce(
         self, topic: str, partition: int, data: bytes | bytearray, acks: int, timeout_ms: int
-    ) -> int:
+    ) -> Produced:
         """Append the Kafka batches ``data`` as sent (:func:`produce_batches`; acks 0
         and 1: once the leader has them; -1: once every in-sync replica has, waiting at
-        most the request's ``timeout_ms``). Returns the first offset assigned. Nothing
-        is appended when the batches are refused."""
+        most the request's ``timeout_ms``). Returns the first offset assigned and, for a
+        LogAppendTime topic, the log's clock the batches were stamped with. Nothing is
+        appended when the batches are refused."""
         mode: Acks = "all" if acks == -1 else "1"
         broker = self.state.broker
         target = await broker.produce_target(topic, partition, mode)
-        threshold = self.state.topics.get(topic).meta.config.append_threshold
-        done = await broker.append(target, produce_batches, data, threshold, timeout_ms=timeout_ms)
-        return done.first
+        config = self.state.topics.get(topic).meta.config
+        parsed: list[EncodedBatch] = []
+
+        def parse(body: bytes | bytearray, threshold: int) -> EncodedBatch:
+            got = produce_batches(body, threshold)
+            parsed.append(got)
+            return got
+
+        done = await broker.append(
+            target, parse, data, config.append_threshold, timeout_ms=timeout_ms
+        )
+        stamped = -1
+        if config.message_timestamp_type == "LogAppendTime" and parsed:
+            # The log stamps the batches in place (their buffer is the parse step's own
+            # copy): the first one's maxTimestamp is the append time.
+            got = parsed[0]
+            (stamped,) = _I64.unpack_from(
+                got.data, got.batches[0].position + MAX_TIMESTAMP_AT
+            )
+        return Produced(done.first, stamped)
 
     def log_start(self, topic: str, partition: int) -> int:
         """The partition's log start (-1 when unknown)."""
@@ -382,6 +409,7 @@ __all__ = [
     "Broker",
     "Page",
     "PartitionInfo",
+    "Produced",
     "TopicInfo",
     "produce_batches",
     "topic_uuid",

@@ -207,7 +207,9 @@ class Handlers:
                 raise InvalidTopicNameError(f"{topic} is internal: clients cannot produce to it")
             if not records:
                 raise InvalidRecordError("the partition's data holds no records")
-            out["base_offset"] = await be.produce(topic, partition, records, acks, timeout_ms)
+            done = await be.produce(topic, partition, records, acks, timeout_ms)
+            out["base_offset"] = done.base_offset
+            out["log_append_time"] = done.log_append_time
             out["error_code"] = ErrorCode.none
             out["log_start_offset"] = be.log_start(topic, partition)
         except TieredLogError as exc:
