@@ -20,9 +20,13 @@ Kafka's ``UnifiedLog`` holds a private ``LocalLog`` and the remote tier:
   follower's append and the one :class:`~tiered_log.partition.replication.HighWatermark`
   (``replicated=True`` only: a log opened with ``replicated=False``, the default, has no
   high watermark of its own: it is the next offset);
-- :mod:`~tiered_log.partition.report`: stats and describe.
+- :mod:`~tiered_log.partition.report`: stats and describe;
+- :class:`~tiered_log.partition.reads.TierReads`: which tier serves a read, the batch
+  read in both its forms, the timestamp lookup;
+- :class:`~tiered_log.partition.idempotence.Idempotence`: the idempotent producers'
+  state, its checks at append and its snapshot.
 
-This class keeps the read resolution between the tiers, appends, truncation, and the
+This class keeps appends, truncation, reconfiguration, and the
 operations that move several parts at once (a truncation, a follower's reset, a new
 leader continuing above the bucket), under its control lock.
 
@@ -46,41 +50,33 @@ import shutil
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ..bounds import PartitionBounds
 from ..errors import (
-    CorruptRangeError,
-    DataLossError,
     InvalidArgumentError,
     InvalidOffsetError,
     LogClosedError,
     OffsetOutOfRangeError,
-    PartitionNotReadyError,
     RemoteStorageError,
 )
 from ..format import naming
 from ..format.records import EncodedBatch, FetchData, ProducerRecord, Record
-from ..local.batch_read import walk_batches as walk_local_batches
 from ..local.leader_epoch import EpochEntry
 from ..local.log import Log, LogConfig, now_ms
-from ..local.ranges import BytesPage, FetchRanges, Page, RangesPage
+from ..local.ranges import FetchRanges
 from ..local.segment import SegmentInfo
 from ..remote.storage import RemoteStorage
 from ..remote.tier import RemoteTier, TierConfig, TierLimits
 from . import report
-from .producer_state import (
-    ProducerBatch,
-    ProducerStateManager,
-    buffer_headers,
-    producer_batch,
-)
+from .idempotence import Idempotence
+from .producer_state import buffer_headers
+from .reads import TierReads
 from .replication import Replication
 from .scheduler import Shipper, TieringScheduler
 from .tiering import Tiering, log_start
 
 log = logging.getLogger(__name__)
-R = TypeVar("R")
 
 
 TieredBounds = PartitionBounds
@@ -219,28 +215,12 @@ class TieredLog:
             clock=clock,
             scheduler=scheduler,
         )
-        self._producers = ProducerStateManager(self.directory, self.log_id)
-        with self._producers.lock:
-            self._rebuild_producers()
-        self._snapshot_base = self._local.active_base_offset
+        self._producers = Idempotence(self.directory, self.log_id, self._local)
+        self._reads = TierReads(
+            self.log_id, self._local, lambda: self._remote, self._tiering, self._check_open
+        )
         if start_shipper:
             self.start_shipper()
-
-    def _rebuild_producers(self) -> None:
-        """The producer state from its snapshot and a header walk of the local log (see
-        :mod:`~tiered_log.partition.producer_state`). Under its lock."""
-        local = self._local
-        start, n = self._producers.rebuild(
-            local.segment_for, local.log_start_offset, local.next_offset
-        )
-        if n:
-            log.info(
-                "%s: producer state of %d producers rebuilt from %d batch headers from offset %d",
-                self.log_id,
-                len(self._producers),
-                n,
-                start,
-            )
 
     def _bounds_now(self) -> tuple[int, int]:
         return self.log_start_offset, self._local.next_offset
@@ -314,20 +294,10 @@ class TieredLog:
 
     def check_remote_view(self, offset: int | None = None) -> None:
         """PartitionNotReadyError (retriable) while this replica leads but has not yet
-        rebuilt its view of the bucket (:meth:`lead`: others shipped, and retention moved
-        the log start, while it followed): for a read at ``offset`` below its local
-        start, or (``offset`` None) a question about the whole log (its bounds as the API
-        reports them, a timestamp lookup). Until then its own view would answer a log
-        start above the true one and 416 for archived offsets. Offsets at or above the
-        local start are always served. Any thread, no lock."""
-        if not self._tiering.remote_view_pending:
-            return
-        local_start = self._local.log_start_offset
-        if offset is None or offset < local_start:
-            raise PartitionNotReadyError(
-                f"{self.log_id}: this replica has just become leader and is reading the "
-                f"bucket for its archived offsets (below {local_start}): retry shortly"
-            )
+        read the bucket, for a read below its local start or (``offset`` None) the whole
+        log (see :meth:`TierReads.check_remote_view
+        <tiered_log.partition.reads.TierReads.check_remote_view>`). Any thread."""
+        self._reads.check_remote_view(offset)
 
     def append(
         self,
@@ -362,34 +332,10 @@ class TieredLog:
         :class:`~tiered_log.errors.ProducerStateError` with nothing written."""
         self._check_open()
         if isinstance(records, EncodedBatch):
-            first = records.batches[0] if records.batches else None
-            pb = producer_batch(records.data, first.position) if first is not None else None
+            pb = Idempotence.producer_batch_of(records)
             if pb is not None:
-                if len(records.batches) != 1:
-                    raise InvalidArgumentError(
-                        f"batches of producer id {pb.producer_id}: an idempotent "
-                        "producer's batch must come alone (one batch per partition "
-                        "of a request)"
-                    )
-                return self._append_idempotent(records, pb)
-            if any(producer_batch(records.data, b.position) is not None for b in records.batches):
-                raise InvalidArgumentError(
-                    "an idempotent producer's batch must come alone (one batch per "
-                    "partition of a request)"
-                )
+                return self._producers.append(records, pb, self._append_batch)
         return self._append_batch(records)
-
-    def _append_idempotent(self, records: EncodedBatch, pb: ProducerBatch) -> tuple[int, int]:
-        """Check, append and record an idempotent producer's one batch (see
-        :meth:`append_batch`), under the producer state's lock."""
-        ps = self._producers
-        with ps.lock:
-            dup = ps.check(pb)
-            if dup is not None:
-                return dup.first_offset, dup.last_offset
-            first, last = self._append_batch(records)
-            ps.update(pb, first, last)
-            return first, last
 
     def _append_batch(
         self,
@@ -412,17 +358,11 @@ class TieredLog:
         self._local.roll()
         self._tiering.wake()
 
-    # ---- reading (either tier) -----------------------------------------------------------
+    # ---- reading (either tier: partition/reads.py) -------------------------------------
 
     def read(self, offset: int) -> Record:
-        recs = self.read_range(offset, max_records=1)
-        if not recs:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is not in the log [{self.log_start_offset}, {self.next_offset})",
-                log_start=self.log_start_offset,
-                next_offset=self.next_offset,
-            )
-        return recs[0]
+        """The record at ``offset``; OffsetOutOfRangeError if there is none."""
+        return self._reads.read(offset)
 
     def read_range(
         self,
@@ -432,64 +372,10 @@ class TieredLog:
         *,
         upto: int | None = None,
     ) -> list[Record]:
-        """Records from ``offset`` on, from whichever tier holds them (see module doc).
-        ``upto`` (a consumer's read: the high watermark): none at or past it; ``[]`` at or
-        past it (up to the next offset)."""
-        self._check_read(offset, max_records, max_bytes)
-        if upto is not None:
-            if self._at_cap(offset, upto):
-                return []
-            if upto > offset:  # the walk stops at the cap (records are counted from offset)
-                max_records = min(max_records, upto - offset)
-        if offset >= self._local.log_start_offset or self._remote is None:
-            return self._local.read_range(offset, max_records, max_bytes)
-        return self._archive_of(offset).read_range(offset, max_records, max_bytes)
-
-    def _at_cap(self, offset: int, upto: int) -> bool:
-        """Whether a read capped at ``upto`` answers empty at ``offset``: at or past the
-        cap and in the log's bounds (outside them the read's own error is due)."""
-        if not isinstance(upto, int) or isinstance(upto, bool):
-            raise InvalidArgumentError(f"upto must be an integer offset, got {upto!r}")
-        return upto <= offset and self.log_start_offset <= offset <= self.next_offset
-
-    def _check_read(self, offset: int, max_records: int, max_bytes: int) -> None:
-        """The argument checks every read makes, then that the log is open."""
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
-        if max_records < 1 or max_bytes < 1:
-            raise InvalidArgumentError("max_records and max_bytes must be at least 1")
-        self._check_open()
-
-    def remote_view_status(self) -> dict[str, Any]:
-        """``remote_view`` (``ready``, or ``not_ready`` while a new leader has not read
-        the bucket yet) and ``rebuild_requests`` (bucket requests of the last rebuild of
-        that view): for a cluster's status. Any thread, no I/O."""
-        r = self._remote
-        return {
-            "remote_view": "not_ready" if self._tiering.remote_view_pending else "ready",
-            "rebuild_requests": r.rebuild_requests if r is not None else 0,
-        }
-
-    def _archive_of(self, offset: int) -> RemoteTier:
-        """The remote tier, for an ``offset`` below the local start: OffsetOutOfRangeError
-        below the log start, DataLossError if no remote tier holds it,
-        PartitionNotReadyError before a new leader knows the bucket."""
-        self.check_remote_view(offset)
-        start, nxt = self.log_start_offset, self.next_offset
-        if offset < start:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is not in the log [{start}, {nxt})",
-                log_start=start,
-                next_offset=nxt,
-            )
-        r = self._remote
-        if r is None or offset >= r.remote_end:
-            raise DataLossError(
-                f"offset {offset} is in neither tier (remote ends at "
-                f"{r.remote_end if r else start}, local starts at "
-                f"{self._local.log_start_offset})"
-            )
-        return r
+        """Records from ``offset`` on, from whichever tier holds them; ``upto`` (a
+        consumer's read: the high watermark): none at or past it (see
+        :meth:`TierReads.read_range <tiered_log.partition.reads.TierReads.read_range>`)."""
+        return self._reads.read_range(offset, max_records, max_bytes, upto=upto)
 
     def read_batches(
         self,
@@ -500,23 +386,10 @@ class TieredLog:
         upto: int | None = None,
     ) -> FetchData:
         """The stored batches from the one holding ``offset`` on, from whichever tier
-        holds them, verified and not decoded (a binary fetch sends them as they are): at
-        least one batch if there is a record at ``offset``, then whole batches while
-        fewer than ``max_records`` records from ``offset`` and fewer than ``max_bytes``
-        bytes were taken; empty at exactly the next offset. The one batch read of the
-        log: locally :meth:`Log.read_batches <tiered_log.local.log.Log.read_batches>`,
-        below the local start :meth:`read_remote_batches`; both return one
-        :class:`~tiered_log.format.batch.FetchData`. ``upto`` (a consumer's read: the
-        high watermark): no batch holding a record at or past it (one straddling it ends
-        the page before it); empty at or past it (up to the next offset). A follower's
-        fetch passes none: it copies up to the log end.
-
-        OffsetOutOfRangeError outside ``[log_start, next_offset]`` (also when retention
-        or a truncation moved the bounds during the read); CorruptRangeError where the
-        stored batch at ``offset`` is damaged (a page stops before damage further on);
-        the remote tier's errors below the local start. Blocks on disk and the bucket;
-        any thread, no lock (as :meth:`read_range`)."""
-        return self._read_batches(offset, max_records, max_bytes, upto, BytesPage)
+        holds them, verified and not decoded: the one batch read of the log (limits,
+        ``upto`` and errors: :meth:`TierReads.read_batches
+        <tiered_log.partition.reads.TierReads.read_batches>`). Any thread, no lock."""
+        return self._reads.read_batches(offset, max_records, max_bytes, upto=upto)
 
     def read_batch_ranges(
         self,
@@ -526,56 +399,10 @@ class TieredLog:
         *,
         upto: int | None = None,
     ) -> FetchRanges:
-        """:meth:`read_batches`'s other result form: the same read (same walk, checks,
-        limits and errors) answering *where* the batches lie instead of their bytes, for
-        a sender that moves them from the files to a socket (``sendfile``): a
-        :class:`~tiered_log.local.ranges.FetchRanges` of ranges of the segment files
-        and, below the local start, of the chunk cache's files (a chunk not on disk yet
-        is a ``bytes`` part, fetched as for :meth:`read_batches`). The checks read the
-        page cache where the data lies (mapped), not a copy. It holds the files open:
-        :meth:`~tiered_log.local.ranges.FetchRanges.close` it once sent. Any thread."""
-        return self._read_batches(offset, max_records, max_bytes, upto, RangesPage)
-
-    def _read_batches(
-        self,
-        offset: int,
-        max_records: int,
-        max_bytes: int,
-        upto: int | None,
-        page: Callable[[int], Page[R]],
-    ) -> R:
-        """The batch read of :meth:`read_batches`, its result in the form of the page
-        ``page(offset)`` makes."""
-        self._check_read(offset, max_records, max_bytes)
-        self.check_remote_view(offset)
-        for _ in range(3):  # the bounds may move under the read: look again
-            start, nxt = self.log_start_offset, self.next_offset
-            if offset < start or offset > nxt:
-                break
-            if offset == nxt or (upto is not None and self._at_cap(offset, upto)):
-                return page(offset).result(offset)
-            try:
-                if offset >= self._local.log_start_offset or self._remote is None:
-                    return walk_local_batches(
-                        self._local.segment_for, offset, max_records, max_bytes, upto, page(offset)
-                    )
-                return self._walk_remote_batches(offset, max_records, max_bytes, upto, page(offset))
-            except CorruptRangeError:
-                raise  # damaged where the read starts: no other tier has it
-            except (OffsetOutOfRangeError, DataLossError):
-                # Local retention or a truncation moved the local start past ``offset``
-                # (read it from the bucket now), or the log start past it (416), or a
-                # truncation moved the remote end below it (read it locally now).
-                if (
-                    self.log_start_offset <= offset < self._local.log_start_offset
-                    and self._remote is not None
-                    and offset >= self._remote.remote_end
-                ):
-                    raise  # truly missing from both tiers
-        start, nxt = self.log_start_offset, self.next_offset
-        raise OffsetOutOfRangeError(
-            f"offset {offset} is not in the log [{start}, {nxt})", log_start=start, next_offset=nxt
-        )
+        """:meth:`read_batches` answering where the batches lie (ranges of files, for
+        ``sendfile``); close it once sent (see :meth:`TierReads.read_batch_ranges
+        <tiered_log.partition.reads.TierReads.read_batch_ranges>`). Any thread."""
+        return self._reads.read_batch_ranges(offset, max_records, max_bytes, upto=upto)
 
     def read_remote_batches(
         self,
@@ -585,40 +412,24 @@ class TieredLog:
         *,
         upto: int | None = None,
     ) -> FetchData:
-        """The remote tier's half of :meth:`read_batches`: the stored batches from the one
-        holding ``offset``, verified, not decoded (see
-        :meth:`RemoteTier.read_batches <tiered_log.remote.tier.RemoteTier.read_batches>`).
-        OffsetOutOfRangeError below the log start; DataLossError at or above the local
-        start (read those from the local segments) or where no tier holds ``offset``."""
-        self._check_read(offset, max_records, max_bytes)
-        return self._walk_remote_batches(offset, max_records, max_bytes, upto, BytesPage(offset))
-
-    def _walk_remote_batches(
-        self, offset: int, max_records: int, max_bytes: int, upto: int | None, page: Page[R]
-    ) -> R:
-        local_start = self._local.log_start_offset
-        if offset >= local_start:
-            page.close()
-            raise DataLossError(f"offset {offset} is not below the local start {local_start}")
-        try:
-            archive = self._archive_of(offset)
-        except BaseException:
-            page.close()
-            raise
-        return archive.walk_batches(offset, max_records, max_bytes, upto, page)
+        """The remote tier's half of :meth:`read_batches` (see
+        :meth:`TierReads.read_remote_batches
+        <tiered_log.partition.reads.TierReads.read_remote_batches>`)."""
+        return self._reads.read_remote_batches(offset, max_records, max_bytes, upto=upto)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset whose timestamp is >= ``timestamp`` in either tier, or None."""
-        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
-            raise InvalidArgumentError(f"timestamp must be an integer (ms), got {timestamp!r}")
-        self._check_open()
-        self.check_remote_view()
+        return self._reads.offset_for_timestamp(timestamp)
+
+    def remote_view_status(self) -> dict[str, Any]:
+        """``remote_view`` (``ready``, or ``not_ready`` while a new leader has not read
+        the bucket yet) and ``rebuild_requests`` (bucket requests of the last rebuild of
+        that view): for a cluster's status. Any thread, no I/O."""
         r = self._remote
-        if r is not None and r.has_data and r.start_offset < self._local.log_start_offset:
-            found = r.offset_for_timestamp(timestamp)
-            if found is not None and found >= self.log_start_offset:
-                return found
-        return self._local.offset_for_timestamp(timestamp)
+        return {
+            "remote_view": "not_ready" if self._tiering.remote_view_pending else "ready",
+            "rebuild_requests": r.rebuild_requests if r is not None else 0,
+        }
 
     # ---- truncation ---------------------------------------------------------------------
 
@@ -640,7 +451,7 @@ class TieredLog:
                     log_start=start,
                     next_offset=nxt,
                 )
-            ps = self._producers
+            ps = self._producers.state
             with self._replication.moving_bounds(cut=offset), ps.lock:
                 ps.delete_snapshot()  # never used past a cut; rebuilt below
                 local_start = self._local.log_start_offset
@@ -648,7 +459,7 @@ class TieredLog:
                     self._remote.truncate(offset, local_start)
                 if offset >= local_start:
                     self._local.truncate(offset)
-                    self._rebuild_producers()
+                    self._producers.rebuild()
                 else:
                     self._local.reset(offset)
                     ps.clear(complete=offset == 0)
@@ -691,7 +502,7 @@ class TieredLog:
         if self._closed:
             return
         self._local.maybe_flush()
-        self._maybe_snapshot_producers()
+        self._producers.maybe_snapshot()
         hw = self._replication.hw
         if self._replication.following:  # a follower rolls where its leader did, ships nothing
             if hw is not None:
@@ -701,23 +512,6 @@ class TieredLog:
         if hw is not None:
             hw.checkpoint_if_due()
         self._tiering.maintain(rolled=rolled, tier=tier)
-
-    def _maybe_snapshot_producers(self, *, force: bool = False) -> None:
-        """Write the producer state's snapshot when it changed and the log rolled since
-        the last one (``force``: whenever it changed), so that an open walks the
-        headers of about one segment. A failed write is logged; the open then walks
-        from an older snapshot or the log start. Any thread."""
-        ps = self._producers
-        active = self._local.active_base_offset
-        if not ps.dirty or (not force and active == self._snapshot_base):
-            return
-        with ps.lock:
-            try:
-                ps.write_snapshot(self._local.next_offset)
-            except OSError as exc:
-                log.warning("%s: producer state snapshot not written: %s", self.log_id, exc)
-                return
-            self._snapshot_base = active
 
     def remote_segments(
         self, log_start: int
@@ -795,10 +589,11 @@ class TieredLog:
             self._tiering.resync_view()
             resume = _resume_offset(self.log_id, r)
             if resume > self.next_offset:
-                with self._replication.moving_bounds(), self._producers.lock:
-                    self._producers.delete_snapshot()
+                ps = self._producers.state
+                with self._replication.moving_bounds(), ps.lock:
+                    ps.delete_snapshot()
                     self._local.reset(resume)
-                    self._producers.clear(complete=False)
+                    ps.clear(complete=False)
                     self._replication.clamp_high_watermark()
                 # Everything below was committed before: readable (archived) at once.
                 self.set_high_watermark(resume)
@@ -898,7 +693,7 @@ class TieredLog:
         The follower's fetcher only, one thread (see the module docstring)."""
         self._check_open()
         active = self._local.active_base_offset
-        ps = self._producers
+        ps = self._producers.state
         with ps.lock:
             end = self._replication.append(data, epochs, rolls)
             if len(data):
@@ -917,13 +712,14 @@ class TieredLog:
         _check_offset(offset)
         with self._ctl:
             self._check_open()
-            with self._replication.moving_bounds(cut=offset), self._producers.lock:
-                self._producers.delete_snapshot()
+            ps = self._producers.state
+            with self._replication.moving_bounds(cut=offset), ps.lock:
+                ps.delete_snapshot()
                 r = self._remote
                 if r is not None and offset < r.remote_end:
                     r.truncate(offset, self._local.log_start_offset)
                 self._local.reset(offset)
-                self._producers.clear(complete=offset == 0)
+                ps.clear(complete=offset == 0)
                 self._replication.epochs.clear()
                 self._replication.clamp_high_watermark()
 
@@ -1116,7 +912,7 @@ class TieredLog:
         self._tiering.stop()
         with self._ctl:
             self.checkpoint_high_watermark(quiet=True)
-            self._maybe_snapshot_producers(force=True)
+            self._producers.maybe_snapshot(force=True)
             self._closed = True
             end = self._local.next_offset
             self._local.close()
