@@ -319,9 +319,7 @@ class Backend:
             # The log stamps the batches in place (their buffer is the parse step's own
             # copy): the first one's maxTimestamp is the append time.
             got = parsed[0]
-            (stamped,) = _I64.unpack_from(
-                got.data, got.batches[0].position + MAX_TIMESTAMP_AT
-            )
+            (stamped,) = _I64.unpack_from(got.data, got.batches[0].position + MAX_TIMESTAMP_AT)
         return Produced(done.first, stamped)
 
     def log_start(self, topic: str, partition: int) -> int:
