@@ -218,7 +218,7 @@ def encode_produce_body(
     if not items:
         raise E.InvalidArgumentError("a batch needs at least one record")
     encoded = encode_batch(0, items, _SERVER_CLOCK, MAX_BODY_BYTES, compression=codec)
-    return bytes(encoded.data)  # bytes already
+    return bytes(encoded.data)  # a bytearray when uncompressed: the body is bytes
 
 
 def _fetch_headers(resp: httpx.Response) -> tuple[int, int, int, int]:

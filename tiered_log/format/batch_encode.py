@@ -220,16 +220,16 @@ def _bare_framing(lens: Sequence[int]) -> tuple[list[bytes], list[int], list[byt
 
 def _bare_section(
     values: Sequence[bytes], lens: Sequence[int], lv: list[bytes], mids: list[bytes]
-) -> bytes:
+) -> list[bytes]:
     """The records section of bare values (timestamp delta 0, null key, no headers),
-    framed by :func:`_bare_framing`: one ``bytes.join``."""
+    framed by :func:`_bare_framing`, as its pieces (joined by the builder)."""
     m = len(values)
     parts: list[bytes] = [b"\x00"] * (5 * m)
     parts[0::5] = lv
     parts[1::5] = mids
     parts[2::5] = list(map(VARINT.__getitem__, lens))
     parts[3::5] = values
-    return b"".join(parts)
+    return parts
 
 
 def _cut(sizes: list[int], limit: int) -> list[int]:
@@ -260,6 +260,7 @@ class _Builder:
         "log_append_time",
         "now_ms",
         "parts",
+        "pending_crcs",
         "producer_epoch",
         "producer_id",
         "sequence",
@@ -290,15 +291,25 @@ class _Builder:
         self.parts: list[bytes] = []
         self.infos: list[BatchInfo] = []
         self.at = 0
+        self.pending_crcs: list[tuple[int, int]] = []
+        """``(position, size)`` of the uncompressed batches whose CRC is computed over
+        the joined buffer (their sections are never joined on their own)."""
 
     def add(
-        self, first: int, count: int, section: bytes, base_ts: int, max_ts: int, max_i: int
+        self,
+        first: int,
+        count: int,
+        section: list[bytes],
+        base_ts: int,
+        max_ts: int,
+        max_i: int,
     ) -> None:
         """One batch of ``count`` records from record index ``first`` (of the input),
-        its records section uncompressed."""
-        body = (
-            section if self.codec == Compression.NONE else compress(self.codec, section, self.level)
-        )
+        its records section uncompressed, as the pieces it is made of (joined once, with
+        the other batches, by :meth:`result`, unless the batch is compressed)."""
+        plain = self.codec == Compression.NONE
+        body = b"" if plain else compress(self.codec, b"".join(section), self.level)
+        body_len = sum(map(len, section)) if plain else len(body)
         off = self.base_offset + first
         if self.log_append_time:
             max_ts, max_i = self.now_ms, 0
@@ -318,20 +329,34 @@ class _Builder:
             )
             head = _HEAD.pack(
                 off,
-                HEADER_SIZE - LOG_OVERHEAD + len(body),
+                HEADER_SIZE - LOG_OVERHEAD + body_len,
                 self.epoch,
                 MAGIC,
-                crc32c(body, crc32c(tail)),
+                0 if plain else crc32c(body, crc32c(tail)),
             )
         except struct.error as exc:
             raise InvalidArgumentError(f"a batch header field is out of range: {exc}") from None
-        size = HEADER_SIZE + len(body)
-        self.parts += (head, tail, body)
+        size = HEADER_SIZE + body_len
+        self.parts += (head, tail)
+        if plain:
+            self.parts += section
+            self.pending_crcs.append((self.at, size))
+        else:
+            self.parts.append(body)
         self.infos.append(BatchInfo(off, count, self.at, size, base_ts, max_ts, off + max_i))
         self.at += size
 
     def result(self, count: int) -> EncodedBatch:
-        return EncodedBatch(self.base_offset, b"".join(self.parts), self.infos, count)
+        """The batches: every piece joined once, then the CRCs of the uncompressed
+        batches computed over the joined bytes and written in place."""
+        if not self.pending_crcs:
+            return EncodedBatch(self.base_offset, b"".join(self.parts), self.infos, count)
+        data = bytearray().join(self.parts)
+        mv = memoryview(data)
+        for pos, size in self.pending_crcs:
+            _U32.pack_into(data, pos + CRC_AT, crc32c(mv[pos + ATTRIBUTES_AT : pos + size]))
+        mv.release()
+        return EncodedBatch(self.base_offset, data, self.infos, count)
 
 
 def encode_batch(
@@ -470,8 +495,9 @@ def _encode_records(
         body = 1 + len(vt) + len(vd) + len(tail)
         vb = VARINT[body]
         if d and (used + len(vb) + body > limit or free[i] != free[first]):
-            out.add(first, d, b"".join(parts), base_ts, max_ts, max_i)
-            parts.clear()
+            out.add(first, d, parts, base_ts, max_ts, max_i)
+            parts = []
+            extend = parts.extend
             first, d, base_ts, used = i, 0, ts, HEADER_SIZE
             max_ts, max_i = ts, 0
             vt = vd = b"\x00"
@@ -481,7 +507,7 @@ def _encode_records(
             max_ts, max_i = ts, d
         extend((vb, b"\x00", vt, vd, tail))
         used += len(vb) + body
-    out.add(first, len(tails) - first, b"".join(parts), base_ts, max_ts, max_i)
+    out.add(first, len(tails) - first, parts, base_ts, max_ts, max_i)
 
 
 def rebatch(
