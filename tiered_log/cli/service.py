@@ -374,11 +374,14 @@ TOPICS = COMMANDS.group("topics", "create, list, describe, alter, delete topics"
 """``tiered-log topics create|list|describe|alter|delete``."""
 
 
-def _parse_config_items(items: list[str]) -> dict[str, Any]:
+def _parse_config_items(items: list[str], *, words: bool = False) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs (``--config``): an integer, true/false, null/none, and with
+    ``words`` any other value as the word itself (``remote_compression=lz4``); without,
+    ValueError for it. ValueError for an item that is not ``NAME=VALUE``."""
     out: dict[str, Any] = {}
     for item in items:
         name, sep, raw = item.partition("=")
-        if not sep or not name:
+        if not sep or not name.strip():
             raise ValueError(f"--config takes NAME=VALUE, got {item!r}")
         low = raw.strip().lower()
         value: Any
@@ -390,9 +393,11 @@ def _parse_config_items(items: list[str]) -> dict[str, Any]:
             try:
                 value = int(raw)
             except ValueError:
-                raise ValueError(
-                    f"--config {name}: {raw!r} is not an integer, true/false or null"
-                ) from None
+                if not words:
+                    raise ValueError(
+                        f"--config {name}: {raw!r} is not an integer, true/false or null"
+                    ) from None
+                value = raw.strip()
         out[name.strip()] = value
     return out
 
@@ -477,32 +482,13 @@ def _topics_alter_args(p: argparse.ArgumentParser) -> None:
     _client_options(p)
 
 
-def _parse_alter_items(items: list[str]) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs: an integer, true/false, null/none, else the word itself."""
-    out: dict[str, Any] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"--config takes NAME=VALUE, got {item!r}")
-        low = raw.strip().lower()
-        value: Any
-        if low in ("null", "none"):
-            value = None
-        elif low in ("true", "false"):
-            value = low == "true"
-        else:
-            try:
-                value = int(raw)
-            except ValueError:
-                value = raw.strip()
-        out[name.strip()] = value
-    return out
-
-
 @TOPICS.command("alter", "change a topic's settings while it serves", _topics_alter_args)
 @_guard
 def cmd_topics_alter(args: argparse.Namespace) -> int:
-    config = _parse_alter_items(args.config or [])
+    try:
+        config = _parse_config_items(args.config or [], words=True)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     reset = [n.strip() for n in args.delete_config or []]
     if not config and not reset:
         raise UsageError("nothing to change: give --config NAME=VALUE or --delete-config NAME")
