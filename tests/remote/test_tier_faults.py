@@ -21,6 +21,7 @@ from tiered_log import (
     TieredLog,
 )
 from tiered_log.errors import RemoteTimeoutError
+from tiered_log.format import naming
 
 from .fake_store import MemoryStorage
 
@@ -105,7 +106,9 @@ def segment_keys(store: MemoryStorage) -> list[str]:
 def test_a_torn_data_upload_is_cleaned_up_and_copied_again(
     store: MemoryStorage, tlog: TieredLog
 ) -> None:
-    store.inject("put_file", torn_at=4096)
+    # The first segment's upload: two copies are in flight, and a tear of the other one
+    # would let the first finish (its objects then rightly stay).
+    store.inject("put_file", naming.segment_object_key("orders-0", 0, "", ""), torn_at=4096)
     with pytest.raises(RemoteStorageError):
         tlog.tier_once()
     failed = written_keys(store)
