@@ -374,7 +374,12 @@ class LocalDirStorage:
                     raise RemoteStorageError(f"listing {self.url} failed: {exc}") from exc
                 if stat.S_ISREG(st.st_mode):
                     found.append(
-                        ObjectInfo(key_dir + name, st.st_size, self._stored_checksum(Path(full)))
+                        ObjectInfo(
+                            key_dir + name,
+                            st.st_size,
+                            self._stored_checksum(Path(full)),
+                            st.st_mtime_ns // 1_000_000,
+                        )
                     )
         found.sort(key=lambda o: o.key)
         yield from found

@@ -18,7 +18,7 @@ Everything here is pure: safe from any thread.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import xxhash
 
@@ -43,6 +43,9 @@ class ObjectInfo:
     key: str
     size: int
     checksum: str | None  # xxh3-128 hex of the whole object, when known
+    modified_ms: int | None = field(default=None, compare=False)
+    """When the object was last written (ms since the epoch), as listings give it (the
+    file's mtime; S3's LastModified); None when not known. Not part of equality."""
 
 
 def xxh3_hex(data: bytes | memoryview) -> str:

@@ -561,7 +561,13 @@ class S3Storage:
             with self._boundary("list", prefix):
                 resp = self.client.list_objects_v2(**params)
             for obj in resp.get("Contents", []):
-                yield ObjectInfo(obj["Key"][cut:], int(obj["Size"]), None)
+                modified = obj.get("LastModified")
+                yield ObjectInfo(
+                    obj["Key"][cut:],
+                    int(obj["Size"]),
+                    None,
+                    None if modified is None else int(modified.timestamp() * 1000),
+                )
             token = resp.get("NextContinuationToken")
             if not resp.get("IsTruncated") or not token:
                 return
