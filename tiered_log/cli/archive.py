@@ -22,12 +22,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .registry import CommandGroup, counted
 
+if TYPE_CHECKING:
+    from ..remote.storage import RemoteStorage
+
 COMMANDS = CommandGroup()
 """``archive`` and its commands."""
-ARCHIVE = COMMANDS.group("archive", "operations on the archive in the bucket (rewrap)")
+ARCHIVE = COMMANDS.group(
+    "archive", "operations on the archive in the bucket (rewrap, scrub, reconcile)"
+)
 
 
 def _rewrap_args(p: argparse.ArgumentParser) -> None:
@@ -91,3 +97,130 @@ def cmd_rewrap(args: argparse.Namespace) -> int:
         for line in report.problems:
             print(f"PROBLEM {line}")
     return 1 if report.problems or others else 0
+
+
+def _bucket_args(p: argparse.ArgumentParser) -> None:
+    """The options naming the bucket, as ``rewrap`` takes them (the key ring optional)."""
+    p.add_argument(
+        "--remote",
+        metavar="URL",
+        required=True,
+        help="the bucket the services ship to (s3://bucket/prefix, file:///dir or a "
+        "directory: the services' remote_url)",
+    )
+    p.add_argument("--endpoint-url", metavar="URL", help="S3 endpoint (MinIO, moto, ...)")
+    p.add_argument("--region", help="S3 region")
+    p.add_argument("--topic", metavar="T", help="only this topic's segments")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _mib_per_sec(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of MiB/s: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"the rate must be a positive number of MiB/s: {text!r}")
+    return value
+
+
+def _scrub_args(p: argparse.ArgumentParser) -> None:
+    _bucket_args(p)
+    p.add_argument(
+        "--key-file",
+        metavar="FILE",
+        type=Path,
+        help="the key ring (the services' remote_encryption_key_file), to verify encrypted "
+        "segments' records; without it their stored checksums only",
+    )
+    p.add_argument(
+        "--rate",
+        metavar="MiB/s",
+        type=_mib_per_sec,
+        help="read at most this many MiB a second from the bucket (default: unlimited)",
+    )
+
+
+def _open_bucket(args: argparse.Namespace) -> RemoteStorage:
+    from ..remote.storage import open_storage
+
+    return open_storage(args.remote, endpoint_url=args.endpoint_url, region=args.region)
+
+
+def _check_topic(storage: RemoteStorage, topic: str | None, found: int) -> None:
+    """InvalidArgumentError when ``--topic`` names a topic the bucket knows nothing of
+    (no segment found and no ``topics/<name>.json``)."""
+    from ..errors import InvalidArgumentError, RemoteObjectNotFoundError
+    from ..format import naming
+
+    if topic is None or found:
+        return
+    try:
+        storage.size(naming.topic_object_key(topic))
+    except (RemoteObjectNotFoundError, InvalidArgumentError):
+        raise InvalidArgumentError(
+            f"topic {topic!r} has no metadata and no archived segment in {storage.url}"
+        ) from None
+
+
+@ARCHIVE.command(
+    "scrub",
+    "read every archived segment back and verify it; exit 1 when damage is found",
+    _scrub_args,
+)
+def cmd_scrub(args: argparse.Namespace) -> int:
+    import time
+
+    from ..remote.crypto import KeyRing
+    from ..remote.scrub import ScrubReport, scrub_bucket
+
+    ring = KeyRing(args.key_file) if args.key_file is not None else None
+    storage = _open_bucket(args)
+    shown = [0.0]
+
+    def progress(rep: ScrubReport) -> None:
+        now = time.monotonic()
+        if now - shown[0] >= 1.0 or rep.segments_done == rep.segments_total:
+            shown[0] = now
+            print(
+                f"scrub: {rep.segments_done}/{rep.segments_total} segments, "
+                f"{rep.bytes_read / (1 << 20):.1f} MiB read, {len(rep.damaged)} damaged",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        report = scrub_bucket(
+            storage,
+            ring,
+            topic=args.topic,
+            bytes_per_sec=None if args.rate is None else max(1, int(args.rate * (1 << 20))),
+            progress=progress,
+        )
+        _check_topic(storage, args.topic, report.segments_total)
+    finally:
+        storage.close()
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        for d in report.damaged:
+            print(f"DAMAGED {d.line()}")
+        print(
+            f"scrubbed {counted(report.segments_done, 'segment')} "
+            f"({report.chunks_verified} chunks, {report.bytes_read} bytes read, "
+            f"{report.segments_skipped} skipped): "
+            + (
+                "no damage found"
+                if not report.damaged
+                else f"{counted(len(report.damaged), 'damaged segment')}"
+            )
+            + (
+                "; keys missing from the key ring: "
+                + ", ".join(
+                    f"{k} ({counted(n, 'segment')})" for k, n in report.missing_keys.items()
+                )
+                if report.missing_keys
+                else ""
+            )
+        )
+    return 1 if report.damaged else 0
