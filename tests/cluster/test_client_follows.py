@@ -24,9 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tiered_log.client import AsyncClient, Client
+from tiered_log.client.partitioner import partition_for_key
 from tiered_log.cluster.dev import DevCluster
 from tiered_log.cluster.etcd_process import free_port
 from tiered_log.errors import ConnectionFailedError, TieredLogError
@@ -104,6 +106,48 @@ def test_a_client_given_a_follower_produces_and_consumes(cluster: DevCluster) ->
         assert c.offset_for_timestamp(topic, 0, 0) == 0
         check_exactly_once(read_all(c, topic), acked)
         assert c.fetch(topic, 0, 18).records[0].value == b"f4-2"
+
+
+def test_a_topic_produce_at_any_node_reaches_every_partitions_leader(
+    cluster: DevCluster,
+) -> None:
+    """POST /v1/topics/{t}/records to one node: the partitions it does not lead are
+    forwarded to their leaders; every record is where its key puts it."""
+    topic = "topic-produce"
+    with Client(",".join(cluster.urls), retry_timeout_s=20) as c:
+        c.create_topic(topic, 3, replication_factor=3)
+        wait_until(
+            lambda: all(
+                len(p["isr"]) == 3
+                for p in (c.cluster() or {"partitions": []})["partitions"]
+                if p["topic"] == topic
+            ),
+            15,
+            "a full ISR",
+        )
+        leaders = {
+            p["partition"]: p["leader"]
+            for p in (c.cluster() or {"partitions": []})["partitions"]
+            if p["topic"] == topic
+        }
+        node = next(iter(cluster.nodes.values()))
+        assert set(leaders.values()) != {node.node_id}, "one node leads every partition"
+        keys = [f"k{i}" for i in range(30)]
+        r = httpx.post(
+            f"{node.url}/v1/topics/{topic}/records",
+            json={"records": [{"key": k, "value": k} for k in keys]},
+            params={"acks": "all"},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        places = r.json()["offsets"]
+        assert [p["partition"] for p in places] == [partition_for_key(k, 3) for k in keys]
+        for p in range(3):
+            got = [(rec.offset, rec.key) for page in c.consume(topic, p, 0) for rec in page.records]
+            want = [
+                (pl["offset"], k.encode()) for k, pl in zip(keys, places) if pl["partition"] == p
+            ]
+            assert got == want
 
 
 def segment_files(node_dir: Path, topic: str) -> dict[str, bytes]:

@@ -3,6 +3,8 @@
 - :mod:`.ops`: ``/healthz`` and ``/metrics`` (the service itself).
 - :mod:`.topics`: ``/v1/topics`` and ``/v1/topics/{topic}`` (create, list, describe, delete).
 - :mod:`.records`: ``/v1/topics/{topic}/partitions/{p}/records`` (produce, fetch).
+- :mod:`.topic_records`: ``/v1/topics/{topic}/records`` (produce, partitioned by the
+  service).
 - :mod:`.partitions`: a partition's ``offsets``, ``bounds``, ``remote-segments`` and
   ``truncate``.
 - :mod:`.groups`: ``/v1/groups`` and ``/v1/groups/{group}`` (the Kafka listener's
@@ -28,12 +30,14 @@ from .groups import router as groups_router
 from .ops import router as ops_router
 from .partitions import router as partitions_router
 from .records import router as records_router
+from .topic_records import router as topic_records_router
 from .topics import router as topics_router
 
 ROUTERS: tuple[APIRouter, ...] = (
     ops_router,
     topics_router,
     records_router,
+    topic_records_router,
     partitions_router,
     groups_router,
     cluster_router,
