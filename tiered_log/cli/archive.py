@@ -224,3 +224,81 @@ def cmd_scrub(args: argparse.Namespace) -> int:
             )
         )
     return 1 if report.damaged else 0
+
+
+def _reconcile_args(p: argparse.ArgumentParser) -> None:
+    _bucket_args(p)
+    p.add_argument(
+        "--delete",
+        action="store_true",
+        help="delete the orphans older than --min-age-s (without it: a dry run, printing "
+        "what it would delete)",
+    )
+    p.add_argument(
+        "--min-age-s",
+        metavar="N",
+        type=_non_negative_seconds,
+        default=None,
+        help="the grace period: orphans written less than N seconds ago are kept "
+        "(default 3600: longer than any copy's upload)",
+    )
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0: {text!r}")
+    return value
+
+
+@ARCHIVE.command(
+    "reconcile",
+    "find objects nothing references (and delete them with --delete) and manifests whose "
+    "data is missing",
+    _reconcile_args,
+)
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from ..remote.reconcile import DEFAULT_MIN_AGE_S, reconcile_bucket
+
+    storage = _open_bucket(args)
+    try:
+        report = reconcile_bucket(
+            storage,
+            topic=args.topic,
+            delete=args.delete,
+            min_age_s=DEFAULT_MIN_AGE_S if args.min_age_s is None else args.min_age_s,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+        _check_topic(storage, args.topic, report.referenced + len(report.findings))
+    finally:
+        storage.close()
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return 1 if report.dangling else 0
+    verbs = {
+        "delete": "would delete",
+        "deleted": "deleted",
+        "young": "kept (younger than the grace period)",
+        "changed": "kept (changed since it was listed)",
+    }
+    for f in report.findings:
+        head = verbs.get(f.action, f.kind.upper().replace("_", " "))
+        keys = ", ".join(f.keys) if f.keys else "-"
+        print(f"{head}: {keys} ({f.bytes} bytes): {f.reason}")
+    done, done_bytes = report.count("deleted")
+    would, would_bytes = report.count("delete")
+    young, _ = report.count("young")
+    print(
+        f"{counted(report.objects, 'object')}, {report.referenced} referenced; orphans: "
+        + (
+            f"{done} deleted ({done_bytes} bytes)"
+            if args.delete
+            else f"{would} would be deleted ({would_bytes} bytes; dry run: --delete deletes)"
+        )
+        + f", {young} younger than {report.min_age_s:g} s kept; "
+        + f"{counted(len(report.dangling), 'dangling reference')}"
+    )
+    return 1 if report.dangling else 0

@@ -1,0 +1,222 @@
+"""Reconcile (``tiered-log archive reconcile``): orphans found (a torn copy's data object,
+a deleted topic's leftovers) and deleted only with --delete and only past the grace
+period, never a referenced copy nor a copy under way; a manifest whose data object is
+missing reported and never deleted; the command's output and one-line errors. On the
+directory store (whose objects' times a test can set) and on S3 through moto's server."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tiered_log import LogConfig, ProducerRecord, TieredLog
+from tiered_log.cli import main
+from tiered_log.format import naming
+from tiered_log.remote.fs import LocalDirStorage
+from tiered_log.remote.reconcile import reconcile_bucket
+from tiered_log.remote.storage import RemoteStorage
+from tiered_log.remote.tier import TierConfig
+
+from .test_scrub import LOG_ID, archive, keys, value
+
+TOPIC_ID = "0123456789ab" + "0" * 20
+HOUR_AGO = time.time() - 7200
+
+
+def publish_topic(storage: RemoteStorage) -> None:
+    """The topic metadata a service keeps in the bucket, for the log :data:`LOG_ID`."""
+    doc = {"name": "orders", "topic_id": TOPIC_ID, "partitions": 1, "config": {}}
+    storage.put(naming.topic_object_key("orders"), json.dumps(doc).encode())
+
+
+def torn_copy(storage: RemoteStorage, log_id: str = LOG_ID, base: int = 10**6) -> str:
+    """A crashed copy's leftover: a data object without its manifest."""
+    key = naming.segment_object_key(log_id, base, uuid.uuid4().hex, naming.LOG_SUFFIX)
+    storage.put(key, b"\0" * 300)
+    return key
+
+
+def age(storage: RemoteStorage, key: str) -> None:
+    assert isinstance(storage, LocalDirStorage)
+    os.utime(storage.root / key, (HOUR_AGO, HOUR_AGO))
+
+
+def everything(storage: RemoteStorage) -> set[str]:
+    return {o.key for o in storage.list("")}
+
+
+def reads_back(tmp_path: Path, storage: RemoteStorage, n: int) -> None:
+    """A log rebuilt from the bucket alone serves all ``n`` records."""
+    tlog = TieredLog(
+        tmp_path / f"rebuilt-{uuid.uuid4().hex[:6]}",
+        log_id=LOG_ID,
+        storage=storage,
+        config=LogConfig(segment_bytes=16 * 1024),
+        tier=TierConfig(chunk_bytes=4096),
+        start_shipper=False,
+    )
+    try:  # a new directory: the log rebuilds its view from the bucket as it opens
+        assert tlog.bounds().remote_end_offset == n
+        o = 0
+        while o < n:
+            recs = tlog.read_range(o, 500, 1 << 20)
+            assert recs and recs[0].offset == o
+            assert all(r.value == value(r.offset) for r in recs)
+            o = recs[-1].offset + 1
+    finally:
+        tlog.close()
+
+
+@pytest.fixture(params=["fs", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
+    if request.param == "fs":
+        return LocalDirStorage(tmp_path / "bucket")
+    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
+
+
+def test_a_torn_copy_is_deleted_only_with_delete_and_past_the_grace(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
+    archive(tmp_path / "log", storage)
+    publish_topic(storage)
+    live = everything(storage)
+    torn = torn_copy(storage)
+    clean = reconcile_bucket(storage, min_age_s=3600)  # dry run, and torn is young
+    assert [(f.kind, f.keys, f.action) for f in clean.findings] == [("torn_copy", [torn], "young")]
+    assert clean.referenced == len(live)
+    assert reconcile_bucket(storage, delete=True, min_age_s=3600).count("young") == (1, 300)
+    assert torn in everything(storage)  # younger than the grace: kept
+    dry = reconcile_bucket(storage, min_age_s=0)
+    assert [(f.kind, f.action) for f in dry.findings] == [("torn_copy", "delete")]
+    assert torn in everything(storage)  # a dry run deletes nothing
+    done = reconcile_bucket(storage, delete=True, min_age_s=0)
+    assert done.count("deleted") == (1, 300)
+    assert everything(storage) == live  # every referenced object is still there
+    reads_back(tmp_path, storage, 1200)
+
+
+def test_the_grace_period_goes_by_the_objects_time(tmp_path: Path) -> None:
+    storage = LocalDirStorage(tmp_path / "bucket")
+    archive(tmp_path / "log", storage)
+    publish_topic(storage)
+    for k in everything(storage):  # the whole archive is old: still referenced
+        age(storage, k)
+    old, young = torn_copy(storage, base=5000), torn_copy(storage, base=6000)
+    age(storage, old)
+    rep = reconcile_bucket(storage, delete=True)  # the default grace: an hour
+    assert {(f.keys[0], f.action) for f in rep.findings} == {(old, "deleted"), (young, "young")}
+    assert young in everything(storage) and old not in everything(storage)
+    reads_back(tmp_path, storage, 1200)
+
+
+def test_a_deleted_topics_leftovers_and_a_dangling_manifest(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
+    archive(tmp_path / "log", storage)
+    publish_topic(storage)
+    gone = "gone-aaaaaaaaaaaa-0"
+    left = [
+        naming.meta_object_key(gone),
+        naming.segment_object_key(gone, 0, "x" * 32, naming.LOG_SUFFIX),
+        naming.segment_object_key(gone, 0, "x" * 32, naming.RLI_SUFFIX),
+    ]
+    for k in left:
+        storage.put(k, b"{}")
+    data = keys(storage, ".log")[-1]
+    storage.delete([data])  # its manifest now names a missing data object
+    rli = data[: -len(".log")] + ".rli"
+    rep = reconcile_bucket(storage, delete=True, min_age_s=0)
+    found = {f.kind: f for f in rep.findings}
+    assert set(found) == {"deleted_topic", "dangling_manifest"}
+    assert sorted(found["deleted_topic"].keys) == sorted(left)
+    assert found["deleted_topic"].action == "deleted"
+    assert found["dangling_manifest"].keys == [rli]
+    assert found["dangling_manifest"].action == "report"
+    assert rli in everything(storage)  # reported, never deleted
+    assert not any(k in everything(storage) for k in left)
+    # A bucket with no topic metadata at all (logs used as a library): no log is taken
+    # for a deleted topic's.
+    storage.delete([naming.topic_object_key("orders")])
+    assert not any(f.kind == "deleted_topic" for f in reconcile_bucket(storage).findings)
+
+
+def test_reconcile_while_shipping_deletes_nothing_referenced(tmp_path: Path) -> None:
+    """A log ships segment after segment while reconcile --delete runs again and again
+    (with a grace of a minute): only the old torn copy goes, every record reads back."""
+    storage = LocalDirStorage(tmp_path / "bucket")
+    publish_topic(storage)
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id=LOG_ID,
+        storage=storage,
+        config=LogConfig(segment_bytes=8 * 1024),
+        tier=TierConfig(chunk_bytes=2048, local_retention_bytes=0),
+        start_shipper=False,
+    )
+    torn = torn_copy(storage)  # after the log's open, whose rebuild would delete it
+    age(storage, torn)
+    stop = threading.Event()
+    deleted: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def reconciler() -> None:
+        try:
+            while not stop.is_set():
+                rep = reconcile_bucket(storage, delete=True, min_age_s=60)
+                deleted.extend(f.keys for f in rep.findings if f.action == "deleted")
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=reconciler)
+    t.start()
+    try:
+        for s in range(0, 1500, 50):
+            tlog.append_batch([ProducerRecord(value(o)) for o in range(s, s + 50)])
+            tlog.roll()
+            tlog.tier_once()
+    finally:
+        stop.set()
+        t.join(30)
+        tlog.close()
+    assert not errors and deleted == [[torn]]
+    reads_back(tmp_path, storage, 1500)
+
+
+def test_cli_reconcile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = LocalDirStorage(tmp_path / "bucket")
+    archive(tmp_path / "log", storage)
+    publish_topic(storage)
+    torn = torn_copy(storage)
+    url = str(storage.root)
+    assert main(["archive", "reconcile", "--remote", url, "--min-age-s", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"would delete: {torn} (300 bytes)" in out and "dry run" in out
+    assert torn in everything(storage)
+    argv = ["archive", "reconcile", "--remote", url, "--delete", "--json", "--topic", "orders"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["deleted_objects"] == 0 and doc["findings"][0]["keys"] == [torn]
+    assert doc["findings"][0]["action"] == "young"  # the default grace: an hour
+    assert main([*argv, "--min-age-s", "0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["deleted_objects"] == 1 and torn not in everything(storage)
+    storage.delete([keys(storage, ".log")[0]])
+    assert main(["archive", "reconcile", "--remote", url]) == 1  # a dangling manifest
+    assert "DANGLING MANIFEST" in capsys.readouterr().out
+    for args, needle in [
+        (["--min-age-s", "-1"], ">= 0"),
+        (["--min-age-s", "soon"], "seconds"),
+        (["--topic", "nope"], "topic 'nope' has no metadata"),
+    ]:
+        assert main(["archive", "reconcile", "--remote", url, *args]) != 0
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert main(["archive", "reconcile", "--remote", "s3://"]) == 1
+    err = capsys.readouterr().err
+    assert "S3 URL" in err and len(err.strip().splitlines()) == 1
