@@ -189,6 +189,13 @@ class Settings(BaseSettings):
         description="A Kafka client's Metadata or produce for a missing topic creates it "
         "with the default partition count (Kafka's auto.create.topics.enable).",
     )
+    producer_id_expiration_ms: int = Field(
+        24 * 3600 * 1000,
+        ge=1,
+        le=(1 << 31) - 1,
+        description="A partition forgets an idempotent producer it has not stored a batch "
+        "of for this long (Kafka's producer.id.expiration.ms).",
+    )
     remote_url: str | None = Field(
         None,
         description="s3://bucket/prefix, file:///dir or a directory; unset: the directory "
@@ -268,6 +275,20 @@ class Settings(BaseSettings):
         '"keys": {"k1": "<base64 of 32 bytes>", "k2": ...}}. Set: every segment shipped is '
         "encrypted (AES-256-GCM) with a data key of its own, wrapped with the active key; "
         "the file is read again when it changes. Unset: shipped unencrypted.",
+    )
+    scrub_interval_s: float = Field(
+        0.0,
+        ge=0,
+        le=30 * 86400,
+        description="The background scrubber reads every archived segment back and "
+        "verifies it (as `tiered-log archive scrub` does) every this many seconds, counting "
+        "damage in /metrics. 0 (the default): off, as a pass reads the whole bucket.",
+    )
+    scrub_bytes_per_sec: int = Field(
+        4 << 20,
+        ge=4096,
+        le=1 << 34,
+        description="The background scrubber reads at most this many bytes a second.",
     )
     topic_defaults: TopicConfig = Field(TOPIC_DEFAULTS)
     auth_tokens: dict[str, dict[str, list[Grant]]] = Field(

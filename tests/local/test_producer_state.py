@@ -5,6 +5,7 @@ follower's append and a truncation."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,55 @@ def test_truncation_rebuilds_the_state(tmp_path: Path) -> None:
         # The second batch is gone: it is new again, not a duplicate.
         assert append(tlog, batch(2, 2)) == (2, 3)
         assert tlog.next_offset == 4
+
+
+def test_idle_producers_expire(tmp_path: Path) -> None:
+    """A producer this node has not seen a batch of for the expiration is forgotten at
+    the next check (and from the snapshot); a recent one is kept, whatever its batches'
+    own timestamps. The forgotten one may go on at its own sequence; a state rebuilt at an open starts its producers' idle time again."""
+    now = [1_000]
+    ps = ProducerStateManager(tmp_path, "t", clock=lambda: now[0])
+    ps.update(pb(0, pid=1), 0, 0)
+    now[0] = 5_000
+    ps.update(pb(0, pid=2), 1, 1)
+    assert ps.expire(10_999, 10_000) == [] and ps.complete
+    assert ps.expire(11_000, 10_000) == [1]
+    assert ps.entry(1) is None and ps.entry(2) is not None and not ps.complete
+
+    d = tmp_path / "p"
+
+    def open_expiring() -> TieredLog:
+        return TieredLog(
+            d,
+            log_id="p-0",
+            start_shipper=False,
+            clock=lambda: now[0],
+            producer_id_expiration_ms=60_000,
+        )
+
+    def idem(pid: int, seq: int) -> bytes:  # old timestamps: they do not count
+        recs = [NewRecord(b"v", timestamp=1)]
+        return kafka_batch(recs, producer_id=pid, producer_epoch=0, base_sequence=seq)
+
+    now[0] = 1_000_000
+    with open_expiring() as tlog:
+        assert append(tlog, idem(1, 0)) == (0, 0)
+        now[0] += 50_000
+        assert append(tlog, idem(2, 0)) == (1, 1)
+        tlog.maintain(tier=False)  # no check due yet (producer 1 idle for 50 s)
+        assert append(tlog, idem(1, 0)) == (0, 0)
+        now[0] += 11_000  # producer 1 idle for 61 s, producer 2 for 11 s
+        tlog.maintain(tier=False)
+        now[0] += 5_000
+        assert append(tlog, idem(2, 0)) == (1, 1)
+        # Forgotten: it may go on at its own sequence (not 0: the state is no longer
+        # complete), and a retry of a batch from before is not recognized.
+        assert append(tlog, idem(1, 5)) == (2, 2)
+        assert append(tlog, idem(3, 0)) == (3, 3)
+        now[0] += 55_000  # the next check: producer 2 idle for 71 s, goes with the snapshot
+        tlog.maintain(tier=False)
+    snap = json.loads((d / SNAPSHOT_FILE).read_bytes())
+    assert sorted(p[0] for p in snap["producers"]) == [1, 3]
+    now[0] += 3_600_000  # long after: the open walks nothing, the snapshot's are forgotten
+    with open_expiring() as tlog:
+        assert append(tlog, idem(3, 0)) == (4, 4)

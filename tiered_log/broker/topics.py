@@ -151,6 +151,7 @@ def open_partition_log(
         start_shipper=not settings.clustered,
         limits=limits or node_limits(settings),
         replicated=settings.clustered,
+        producer_id_expiration_ms=settings.producer_id_expiration_ms,
     )
 
 

@@ -69,7 +69,7 @@ from ..local.segment import SegmentInfo
 from ..remote.storage import RemoteStorage
 from ..remote.tier import RemoteTier, TierConfig, TierLimits
 from . import report
-from .idempotence import Idempotence
+from .idempotence import PRODUCER_ID_EXPIRATION_MS, Idempotence
 from .producer_state import buffer_headers
 from .reads import TierReads
 from .replication import Replication
@@ -136,7 +136,9 @@ class TieredLog:
     (checkpointed at most every ``hw_checkpoint_interval_ms``) and ships only segments
     below it (see :mod:`tiered_log.partition.replication`). ``scheduler``: where the
     shipper's rounds run (the process-wide one when None); ``clock``: wall-clock
-    milliseconds for retention and the checkpoint interval.
+    milliseconds for retention, the checkpoint interval and the producer ids' expiry.
+    ``producer_id_expiration_ms``: how long an idempotent producer's state outlives its
+    last batch (Kafka's ``producer.id.expiration.ms``).
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class TieredLog:
         hw_checkpoint_interval_ms: int = 1000,
         scheduler: TieringScheduler | None = None,
         clock: Callable[[], int] = now_ms,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.directory = Path(directory)
         self.log_id = naming.validate_log_id(log_id or self.directory.name)
@@ -215,7 +218,13 @@ class TieredLog:
             clock=clock,
             scheduler=scheduler,
         )
-        self._producers = Idempotence(self.directory, self.log_id, self._local)
+        self._producers = Idempotence(
+            self.directory,
+            self.log_id,
+            self._local,
+            expiration_ms=producer_id_expiration_ms,
+            clock=clock,
+        )
         self._reads = TierReads(
             self.log_id, self._local, lambda: self._remote, self._tiering, self._check_open
         )

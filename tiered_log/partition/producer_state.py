@@ -31,11 +31,23 @@ snapshot file, when there is a usable one, else from the local log start. The sn
 ``<log dir>/producer-state-checkpoint`` (:data:`SNAPSHOT_FILE`) is one JSON object,
 written atomically (temporary file, fsync, rename)::
 
-    {"version": 1,
+    {"version": 2,
      "offset": N,          # the state of every producer batch below offset N
      "complete": true,     # the state saw every batch from offset 0
      "producers": [[producer_id, epoch, last_timestamp,
-                    [[first_seq, last_seq, first_offset, last_offset], ...]], ...]}
+                    [[first_seq, last_seq, first_offset, last_offset], ...],
+                    last_seen_ms], ...]}
+
+(``last_seen_ms``: the node's clock when the producer's last batch was recorded;
+version 1, without it, is read as if every producer was seen at the load.)
+
+Producers idle for Kafka's ``producer.id.expiration.ms`` are forgotten
+(:meth:`ProducerStateManager.expire`, run by the partition log periodically and at its
+open), so the state does not grow forever. Idle is measured from when this node last
+recorded one of the producer's batches (its clock at the append, the follower's append
+or the rebuild), not from the batch's own timestamp as Kafka does: a producer replaying
+old timestamps is not forgotten while it writes, and a state rebuilt at an open starts
+the time again (a producer is forgotten later, never sooner, than it went idle).
 
 The partition log writes it when the log rolled since the last one (as Kafka writes one
 per segment) and on close, and deletes it before a truncation (a snapshot past the log
@@ -66,6 +78,7 @@ from ..errors import (
 )
 from ..format.kafka.layout import HEADER, HEADER_SIZE, LOG_OVERHEAD
 from ..local.files import write_atomic
+from ..local.log import now_ms
 from ..local.segment import Segment
 
 log = logging.getLogger(__name__)
@@ -77,7 +90,7 @@ SEQ_MOD = 1 << 31
 """Sequence numbers are int32 >= 0 and wrap from 2**31-1 to 0."""
 SNAPSHOT_FILE = "producer-state-checkpoint"
 """The snapshot's name in the log directory."""
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 _WALK_CHUNK = 1 << 20
 """Bytes read at once by the header walk."""
 
@@ -125,6 +138,8 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
     last_timestamp: int = -1
+    last_seen_ms: int = 0
+    """The node's clock when the last batch was recorded (for the expiry)."""
 
     @property
     def last_seq(self) -> int:
@@ -144,10 +159,12 @@ def producer_batch(buf: bytes | bytearray | memoryview, position: int) -> Produc
 class ProducerStateManager:
     """The producer state of one partition log (see the module docstring).
 
-    ``directory``: the log directory (for the snapshot); ``log_id``: for messages.
+    ``directory``: the log directory (for the snapshot); ``log_id``: for messages;
+    ``clock``: wall-clock milliseconds (when a producer was last seen).
     """
 
-    def __init__(self, directory: Path, log_id: str) -> None:
+    def __init__(self, directory: Path, log_id: str, clock: Callable[[], int] = now_ms) -> None:
+        self._clock = clock
         self.path = directory / SNAPSHOT_FILE
         self.log_id = log_id
         self.lock = threading.Lock()
@@ -227,6 +244,7 @@ class ProducerStateManager:
             e.batches.clear()
         e.batches.append(BatchMeta(b.first_seq, b.last_seq, first_offset, last_offset))
         e.last_timestamp = b.max_timestamp
+        e.last_seen_ms = self._clock()
         self._dirty = True
 
     def apply_headers(self, headers: Iterable[tuple[int, ProducerBatch]]) -> None:
@@ -239,6 +257,23 @@ class ProducerStateManager:
         """Record the producer batches of ``buf``, verified batches as stored (a
         follower's append). Under :attr:`lock`."""
         self.apply_headers(buffer_headers(buf))
+
+    def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget the producers last seen ``expiration_ms`` or more before ``now_ms``
+        (Kafka's ``producer.id.expiration.ms``), so the state of a
+        partition written by ever new producers does not grow without bound; the ids
+        forgotten. The state is no longer *complete* then: a forgotten producer that
+        comes back is accepted at whatever sequence it is at (as Kafka 2.5+ accepts an
+        unknown producer), its retries of batches older than its return no longer
+        recognized. Under :attr:`lock`."""
+        cutoff = now_ms - expiration_ms
+        gone = [pid for pid, e in self._producers.items() if e.last_seen_ms <= cutoff]
+        for pid in gone:
+            del self._producers[pid]
+        if gone:
+            self.complete = False
+            self._dirty = True
+        return gone
 
     def clear(self, *, complete: bool) -> None:
         """Forget every producer (a log restarting empty); ``complete``: whether the
@@ -257,6 +292,7 @@ class ProducerStateManager:
                 e.epoch,
                 e.last_timestamp,
                 [[m.first_seq, m.last_seq, m.first_offset, m.last_offset] for m in e.batches],
+                e.last_seen_ms,
             ]
             for pid, e in self._producers.items()
         ]
@@ -291,12 +327,15 @@ class ProducerStateManager:
             return None
         try:
             doc: Any = json.loads(raw)
-            if doc["version"] != SNAPSHOT_VERSION:
-                raise ValueError(f"version {doc['version']}")
+            version = doc["version"]
+            if version not in (1, SNAPSHOT_VERSION):
+                raise ValueError(f"version {version}")
             offset = int(doc["offset"])
             producers: dict[int, ProducerEntry] = {}
-            for pid, epoch, ts, batches in doc["producers"]:
+            loaded = self._clock()
+            for pid, epoch, ts, batches, *seen in doc["producers"]:
                 e = ProducerEntry(int(epoch), last_timestamp=int(ts))
+                e.last_seen_ms = int(seen[0]) if version > 1 else loaded
                 for fs, ls, fo, lo in batches:
                     e.batches.append(BatchMeta(int(fs), int(ls), int(fo), int(lo)))
                 producers[int(pid)] = e
