@@ -212,3 +212,60 @@ def test_cli_scrub(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert main(["archive", "scrub", *argv]) != 0
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def _scrub_metric(text: str, name: str, labels: str = "") -> float:
+    for line in text.splitlines():
+        if line.startswith(f"{name}{labels} "):
+            return float(line.rsplit(" ", 1)[1])
+    return -1.0
+
+
+@pytest.mark.timeout(120)
+def test_the_services_background_scrubber(tmp_path: Path) -> None:
+    """A server with ``scrub_interval_s`` ships a topic, a byte of an archived segment is
+    flipped while it runs: its scrubber counts the damaged segment in ``/metrics``, and
+    the command run beside it against the same bucket finds and names it too."""
+    from service.conftest import ServerProcess  # tests/service/conftest.py
+    from service.test_tiered_service import TINY, _bounds, _records, _wait
+
+    bucket = tmp_path / "bucket"
+    srv = ServerProcess(
+        tmp_path / "data",
+        tmp_path,
+        {"remote_url": str(bucket), "ship_interval_ms": "50", "scrub_interval_s": "0.2"},
+    )
+    srv.start()
+    try:
+        with srv.client() as c:
+            assert c.post("/v1/topics", json={"name": "t", "config": TINY}).status_code == 201
+            for start in range(0, 400, 100):
+                r = c.post(
+                    "/v1/topics/t/partitions/0/records", json={"records": _records(100, start)}
+                )
+                assert r.status_code == 200, r.text
+            _wait(lambda: _bounds(c, "t")["remote_end_offset"] > 200, "shipping")
+            _wait(
+                lambda: _scrub_metric(c.get("/metrics").text, "tiered_log_scrub_passes_total") > 0,
+                "a scrub pass",
+            )
+            text = c.get("/metrics").text
+            assert _scrub_metric(text, "tiered_log_scrub_bytes_total") > 0
+            assert 'tiered_log_scrub_damaged_segments{topic="t"}' not in text
+            data = sorted(p for p in bucket.rglob("*.log"))[0]
+            blob = bytearray(data.read_bytes())
+            blob[len(blob) - 10] ^= 0x01
+            data.write_bytes(bytes(blob))
+            _wait(
+                lambda: (
+                    _scrub_metric(
+                        c.get("/metrics").text, "tiered_log_scrub_damaged_segments", '{topic="t"}'
+                    )
+                    == 1
+                ),
+                "the damage counted",
+            )
+            assert main(["archive", "scrub", "--remote", str(bucket), "--topic", "t"]) == 1
+    finally:
+        srv.stop(timeout=15)
+    assert "damaged segment t/0 offsets [0, " in srv.log()

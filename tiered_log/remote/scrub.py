@@ -361,6 +361,10 @@ class _Pass:
         except RemoteObjectNotFoundError:
             dmg.add("data_missing", f"data object {key} is missing")
             return False
+        except RemoteCorruptionError as exc:  # a range that is the whole object: its digest
+            self.report.bytes_read += length
+            dmg.add("chunk", f"{where}: {exc.message}")
+            return True
         self.report.bytes_read += len(data)
         if len(data) != length:
             dmg.add("chunk", f"{where}: got {len(data)} of its {length} bytes")

@@ -4,7 +4,9 @@
 event loop's watchdog (:mod:`~tiered_log.service.loop_watchdog`, exported in ``/metrics``),
 loads the topics (unless the server loaded them before listening), joins the cluster
 when the settings name one (:mod:`~tiered_log.service.clustering`) and starts
-:func:`maintain_forever` (periodic time-based flush, roll and retention of every log);
+:func:`maintain_forever` (periodic time-based flush, roll and retention of every log)
+and, when ``scrub_interval_s`` is set, the archive's scrubber
+(:mod:`~tiered_log.service.scrubbing`);
 on shutdown it marks the state stopping (waking long polls), stops the loop, leaves the
 cluster (resigning every leadership) and closes every log (flushed).
 
@@ -22,6 +24,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from fastapi import FastAPI
 
 from .loop_watchdog import LoopWatchdog
+from .scrubbing import start_scrubber
 from .state import ServiceState
 
 log = logging.getLogger("tiered_log.service")
@@ -55,12 +58,15 @@ def make_lifespan(
                 state.settings.cluster_etcd,
             )
         task = asyncio.create_task(maintain_forever(state), name="tiered-log-maintenance")
+        scrubber = start_scrubber(state)  # off unless scrub_interval_s is set
         try:
             yield
         finally:
             state.begin_shutdown()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            if scrubber is not None:
+                await asyncio.to_thread(scrubber.stop)
             if state.cluster is not None:
                 await asyncio.to_thread(state.cluster.close)
             await asyncio.to_thread(state.broker.close)
