@@ -39,6 +39,11 @@ the socket's descriptor, as the HTTP binary fetch does, while the answer loop wa
 connection: the frame's size can no longer be honoured. Where the transport has no
 socket to send on, the ranges are read (in a worker thread) and written.
 
+Authentication: with a ``guard`` whose service has tokens, the connection must
+authenticate with SASL/PLAIN first and its requests are authorized by the token's
+grants (:mod:`tiered_log.kafka.auth`); a refused authentication is answered, then the
+connection is closed.
+
 Concurrency: every method runs on the listener's event loop.
 """
 
@@ -57,6 +62,7 @@ from kio.schema.errors import ErrorCode
 
 from ..local.ranges import FileRange
 from ..service.zerocopy import SendError, drained, offers_zerocopy, senders, sendfile_all
+from .auth import KafkaGuard
 from .handlers import Handlers, api_versions_body
 from .messages import (
     API_VERSIONS,
@@ -99,8 +105,10 @@ class KafkaConnection(asyncio.Protocol):
         *,
         stall_s: float = 20.0,
         idle_s: float = IDLE_S,
+        guard: KafkaGuard | None = None,
     ) -> None:
         self.handlers = handlers
+        self.sasl = guard.session() if guard is not None else None
         self.max_frame_bytes = max_frame_bytes
         self.connections = connections
         self.stall_s = stall_s
@@ -166,10 +174,13 @@ class KafkaConnection(asyncio.Protocol):
         buf += data
         pos = 0
         n = len(buf)
+        low, high = 8, self.max_frame_bytes
+        if self.sasl is not None:
+            low, high = self.sasl.frame_bounds(high)
         while n - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 8 or size > self.max_frame_bytes:
-                self._drop(f"a frame of {size} bytes (allowed: 8 to {self.max_frame_bytes})")
+            if size < low or size > high:
+                self._drop(f"a frame of {size} bytes (allowed: {low} to {high})")
                 return
             if n - pos - 4 < size:
                 break
@@ -227,6 +238,8 @@ class KafkaConnection(asyncio.Protocol):
                     await self._can_write.wait()
                 elif answer is not None:
                     await self._write_pieces(answer)
+                if self.sasl is not None and self.sasl.closing:
+                    self._drop(self.sasl.closing)
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -269,8 +282,13 @@ class KafkaConnection(asyncio.Protocol):
     async def _answer(self, frame: bytes) -> bytes | list[Piece] | None:
         """The response frame to ``frame`` (None: none due, or the connection closed);
         a Fetch answer as pieces (its stored batches as file ranges)."""
+        sasl = self.sasl
+        if sasl is not None and sasl.raw_expected:
+            return sasl.raw_token(frame)
         try:
             key, version, correlation = peek_header(frame)
+            if sasl is not None:
+                sasl.admit(key)
             if not is_supported(key, version):
                 if key == API_VERSIONS:
                     body = encode_body(
@@ -284,7 +302,14 @@ class KafkaConnection(asyncio.Protocol):
         except BadFrame as exc:
             self._drop(str(exc))
             return None
-        answer = await self.handlers.handle(req)
+        if sasl is not None:
+            try:
+                answer = await sasl.handle(req)
+            except BadFrame as exc:  # an API its token may not use
+                self._drop(str(exc))
+                return None
+        else:
+            answer = await self.handlers.handle(req)
         if answer is None:
             return None
         if key == FETCH:

@@ -5,6 +5,12 @@ served on the service's event loop once the service has started
 (:meth:`KafkaListener.stop`: no new connection, each connection's request in flight
 answered, then closed).
 
+Security, from the service's settings: with ``auth_tokens`` every connection
+authenticates with SASL/PLAIN (a token as the password) and is held to the token's
+grants (:mod:`tiered_log.kafka.auth`); with ``tls_certfile``/``tls_keyfile`` the
+listener speaks TLS with the HTTP server's certificate. Kafka's names for the four:
+PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.
+
 Concurrency: :class:`KafkaListener`'s coroutines run on the service's event loop; the
 connections share it (see :mod:`tiered_log.kafka.connection`).
 """
@@ -14,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 
 from ..config import Settings
 from ..service.state import ServiceState
+from .auth import KafkaGuard
 from .backend import Backend
 from .connection import KafkaConnection
 from .handlers import Handlers
@@ -52,10 +60,20 @@ def advertised_host(settings: Settings) -> str:
 
 def kafka_address(settings: Settings) -> str | None:
     """``host:port`` this node's Kafka listener is reached at (what a cluster node
-    registers), None when it has none (``kafka_port`` 0, or tokens set: no SASL yet)."""
-    if not settings.kafka_port or settings.auth_enabled:
+    registers), None when it has none (``kafka_port`` 0)."""
+    if not settings.kafka_port:
         return None
     return f"{advertised_host(settings)}:{settings.kafka_port}"
+
+
+def server_tls(settings: Settings) -> ssl.SSLContext | None:
+    """The listener's TLS context (the HTTP server's certificate and key), None without
+    ``tls_certfile``."""
+    if settings.tls_certfile is None or settings.tls_keyfile is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(settings.tls_certfile), str(settings.tls_keyfile))
+    return ctx
 
 
 class KafkaListener:
@@ -66,6 +84,7 @@ class KafkaListener:
         self.sock = sock
         self.address = (advertised_host(state.settings), int(sock.getsockname()[1]))
         self.handlers = Handlers(Backend(state, self.address))
+        self.guard = KafkaGuard(state.auth, self.handlers) if state.auth.enabled else None
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.AbstractServer | None = None
 
@@ -75,8 +94,11 @@ class KafkaListener:
         settings = self.state.settings
         max_frame, stall_s = settings.max_request_bytes, settings.body_timeout_s
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self.handlers, max_frame, self.connections, stall_s=stall_s),
+            lambda: KafkaConnection(
+                self.handlers, max_frame, self.connections, stall_s=stall_s, guard=self.guard
+            ),
             sock=self.sock,
+            ssl=server_tls(settings),
             start_serving=True,
         )
 
@@ -94,4 +116,4 @@ class KafkaListener:
         log.info("kafka listener closed")
 
 
-__all__ = ["KafkaListener", "advertised_host", "bind_kafka", "kafka_address"]
+__all__ = ["KafkaListener", "advertised_host", "bind_kafka", "kafka_address", "server_tls"]

@@ -2,8 +2,8 @@
 
 Start-up order, each step failing with one line on stderr and a non-zero exit:
 settings (exit 2: ``tiered-log: invalid setting <name>: <why>``), the listening socket
-and the Kafka listener's (``kafka_port``; none when 0 or while ``auth_tokens`` are set:
-it has no SASL yet) (exit 1), the data directory (locked against a second server,
+and the Kafka listener's (``kafka_port``; none when 0; SASL/PLAIN with ``auth_tokens``,
+TLS with ``tls_certfile``) (exit 1), the data directory (locked against a second server,
 every topic opened and recovered; exit 1), then uvicorn serves the app on the socket
 and, once the app has started, :class:`~tiered_log.kafka.KafkaListener` serves Kafka's
 protocol on the same event loop.
@@ -92,13 +92,9 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _bind_kafka(settings: Settings) -> socket.socket | None:
-    """The Kafka listener's socket (None when ``kafka_port`` is 0, or when the service
-    has tokens: the listener has no SASL yet, so it would bypass them). OSError when
-    the port cannot be bound."""
+    """The Kafka listener's socket (None when ``kafka_port`` is 0). OSError when the
+    port cannot be bound."""
     if not settings.kafka_port:
-        return None
-    if settings.auth_enabled:  # kafka_address() says None for these settings too
-        log.warning("no Kafka listener: auth_tokens are set and the Kafka listener has no SASL yet")
         return None
     from ..kafka.listener import bind_kafka
 
