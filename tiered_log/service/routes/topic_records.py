@@ -36,11 +36,10 @@ from ...errors import (
     InvalidRequestError,
     NotLeaderError,
     TieredLogError,
-    UnsupportedMediaTypeError,
     status_of,
 )
 from ...format.records import ProducerRecord
-from ..deps import State, TopicPath, WriteGrant, is_json, media_type, read_body
+from ..deps import JsonContent, State, TopicPath, WriteGrant, read_body
 from ..error_mapping import error_response, validation_message
 from ..openapi import errs
 from ..wire import JSON, MAX_BATCH_RECORDS, RecordIn
@@ -186,10 +185,14 @@ def _error_of(exc: BaseException) -> _Failed:
         return exc
     if isinstance(exc, TieredLogError):
         details: dict[str, Any] | None = None
+        status = status_of(exc)
         if isinstance(exc, NotLeaderError):
+            # No leader to forward to (an election is under way): the caller cannot
+            # redirect a topic's produce, only try again.
             details = {"leader_id": exc.leader_id, "leader_url": exc.leader_url}
+            status = 503
         return _Failed(
-            status_of(exc),
+            status,
             {"code": exc.code, "message": exc.message, "retriable": exc.retriable},
             details,
         )
@@ -199,7 +202,7 @@ def _error_of(exc: BaseException) -> _Failed:
 @router.post(
     "/v1/topics/{topic}/records",
     response_model=TopicProduceResponse,
-    responses=errs(400, 401, 403, 404, 413, 415, 421, 503),
+    responses=errs(400, 401, 403, 404, 413, 415, 503),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -211,6 +214,7 @@ async def produce_to_topic(
     request: Request,
     topic: TopicPath,
     _: WriteGrant,
+    _json: JsonContent,
     state: State,
     acks: Annotated[
         Literal["all", "1"] | None,
@@ -221,10 +225,6 @@ async def produce_to_topic(
     docstring): `{"records": [{"key": "k", "value": "v", "partition"?: p}, ...]}` with
     each record as a partition's produce takes it. The answer lists each record's
     partition and offset, or its partition's error."""
-    if not is_json(media_type(request)):
-        raise UnsupportedMediaTypeError(
-            f"Content-Type must be {JSON} (records of a topic are given as JSON)"
-        )
     body = await read_body(request)
     recs, records = await asyncio.to_thread(_parse, body)
     await state.broker.partition(topic, 0)  # the topic exists (a cluster: applied here)
