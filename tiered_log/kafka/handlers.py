@@ -118,6 +118,11 @@ class Handlers:
         auto = bool(getattr(body, "allow_auto_topic_creation", True))
         topics = await be.topics(names, auto)
         brokers = await be.brokers()
+        # A leader that is not among the live brokers (its process died; the cluster has
+        # not moved its partitions yet) is answered as Kafka's broker does: no leader,
+        # LEADER_NOT_AVAILABLE, so a client waits for the next leader instead of
+        # looking up a broker the answer does not list.
+        live = {b.node_id for b in brokers}
         return {
             "throttle_time": 0,
             "brokers": [
@@ -135,10 +140,10 @@ class Handlers:
                     "partitions": [
                         {
                             "error_code": ErrorCode.none
-                            if p.leader >= 0
+                            if p.leader in live
                             else ErrorCode.leader_not_available,
                             "partition_index": p.index,
-                            "leader_id": p.leader,
+                            "leader_id": p.leader if p.leader in live else -1,
                             "leader_epoch": p.leader_epoch,
                             "replica_nodes": p.replicas,
                             "isr_nodes": p.isr,
