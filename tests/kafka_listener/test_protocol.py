@@ -291,6 +291,7 @@ def test_list_offsets(server: ServerProcess) -> None:
                     ],
                 }
             ],
+            "timeout": 10_000,  # v10+
         }
         p = w.call(LIST_OFFSETS, version, body).topics[0].partitions[0]
         return p.error_code, p.offset, p.timestamp
@@ -303,7 +304,9 @@ def test_list_offsets(server: ServerProcess) -> None:
         assert ask(w, 1_700_000_000_001) == (ErrorCode.none, 1, 1_700_000_000_001)
         assert ask(w, 1_700_000_000_001, version=1) == (ErrorCode.none, 1, 1_700_000_000_001)
         assert ask(w, 1_800_000_000_000)[:2] == (ErrorCode.none, -1)
-        assert ask(w, -3)[0] == ErrorCode.unsupported_version
+        assert ask(w, -3) == (ErrorCode.none, 2, 1_700_000_000_002)  # max timestamp
+        assert ask(w, -3, version=6)[0] == ErrorCode.unsupported_version  # v7+
+        assert ask(w, -6, version=10)[0] == ErrorCode.unsupported_version  # not served
 
 
 def test_metrics_count_kafka_produces_and_fetches(server: ServerProcess) -> None:

@@ -30,7 +30,7 @@ import struct
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..broker import Acks
 from ..broker.topics import (
@@ -165,6 +165,55 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
         return uuid.uuid5(uuid.NAMESPACE_OID, topic_id)
 
 
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+"""ListOffsets v7+ (KIP-734): the record with the largest timestamp."""
+EARLIEST_LOCAL_TIMESTAMP = -4
+"""ListOffsets v8+ (KIP-405): the local tier's first offset."""
+LATEST_TIERED_TIMESTAMP = -5
+"""ListOffsets v9+ (KIP-1005): the last offset archived in the remote tier."""
+
+_SCAN_RECORDS = 10_000
+_SCAN_BYTES = 4 << 20
+
+
+def max_timestamp_offset(plog: PartitionLog) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the first record holding the largest timestamp of the
+    log, either tier (None: no record), as Kafka answers ListOffsets -3: the segment
+    with the largest maximum timestamp (the earliest of equals) is found from the
+    segments' metadata, then read from its start up to that record. Blocking (reads
+    a segment, maybe from the bucket): the broker's read executor."""
+    start = plog.log_start_offset
+    best: tuple[int, int, int] | None = None  # (max timestamp, first offset, end)
+    _, _, archived = plog.remote_segments(start)
+    local = plog.local_segments()
+    local_start = local[0].base_offset if local else plog.next_offset
+    extents = [
+        (int(s["max_timestamp"]), max(int(s["base_offset"]), start), int(s["next_offset"]))
+        for s in archived
+        if int(s["base_offset"]) < local_start
+    ]
+    extents += [(s.max_timestamp, s.base_offset, s.next_offset) for s in local]
+    for ts, first, end in extents:
+        if end > first and ts >= 0 and (best is None or ts > best[0]):
+            best = (ts, first, end)
+    if best is None:
+        return None
+    ts, offset, end = best
+    while offset < end:
+        recs = plog.read_range(offset, _SCAN_RECORDS, _SCAN_BYTES)
+        if not recs:
+            break
+        for r in recs:
+            if r.offset >= end:
+                return None
+            if r.timestamp == ts:
+                return r.offset, ts
+        offset = recs[-1].offset + 1
+    return None
+
+
 class Backend:
     """The partitions, as the Kafka listener sees them (see the module docstring).
 
@@ -247,11 +296,23 @@ class Backend:
     async def _create(self, name: str) -> None:
         await self.create_topic(name, CreateTopicRequest.model_fields["partitions"].default)
 
-    async def create_topic(self, name: str, partitions: int) -> None:
-        """Create a topic with the service's defaults (in a cluster through its metadata
-        store); one created meanwhile is no error."""
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        overrides: dict[str, Any] | None = None,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
+        *,
+        exist_ok: bool = True,
+    ) -> None:
+        """Create a topic with the service's defaults and ``overrides`` (TopicConfig
+        fields), as ``POST /v1/topics`` does: in a cluster through its metadata store
+        (``replication_factor``/``min_insync_replicas`` None: the cluster's defaults),
+        on a single node in its topic manager. A topic created meanwhile is no error
+        when ``exist_ok`` (auto-creation), else TopicExistsError."""
         state = self.state
-        with contextlib.suppress(TopicExistsError):
+        with contextlib.suppress(*((TopicExistsError,) if exist_ok else ())):
             if state.cluster is not None:
                 from ..service.clustering import create_cluster_topic
 
@@ -261,12 +322,12 @@ class Backend:
                     state.settings,
                     name,
                     partitions,
-                    {},
-                    None,
-                    None,
+                    overrides or {},
+                    replication_factor,
+                    min_insync_replicas,
                 )
             else:
-                await asyncio.to_thread(state.topics.create, name, partitions)
+                await asyncio.to_thread(state.topics.create, name, partitions, overrides)
 
     def _info(self, name: str) -> TopicInfo:
         topic = self.state.topics.get(name)
@@ -382,18 +443,34 @@ class Backend:
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
         """``(offset, timestamp)`` for a ListOffsets query: -1 latest (the high
-        watermark), -2 earliest (the log start, either tier), else the first offset whose
-        timestamp is at or after ``timestamp`` in either tier (``(-1, -1)``: none)."""
+        watermark), -2 earliest (the log start, either tier), -3 the record with the
+        largest timestamp (:func:`max_timestamp_offset`), -4 the local tier's first
+        offset, -5 the last offset archived in the remote tier (-1: none is), else the
+        first offset whose timestamp is at or after ``timestamp`` in either tier
+        (``(-1, -1)``: none). An offset a consumer may not read yet (at or above the
+        high watermark) is none, as in Kafka."""
         broker = self.state.broker
         plog = await broker.fetch_log(topic, partition)
 
         def work() -> tuple[int, int]:
-            if timestamp == -1:
+            if timestamp == LATEST_TIMESTAMP:
                 return partition_bounds(plog).high_watermark, -1
-            if timestamp == -2:
+            if timestamp == EARLIEST_TIMESTAMP:
                 return partition_bounds(plog).log_start_offset, -1
-            found = plog.offset_for_timestamp(timestamp)
             cap = broker.read_cap(plog)
+            if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+                return partition_bounds(plog).local_start_offset, -1
+            if timestamp == LATEST_TIERED_TIMESTAMP:
+                remote = plog.remote_tier
+                if remote is None or not remote.has_data:
+                    return -1, -1
+                return remote.remote_end - 1, -1
+            if timestamp == MAX_TIMESTAMP:
+                got = max_timestamp_offset(plog)
+                if got is None or (cap is not None and got[0] >= cap):
+                    return -1, -1
+                return got
+            found = plog.offset_for_timestamp(timestamp)
             if found is None or (cap is not None and found >= cap):
                 return -1, -1
             recs = plog.read_range(found, 1, 1 << 20)
@@ -409,6 +486,7 @@ __all__ = [
     "PartitionInfo",
     "Produced",
     "TopicInfo",
+    "max_timestamp_offset",
     "produce_batches",
     "topic_uuid",
 ]

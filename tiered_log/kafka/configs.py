@@ -81,7 +81,7 @@ REMOTE_DELETE_ON_DISABLE = "remote.log.delete.on.disable"
 REMOTE_COPY_DISABLE = "remote.log.copy.disable"
 
 
-def _described(config: TopicConfig, defaults: TopicConfig, keys: Any) -> list[dict[str, Any]]:
+def described(config: TopicConfig, defaults: TopicConfig, keys: Any) -> list[dict[str, Any]]:
     """The DescribeConfigs entries of ``config`` (``keys``: the names asked for, None or
     empty: all), each marked dynamic when it differs from the server's default."""
     wanted = set(keys) if keys else None
@@ -113,7 +113,7 @@ def _described(config: TopicConfig, defaults: TopicConfig, keys: Any) -> list[di
     return out
 
 
-def _setting_value(name: str, raw: str | None) -> Any:
+def setting_value(name: str, raw: str | None) -> Any:
     """The setting's value of Kafka config ``name`` given as ``raw`` (InvalidArgumentError
     naming it when it is not one)."""
     k = KAFKA_NAMES[name]
@@ -166,7 +166,7 @@ def kafka_changes(configs: Any) -> tuple[dict[str, Any], list[str], str | None]:
         if op == DELETE:
             reset.append(k.setting)
         else:
-            changes[k.setting] = _setting_value(name, c.value)
+            changes[k.setting] = setting_value(name, c.value)
     if changes.get("remote_enabled") is False and policy is None:
         raise InvalidArgumentError(
             f"remote.storage.enable=false needs {REMOTE_DELETE_ON_DISABLE}=true (the remote "
@@ -228,7 +228,7 @@ class ConfigHandlers:
             if res.resource_type == TOPIC:
                 try:
                     config = await asyncio.to_thread(self._topic_config, res.resource_name)
-                    r["configs"] = _described(config, defaults, res.configuration_keys)
+                    r["configs"] = described(config, defaults, res.configuration_keys)
                 except TieredLogError as exc:
                     r["error_code"], r["error_message"] = error_code(exc), error_message(exc)
             elif res.resource_type != BROKER:
@@ -280,6 +280,8 @@ __all__ = [
     "INCREMENTAL_ALTER_CONFIGS",
     "KAFKA_NAMES",
     "ConfigHandlers",
+    "described",
     "kafka_changes",
     "kafka_message",
+    "setting_value",
 ]

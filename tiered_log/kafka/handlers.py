@@ -23,7 +23,10 @@ every version of the API; the fields a version lacks are dropped there).
 - DescribeConfigs, IncrementalAlterConfigs: a topic's settings under Kafka's names
   (:mod:`tiered_log.kafka.configs`).
 - ListOffsets: -1 latest (the high watermark), -2 earliest (the log start, the bucket
-  included), else the first offset at or after a timestamp in either tier.
+  included), -3 the record with the largest timestamp (v7+), -4 the local tier's first
+  offset (v8+), -5 the last archived offset (v9+), else the first offset at or after a
+  timestamp in either tier.
+- CreateTopics, DeleteTopics, OffsetForLeaderEpoch: :mod:`tiered_log.kafka.admin`.
 
 Every refusal is a per-partition (or per-topic) Kafka error code; a handler raises only
 for a request it cannot answer at all. Concurrency: coroutines of the listener's event
@@ -40,7 +43,16 @@ from kio.schema.errors import ErrorCode
 
 from ..broker.parking import wait_event
 from ..errors import InvalidTopicNameError, TieredLogError, TopicNotFoundError
-from .backend import Backend, Page
+from .admin import ADMIN_APIS, AdminHandlers
+from .backend import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    Backend,
+    Page,
+)
 from .configs import CONFIG_APIS, ConfigHandlers
 from .errors import InvalidAcksError, InvalidRecordError, error_code, error_message
 from .groups.handlers import GROUP_APIS, GroupHandlers
@@ -67,6 +79,17 @@ HTTP fetch's ``wait_ms`` has the same bound)."""
 APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in GROUP_APIS.items()})
 APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in PRODUCER_APIS.items()})
 APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in CONFIG_APIS.items()})
+APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in ADMIN_APIS.items()})
+
+_SPECIAL_SINCE = {
+    LATEST_TIMESTAMP: 0,
+    EARLIEST_TIMESTAMP: 0,
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+}
+"""ListOffsets' special timestamps and the version each came with (an older version, or
+an unknown negative timestamp: UNSUPPORTED_VERSION)."""
 
 UNKNOWN_OPERATIONS = -(2**31)
 """Authorized operations not computed (Kafka's INT32_MIN)."""
@@ -98,6 +121,7 @@ class Handlers:
             **GroupHandlers(backend).handlers(),
             **ProducerHandlers(backend).handlers(),
             **ConfigHandlers(backend).handlers(),
+            **AdminHandlers(backend).handlers(),
         }
 
     async def handle(self, req: Request) -> dict[str, Any] | None:
@@ -328,7 +352,7 @@ class Handlers:
                 }
                 ts = int(p.timestamp)
                 try:
-                    if ts < -2:
+                    if ts < 0 and req.api_version < _SPECIAL_SINCE.get(ts, 1 << 15):
                         r["error_code"] = ErrorCode.unsupported_version
                     else:
                         r["offset"], r["timestamp"] = await be.list_offset(t.name, index, ts)

@@ -69,7 +69,7 @@ API_VERSIONS = 18
 APIS: dict[int, ApiSpec] = {
     PRODUCE: ApiSpec(PRODUCE, "produce", 3, 9, 0),
     FETCH: ApiSpec(FETCH, "fetch", 4, 12, 4),
-    LIST_OFFSETS: ApiSpec(LIST_OFFSETS, "list_offsets", 1, 7, 1),
+    LIST_OFFSETS: ApiSpec(LIST_OFFSETS, "list_offsets", 1, 10, 1),
     METADATA: ApiSpec(METADATA, "metadata", 1, 12, 1),
     API_VERSIONS: ApiSpec(API_VERSIONS, "api_versions", 0, 3, 0),
 }

@@ -12,7 +12,6 @@ Concurrency: handlers run on the event loop; topic creation, deletion and descri
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
@@ -23,10 +22,9 @@ from ...errors import (
     InvalidArgumentError,
     LogClosedError,
     PartitionNotReadyError,
-    TopicNotFoundError,
 )
 from ...kafka.groups.offsets import is_internal
-from .. import topic_alter
+from .. import topic_alter, topic_delete
 from ..deps import AdminGrant, Authenticated, JsonContent, ReadGrant, State, TopicPath
 from ..openapi import errs
 from ..wire import AlterTopicRequest, CreateTopicRequest, TopicDescription, TopicList
@@ -181,16 +179,7 @@ async def alter_topic(
 )
 async def delete_topic(topic: TopicPath, _: AdminGrant, state: State) -> Response:
     """Delete a topic and all of its records."""
-    partitions = state.topics.get(topic).meta.partitions
-    if state.cluster is not None:  # every node deletes its logs once etcd has no topic
-        await asyncio.to_thread(state.cluster.delete_topic, topic)
-        with contextlib.suppress(TopicNotFoundError):  # this node's refresh did it
-            await asyncio.to_thread(state.topics.delete, topic)
-    else:
-        await asyncio.to_thread(state.topics.delete, topic)
-    state.metrics.forget_topic(topic)
-    for p in range(partitions):  # long polls on it end (and then answer 404)
-        state.broker.parking.hw.notify((topic, p))
+    await topic_delete.delete_topic(state, topic)
     return Response(status_code=204)
 
 

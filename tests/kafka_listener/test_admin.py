@@ -1,0 +1,477 @@
+"""CreateTopics, DeleteTopics, OffsetForLeaderEpoch and ListOffsets' special timestamps
+against a real server: librdkafka's AdminClient (confluent-kafka) and kafka-python's
+KafkaAdminClient create and delete topics; raw requests check the exact answers; a
+tiered topic (small segments, no local retention) answers -3, -4 and -5 from both tiers;
+in a real three-node cluster any node creates and deletes, only the leader answers
+OffsetForLeaderEpoch, and a confluent-kafka consumer keeps its position across a leader
+change (librdkafka validates it with OffsetForLeaderEpoch)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from cluster.conftest import dev_cluster
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kio.schema.errors import ErrorCode
+from service.conftest import ServerProcess
+
+from tiered_log.cluster.dev import DevCluster
+from tiered_log.kafka.admin import CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH
+from tiered_log.kafka.messages import LIST_OFFSETS, METADATA, PRODUCE
+
+from .clients import confluent_consume, confluent_consumer, confluent_produce
+from .conftest import KafkaWire, bounds, create_topic, kafka_server, wait_until
+from .test_protocol import batch, produce_body
+
+pytestmark = pytest.mark.timeout(180)
+
+BASE_TS = 1_760_000_000_000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A single node whose remote tier ships quickly."""
+    bucket = tmp_path_factory.mktemp("admin-bucket")
+    yield from kafka_server(
+        tmp_path_factory, "kafka-admin", remote_url=str(bucket), ship_interval_ms="50"
+    )
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10_000})
+
+
+def _created(admin: AdminClient, *topics: NewTopic, validate_only: bool = False) -> dict[str, Any]:
+    """Each topic's outcome: None (created) or its KafkaError."""
+    out: dict[str, Any] = {}
+    futures = admin.create_topics(list(topics), validate_only=validate_only, request_timeout=20)
+    for name, f in futures.items():
+        try:
+            out[name] = f.result(timeout=30)
+        except KafkaException as exc:
+            out[name] = exc.args[0]
+    return out
+
+
+def _deleted(admin: AdminClient, *names: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, f in admin.delete_topics(list(names), request_timeout=20).items():
+        try:
+            out[name] = f.result(timeout=30)
+        except KafkaException as exc:
+            out[name] = exc.args[0]
+    return out
+
+
+def _http_topic(server_url: str, name: str) -> httpx.Response:
+    return httpx.get(f"{server_url}/v1/topics/{name}", timeout=10)
+
+
+def _listed(bootstrap: str) -> set[str]:
+    """The topics a Metadata request for every topic lists."""
+    body = {"topics": None, "allow_auto_topic_creation": False}
+    with KafkaWire(bootstrap) as w:
+        resp = w.call(METADATA, 12, body | {"include_topic_authorized_operations": False})
+    return {t.name for t in resp.topics}
+
+
+def create_body(name: str, partitions: int = -1, rf: int = -1, **configs: str) -> dict[str, Any]:
+    return {
+        "topics": [
+            {
+                "name": name,
+                "num_partitions": partitions,
+                "replication_factor": rf,
+                "assignments": [],
+                "configs": [{"name": k, "value": v} for k, v in configs.items()],
+            }
+        ],
+        "timeout": 20_000,
+        "validate_only": False,
+    }
+
+
+def epoch_body(topic: str, epoch: int, current: int = -1, partition: int = 0) -> dict[str, Any]:
+    return {
+        "replica_id": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": partition, "current_leader_epoch": current, "leader_epoch": epoch}
+                ],
+            }
+        ],
+    }
+
+
+def epoch_end(w: KafkaWire, *args: Any, version: int = 4, **kw: Any) -> tuple[int, int, int]:
+    p = w.call(OFFSET_FOR_LEADER_EPOCH, version, epoch_body(*args, **kw)).topics[0].partitions[0]
+    return p.error_code, p.leader_epoch, p.end_offset
+
+
+def list_offset(w: KafkaWire, topic: str, ts: int, version: int = 9) -> tuple[int, int, int]:
+    body = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}],
+            }
+        ],
+        "timeout": 10_000,
+    }
+    p = w.call(LIST_OFFSETS, version, body).topics[0].partitions[0]
+    return p.error_code, p.offset, p.timestamp
+
+
+# ---- CreateTopics / DeleteTopics on a single node ------------------------------------------
+
+
+def test_confluent_admin_creates_topics_then_clients_use_them(server: ServerProcess) -> None:
+    admin = _admin(server.kafka_bootstrap)
+    got = _created(
+        admin,
+        NewTopic("adm-a", 3, 1, config={"retention.ms": "3600000", "segment.bytes": "1048576"}),
+        NewTopic("adm-default", -1, -1),
+    )
+    assert got == {"adm-a": None, "adm-default": None}
+    desc = _http_topic(server.url, "adm-a").json()
+    assert desc["partitions"] == 3
+    assert desc["config"]["retention_ms"] == 3_600_000
+    assert desc["config"]["segment_bytes"] == 1 << 20
+    assert _http_topic(server.url, "adm-default").json()["partitions"] == 1
+
+    recs = [(p, b"k%d" % i, b"v%d" % i, []) for i in range(30) for p in (i % 3,)]
+    assert confluent_produce(server.kafka_bootstrap, "adm-a", recs) == [None] * 30  # type: ignore[arg-type]
+    rows = confluent_consume(server.kafka_bootstrap, "adm-a", 3, 30)
+    assert sorted((p, k, v) for p, _, k, v, _ in rows) == sorted((p, k, v) for p, k, v, _ in recs)
+
+
+def test_confluent_admin_create_refusals_and_validate_only(server: ServerProcess) -> None:
+    admin = _admin(server.kafka_bootstrap)
+    assert _created(admin, NewTopic("adm-exists", 1, 1)) == {"adm-exists": None}
+    got = _created(
+        admin,
+        NewTopic("adm-exists", 1, 1),
+        NewTopic("bad/name", 1, 1),
+        NewTopic("adm-rf", 1, 3),
+        NewTopic("adm-compact", 1, 1, config={"cleanup.policy": "compact"}),
+        NewTopic("adm-unknown-cfg", 1, 1, config={"no.such.config": "1"}),
+        NewTopic("adm-bad-value", 1, 1, config={"retention.ms": "soon"}),
+    )
+    codes = {name: err.code() for name, err in got.items()}
+    assert codes == {
+        "adm-exists": KafkaError.TOPIC_ALREADY_EXISTS,
+        "bad/name": KafkaError.TOPIC_EXCEPTION,
+        "adm-rf": KafkaError.INVALID_REPLICATION_FACTOR,
+        "adm-compact": KafkaError.INVALID_CONFIG,
+        "adm-unknown-cfg": KafkaError.INVALID_CONFIG,
+        "adm-bad-value": KafkaError.INVALID_CONFIG,
+    }
+    assert "retention.ms" in got["adm-bad-value"].str()
+    assert "no.such.config" in got["adm-unknown-cfg"].str()
+
+    # validate_only: checked (refusals as above), nothing created
+    got = _created(
+        admin, NewTopic("adm-dry", 2, 1), NewTopic("adm-exists", 1, 1), validate_only=True
+    )
+    assert got["adm-dry"] is None
+    assert got["adm-exists"].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    assert _http_topic(server.url, "adm-dry").status_code == 404
+
+
+def test_raw_create_topics_answers(server: ServerProcess) -> None:
+    """v7 answers the partition count, replication factor, configs and topic id; v2 the
+    error; bad partition counts, a duplicate name, manual assignments, the internal
+    topic are refused with Kafka's codes."""
+    with KafkaWire(server.kafka_bootstrap) as w:
+        resp = w.call(CREATE_TOPICS, 7, create_body("adm-raw", 2, -1, **{"retention.ms": "60000"}))
+        (t,) = resp.topics
+        assert (t.error_code, t.num_partitions, t.replication_factor) == (ErrorCode.none, 2, 1)
+        configs = {c.name: c.value for c in t.configs}
+        assert configs["retention.ms"] == "60000" and configs["segment.bytes"]
+        assert t.topic_id == uuid.UUID(hex=_http_topic(server.url, "adm-raw").json()["topic_id"])
+
+        for partitions, code in (
+            (0, ErrorCode.invalid_partitions),
+            (-5, ErrorCode.invalid_partitions),
+        ):
+            (t,) = w.call(CREATE_TOPICS, 7, create_body("adm-p", partitions)).topics
+            assert t.error_code == code and t.error_message
+        (t,) = w.call(CREATE_TOPICS, 2, create_body("adm-raw", 1)).topics
+        assert t.error_code == ErrorCode.topic_already_exists
+        body = create_body("adm-twice")
+        body["topics"] = body["topics"] * 2
+        assert [t.error_code for t in w.call(CREATE_TOPICS, 5, body).topics] == [
+            ErrorCode.invalid_request
+        ] * 2
+        body = create_body("adm-assigned")
+        body["topics"][0]["assignments"] = [{"partition_index": 0, "broker_ids": [0]}]
+        (t,) = w.call(CREATE_TOPICS, 7, body).topics
+        assert t.error_code == ErrorCode.invalid_request
+        (t,) = w.call(CREATE_TOPICS, 7, create_body("__consumer_offsets")).topics
+        assert t.error_code == ErrorCode.invalid_request
+        (t,) = w.call(
+            CREATE_TOPICS, 7, create_body("adm-isr", **{"min.insync.replicas": "2"})
+        ).topics
+        assert t.error_code == ErrorCode.invalid_config
+    for name in ("adm-p", "adm-twice", "adm-assigned", "adm-isr"):
+        assert _http_topic(server.url, name).status_code == 404
+
+
+def test_delete_topics_by_name_and_by_id(server: ServerProcess) -> None:
+    admin = _admin(server.kafka_bootstrap)
+    assert _created(admin, NewTopic("adm-del", 2, 1), NewTopic("adm-del-id", 1, 1)) == {
+        "adm-del": None,
+        "adm-del-id": None,
+    }
+    confluent_produce(server.kafka_bootstrap, "adm-del", [(0, None, b"x", [])])
+    assert {"adm-del", "adm-del-id"} <= _listed(server.kafka_bootstrap)
+    got = _deleted(admin, "adm-del", "adm-never-was")
+    assert got["adm-del"] is None
+    assert got["adm-never-was"].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert "adm-del" not in _listed(server.kafka_bootstrap)
+    assert _http_topic(server.url, "adm-del").status_code == 404
+
+    tid = uuid.UUID(hex=_http_topic(server.url, "adm-del-id").json()["topic_id"])
+    with KafkaWire(server.kafka_bootstrap) as w:
+        body = {"topics": [{"name": None, "topic_id": tid}], "timeout": 10_000}
+        (r,) = w.call(DELETE_TOPICS, 6, body).responses
+        assert (r.error_code, r.name, r.topic_id) == (ErrorCode.none, "adm-del-id", tid)
+        (r,) = w.call(DELETE_TOPICS, 6, body).responses
+        assert r.error_code == ErrorCode.unknown_topic_id
+        body = {"topic_names": ["__consumer_offsets"], "timeout": 10_000}
+        (r,) = w.call(DELETE_TOPICS, 1, body).responses
+        assert r.error_code == ErrorCode.invalid_request
+    assert "adm-del-id" not in _listed(server.kafka_bootstrap)
+
+
+def test_kafka_python_admin_creates_and_deletes(server: ServerProcess) -> None:
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as KpNewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=server.kafka_bootstrap, request_timeout_ms=10_000)
+    try:
+        admin.create_topics(
+            [KpNewTopic("adm-kp", 2, 1, topic_configs={"retention.bytes": "1000000"})],
+            timeout_ms=10_000,
+        )
+        desc = _http_topic(server.url, "adm-kp").json()
+        assert desc["partitions"] == 2 and desc["config"]["retention_bytes"] == 1_000_000
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics([KpNewTopic("adm-kp", 1, 1)], timeout_ms=10_000)
+        assert "adm-kp" in admin.list_topics()
+        admin.delete_topics(["adm-kp"], timeout_ms=10_000)
+        assert _http_topic(server.url, "adm-kp").status_code == 404
+    finally:
+        admin.close()
+
+
+# ---- ListOffsets -3 / -4 / -5 --------------------------------------------------------------
+
+
+def test_list_offsets_max_timestamp_earliest_local_latest_tiered(server: ServerProcess) -> None:
+    """A tiered topic whose first segments are only in the bucket: -3 finds the record
+    with the largest timestamp there (and, once a larger one is appended, on local
+    disk), -4 is the local start, -5 the last archived offset; each needs its version."""
+    topic = "adm-tiered"
+    create_topic(server, topic, segment_bytes=4096, local_retention_bytes=0)
+    n, peak = 600, 100
+    with KafkaWire(server.kafka_bootstrap) as w:
+        assert list_offset(w, topic, -5) == (ErrorCode.none, -1, -1)  # nothing archived yet
+        assert list_offset(w, topic, -3)[:2] == (ErrorCode.none, -1)  # no record yet
+    p = Producer(
+        {"bootstrap.servers": server.kafka_bootstrap, "linger.ms": 20, "batch.num.messages": 20}
+    )
+    for i in range(n):
+        ts = BASE_TS + 10**6 if i == peak else BASE_TS + i
+        p.produce(topic, value=b"r-%04d" % i + b"." * 60, partition=0, timestamp=ts)
+    assert p.flush(30) == 0
+    wait_until(
+        lambda: bounds(server, topic)["local_start_offset"] > peak + 50, 60, "local retention"
+    )
+    segs = httpx.get(
+        f"{server.url}/v1/topics/{topic}/partitions/0/remote-segments", timeout=10
+    ).json()
+    with KafkaWire(server.kafka_bootstrap) as w:
+        b = bounds(server, topic)
+        assert list_offset(w, topic, -3) == (ErrorCode.none, peak, BASE_TS + 10**6)
+        local = list_offset(w, topic, -4)
+        assert local[:2] == (ErrorCode.none, b["local_start_offset"])
+        tiered = list_offset(w, topic, -5)
+        assert tiered[0] == ErrorCode.none
+        assert segs["remote_end_offset"] - 1 <= tiered[1] < n
+        assert tiered[1] >= b["local_start_offset"] - 1
+        assert list_offset(w, topic, -4, version=7)[0] == ErrorCode.unsupported_version
+        assert list_offset(w, topic, -5, version=8)[0] == ErrorCode.unsupported_version
+        assert list_offset(w, topic, -3, version=7)[:2] == (ErrorCode.none, peak)
+        w.call(PRODUCE, 9, produce_body(topic, batch(b"late")))  # timestamps 1.7e12: older
+        assert list_offset(w, topic, -3)[1] == peak
+    p.produce(topic, value=b"newest", partition=0, timestamp=BASE_TS + 10**7)
+    assert p.flush(30) == 0
+    with KafkaWire(server.kafka_bootstrap) as w:
+        assert list_offset(w, topic, -3) == (ErrorCode.none, n + 1, BASE_TS + 10**7)
+
+
+# ---- OffsetForLeaderEpoch on a single node -------------------------------------------------
+
+
+def test_offset_for_leader_epoch_on_a_single_node(server: ServerProcess) -> None:
+    """A single node leads in epoch 0 (its Metadata says so): epoch 0 ends at the log
+    end; an epoch it never had is -1/-1; a newer current epoch is UNKNOWN_LEADER_EPOCH."""
+    topic = "adm-epochs"
+    create_topic(server, topic)
+    with KafkaWire(server.kafka_bootstrap) as w:
+        w.call(PRODUCE, 9, produce_body(topic, batch(b"a", b"b", b"c", b"d", b"e")))
+        assert epoch_end(w, topic, 0) == (ErrorCode.none, 0, 5)
+        assert epoch_end(w, topic, 0, current=0, version=2) == (ErrorCode.none, 0, 5)
+        assert epoch_end(w, topic, 3) == (ErrorCode.none, -1, -1)
+        assert epoch_end(w, topic, -1) == (ErrorCode.none, -1, -1)
+        assert epoch_end(w, topic, 0, current=1)[0] == ErrorCode.unknown_leader_epoch
+        assert epoch_end(w, topic, 0, partition=7)[0] == ErrorCode.unknown_topic_or_partition
+        assert epoch_end(w, "adm-no-such", 0)[0] == ErrorCode.unknown_topic_or_partition
+
+
+# ---- a cluster -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    yield from dev_cluster(tmp_path_factory, {"TIERED_LOG_CLUSTER_LEASE_TTL_S": "2"})
+
+
+def _partition(cluster: DevCluster, topic: str) -> dict[str, Any]:
+    url = next(n.url for n in cluster.nodes.values() if n.alive)
+    r = httpx.get(f"{url}/v1/topics/{topic}", timeout=10)
+    r.raise_for_status()
+    out: dict[str, Any] = r.json()["partition_info"][0]
+    return out
+
+
+def test_cluster_any_node_creates_and_deletes(cluster: DevCluster) -> None:
+    with KafkaWire(cluster.nodes[3].kafka_address) as w:
+        body = create_body("adm-c", 2, 3, **{"min.insync.replicas": "2"})
+        (t,) = w.call(CREATE_TOPICS, 7, body).topics
+        assert (t.error_code, t.num_partitions, t.replication_factor) == (ErrorCode.none, 2, 3)
+        (t,) = w.call(CREATE_TOPICS, 7, create_body("adm-c5", 1, 5)).topics
+        assert t.error_code == ErrorCode.invalid_replication_factor
+        (t,) = w.call(CREATE_TOPICS, 7, create_body("adm-c", 1)).topics
+        assert t.error_code == ErrorCode.topic_already_exists
+    r = httpx.get(f"{cluster.urls[0]}/v1/topics/adm-c", timeout=10).json()
+    assert (r["replication_factor"], r["min_insync_replicas"], r["partitions"]) == (3, 2, 2)
+    wait_until(
+        lambda: all("adm-c" in _listed(n.kafka_address) for n in cluster.nodes.values()),
+        20,
+        "every node lists the topic",
+    )
+    got = _deleted(_admin(cluster.nodes[2].kafka_address), "adm-c")
+    assert got == {"adm-c": None}
+    wait_until(
+        lambda: not any("adm-c" in _listed(n.kafka_address) for n in cluster.nodes.values()),
+        20,
+        "no node lists the topic",
+    )
+
+
+def test_cluster_offset_for_leader_epoch_and_a_consumer_across_a_leader_change(
+    cluster: DevCluster,
+) -> None:
+    """Only the leader answers; a stale current epoch is fenced, a newer one unknown. A
+    consumer reading through a leader's SIGKILL keeps its position (librdkafka validates
+    it with OffsetForLeaderEpoch at the new leader) and reads every record once."""
+    topic = "adm-epoch-c"
+    admin = _admin(cluster.bootstrap)
+    assert _created(admin, NewTopic(topic, 1, 3)) == {topic: None}
+    wait_until(lambda: len(_partition(cluster, topic)["isr"]) == 3, 30, "a full ISR")
+    part = _partition(cluster, topic)
+    leader, epoch = part["leader"], part["leader_epoch"]
+    first = [(0, None, b"first-%d" % i, []) for i in range(20)]
+    confluent_produce(cluster.bootstrap, topic, first, acks="all")  # type: ignore[arg-type]
+    follower = next(n for n in part["replicas"] if n != leader)
+    with KafkaWire(cluster.nodes[follower].kafka_address) as w:
+        assert epoch_end(w, topic, epoch, current=epoch)[0] == ErrorCode.not_leader_or_follower
+    with KafkaWire(cluster.nodes[leader].kafka_address) as w:
+        assert epoch_end(w, topic, epoch, current=epoch) == (ErrorCode.none, epoch, 20)
+        assert epoch_end(w, topic, epoch, current=epoch + 1)[0] == ErrorCode.unknown_leader_epoch
+
+    lines: list[str] = []
+    rdkafka_log = logging.getLogger("tests.admin.rdkafka")
+    rdkafka_log.propagate = False
+    rdkafka_log.setLevel(logging.DEBUG)
+    rdkafka_log.addHandler(_Collect(lines))
+    c = confluent_consumer(
+        cluster.bootstrap,
+        **{"topic.metadata.refresh.interval.ms": 500, "debug": "fetch,topic", "log_level": 7},
+        logger=rdkafka_log,
+    )
+    victim = cluster.nodes[leader]
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        seen = _poll(c, 20)
+        victim.kill()
+        wait_until(
+            lambda: _partition(cluster, topic)["leader"] not in (leader, None, -1),
+            30,
+            "a new leader",
+        )
+        part = _partition(cluster, topic)
+        new_leader, new_epoch = part["leader"], part["leader_epoch"]
+        assert new_epoch > epoch
+        with KafkaWire(cluster.nodes[new_leader].kafka_address) as w:
+            assert epoch_end(w, topic, epoch, current=new_epoch) == (ErrorCode.none, epoch, 20)
+            assert epoch_end(w, topic, new_epoch, current=new_epoch) == (
+                ErrorCode.none,
+                new_epoch,
+                20,
+            )
+            assert epoch_end(w, topic, epoch, current=epoch)[0] == ErrorCode.fenced_leader_epoch
+        second = [(0, None, b"second-%d" % i, []) for i in range(20)]
+        confluent_produce(cluster.bootstrap, topic, second, acks="all")  # type: ignore[arg-type]
+        seen += _poll(c, 20)
+    finally:
+        c.close()
+        victim.start(wait_s=90)  # other tests' load may slow its start down
+    validated = [x for x in lines if "offset and epoch validation succeeded" in x]
+    assert validated and "broker end offset 20" in validated[0], lines[-20:]
+    assert seen == [(i, b"first-%d" % i) for i in range(20)] + [
+        (20 + i, b"second-%d" % i) for i in range(20)
+    ]
+
+
+class _Collect(logging.Handler):
+    """Keeps the messages logged (librdkafka's, handed over by the client's poll)."""
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__()
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+def _poll(c: Any, n: int, timeout_s: float = 40) -> list[tuple[int, bytes]]:
+    """The next ``n`` records of an assigned consumer as ``(offset, value)``; a consumer
+    error fails the test (a position reset by a failed validation shows up as records
+    read twice)."""
+    out: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise AssertionError(f"consumer error: {m.error()}")
+        out.append((m.offset(), m.value()))
+    return out
