@@ -168,16 +168,14 @@ def aiokafka_roundtrip(
 def kafka_python_roundtrip(
     bootstrap: str, topic: str, recs: list[Rec], partitions: int, codec: str
 ) -> list[Row]:
-    """Produce ``recs`` with kafka-python (acks=1, not idempotent: this listener has no
-    InitProducerId yet) and read them back with its consumer."""
+    """Produce ``recs`` with kafka-python's default producer (idempotent, acks=all) and
+    read them back with its consumer."""
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KpTP
 
     p = KafkaProducer(
         bootstrap_servers=bootstrap,
         compression_type=None if codec == "none" else codec,
-        enable_idempotence=False,
-        acks=1,
         request_timeout_ms=10_000,
         max_block_ms=10_000,
         linger_ms=5,
