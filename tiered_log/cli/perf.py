@@ -23,10 +23,11 @@
                                 [--endpoint URL]
     tiered-log perf kafka-codec [--json] [--total-kib N] [--record-bytes B]
                                 [--batch-records N] [--compression C] [--rounds R]
+    tiered-log perf kafka [--json] [--mib N] [--repeat R] [--dir D] [--keep]
 
 Each command parses its arguments and runs one benchmark of :mod:`tiered_log.perf`
 (``.local``, ``.http``, ``.remote``, ``.archive``, ``.cluster``, ``.rebuild``,
-``.spark``, ``.kafka_codec``; imported
+``.spark``, ``.kafka_codec``, ``.kafka``; imported
 only when it runs), which measures its baseline in the same run. The remote ones start
 moto's S3 server on 127.0.0.1 unless ``--endpoint`` names one; the cluster ones
 (``.cluster``, ``.rebuild``) start etcd and ``tiered-log serve`` processes on loopback
@@ -844,6 +845,55 @@ def cmd_perf_kafka_codec(args: argparse.Namespace) -> int:
         progress=args.progress,
     )
     return _print(report, args.json)
+
+
+# ---- Kafka clients against the Kafka listener: kafka ----------------------------------------
+
+
+def _kafka_args(p: argparse.ArgumentParser) -> None:
+    from ..perf.kafka import DEFAULT_KAFKA_REPEAT, DEFAULT_MIB
+
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    p.add_argument(
+        "--mib",
+        type=positive_int,
+        default=DEFAULT_MIB,
+        metavar="N",
+        help=f"MiB of 1 KiB records produced per run (default: {DEFAULT_MIB})",
+    )
+    p.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=DEFAULT_KAFKA_REPEAT,
+        metavar="R",
+        help=f"rounds of each measurement and its baseline, taking turns "
+        f"(default: {DEFAULT_KAFKA_REPEAT})",
+    )
+    p.add_argument(
+        "--dir",
+        metavar="D",
+        help="where to put the server's files (a fresh subdirectory; default: the temp dir)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the files afterwards")
+    progress_flag(p)
+
+
+@PERF.command(
+    "kafka",
+    "confluent-kafka producer vs the library's append, consumer (local and archived "
+    "data) vs the loopback limit, through the Kafka listener",
+    _kafka_args,
+)
+def cmd_perf_kafka(args: argparse.Namespace) -> int:
+    """``tiered-log perf kafka``; exit 0 whether or not the targets are met."""
+    from ..perf.kafka import format_lines as kafka_lines
+    from ..perf.kafka import run_kafka
+
+    report = run_kafka(
+        args.mib, repeat=args.repeat, directory=args.dir, keep=args.keep, progress=args.progress
+    )
+    print(json.dumps(report, indent=2) if args.json else kafka_lines(report))
+    return 0
 
 
 __all__ = ["COMMANDS", "PERF", "format_lines"]

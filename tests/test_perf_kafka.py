@@ -1,0 +1,81 @@
+"""``tiered-log perf kafka`` on a tiny input: the report's shape and that every record
+produced was read back, locally and from the archive; never speed (a loaded CI machine
+says nothing about the code).
+
+The command runs in a subprocess through ``tiered_log.cli.main``; it starts a real server
+process with its Kafka listener on loopback ports and drives it with confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUN = "import sys, tiered_log.cli as cli; sys.exit(cli.main(sys.argv[1:]))"
+MIB = 2
+RECORDS = MIB * 1024
+
+
+def test_perf_kafka_json(tmp_path: Path) -> None:
+    args = ["perf", "kafka", "--json", "--mib", str(MIB), "--repeat", "2", "--dir", str(tmp_path)]
+    # Its own session: on a timeout the benchmark's server child goes with it.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"perf kafka did not finish in 240 s: {err[-3000:]}")
+    assert proc.returncode == 0, err[-3000:]
+    report = json.loads(out)
+    assert "[perf] kafka" in err  # progress notes on stderr, not in the JSON
+    assert report["benchmark"] == "kafka"
+    params = report["params"]
+    assert params["records"] == RECORDS and params["record_bytes"] == 1024
+    assert params["repeat"] == 2 and params["producer_config"]["acks"] == 1
+
+    produce = report["produce"]
+    assert produce["records"] == RECORDS
+    consume = report["consume"]
+    # Every record produced was read back: the local topic whole (a warm-up read and
+    # one per round), the archived range likewise.
+    archived = consume["records"]["archived"]
+    assert consume["records"]["local"] == RECORDS
+    assert 0 < archived < RECORDS  # the active segment stays local
+    assert consume["records_read"] == {"local": [RECORDS] * 3, "archived": [archived] * 3}
+    assert consume["bytes"]["local"] > RECORDS * 1024
+    assert consume["bytes"]["archived"] > archived * 1024
+    assert isinstance(consume["archived_remote_fetches_while_timed"], int)
+
+    for section, names in (
+        ("produce", ("kafka", "library")),
+        ("consume", ("loopback", "local", "archived")),
+    ):
+        for name in names:
+            f = report[section][name]
+            assert len(f["runs_mb_per_s"]) == 2 and min(f["runs_mb_per_s"]) > 0
+            assert f["mb_per_s"] == max(f["runs_mb_per_s"])
+
+    keys = {"produce_vs_library", "consume_local_vs_loopback", "consume_archived_vs_loopback"}
+    assert set(report["ratios"]) == set(report["ranges"]) == set(report["targets"]) == keys
+    mins = {"produce_vs_library": 0.5, "consume_local_vs_loopback": 0.5}
+    for key, t in report["targets"].items():
+        rounds = report["per_round"][key]
+        assert len(rounds) == 2 and all(r > 0 for r in rounds)
+        assert t["ratio"] == report["ratios"][key] == pytest.approx(sum(rounds) / 2, abs=0.001)
+        assert t["range"] == [min(rounds), max(rounds)]
+        assert t["min_ratio"] == mins.get(key, 0.4)
+        assert t["met"] == (t["ratio"] >= t["min_ratio"])
+    assert report["met"] == all(t["met"] for t in report["targets"].values())
