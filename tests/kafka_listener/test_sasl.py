@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import struct
 import time
 from collections.abc import Iterator
@@ -20,8 +21,14 @@ from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 from service.test_lifecycle import _self_signed
 
-from tiered_log.kafka.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE
-from tiered_log.kafka.messages import FETCH, LIST_OFFSETS, METADATA, PRODUCE
+from tiered_log.kafka.auth import (
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    OFFSET_FOR_LEADER_EPOCH,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
+from tiered_log.kafka.messages import APIS, FETCH, LIST_OFFSETS, METADATA, PRODUCE
 
 from .conftest import TIMEOUT_S, KafkaWire, kafka_server, wait_until
 from .test_protocol import batch, fetch_body, metadata_body, produce_body
@@ -247,6 +254,86 @@ def test_auto_creation_needs_admin(server: ServerProcess) -> None:
         assert meta.topics[0].error_code == ErrorCode.none and meta.topics[0].partitions
 
 
+@pytest.mark.skipif(
+    not {CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH} <= APIS.keys(),
+    reason="the listener does not serve CreateTopics, DeleteTopics, OffsetForLeaderEpoch",
+)
+def test_topic_admin_needs_admin_and_leader_epochs_read(server: ServerProcess) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    def admin(token: str) -> Any:
+        return AdminClient({"bootstrap.servers": server.kafka_bootstrap, **sasl(token)})
+
+    def error(fut: Any) -> Any:
+        try:
+            fut.result(timeout=20)
+        except Exception as exc:
+            return exc.args[0].code()
+        return None
+
+    name = "app.admin-made"
+    rw, adm = admin(RW), admin(ADMIN)  # kept: a client destroyed fails its futures
+    refused = rw.create_topics([NewTopic(name, 1)], request_timeout=15)
+    assert error(refused[name]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error(adm.create_topics([NewTopic(name, 1)], request_timeout=15)[name]) is None
+    refused = rw.delete_topics([name], request_timeout=15)
+    assert error(refused[name]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    with http(server) as c:
+        assert c.get(f"/v1/topics/{name}").status_code == 200
+    assert error(adm.delete_topics([name], request_timeout=15)[name]) is None
+    epochs = {
+        "replica_id": -1,
+        "topics": [
+            {
+                "topic": "app.orders",
+                "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}],
+            }
+        ],
+    }
+    with wire(server, OTHER) as w:
+        got = w.call(OFFSET_FOR_LEADER_EPOCH, 4, epochs).topics[0]
+        assert (got.topic, got.partitions[0].error_code) == ("app.orders", DENIED)
+    with wire(server, RO) as w:
+        got = w.call(OFFSET_FOR_LEADER_EPOCH, 4, epochs).topics[0]
+        assert got.partitions[0].error_code == ErrorCode.none
+
+
+def test_configs_and_producer_ids_follow_the_grants(server: ServerProcess) -> None:
+    topic = create(server, "app.configs")
+    describe = {
+        "resources": [{"resource_type": 2, "resource_name": topic, "configuration_keys": None}],
+        "include_synonyms": False,
+        "include_documentation": False,
+    }
+    alter = {
+        "resources": [
+            {
+                "resource_type": 2,
+                "resource_name": topic,
+                "configs": [{"name": "retention.ms", "config_operation": 0, "value": "60000"}],
+            }
+        ],
+        "validate_only": False,
+    }
+    init = {
+        "transactional_id": None,
+        "transaction_timeout": 60_000,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
+    with wire(server, RO) as w:
+        assert w.call(32, 4, describe).results[0].error_code == ErrorCode.none
+        assert w.call(44, 1, alter).responses[0].error_code == DENIED
+        assert w.call(22, 4, init).error_code == ErrorCode.cluster_authorization_failed
+    with wire(server, OTHER) as w:
+        assert w.call(32, 4, describe).results[0].error_code == DENIED
+        assert w.call(22, 4, init).producer_id >= 0
+    with http(server) as c:
+        assert c.get(f"/v1/topics/{topic}").json()["config"]["retention_ms"] is None
+    with wire(server, ADMIN) as w:
+        assert w.call(44, 1, alter).responses[0].error_code == ErrorCode.none
+
+
 def test_group_requests_follow_the_http_grants(server: ServerProcess) -> None:
     topic = create(server, "app.grouped")
     commit = {
@@ -435,8 +522,9 @@ def test_tls_with_the_http_certificate(
     srv = ServerProcess(root / "data", root, {"log_level": "info", **settings}, scheme="https")
     srv.start(verify=str(cert))
     try:
+        trust = ssl.create_default_context(cafile=str(cert))
         with httpx.Client(
-            base_url=srv.url, verify=str(cert), headers={"Authorization": f"Bearer {ADMIN}"}
+            base_url=srv.url, verify=trust, headers={"Authorization": f"Bearer {ADMIN}"}
         ) as c:
             assert c.post("/v1/topics", json={"name": "app.tls"}).status_code == 201
         tls: dict[str, Any] = {"security.protocol": "SSL", "ssl.ca.location": str(cert)}

@@ -37,7 +37,8 @@ the handler sees, so no byte of it is stored nor read:
 - Metadata: every topic lists only those the token has a grant on; a named topic
   without any grant answers TOPIC_AUTHORIZATION_FAILED; a missing named topic is
   auto-created only with ``admin`` on it, else TOPIC_AUTHORIZATION_FAILED (Kafka's
-  answer without CREATE). CreateTopics needs ``admin`` (HTTP's POST /v1/topics).
+  answer without CREATE). CreateTopics and DeleteTopics need ``admin`` on each topic
+  (HTTP's POST and DELETE; a topic deleted by id alone, ``admin`` on every topic).
 - DescribeConfigs of a topic: ``read`` (HTTP's GET of a topic); IncrementalAlterConfigs
   of a topic: ``admin`` (HTTP's PATCH).
 - Groups: the HTTP API has no group grants: listing and describing groups takes any
@@ -62,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -102,6 +104,7 @@ log = logging.getLogger("tiered_log.kafka")
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 CREATE_TOPICS = 19
+DELETE_TOPICS = 20
 OFFSET_FOR_LEADER_EPOCH = 23
 
 SASL_APIS: dict[int, tuple[str, int, int]] = {
@@ -126,6 +129,7 @@ _RAW_OK = b"\x00\x00\x00\x00"
 """The answer to a raw (v0 handshake) PLAIN token that authenticated: an empty frame."""
 
 _TOPIC_DENIED = ErrorCode.topic_authorization_failed
+NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 def parse_plain(message: bytes) -> tuple[str, str]:
@@ -382,6 +386,7 @@ class KafkaGuard:
         self._special: dict[int, Handler] = {
             METADATA: self._metadata,
             CREATE_TOPICS: self._create_topics,
+            DELETE_TOPICS: self._delete_topics,
             DESCRIBE_CONFIGS: self._describe_configs,
             INCREMENTAL_ALTER_CONFIGS: self._alter_configs,
             OFFSET_FETCH: self._offset_fetch,
@@ -481,7 +486,7 @@ class KafkaGuard:
                     {
                         "error_code": _TOPIC_DENIED,
                         "name": name,
-                        "topic_id": None,
+                        "topic_id": NO_TOPIC_ID,
                         "is_internal": False,
                         "partitions": [],
                         "topic_authorized_operations": UNKNOWN_OPERATIONS,
@@ -505,7 +510,7 @@ class KafkaGuard:
             answer["topics"] = list(answer["topics"]) + [
                 {
                     "name": t.name,
-                    "topic_id": None,
+                    "topic_id": NO_TOPIC_ID,
                     "error_code": _TOPIC_DENIED,
                     "error_message": why,
                     "num_partitions": -1,
@@ -513,6 +518,39 @@ class KafkaGuard:
                     "configs": None,
                 }
                 for t, why in refused
+            ]
+        return answer
+
+    async def _delete_topics(self, principal: Principal, req: Request) -> dict[str, Any]:
+        """DeleteTopics: ``admin`` on each topic (HTTP's DELETE); a topic named only by
+        its id (v6) takes ``admin`` on every topic, as its name is not known here."""
+        body = req.body
+        by_name = hasattr(body, "topic_names")
+        entries = list(body.topic_names) if by_name else list(body.topics)
+        allowed: list[Any] = []
+        refused: list[tuple[Any, str]] = []
+        for e in entries:
+            name = e if by_name else e.name
+            why = self.refusal(principal, "*" if name is None else name, "admin")
+            if why is None:
+                allowed.append(e)
+            else:
+                refused.append((e, why))
+        if refused:
+            field = "topic_names" if by_name else "topics"
+            body = dataclasses.replace(body, **{field: tuple(allowed)})
+            req = dataclasses.replace(req, body=body)
+        answer = await self.handlers.handle(req)
+        assert answer is not None
+        if refused:
+            answer["responses"] = list(answer["responses"]) + [
+                {
+                    "name": e if by_name else e.name,
+                    "topic_id": NO_TOPIC_ID if by_name else e.topic_id,
+                    "error_code": _TOPIC_DENIED,
+                    "error_message": why,
+                }
+                for e, why in refused
             ]
         return answer
 
