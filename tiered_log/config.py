@@ -295,10 +295,15 @@ class Settings(BaseSettings):
         default_factory=dict,
         repr=False,
         description='Bearer token -> {topic pattern -> grants}, e.g. {"t0k": {"*": ["admin"]}}. '
-        "Empty: authentication is off.",
+        "Empty: authentication is off. Also the Kafka listener's SASL/PLAIN passwords (any "
+        "username), with the same grants.",
     )
-    tls_certfile: Path | None = None
-    tls_keyfile: Path | None = None
+    tls_certfile: Path | None = Field(
+        None,
+        description="Certificate (PEM) of HTTPS and of the Kafka listener's TLS (SSL; "
+        "SASL_SSL with auth_tokens); with tls_keyfile.",
+    )
+    tls_keyfile: Path | None = Field(None, description="Private key (PEM) of tls_certfile.")
     max_request_bytes: int = Field(
         32 << 20, ge=1024, le=1 << 31, description="Largest request body accepted (bytes)."
     )
