@@ -220,3 +220,61 @@ def test_cli_reconcile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["archive", "reconcile", "--remote", "s3://"]) == 1
     err = capsys.readouterr().err
     assert "S3 URL" in err and len(err.strip().splitlines()) == 1
+
+
+def _second_copy(storage: RemoteStorage, data_key: str, epoch: int | None) -> tuple[str, str]:
+    """A second complete copy of the segment ``data_key`` under a new id (the same bytes,
+    its manifest naming ``epoch``), as a replica's copy of the same offsets."""
+    from dataclasses import replace
+
+    from tiered_log.remote.manifest import decode_manifest, encode_manifest
+
+    rli = data_key[: -len(".log")] + ".rli"
+    blob = storage.get(rli)
+    rs, entries, index, timeindex = decode_manifest(blob, rli)
+    head = json.loads(blob.partition(b"\n")[0])  # a compressed segment's stored size
+    base, _, _ = naming.parse_segment_object_key(data_key) or (0, "", "")
+    new_id = uuid.uuid4().hex
+    new_data = naming.segment_object_key(LOG_ID, base, new_id, naming.LOG_SUFFIX)
+    new_rli = naming.segment_object_key(LOG_ID, base, new_id, naming.RLI_SUFFIX)
+    storage.put(new_data, storage.get(data_key))
+    storage.put(
+        new_rli,
+        encode_manifest(
+            replace(rs, id=new_id, leader_epoch=epoch),
+            [replace(e, object_key=new_data) for e in entries],
+            index,
+            timeindex,
+            stored_size=head.get("stored_size"),
+            compression=head.get("compression"),
+        ),
+    )
+    return new_data, new_rli
+
+
+def test_a_deposed_leaders_copy_goes_the_new_leaders_stays(tmp_path: Path) -> None:
+    storage = LocalDirStorage(tmp_path / "bucket")
+    archive(tmp_path / "log", storage)
+    publish_topic(storage)
+    old_data = keys(storage, ".log")[1]
+    old_rli = old_data[: -len(".log")] + ".rli"
+    new_data, new_rli = _second_copy(storage, old_data, epoch=2)  # the later leader's
+    # The partition snapshot the deposed leader wrote lists its copy: a rebuild from it
+    # would serve that copy, so it stays while the snapshot lists it.
+    snap = naming.snapshot_object_key(LOG_ID)
+    assert snap in everything(storage)
+    rep = reconcile_bucket(storage, delete=True, min_age_s=0)
+    assert [(f.kind, sorted(f.keys), f.action) for f in rep.findings] == [
+        ("listed_duplicate", sorted([old_data, old_rli]), "report")
+    ]
+    assert old_data in everything(storage)
+    storage.delete([snap])  # as the new leader's next snapshot would no longer list it
+    rep = reconcile_bucket(storage, delete=True, min_age_s=0)
+    assert [(f.kind, sorted(f.keys), f.action) for f in rep.findings] == [
+        ("duplicate", sorted([old_data, old_rli]), "deleted")
+    ]
+    assert "deposed leader" in rep.findings[0].reason
+    assert {new_data, new_rli} <= everything(storage)
+    assert old_data not in everything(storage)
+    assert reconcile_bucket(storage).findings == []  # nothing left to find
+    reads_back(tmp_path, storage, 1200)  # served by the new leader's copy

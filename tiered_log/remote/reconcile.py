@@ -27,7 +27,9 @@ and findings that are reported and never deleted: ``dangling_manifest`` (a manif
 whose data object is missing), ``dangling_snapshot`` (a copy the partition snapshot
 lists above the log start whose objects are gone), ``damaged`` (a complete copy whose
 manifest does not decode: the scrubber's and recovery's to handle), ``overlap`` (a copy
-overlapping the copy taken otherwise than as a duplicate: recovery keeps both) and
+overlapping the copy taken otherwise than as a duplicate: recovery keeps both),
+``listed_duplicate`` (a duplicate the partition snapshot still lists: a rebuild from the
+snapshot would serve it, so it stays until the leader writes the snapshot again) and
 ``unknown`` (keys tiered_log does not name).
 
 **The grace period.** An orphan is deleted only when every object of its group (one
@@ -207,7 +209,9 @@ def _bucket_meta(storage: RemoteStorage, log_id: str) -> RemoteMeta:
 
 def _newest(infos: list[ObjectInfo]) -> int | None:
     times = [i.modified_ms for i in infos]
-    return None if any(t is None for t in times) else max(t for t in times if t is not None)
+    if not times or any(t is None for t in times):
+        return None
+    return max(t for t in times if t is not None)
 
 
 class _Reconcile:
@@ -240,24 +244,33 @@ class _Reconcile:
         def end(s: RemoteSegment) -> int:  # what the copy serves: a truncation clips it
             return min(s.next_offset, meta.clips.get(s.id, s.next_offset))
 
+        listed = self._snapshot(lo, start)
         complete = sorted(k for k, objs in lo.copies.items() if set(objs) >= COMMITTED)
         taken: list[RemoteSegment] = []
         for (base, seg_id), objs in sorted(lo.copies.items()):
             if (base, seg_id) in complete:
                 continue
-            if naming.LOG_SUFFIX in objs:
+            also = " (the partition snapshot lists it)" if (base, seg_id) in listed else ""
+            if naming.LOG_SUFFIX not in objs:
+                self.add(
+                    "dangling_manifest",
+                    log_id,
+                    [objs[naming.RLI_SUFFIX]],
+                    f"copy {base}-{seg_id}: a manifest whose data object is missing{also}",
+                )
+            elif also:
+                self.add(
+                    "dangling_snapshot",
+                    log_id,
+                    [objs[naming.LOG_SUFFIX]],
+                    f"copy {base}-{seg_id}: a data object without its manifest{also}",
+                )
+            else:
                 self.add(
                     "torn_copy",
                     log_id,
                     [objs[naming.LOG_SUFFIX]],
                     f"copy {base}-{seg_id}: a data object without its manifest",
-                )
-            else:
-                self.add(
-                    "dangling_manifest",
-                    log_id,
-                    [objs[naming.RLI_SUFFIX]],
-                    f"copy {base}-{seg_id}: a manifest whose data object is missing",
                 )
         for base, seg_id in complete:
             objs = lo.copies[(base, seg_id)]
@@ -287,7 +300,7 @@ class _Reconcile:
             elif _newer(rs, prev) and rs.base_offset == prev.base_offset:
                 prev_objs = lo.copies[(prev.base_offset, prev.id)]
                 self.add(
-                    "duplicate",
+                    "listed_duplicate" if (prev.base_offset, prev.id) in listed else "duplicate",
                     log_id,
                     [prev_objs[naming.LOG_SUFFIX], prev_objs[naming.RLI_SUFFIX]],
                     f"copy {prev.base_offset}-{prev.id} of leader epoch {prev.leader_epoch}: "
@@ -301,7 +314,7 @@ class _Reconcile:
                 prev.size,
             ) or _newer(prev, rs):
                 self.add(
-                    "duplicate",
+                    "listed_duplicate" if (base, seg_id) in listed else "duplicate",
                     log_id,
                     infos,
                     f"copy {base}-{seg_id} [{rs.base_offset}, {rs.next_offset}) duplicates "
@@ -321,7 +334,6 @@ class _Reconcile:
                     f"{prev.id} [{prev.base_offset}, {prev.next_offset}) otherwise than as a "
                     "duplicate: kept (recovery serves the first)",
                 )
-        self._snapshot(lo, start)
         for info in lo.others:
             rest = info.key.split("/", 2)[2]
             if rest in ("meta.json", "snapshot.bin"):
@@ -329,18 +341,21 @@ class _Reconcile:
             else:
                 self.add("unknown", log_id, [info], "not an object tiered_log names")
 
-    def _snapshot(self, lo: LogObjects, start: int) -> None:
-        """Dangling references of the partition snapshot: copies it lists above the log
-        start whose objects are both gone."""
+    def _snapshot(self, lo: LogObjects, start: int) -> set[tuple[int, str]]:
+        """The copies the partition snapshot lists above the log start (a rebuild takes
+        them without reading their manifests: never orphans), and its dangling references
+        (copies it lists whose objects are both gone) added. A damaged snapshot lists
+        nothing (a rebuild then reads every manifest)."""
         if not any(i.key.endswith("/snapshot.bin") for i in lo.others):
-            return
+            return set()
         try:
             snap = read_snapshot(self.storage, lo.log_id)
         except (RemoteCorruptionError, CorruptRecordError) as exc:
             self.add("damaged", lo.log_id, [], exc.message)
-            return
+            return set()
         if snap is None:
-            return
+            return set()
+        listed = {(s.base_offset, s.id) for s in snap.segments if s.next_offset > start}
         for s in snap.segments:
             if s.next_offset > start and (s.base_offset, s.id) not in lo.copies:
                 key = naming.segment_object_key(lo.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
@@ -351,6 +366,7 @@ class _Reconcile:
                     f"the partition snapshot lists copy {s.base_offset}-{s.id} "
                     f"[{s.base_offset}, {s.next_offset}) whose objects ({key}, .rli) are missing",
                 )
+        return listed
 
 
 def reconcile_bucket(
