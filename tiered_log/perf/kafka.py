@@ -10,7 +10,7 @@ round) for ``repeat`` rounds:
 - **produce**: a ``confluent-kafka`` Producer sends ``mib`` MiB of 1 KiB records to a
   fresh one-partition topic (acks=1, no compression, large batches: see
   :data:`PRODUCER_CONFIG`), timed from the first ``produce()`` to the last delivery
-  report. Baseline **library**: ``append_batch`` of the same values, 1,000 a batch, on a
+  report (the producer connected before, by one acknowledged record elsewhere). Baseline **library**: ``append_batch`` of the same values, 1,000 a batch, on a
   partition log opened in this process as the server opens one (the function ``perf
   http-produce`` times). Ratio ``produce_vs_library`` (records per second).
 - **consume local**: a ``confluent-kafka`` Consumer without a group (``assign()`` at
@@ -172,7 +172,9 @@ def consume_kafka(
 ) -> tuple[float, int]:
     """Read partition 0 of ``topic`` from ``start`` until the record at ``end - 1``:
     ``(seconds from assign() to that record, records received in [start, end))``.
-    A consumer error, or no progress for ``timeout`` seconds, raises."""
+    A consumer error, or no progress for ``timeout`` seconds, raises. Returns once the
+    consumer's last long-poll fetch has ended (see the comment at the end), so reads
+    one after another do not time each other's tails."""
     from confluent_kafka import KafkaException, TopicPartition
 
     consume, adv = consumer.consume, progress.advance
