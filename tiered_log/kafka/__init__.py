@@ -7,7 +7,9 @@ Modules, from the socket inwards:
 - :mod:`.listener`    binds the port, serves it on the service's event loop, shuts down
 - :mod:`.connection`  one connection: frames, requests answered in order, refusals
 - :mod:`.messages`    request/response framing and bodies (``kio``'s generated codecs)
-- :mod:`.handlers`    ApiVersions, Metadata, Produce, Fetch, ListOffsets
+- :mod:`.handlers`    ApiVersions, Metadata, Produce, Fetch, ListOffsets; the others
+  registered from :mod:`.groups`, :mod:`.producers`, :mod:`.configs`, :mod:`.admin`
+- :mod:`.admin`       CreateTopics, DeleteTopics, OffsetForLeaderEpoch
 - :mod:`.backend`     every call into the partitions (the seam to the broker layer)
 - :mod:`.errors`      the library's errors as Kafka error codes
 
@@ -17,8 +19,10 @@ base offset written in place), a Fetch answers the stored bytes, sent from the f
 with ``sendfile``.
 
 Served: ApiVersions 0-3, Metadata 1-12, Produce 3-9 (0-2 advertised and refused, as
-Kafka 4.0 does), Fetch 4-12, ListOffsets 1-7, and the consumer-group APIs
-(:mod:`.groups`). Not yet: idempotent and transactional producers, SASL and TLS.
+Kafka 4.0 does), Fetch 4-12, ListOffsets 1-10, the consumer-group APIs (:mod:`.groups`),
+InitProducerId (:mod:`.producers`), DescribeConfigs and IncrementalAlterConfigs
+(:mod:`.configs`), CreateTopics, DeleteTopics and OffsetForLeaderEpoch (:mod:`.admin`).
+Not yet: transactional producers, SASL and TLS.
 """
 
 from __future__ import annotations
