@@ -1,8 +1,8 @@
 """Idempotent producers against a real ``tiered-log serve``: InitProducerId, the
 clients' idempotent producers (confluent-kafka, aiokafka), a retried batch stored once
 and answered with its original offset (also after a SIGKILL and a restart), sequence
-gaps and old epochs refused with Kafka's codes, and the HTTP binary produce of the same
-batches answering 409."""
+gaps and old epochs refused with Kafka's codes, the HTTP binary produce of the same
+batches answering 409, and an idle producer forgotten after ``producer_id_expiration_ms``."""
 
 from __future__ import annotations
 
@@ -217,3 +217,30 @@ def test_duplicate_detected_after_sigkill_and_restart(
             again = produce(w, topic, idem_batch(pid, 22))
             assert (again.error_code, again.base_offset) == (ErrorCode.none, 22)
             assert bounds(srv, topic)["next_offset"] == 24
+
+
+def test_idle_producer_is_forgotten_after_the_expiration(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """With ``producer_id_expiration_ms`` short, the partition forgets an idle producer:
+    a retry of its batch, answered as a duplicate before, is then written as a new one."""
+    for srv in kafka_server(
+        tmp_path_factory,
+        "idem-expiry",
+        producer_id_expiration_ms="500",
+        maintenance_interval_ms="50",
+    ):
+        topic = "idem-expiry"
+        create_topic(srv, topic)
+        with KafkaWire(srv.kafka_bootstrap) as w:
+            pid = init_producer_id(w).producer_id
+            assert produce(w, topic, idem_batch(pid, 0)).base_offset == 0
+            deadline = time.monotonic() + 20
+            while True:  # retries: duplicates (offset 0) until the producer is forgotten
+                part = produce(w, topic, idem_batch(pid, 0))
+                assert part.error_code == ErrorCode.none and part.base_offset in (0, 2)
+                if part.base_offset == 2:
+                    break
+                assert time.monotonic() < deadline, "the idle producer never forgotten"
+                time.sleep(0.05)
+        assert bounds(srv, topic)["next_offset"] == 4
