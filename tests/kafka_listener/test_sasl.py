@@ -197,6 +197,8 @@ def test_a_read_only_token_consumes_but_cannot_produce(server: ServerProcess) ->
         part = w.call(PRODUCE, 9, produce_body(topic, batch(b"x"))).responses[0]
         assert part.partition_responses[0].error_code == DENIED
         assert "no 'write' grant" in part.partition_responses[0].error_message
+        w.send(PRODUCE, 9, produce_body(topic, batch(b"y"), acks=0))  # no answer due
+        assert w.closed_by_server()
     assert high_watermark(server, topic) == 2
 
 
@@ -533,6 +535,14 @@ def test_tls_with_the_http_certificate(
         values = [b"secret-%d" % i for i in range(10)]
         assert produce(srv.kafka_bootstrap, "app.tls", values, **tls) == [None] * 10
         assert consume(srv.kafka_bootstrap, "app.tls", 10, **tls) == values
+        with KafkaWire(srv.kafka_bootstrap) as w:  # the SASL APIs over TLS, on the wire
+            w.sock = trust.wrap_socket(w.sock, server_hostname="127.0.0.1")
+            hs = w.call(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+            if with_tokens:
+                assert hs.error_code == ErrorCode.none
+            else:  # as a Kafka listener without SASL answers
+                assert hs.error_code == ErrorCode.illegal_sasl_state
+                assert w.call(METADATA, 12, metadata_body()).topics is not None
         errors: list[Any] = []  # plaintext against the TLS listener: no answer
         p = Producer({"bootstrap.servers": srv.kafka_bootstrap, "error_cb": errors.append})
         deadline = time.monotonic() + 15

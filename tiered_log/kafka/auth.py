@@ -32,7 +32,9 @@ function, :meth:`~tiered_log.service.auth.Authenticator.authorize`. The part of 
 request the token may not do is answered with Kafka's error code and left out of what
 the handler sees, so no byte of it is stored nor read:
 
-- Produce: ``write`` on the topic, else TOPIC_AUTHORIZATION_FAILED per partition.
+- Produce: ``write`` on the topic, else TOPIC_AUTHORIZATION_FAILED per partition (an
+  ``acks=0`` produce has no answer: the connection is closed, as Kafka's broker closes
+  it on any error of such a produce; its granted partitions are appended).
 - Fetch, ListOffsets, OffsetForLeaderEpoch: ``read`` (whichever tier holds the data).
 - Metadata: every topic lists only those the token has a grant on; a named topic
   without any grant answers TOPIC_AUTHORIZATION_FAILED; a missing named topic is
@@ -218,6 +220,8 @@ class SaslSession:
         out: dict[str, Any] = {"error_code": ErrorCode.none, "mechanisms": MECHANISMS}
         if self.principal is not None or self._mechanism_ok:
             out["error_code"] = ErrorCode.illegal_sasl_state
+            if self.principal is None:  # a second handshake instead of the token
+                self.closing = "a second SaslHandshake before authenticating"
             return out
         mechanism = req.body.mechanism
         if mechanism not in MECHANISMS:
@@ -442,8 +446,8 @@ class KafkaGuard:
             return await self.handlers.handle(req)
         body = dataclasses.replace(req.body, **{rule.topics: tuple(allowed)})
         answer = await self.handlers.handle(dataclasses.replace(req, body=body))
-        if answer is None:  # an acks=0 produce
-            return None
+        if answer is None:  # an acks=0 produce: no answer to carry the code
+            raise BadFrame("an acks=0 produce to a topic its token has no write grant on")
         rows = list(answer[rule.out_topics])
         for t, why in refused:
             parts = [

@@ -84,7 +84,7 @@ class KafkaListener:
         self.sock = sock
         self.address = (advertised_host(state.settings), int(sock.getsockname()[1]))
         self.handlers = Handlers(Backend(state, self.address))
-        self.guard = KafkaGuard(state.auth, self.handlers) if state.auth.enabled else None
+        self.guard = KafkaGuard(state.auth, self.handlers)  # no tokens: serves everything
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.AbstractServer | None = None
 
