@@ -438,7 +438,7 @@ def _delete(storage: RemoteStorage, report: ReconcileReport, live: set[str] | No
                 pass
         storage.delete(f.keys)
         f.action = "deleted"
-        log.warning("reconcile: deleted %d object(s): %s", len(f.keys), f.reason)
+        log.info("reconcile: deleted %d object(s): %s", len(f.keys), f.reason)
 
 
 __all__ = [

@@ -224,9 +224,10 @@ class _Pass:
         cancel: threading.Event | None,
         now_ms: int,
         grace_ms: int,
+        log_damage: bool,
     ) -> None:
         self.storage, self.ring, self.limiter, self.cancel = storage, ring, limiter, cancel
-        self.now_ms, self.grace_ms = now_ms, grace_ms
+        self.now_ms, self.grace_ms, self.log_damage = now_ms, grace_ms, log_damage
         self.report = ScrubReport(started_ms=now_ms)
 
     def _gone(self, key: str) -> bool:
@@ -396,7 +397,8 @@ class _Pass:
         return True
 
     def _damaged(self, dmg: Damage) -> None:
-        log.error("scrub: damaged segment %s", dmg.line())
+        if self.log_damage:
+            log.error("scrub: damaged segment %s", dmg.line())
         self.report.damaged.append(dmg)
 
 
@@ -409,12 +411,14 @@ def scrub_bucket(
     progress: Callable[[ScrubReport], None] | None = None,
     cancel: threading.Event | None = None,
     in_flight_grace_ms: int = IN_FLIGHT_GRACE_MS,
+    log_damage: bool = False,
 ) -> ScrubReport:
     """One scrub pass over every archived segment in ``storage`` (of ``topic`` only,
     when given), reading at most ``bytes_per_sec`` (None: unlimited); see the module
     docstring. ``progress`` gets the report after each segment. ``cancel`` set ends the
     pass early (the report then covers what was checked). ``in_flight_grace_ms``: how old
-    a manifest without its data object must be to be reported. RemoteStorageError if the
+    a manifest without its data object must be to be reported. ``log_damage``: log each
+    damaged segment as an ERROR when found (the service's passes). RemoteStorageError if the
     bucket fails (listing, or a read that fails otherwise than with damage)."""
     pass_ = _Pass(
         storage,
@@ -423,6 +427,7 @@ def scrub_bucket(
         cancel,
         int(time.time() * 1000),
         in_flight_grace_ms,
+        log_damage,
     )
     rep = pass_.report
     logs, _ = list_logs(storage)
@@ -494,6 +499,7 @@ class Scrubber:
                     bytes_per_sec=self.bytes_per_sec,
                     progress=self._progress,
                     cancel=self._stop,
+                    log_damage=True,
                 )
             except (TieredLogError, OSError) as exc:
                 self.failures += 1
