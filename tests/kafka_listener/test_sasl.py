@@ -394,6 +394,24 @@ def test_a_wrong_password_is_answered_then_the_connection_closes(server: ServerP
         assert w.closed_by_server()
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        b"\x00user\x00 " + RW.encode(),
+        b"\x00user\x00",
+        b"user" + RW.encode(),
+        b"a\x00b\x00" + RW.encode(),
+    ],
+    ids=["padded-token", "no-password", "no-nul", "other-authzid"],
+)
+def test_malformed_plain_messages_fail(server: ServerProcess, message: bytes) -> None:
+    with KafkaWire(server.kafka_bootstrap) as w:
+        w.call(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        got = w.call(SASL_AUTHENTICATE, 2, {"auth_bytes": message})
+        assert got.error_code == ErrorCode.sasl_authentication_failed
+        assert w.closed_by_server()
+
+
 def test_another_mechanism_is_refused_with_the_enabled_ones(server: ServerProcess) -> None:
     with KafkaWire(server.kafka_bootstrap) as w:
         got = w.call(SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-256"})

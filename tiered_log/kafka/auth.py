@@ -202,6 +202,8 @@ class SaslSession:
 
     def _authenticate(self, message: bytes) -> None:
         user, password = parse_plain(message)
+        if not password or password != "".join(password.split()):  # tokens have none
+            raise AuthenticationError("the password is empty or has whitespace")
         principal = self.guard.auth.authenticate(f"Bearer {password}")
         self.principal, self.user = principal, user
         log.info("kafka connection authenticated: user %r, %s", user, principal.name)
