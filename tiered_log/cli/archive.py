@@ -4,6 +4,10 @@
 
     tiered-log archive rewrap --remote URL --key-file FILE [--endpoint-url URL]
                               [--region R] [--prefix P] [--json]
+    tiered-log archive scrub --remote URL [--key-file FILE] [--topic T] [--rate MiB/s]
+                             [--endpoint-url URL] [--region R] [--json]
+    tiered-log archive reconcile --remote URL [--topic T] [--delete] [--min-age-s N]
+                                 [--endpoint-url URL] [--region R] [--json]
 
 ``rewrap`` re-wraps the data key of every encrypted segment in the bucket with the key
 ring's active key (:mod:`tiered_log.remote.rewrap`), without reading or writing any data
@@ -12,6 +16,13 @@ directly and is safe while services ship to it (give it the ring file the servic
 they re-read it when it changes). It prints what it did (or one JSON object) and exits
 1 when a manifest could not be rewrapped (each named, with why) or some are still
 wrapped with another key.
+
+``scrub`` reads every archived segment back and verifies it
+(:mod:`tiered_log.remote.scrub`); it prints each damaged segment and exits 1 when there
+is any. ``reconcile`` lists the objects nothing references and the dangling references
+(:mod:`tiered_log.remote.reconcile`), deletes the orphans past the grace period only with
+``--delete``, and exits 1 when a reference dangles. Both only read (reconcile deletes
+only orphans) and are safe while services ship to the bucket.
 
 Output goes to stdout, progress to stderr. One command per process; not thread-safe.
 """
