@@ -204,7 +204,10 @@ class SaslSession:
         user, password = parse_plain(message)
         if not password or password != "".join(password.split()):  # tokens have none
             raise AuthenticationError("the password is empty or has whitespace")
-        principal = self.guard.auth.authenticate(f"Bearer {password}")
+        try:
+            principal = self.guard.auth.authenticate(f"Bearer {password}")
+        except AuthenticationError:
+            raise AuthenticationError("the password is not one of the auth_tokens") from None
         self.principal, self.user = principal, user
         log.info("kafka connection authenticated: user %r, %s", user, principal.name)
 
