@@ -36,7 +36,7 @@ the handler sees, so no byte of it is stored nor read:
   ``acks=0`` produce has no answer: the connection is closed, as Kafka's broker closes
   it on any error of such a produce; its granted partitions are appended).
 - Fetch, ListOffsets, OffsetForLeaderEpoch: ``read`` (whichever tier holds the data).
-- Metadata: every topic lists only those the token has a grant on; a named topic
+- Metadata: asked for every topic, it lists those the token has a grant on; a named topic
   without any grant answers TOPIC_AUTHORIZATION_FAILED; a missing named topic is
   auto-created only with ``admin`` on it, else TOPIC_AUTHORIZATION_FAILED (Kafka's
   answer without CREATE). CreateTopics and DeleteTopics need ``admin`` on each topic
@@ -169,10 +169,6 @@ class SaslSession:
         self.raw_expected = False
         """A v0 handshake chose PLAIN: the next frame is a raw token."""
         self.closing: str | None = None
-
-    @property
-    def authenticated(self) -> bool:
-        return self.principal is not None
 
     def frame_bounds(self, max_frame: int) -> tuple[int, int]:
         """The smallest and largest frame size taken now: a raw token may be shorter
