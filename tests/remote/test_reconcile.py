@@ -278,3 +278,52 @@ def test_a_deposed_leaders_copy_goes_the_new_leaders_stays(tmp_path: Path) -> No
     assert old_data not in everything(storage)
     assert reconcile_bucket(storage).findings == []  # nothing left to find
     reads_back(tmp_path, storage, 1200)  # served by the new leader's copy
+
+
+@pytest.mark.timeout(120)
+def test_reconcile_with_the_live_view_of_a_running_service(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server ships a topic whose metadata is missing from the bucket (as when its
+    publication failed): without ``--url`` its log looks like a deleted topic's; with the
+    running service's view it is live, and only the torn copy is deleted."""
+    from service.conftest import ServerProcess  # tests/service/conftest.py
+    from service.test_tiered_service import TINY, _bounds, _records, _wait
+
+    bucket = tmp_path / "bucket"
+    srv = ServerProcess(
+        tmp_path / "data", tmp_path, {"remote_url": str(bucket), "ship_interval_ms": "50"}
+    )
+    srv.start()
+    try:
+        with srv.client() as c:
+            r = c.post("/v1/topics", json={"name": "t", "config": TINY})
+            assert r.status_code == 201, r.text
+            log_id = f"t-{r.json()['topic_id'][:12]}-0"
+            for start in range(0, 300, 100):
+                r = c.post(
+                    "/v1/topics/t/partitions/0/records", json={"records": _records(100, start)}
+                )
+                assert r.status_code == 200, r.text
+            _wait(lambda: _bounds(c, "t")["remote_end_offset"] > 100, "shipping")
+        storage = LocalDirStorage(bucket)
+        storage.put(
+            naming.topic_object_key("other"),
+            json.dumps({"name": "other", "topic_id": "f" * 32, "partitions": 1}).encode(),
+        )
+        storage.delete([naming.topic_object_key("t")])
+        torn = torn_copy(storage, log_id)
+        argv = ["archive", "reconcile", "--remote", str(bucket), "--min-age-s", "0", "--json"]
+        assert main(argv) == 0
+        kinds = {f["kind"] for f in json.loads(capsys.readouterr().out)["findings"]}
+        assert kinds == {"deleted_topic"}  # the bucket alone cannot tell
+        assert main([*argv, "--url", srv.url, "--delete"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert [(f["kind"], f["keys"], f["action"]) for f in doc["findings"]] == [
+            ("torn_copy", [torn], "deleted")
+        ]
+        with srv.client() as c:
+            got = c.get("/v1/topics/t/partitions/0/records", params={"offset": 0})
+            assert got.status_code == 200 and got.json()["records"][0]["offset"] == 0
+    finally:
+        srv.stop(timeout=15)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from .registry import CommandGroup, counted
 
 if TYPE_CHECKING:
+    from ..remote.reconcile import LiveView
     from ..remote.storage import RemoteStorage
 
 COMMANDS = CommandGroup()
@@ -253,6 +254,36 @@ def _reconcile_args(p: argparse.ArgumentParser) -> None:
         help="the grace period: orphans written less than N seconds ago are kept "
         "(default 3600: longer than any copy's upload)",
     )
+    p.add_argument(
+        "--url",
+        metavar="URL",
+        help="a running service on this bucket (any nodes of a cluster, comma-separated): "
+        "what it serves is never deleted, its topics are never taken for deleted ones",
+    )
+    p.add_argument("--token", help="bearer token for --url (default $TIERED_LOG_TOKEN)")
+
+
+def _live_view(args: argparse.Namespace) -> LiveView:
+    """What the service at ``--url`` serves: its topics' log ids and the objects of
+    every partition's finished copies (each partition asked of its leader)."""
+    import os
+
+    from ..client import Client
+    from ..format import naming
+    from ..remote.reconcile import LiveView
+
+    ids: set[str] = set()
+    keys: set[str] = set()
+    token = args.token if args.token is not None else os.environ.get("TIERED_LOG_TOKEN")
+    with Client(args.url, token) as client:
+        for t in client.list_topics():
+            name, tid, parts = t["name"], t["topic_id"], int(t["partitions"])
+            for p in range(parts):
+                ids.add(f"{name}-{tid[:12]}-{p}")
+                for seg in client.archived_segments(name, p)["segments"]:
+                    data = seg["object_key"]
+                    keys.update((data, data[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX))
+    return LiveView(frozenset(ids), frozenset(keys))
 
 
 def _non_negative_seconds(text: str) -> float:
@@ -282,6 +313,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
             delete=args.delete,
             min_age_s=DEFAULT_MIN_AGE_S if args.min_age_s is None else args.min_age_s,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
+            live_view=None if args.url is None else lambda: _live_view(args),
         )
         _check_topic(storage, args.topic, report.referenced + len(report.findings))
     finally:
@@ -294,6 +326,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         "deleted": "deleted",
         "young": "kept (younger than the grace period)",
         "changed": "kept (changed since it was listed)",
+        "served": "kept (the service serves it)",
     }
     for f in report.findings:
         head = verbs.get(f.action, f.kind.upper().replace("_", " "))

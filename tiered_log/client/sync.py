@@ -531,6 +531,15 @@ class Client:
         ).json()
         return None if d["offset"] is None else int(d["offset"])
 
+    def archived_segments(self, topic: str, partition: int) -> dict[str, Any]:
+        """The partition's finished remote segments as its leader serves them (``GET
+        .../remote-segments``: each with its ``object_key``, relative to ``remote_url``)."""
+        path = f"{_part_path(topic, partition)}/remote-segments"
+        result: dict[str, Any] = self._routed(
+            topic, partition, lambda url: self._req_at(url, "GET", path), writes=False
+        ).json()
+        return result
+
     def bounds(self, topic: str, partition: int) -> PartitionBounds:
         """The partition's bounds as its leader sees them."""
         path = f"{_part_path(topic, partition)}/bounds"

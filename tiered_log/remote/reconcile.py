@@ -99,7 +99,8 @@ class Finding:
     action: str = "report"
     """``delete`` (an orphan past the grace period), ``young`` (an orphan within it,
     kept), ``report`` (never deleted), ``deleted`` (done), ``changed`` (looked at again
-    before the delete and no longer an orphan: kept)."""
+    before the delete and no longer an orphan: kept), ``served`` (the running service
+    named serves it: kept)."""
 
     def to_json(self) -> dict[str, Any]:
         topic, partition = topic_of(self.log_id) if self.log_id else ("", -1)
@@ -155,9 +156,19 @@ class ReconcileReport:
             "would_delete_bytes": would_bytes,
             "young_orphan_objects": young,
             "young_orphan_bytes": young_bytes,
+            "served_orphan_objects": self.count("served")[0],
             "dangling": len(self.dangling),
             "findings": [f.to_json() for f in self.findings],
         }
+
+
+@dataclass(frozen=True)
+class LiveView:
+    """What a running service serves (``--url``): its topics' log ids and the object
+    keys of the copies its partitions serve (data objects and their manifests)."""
+
+    log_ids: frozenset[str]
+    keys: frozenset[str]
 
 
 def live_log_ids(outside: list[ObjectInfo], storage: RemoteStorage) -> set[str] | None:
@@ -376,15 +387,22 @@ def reconcile_bucket(
     delete: bool = False,
     min_age_s: float = DEFAULT_MIN_AGE_S,
     progress: Callable[[str], None] | None = None,
+    live_view: Callable[[], LiveView] | None = None,
 ) -> ReconcileReport:
     """Find the bucket's orphans and dangling references (of ``topic``'s logs only,
     when given) and, with ``delete``, delete the orphans older than ``min_age_s``; see
-    the module docstring. RemoteStorageError if the bucket fails."""
+    the module docstring. ``live_view``: what a running service serves, asked before the
+    listing and again after it: a log it serves is never a deleted topic's, and an
+    orphan holding a key it serves is kept (action ``served``). RemoteStorageError if the
+    bucket fails; the live view's own errors propagate (nothing is deleted then)."""
     report = ReconcileReport(min_age_s=min_age_s, delete=delete)
     now_ms = int(time.time() * 1000)
     work = _Reconcile(storage, report, now_ms)
+    served = live_view() if live_view is not None else None
     logs, outside = list_logs(storage)
     live = live_log_ids(outside, storage)
+    if live is not None and served is not None:
+        live |= served.log_ids
     report.objects = len(outside) + sum(
         len(lo.others) + sum(len(o) for o in lo.copies.values()) for lo in logs.values()
     )
@@ -411,6 +429,13 @@ def reconcile_bucket(
             work.log_copies(lo)
         if progress is not None:
             progress(f"reconcile: {n}/{len(chosen)} logs, {len(report.findings)} findings")
+    if live_view is not None:  # again: what the service took up while we listed
+        now = live_view()
+        keys, ids = now.keys | (served.keys if served else frozenset()), now.log_ids
+        for f in report.orphans:
+            if (f.log_id in ids and f.kind == "deleted_topic") or keys.intersection(f.keys):
+                f.action = "served"
+                f.reason += "; the service serves it: kept"
     if delete:
         _delete(storage, report, live)
     return report
@@ -445,6 +470,7 @@ __all__ = [
     "DEFAULT_MIN_AGE_S",
     "ORPHAN_KINDS",
     "Finding",
+    "LiveView",
     "ReconcileReport",
     "live_log_ids",
     "reconcile_bucket",
