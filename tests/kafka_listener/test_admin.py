@@ -26,7 +26,7 @@ from tiered_log.cluster.dev import DevCluster
 from tiered_log.kafka.admin import CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH
 from tiered_log.kafka.messages import LIST_OFFSETS, METADATA, PRODUCE
 
-from .clients import confluent_consume, confluent_consumer, confluent_produce
+from .clients import Rec, confluent_consume, confluent_consumer, confluent_produce
 from .conftest import KafkaWire, bounds, create_topic, kafka_server, wait_until
 from .test_protocol import batch, produce_body
 
@@ -82,7 +82,9 @@ def _listed(bootstrap: str) -> set[str]:
     return {t.name for t in resp.topics}
 
 
-def create_body(name: str, partitions: int = -1, rf: int = -1, **configs: str) -> dict[str, Any]:
+def create_body(
+    name: str, partitions: int = -1, rf: int = -1, configs: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {
         "topics": [
             {
@@ -90,7 +92,7 @@ def create_body(name: str, partitions: int = -1, rf: int = -1, **configs: str) -
                 "num_partitions": partitions,
                 "replication_factor": rf,
                 "assignments": [],
-                "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
             }
         ],
         "timeout": 20_000,
@@ -150,8 +152,8 @@ def test_confluent_admin_creates_topics_then_clients_use_them(server: ServerProc
     assert desc["config"]["segment_bytes"] == 1 << 20
     assert _http_topic(server.url, "adm-default").json()["partitions"] == 1
 
-    recs = [(p, b"k%d" % i, b"v%d" % i, []) for i in range(30) for p in (i % 3,)]
-    assert confluent_produce(server.kafka_bootstrap, "adm-a", recs) == [None] * 30  # type: ignore[arg-type]
+    recs: list[Rec] = [(i % 3, b"k%d" % i, b"v%d" % i, []) for i in range(30)]
+    assert confluent_produce(server.kafka_bootstrap, "adm-a", recs) == [None] * 30
     rows = confluent_consume(server.kafka_bootstrap, "adm-a", 3, 30)
     assert sorted((p, k, v) for p, _, k, v, _ in rows) == sorted((p, k, v) for p, k, v, _ in recs)
 
@@ -194,7 +196,7 @@ def test_raw_create_topics_answers(server: ServerProcess) -> None:
     error; bad partition counts, a duplicate name, manual assignments, the internal
     topic are refused with Kafka's codes."""
     with KafkaWire(server.kafka_bootstrap) as w:
-        resp = w.call(CREATE_TOPICS, 7, create_body("adm-raw", 2, -1, **{"retention.ms": "60000"}))
+        resp = w.call(CREATE_TOPICS, 7, create_body("adm-raw", 2, -1, {"retention.ms": "60000"}))
         (t,) = resp.topics
         assert (t.error_code, t.num_partitions, t.replication_factor) == (ErrorCode.none, 2, 1)
         configs = {c.name: c.value for c in t.configs}
@@ -221,7 +223,7 @@ def test_raw_create_topics_answers(server: ServerProcess) -> None:
         (t,) = w.call(CREATE_TOPICS, 7, create_body("__consumer_offsets")).topics
         assert t.error_code == ErrorCode.invalid_request
         (t,) = w.call(
-            CREATE_TOPICS, 7, create_body("adm-isr", **{"min.insync.replicas": "2"})
+            CREATE_TOPICS, 7, create_body("adm-isr", configs={"min.insync.replicas": "2"})
         ).topics
         assert t.error_code == ErrorCode.invalid_config
     for name in ("adm-p", "adm-twice", "adm-assigned", "adm-isr"):
@@ -360,7 +362,7 @@ def _partition(cluster: DevCluster, topic: str) -> dict[str, Any]:
 
 def test_cluster_any_node_creates_and_deletes(cluster: DevCluster) -> None:
     with KafkaWire(cluster.nodes[3].kafka_address) as w:
-        body = create_body("adm-c", 2, 3, **{"min.insync.replicas": "2"})
+        body = create_body("adm-c", 2, 3, {"min.insync.replicas": "2"})
         (t,) = w.call(CREATE_TOPICS, 7, body).topics
         assert (t.error_code, t.num_partitions, t.replication_factor) == (ErrorCode.none, 2, 3)
         (t,) = w.call(CREATE_TOPICS, 7, create_body("adm-c5", 1, 5)).topics
@@ -395,8 +397,8 @@ def test_cluster_offset_for_leader_epoch_and_a_consumer_across_a_leader_change(
     wait_until(lambda: len(_partition(cluster, topic)["isr"]) == 3, 30, "a full ISR")
     part = _partition(cluster, topic)
     leader, epoch = part["leader"], part["leader_epoch"]
-    first = [(0, None, b"first-%d" % i, []) for i in range(20)]
-    confluent_produce(cluster.bootstrap, topic, first, acks="all")  # type: ignore[arg-type]
+    first: list[Rec] = [(0, None, b"first-%d" % i, []) for i in range(20)]
+    confluent_produce(cluster.bootstrap, topic, first, acks="all")
     follower = next(n for n in part["replicas"] if n != leader)
     with KafkaWire(cluster.nodes[follower].kafka_address) as w:
         assert epoch_end(w, topic, epoch, current=epoch)[0] == ErrorCode.not_leader_or_follower
@@ -435,8 +437,8 @@ def test_cluster_offset_for_leader_epoch_and_a_consumer_across_a_leader_change(
                 20,
             )
             assert epoch_end(w, topic, epoch, current=epoch)[0] == ErrorCode.fenced_leader_epoch
-        second = [(0, None, b"second-%d" % i, []) for i in range(20)]
-        confluent_produce(cluster.bootstrap, topic, second, acks="all")  # type: ignore[arg-type]
+        second: list[Rec] = [(0, None, b"second-%d" % i, []) for i in range(20)]
+        confluent_produce(cluster.bootstrap, topic, second, acks="all")
         seen += _poll(c, 20)
     finally:
         c.close()
