@@ -238,10 +238,12 @@ def test_delete_topics_by_name_and_by_id(server: ServerProcess) -> None:
     }
     confluent_produce(server.kafka_bootstrap, "adm-del", [(0, None, b"x", [])])
     assert {"adm-del", "adm-del-id"} <= _listed(server.kafka_bootstrap)
+    assert "adm-del" in admin.list_topics(timeout=10).topics  # librdkafka's own Metadata
     got = _deleted(admin, "adm-del", "adm-never-was")
     assert got["adm-del"] is None
     assert got["adm-never-was"].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     assert "adm-del" not in _listed(server.kafka_bootstrap)
+    assert "adm-del" not in admin.list_topics(timeout=10).topics
     assert _http_topic(server.url, "adm-del").status_code == 404
 
     tid = uuid.UUID(hex=_http_topic(server.url, "adm-del-id").json()["topic_id"])
