@@ -185,12 +185,12 @@ class SaslSession:
             what = spec.name if spec else f"API key {api_key}"
             raise BadFrame(f"{what} before SASL authentication")
 
-    def raw_token(self, frame: bytes) -> bytes | None:
+    def raw_token(self, frame: bytes | bytearray) -> bytes | None:
         """The answer to a raw PLAIN token (after a v0 handshake); None, and
         ``closing`` set, when it does not authenticate."""
         self.raw_expected = False
         try:
-            self._authenticate(frame)
+            self._authenticate(bytes(frame))
         except AuthenticationError as exc:
             self.closing = f"SASL/PLAIN authentication failed: {exc.message}"
             return None

@@ -89,6 +89,10 @@ IDLE_S = 600.0
 """A connection that sends nothing and waits for no answer this long is closed (Kafka's
 ``connections.max.idle.ms`` default)."""
 
+_DIRECT_BYTES = 64 * 1024
+"""A frame at least this big is received straight into a buffer of its own size (one
+copy of its bytes in all) instead of through the connection's shared buffer."""
+
 _SIZE = struct.Struct(">i")
 _PRODUCE_KEY = struct.pack(">h", PRODUCE)
 
@@ -120,7 +124,9 @@ class KafkaConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._buf = bytearray()
-        self._queue: deque[bytes] = deque()
+        self._big: bytearray | None = None  # a large frame being received, and how much of it
+        self._big_at = 0
+        self._queue: deque[bytes | bytearray] = deque()
         self._ready = asyncio.Event()
         self._can_write = asyncio.Event()
         self._can_write.set()
@@ -156,10 +162,11 @@ class KafkaConnection(asyncio.Protocol):
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if self._buf and now - self._last_rx >= self.stall_s:
+        half_sent = bool(self._buf) or self._big is not None
+        if half_sent and now - self._last_rx >= self.stall_s:
             self._drop(f"a request half-sent: no byte for {self.stall_s:g} s")
             return
-        quiet = not self._buf and not self._queue and not self._busy
+        quiet = not half_sent and not self._queue and not self._busy
         if quiet and now - self._last_active >= self.idle_s:
             log.info("kafka connection from %s closed: idle for %g s", self.peer, self.idle_s)
             self._close()
@@ -170,6 +177,24 @@ class KafkaConnection(asyncio.Protocol):
         if self._closing or self._draining or self._lost:
             return
         self._last_rx = self._last_active = asyncio.get_running_loop().time()
+        big = self._big
+        if big is not None:  # a large frame under way: its bytes go straight to its buffer
+            at = self._big_at
+            take = min(len(data), len(big) - at)
+            with memoryview(data) as view:
+                big[at : at + take] = view[:take]
+                rest = bytes(view[take:]) if take < len(data) else b""
+            self._big_at = at + take
+            if self._big_at < len(big):
+                return
+            self._big = None
+            self._queue.append(big)
+            self._ready.set()
+            if not rest:
+                if len(self._queue) >= MAX_QUEUED:
+                    self._pause()
+                return
+            data = rest
         buf = self._buf
         buf += data
         pos = 0
@@ -183,8 +208,15 @@ class KafkaConnection(asyncio.Protocol):
                 self._drop(f"a frame of {size} bytes (allowed: {low} to {high})")
                 return
             if n - pos - 4 < size:
+                if size >= _DIRECT_BYTES:
+                    frame = bytearray(size)
+                    with memoryview(buf) as view:
+                        frame[: n - pos - 4] = view[pos + 4 : n]
+                    self._big, self._big_at = frame, n - pos - 4
+                    pos = n
                 break
-            self._queue.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            with memoryview(buf) as view:
+                self._queue.append(bytes(view[pos + 4 : pos + 4 + size]))
             pos += 4 + size
         if pos:
             del buf[:pos]
@@ -279,7 +311,7 @@ class KafkaConnection(asyncio.Protocol):
         except SendError as exc:
             self._drop(f"a fetch answer not sent whole: {exc}")
 
-    async def _answer(self, frame: bytes) -> bytes | list[Piece] | None:
+    async def _answer(self, frame: bytes | bytearray) -> bytes | list[Piece] | None:
         """The response frame to ``frame`` (None: none due, or the connection closed);
         a Fetch answer as pieces (its stored batches as file ranges)."""
         sasl = self.sasl

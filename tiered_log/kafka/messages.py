@@ -98,7 +98,7 @@ class Request:
     body: Any
 
 
-def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+def peek_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """``(api_key, api_version, correlation_id)`` of a request frame (without its size
     prefix); BadFrame if it is shorter than those fields."""
     if len(frame) < _HEAD.size:
@@ -142,11 +142,13 @@ def response_class(api_key: int, version: int) -> type[Any]:
     return cls
 
 
-def parse_request(frame: bytes | memoryview) -> Request:
+def parse_request(frame: bytes | bytearray | memoryview) -> Request:
     """Decode a request frame (without its size prefix) of a supported API and version;
     BadFrame when the header or the body does not decode (bytes after the body are
     ignored, as Kafka does)."""
     key, version, _ = peek_header(frame)
+    if isinstance(frame, bytearray):  # kio's readers take read-only buffers only
+        frame = memoryview(frame).toreadonly()
     cls = request_class(key, version)
     flexible = bool(cls.__flexible__)
     head_cls: type[Any] = RequestHeaderV2 if flexible else RequestHeaderV1
