@@ -35,8 +35,10 @@ from tiered_log.remote.s3 import S3Storage
 SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
     "cluster": (
         "cluster/",
+        "kafka_listener/test_admin.py",
         "kafka_listener/test_cluster.py",
         "kafka_listener/test_groups_cluster.py",
+        "kafka_listener/test_idempotent_cluster.py",
         "remote/test_cluster_shipping.py",
         "test_cli_tables.py",
         "test_perf_cluster.py",
