@@ -37,7 +37,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from .deps import authenticated, json_content, require
-from .wire import JSON, ErrorResponse, ProduceRequest
+from .wire import JSON, ErrorResponse, ProduceRequest, TopicProduceRequest
 
 _ERR = {"model": ErrorResponse}
 
@@ -100,9 +100,10 @@ def shared_statuses(route: APIRoute, *, clustered: bool) -> set[int]:
 
 def _documented_models(routes: Iterable[object]) -> list[tuple[type[BaseModel], JsonSchemaMode]]:
     """Every model the routes take (validation) or answer (serialization), plus the JSON
-    produce body (read by the handler itself, so no route declares it)."""
+    produce bodies (read by the handlers themselves, so no route declares them)."""
     out: dict[tuple[type[BaseModel], JsonSchemaMode], None] = {
         (ProduceRequest, "validation"): None,
+        (TopicProduceRequest, "validation"): None,
         (ErrorResponse, "serialization"): None,
     }
 

@@ -435,6 +435,23 @@ class ProduceRequest(BaseModel):
     records: list[RecordIn] = Field(min_length=1, max_length=MAX_BATCH_RECORDS)
 
 
+class TopicRecordIn(RecordIn):
+    """A record to produce to a topic: a partition's record plus, optionally, the
+    partition it must go to."""
+
+    partition: int | None = Field(
+        None, ge=0, description="The partition; absent: Kafka's default partitioner picks."
+    )
+
+
+class TopicProduceRequest(BaseModel):
+    """A JSON batch of records for a topic, partitioned by the service."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    records: list[TopicRecordIn] = Field(min_length=1, max_length=MAX_BATCH_RECORDS)
+
+
 class ProduceResponse(BaseModel):
     offsets: list[int] = Field(description="The offset of each record, in request order.")
     first_offset: int
@@ -641,6 +658,8 @@ __all__ = [
     "InvalidRequestError",
     "ProduceRequest",
     "ProduceResponse",
+    "TopicProduceRequest",
+    "TopicRecordIn",
     "RecordIn",
     "RequestTooLargeError",
     "ShuttingDownError",

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 import httpx
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from ...client.partitioner import DefaultPartitioner
 from ...errors import (
@@ -42,7 +42,7 @@ from ...format.records import ProducerRecord
 from ..deps import JsonContent, State, TopicPath, WriteGrant, read_body
 from ..error_mapping import error_response, validation_message
 from ..openapi import errs
-from ..wire import JSON, MAX_BATCH_RECORDS, RecordIn
+from ..wire import JSON, TopicProduceRequest, TopicRecordIn
 
 router = APIRouter(tags=["records"])
 
@@ -50,23 +50,6 @@ _PARTITIONER = DefaultPartitioner()
 """The service's partitioner: its sticky partition per topic is shared by every request."""
 
 _FORWARD_TIMEOUT_S = 60.0
-
-
-class TopicRecordIn(RecordIn):
-    """A record to produce to a topic: a partition's record plus, optionally, the
-    partition it must go to."""
-
-    partition: int | None = Field(
-        None, ge=0, description="The partition; absent: Kafka's default partitioner picks."
-    )
-
-
-class TopicProduceRequest(BaseModel):
-    """A JSON batch of records for a topic, partitioned by the service."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    records: list[TopicRecordIn] = Field(min_length=1, max_length=MAX_BATCH_RECORDS)
 
 
 class RecordError(BaseModel):
