@@ -74,6 +74,7 @@ from kio.schema.errors import ErrorCode
 from ..config import Grant
 from ..errors import AuthenticationError, PermissionDeniedError, TopicNotFoundError
 from ..service.auth import ANONYMOUS_ALL, Authenticator, Principal
+from .admin import CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH
 from .configs import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from .groups.handlers import (
     DELETE_GROUPS,
@@ -105,9 +106,6 @@ log = logging.getLogger("tiered_log.kafka")
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-OFFSET_FOR_LEADER_EPOCH = 23
 
 SASL_APIS: dict[int, tuple[str, int, int]] = {
     SASL_HANDSHAKE: ("sasl_handshake", 0, 1),
