@@ -86,6 +86,23 @@ def confluent_consumer(bootstrap: str, **config: Any) -> Consumer:
     )
 
 
+def poll_messages(c: Consumer, n: int, timeout_s: float = 30) -> list[Any]:
+    """Up to ``n`` messages an assigned consumer polls within ``timeout_s``; end-of-partition
+    events are skipped, any other consumer error fails the test."""
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise AssertionError(f"consumer error: {m.error()}")
+        out.append(m)
+    return out
+
+
 def confluent_consume(
     bootstrap: str, topic: str, partitions: int, n: int, timeout_s: float = 30
 ) -> list[Row]:
@@ -93,18 +110,10 @@ def confluent_consume(
     c = confluent_consumer(bootstrap)
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        rows: list[Row] = []
-        deadline = time.monotonic() + timeout_s
-        while len(rows) < n and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise AssertionError(f"consumer error: {m.error()}")
-            rows.append((m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ())))
-        return sorted(rows)
+        return sorted(
+            (m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ()))
+            for m in poll_messages(c, n, timeout_s)
+        )
     finally:
         c.close()
 

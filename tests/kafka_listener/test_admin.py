@@ -9,7 +9,6 @@ change (librdkafka validates it with OffsetForLeaderEpoch)."""
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +25,7 @@ from tiered_log.cluster.dev import DevCluster
 from tiered_log.kafka.admin import CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH
 from tiered_log.kafka.messages import LIST_OFFSETS, METADATA, PRODUCE
 
-from .clients import Rec, confluent_consume, confluent_consumer, confluent_produce
+from .clients import Rec, confluent_consume, confluent_consumer, confluent_produce, poll_messages
 from .conftest import KafkaWire, bounds, create_topic, kafka_server, wait_until
 from .test_protocol import batch, produce_body
 
@@ -467,15 +466,4 @@ def _poll(c: Any, n: int, timeout_s: float = 40) -> list[tuple[int, bytes]]:
     """The next ``n`` records of an assigned consumer as ``(offset, value)``; a consumer
     error fails the test (a position reset by a failed validation shows up as records
     read twice)."""
-    out: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + timeout_s
-    while len(out) < n and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
-                continue
-            raise AssertionError(f"consumer error: {m.error()}")
-        out.append((m.offset(), m.value()))
-    return out
+    return [(m.offset(), m.value()) for m in poll_messages(c, n, timeout_s)]

@@ -30,6 +30,7 @@ from tiered_log.kafka.auth import (
 )
 from tiered_log.kafka.messages import APIS, FETCH, LIST_OFFSETS, METADATA, PRODUCE
 
+from .clients import poll_messages
 from .conftest import TIMEOUT_S, KafkaWire, kafka_server, wait_until
 from .test_protocol import batch, fetch_body, metadata_body, produce_body
 
@@ -138,18 +139,7 @@ def consume(
     )
     try:
         c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        out: list[bytes | None] = []
-        deadline = time.monotonic() + timeout_s
-        while len(out) < n and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise AssertionError(f"consumer error: {m.error()}")
-            out.append(m.value())
-        return out
+        return [m.value() for m in poll_messages(c, n, timeout_s)]
     finally:
         c.close()
 
