@@ -602,6 +602,21 @@ class TopicManager:
             log.info("created topic %s with %d partition(s)", meta.name, meta.partitions)
             return topic
 
+    def open_from_store(self, meta: TopicMeta) -> Topic:
+        """Open a topic whose metadata and logs were just made in the store (a
+        point-in-time restore, :mod:`tiered_log.remote.point_in_time`): its logs rebuild
+        from the bucket as on an empty disk and continue after their restored end.
+        TopicExistsError if the name is held."""
+        with self._lock:
+            if self._closed:
+                raise LogClosedError("the service is shutting down")
+            if meta.name in self._topics or meta.name in self._unavailable:
+                raise TopicExistsError(f"topic {meta.name!r} exists already")
+            topic = self._commit_topic(meta, rebuild=True)
+            self._topics = {**self._topics, meta.name: topic}
+            log.info("opened topic %s (%d partition(s)) from the store", meta.name, meta.partitions)
+            return topic
+
     def _commit_topic(self, meta: TopicMeta, *, rebuild: bool) -> Topic:
         """Create the topic's directory and partition logs, then commit ``topic.json``."""
         directory = self.root / meta.name

@@ -8,6 +8,8 @@
                              [--endpoint-url URL] [--region R] [--json]
     tiered-log archive reconcile --remote URL [--topic T] [--delete] [--min-age-s N]
                                  [--endpoint-url URL] [--region R] [--json]
+    tiered-log archive restore --topic T --as NEW [--to-timestamp TS] [--to-offset O]
+                               (--remote URL [--key-file FILE] | --url URL) [--json]
 
 ``rewrap`` re-wraps the data key of every encrypted segment in the bucket with the key
 ring's active key (:mod:`tiered_log.remote.rewrap`), without reading or writing any data
@@ -24,6 +26,10 @@ is any. ``reconcile`` lists the objects nothing references and the dangling refe
 ``--delete``, and exits 1 when a reference dangles. Both only read (reconcile deletes
 only orphans) and are safe while services ship to the bucket.
 
+``restore`` makes a new topic holding a topic's records up to a time or an offset
+(:mod:`tiered_log.remote.point_in_time`), from the bucket alone (``--remote``) or through
+a running service (``--url``), which adds its unshipped records and serves the new topic.
+
 Output goes to stdout, progress to stderr. One command per process; not thread-safe.
 """
 
@@ -33,9 +39,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .registry import CommandGroup, counted
+from .registry import CommandGroup, UsageError, counted, timestamp_ms
 
 if TYPE_CHECKING:
     from ..remote.reconcile import LiveView
@@ -44,7 +50,7 @@ if TYPE_CHECKING:
 COMMANDS = CommandGroup()
 """``archive`` and its commands."""
 ARCHIVE = COMMANDS.group(
-    "archive", "operations on the archive in the bucket (rewrap, scrub, reconcile)"
+    "archive", "operations on the archive in the bucket (rewrap, scrub, reconcile, restore)"
 )
 
 
@@ -346,3 +352,142 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         + f"{counted(len(report.dangling), 'dangling reference')}"
     )
     return 1 if report.dangling else 0
+
+
+def _restore_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topic", metavar="T", required=True, help="the topic restored from")
+    p.add_argument(
+        "--as", dest="as_topic", metavar="NEW", required=True, help="the new topic (must not exist)"
+    )
+    p.add_argument(
+        "--to-timestamp",
+        metavar="TS",
+        type=timestamp_ms,
+        help="keep the records up to the last one at or before TS (ms since the epoch or "
+        "ISO 8601, UTC if no zone)",
+    )
+    p.add_argument(
+        "--to-offset",
+        metavar="O",
+        type=_non_negative_int,
+        help="keep the records below offset O (each partition; with --to-timestamp: the "
+        "smaller end)",
+    )
+    p.add_argument(
+        "--remote",
+        metavar="URL",
+        help="restore from the bucket alone, no service needed (s3://bucket/prefix, "
+        "file:///dir or a directory: the services' remote_url)",
+    )
+    p.add_argument(
+        "--key-file",
+        metavar="FILE",
+        type=Path,
+        help="with --remote: the key ring, to read (and cut) encrypted segments",
+    )
+    p.add_argument("--endpoint-url", metavar="URL", help="S3 endpoint (MinIO, moto, ...)")
+    p.add_argument("--region", help="S3 region")
+    p.add_argument(
+        "--url",
+        metavar="URL",
+        help="a running service on the bucket: it restores (its unshipped records too) "
+        "and serves the new topic at once",
+    )
+    p.add_argument("--token", help="bearer token for --url (default $TIERED_LOG_TOKEN)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an offset: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+@ARCHIVE.command(
+    "restore",
+    "make a new topic holding a topic's records up to a time or an offset",
+    _restore_args,
+)
+def cmd_restore(args: argparse.Namespace) -> int:
+    """``--url``: ``POST /v1/archive/restore`` on the service; ``--remote``: the bucket
+    alone (:func:`~tiered_log.remote.point_in_time.restore_point_in_time`), progress on
+    stderr. Prints what each partition holds."""
+    import os
+
+    if (args.url is None) == (args.remote is None):
+        raise UsageError("give either --remote (the bucket alone) or --url (a running service)")
+    if args.to_timestamp is None and args.to_offset is None:
+        raise UsageError("give --to-timestamp, --to-offset or both")
+    if args.url is not None:
+        if args.key_file is not None or args.endpoint_url is not None:
+            raise UsageError(
+                "--key-file and --endpoint-url go with --remote (the service has its own)"
+            )
+        from ..client import Client
+
+        token = args.token if args.token is not None else os.environ.get("TIERED_LOG_TOKEN")
+        with Client(args.url, token, timeout=3600.0) as client:
+            report = client.restore_topic(
+                args.topic,
+                args.as_topic,
+                to_timestamp=args.to_timestamp,
+                to_offset=args.to_offset,
+            )
+    else:
+        report = _restore_from_bucket(args)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for part in report["partitions"]:
+        print(
+            f"{report['as_topic']}-{part['partition']}: offsets [{part['log_start_offset']}, "
+            f"{part['end_offset']}) ({part['segments_copied']} segments copied, "
+            f"{part['segments_rewritten']} cut, {part['tail_records']} records from the "
+            "service's tail)"
+        )
+    print(
+        f"restored {report['topic']} as {report['as_topic']}: "
+        f"{counted(report['records'], 'record')} in {len(report['partitions'])} partition(s), "
+        f"{report['bytes_copied']} bytes copied, {report['bytes_written']} bytes written"
+    )
+    return 0
+
+
+def _restore_from_bucket(args: argparse.Namespace) -> dict[str, Any]:
+    import time
+
+    from ..remote.crypto import KeyRing
+    from ..remote.point_in_time import RestoreReport, restore_point_in_time
+
+    ring = KeyRing(args.key_file) if args.key_file is not None else None
+    storage = _open_bucket(args)
+    shown = [0.0]
+
+    def progress(rep: RestoreReport) -> None:
+        now = time.monotonic()
+        if now - shown[0] >= 1.0 or rep.segments_done == rep.segments_total:
+            shown[0] = now
+            print(
+                f"restore: {rep.segments_done}/{rep.segments_total} segments, "
+                f"{(rep.bytes_copied + rep.bytes_written) / (1 << 20):.1f} MiB written",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        report, _ = restore_point_in_time(
+            storage,
+            args.topic,
+            args.as_topic,
+            to_timestamp=args.to_timestamp,
+            to_offset=args.to_offset,
+            ring=ring,
+            progress=progress,
+        )
+    finally:
+        storage.close()
+    return report.to_json()

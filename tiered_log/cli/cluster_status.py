@@ -7,7 +7,8 @@ are reported lost, per partition).
 
     tiered-log cluster status [--url URL,...] [--topic T] [--wait] [--timeout S] [--json]
     tiered-log cluster reassign --from N --to M [--wait] [--timeout S] [--url URL,...]
-    tiered-log cluster restore [--topic T] [--replication-factor N] [--wait] [--json]
+    tiered-log cluster restore [--topic T] [--replication-factor N] [--to-timestamp TS]
+                               [--wait] [--json]
 
 Asks every live node for ``GET /v1/cluster`` (each reports the partitions it leads:
 their high watermark and each replica's state, log end, lag and catch-up rate) and
@@ -30,7 +31,7 @@ from typing import Any
 import httpx
 
 from ..errors import TieredLogError
-from .registry import CommandGroup, UsageError
+from .registry import CommandGroup, UsageError, timestamp_ms
 from .service import _client, _client_options, _guard
 
 COMMANDS = CommandGroup()
@@ -270,6 +271,13 @@ def _restore_args(p: argparse.ArgumentParser) -> None:
         help="as for a new topic (default: min(2, replication factor))",
     )
     p.add_argument(
+        "--to-timestamp",
+        metavar="TS",
+        type=timestamp_ms,
+        help="restore each topic to this time (ms since the epoch or ISO 8601): only its "
+        "records up to the last one at or before TS, in new logs",
+    )
+    p.add_argument(
         "--wait",
         action="store_true",
         help="wait until every restored partition is led and in sync, then "
@@ -317,6 +325,7 @@ def cmd_cluster_restore(args: argparse.Namespace) -> int:
             args.topic,
             replication_factor=args.replication_factor,
             min_insync_replicas=args.min_insync_replicas,
+            to_timestamp=args.to_timestamp,
         )
         info = client.cluster() or {}
     for t in body["restored"]:

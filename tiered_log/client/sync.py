@@ -257,20 +257,41 @@ class Client:
         *,
         replication_factor: int | None = None,
         min_insync_replicas: int | None = None,
+        to_timestamp: int | None = None,
     ) -> dict[str, Any]:
         """Recreate in a new cluster the topics the bucket keeps (needs admin on every
         topic): ``POST /v1/cluster/restore``'s answer (``restored``, ``skipped``,
-        ``missing``). Each partition reports what was never shipped as lost."""
+        ``missing``). Each partition reports what was never shipped as lost.
+        ``to_timestamp``: each topic holds only its records up to that time."""
         body: dict[str, Any] = {
             "topics": topics,
             "replication_factor": replication_factor,
             "min_insync_replicas": min_insync_replicas,
+            "to_timestamp": to_timestamp,
         }
         return dict(
             self._any(
                 "POST", "/v1/cluster/restore", json={k: v for k, v in body.items() if v is not None}
             ).json()
         )
+
+    def restore_topic(
+        self,
+        topic: str,
+        as_topic: str,
+        *,
+        to_timestamp: int | None = None,
+        to_offset: int | None = None,
+    ) -> dict[str, Any]:
+        """Point-in-time restore of ``topic`` as the new topic ``as_topic`` (needs admin
+        on every topic): ``POST /v1/archive/restore``'s report, once the new topic is
+        served."""
+        body: dict[str, Any] = {"topic": topic, "as_topic": as_topic}
+        if to_timestamp is not None:
+            body["to_timestamp"] = to_timestamp
+        if to_offset is not None:
+            body["to_offset"] = to_offset
+        return dict(self._any("POST", "/v1/archive/restore", json=body).json())
 
     def cluster(self) -> dict[str, Any] | None:
         """``GET /v1/cluster`` of a node that answers (nodes, controller, each

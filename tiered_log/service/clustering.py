@@ -23,9 +23,10 @@ from ..broker.topics import TopicManager, TopicMeta, validate_partitions, valida
 from ..cluster.model import TopicMeta as ClusterTopic
 from ..cluster.node import ClusterNode, NodeConfig
 from ..config import Settings
-from ..errors import InvalidArgumentError, TopicExistsError
+from ..errors import InvalidArgumentError, TieredLogError, TopicExistsError
 from ..format import naming
 from ..local.log import LogConfig
+from ..remote.storage import RemoteStorage
 from ..topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ def restore_cluster_topics(
     names: list[str] | None,
     replication_factor: int | None,
     min_insync_replicas: int | None,
+    to_timestamp: int | None = None,
 ) -> dict[str, Any]:
     """Whole-cluster restore (as Redpanda's): recreate in the cluster the topics whose
     metadata the bucket keeps (``topics/<name>.json``) and the cluster lacks, with their
@@ -118,7 +120,15 @@ def restore_cluster_topics(
     (None: every topic in the bucket). Returns ``{"restored": [{name, topic_id,
     partitions}], "skipped": [{name, reason}], "missing": [names asked, not in the
     bucket]}``. InvalidArgumentError without a remote store; RemoteStorageError when
-    the bucket fails; MetadataUnavailableError when etcd does."""
+    the bucket fails; MetadataUnavailableError when etcd does.
+
+    ``to_timestamp``: each topic is restored to that time instead
+    (:func:`~tiered_log.remote.point_in_time.restore_point_in_time` with the topic as its
+    own target): new logs under a new topic id hold its records up to the last one at
+    or before it, and the bucket's ``topics/<name>.json`` names them; the old logs'
+    objects stay in the bucket, unreferenced (``archive reconcile --delete`` removes
+    them). A restored entry then lists each partition's ``end_offsets``; a topic with
+    nothing to restore is skipped with why."""
     storage = topics.storage
     if storage is None:
         raise InvalidArgumentError("this node has no remote store to restore from")
@@ -145,6 +155,13 @@ def restore_cluster_topics(
         except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
             out["skipped"].append({"name": name, "reason": f"unreadable metadata: {exc}"})
             continue
+        entry: dict[str, Any] = {}
+        if to_timestamp is not None:
+            try:
+                meta, entry = _restore_to_time(settings, storage, meta, to_timestamp)
+            except TieredLogError as exc:
+                out["skipped"].append({"name": name, "reason": exc.message})
+                continue
         try:
             create_cluster_topic(
                 node,
@@ -167,9 +184,39 @@ def restore_cluster_topics(
             meta.topic_id,
         )
         out["restored"].append(
-            {"name": name, "topic_id": meta.topic_id, "partitions": meta.partitions}
+            {"name": name, "topic_id": meta.topic_id, "partitions": meta.partitions, **entry}
         )
     return out
+
+
+def _restore_to_time(
+    settings: Settings, storage: RemoteStorage, meta: TopicMeta, to_timestamp: int
+) -> tuple[TopicMeta, dict[str, Any]]:
+    """Make the topic's new logs holding its records up to ``to_timestamp`` (see
+    :func:`restore_cluster_topics`): the new metadata and the restored entry's fields."""
+    from ..broker.topics import tier_config_of
+    from ..remote.point_in_time import restore_point_in_time
+
+    report, new = restore_point_in_time(
+        storage,
+        meta.name,
+        meta.name,
+        to_timestamp=to_timestamp,
+        ring=tier_config_of(meta.config, settings).key_ring,
+        source_meta=meta,
+        chunk_bytes=settings.remote_chunk_bytes,
+        replace_topic=True,
+    )
+    log.info(
+        "topic %s restored to timestamp %d: new logs under id %s",
+        meta.name,
+        to_timestamp,
+        new.topic_id,
+    )
+    return new, {
+        "to_timestamp": to_timestamp,
+        "end_offsets": [p.end_offset for p in report.partitions],
+    }
 
 
 __all__ = ["create_cluster_topic", "restore_cluster_topics", "start_node"]

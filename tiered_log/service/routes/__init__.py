@@ -11,6 +11,8 @@
   consumer groups: members, committed offsets, lag).
 - :mod:`.cluster`: ``/v1/cluster`` and the followers' replication fetch (a clustered
   node only).
+- :mod:`.archive`: ``/v1/archive/restore`` (a topic restored to a point in time as a
+  new topic).
 
 :data:`ROUTERS` lists them in the order the app includes them (the order of the OpenAPI
 document's paths). Handlers reach the shared state, the caller and the grants through
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from .archive import router as archive_router
 from .cluster import router as cluster_router
 from .groups import router as groups_router
 from .ops import router as ops_router
@@ -41,6 +44,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     partitions_router,
     groups_router,
     cluster_router,
+    archive_router,
 )
 
 __all__ = ["ROUTERS"]

@@ -133,6 +133,12 @@ class RestoreRequest(BaseModel):
     min_insync_replicas: int | None = Field(
         default=None, ge=1, description="As for a new topic (default: min(2, replication factor))."
     )
+    to_timestamp: int | None = Field(
+        default=None,
+        ge=0,
+        description="Restore each topic to this time (ms since the epoch): only its records "
+        "up to the last one at or before it, in new logs (a new topic id).",
+    )
 
 
 @router.post(
@@ -164,6 +170,7 @@ async def restore(
         body.topics,
         body.replication_factor,
         body.min_insync_replicas,
+        body.to_timestamp,
     )
 
 
