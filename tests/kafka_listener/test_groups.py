@@ -66,14 +66,18 @@ def parts(c: Consumer) -> set[int]:
     return {tp.partition for tp in c.assignment()}
 
 
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
 def test_two_confluent_members_split_the_partitions_and_one_takes_over(
-    server: ServerProcess,
+    server: ServerProcess, strategy: str
 ) -> None:
-    topic, group = "grp-split", "g-split"
+    """The assignors run in the clients (the broker relays their plans), the incremental
+    cooperative one included."""
+    topic, group = f"grp-split-{strategy}", f"g-split-{strategy}"
     create_topic(server, topic, partitions=4)
     produce_n(server, topic, 4, 40)
-    a = group_consumer(server, group)
-    b = group_consumer(server, group)
+    conf = {"partition.assignment.strategy": strategy}
+    a = group_consumer(server, group, **conf)
+    b = group_consumer(server, group, **conf)
     try:
         a.subscribe([topic])
         b.subscribe([topic])
