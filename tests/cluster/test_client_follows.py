@@ -145,7 +145,9 @@ def test_a_topic_produce_at_any_node_reaches_every_partitions_leader(
         for p in range(3):
             got = [(rec.offset, rec.key) for page in c.consume(topic, p, 0) for rec in page.records]
             want = [
-                (pl["offset"], k.encode()) for k, pl in zip(keys, places) if pl["partition"] == p
+                (pl["offset"], k.encode())
+                for k, pl in zip(keys, places, strict=True)
+                if pl["partition"] == p
             ]
             assert got == want
 
