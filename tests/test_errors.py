@@ -43,6 +43,7 @@ TABLE: list[tuple[type[E.TieredLogError], str, int, int]] = [
     (E.InvalidTopicNameError, "invalid_topic_name", 400, 400),
     (E.AuthenticationError, "unauthenticated", 401, 401),
     (E.PermissionDeniedError, "permission_denied", 403, 403),
+    (E.ReadOnlyError, "read_only", 403, 403),
     (E.RemoteStorageError, "remote_storage_error", 503, 503),
     (E.RemoteObjectNotFoundError, "remote_object_not_found", 502, 502),
     (E.RemoteCorruptionError, "remote_corruption", 502, 502),

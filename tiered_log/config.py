@@ -206,6 +206,21 @@ class Settings(BaseSettings):
     s3_access_key: SecretStr | None = None
     s3_secret_key: SecretStr | None = None
     s3_path_style: bool = True
+    read_only_remote: bool = Field(
+        False,
+        description="Mount another cluster's archive read-only: serve every topic found "
+        "in remote_url's bucket (HTTP and Kafka reads), follow what its owner ships, refuse "
+        "every write (403 read_only; Kafka POLICY_VIOLATION) and never write or delete an "
+        "object there. Needs remote_url; not with a cluster.",
+    )
+    remote_poll_interval_ms: int = Field(
+        30_000,
+        ge=50,
+        le=3_600_000,
+        description="How often a read-only mount looks for topics and segments its owner "
+        "shipped (ms): two small requests per partition (its metadata and a listing of "
+        "what came after the last segment known) and one listing of the topics.",
+    )
     remote_cache_bytes: int = Field(
         TIER_DEFAULTS.cache_bytes, ge=0, description="Remote chunk cache size."
     )
@@ -499,6 +514,19 @@ class Settings(BaseSettings):
                 "replica_fetch_wait_max_ms: must be less than "
                 f"replica_lag_time_max_ms ({self.replica_lag_time_max_ms}): a "
                 "follower waiting that long at its leader would leave the ISR"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _read_only_mount(self) -> Settings:
+        if self.read_only_remote and not self.remote_url:
+            raise ValueError(
+                "read_only_remote: a read-only mount needs remote_url, the bucket of the "
+                "cluster that owns the archive"
+            )
+        if self.read_only_remote and self.cluster_etcd is not None:
+            raise ValueError(
+                "read_only_remote: a read-only mount is a single node (unset cluster_etcd)"
             )
         return self
 

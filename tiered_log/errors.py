@@ -30,6 +30,7 @@ answer (:func:`error_class`) read one table: this tree::
     │   └── InvalidTopicNameError  invalid_topic_name        400    (also InvalidArgument)
     ├── AuthenticationError        unauthenticated           401    no valid bearer token
     ├── PermissionDeniedError      permission_denied         403    token lacks the grant
+    ├── ReadOnlyError              read_only                 403    a read-only mount
     ├── RemoteStorageError         remote_storage_error      503    remote tier failed
     │   ├── RemoteObjectNotFoundError  remote_object_not_found 502  object/range missing
     │   ├── RemoteCorruptionError  remote_corruption         502    remote bytes damaged
@@ -442,6 +443,16 @@ class PermissionDeniedError(TieredLogError):
     status = 403
 
 
+class ReadOnlyError(TieredLogError):
+    """A write (produce, topic creation, deletion, alteration, truncation) asked of a
+    service that mounts another cluster's bucket read-only (``read_only_remote``): it
+    serves reads only and never writes to the bucket (HTTP 403, not retriable: write to
+    the cluster that owns the bucket)."""
+
+    code = "read_only"
+    status = 403
+
+
 class DataDirLockedError(TieredLogError):
     """Another process holds the data directory."""
 
@@ -543,6 +554,7 @@ __all__ = [
     "PartitionNotReadyError",
     "PermissionDeniedError",
     "ProducerStateError",
+    "ReadOnlyError",
     "RecordTooLargeError",
     "RemoteCorruptionError",
     "RemoteObjectNotFoundError",

@@ -179,8 +179,10 @@ class Broker:
         """The log a produce appends to, after the cluster's checks: NotLeaderError when
         this node does not lead the partition; ``acks`` None defaults to ``all`` when the
         partition has replicas; ``all`` raises NotEnoughReplicasError when the ISR is
-        below ``min_insync_replicas``. TopicNotFoundError for no such partition."""
+        below ``min_insync_replicas``. TopicNotFoundError for no such partition;
+        ReadOnlyError on a read-only mount."""
         plog = await self.partition(topic, partition)
+        self.topics.check_writable(f"cannot produce to {topic}/{partition}")
         leader = None
         if self.cluster is not None:  # only the leader appends; acks=all checks the ISR first
             leader = self.cluster.leader_of(topic, partition)

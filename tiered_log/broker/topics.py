@@ -549,6 +549,11 @@ class TopicManager:
     def exists(self, name: str) -> bool:
         return name in self._topics or name in self._unavailable
 
+    def check_writable(self, what: str) -> None:
+        """Nothing: these topics take writes. A read-only mount's manager
+        (:class:`~tiered_log.broker.mount.MountedTopics`) raises ReadOnlyError naming
+        ``what`` (e.g. ``"cannot produce to t/0"``); the front ends ask before a write."""
+
     def partition(self, name: str, index: int) -> PartitionLog:
         """The log of partition ``index`` of topic ``name`` (TopicNotFoundError if none)."""
         return self.get(name).partition(index)

@@ -237,6 +237,7 @@ class AdminHandlers:
         worker thread (a cluster's checks read etcd)."""
         state = self.backend.state
         name = validate_topic_name(t.name)
+        state.topics.check_writable(f"cannot create topic {name!r}")  # a read-only mount
         if is_internal(name):
             raise Refused(
                 ErrorCode.invalid_request,

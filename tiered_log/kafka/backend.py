@@ -230,7 +230,9 @@ class Backend:
 
     @property
     def auto_create(self) -> bool:
-        return self.state.settings.kafka_auto_create_topics
+        """Whether a missing topic is created (never on a read-only mount)."""
+        settings = self.state.settings
+        return settings.kafka_auto_create_topics and not settings.read_only_remote
 
     # ---- metadata ------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from ..errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     PartitionNotReadyError,
+    ReadOnlyError,
     RecordTooLargeError,
     RemoteStorageError,
     ReplicationTimeoutError,
@@ -53,6 +54,7 @@ class InvalidAcksError(InvalidArgumentError):
 
 _MAP: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (InvalidRecordError, ErrorCode.invalid_record),
+    (ReadOnlyError, ErrorCode.policy_violation),
     (InvalidAcksError, ErrorCode.invalid_required_acks),
     (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),

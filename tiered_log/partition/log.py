@@ -759,6 +759,32 @@ class TieredLog:
             self._check_open()
             r.load_meta_from_bucket()
 
+    def follow_bucket(self) -> bool:
+        """A read-only mount's poll of a log another cluster ships (a log opened
+        ``replicated`` and following, with no shipper): its view of the bucket takes what
+        the owner committed since the last poll and drops what its retention removed
+        (:class:`~tiered_log.remote.follow.BucketFollower`), then the local log, which
+        holds no record, restarts empty at the new remote end and the high watermark
+        moves there, so every offset the bucket holds is served from it. Reads only;
+        whether anything changed; False without a remote tier. RemoteStorageError if the
+        bucket fails (nothing changes)."""
+        from ..remote.follow import BucketFollower
+
+        r = self._remote
+        if r is None:
+            return False
+        with self._ctl:
+            self._check_open()
+            changed = BucketFollower(r).follow()
+            end = r.remote_end
+            if (self._local.log_start_offset, self._local.next_offset) != (end, end):
+                with self._replication.moving_bounds():
+                    self._local.reset(end)
+                    self._replication.clamp_high_watermark()
+                changed = True
+        self.set_high_watermark(end)
+        return changed
+
     def apply_replica_retention(self, remote_end: int) -> None:
         """A follower's retention round (it ships nothing; the leader does): delete the
         oldest local segments past local retention (``local_retention_ms`` /

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from ..broker.mount import topic_manager_for
 from ..broker.topics import TopicManager
 from ..config import Settings
 from .error_mapping import install_error_handlers
@@ -50,7 +51,7 @@ from .state import ServiceState
 def create_app(settings: Settings, topics: TopicManager | None = None) -> FastAPI:
     """The ASGI app. ``topics`` may be loaded already (the server does it before
     listening, to fail early); otherwise the app's startup loads it."""
-    manager = topics if topics is not None else TopicManager(settings)
+    manager = topics if topics is not None else topic_manager_for(settings)
     state = ServiceState(settings, manager)
     app = FastAPI(
         title="tiered-log",

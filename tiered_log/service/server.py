@@ -147,7 +147,7 @@ def run_server(settings: Settings) -> int:
     """
     import uvicorn
 
-    from ..broker.topics import TopicManager
+    from ..broker.mount import topic_manager_for
     from ..kafka.listener import KafkaListener
     from .app import create_app
     from .http_protocol import HttpLimits, protocol_class
@@ -182,7 +182,7 @@ def run_server(settings: Settings) -> int:
                 file=sys.stderr,
             )
             return 1
-        topics = TopicManager(settings)
+        topics = topic_manager_for(settings)
         try:
             topics.load()
         except (TieredLogError, OSError) as exc:

@@ -151,6 +151,7 @@ async def truncate(
     """Remove every record at and after ``offset`` (needs ``admin``); returns the new
     bounds. ``offset`` must be within ``[log_start_offset, next_offset]``."""
     plog = await partition_log(state, topic, partition)
+    state.topics.check_writable(f"cannot truncate {topic}/{partition}")
     if state.cluster is not None:
         raise InvalidArgumentError(
             "truncate is not offered in a cluster yet: the replicas would have to truncate together"
