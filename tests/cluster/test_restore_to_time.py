@@ -108,3 +108,26 @@ def test_a_new_cluster_restores_a_topic_to_a_time(
     )
     assert resp.status_code == 200, resp.text
     assert resp.json()["first_offset"] == 121
+
+    # A restore through the cluster's node: the new topic takes the unshipped record too
+    # (from the node's replica) and is created in the cluster, led and readable.
+    argv = [sys.executable, "-m", "tiered_log.cli", "archive", "restore", "--json"]
+    argv += ["--url", new.urls[0], "--topic", TOPIC, "--as", "copy", "--to-offset", "122"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [part] = json.loads(done.stdout)["partitions"]
+    assert part["end_offset"] == 122 and part["tail_records"] >= 1
+    wait_until(lambda: partition_state(new, "copy", 0)["leader"] is not None, 15, "a leader")
+    url = new.nodes[partition_state(new, "copy", 0)["leader"]].url
+    copied: list[dict[str, object]] = []
+
+    def read_copy() -> bool:
+        resp = httpx.get(
+            f"{url}/v1/topics/copy/partitions/0/records", params={"offset": len(copied)}, timeout=10
+        )
+        if resp.status_code == 200:
+            copied.extend(resp.json()["records"])
+        return len(copied) >= 122
+
+    wait_until(read_copy, 30, "the copy to read whole")
+    assert [g["value"] for g in copied[:122]] == [g["value"] for g in got] + ["after"]

@@ -77,13 +77,13 @@ def objects(storage: RemoteStorage) -> dict[str, bytes]:
 
 
 def open_restored(
-    path: Path, storage: RemoteStorage, name: str, ring: KeyRing | None = None
+    path: Path, storage: RemoteStorage, name: str, ring: KeyRing | None = None, partition: int = 0
 ) -> TieredLog:
-    """The restored topic's partition 0 as a log rebuilt from the bucket alone."""
+    """A restored topic's partition as a log rebuilt from the bucket alone."""
     meta = TopicMeta.from_json(storage.get(naming.topic_object_key(name)))
     return TieredLog(
         path / f"restored-{uuid.uuid4().hex[:6]}",
-        log_id=f"{name}-{meta.topic_id[:12]}-0",
+        log_id=f"{name}-{meta.topic_id[:12]}-{partition}",
         storage=storage,
         config=SMALL,
         tier=TierConfig(chunk_bytes=4096, key_ring=ring),
@@ -225,6 +225,37 @@ def test_bad_restores_are_refused_with_one_line(
     assert main([*base, "--as", "x", "--to-offset", "5", *key]) == 0
     capsys.readouterr()
     fails([*base, "--as", "x", "--to-offset", "5", *key], 1, "'x' exists already")
+
+
+@pytest.mark.timeout(60)
+def test_a_partition_with_nothing_before_the_point_is_restored_empty(tmp_path: Path) -> None:
+    storage = LocalDirStorage(tmp_path / "bucket")
+    archive(tmp_path / "p0", storage, None, "none")
+    late = TieredLog(  # partition 1: its records all after the restore point
+        tmp_path / "p1",
+        log_id=f"orders-{TOPIC_ID[:12]}-1",
+        storage=storage,
+        config=SMALL,
+        tier=TierConfig(chunk_bytes=4096, local_retention_bytes=0),
+        start_shipper=False,
+    )
+    try:
+        late.append_batch([ProducerRecord(b"late", timestamp=3000 + o) for o in range(100)])
+        late.roll()
+        late.tier_once()
+    finally:
+        late.close()
+    meta = TopicMeta("orders", TOPIC_ID, 2, TopicConfig(), 1)
+    storage.put(naming.topic_object_key("orders"), meta.to_json())
+    report, _ = restore_point_in_time(storage, "orders", "early", to_timestamp=1525)
+    ends = [(p.partition, p.log_start_offset, p.end_offset) for p in report.partitions]
+    assert ends == [(0, 0, 526), (1, 0, 0)]
+    tlog = open_restored(tmp_path, storage, "early", partition=1)
+    try:
+        assert tlog.next_offset == 0 and tlog.read_range(0, 10, 1 << 20) == []
+        assert tlog.append(b"first") == 0
+    finally:
+        tlog.close()
 
 
 def _records(n: int, start: int) -> list[dict[str, Any]]:
