@@ -36,6 +36,32 @@ LIMIT_FIELDS = (
 )
 """The TopicConfig fields that are limits: ``None`` (or ``-1`` on input) means none."""
 
+STORAGE_CLASSES = ("STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR")
+"""The S3 storage classes a topic's data objects may be stored in: every one is read by a
+plain (ranged) GET at once, as the archive's readers, the scrubber and a rebuild read."""
+RESTORE_CLASSES = ("GLACIER", "DEEP_ARCHIVE")
+"""S3 storage classes refused: an object in them must be restored (hours) before a GET
+can read it, so a consumer, the scrubber or a rebuild would fail on it."""
+
+
+def check_storage_class(value: object) -> str:
+    """``value`` as an S3 storage class a topic may use (upper-cased); ValueError (one
+    line saying why) for a class that needs a restore before reading, or an unknown one."""
+    if not isinstance(value, str):
+        raise ValueError(f"an S3 storage class is a string, got {value!r}")
+    name = value.strip().upper()
+    if name in RESTORE_CLASSES:
+        raise ValueError(
+            f"{name} is refused: its objects must be restored (hours) before they can be "
+            "read, and the archive is read directly by consumers, the scrubber and rebuilds; "
+            f"use one of {', '.join(STORAGE_CLASSES)}"
+        )
+    if name not in STORAGE_CLASSES:
+        raise ValueError(
+            f"unknown S3 storage class {value!r}; use one of {', '.join(STORAGE_CLASSES)}"
+        )
+    return name
+
 
 def no_limit(value: Any) -> Any:
     """``None`` for ``-1`` or ``"-1"`` ("no limit", as in Kafka); any other value as is.
@@ -101,6 +127,13 @@ class TopicConfig(BaseModel):
         "does not shrink by 1/16 is stored as it is); reads are unchanged. Applies to "
         "segments shipped from then on.",
     )
+    remote_storage_class: str = Field(
+        "STANDARD",
+        description="The S3 storage class of the data objects shipped from then on ("
+        + ", ".join(STORAGE_CLASSES)
+        + "); manifests stay STANDARD. GLACIER and DEEP_ARCHIVE are refused (a restore "
+        "before every read). A directory store ignores it.",
+    )
     append_threshold: int = Field(
         8 << 20, ge=1, le=1 << 30, description="Largest record value accepted (bytes)."
     )
@@ -116,6 +149,11 @@ class TopicConfig(BaseModel):
     def _minus_one_is_none(cls, v: object) -> object:
         return no_limit(v)
 
+    @field_validator("remote_storage_class", mode="before")
+    @classmethod
+    def _storage_class(cls, v: object) -> str:
+        return check_storage_class(v)
+
     def with_overrides(self, overrides: dict[str, Any]) -> TopicConfig:
         """These settings with ``overrides`` applied and validated (ValidationError)."""
         return TopicConfig.model_validate({**self.model_dump(), **overrides})
@@ -129,7 +167,10 @@ __all__ = [
     "LIMIT_FIELDS",
     "MAX_INT",
     "MAX_SEGMENT_BYTES",
+    "RESTORE_CLASSES",
+    "STORAGE_CLASSES",
     "TOPIC_DEFAULTS",
     "TopicConfig",
+    "check_storage_class",
     "no_limit",
 ]

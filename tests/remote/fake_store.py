@@ -173,7 +173,12 @@ class MemoryStorage:
         return self._store(key, [bytes(data)], fault, None)
 
     def put_file(
-        self, key: str, path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+        self,
+        key: str,
+        path: str | os.PathLike[str],
+        progress: Callable[[int], None] | None = None,
+        *,
+        storage_class: str | None = None,  # ignored, as the directory store does
     ) -> ObjectInfo:
         validate_key(key)
         fault = self._enter("put_file", key)

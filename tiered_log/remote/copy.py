@@ -27,6 +27,10 @@ open to delete), PUTs that as the data object, then the manifest (the stored chu
 entries, ``stored_size``, the codec and the wrapped data key). The upload quota counts
 the stored bytes.
 
+The data object is stored in the topic's ``remote_storage_class`` (S3's
+``StorageClass``; a directory store ignores it), the manifest in the default class: the
+manifests are what a rebuild and the scrubber read first, and are small.
+
 A copy is complete when *both* objects exist. A failed attempt (including a damaged local
 segment, found by the scan) is journaled DELETE_STARTED and its objects deleted
 (DELETE_FINISHED); an attempt interrupted by a crash is found as COPY_STARTED on the next
@@ -139,6 +143,9 @@ class CopyTask:
                     progress(n)
 
             placed = worker_for(self.st.config, self.st.storage)
+            # The data object goes in the topic's storage class; the manifest (read by
+            # every rebuild and scrub) in the default one.
+            storage_class = self.st.config.storage_class
 
             def upload() -> None:
                 if placed is not None:
@@ -146,9 +153,11 @@ class CopyTask:
                     # The quota is taken before (the worker cannot report as it sends):
                     # the same rate over a segment, paid up front.
                     on_progress(seg.size)
-                    worker.upload(spec, data_key, seg.store_path)
+                    worker.upload(spec, data_key, seg.store_path, storage_class)
                     return
-                self.st.storage.put_file(data_key, seg.store_path, progress=on_progress)
+                self.st.storage.put_file(
+                    data_key, seg.store_path, progress=on_progress, storage_class=storage_class
+                )
                 if sent < seg.size:
                     self.limiter.consume(seg.size - sent, self.st.closing)
 
@@ -206,9 +215,11 @@ class CopyTask:
                         stored = sum(e.data_length for e in entries)
                         if placed is not None:
                             on_progress(stored)  # paid up front, as for a plain upload
-                            placed[0].upload(placed[1], data_key, tmp)
+                            placed[0].upload(placed[1], data_key, tmp, storage_class)
                         else:
-                            self.st.storage.put_file(data_key, tmp, progress=on_progress)
+                            self.st.storage.put_file(
+                                data_key, tmp, progress=on_progress, storage_class=storage_class
+                            )
                             if sent < stored:
                                 self.limiter.consume(stored - sent, self.st.closing)
                     finally:

@@ -233,13 +233,18 @@ class LocalDirStorage:
         return self._write(key, [data], None)
 
     def put_file(
-        self, key: str, path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+        self,
+        key: str,
+        path: str | os.PathLike[str],
+        progress: Callable[[int], None] | None = None,
+        *,
+        storage_class: str | None = None,
     ) -> ObjectInfo:
         """Copy the local file ``path`` to ``key`` in 1 MiB chunks, atomically.
 
         ``progress(n)`` is called in this thread after each chunk with the bytes copied so
         far. A missing or unreadable source raises a non-retriable RemoteStorageError.
-        Thread-safe.
+        ``storage_class`` is ignored: a directory has one class. Thread-safe.
         """
         self._check_writable()
         self._path(key)

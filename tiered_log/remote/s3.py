@@ -6,7 +6,10 @@ with ``ChecksumAlgorithm="CRC32"`` so the server rejects bytes damaged in transi
 Files above ``multipart_threshold`` go up as a multipart upload of ``part_size`` parts, up
 to ``part_concurrency`` at once; the digest is computed in a first pass over the file (it
 must be known at CreateMultipartUpload) and checked again while the parts are read, and a
-failed upload is aborted so no parts are left behind.
+failed upload is aborted so no parts are left behind. :meth:`S3Storage.put_file`'s
+``storage_class`` goes to PutObject and CreateMultipartUpload as ``StorageClass``
+(``STANDARD``, the default class, is not sent: S3-compatible stores without classes
+accept the upload as before); :meth:`S3Storage.put` always stores in the default class.
 
 Every botocore/urllib3/OS error is mapped to :mod:`tiered_log.errors` at this boundary
 (the table is :mod:`tiered_log.remote.s3_errors`):
@@ -96,6 +99,13 @@ def _new_session() -> boto3.session.Session:
         else:
             core.register_component("data_loader", _shared_loader)
     return boto3.session.Session(botocore_session=core)
+
+
+def _class_arg(storage_class: str | None) -> dict[str, Any]:
+    """The ``StorageClass`` argument of an upload: none for the default class."""
+    if storage_class is None or storage_class == "STANDARD":
+        return {}
+    return {"StorageClass": storage_class}
 
 
 class S3Storage:
@@ -292,6 +302,11 @@ class S3Storage:
 
         Thread-safe.
         """
+        return self._put_object(key, data, None)
+
+    def _put_object(
+        self, key: str, data: bytes | memoryview, storage_class: str | None
+    ) -> ObjectInfo:
         self._check_open()
         full = self._full_key(key)
         body = data if isinstance(data, bytes) else bytes(data)
@@ -303,13 +318,20 @@ class S3Storage:
                 Body=body,
                 Metadata={CHECKSUM_METADATA_NAME: digest},
                 ChecksumAlgorithm="CRC32",
+                **_class_arg(storage_class),
             )
         return ObjectInfo(key, len(body), digest)
 
     def put_file(
-        self, key: str, path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+        self,
+        key: str,
+        path: str | os.PathLike[str],
+        progress: Callable[[int], None] | None = None,
+        *,
+        storage_class: str | None = None,
     ) -> ObjectInfo:
-        """Upload the local file ``path`` to ``key``.
+        """Upload the local file ``path`` to ``key``, in ``storage_class`` (see the
+        module docstring).
 
         Up to ``multipart_threshold`` bytes: one PutObject, then ``progress(size)``. Above
         it: a multipart upload; ``progress(n)`` is called in this thread as parts finish.
@@ -326,12 +348,12 @@ class S3Storage:
                 if size <= self.multipart_threshold:
                     data = f.read()
                 else:
-                    return self._put_multipart(key, full, f.fileno(), size, progress)
+                    return self._put_multipart(key, full, f.fileno(), size, progress, storage_class)
         except OSError as exc:
             raise RemoteStorageError(
                 f"cannot read local file {name!r} to upload: {exc}", retriable=False
             ) from exc
-        info = self.put(key, data)
+        info = self._put_object(key, data, storage_class)
         if progress is not None:
             progress(info.size)
         return info
@@ -352,7 +374,13 @@ class S3Storage:
         return str(h.hexdigest())
 
     def _put_multipart(
-        self, key: str, full: str, fd: int, size: int, progress: Callable[[int], None] | None
+        self,
+        key: str,
+        full: str,
+        fd: int,
+        size: int,
+        progress: Callable[[int], None] | None,
+        storage_class: str | None,
     ) -> ObjectInfo:
         part_size = max(self.part_size, -(-size // MAX_PARTS))
         digest = self._hash_file(fd, size)
@@ -362,6 +390,7 @@ class S3Storage:
                 Key=full,
                 Metadata={CHECKSUM_METADATA_NAME: digest},
                 ChecksumAlgorithm="CRC32",
+                **_class_arg(storage_class),
             )["UploadId"]
         try:
             parts = self._upload_parts(key, full, upload_id, fd, size, part_size, digest, progress)

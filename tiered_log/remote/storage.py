@@ -78,12 +78,19 @@ class RemoteStorage(Protocol):
         ...
 
     def put_file(
-        self, key: str, path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+        self,
+        key: str,
+        path: str | os.PathLike[str],
+        progress: Callable[[int], None] | None = None,
+        *,
+        storage_class: str | None = None,
     ) -> ObjectInfo:
         """Stream the local file ``path`` to ``key``; ``progress(n)`` gets bytes sent so far.
 
         ``progress`` is called from the calling thread with non-decreasing totals; an
         exception it raises aborts the upload (nothing is left behind) and propagates.
+        ``storage_class``: the S3 storage class to store the object in (None or
+        ``STANDARD``: the default class); a store without classes ignores it.
         """
         ...
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
-from ..topic_config import TOPIC_DEFAULTS, TopicConfig, no_limit
+from ..topic_config import TOPIC_DEFAULTS, TopicConfig, check_storage_class, no_limit
 
 if TYPE_CHECKING:
     from .crypto import KeyRing
@@ -50,6 +50,9 @@ class TierConfig:
     retention_ms: int | None = TOPIC_DEFAULTS.retention_ms
     compression: str = TOPIC_DEFAULTS.remote_compression
     """The codec each shipped chunk is compressed with (:mod:`~tiered_log.remote.chunk_codec`)."""
+    storage_class: str = TOPIC_DEFAULTS.remote_storage_class
+    """The S3 storage class of the data objects shipped (``put_file``'s; manifests and
+    the other small objects stay STANDARD); a store without classes ignores it."""
     key_ring: KeyRing | None = None
     """The node's key ring (:mod:`~tiered_log.remote.crypto`): set, every segment shipped
     is encrypted with a data key of its own, wrapped with the ring's active key; reads of
@@ -94,6 +97,7 @@ class TierConfig:
             retention_bytes=topic.retention_bytes,
             retention_ms=topic.retention_ms,
             compression=topic.remote_compression,
+            storage_class=topic.remote_storage_class,
             **node,
         )
 
@@ -113,6 +117,10 @@ class TierConfig:
             raise InvalidArgumentError(
                 f"compression must be none, zstd, lz4 or gzip, got {self.compression!r}"
             )
+        try:
+            object.__setattr__(self, "storage_class", check_storage_class(self.storage_class))
+        except ValueError as exc:
+            raise InvalidArgumentError(f"storage_class: {exc}") from None
         v = self.worker_processes
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 16:
             raise InvalidArgumentError(f"worker_processes must be an integer 0-16, got {v!r}")

@@ -163,9 +163,9 @@ def _store(spec: StorageSpec) -> RemoteStorage:
         return s
 
 
-def _upload(spec: StorageSpec, key: str, path: str) -> int:
-    """Put the file ``path`` at ``key``; its size."""
-    return _store(spec).put_file(key, path).size
+def _upload(spec: StorageSpec, key: str, path: str, storage_class: str | None = None) -> int:
+    """Put the file ``path`` at ``key`` (in ``storage_class``); its size."""
+    return _store(spec).put_file(key, path, storage_class=storage_class).size
 
 
 def _scan(
@@ -388,10 +388,14 @@ class TierWorker:
                 p = self._procs[i] = _Process(self.nice)
         return p.submit(task_id, name, args, progress).result()
 
-    def upload(self, spec: StorageSpec, key: str, path: Path) -> int:
-        """Put the file ``path`` at ``key`` of the store ``spec`` names, in a worker;
-        returns its size. The store's errors as it raises them."""
-        return int(self._run("upload", spec, key, str(path)))
+    def upload(
+        self, spec: StorageSpec, key: str, path: Path, storage_class: str | None = None
+    ) -> int:
+        """Put the file ``path`` at ``key`` of the store ``spec`` names (in
+        ``storage_class``, :meth:`RemoteStorage.put_file
+        <tiered_log.remote.storage.RemoteStorage.put_file>`'s), in a worker; returns its
+        size. The store's errors as it raises them."""
+        return int(self._run("upload", spec, key, str(path), storage_class))
 
     def scan(
         self,
