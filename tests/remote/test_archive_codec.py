@@ -336,38 +336,6 @@ def test_key_ring_file_checks() -> None:
         assert why in msg and "ring.json" in msg and "\n" not in msg
 
 
-def test_perf_archive_json(capsys: pytest.CaptureFixture[str]) -> None:
-    """``tiered-log perf archive --json`` runs both corpora and both subjects, and its
-    figures are consistent: JSON lines shrink in the bucket, random values do not."""
-    assert (
-        main(
-            ["perf", "archive", "--json", "--total-mib", "1", "--segment-mib", "1", "--repeat", "2"]
-        )
-        == 0
-    )
-    r = json.loads(capsys.readouterr().out)
-    assert r["benchmark"] == "archive" and r["repeat"] == 2 and r["endpoint"] == "moto"
-    json_lines, rnd = r["corpora"]["json_lines"], r["corpora"]["random"]
-    assert r["bucket_bytes_ratio"] == json_lines["compressed_encrypted"]["bucket_bytes_ratio"]
-    assert json_lines["compressed_encrypted"]["bucket_bytes_ratio"] < 0.35
-    assert json_lines["plain"]["bucket_bytes_ratio"] >= 1.0  # the manifests come on top
-    assert rnd["compressed_encrypted"]["bucket_bytes_ratio"] >= 1.0  # stored as it is
-    for corpus in (json_lines, rnd):
-        for subject in ("plain", "compressed_encrypted"):
-            assert all(len(v) == 2 for v in corpus["runs_seconds"][subject].values())
-            lo, hi = corpus[subject]["ship_mb_s_range"]
-            assert 0 < lo <= hi == corpus[subject]["ship_mb_s"]
-        for k in ("ship", "read"):
-            lo, hi = corpus["ratios"][f"{k}_per_round_range"]
-            assert 0 < lo <= hi
-    assert r["ratios"]["read_compressed_encrypted_vs_plain"] == min(
-        c["ratios"]["read_compressed_encrypted_vs_plain"] for c in (json_lines, rnd)
-    )
-    assert r["met"] == (
-        r["bucket_bytes_ratio"] <= 0.35 and all(v >= 0.7 for v in r["ratios"].values())
-    )
-
-
 def test_a_decoded_chunk_cut_at_a_batch_boundary_in_the_cache_is_refused(tmp_path: Path) -> None:
     """The cache holds decoded chunks, with no stored length to check a file against: a
     cache file cut after its first batch (every batch still verifies) is refused at the

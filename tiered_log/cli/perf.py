@@ -20,7 +20,7 @@
     tiered-log perf spark-scan [--json] [--records N] [--partitions P] [--segment-bytes B]
                                 [--repeat R] [--dir D] [--keep]
     tiered-log perf archive [--json] [--total-mib N] [--segment-mib N] [--repeat R]
-                                [--endpoint URL]
+                                [--endpoint URL] [--dir D] [--keep]
     tiered-log perf kafka-codec [--json] [--total-kib N] [--record-bytes B]
                                 [--batch-records N] [--compression C] [--rounds R]
     tiered-log perf kafka [--json] [--mib N] [--repeat R] [--dir D] [--keep]
@@ -398,20 +398,36 @@ def _archive_args(p: argparse.ArgumentParser) -> None:
         metavar="R",
         help="rounds of plain and compressed+encrypted, taking turns (default: 3)",
     )
+    p.add_argument(
+        "--dir",
+        metavar="D",
+        help="where to put the logs (a fresh subdirectory; default: the temp dir)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the files afterwards")
+    progress_flag(p)
 
 
 @PERF.command(
     "archive",
-    "bucket bytes, shipping and cold reads: zstd + encryption vs plain, two corpora",
+    "bucket bytes, shipping, cold reads and scrubs: zstd + encryption vs plain, two corpora",
     _archive_args,
 )
 def cmd_perf_archive(args: argparse.Namespace) -> int:
     """``tiered-log perf archive``; exit 0 whether or not the targets are met."""
+    from ..perf.archive import format_lines as archive_lines
     from ..perf.archive import run_archive
 
-    return _print(
-        run_archive(args.total_mib, args.segment_mib, args.endpoint, args.repeat), args.json
+    report = run_archive(
+        args.total_mib,
+        args.segment_mib,
+        args.endpoint,
+        args.repeat,
+        directory=args.dir,
+        keep=args.keep,
+        progress=args.progress,
     )
+    print(json.dumps(report, indent=2) if args.json else archive_lines(report))
+    return 0
 
 
 @PERF.command(

@@ -7,6 +7,8 @@
                   remote tier vs plain boto3 transfers (moto's S3 server unless an
                   endpoint is given)
 - :mod:`.spark`   ``perf spark-scan``: Spark reading an archive vs a Parquet copy
+- :mod:`.archive` ``perf archive``: the archive compressed and encrypted vs plain (bucket
+                  bytes, shipping, cold reads, scrubs)
 - :mod:`.common`  the progress line and small helpers they share (also used by
                   ``tiered-log append`` and ``verify``)
 

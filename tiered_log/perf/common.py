@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks and the command line: a progress line, timing, units.
+"""Helpers shared by the benchmarks and the command line: a progress line, timing, units,
+and taking turns with a baseline (:func:`alternate`, :func:`per_round`, :func:`figures`).
 
 :class:`Progress` prints a carriage-return status line on stderr for long jobs (appending
 a file, running a benchmark) and stays silent when stderr is not a terminal, unless it is
@@ -10,9 +11,10 @@ Not thread-safe: one Progress is advanced by one thread.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -149,6 +151,37 @@ def ratio(ours: float, baseline: float) -> float:
     return ours / baseline if baseline > 0 else 0.0
 
 
+def alternate(
+    rounds: int, jobs: dict[str, Callable[[int], float]], show: bool, label: str
+) -> dict[str, list[float]]:
+    """Run ``jobs`` (name -> round -> MB/s) ``rounds`` times, their order reversed every
+    other round (so neither side always goes first on a warmer or busier machine);
+    every figure by name. Each figure is said on stderr as ``label: round i/n name``."""
+    runs: dict[str, list[float]] = {k: [] for k in jobs}
+    for i in range(rounds):
+        for name in list(jobs) if i % 2 == 0 else list(reversed(jobs)):
+            runs[name].append(jobs[name](i))
+            say(
+                f"{label}: round {i + 1}/{rounds} {name}: {runs[name][-1]:,.1f} MB/s",
+                enabled=show,
+            )
+    return runs
+
+
+def per_round(runs: dict[str, list[float]], ours: str, base: str) -> list[float]:
+    """Each round's ratio of rates ``ours / base`` (rounded; 0.0 for a zero baseline)."""
+    return [round(a / b, 3) if b > 0 else 0.0 for a, b in zip(runs[ours], runs[base], strict=True)]
+
+
+def figures(runs: Sequence[float]) -> dict[str, Any]:
+    """A side's MB/s over the rounds: the best, the median and every run's."""
+    return {
+        "mb_per_s": round(max(runs), 1),
+        "median_mb_per_s": round(statistics.median(runs), 1),
+        "runs_mb_per_s": [round(x, 1) for x in runs],
+    }
+
+
 def environment() -> dict[str, Any]:
     """Where a benchmark ran, for its JSON report."""
     import platform
@@ -179,8 +212,11 @@ __all__ = [
     "DEFAULT_REPEAT",
     "MB",
     "Progress",
+    "alternate",
     "environment",
+    "figures",
     "fsync_path",
+    "per_round",
     "rate",
     "ratio",
     "say",

@@ -41,7 +41,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .common import DEFAULT_BATCH, MB, Progress, environment, say
+from .common import (
+    DEFAULT_BATCH,
+    MB,
+    Progress,
+    alternate,
+    environment,
+    figures,
+    say,
+)
+from .common import per_round as round_ratios
 from .fetch_limit import (
     FETCH_BYTES,
     MIN_MEASURED_BYTES,
@@ -240,34 +249,6 @@ def _batch_bytes(client: Any, topic: str, start: int, end: int) -> int:
     return total
 
 
-def _alternate(
-    rounds: int, jobs: dict[str, Callable[[int], float]], show: bool, label: str
-) -> dict[str, list[float]]:
-    """Run ``jobs`` (name -> round -> MB/s) ``rounds`` times, their order reversed every
-    other round; every figure by name."""
-    runs: dict[str, list[float]] = {k: [] for k in jobs}
-    for i in range(rounds):
-        for name in list(jobs) if i % 2 == 0 else list(reversed(jobs)):
-            runs[name].append(jobs[name](i))
-            say(
-                f"kafka {label}: round {i + 1}/{rounds} {name}: {runs[name][-1]:,.1f} MB/s",
-                enabled=show,
-            )
-    return runs
-
-
-def _per_round(runs: dict[str, list[float]], ours: str, base: str) -> list[float]:
-    return [round(a / b, 3) if b > 0 else 0.0 for a, b in zip(runs[ours], runs[base], strict=True)]
-
-
-def _figures(runs: Sequence[float]) -> dict[str, Any]:
-    return {
-        "mb_per_s": round(max(runs), 1),
-        "median_mb_per_s": round(statistics.median(runs), 1),
-        "runs_mb_per_s": [round(x, 1) for x in runs],
-    }
-
-
 def run_kafka(
     mib: int = DEFAULT_MIB,
     *,
@@ -329,8 +310,8 @@ def run_kafka(
                         _remove(lib_dir)
                     return value_mb / secs
 
-                produce = _alternate(
-                    repeat, {KAFKA: produce_round, LIBRARY: library_round}, show, "produce"
+                produce = alternate(
+                    repeat, {KAFKA: produce_round, LIBRARY: library_round}, show, "kafka produce"
                 )
 
                 say("kafka: filling the archived topic (not timed)", enabled=show)
@@ -387,7 +368,7 @@ def run_kafka(
 
                         return run
 
-                    consume = _alternate(
+                    consume = alternate(
                         repeat,
                         {
                             LOOPBACK: loopback_round,
@@ -404,7 +385,7 @@ def run_kafka(
                             ),
                         },
                         show,
-                        "consume",
+                        "kafka consume",
                     )
                     fetches = (
                         metric_value(
@@ -421,9 +402,9 @@ def run_kafka(
             srv.stop()
     say("kafka: done", enabled=show)
     per_round = {
-        "produce_vs_library": _per_round(produce, KAFKA, LIBRARY),
-        "consume_local_vs_loopback": _per_round(consume, LOCAL, LOOPBACK),
-        "consume_archived_vs_loopback": _per_round(consume, ARCHIVED, LOOPBACK),
+        "produce_vs_library": round_ratios(produce, KAFKA, LIBRARY),
+        "consume_local_vs_loopback": round_ratios(consume, LOCAL, LOOPBACK),
+        "consume_archived_vs_loopback": round_ratios(consume, ARCHIVED, LOOPBACK),
     }
     ratios = {k: round(statistics.median(v), 3) for k, v in per_round.items()}
     ranges = {k: [min(v), max(v)] for k, v in per_round.items()}
@@ -459,8 +440,8 @@ def run_kafka(
         },
         "produce": {
             "records": records,
-            KAFKA: _figures(produce[KAFKA]),
-            LIBRARY: _figures(produce[LIBRARY]),
+            KAFKA: figures(produce[KAFKA]),
+            LIBRARY: figures(produce[LIBRARY]),
         },
         "consume": {
             "records": {LOCAL: records, ARCHIVED: a_end - a_start},
@@ -468,9 +449,9 @@ def run_kafka(
             "bytes": {LOCAL: local_bytes, ARCHIVED: arch_bytes, LOOPBACK: file_bytes * passes},
             "loopback_passes": passes,
             "archived_remote_fetches_while_timed": int(fetches),
-            LOOPBACK: _figures(consume[LOOPBACK]),
-            LOCAL: _figures(consume[LOCAL]),
-            ARCHIVED: _figures(consume[ARCHIVED]),
+            LOOPBACK: figures(consume[LOOPBACK]),
+            LOCAL: figures(consume[LOCAL]),
+            ARCHIVED: figures(consume[ARCHIVED]),
         },
         "per_round": per_round,
         "ratios": ratios,
