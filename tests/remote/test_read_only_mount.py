@@ -274,6 +274,41 @@ def test_follows_a_live_owner(pair: Pair) -> None:
         _wait(lambda: m.get("/v1/topics/later").status_code == 404, "the deleted topic to go")
 
 
+def test_follows_the_owners_retention(pair: Pair) -> None:
+    with pair.owner_client() as o, pair.mount_client() as m:
+        config = {**SMALL, "retention_bytes": 4096}
+        r = o.post("/v1/topics", json={"name": "aging", "partitions": 1, "config": config})
+        assert r.status_code == 201, r.text
+        for start in range(0, 200, 50):
+            r = o.post(
+                "/v1/topics/aging/partitions/0/records", json={"records": _json_records(50, start)}
+            )
+            assert r.status_code == 200, r.text
+        _wait(
+            lambda: _shipped_all(o, "aging", 1) and _bounds(o, "aging")["log_start_offset"] > 0,
+            "the owner's retention",
+        )
+        owner = _bounds(o, "aging")
+
+        def followed() -> bool:
+            r = m.get("/v1/topics/aging/partitions/0/bounds")
+            if r.status_code != 200:
+                return False
+            b = r.json()
+            return bool(
+                b["next_offset"] == owner["next_offset"]
+                and b["log_start_offset"] == _bounds(o, "aging")["log_start_offset"]
+            )
+
+        _wait(followed, "the mount to follow the retention")
+        start = _bounds(m, "aging")["log_start_offset"]
+        assert start > 0
+        r = m.get("/v1/topics/aging/partitions/0/records", params={"offset": 0})
+        assert r.status_code == 416, r.text
+        r = m.get("/v1/topics/aging/partitions/0/records", params={"offset": start})
+        assert r.status_code == 200 and r.json()["records"][0]["offset"] == start, r.text
+
+
 def test_the_bucket_is_never_written(pair: Pair) -> None:
     pair.owner.stop()  # the owner is quiet from now on: only the mount could change the bucket
     before = _listing(pair.bucket)
