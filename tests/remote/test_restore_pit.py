@@ -21,6 +21,9 @@ from tiered_log.broker.topics import TopicMeta
 from tiered_log.cli import main
 from tiered_log.config import TopicConfig
 from tiered_log.format import naming
+from tiered_log.format.batch_decode import batch_table, decode_records
+from tiered_log.format.batch_encode import encode_batch
+from tiered_log.format.kafka.layout import COMPRESSION_MASK, HEADER, Compression
 from tiered_log.remote.crypto import KeyRing
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.point_in_time import RestoreReport, restore_point_in_time
@@ -256,6 +259,66 @@ def test_a_partition_with_nothing_before_the_point_is_restored_empty(tmp_path: P
         assert tlog.append(b"first") == 0
     finally:
         tlog.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_cut_batch_keeps_its_codec_and_producer_fields(tmp_path: Path) -> None:
+    """An idempotent producer's gzip batches; the restore point cuts the second one:
+    its head is written again with the same producer id, epoch, base sequence, leader
+    epoch and codec, and the records after the point are gone."""
+    storage = LocalDirStorage(tmp_path / "bucket")
+    src = TieredLog(
+        tmp_path / "src",
+        log_id=LOG_ID,
+        storage=storage,
+        config=SMALL,
+        tier=TierConfig(chunk_bytes=4096, local_retention_bytes=0, compression="none"),
+        start_shipper=False,
+    )
+    try:
+        for s in range(0, 150, 50):
+            recs = [record(o) for o in range(s, s + 50)]
+            src.append_batch(
+                encode_batch(
+                    0,
+                    recs,
+                    0,
+                    1 << 30,
+                    compression="gzip",
+                    leader_epoch=4,
+                    producer_id=77,
+                    producer_epoch=3,
+                    base_sequence=s,
+                )
+            )
+        src.roll()
+        src.tier_once()
+    finally:
+        src.close()
+    meta = TopicMeta("orders", TOPIC_ID, 1, TopicConfig(), 1)
+    storage.put(naming.topic_object_key("orders"), meta.to_json())
+    report, _ = restore_point_in_time(storage, "orders", "cut", to_offset=75)
+    assert report.partitions[0].end_offset == 75
+    tlog = open_restored(tmp_path, storage, "cut")
+    try:
+        data = bytes(tlog.read_batches(50, 500, 1 << 20).data)
+    finally:
+        tlog.close()
+    [batch] = batch_table(data, 50)[0]
+    f = HEADER.unpack_from(data, batch.position)
+    assert (batch.base_offset, batch.record_count) == (50, 25)
+    assert (f[9], f[10], f[11]) == (77, 3, 50)  # producer id, epoch, base sequence
+    assert f[5] & COMPRESSION_MASK == Compression.GZIP
+    source = open_restored(tmp_path, storage, "orders")  # the source, as archived
+    try:
+        whole = bytes(source.read_batches(50, 500, 1 << 20).data)
+    finally:
+        source.close()
+    assert f[2] == HEADER.unpack_from(whole, 0)[2]  # the partition leader epoch it had
+    recs, _, _ = decode_records(data)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in recs] == [
+        (o, 1000 + o, record(o).key, record(o).value) for o in range(50, 75)
+    ]
 
 
 def _records(n: int, start: int) -> list[dict[str, Any]]:
