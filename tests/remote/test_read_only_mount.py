@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +26,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from kafka_listener.clients import Rec, confluent_consume, confluent_consumer, confluent_produce
-from service.conftest import ServerProcess
+from service.conftest import ServerProcess, service_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -387,3 +389,30 @@ def test_a_mount_on_s3_serves_and_writes_nothing(
             with contextlib.suppress(Exception):
                 srv.stop(timeout=15)
             srv.kill()
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        pytest.param({}, "read_only_remote: a read-only mount needs remote_url", id="no-url"),
+        pytest.param(
+            {"remote_url": "missing-bucket"}, "missing-bucket does not exist", id="no-bucket"
+        ),
+    ],
+)
+def test_a_mount_without_a_bucket_does_not_start(
+    tmp_path: Path, settings: dict[str, str], expected: str
+) -> None:
+    env = service_env(read_only_remote="true", port="0", **settings)
+    r = subprocess.run(
+        [str(Path(sys.executable).parent / "tiered-log"), "serve", "--data-dir", "data"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], r.stderr
+    assert not (tmp_path / "missing-bucket").exists()  # nothing created where it points
