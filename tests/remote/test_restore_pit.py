@@ -221,6 +221,7 @@ def test_bad_restores_are_refused_with_one_line(
     fails([*nope, "--as", "x", "--to-offset", "5"], 1, "'nope'")
     # an encrypted segment to cut, and no key ring
     fails([*base, "--as", "x", "--to-timestamp", "1525"], 1, "k1", "--key-file")
+    fails([*base, "--as", "x", "--to-offset", "5"], 1, "k1", "--key-file")
     fails([*base, "--as", "x", *key], 2, "--to-timestamp")
     fails(["archive", "restore", "--topic", "orders", "--as", "x", "--to-offset", "5"], 2)
     fails([*base, "--as", "bad name!", "--to-offset", "5", *key], 1, "bad name!")

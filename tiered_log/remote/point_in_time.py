@@ -39,7 +39,10 @@ How it is built (only new objects; the source's are read, never changed)::
                               it continues at E), the source's lost ranges below E
     topics/<new>.json         last: the commit point (a new topic id, the source's config)
 
-A restore cut short leaves objects under log ids of a topic the bucket does not list:
+What the source's content can make fail (nothing to restore, a damaged range, a key the
+ring lacks) fails while planning, before anything is written: the copies to cut are read
+then. A restore cut short (the bucket failing) leaves objects under log ids of a topic
+the bucket does not list:
 ``archive reconcile`` takes them for a deleted topic's and deletes them; running the
 restore again makes a new topic id. Blocking I/O, one call at a time per report; safe
 while services ship to and read from the bucket (what the source ships meanwhile is
@@ -332,6 +335,10 @@ def _plan(
             tail, p, _past_lost(bucket_end, meta), to_timestamp, limit
         )
     plan.out.end_offset = max(start, end)
+    for s, cut in _to_write(plan):  # what cannot be read fails now, before any write
+        _check_readable(plan, s)
+        if cut != s.next_offset and s.id not in plan.plain:
+            plan.plain[s.id] = _plain(storage, source_log, s, ring)
     return plan
 
 
