@@ -45,6 +45,7 @@ from ..config import Settings
 from ..errors import LogClosedError, ShuttingDownError, TopicNotFoundError
 from ..remote.fetch_wait import FetchPending, parked_reads
 from .append import Appended, Parse, parse_and_append
+from .mount import MountedTopics
 from .parking import Parking, await_commit, park_on, poll, wait_event
 from .topics import PartitionLog, TopicManager
 
@@ -91,6 +92,9 @@ class Broker:
         self.stopping: asyncio.Event | None = None
         self._appends = ThreadPoolExecutor(_pool_size(), thread_name_prefix="tiered-log-append")
         self._reads = ThreadPoolExecutor(_pool_size(), thread_name_prefix="tiered-log-read")
+        if isinstance(topics, MountedTopics):  # reads parked at the end wake when it moves
+            hw = self.parking.hw
+            topics.on_advance = lambda topic, partition: hw.notify_threadsafe((topic, partition))
 
     # ---- life ---------------------------------------------------------------------------
 

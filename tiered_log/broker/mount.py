@@ -16,7 +16,8 @@ handlers use it unchanged):
 - :class:`MountPoller`, every ``remote_poll_interval_ms``, lists the topics (a topic
   published since opens, one deleted closes, one created again under a new id is
   replaced, an altered one shows its new settings) and moves every partition's view up
-  to what the owner committed (:class:`~tiered_log.remote.follow.BucketFollower`);
+  to what the owner committed (:class:`~tiered_log.remote.follow.BucketFollower`),
+  waking the reads parked at a partition's end when it moved (:attr:`MountedTopics.on_advance`);
 - every write is refused with :class:`~tiered_log.errors.ReadOnlyError` (HTTP 403
   ``read_only``; Kafka POLICY_VIOLATION with the message): produce
   (:meth:`Broker.produce_target <tiered_log.broker.broker.Broker.produce_target>` asks
@@ -46,7 +47,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +130,9 @@ class MountedTopics(TopicManager):
         self._failing: set[tuple[str, int]] = set()
         """Partitions whose last follow failed (logged once until they recover)."""
         self._poller: MountPoller | None = None
+        self.on_advance: Callable[[str, int], None] | None = None
+        """Called from the poller's thread with ``(topic, partition)`` when a partition's
+        view moved (the broker wakes the reads parked at its end)."""
 
     # ---- refusals ------------------------------------------------------------------------
 
@@ -318,13 +322,15 @@ class MountedTopics(TopicManager):
             if plog.closed:
                 continue
             try:
-                plog.follow_bucket()
+                moved = plog.follow_bucket()
             except TieredLogError as exc:
                 if (topic.name, p) not in self._failing:
                     log.warning("mounted %s/%d cannot follow the bucket: %s", topic.name, p, exc)
                 self._failing.add((topic.name, p))
-            else:
-                self._failing.discard((topic.name, p))
+                continue
+            self._failing.discard((topic.name, p))
+            if moved and self.on_advance is not None:
+                self.on_advance(topic.name, p)
 
     def _drop(self, name: str, why: str) -> None:
         """Stop serving topic ``name`` and remove its local view."""
