@@ -42,11 +42,12 @@ How it is built (only new objects; the source's are read, never changed)::
 What the source's content can make fail (nothing to restore, a damaged range, a key the
 ring lacks) fails while planning, before anything is written: the copies to cut are read
 then. A restore cut short (the bucket failing) leaves objects under log ids of a topic
-the bucket does not list:
-``archive reconcile`` takes them for a deleted topic's and deletes them; running the
-restore again makes a new topic id. Blocking I/O, one call at a time per report; safe
-while services ship to and read from the bucket (what the source ships meanwhile is
-past the view taken, or read from the service's tail).
+the bucket does not list: ``archive reconcile`` takes them for a deleted topic's and
+deletes them; running the restore again makes a new topic id.
+
+Blocking I/O, one call at a time per report; safe while services ship to and read from
+the bucket (what the source ships meanwhile is past the view taken, or read from the
+service's tail).
 """
 
 from __future__ import annotations
