@@ -9,7 +9,8 @@ directory (the first command's last step; its set-up steps are
 both substitutions rather than edits of the commands: the service listens on a free
 port instead of 8080 (every ``8080`` of a command and its shown output becomes that
 port, and ``TIERED_LOG_URL`` names it for commands that rely on the default URL), and
-its Kafka listener is off (9092 may be taken).
+its Kafka listener is on a free port too (9092 may be taken; ``consume --group`` finds
+it through the service, as the README says).
 
 Commands that cannot run here are in :data:`SKIPPED`, each with the reason; a
 long-running foreground command (``dev-cluster``) runs in the background until its
@@ -210,7 +211,7 @@ def test_every_readme_command_runs_as_shown(tmp_path: Path) -> None:
     port = _free_port()
     env = _shell_env(port)
     (tmp_path / "picture.jpg").write_bytes(bytes(range(256)) * 40)  # the file a command sends
-    serve_env = {**env, "TIERED_LOG_PORT": str(port), "TIERED_LOG_KAFKA_PORT": "0"}
+    serve_env = {**env, "TIERED_LOG_PORT": str(port), "TIERED_LOG_KAFKA_PORT": str(_free_port())}
     serve_log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
         ["tiered-log", "serve"], cwd=tmp_path, env=serve_env, stdout=serve_log, stderr=serve_log

@@ -1,6 +1,7 @@
 """The groups at the command line against a real ``tiered-log serve``: ``consume
 --group`` starts at the group's commits and commits what it printed (a second run goes
-on where the first stopped; refused while Kafka members hold the group), ``groups list``
+on where the first stopped; read outside the membership with ``-p`` or ``-o stored``,
+refused while Kafka members hold the group), ``groups list``
 and ``groups describe`` show the group, its members, offsets and lag as rpk does, and
 ``--json`` the HTTP API's answer."""
 
@@ -88,7 +89,7 @@ def test_consume_group_resumes_and_groups_show_it(server: ServerProcess) -> None
         assert ["cli-g", "Stable", "1", "-"] in rows
         described = cli(server, "groups", "describe", "cli-g")
         assert "kafka-member" in described.stdout and "Stable" in described.stdout
-        busy = cli(server, "consume", topic, "--group", "cli-g", "-o", "beginning", "-n", "1")
+        busy = cli(server, "consume", topic, "--group", "cli-g", "-o", "stored", "-n", "1")
         assert busy.returncode == 1 and busy.stdout == ""  # refused before reading
         assert (
             busy.stderr.strip().splitlines()[-1].startswith("tiered-log: group_has_members: group")

@@ -11,11 +11,12 @@ record, and how it keeps reading through a server restart or a lost range.
   ``value`` (the value and a newline) and ``json`` (one JSON object a line). A null key
   or value (a tombstone) prints as nothing, or as ``NULL`` with ``-Z`` (kcat's), and its
   size as -1; ``json`` shows it as ``null``.
-- :class:`GroupPosition`: ``--group G``: a consumer group's committed offsets (where
-  each partition starts when it has one) and the commits of what was printed, through
-  the HTTP API (``/v1/groups/{group}``), as a consumer outside the group protocol (rpk
-  and kcat commit their position the same way): refused while Kafka members hold the
-  group.
+- :class:`GroupPosition`: ``--group G`` with ``-p N``, ``-o stored``, ``-o N``, ``-N``
+  or ``s@TIME``: a consumer group's committed offsets (where each partition starts when
+  it has one) and the commits of what was printed, through the HTTP API
+  (``/v1/groups/{group}``), as a consumer outside the group protocol (rpk and kcat
+  commit their position the same way): refused while Kafka members hold the group.
+  Without those, ``--group G`` joins the group as a member (:mod:`.consume_group`).
 - :func:`partition_pages`: one partition's pages from a start offset on, which with
   ``follow`` waits out a server that cannot be reached (a restart) and goes on from the
   next offset not yet handed out, and with ``skip_lost`` steps over offsets lost in a

@@ -8,6 +8,7 @@
     tiered-log topics alter orders --config retention_ms=86400000 [--delete-config K]
     tiered-log produce orders --file lines.txt
     tiered-log consume orders --offset 0 --follow
+    tiered-log consume orders [more topics] --group G       a member of group G
 
 ``serve`` runs :mod:`tiered_log.service` (its options come from
 :func:`tiered_log.service.server.add_serve_arguments`). The client commands talk to
@@ -283,7 +284,11 @@ def _produce_args(p: argparse.ArgumentParser) -> None:
 
 
 def _consume_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", help="the topic to read")
+    p.add_argument(
+        "topic",
+        nargs="+",
+        help="the topic to read (several: as a member of --group G, which subscribes to them all)",
+    )
     p.add_argument(
         "-p",
         "--partition",
@@ -299,7 +304,9 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="where to start in each partition, as kcat's -o: beginning, end, "
         "N (that offset), -N (N records before the end), s@TIME (the first "
-        "record at or after TIME, ms or ISO 8601) (default: beginning)",
+        "record at or after TIME, ms or ISO 8601), stored (--group's committed "
+        "offsets, read without joining); a member of --group starts at the group's "
+        "commits, and at beginning or end where it has none (default: beginning)",
     )
     start.add_argument(
         "--timestamp",
@@ -312,20 +319,37 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
         "-G",
         "--group",
         metavar="GROUP",
-        help="start each partition at GROUP's committed offset (else where -o says) and "
-        "commit what was printed (refused while Kafka consumers are members of GROUP)",
+        help="consume as a member of consumer group GROUP, as kcat -G: join it through the "
+        "service's Kafka listener, print the partitions the group assigns, commit what was "
+        "printed; with -p, -o stored, -o N, -N or s@TIME instead: start at GROUP's "
+        "committed offsets (else there) without joining and commit over HTTP (refused "
+        "while GROUP has members)",
     )
     p.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help="the Kafka listener a --group member joins through, as kcat's -b (default: "
+        "the address the service at --url reports)",
+    )
+    ends = p.add_mutually_exclusive_group()
+    ends.add_argument(
         "--follow",
         action="store_true",
         help="keep waiting for new records (through a server restart) until Ctrl-C or SIGTERM",
     )
+    ends.add_argument(
+        "-e",
+        "--exit",
+        action="store_true",
+        help="stop at the end of the partitions, as kcat's -e (the default without --follow)",
+    )
     p.add_argument(
+        "-c",
         "-n",
         "--max-records",
         type=positive_int,
         metavar="N",
-        help="stop after N records (default: no limit)",
+        help="stop after N records, as kcat's -c (default: no limit)",
     )
     p.add_argument(
         "-f",
@@ -628,11 +652,27 @@ def _merged(
 @_guard
 def cmd_consume(args: argparse.Namespace) -> int:
     """Print the records of the topic's partitions from the start ``-o`` says (see
-    :mod:`.consume`); with ``--follow`` until Ctrl-C or SIGTERM."""
+    :mod:`.consume`); with ``--follow`` until Ctrl-C or SIGTERM. As a member of
+    ``--group``: :mod:`.consume_group`."""
+    from .consume_group import consume_in_group, joins_group  # aiokafka: only here
+
+    topics: list[str] = args.topic
     try:
-        fmt = RecordFormat(args.format, args.topic, b"NULL" if args.null else b"")
+        formats = {t: RecordFormat(args.format, t, b"NULL" if args.null else b"") for t in topics}
     except argparse.ArgumentTypeError as exc:
         raise UsageError(str(exc)) from None
+    if joins_group(args):
+        with _client(args) as c:
+            for t in topics:
+                c.partitions(t)  # a missing topic fails as it does without --group
+        return consume_in_group(args, _verify(args), formats)
+    if len(topics) > 1:
+        raise UsageError(
+            "several topics are read by a member of a group: --group G without -p and with "
+            "-o beginning or end only"
+        )
+    args.topic = topics[0]
+    fmt = formats[args.topic]
     spec = (
         OffsetSpec("timestamp", args.timestamp)
         if args.timestamp is not None

@@ -1,8 +1,10 @@
 """Routes of consumer groups (the Kafka listener's groups): ``GET /v1/groups`` (the
-groups this node coordinates), ``GET /v1/groups/{group}`` (state, members and their
-assignments, committed offsets and lag per partition) and ``POST
-/v1/groups/{group}/offsets`` (a commit outside the group protocol, as ``tiered-log
-consume --group`` makes: refused with 409 while the group has members). A group's
+groups this node coordinates, and ``kafka_address``, the listener members join
+through: ``tiered-log consume --group`` learns it there), ``GET /v1/groups/{group}``
+(state, members and their assignments, committed offsets and lag per partition) and
+``POST /v1/groups/{group}/offsets`` (a commit outside the group protocol, as
+``tiered-log consume --group -o stored`` makes: refused with 409 while the group has
+members). A group's
 answers come from its coordinator: another node answers 421 ``not_leader`` naming it.
 
 Grants: any token lists and describes groups, and sees the offsets of the topics it may
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...kafka.groups import coordinator_of
 from ...kafka.groups.view import commit_outside, describe_group, list_groups
+from ...kafka.listener import kafka_address
 from ..deps import Authenticated, JsonContent, State
 from ..openapi import errs
 
@@ -36,6 +39,11 @@ class GroupSummary(BaseModel):
 
 class GroupList(BaseModel):
     groups: list[GroupSummary]
+    kafka_address: str | None = Field(
+        description="host:port of this node's Kafka listener, as Kafka clients are told to "
+        "reach it (kafka_advertised_host): where a group's members connect; null when it "
+        "has none (kafka_port 0)"
+    )
 
 
 class GroupMember(BaseModel):
@@ -80,8 +88,12 @@ class CommitRequest(BaseModel):
 
 @router.get("/v1/groups", response_model=GroupList, responses=errs(401, 503))
 async def get_groups(_: Authenticated, state: State) -> dict[str, Any]:
-    """The groups this node coordinates (in a cluster, ask each node)."""
-    return {"groups": await list_groups(coordinator_of(state))}
+    """The groups this node coordinates (in a cluster, ask each node) and the address of
+    the Kafka listener they are joined through."""
+    return {
+        "groups": await list_groups(coordinator_of(state)),
+        "kafka_address": kafka_address(state.settings),
+    }
 
 
 @router.get("/v1/groups/{group}", response_model=GroupDescription, responses=errs(401, 404, 503))
