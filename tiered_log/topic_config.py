@@ -133,6 +133,7 @@ class TopicConfig(BaseModel):
         + ", ".join(STORAGE_CLASSES)
         + "); manifests stay STANDARD. GLACIER and DEEP_ARCHIVE are refused (a restore "
         "before every read). A directory store ignores it.",
+        json_schema_extra={"enum": list(STORAGE_CLASSES)},
     )
     append_threshold: int = Field(
         8 << 20, ge=1, le=1 << 30, description="Largest record value accepted (bytes)."

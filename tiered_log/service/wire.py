@@ -132,7 +132,9 @@ def _like_topic_config(name: str) -> Any:
             value = getattr(meta, attr, None)
             if value is not None:
                 bounds[attr] = value
-    return Field(None, description=info.description, **bounds)
+    return Field(
+        None, description=info.description, json_schema_extra=info.json_schema_extra, **bounds
+    )
 
 
 def _overrides_json_schema(schema: dict[str, Any]) -> None:
