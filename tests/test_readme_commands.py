@@ -59,9 +59,9 @@ SKIPPED: dict[str, str] = {
     "suites of their own",
     "TIERED_LOG_NODE_ID=1 TIERED_LOG_ADVERTISED_URL=http://10.0.0.1:8080": "a node on "
     "other machines (10.0.0.x) and an etcd there",
-    "tiered-log cluster restore": "needs a new cluster started on an old cluster's "
     "TIERED_LOG_READ_ONLY_REMOTE=true": "a foreground server mounting another cluster's "
     "S3 bucket (tests/remote/test_read_only_mount.py runs the story)",
+    "tiered-log cluster restore": "needs a new cluster started on an old cluster's "
     "bucket (test_restore.py runs the story)",
 }
 """Command prefix -> why the command does not run here."""
