@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tiered_log import LogConfig, ProducerRecord, TieredLog
+from tiered_log.broker.point_in_time import RestoreReport, restore_point_in_time
 from tiered_log.broker.topics import TopicMeta
 from tiered_log.cli import main
 from tiered_log.config import TopicConfig
@@ -26,7 +27,6 @@ from tiered_log.format.batch_encode import encode_batch
 from tiered_log.format.kafka.layout import COMPRESSION_MASK, HEADER, Compression
 from tiered_log.remote.crypto import KeyRing
 from tiered_log.remote.fs import LocalDirStorage
-from tiered_log.remote.point_in_time import RestoreReport, restore_point_in_time
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
 

@@ -609,7 +609,7 @@ class TopicManager:
 
     def open_from_store(self, meta: TopicMeta) -> Topic:
         """Open a topic whose metadata and logs were just made in the store (a
-        point-in-time restore, :mod:`tiered_log.remote.point_in_time`): its logs rebuild
+        point-in-time restore, :mod:`tiered_log.broker.point_in_time`): its logs rebuild
         from the bucket as on an empty disk and continue after their restored end.
         TopicExistsError if the name is held."""
         with self._lock:

@@ -27,7 +27,7 @@ is any. ``reconcile`` lists the objects nothing references and the dangling refe
 only orphans) and are safe while services ship to the bucket.
 
 ``restore`` makes a new topic holding a topic's records up to a time or an offset
-(:mod:`tiered_log.remote.point_in_time`), from the bucket alone (``--remote``) or through
+(:mod:`tiered_log.broker.point_in_time`), from the bucket alone (``--remote``) or through
 a running service (``--url``), which adds its unshipped records and serves the new topic.
 
 Output goes to stdout, progress to stderr. One command per process; not thread-safe.
@@ -414,7 +414,7 @@ def _non_negative_int(text: str) -> int:
 )
 def cmd_restore(args: argparse.Namespace) -> int:
     """``--url``: ``POST /v1/archive/restore`` on the service; ``--remote``: the bucket
-    alone (:func:`~tiered_log.remote.point_in_time.restore_point_in_time`), progress on
+    alone (:func:`~tiered_log.broker.point_in_time.restore_point_in_time`), progress on
     stderr. Prints what each partition holds."""
     import os
 
@@ -460,8 +460,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def _restore_from_bucket(args: argparse.Namespace) -> dict[str, Any]:
     import time
 
+    from ..broker.point_in_time import RestoreReport, restore_point_in_time
     from ..remote.crypto import KeyRing
-    from ..remote.point_in_time import RestoreReport, restore_point_in_time
 
     ring = KeyRing(args.key_file) if args.key_file is not None else None
     storage = _open_bucket(args)

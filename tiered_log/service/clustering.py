@@ -123,7 +123,7 @@ def restore_cluster_topics(
     the bucket fails; MetadataUnavailableError when etcd does.
 
     ``to_timestamp``: each topic is restored to that time instead
-    (:func:`~tiered_log.remote.point_in_time.restore_point_in_time` with the topic as its
+    (:func:`~tiered_log.broker.point_in_time.restore_point_in_time` with the topic as its
     own target): new logs under a new topic id hold its records up to the last one at
     or before it, and the bucket's ``topics/<name>.json`` names them; the old logs'
     objects stay in the bucket, unreferenced (``archive reconcile --delete`` removes
@@ -194,8 +194,8 @@ def _restore_to_time(
 ) -> tuple[TopicMeta, dict[str, Any]]:
     """Make the topic's new logs holding its records up to ``to_timestamp`` (see
     :func:`restore_cluster_topics`): the new metadata and the restored entry's fields."""
+    from ..broker.point_in_time import restore_point_in_time
     from ..broker.topics import tier_config_of
-    from ..remote.point_in_time import restore_point_in_time
 
     report, new = restore_point_in_time(
         storage,

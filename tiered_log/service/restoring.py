@@ -1,6 +1,6 @@
 """The service's side of a point-in-time restore (``POST /v1/archive/restore``): make the
 new topic in the bucket from the source's copies and this node's unshipped tail
-(:func:`~tiered_log.remote.point_in_time.restore_point_in_time`), then serve it.
+(:func:`~tiered_log.broker.point_in_time.restore_point_in_time`), then serve it.
 
 A single node reads the tail of each source partition from its own log (up to its high
 watermark) and opens the new topic as one restored from the bucket. A cluster's node
@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..broker.point_in_time import restore_point_in_time
 from ..broker.topics import TopicManager, TopicMeta, tier_config_of
 from ..config import Settings
 from ..errors import InvalidArgumentError, TopicExistsError, TopicNotFoundError
-from ..remote.point_in_time import restore_point_in_time
 
 if TYPE_CHECKING:
     from ..cluster.node import ClusterNode
@@ -40,7 +40,7 @@ def restore_topic(
     to_offset: int | None,
 ) -> dict[str, Any]:
     """Restore ``topic`` up to the bounds as the new topic ``as_topic`` and serve it;
-    the report (:meth:`~tiered_log.remote.point_in_time.RestoreReport.to_json`).
+    the report (:meth:`~tiered_log.broker.point_in_time.RestoreReport.to_json`).
     InvalidArgumentError without a remote store; the restore's own errors otherwise."""
     storage = topics.storage
     if storage is None:

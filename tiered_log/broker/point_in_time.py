@@ -63,7 +63,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..broker.topics import TopicMeta, log_id_of, validate_topic_name
 from ..errors import (
     InvalidArgumentError,
     RemoteCorruptionError,
@@ -76,14 +75,15 @@ from ..format.batch import HEADER_SIZE, BatchInfo
 from ..format.batch_decode import batch_table, decode_records
 from ..format.batch_encode import rebatch
 from ..format.remote_index import RemoteLogIndexEntry
-from .chunk_codec import decode_chunk, encode_chunk
-from .crypto import KeyRing, KeyUnavailableError, new_data_key
-from .manifest import cut_chunks, decode_manifest, encode_manifest, manifest_encryption
-from .metadata import CopyState, RemoteMeta, RemoteSegment, new_segment_id
-from .recovery import RecoveryTask
-from .state import TierState
-from .storage import RemoteStorage
-from .tier_config import TierConfig
+from ..remote.chunk_codec import decode_chunk, encode_chunk
+from ..remote.crypto import KeyRing, KeyUnavailableError, new_data_key
+from ..remote.manifest import cut_chunks, decode_manifest, encode_manifest, manifest_encryption
+from ..remote.metadata import CopyState, RemoteMeta, RemoteSegment, new_segment_id
+from ..remote.recovery import RecoveryTask
+from ..remote.state import TierState
+from ..remote.storage import RemoteStorage
+from ..remote.tier_config import TierConfig
+from .topics import TopicMeta, log_id_of, validate_topic_name
 
 TailReader = Callable[[int, int], Iterable[bytes | memoryview]]
 """``(partition, offset)`` -> the stored batches of a running service's partition log,
