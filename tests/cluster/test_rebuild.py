@@ -31,6 +31,7 @@ from .test_failover import (
     leader_url,
     partition_state,
     produce,
+    produce_values,
     restart_dead,
 )
 
@@ -50,9 +51,10 @@ def test_a_wiped_follower_rebuilds_from_the_bucket_and_the_tail(cluster: DevClus
     topic = "wiped"
     create(cluster, topic)
     acked: dict[str, int] = {}
-    for i in range(200):
-        if (off := produce(leader_url(cluster, topic), topic, f"w{i}")) is not None:
-            acked[f"w{i}"] = off
+    for b in range(0, 200, 10):  # batches of ten ~60-byte records: ~3 to a 2 KiB segment
+        values = [f"w{i}-".ljust(60, "x") for i in range(b, b + 10)]
+        if (offs := produce_values(leader_url(cluster, topic), topic, values)) is not None:
+            acked.update(zip(values, offs, strict=True))
     wait_until(lambda: len(_bucket_copies(cluster, topic)) >= 3, 30, "the leader to ship")
     st = partition_state(cluster, topic)
     follower = cluster.nodes[next(r for r in st["replicas"] if r != st["leader"])]
@@ -133,9 +135,10 @@ def test_a_wiped_leader_comes_back_as_a_rebuilt_follower(cluster: DevCluster) ->
     topic = "wiped-leader"
     create(cluster, topic)
     acked: dict[str, int] = {}
-    for i in range(200):
-        if (off := produce(leader_url(cluster, topic), topic, f"l{i}")) is not None:
-            acked[f"l{i}"] = off
+    for b in range(0, 200, 10):  # batches of ten ~60-byte records: ~3 to a 2 KiB segment
+        values = [f"l{i}-".ljust(60, "x") for i in range(b, b + 10)]
+        if (offs := produce_values(leader_url(cluster, topic), topic, values)) is not None:
+            acked.update(zip(values, offs, strict=True))
     wait_until(lambda: len(_bucket_copies(cluster, topic)) >= 3, 30, "the leader to ship")
     old = cluster.nodes[partition_state(cluster, topic)["leader"]]
     old.kill()
