@@ -272,11 +272,11 @@ def test_a_follower_down_catches_up_and_rejoins(cluster: DevCluster) -> None:
         LEASE_TTL_S + 10,
         "the dead follower out of the ISR",
     )
-    acked = {
-        f"c{i}": off
-        for i in range(200)
-        if (off := produce(leader_url(cluster, topic), topic, f"c{i}")) is not None
-    }
+    acked: dict[str, int] = {}
+    for b in range(0, 200, 10):  # batches of ten ~60-byte records: ~3 to a 2 KiB segment
+        values = [f"c{i}-".ljust(60, "x") for i in range(b, b + 10)]
+        if (offs := produce_values(leader_url(cluster, topic), topic, values)) is not None:
+            acked.update(zip(values, offs, strict=True))
     assert len(acked) == 200  # two in-sync replicas meet min_insync_replicas=2
     follower.start()
     wait_until(
