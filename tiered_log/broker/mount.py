@@ -42,9 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Callable, Sequence
@@ -55,7 +53,6 @@ from pydantic import ValidationError
 
 from ..config import Settings
 from ..errors import (
-    DataDirLockedError,
     InvalidArgumentError,
     ReadOnlyError,
     TieredLogError,
@@ -71,6 +68,7 @@ from .topics import (
     Topic,
     TopicManager,
     TopicMeta,
+    lock_data_dir,
     log_id_of,
     tier_config_of,
 )
@@ -188,15 +186,7 @@ class MountedTopics(TopicManager):
             raise InvalidArgumentError(
                 f"cannot create the data directory {self.data_dir}: {exc.strerror or exc}"
             ) from None
-        fd = os.open(self.data_dir / naming.DATA_DIR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise DataDirLockedError(
-                f"the data directory {self.data_dir} is in use by another process"
-            ) from None
-        self._lock_fd = fd
+        self._lock_fd = lock_data_dir(self.data_dir)
         try:
             self.storage = open_read_only_store(
                 self.settings.remote_storage_url(), **self.settings.s3_options()

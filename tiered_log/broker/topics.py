@@ -339,6 +339,21 @@ def log_id_of(meta: TopicMeta, partition: int) -> str:
 topic_object_key = naming.topic_object_key
 
 
+def lock_data_dir(data_dir: Path) -> int:
+    """Take the data directory's exclusive lock (a ``flock`` on its lock file, held
+    while the returned descriptor is open): one process serves a data directory.
+    DataDirLockedError when another process holds it."""
+    fd = os.open(data_dir / naming.DATA_DIR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise DataDirLockedError(
+            f"the data directory {data_dir} is in use by another process"
+        ) from None
+    return fd
+
+
 class TopicManager:
     """Creates, opens, lists and deletes topics under ``settings.data_dir``.
 
@@ -375,15 +390,7 @@ class TopicManager:
             raise InvalidArgumentError(
                 f"cannot create the data directory {self.data_dir}: {exc.strerror or exc}"
             ) from None
-        fd = os.open(self.data_dir / naming.DATA_DIR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise DataDirLockedError(
-                f"the data directory {self.data_dir} is in use by another process"
-            ) from None
-        self._lock_fd = fd
+        self._lock_fd = lock_data_dir(self.data_dir)
         try:
             self.storage = open_storage(
                 self.settings.remote_storage_url(), **self.settings.s3_options()
