@@ -38,6 +38,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -181,31 +183,40 @@ def _check_topic(storage: RemoteStorage, topic: str | None, found: int) -> None:
         ) from None
 
 
+def _segment_progress(line: Callable[[Any], str]) -> Callable[[Any], None]:
+    """A progress callback for a bucket-wide pass whose report counts
+    ``segments_done`` / ``segments_total``: ``line(report)`` on stderr at most once a
+    second, and at the last segment."""
+    shown = [0.0]
+
+    def progress(rep: Any) -> None:
+        now = time.monotonic()
+        if now - shown[0] >= 1.0 or rep.segments_done == rep.segments_total:
+            shown[0] = now
+            print(line(rep), file=sys.stderr, flush=True)
+
+    return progress
+
+
 @ARCHIVE.command(
     "scrub",
     "read every archived segment back and verify it; exit 1 when damage is found",
     _scrub_args,
 )
 def cmd_scrub(args: argparse.Namespace) -> int:
-    import time
-
     from ..remote.crypto import KeyRing
     from ..remote.scrub import ScrubReport, scrub_bucket
 
     ring = KeyRing(args.key_file) if args.key_file is not None else None
     storage = _open_bucket(args)
-    shown = [0.0]
 
-    def progress(rep: ScrubReport) -> None:
-        now = time.monotonic()
-        if now - shown[0] >= 1.0 or rep.segments_done == rep.segments_total:
-            shown[0] = now
-            print(
-                f"scrub: {rep.segments_done}/{rep.segments_total} segments, "
-                f"{rep.bytes_read / (1 << 20):.1f} MiB read, {len(rep.damaged)} damaged",
-                file=sys.stderr,
-                flush=True,
-            )
+    def line(rep: ScrubReport) -> str:
+        return (
+            f"scrub: {rep.segments_done}/{rep.segments_total} segments, "
+            f"{rep.bytes_read / (1 << 20):.1f} MiB read, {len(rep.damaged)} damaged"
+        )
+
+    progress = _segment_progress(line)
 
     try:
         report = scrub_bucket(
@@ -458,25 +469,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def _restore_from_bucket(args: argparse.Namespace) -> dict[str, Any]:
-    import time
-
     from ..broker.point_in_time import RestoreReport, restore_point_in_time
     from ..remote.crypto import KeyRing
 
     ring = KeyRing(args.key_file) if args.key_file is not None else None
     storage = _open_bucket(args)
-    shown = [0.0]
 
-    def progress(rep: RestoreReport) -> None:
-        now = time.monotonic()
-        if now - shown[0] >= 1.0 or rep.segments_done == rep.segments_total:
-            shown[0] = now
-            print(
-                f"restore: {rep.segments_done}/{rep.segments_total} segments, "
-                f"{(rep.bytes_copied + rep.bytes_written) / (1 << 20):.1f} MiB written",
-                file=sys.stderr,
-                flush=True,
-            )
+    def line(rep: RestoreReport) -> str:
+        return (
+            f"restore: {rep.segments_done}/{rep.segments_total} segments, "
+            f"{(rep.bytes_copied + rep.bytes_written) / (1 << 20):.1f} MiB written"
+        )
+
+    progress = _segment_progress(line)
 
     try:
         report, _ = restore_point_in_time(
