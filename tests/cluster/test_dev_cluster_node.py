@@ -23,7 +23,7 @@ from tiered_log.client import Client
 
 from .test_dev_cluster_cli import ROOT, _env, _running, _skip_unless_etcd_runs, _start
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def wait_for(what: str, fn: Any, timeout: float = 60) -> Any:
