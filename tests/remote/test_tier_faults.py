@@ -218,3 +218,37 @@ def test_a_slow_bucket_times_out_the_reader_then_serves(
     time.sleep(2.2)  # the fetch that timed out goes on and lands
     check_everything_reads(tlog, N)
     tlog.close()
+
+
+def test_an_encoded_copy_is_built_in_the_remote_directory_and_a_crashs_is_removed(
+    tmp_path: Path, store: MemoryStorage
+) -> None:
+    """A compressed copy is built in the log's remote directory, never beside the
+    segments (the local log's open removes temp files there, and a check of a live
+    directory took it for a leftover); one a crash left there goes at the next open."""
+    log_dir = tmp_path / "log"
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def look(op: str, key: str) -> None:
+        if op == "put_file":
+            seen.append(
+                (
+                    [p.name for p in log_dir.iterdir() if p.name.endswith(".tmp")],
+                    [p.name for p in (log_dir / "remote").glob("*.archive.tmp")],
+                )
+            )
+
+    store.before = look
+    t = open_log(log_dir, store, compression="zstd")  # type: ignore[arg-type]
+    produce(t, 200)
+    t.roll()
+    assert t.tier_once() == 2
+    assert seen and all(beside == [] and len(built) == 1 for beside, built in seen)
+    assert list((log_dir / "remote").glob("*.archive.tmp")) == []
+    t.close()
+    leftover = log_dir / "remote" / "00000000000000000000.log.0123.archive.tmp"
+    leftover.write_bytes(b"half an encoded copy")
+    t = open_log(log_dir, store, compression="zstd")  # type: ignore[arg-type]
+    assert not leftover.exists()
+    check_everything_reads(t, 200)
+    t.close()

@@ -71,6 +71,10 @@ from .worker import worker_for
 
 log = logging.getLogger(__name__)
 
+ARCHIVE_TMP_SUFFIX = ".archive" + naming.TMP_SUFFIX
+"""The suffix of a segment's encoded (compressed or encrypted) copy while it is built,
+in the log's remote directory."""
+
 
 @dataclass(frozen=True, slots=True)
 class CopyAttempt:
@@ -194,8 +198,14 @@ class CopyTask:
                 wrapped = cfg.key_ring.wrap(dek) if cfg.key_ring is not None and dek else None
 
                 def encode_and_put() -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
-                    tmp = seg.store_path.with_name(
-                        f"{seg.store_path.name}.{uuid.uuid4().hex}.archive{naming.TMP_SUFFIX}"
+                    # In the log's remote directory, not beside the segments: the log's
+                    # own directory is the local log's (its open removes every temp
+                    # file there, and a live-directory check would take this one for a
+                    # leftover); the remote tier's open removes the ones a crash left.
+                    tmp = (
+                        seg.store_path.parent
+                        / naming.REMOTE_DIR
+                        / f"{seg.store_path.name}.{uuid.uuid4().hex}{ARCHIVE_TMP_SUFFIX}"
                     )
                     try:
                         args = (

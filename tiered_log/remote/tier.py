@@ -40,7 +40,7 @@ from ..format.records import FetchData, Record
 from ..local.ranges import Page
 from ..local.segment import SegmentInfo
 from .cache import ChunkCache
-from .copy import CopyAttempt, CopyTask
+from .copy import ARCHIVE_TMP_SUFFIX, CopyAttempt, CopyTask
 from .limits import COPY_THREADS, FETCH_THREADS, RateLimiter, TierLimits, shared_pool
 from .metadata import RemoteSegment
 from .reader import RemoteReader
@@ -79,7 +79,10 @@ class RemoteTier(TierState):
         config: TierConfig,
         limits: TierLimits | None = None,
     ) -> None:
-        (log_dir / naming.REMOTE_DIR).mkdir(parents=True, exist_ok=True)
+        remote_dir = log_dir / naming.REMOTE_DIR
+        remote_dir.mkdir(parents=True, exist_ok=True)
+        for leftover in remote_dir.glob("*" + ARCHIVE_TMP_SUFFIX):
+            leftover.unlink(missing_ok=True)  # an encoded copy a crash left half-built
         super().__init__(log_dir, log_id, storage, config, load_meta(log_dir, storage, log_id))
         limits = limits or TierLimits.of(config.upload_bytes_per_sec, config.fetch_bytes_per_sec)
         self.copier = CopyTask(self, limits.upload, shared_pool("remote-copy", COPY_THREADS))
