@@ -54,17 +54,25 @@ def test_metadata_names_every_broker_and_leader(cluster: DevCluster) -> None:
         "every replica in sync",
     )
     parts = http_partitions(cluster, topic)
-    for node in cluster.nodes.values():
+
+    def answers_as_the_cluster(node: Any) -> bool:
+        # Each node applies the metadata at its own next refresh: wait for it.
         with KafkaWire(node.kafka_address) as w:
             resp = w.call(METADATA, 12, metadata_body(topic))
         assert {b.node_id: f"{b.host}:{b.port}" for b in resp.brokers} == brokers
         (t,) = resp.topics
-        assert t.error_code == ErrorCode.none
-        for p in t.partitions:
-            want = parts[p.partition_index]
-            assert p.leader_id == want["leader"] and p.leader_epoch == want["leader_epoch"]
-            assert sorted(p.replica_nodes) == sorted(want["replicas"])
-            assert sorted(p.isr_nodes) == sorted(want["isr"])
+        return t.error_code == ErrorCode.none and all(
+            p.leader_id == parts[p.partition_index]["leader"]
+            and p.leader_epoch == parts[p.partition_index]["leader_epoch"]
+            and sorted(p.replica_nodes) == sorted(parts[p.partition_index]["replicas"])
+            and sorted(p.isr_nodes) == sorted(parts[p.partition_index]["isr"])
+            for p in t.partitions
+        )
+
+    for node in cluster.nodes.values():
+        wait_until(
+            lambda node=node: answers_as_the_cluster(node), 15, f"node {node.node_id}'s metadata"
+        )
     assert len({p["leader"] for p in parts.values()}) > 1  # leaders spread over the nodes
 
     # one node's address is enough: the client finds each partition's leader

@@ -282,6 +282,9 @@ def test_topic_admin_needs_admin_and_leader_epochs_read(server: ServerProcess) -
             }
         ],
     }
+    with http(server) as c:  # the module's tests may run on other workers' servers
+        made = c.post("/v1/topics", json={"name": "app.orders", "partitions": 1})
+        assert made.status_code in (201, 409), made.text
     with wire(server, OTHER) as w:
         got = w.call(OFFSET_FOR_LEADER_EPOCH, 4, epochs).topics[0]
         assert (got.topic, got.partitions[0].error_code) == ("app.orders", DENIED)
