@@ -370,6 +370,12 @@ def test_cluster_any_node_creates_and_deletes(cluster: DevCluster) -> None:
         assert t.error_code == ErrorCode.invalid_replication_factor
         (t,) = w.call(CREATE_TOPICS, 7, create_body("adm-c", 1)).topics
         assert t.error_code == ErrorCode.topic_already_exists
+    # Another node applies the new topic at its next metadata refresh: wait for it.
+    wait_until(
+        lambda: httpx.get(f"{cluster.urls[0]}/v1/topics/adm-c", timeout=10).status_code == 200,
+        20,
+        "the first node knows the topic",
+    )
     r = httpx.get(f"{cluster.urls[0]}/v1/topics/adm-c", timeout=10).json()
     assert (r["replication_factor"], r["min_insync_replicas"], r["partitions"]) == (3, 2, 2)
     wait_until(
