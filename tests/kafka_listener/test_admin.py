@@ -356,6 +356,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
 def _partition(cluster: DevCluster, topic: str) -> dict[str, Any]:
     url = next(n.url for n in cluster.nodes.values() if n.alive)
     r = httpx.get(f"{url}/v1/topics/{topic}", timeout=10)
+    if r.status_code == 404:  # not applied on that node yet: nothing known (waits go on)
+        return {"isr": [], "leader": None, "leader_epoch": -1, "replicas": []}
     r.raise_for_status()
     out: dict[str, Any] = r.json()["partition_info"][0]
     return out
@@ -437,6 +439,11 @@ def test_cluster_offset_for_leader_epoch_and_a_consumer_across_a_leader_change(
         new_leader, new_epoch = part["leader"], part["leader_epoch"]
         assert new_epoch > epoch
         with KafkaWire(cluster.nodes[new_leader].kafka_address) as w:
+            wait_until(  # the new leader takes its role at its own next metadata round
+                lambda w=w: epoch_end(w, topic, epoch, current=new_epoch)[0] == ErrorCode.none,
+                15,
+                "the new leader answers for its epoch",
+            )
             assert epoch_end(w, topic, epoch, current=new_epoch) == (ErrorCode.none, epoch, 20)
             assert epoch_end(w, topic, new_epoch, current=new_epoch) == (
                 ErrorCode.none,
