@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from .registry import CommandGroup, UsageError, counted, timestamp_ms
 
 if TYPE_CHECKING:
+    from ..remote.crypto import KeyRing
     from ..remote.reconcile import LiveView
     from ..remote.storage import RemoteStorage
 
@@ -167,6 +168,13 @@ def _open_bucket(args: argparse.Namespace) -> RemoteStorage:
     return open_storage(args.remote, endpoint_url=args.endpoint_url, region=args.region)
 
 
+def _key_ring(args: argparse.Namespace) -> KeyRing | None:
+    """The archive's key ring from ``--key-file``, or None without one."""
+    from ..remote.crypto import KeyRing
+
+    return KeyRing(args.key_file) if args.key_file is not None else None
+
+
 def _check_topic(storage: RemoteStorage, topic: str | None, found: int) -> None:
     """InvalidArgumentError when ``--topic`` names a topic the bucket knows nothing of
     (no segment found and no ``topics/<name>.json``)."""
@@ -204,10 +212,9 @@ def _segment_progress(line: Callable[[Any], str]) -> Callable[[Any], None]:
     _scrub_args,
 )
 def cmd_scrub(args: argparse.Namespace) -> int:
-    from ..remote.crypto import KeyRing
     from ..remote.scrub import ScrubReport, scrub_bucket
 
-    ring = KeyRing(args.key_file) if args.key_file is not None else None
+    ring = _key_ring(args)
     storage = _open_bucket(args)
 
     def line(rep: ScrubReport) -> str:
@@ -470,9 +477,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def _restore_from_bucket(args: argparse.Namespace) -> dict[str, Any]:
     from ..broker.point_in_time import RestoreReport, restore_point_in_time
-    from ..remote.crypto import KeyRing
 
-    ring = KeyRing(args.key_file) if args.key_file is not None else None
+    ring = _key_ring(args)
     storage = _open_bucket(args)
 
     def line(rep: RestoreReport) -> str:
