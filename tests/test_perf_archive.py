@@ -10,17 +10,12 @@ timeout takes moto's server process with it).
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
+from perf_cli import run_perf
 
 from tiered_log.perf.archive import json_lines, random_values
 
-RUN = "import sys, tiered_log.cli as cli; sys.exit(cli.main(sys.argv[1:]))"
 SUBJECTS = ("plain", "compressed_encrypted")
 PHASES = ("ship", "read", "scrub")
 RATIOS = tuple(f"{p}_compressed_encrypted_vs_plain" for p in PHASES)
@@ -39,24 +34,12 @@ def test_corpora_are_deterministic_and_distinct() -> None:
 
 
 def test_perf_archive_json(tmp_path: Path) -> None:
-    args = [
-        *("perf", "archive", "--json", "--total-mib", "1", "--segment-mib", "1"),
-        *("--repeat", "2", "--dir", str(tmp_path)),
-    ]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", RUN, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    out, err = run_perf(
+        [
+            *("archive", "--json", "--total-mib", "1", "--segment-mib", "1"),
+            *("--repeat", "2", "--dir", str(tmp_path)),
+        ]
     )
-    try:
-        out, err = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"perf archive did not finish in 240 s: {err[-3000:]}")
-    assert proc.returncode == 0, err[-3000:]
     r = json.loads(out)
     assert "[perf] archive" in err  # progress on stderr, not in the JSON
     assert r["benchmark"] == "archive"

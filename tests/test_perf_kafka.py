@@ -9,36 +9,19 @@ process with its Kafka listener on loopback ports and drives it with confluent-k
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from perf_cli import run_perf
 
-RUN = "import sys, tiered_log.cli as cli; sys.exit(cli.main(sys.argv[1:]))"
 MIB = 2
 RECORDS = MIB * 1024
 
 
 def test_perf_kafka_json(tmp_path: Path) -> None:
-    args = ["perf", "kafka", "--json", "--mib", str(MIB), "--repeat", "2", "--dir", str(tmp_path)]
-    # Its own session: on a timeout the benchmark's server child goes with it.
-    proc = subprocess.Popen(
-        [sys.executable, "-c", RUN, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    out, err = run_perf(
+        ["kafka", "--json", "--mib", str(MIB), "--repeat", "2", "--dir", str(tmp_path)]
     )
-    try:
-        out, err = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"perf kafka did not finish in 240 s: {err[-3000:]}")
-    assert proc.returncode == 0, err[-3000:]
     report = json.loads(out)
     assert "[perf] kafka" in err  # progress notes on stderr, not in the JSON
     assert report["benchmark"] == "kafka"
