@@ -95,7 +95,15 @@ def test_new_leader_answers_a_retry_of_the_old_leaders_batch_as_a_duplicate(
     try:
         successor = new_leader(cluster, topic, leader.node_id)
         with KafkaWire(successor.kafka_address) as w:
-            again = produce(w, topic, idem_batch(pid, 2))  # the retry of a lost answer
+            # the retry of a lost answer, sent again (as a client does) while the successor
+            # is named leader in the metadata but has not taken its role yet
+            deadline = time.monotonic() + 30
+            while True:
+                again = produce(w, topic, idem_batch(pid, 2))
+                if again.error_code != ErrorCode.not_leader_or_follower:
+                    break
+                assert time.monotonic() < deadline, "the successor never took its role"
+                time.sleep(0.1)
             assert (again.error_code, again.base_offset) == (ErrorCode.none, 2)
             assert http_partitions(cluster, topic)[0]["next_offset"] == 4
             gap = produce(w, topic, idem_batch(pid, 6))
