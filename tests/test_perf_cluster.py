@@ -50,10 +50,15 @@ def skip_unless_etcd_runs() -> None:
 
 def test_failover_json(tmp_path: Path) -> None:
     skip_unless_etcd_runs()
-    p = perf("failover", "--json", "--kills", "2", "--lease-ttl", "2", "--dir", str(tmp_path))
+    p = perf(
+        "failover", "--json", "--kills", "2", "--lease-ttl", "2", "--tiered", "--dir", str(tmp_path)
+    )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["benchmark"] == "failover"
+    assert r["params"]["tiered"] is True and r["params"]["topic_config"]["remote_enabled"]
+    # the new leader served the partition's bounds again (after its bucket read)
+    assert 0 < r["reads_ready_p50_s"] <= r["reads_ready_max_s"] < 60
     assert r["kills"] == 2 and len(r["per_kill"]) == 2 and r["lease_ttl_s"] == 2
     assert r["failover_timed_out"] == 0
     assert 0 < r["failover_min_s"] <= r["failover_p50_s"] <= r["failover_max_s"] < 60
@@ -62,6 +67,7 @@ def test_failover_json(tmp_path: Path) -> None:
     for k in r["per_kill"]:
         assert k["new_leader"] not in (None, k["killed_node"])
         assert k["failover_s"] > 0 and k["rejoin_s"] is not None
+        assert 0 < k["reads_ready_s"] < 60
         assert k["leader_learnt_s"] is None or 0 < k["leader_learnt_s"] <= k["failover_s"]
     assert r["per_kill"][1]["killed_epoch"] > r["per_kill"][0]["killed_epoch"]
     assert r["target"]["text"] == "p50 <= lease TTL + 1 s, acked_lost 0"

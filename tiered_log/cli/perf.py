@@ -492,6 +492,12 @@ def _failover_args(p: argparse.ArgumentParser) -> None:
         help=f"nodes of the cluster, at least 3 (default: {DEFAULT_NODES})",
     )
     p.add_argument(
+        "--tiered",
+        action="store_true",
+        help="the topic ships 64 KiB segments and keeps 256 KiB locally (default: local "
+        "only), so a new leader reads the bucket before it serves reads",
+    )
+    p.add_argument(
         "--dir",
         metavar="D",
         help="where to put the cluster (a fresh subdirectory; default: the temp dir)",
@@ -519,6 +525,7 @@ def cmd_perf_failover(args: argparse.Namespace) -> int:
         directory=args.dir,
         keep=args.keep,
         progress=args.progress,
+        tiered=args.tiered,
     )
     print(json.dumps(report, indent=2) if args.json else format_failover(report))
     return 0

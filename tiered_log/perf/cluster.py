@@ -16,7 +16,12 @@ on). At the end the whole partition is read back from the leader: every acknowle
 record must be there exactly once, at its acknowledged offset (``acked_lost`` counts
 those that are not), and the offsets dense. Target: p50 <= lease TTL + 1 s and
 ``acked_lost`` 0. The lease TTL is the baseline: a dead node is noticed when its lease
-runs out, so that much of a failover is by design.
+runs out, so that much of a failover is by design. ``reads_ready_s`` per kill: from the
+kill to the first 200 of the partition's bounds from another node, polled every 10 ms
+from the kill on (only a leader answers bounds, and a new leader only once it knows
+where its log starts: it reads the bucket's partition snapshot first). ``--tiered``
+gives the topic small segments that ship and leave the local disks during the run, so
+that read has something to find; by default the topic is local-only.
 
 ``tiered-log perf replicated-latency`` (:func:`run_replicated_latency`): p50/p99 of
 single small records produced one at a time over HTTP (JSON body, one keep-alive
@@ -72,6 +77,16 @@ STEP_TIMEOUT_S = 60.0
 """How long one step (a failover, a rejoin, a full ISR) may take before the run gives up on it."""
 TOPIC_CONFIG = {"remote_enabled": False}
 """A cluster's logs are local-only; the single node's too, so both do the same work."""
+TIERED_TOPIC_CONFIG = {
+    "remote_enabled": True,
+    "segment_bytes": 64 << 10,
+    "local_retention_bytes": 256 << 10,
+}
+"""``perf failover --tiered``: small segments that ship and leave the local disks as the
+run goes, so a new leader must learn its log's start from the bucket before it serves
+reads."""
+READS_POLL_S = 0.01
+"""How often :class:`_ReadsReady` asks the nodes for the partition's bounds."""
 
 
 def _records_path(topic: str) -> str:
@@ -123,9 +138,13 @@ def wait_for(pred: Callable[[], bool], timeout_s: float, interval_s: float = 0.0
 
 
 def create_topic(
-    http: httpx.Client, urls: Sequence[str], topic: str, replication_factor: int | None
+    http: httpx.Client,
+    urls: Sequence[str],
+    topic: str,
+    replication_factor: int | None,
+    config: dict[str, Any] | None = None,
 ) -> None:
-    body: dict[str, Any] = {"name": topic, "partitions": 1, "config": TOPIC_CONFIG}
+    body: dict[str, Any] = {"name": topic, "partitions": 1, "config": config or TOPIC_CONFIG}
     if replication_factor is not None:
         body["replication_factor"] = replication_factor
     last = ""
@@ -286,6 +305,42 @@ def _node_of(cluster: DevCluster, url: str) -> int | None:
     return next((i for i, n in cluster.nodes.items() if n.url == url), None)
 
 
+class _ReadsReady:
+    """From a leader's SIGKILL on, asks every other node for the partition's bounds every
+    :data:`READS_POLL_S` on a thread of its own; :attr:`at` is when one first answered
+    200. Only a leader answers bounds (421 elsewhere), and a new leader only once it
+    knows where its log starts (503 ``not_ready`` while it reads the bucket), so this is
+    when a consumer starting from "earliest" is served again."""
+
+    def __init__(self, urls: Sequence[str], topic: str) -> None:
+        self._urls = list(urls)
+        self._path = f"/v1/topics/{topic}/partitions/0/bounds"
+        self._stop = threading.Event()
+        self.at: float | None = None
+        self._thread = threading.Thread(target=self._run, name="failover-reads", daemon=True)
+
+    def start(self) -> _ReadsReady:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=1.0) as http:
+            while not self._stop.is_set():
+                for url in self._urls:
+                    try:
+                        ok = http.get(url + self._path).status_code == 200
+                    except httpx.HTTPError:
+                        continue
+                    if ok:
+                        self.at = time.monotonic()
+                        return
+                self._stop.wait(READS_POLL_S)
+
+
 def _one_kill(
     cluster: DevCluster, http: httpx.Client, prod: _Producer, i: int, kills: int, show: bool
 ) -> dict[str, Any]:
@@ -303,8 +358,10 @@ def _one_kill(
     assert part is not None
     victim = cluster.nodes[part["leader"]]
     n_acks, n_found, errors_before = len(prod.acks), len(prod.found), Counter(prod.errors)
+    reads = _ReadsReady([n.url for n in cluster.nodes.values() if n is not victim], prod.topic)
     t_kill = time.monotonic()
     victim.kill()
+    reads.start()
 
     def successor() -> Ack | None:
         return next((a for a in prod.acks[n_acks:] if a.at > t_kill and a.url != victim.url), None)
@@ -313,6 +370,9 @@ def _one_kill(
     first = successor()
     failover = round(first.at - t_kill, 3) if first is not None else None
     errors = dict(prod.errors - errors_before)
+    wait_for(lambda: reads.at is not None, STEP_TIMEOUT_S, 0.01)
+    reads.stop()
+    reads_ready = round(reads.at - t_kill, 3) if reads.at is not None else None
     learnt = next((t for t, u in prod.found[n_found:] if t > t_kill and u != victim.url), None)
     t_start = time.monotonic()
     victim.start()
@@ -346,6 +406,7 @@ def _one_kill(
         "killed_epoch": part["leader_epoch"],
         "new_leader": new,
         "failover_s": failover,
+        "reads_ready_s": reads_ready,
         "leader_learnt_s": round(learnt - t_kill, 3) if learnt is not None else None,
         "acked_before_kill": n_acks,
         "produce_errors": errors,
@@ -361,8 +422,10 @@ def run_failover(
     directory: str | os.PathLike[str] | None = None,
     keep: bool = False,
     progress: bool | None = None,
+    tiered: bool = False,
 ) -> dict[str, Any]:
-    """SIGKILL the leader ``kills`` times under acks=all load; see the module docstring."""
+    """SIGKILL the leader ``kills`` times under acks=all load; see the module docstring.
+    ``tiered``: the topic ships small segments (:data:`TIERED_TOPIC_CONFIG`)."""
     from ..cluster.dev import DevCluster
     from ..errors import InvalidArgumentError
     from .local import work_dir
@@ -387,7 +450,8 @@ def run_failover(
         try:
             cluster.start()
             with httpx.Client(timeout=30) as http:
-                create_topic(http, cluster.urls, TOPIC, REPLICATION_FACTOR)
+                config = TIERED_TOPIC_CONFIG if tiered else TOPIC_CONFIG
+                create_topic(http, cluster.urls, TOPIC, REPLICATION_FACTOR, config)
                 prod = _Producer(cluster.urls, TOPIC)
                 th = threading.Thread(target=prod.run, name="failover-producer", daemon=True)
                 th.start()
@@ -410,6 +474,7 @@ def run_failover(
         kills=kills,
         lease_ttl_s=lease_ttl_s,
         nodes=nodes,
+        tiered=tiered,
         acked=len(prod.acks),
         attempts=prod.attempts,
         errors=dict(prod.errors),
@@ -426,8 +491,10 @@ def failover_report(
     acked: int,
     attempts: int,
     errors: dict[str, int],
+    tiered: bool = False,
 ) -> dict[str, Any]:
     times = [k["failover_s"] for k in per_kill if k["failover_s"] is not None]
+    reads = [k["reads_ready_s"] for k in per_kill if k.get("reads_ready_s") is not None]
     timed_out = len(per_kill) - len(times)
     p50 = round(percentile(times, 0.5), 3) if times else None
     bound = lease_ttl_s + 1.0
@@ -442,7 +509,9 @@ def failover_report(
         "benchmark": "failover",
         "note": "failover = SIGKILL of the partition's leader to the first acks=all produce "
         "acknowledged by another node, the producer finding the leader by itself "
-        "(GET /v1/cluster on the nodes, not_leader's leader_url); p50 by the "
+        "(GET /v1/cluster on the nodes, not_leader's leader_url); reads_ready = SIGKILL "
+        "to the first 200 of the partition's bounds from another node (a new leader "
+        "answers 503 not_ready until it knows its log's start); p50 by the "
         "nearest rank; acked_lost = acknowledged records not read back exactly once "
         "at their offset",
         "environment": environment(),
@@ -453,11 +522,15 @@ def failover_report(
             "replication_factor": REPLICATION_FACTOR,
             "acks": "all",
             "retry_pause_s": RETRY_PAUSE_S,
+            "tiered": tiered,
+            "topic_config": TIERED_TOPIC_CONFIG if tiered else TOPIC_CONFIG,
         },
         "failover_p50_s": p50,
         "failover_max_s": round(max(times), 3) if times else None,
         "failover_min_s": round(min(times), 3) if times else None,
         "failover_timed_out": timed_out,
+        "reads_ready_p50_s": round(percentile(reads, 0.5), 3) if reads else None,
+        "reads_ready_max_s": round(max(reads), 3) if reads else None,
         "lease_ttl_s": lease_ttl_s,
         "p50_vs_lease_ttl": round(ratio(p50, lease_ttl_s), 3) if p50 is not None else None,
         "kills": len(per_kill),
@@ -484,11 +557,13 @@ def format_failover(report: dict[str, Any]) -> str:
         f = "timed out" if k["failover_s"] is None else f"{k['failover_s']:.3f} s"
         lines.append(
             f"  kill {k['kill']:>2}: node {k['killed_node']} -> node {k['new_leader']}"
-            f"  failover {f}  rejoin {k['rejoin_s']} s"
+            f"  failover {f}  reads served after {k.get('reads_ready_s')} s"
+            f"  rejoin {k['rejoin_s']} s"
         )
     lines.append(
         f"failover p50 {report['failover_p50_s']} s  min {report['failover_min_s']} s  "
-        f"max {report['failover_max_s']} s  (lease TTL {report['lease_ttl_s']} s)"
+        f"max {report['failover_max_s']} s  (lease TTL {report['lease_ttl_s']} s); reads "
+        f"served again p50 {report['reads_ready_p50_s']} s max {report['reads_ready_max_s']} s"
     )
     lines.append(
         f"acknowledged {report['acked']:,}, lost {report['acked_lost']} (missing "
