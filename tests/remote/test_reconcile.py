@@ -19,7 +19,7 @@ from tiered_log import LogConfig, ProducerRecord, TieredLog
 from tiered_log.cli import main
 from tiered_log.format import naming
 from tiered_log.remote.fs import LocalDirStorage
-from tiered_log.remote.reconcile import reconcile_bucket
+from tiered_log.remote.reconcile import delete_deleted_log, mark_log_deleted, reconcile_bucket
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
 
@@ -120,7 +120,7 @@ def test_a_deleted_topics_leftovers_and_a_dangling_manifest(
 ) -> None:
     archive(tmp_path / "log", storage)
     publish_topic(storage)
-    gone = "gone-aaaaaaaaaaaa-0"
+    gone, limbo = "gone-aaaaaaaaaaaa-0", "limbo-bbbbbbbbbbbb-0"
     left = [
         naming.meta_object_key(gone),
         naming.segment_object_key(gone, 0, "x" * 32, naming.LOG_SUFFIX),
@@ -128,22 +128,78 @@ def test_a_deleted_topics_leftovers_and_a_dangling_manifest(
     ]
     for k in left:
         storage.put(k, b"{}")
+    # A log no topic metadata names and no deletion marker: a live topic's whose
+    # metadata has not reached the bucket, for all reconcile can tell.
+    unnamed = [
+        naming.meta_object_key(limbo),
+        *(naming.segment_object_key(limbo, 0, "y" * 32, sfx) for sfx in (".log", ".rli")),
+    ]
+    for k in unnamed:
+        storage.put(k, b"{}")
+    assert {f.kind for f in reconcile_bucket(storage, delete=True, min_age_s=0).findings} == {
+        "unreferenced_log",
+        "damaged",  # the manifests of b"{}" do not decode: reported only
+    }
+    assert set(left + unnamed) <= everything(storage)  # no evidence of a delete: kept
+    mark_log_deleted(storage, gone, "gone", "a" * 32)  # as the service's delete does
+    left.append(naming.deletion_marker_key(gone))
     data = keys(storage, ".log")[-1]
     storage.delete([data])  # its manifest now names a missing data object
     rli = data[: -len(".log")] + ".rli"
     rep = reconcile_bucket(storage, delete=True, min_age_s=0)
     found = {f.kind: f for f in rep.findings}
-    assert set(found) == {"deleted_topic", "dangling_manifest"}
+    assert set(found) == {"deleted_topic", "dangling_manifest", "unreferenced_log", "damaged"}
     assert sorted(found["deleted_topic"].keys) == sorted(left)
     assert found["deleted_topic"].action == "deleted"
+    assert found["unreferenced_log"].log_id == limbo
+    assert found["unreferenced_log"].action == "report"
     assert found["dangling_manifest"].keys == [rli]
     assert found["dangling_manifest"].action == "report"
     assert rli in everything(storage)  # reported, never deleted
     assert not any(k in everything(storage) for k in left)
-    # A bucket with no topic metadata at all (logs used as a library): no log is taken
-    # for a deleted topic's.
+    assert set(unnamed) <= everything(storage)
+    # A bucket with no topic metadata at all: no log is taken for a deleted topic's
+    # without its marker.
     storage.delete([naming.topic_object_key("orders")])
-    assert not any(f.kind == "deleted_topic" for f in reconcile_bucket(storage).findings)
+    rep = reconcile_bucket(storage, delete=True, min_age_s=0)
+    assert not any(f.kind == "deleted_topic" for f in rep.findings)
+    assert {f.log_id for f in rep.findings if f.kind == "unreferenced_log"} == {LOG_ID, limbo}
+
+
+def test_a_delete_cut_short_leaves_its_marker(tmp_path: Path) -> None:
+    """The bucket fails while a deleted topic's log is deleted: its marker stays (it is
+    deleted last), so reconcile knows the rest for a deleted topic's; a lone marker (a
+    node's late delete) is one too."""
+    from tiered_log.errors import RemoteStorageError
+
+    from .fake_store import MemoryStorage
+
+    mem = MemoryStorage()
+    archive(tmp_path / "log", mem)
+    publish_topic(mem)
+    other = "other-cccccccccccc-0"
+    mem.put(naming.meta_object_key(other), b"{}")
+    left = [naming.meta_object_key(other), torn_copy(mem, other)]
+    mem.inject("delete", naming.log_prefix(other), error=RemoteStorageError("down"))
+    with pytest.raises(RemoteStorageError):
+        delete_deleted_log(mem, other, "other", "c" * 32)
+    marker = naming.deletion_marker_key(other)
+    rep = reconcile_bucket(mem, delete=True, min_age_s=0)
+    assert [(f.kind, sorted(f.keys)) for f in rep.findings] == [
+        ("deleted_topic", sorted([*left, marker]))
+    ]
+    assert rep.findings[0].action == "young"  # this store lists no times: never deleted
+    assert delete_deleted_log(mem, other, "other", "c" * 32) == 2  # the bucket is back
+    assert not any(naming.log_prefix(other) in k for k in everything(mem))
+
+    storage = LocalDirStorage(tmp_path / "bucket")
+    publish_topic(storage)
+    mark_log_deleted(storage, other, "other", "c" * 32)
+    rep = reconcile_bucket(storage, delete=True, min_age_s=0)
+    assert [(f.kind, f.keys, f.action) for f in rep.findings] == [
+        ("deleted_topic", [marker], "deleted")
+    ]
+    assert everything(storage) == {naming.topic_object_key("orders")}
 
 
 def test_reconcile_while_shipping_deletes_nothing_referenced(tmp_path: Path) -> None:
@@ -285,8 +341,10 @@ def test_reconcile_with_the_live_view_of_a_running_service(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A server ships a topic whose metadata is missing from the bucket (as when its
-    publication failed): without ``--url`` its log looks like a deleted topic's; with the
-    running service's view it is live, and only the torn copy is deleted."""
+    publication failed or is late): reconcile --delete from the bucket alone never takes
+    its log for a deleted topic's (no deletion marker says so) and deletes only the torn
+    copy; with the running service's view it is known as live; once the topic is
+    deleted on the service, nothing of it is left."""
     from service.conftest import ServerProcess  # tests/service/conftest.py
     from service.test_tiered_service import TINY, _bounds, _records, _wait
 
@@ -312,11 +370,17 @@ def test_reconcile_with_the_live_view_of_a_running_service(
             json.dumps({"name": "other", "topic_id": "f" * 32, "partitions": 1}).encode(),
         )
         storage.delete([naming.topic_object_key("t")])
+        shipped = {k for k in everything(storage) if log_id in k}
         torn = torn_copy(storage, log_id)
         argv = ["archive", "reconcile", "--remote", str(bucket), "--min-age-s", "0", "--json"]
-        assert main(argv) == 0
-        kinds = {f["kind"] for f in json.loads(capsys.readouterr().out)["findings"]}
-        assert kinds == {"deleted_topic"}  # the bucket alone cannot tell
+        assert main([*argv, "--delete"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert [(f["kind"], f["keys"], f["action"]) for f in doc["findings"]] == [
+            ("unreferenced_log", [], "report"),
+            ("torn_copy", [torn], "deleted"),
+        ]
+        assert shipped <= everything(storage)  # the live topic's data: all kept
+        torn = torn_copy(storage, log_id)
         assert main([*argv, "--url", srv.url, "--delete"]) == 0
         doc = json.loads(capsys.readouterr().out)
         assert [(f["kind"], f["keys"], f["action"]) for f in doc["findings"]] == [
@@ -325,5 +389,8 @@ def test_reconcile_with_the_live_view_of_a_running_service(
         with srv.client() as c:
             got = c.get("/v1/topics/t/partitions/0/records", params={"offset": 0})
             assert got.status_code == 200 and got.json()["records"][0]["offset"] == 0
+            assert len(got.json()["records"]) > 0
+            assert c.delete("/v1/topics/t").status_code == 204
+            _wait(lambda: not any(log_id in k for k in everything(storage)), "remote deletion")
     finally:
         srv.stop(timeout=15)

@@ -30,20 +30,29 @@ How it is built (only new objects; the source's are read, never changed)::
                               cipher does not depend on its key), manifest rewritten with
                               the new keys (same index files, entries, codec, wrapped key)
       the copy holding E      downloaded, decoded (the key ring unwraps its data key), cut
-                              at E, and stored again as a new copy in the same form
-                              (its codec; encrypted with the ring's active key if it was)
+                              at E, and stored again as a new copy as the topic ships one
+                              (its ``remote_compression``; encrypted with a new data key
+                              under the ring's active key if it was encrypted or the
+                              service encrypts)
       the unshipped tail      (a running service) the records from the bucket's end to E,
                               read from the partition's log, stored as one more copy with
                               the topic's codec and the service's ring
+
+Every data object written goes in the new topic's ``remote_storage_class`` (manifests
+and ``meta.json`` in the default class), as a shipper stores its copies.
       <new log>/meta.json     log start = the source's, end_offset = E (a log rebuilt from
                               it continues at E), the source's lost ranges below E
     topics/<new>.json         last: the commit point (a new topic id, the source's config)
 
 What the source's content can make fail (nothing to restore, a damaged range, a key the
 ring lacks) fails while planning, before anything is written: the copies to cut are read
-then. A restore cut short (the bucket failing) leaves objects under log ids of a topic
-the bucket does not list: ``archive reconcile`` takes them for a deleted topic's and
-deletes them; running the restore again makes a new topic id.
+then. A restore that fails while writing deletes what it wrote, each new log's deletion
+marker first (:func:`~tiered_log.remote.reconcile.delete_deleted_log`), so what the
+failing bucket leaves is a deleted topic's to ``archive reconcile --delete``; a restore
+killed half way leaves logs no metadata names, which reconcile reports
+(``unreferenced_log``) and never deletes. Running the restore again makes a new topic id.
+A topic replaced by its restore (``replace_topic``) has its old logs marked deleted once
+the new metadata is in: their objects are reconcile's to delete.
 
 Blocking I/O, one call at a time per report; safe while services ship to and read from
 the bucket (what the source ships meanwhile is past the view taken, or read from the
@@ -54,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import struct
 import tempfile
 import time
@@ -67,6 +77,7 @@ from ..errors import (
     InvalidArgumentError,
     RemoteCorruptionError,
     RemoteObjectNotFoundError,
+    TieredLogError,
     TopicExistsError,
     TopicNotFoundError,
 )
@@ -79,11 +90,14 @@ from ..remote.chunk_codec import decode_chunk, encode_chunk
 from ..remote.crypto import KeyRing, KeyUnavailableError, new_data_key
 from ..remote.manifest import cut_chunks, decode_manifest, encode_manifest, manifest_encryption
 from ..remote.metadata import CopyState, RemoteMeta, RemoteSegment, new_segment_id
+from ..remote.reconcile import delete_deleted_log, mark_log_deleted
 from ..remote.recovery import RecoveryTask
 from ..remote.state import TierState
 from ..remote.storage import RemoteStorage
 from ..remote.tier_config import TierConfig
 from .topics import TopicMeta, log_id_of, validate_topic_name
+
+log = logging.getLogger(__name__)
 
 TailReader = Callable[[int, int], Iterable[bytes | memoryview]]
 """``(partition, offset)`` -> the stored batches of a running service's partition log,
@@ -204,7 +218,11 @@ def restore_point_in_time(
         if _exists(storage, naming.topic_object_key(as_topic)):
             raise TopicExistsError(f"topic {as_topic!r} exists already (in {storage.url})")
     new = TopicMeta(
-        as_topic, uuid.uuid4().hex, src.partitions, src.config, time.time_ns() // 1_000_000
+        as_topic,
+        src.partitions,
+        config=src.config,
+        topic_id=uuid.uuid4().hex,
+        created_ms=time.time_ns() // 1_000_000,
     )
     report = RestoreReport(topic, as_topic, new.topic_id, to_timestamp, to_offset)
     plans = [
@@ -219,12 +237,37 @@ def restore_point_in_time(
         )
     report.partitions = [pl.out for pl in plans]
     report.segments_total = sum(len(_to_write(pl)) + (1 if pl.tail else 0) for pl in plans)
+    form = _Form(
+        ring,
+        tail_codec,
+        tail_ring,
+        chunk_bytes,
+        new.config.remote_compression,
+        new.config.remote_storage_class,
+    )
     if progress is not None:
         progress(report)
-    for pl in plans:
-        _write(storage, pl, ring, tail_codec, tail_ring, chunk_bytes, report, progress)
-    storage.put(naming.topic_object_key(as_topic), new.to_json())
+    try:
+        for pl in plans:
+            _write(storage, pl, form, report, progress)
+        storage.put(naming.topic_object_key(as_topic), new.to_json())
+    except BaseException:
+        _abandon(storage, new, plans)
+        raise
+    if replace_topic:  # the source's logs are served no more
+        for p in range(src.partitions):
+            mark_log_deleted(storage, log_id_of(src, p), src.name, src.topic_id)
     return report, new
+
+
+def _abandon(storage: RemoteStorage, new: TopicMeta, plans: list[_Plan]) -> None:
+    """Delete what a failed restore wrote (best effort: the bucket may be what failed;
+    each log's deletion marker goes first, so what is left is reconcile's to delete)."""
+    for pl in plans:
+        try:
+            delete_deleted_log(storage, pl.target_log, new.name, new.topic_id)
+        except TieredLogError as exc:
+            log.warning("restore of %s: %s not cleaned up: %s", new.name, pl.target_log, exc)
 
 
 def _bounds_text(to_timestamp: int | None, to_offset: int | None) -> str:
@@ -484,13 +527,26 @@ def _plain(
     return plain, (str(codec) if codec is not None else None), enc is not None
 
 
+@dataclass(frozen=True)
+class _Form:
+    """How the new topic's copies are stored: ``ring`` reads the source's encrypted
+    copies (and encrypts the cut one if it was encrypted), ``tail_codec``/``tail_ring``
+    are the service's for its topic (``tail_ring``: it encrypts every copy), ``codec``
+    and ``storage_class`` the new topic's ``remote_compression`` and
+    ``remote_storage_class``."""
+
+    ring: KeyRing | None
+    tail_codec: str
+    tail_ring: KeyRing | None
+    chunk_bytes: int
+    codec: str
+    storage_class: str
+
+
 def _write(
     storage: RemoteStorage,
     plan: _Plan,
-    ring: KeyRing | None,
-    tail_codec: str,
-    tail_ring: KeyRing | None,
-    chunk_bytes: int,
+    form: _Form,
     report: RestoreReport,
     progress: Callable[[RestoreReport], None] | None,
 ) -> None:
@@ -499,19 +555,22 @@ def _write(
     for s, cut in _to_write(plan):
         _check_readable(plan, s)
         if cut == s.next_offset:
-            report.bytes_copied += _copy(storage, plan.source_log, plan.target_log, s)
+            report.bytes_copied += _copy(
+                storage, plan.source_log, plan.target_log, s, form.storage_class
+            )
             plan.out.segments_copied += 1
         else:
-            got = plan.plain.get(s.id) or _plain(storage, plan.source_log, s, ring)
+            got = plan.plain.get(s.id) or _plain(storage, plan.source_log, s, form.ring)
             records = _slice_records(got[0], s.base_offset, cut, f"copy {s.id}")
             if records:
                 report.bytes_written += _put_segment(
                     storage,
                     plan.target_log,
                     records,
-                    got[1] or "none",
-                    ring if got[2] else None,
-                    chunk_bytes,
+                    form.codec,
+                    form.ring if got[2] else form.tail_ring,
+                    form.chunk_bytes,
+                    form.storage_class,
                 )
             plan.out.segments_rewritten += 1
         report.segments_done += 1
@@ -519,7 +578,13 @@ def _write(
             progress(report)
     if plan.tail:
         report.bytes_written += _put_segment(
-            storage, plan.target_log, plan.tail, tail_codec, tail_ring, chunk_bytes
+            storage,
+            plan.target_log,
+            plan.tail,
+            form.tail_codec,
+            form.tail_ring,
+            form.chunk_bytes,
+            form.storage_class,
         )
         report.segments_done += 1
         if progress is not None:
@@ -543,8 +608,11 @@ def _to_write(plan: _Plan) -> list[tuple[RemoteSegment, int]]:
     ]
 
 
-def _copy(storage: RemoteStorage, source_log: str, target_log: str, s: RemoteSegment) -> int:
-    """Copy one whole copy under the new log (a new segment id); returns the bytes."""
+def _copy(
+    storage: RemoteStorage, source_log: str, target_log: str, s: RemoteSegment, storage_class: str
+) -> int:
+    """Copy one whole copy under the new log (a new segment id), its data object in
+    ``storage_class``; returns the bytes."""
     src_data, src_rli = _keys(source_log, s)
     blob = storage.get(src_rli)
     rs, entries, index, timeindex = decode_manifest(blob, src_rli)
@@ -569,9 +637,21 @@ def _copy(storage: RemoteStorage, source_log: str, target_log: str, s: RemoteSeg
         compression=head.get("compression"),
         encryption=dict(enc) if isinstance(enc, dict) else None,
     )
-    storage.put(dst_data, data)
+    _put_data(storage, dst_data, data, storage_class)
     storage.put(dst_rli, manifest)
     return len(data) + len(manifest)
+
+
+def _put_data(storage: RemoteStorage, key: str, data: bytes, storage_class: str) -> None:
+    """Put a copy's data object in ``storage_class`` (a store takes a class with a file
+    upload: the bytes go through a temporary file unless the class is the default)."""
+    if storage_class == "STANDARD":
+        storage.put(key, data)
+        return
+    with tempfile.NamedTemporaryFile(prefix="tiered-log-restore-") as f:
+        f.write(data)
+        f.flush()
+        storage.put_file(key, f.name, storage_class=storage_class)
 
 
 def _put_segment(
@@ -581,10 +661,12 @@ def _put_segment(
     codec: str,
     ring: KeyRing | None,
     chunk_bytes: int,
+    storage_class: str,
 ) -> int:
     """Store the batches ``records`` as one new copy of ``log_id`` as a shipper would
     (chunks of ``chunk_bytes``; compressed with ``codec``, encrypted with a new data key
-    wrapped by ``ring``'s active key when a ring is given); returns the bytes put."""
+    wrapped by ``ring``'s active key when a ring is given; the data object in
+    ``storage_class``); returns the bytes put."""
     batches, end = _batches(records, f"{log_id}: the records to store")
     base = batches[0].base_offset
     seg_id = new_segment_id()
@@ -628,7 +710,7 @@ def _put_segment(
         compression=codec if framed else None,
         encryption=encryption,
     )
-    storage.put(data_key, data)
+    _put_data(storage, data_key, data, storage_class)
     storage.put(rli_key, manifest)
     return len(data) + len(manifest)
 

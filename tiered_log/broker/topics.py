@@ -70,6 +70,7 @@ from ..local.log import LogConfig
 from ..local.segment import fsync_dir, write_atomic
 from ..partition import TieredLog
 from ..remote.crypto import key_ring
+from ..remote.reconcile import delete_deleted_log
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig, TierLimits
 
@@ -767,11 +768,19 @@ class TopicManager:
             t.start()
 
     def _delete_remote(self, topic: Topic) -> None:
-        """Delete a deleted topic's objects from the remote store (in the background)."""
+        """Delete a deleted topic's objects from the remote store (in the background):
+        each log's deletion marker first, its other objects, then the marker
+        (:func:`~tiered_log.remote.reconcile.delete_deleted_log`: what a failure leaves
+        is known as a deleted topic's, for ``archive reconcile``). Also the objects a
+        topic kept when tiering was turned off."""
         try:
-            n = 0
-            for plog in topic.logs:
-                n += plog.delete_remote_objects()
+            n, storage = 0, self.storage
+            if storage is None:
+                return
+            for p in range(topic.meta.partitions):
+                n += delete_deleted_log(
+                    storage, log_id_of(topic.meta, p), topic.name, topic.meta.topic_id
+                )
             log.info("deleted %d remote object(s) of topic %s", n, topic.name)
         except Exception as exc:  # the bucket failed: the objects stay, named by a dead id
             log.warning("topic %s: remote objects not all deleted: %s", topic.name, exc)

@@ -155,6 +155,14 @@ def meta_object_key(log_id: str) -> str:
     return f"{log_prefix(log_id)}/meta.json"
 
 
+def deletion_marker_key(log_id: str) -> str:
+    """The deletion marker of a deleted topic's log, beside ``meta.json``: put before
+    the log's other objects are deleted and deleted after them, it is what tells
+    ``archive reconcile`` that what is left of the log is a deleted topic's
+    (:mod:`tiered_log.remote.reconcile`)."""
+    return f"{log_prefix(log_id)}/deleted.json"
+
+
 def snapshot_object_key(log_id: str) -> str:
     """The partition snapshot's key, beside ``meta.json`` (:mod:`tiered_log.remote.snapshot`)."""
     return f"{log_prefix(log_id)}/snapshot.bin"

@@ -19,9 +19,20 @@ What is left are *orphans*, each with why:
 ``below_start``     a complete copy ending at or below the log start (retention's)
 ``duplicate``       a complete copy of the offsets of a copy taken (same offsets and
                     size, or an older leader epoch: a deposed leader's late copy)
-``deleted_topic``   every object of a log whose topic is gone from the bucket's
-                    ``topics/`` (or was created again under a new topic id)
+``deleted_topic``   every object of a log whose topic was deleted: its deletion
+                    marker (``<log>/deleted.json``) is there and the bucket's
+                    ``topics/`` does not name the log
 ==================  ==============================================================
+
+**What counts as a deleted topic.** The bucket alone cannot tell a deleted topic's log
+from a live one whose ``topics/<name>.json`` has not arrived (its publication failed, a
+cluster node has not applied the topic yet, a restore has not committed): so a log is
+taken for a deleted topic's only on evidence written by the delete itself, the
+*deletion marker* a service puts in the log's prefix before it deletes the log's other
+objects and deletes last (:func:`delete_deleted_log`). A log of a service-named topic
+(``<topic>-<id12>-<p>``) that ``topics/`` does not name and that has no marker is
+``unreferenced_log``: reported, never deleted (its copies are classified as a live
+log's, so a torn copy in it still goes).
 
 and findings that are reported and never deleted: ``dangling_manifest`` (a manifest
 whose data object is missing), ``dangling_snapshot`` (a copy the partition snapshot
@@ -29,8 +40,10 @@ lists above the log start whose objects are gone), ``damaged`` (a complete copy 
 manifest does not decode: the scrubber's and recovery's to handle), ``overlap`` (a copy
 overlapping the copy taken otherwise than as a duplicate: recovery keeps both),
 ``listed_duplicate`` (a duplicate the partition snapshot still lists: a rebuild from the
-snapshot would serve it, so it stays until the leader writes the snapshot again) and
-``unknown`` (keys tiered_log does not name).
+snapshot would serve it, so it stays until the leader writes the snapshot again),
+``unreferenced_log`` (see above), ``listed_deleted`` (a log with a deletion marker that
+``topics/`` still names or the running service serves) and ``unknown`` (keys
+tiered_log does not name).
 
 **The grace period.** An orphan is deleted only when every object of its group (one
 copy attempt; for ``deleted_topic``, the whole log) was last written more than
@@ -41,7 +54,8 @@ and its manifest at the same time and finishes within its upload's time, so with
 grace longer than any upload (default an hour: S3 stamps a multipart object with the
 time its upload began) a copy in flight is never taken for a torn one. Right before the
 deletes, each torn copy is looked at again (its manifest may have arrived) and the
-bucket's topic list read again; a group that changed is kept.
+bucket's topic list read again; a group that changed is kept. A deleted topic's group
+is old once its marker is: the grace counts from the delete.
 
 Only the ``.log`` of a torn copy and whole complete copies are deleted; a manifest is
 never deleted on its own. Safe while services ship to the bucket: services delete their
@@ -82,6 +96,8 @@ ORPHAN_KINDS = frozenset(("torn_copy", "below_start", "duplicate", "deleted_topi
 """The kinds of finding that may be deleted (the others are only reported)."""
 
 _SERVICE_LOG_ID = re.compile(r"(?P<topic>.+)-(?P<tid>[0-9a-f]{12})-(?P<p>\d+)")
+_MARKER = naming.deletion_marker_key("x").rsplit("/", 1)[1]
+"""The deletion marker's name in a log's prefix (``deleted.json``)."""
 
 
 @dataclass
@@ -173,16 +189,12 @@ class LiveView:
 
 def live_log_ids(outside: list[ObjectInfo], storage: RemoteStorage) -> set[str] | None:
     """The log ids of every topic ``topics/*.json`` names (``<topic>-<id12>-<p>``); None
-    when the bucket holds no topic metadata at all (a bucket written by logs used as a
-    library, not by the service: then no log counts as a deleted topic's) or one of it
-    does not read (then nothing is decided on it)."""
+    when one of them does not read (then no log is taken for a deleted topic's)."""
     metas = [
         o.key
         for o in outside
         if o.key.startswith(naming.TOPIC_OBJECTS_PREFIX) and o.key.endswith(".json")
     ]
-    if not metas:
-        return None
     out: set[str] = set()
     for key in metas:
         try:
@@ -199,6 +211,34 @@ def live_log_ids(outside: list[ObjectInfo], storage: RemoteStorage) -> set[str] 
             return None
         out.update(f"{name}-{tid[:12]}-{p}" for p in range(parts))
     return out
+
+
+def mark_log_deleted(storage: RemoteStorage, log_id: str, topic: str, topic_id: str) -> None:
+    """Put the deletion marker of ``log_id``, a log of topic ``topic`` (id ``topic_id``)
+    that is deleted or abandoned (never served again): from then on ``archive
+    reconcile`` may delete what is left of it (``deleted_topic``) once the bucket's
+    ``topics/`` no longer names it. Blocking; RemoteStorageError if the bucket fails."""
+    doc = {"log_id": log_id, "topic": topic, "topic_id": topic_id, "deleted_ms": _now_ms()}
+    storage.put(naming.deletion_marker_key(log_id), json.dumps(doc).encode())
+
+
+def delete_deleted_log(storage: RemoteStorage, log_id: str, topic: str, topic_id: str) -> int:
+    """Delete every object of ``log_id``, a log of the deleted topic ``topic``: its
+    deletion marker put first (:func:`mark_log_deleted`), then every other object
+    deleted, then the marker, so whatever a failure or a crash leaves is known as a
+    deleted topic's (``deleted_topic``) and not only as a log no metadata names. Returns
+    the number of objects deleted besides the marker. Blocking; RemoteStorageError if
+    the bucket fails (what is left keeps its marker)."""
+    mark_log_deleted(storage, log_id, topic, topic_id)
+    marker = naming.deletion_marker_key(log_id)
+    keys = [o.key for o in storage.list(naming.log_prefix(log_id) + "/") if o.key != marker]
+    storage.delete(keys)  # the store batches (S3: 1,000 keys per request)
+    storage.delete([marker])
+    return len(keys)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _newer(a: RemoteSegment, b: RemoteSegment) -> bool:
@@ -349,6 +389,15 @@ class _Reconcile:
             rest = info.key.split("/", 2)[2]
             if rest in ("meta.json", "snapshot.bin"):
                 self.report.referenced += 1
+            elif rest == _MARKER:
+                self.add(
+                    "listed_deleted",
+                    log_id,
+                    [info],
+                    f"log {log_id}: a deletion marker, yet the bucket's topics/ names the log "
+                    "(a delete that did not remove the topic's metadata) or the bucket's "
+                    "topic metadata does not read: kept",
+                )
             else:
                 self.add("unknown", log_id, [info], "not an object tiered_log names")
 
@@ -396,7 +445,7 @@ def reconcile_bucket(
     orphan holding a key it serves is kept (action ``served``). RemoteStorageError if the
     bucket fails; the live view's own errors propagate (nothing is deleted then)."""
     report = ReconcileReport(min_age_s=min_age_s, delete=delete)
-    now_ms = int(time.time() * 1000)
+    now_ms = _now_ms()
     work = _Reconcile(storage, report, now_ms)
     served = live_view() if live_view is not None else None
     logs, outside = list_logs(storage)
@@ -416,16 +465,27 @@ def reconcile_bucket(
     chosen = sorted(lid for lid in logs if topic is None or topic_of(lid)[0] == topic)
     for n, log_id in enumerate(chosen, 1):
         lo = logs[log_id]
-        if live is not None and _SERVICE_LOG_ID.fullmatch(log_id) and log_id not in live:
+        unnamed = live is not None and _SERVICE_LOG_ID.fullmatch(log_id) and log_id not in live
+        name, tid = topic_of(log_id)[0], log_id.rsplit("-", 2)[1]
+        if unnamed and any(i.key.rsplit("/", 1)[1] == _MARKER for i in lo.others):
             infos = lo.others + [i for objs in lo.copies.values() for i in objs.values()]
             work.add(
                 "deleted_topic",
                 log_id,
                 sorted(infos, key=lambda i: i.key),
-                f"log {log_id}: its topic {topic_of(log_id)[0]!r} (id "
-                f"{log_id.rsplit('-', 2)[1]}...) is not in the bucket's topics/",
+                f"log {log_id}: its topic {name!r} (id {tid}...) was deleted (its deletion "
+                "marker is there) and is not in the bucket's topics/",
             )
         else:
+            if unnamed:
+                work.add(
+                    "unreferenced_log",
+                    log_id,
+                    [],
+                    f"log {log_id}: its topic {name!r} (id {tid}...) is not in the bucket's "
+                    "topics/ and no deletion marker says it was deleted (its metadata may "
+                    "not have reached the bucket yet): kept",
+                )
             work.log_copies(lo)
         if progress is not None:
             progress(f"reconcile: {n}/{len(chosen)} logs, {len(report.findings)} findings")
@@ -472,6 +532,8 @@ __all__ = [
     "Finding",
     "LiveView",
     "ReconcileReport",
+    "delete_deleted_log",
     "live_log_ids",
+    "mark_log_deleted",
     "reconcile_bucket",
 ]
