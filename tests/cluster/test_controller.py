@@ -19,6 +19,7 @@ from tiered_log.cluster.etcd import Fence, MetaStore
 from tiered_log.cluster.membership import CONTROLLER_KEY, ControllerElection, Membership
 from tiered_log.cluster.metadata import ClusterMetadata, partition_key, topic_key
 from tiered_log.cluster.model import PartitionState, TopicMeta, elect_leader
+from tiered_log.config import TopicConfig
 from tiered_log.errors import InvalidArgumentError, TopicExistsError, TopicNotFoundError
 
 from .helpers import wait_until
@@ -55,7 +56,9 @@ def test_create_topic_spreads_replicas_and_leaders(store: MetaStore, stack: Exit
     for i in (1, 2, 3):
         node(store, stack, i)
     md = ClusterMetadata(store)
-    created = md.create_topic(TopicMeta("orders", 3, 3, 2, {"retention_ms": 1000}), [1, 2, 3])
+    created = md.create_topic(
+        TopicMeta("orders", 3, 3, 2, TopicConfig.model_validate({"retention_ms": 1000})), [1, 2, 3]
+    )
     assert [s.partition for s in created] == [0, 1, 2]
     for s in created:
         assert sorted(s.replicas) == [1, 2, 3] and s.isr == s.replicas
@@ -63,7 +66,7 @@ def test_create_topic_spreads_replicas_and_leaders(store: MetaStore, stack: Exit
     assert {s.leader for s in created} == {1, 2, 3}  # one leader per node
     assert states(md, "orders") == dict(enumerate(created))
     meta = md.topic("orders")
-    assert meta is not None and meta.topic_id and meta.config == {"retention_ms": 1000}
+    assert meta is not None and meta.topic_id and meta.config.retention_ms == 1000
     assert md.topics() == {"orders": meta}
 
     with pytest.raises(TopicExistsError):

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tiered_log.broker import topics as broker_topics
 from tiered_log.cluster.model import (
     NodeInfo,
     PartitionState,
@@ -25,6 +26,7 @@ from tiered_log.cluster.model import (
     shrink_isr,
     validate_topic_name,
 )
+from tiered_log.config import TopicConfig
 from tiered_log.errors import InvalidArgumentError
 
 
@@ -53,18 +55,37 @@ def test_node_info_round_trip_and_validation() -> None:
 
 
 def test_topic_meta_round_trip() -> None:
-    config: dict[str, Any] = {"segment_bytes": 1024, "retention_ms": None, "remote_enabled": True}
-    t = TopicMeta("orders", 6, 3, 2, config, topic_id="abc123")
+    config = TopicConfig.model_validate(
+        {"segment_bytes": 1024, "retention_ms": None, "remote_enabled": True}
+    )
+    t = TopicMeta("orders", 6, 3, 2, config, topic_id="abc123", created_ms=7)
     again = TopicMeta.from_json(t.to_json())
-    assert again == t and again.config == config
-    config["segment_bytes"] = 1  # the topic holds a copy
-    assert t.config["segment_bytes"] == 1024
+    assert again == t and again.config.segment_bytes == 1024
+    assert TopicMeta.from_dict(t.to_dict()) == t
     assert (
         TopicMeta.from_json(
             json.dumps({k: v for k, v in t.to_dict().items() if k != "topic_id"})
         ).topic_id
         == ""
     )
+
+
+def test_topic_meta_reads_a_single_nodes_topic_json() -> None:
+    """One TopicMeta for the cluster and the single node: a ``topic.json`` as a single
+    node wrote it (no replication settings) reads with replication factor 1."""
+    written = {
+        "version": 1,
+        "name": "orders",
+        "topic_id": "f" * 32,
+        "partitions": 2,
+        "created_ms": 1234,
+        "config": TopicConfig.model_validate({"segment_bytes": 4096}).model_dump(mode="json"),
+    }
+    meta = TopicMeta.from_json(json.dumps(written, indent=2).encode())
+    assert (meta.partitions, meta.replication_factor, meta.min_insync_replicas) == (2, 1, 1)
+    assert (meta.topic_id, meta.created_ms, meta.config.segment_bytes) == ("f" * 32, 1234, 4096)
+    assert meta.as_dict() == {k: v for k, v in written.items() if k != "version"}
+    assert broker_topics.TopicMeta is TopicMeta
 
 
 @pytest.mark.parametrize(
@@ -85,16 +106,15 @@ def test_topic_meta_validation(args: tuple[Any, ...], message: str) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_topic_meta_config_must_be_json() -> None:
-    with pytest.raises(InvalidArgumentError, match="config is not JSON"):
-        TopicMeta("t", 1, 1, 1, {"x": object()})
-    with pytest.raises(InvalidArgumentError, match="config is not JSON"):
-        TopicMeta("t", 1, 1, 1, {"x": float("nan")})
+def test_topic_meta_config_must_be_a_valid_topic_config() -> None:
+    with pytest.raises(InvalidArgumentError, match="config must be a TopicConfig"):
+        TopicMeta("t", 1, 1, 1, {"x": 1})  # type: ignore[arg-type]
+    head = '{"version": 1, "name": "t", "partitions": 1, "replication_factor": 1, '
     with pytest.raises(InvalidArgumentError, match="config must be a JSON object"):
-        TopicMeta.from_json(
-            '{"version": 1, "name": "t", "partitions": 1, '
-            '"replication_factor": 1, "min_insync_replicas": 1, "config": []}'
-        )
+        TopicMeta.from_json(head + '"min_insync_replicas": 1, "config": []}')
+    with pytest.raises(InvalidArgumentError, match="config segment_bytes") as info:
+        TopicMeta.from_json(head + '"min_insync_replicas": 1, "config": {"segment_bytes": "x"}}')
+    assert "\n" not in str(info.value)
 
 
 def test_topic_name_rule_is_the_services() -> None:

@@ -71,7 +71,7 @@ def archive(path: Path, storage: RemoteStorage, ring: KeyRing | None, compressio
         assert tlog.bounds().remote_end_offset == N
     finally:
         tlog.close()
-    meta = TopicMeta("orders", TOPIC_ID, 1, TopicConfig(), 1)
+    meta = TopicMeta("orders", 1, config=TopicConfig(), topic_id=TOPIC_ID, created_ms=1)
     storage.put(naming.topic_object_key("orders"), meta.to_json())
 
 
@@ -249,7 +249,7 @@ def test_a_partition_with_nothing_before_the_point_is_restored_empty(tmp_path: P
         late.tier_once()
     finally:
         late.close()
-    meta = TopicMeta("orders", TOPIC_ID, 2, TopicConfig(), 1)
+    meta = TopicMeta("orders", 2, config=TopicConfig(), topic_id=TOPIC_ID, created_ms=1)
     storage.put(naming.topic_object_key("orders"), meta.to_json())
     report, _ = restore_point_in_time(storage, "orders", "early", to_timestamp=1525)
     ends = [(p.partition, p.log_start_offset, p.end_offset) for p in report.partitions]
@@ -296,7 +296,7 @@ def test_a_cut_batch_keeps_its_codec_and_producer_fields(tmp_path: Path) -> None
         src.tier_once()
     finally:
         src.close()
-    meta = TopicMeta("orders", TOPIC_ID, 1, TopicConfig(), 1)
+    meta = TopicMeta("orders", 1, config=TopicConfig(), topic_id=TOPIC_ID, created_ms=1)
     storage.put(naming.topic_object_key("orders"), meta.to_json())
     report, _ = restore_point_in_time(storage, "orders", "cut", to_offset=75)
     assert report.partitions[0].end_offset == 75

@@ -47,7 +47,7 @@ import shutil
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -72,9 +72,6 @@ from .topics import (
     log_id_of,
     tier_config_of,
 )
-
-if TYPE_CHECKING:
-    from ..cluster.model import TopicMeta as ClusterTopic
 
 log = logging.getLogger("tiered_log.service.mount")
 
@@ -168,7 +165,7 @@ class MountedTopics(TopicManager):
     def open_from_store(self, meta: TopicMeta) -> Topic:
         raise self.refusal(f"cannot restore topic {meta.name!r}")
 
-    def ensure_topic(self, meta: ClusterTopic) -> None:
+    def ensure_topic(self, meta: TopicMeta) -> None:
         raise self.refusal(f"cannot create topic {meta.name!r}")
 
     def drop_topic(self, name: str) -> None:

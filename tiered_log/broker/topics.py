@@ -38,10 +38,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import fcntl
-import json
 import logging
 import os
-import re
 import shutil
 import threading
 import time
@@ -49,7 +47,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -58,7 +56,6 @@ from ..config import Settings, TopicConfig
 from ..errors import (
     DataDirLockedError,
     InvalidArgumentError,
-    InvalidTopicNameError,
     LogClosedError,
     TieredLogError,
     TopicExistsError,
@@ -73,21 +70,17 @@ from ..remote.crypto import key_ring
 from ..remote.reconcile import delete_deleted_log
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig, TierLimits
-
-if TYPE_CHECKING:
-    from ..cluster.model import TopicMeta as ClusterTopic
+from .topic_meta import (
+    MAX_PARTITIONS,
+    TOPIC_NAME_PATTERN,
+    TOPIC_NAME_RE,
+    TopicMeta,
+    validate_partitions,
+    validate_topic_name,
+)
 
 log = logging.getLogger("tiered_log.service.topics")
 
-TOPIC_NAME_PATTERN = r"^(?!\.\.?$)[A-Za-z0-9._-]{1,200}$"
-"""A valid topic name: 1-200 of ``A-Z a-z 0-9 . _ -``, not ``.`` or ``..`` (what
-:func:`validate_topic_name` accepts; the OpenAPI document states it): a topic name is a
-directory name."""
-TOPIC_NAME_RE = re.compile(TOPIC_NAME_PATTERN)
-"""What :func:`validate_topic_name` accepts (whole names: ``fullmatch``); the OpenAPI
-document states the same pattern."""
-MAX_TOPIC_NAME = 200
-MAX_PARTITIONS = 1000
 TOPIC_FILE = naming.TOPIC_FILE
 
 
@@ -175,33 +168,6 @@ def partition_bounds(plog: PartitionLog) -> PartitionBounds:
     return plog.bounds()
 
 
-def validate_topic_name(name: object) -> str:
-    """Return ``name`` if it is a valid topic name, else raise InvalidTopicNameError.
-
-    1-200 characters of ``A-Z a-z 0-9 . _ -``, and not ``.`` or ``..``: a name is a
-    directory name, so nothing that could leave the topics directory is accepted.
-    """
-    if not isinstance(name, str):
-        raise InvalidTopicNameError("topic name must be a string")
-    if not TOPIC_NAME_RE.fullmatch(name) or name in (".", ".."):
-        shown = name if len(name) <= 40 else name[:40] + "..."
-        raise InvalidTopicNameError(
-            f"invalid topic name {shown!r}: use 1-{MAX_TOPIC_NAME} letters, digits, '.', '_' "
-            "or '-' (not '.' or '..')"
-        )
-    return name
-
-
-def validate_partitions(partitions: object) -> int:
-    if (
-        not isinstance(partitions, int)
-        or isinstance(partitions, bool)
-        or not (1 <= partitions <= MAX_PARTITIONS)
-    ):
-        raise InvalidArgumentError(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
-    return partitions
-
-
 FIXED_SETTINGS = {
     "partitions": "the number of partitions cannot be changed after a topic is created",
     "replication_factor": "the replication factor cannot be changed after a topic is created",
@@ -266,50 +232,6 @@ def check_remote_disable(old: TopicConfig, new: TopicConfig, policy: str | None)
             "remote_enabled=false needs remote_disable_policy: 'retain' (the remote data "
             "stays readable until retention removes it) or 'delete' (it is deleted now)"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class TopicMeta:
-    """What ``topic.json`` holds. Immutable."""
-
-    name: str
-    topic_id: str
-    partitions: int
-    config: TopicConfig
-    created_ms: int
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "version": 1,
-                "name": self.name,
-                "topic_id": self.topic_id,
-                "partitions": self.partitions,
-                "created_ms": self.created_ms,
-                "config": self.config.model_dump(mode="json"),
-            },
-            indent=2,
-        ).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> TopicMeta:
-        d = json.loads(data)
-        return cls(
-            name=validate_topic_name(d["name"]),
-            topic_id=str(d["topic_id"]),
-            partitions=validate_partitions(d["partitions"]),
-            config=TopicConfig.model_validate(d["config"]),
-            created_ms=int(d["created_ms"]),
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "topic_id": self.topic_id,
-            "partitions": self.partitions,
-            "created_ms": self.created_ms,
-            "config": self.config.model_dump(mode="json"),
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -598,7 +520,11 @@ class TopicManager:
                     f"{limit} partitions"
                 )
             meta = TopicMeta(
-                name, uuid.uuid4().hex, partitions, config, time.time_ns() // 1_000_000
+                name,
+                partitions,
+                config=config,
+                topic_id=uuid.uuid4().hex,
+                created_ms=time.time_ns() // 1_000_000,
             )
             return self.adopt(meta)
 
@@ -694,14 +620,14 @@ class TopicManager:
 
     # ---- the cluster's view (a ClusterNode drives these from its poll thread) ------------
 
-    def ensure_topic(self, meta: ClusterTopic) -> None:
+    def ensure_topic(self, meta: TopicMeta) -> None:
         """Create the cluster topic's local logs if missing, with its topic id (so a
         partition's log has one id on every node); a local topic of that name with
         another id was deleted in the cluster and created again: it is replaced."""
         have = next((t for t in self.list() if t.name == meta.name), None)
         if have is not None:
             if have.meta.topic_id == meta.topic_id:
-                config = TopicConfig.model_validate(meta.config)
+                config = meta.config
                 if config != have.meta.config:  # altered in the cluster: apply it here
                     with self._lock:
                         have = self.get(meta.name)
@@ -713,10 +639,7 @@ class TopicManager:
                 "topic %s was created again in the cluster: replacing the local one", meta.name
             )
             self.delete(meta.name)
-        config = TopicConfig.model_validate(meta.config)
-        local = TopicMeta(
-            meta.name, meta.topic_id, meta.partitions, config, time.time_ns() // 1_000_000
-        )
+        local = replace(meta, created_ms=meta.created_ms or time.time_ns() // 1_000_000)
         with contextlib.suppress(TopicExistsError):  # created meanwhile on this node
             self.adopt(local)
 
@@ -817,6 +740,7 @@ __all__ = [
     "FIXED_SETTINGS",
     "MAX_PARTITIONS",
     "REMOTE_DISABLE_POLICIES",
+    "TOPIC_NAME_PATTERN",
     "TOPIC_NAME_RE",
     "DataDirLockedError",
     "PartitionBounds",
@@ -831,5 +755,6 @@ __all__ = [
     "open_partition_log",
     "partition_bounds",
     "partition_stats",
+    "validate_partitions",
     "validate_topic_name",
 ]

@@ -60,6 +60,7 @@ from tiered_log.cluster.model import (
     initial_state,
     validate_topic_name,
 )
+from tiered_log.config import TopicConfig
 from tiered_log.errors import (
     InvalidArgumentError,
     MetadataUnavailableError,
@@ -275,7 +276,7 @@ class ClusterMetadata:
             v = self.store.get(topic_key(name))
             if v is None:
                 raise TopicNotFoundError(f"topic {name} does not exist")
-            meta = replace(TopicMeta.from_dict(v.value), config=config)
+            meta = replace(TopicMeta.from_dict(v.value), config=TopicConfig.model_validate(config))
             if self.store.put_if(v.key, meta.to_dict(), v.mod_revision):
                 log.info("topic %s: configuration changed", name)
                 return meta

@@ -8,7 +8,8 @@ that can be tested without etcd. No I/O, no clock, no randomness.
 
 - :class:`NodeInfo`: a registered node (id, URL).
 - :class:`TopicMeta`: a topic's partition count, replication factor, ``min.insync.replicas``
-  and log config.
+  and log config (defined in :mod:`tiered_log.broker.topic_meta`, the one definition the
+  single node's topics share; re-exported here).
 - :class:`PartitionState`: one partition's replicas, leader, leader epoch, ISR and
   partition epoch; with the transitions :func:`elect_leader`,
   :func:`elect_preferred_leader`, :func:`shrink_isr`, :func:`expand_isr`, and
@@ -41,89 +42,40 @@ a wrong type (``true`` is not an integer), a broken invariant or another ``versi
 raises :class:`~tiered_log.errors.InvalidArgumentError` with one line naming the field;
 keys it does not know are ignored (a newer writer may add some).
 
-Thread-safety: every value here is immutable (frozen dataclasses, tuples; a
-:class:`TopicMeta`'s ``config`` is a private copy, not to be mutated) and every function
-pure: safe from any thread.
+Thread-safety: every value here is immutable (frozen dataclasses, tuples) and every
+function pure: safe from any thread.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Set
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..broker.topics import validate_topic_name
+from ..broker.topic_meta import TopicMeta, validate_topic_name
 from ..errors import InvalidArgumentError
-
-FORMAT_VERSION = 1
-
+from ..json_fields import (
+    FORMAT_VERSION,
+    check_version,
+    decode,
+    dumps,
+    int_field,
+    mapping,
+    required,
+    shown,
+    str_field,
+)
 
 # ---- strict field readers -------------------------------------------------------------
 
 
-def _int(value: object, what: str, *, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgumentError(f"{what} must be an integer, not {_shown(value)}")
-    if value < minimum:
-        raise InvalidArgumentError(f"{what} must be >= {minimum}, not {value}")
-    return value
-
-
 def _ids(value: object, what: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)):
-        raise InvalidArgumentError(f"{what} must be a list of node ids, not {_shown(value)}")
-    ids = tuple(_int(v, f"{what} entry") for v in value)
+        raise InvalidArgumentError(f"{what} must be a list of node ids, not {shown(value)}")
+    ids = tuple(int_field(v, f"{what} entry") for v in value)
     if len(set(ids)) != len(ids):
         raise InvalidArgumentError(f"{what} {list(ids)} has duplicates")
     return ids
-
-
-def _str(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"{what} must be a string, not {_shown(value)}")
-    return value
-
-
-def _shown(value: object) -> str:
-    text = (
-        json.dumps(value)
-        if isinstance(value, (str, int, float, bool, type(None)))
-        else type(value).__name__
-    )
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _decode(data: str | bytes, what: str) -> Mapping[str, Any]:
-    try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidArgumentError(f"{what} is not JSON: {exc}") from None
-    return _mapping(obj, what)
-
-
-def _mapping(obj: object, what: str) -> Mapping[str, Any]:
-    if not isinstance(obj, Mapping):
-        raise InvalidArgumentError(f"{what} must be a JSON object, not {_shown(obj)}")
-    return obj
-
-
-def _field(d: Mapping[str, Any], key: str, what: str) -> Any:
-    if key not in d:
-        raise InvalidArgumentError(f"{what} has no {key!r}")
-    return d[key]
-
-
-def _check_version(d: Mapping[str, Any], what: str) -> None:
-    version = _field(d, "version", what)
-    if version != FORMAT_VERSION or isinstance(version, bool):
-        raise InvalidArgumentError(
-            f"{what} has version {_shown(version)}, expected {FORMAT_VERSION}"
-        )
-
-
-def _dumps(d: Mapping[str, Any]) -> str:
-    return json.dumps(d, separators=(",", ":"), allow_nan=False)
 
 
 # ---- nodes ----------------------------------------------------------------------------
@@ -138,11 +90,11 @@ class NodeInfo:
     url: str
 
     def __post_init__(self) -> None:
-        _int(self.node_id, "node id")
+        int_field(self.node_id, "node id")
         if not isinstance(self.url, str) or not self.url or any(c.isspace() for c in self.url):
             raise InvalidArgumentError(
                 f"node {self.node_id} url must be a non-empty string "
-                f"without spaces, not {_shown(self.url)}"
+                f"without spaces, not {shown(self.url)}"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,100 +102,19 @@ class NodeInfo:
 
     @classmethod
     def from_dict(cls, obj: object) -> NodeInfo:
-        d = _mapping(obj, "node info")
-        _check_version(d, "node info")
+        d = mapping(obj, "node info")
+        check_version(d, "node info")
         return cls(
-            _int(_field(d, "node_id", "node info"), "node id"),
-            _str(_field(d, "url", "node info"), "node url"),
+            int_field(required(d, "node_id", "node info"), "node id"),
+            str_field(required(d, "url", "node info"), "node url"),
         )
 
     def to_json(self) -> str:
-        return _dumps(self.to_dict())
+        return dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, data: str | bytes) -> NodeInfo:
-        return cls.from_dict(_decode(data, "node info"))
-
-
-# ---- topics ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TopicMeta:
-    """A topic as the controller creates it.
-
-    ``partitions`` >= 1; ``replication_factor`` >= 1 (copies of each partition);
-    ``min_insync_replicas`` (Kafka's ``min.insync.replicas``): an ``acks=all`` write is
-    refused while the ISR is smaller, 1 <= it <= ``replication_factor``; ``config``: the
-    log settings (the service's ``TopicConfig`` as JSON; only JSON values, checked here,
-    their meaning checked by the service); ``topic_id``: the topic's unique id (a topic
-    deleted and created again under the same name gets a new one, so its remote objects
-    never mix with the old), empty when not assigned.
-    """
-
-    name: str
-    partitions: int
-    replication_factor: int
-    min_insync_replicas: int
-    config: dict[str, Any] = field(default_factory=dict)
-    topic_id: str = ""
-
-    def __post_init__(self) -> None:
-        validate_topic_name(self.name)
-        what = f"topic {self.name}"
-        _int(self.partitions, f"{what} partitions", minimum=1)
-        _int(self.replication_factor, f"{what} replication factor", minimum=1)
-        _int(self.min_insync_replicas, f"{what} min insync replicas", minimum=1)
-        if self.min_insync_replicas > self.replication_factor:
-            raise InvalidArgumentError(
-                f"{what}: min insync replicas {self.min_insync_replicas} is more than the "
-                f"replication factor {self.replication_factor}"
-            )
-        _str(self.topic_id, f"{what} id")
-        if not isinstance(self.config, Mapping) or not all(isinstance(k, str) for k in self.config):
-            raise InvalidArgumentError(f"{what} config must be an object with string keys")
-        try:  # a private copy, and proof that it is JSON
-            copy = json.loads(json.dumps(dict(self.config), allow_nan=False))
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"{what} config is not JSON: {exc}") from None
-        object.__setattr__(self, "config", copy)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": FORMAT_VERSION,
-            "name": self.name,
-            "topic_id": self.topic_id,
-            "partitions": self.partitions,
-            "replication_factor": self.replication_factor,
-            "min_insync_replicas": self.min_insync_replicas,
-            "config": json.loads(json.dumps(self.config)),
-        }
-
-    @classmethod
-    def from_dict(cls, obj: object) -> TopicMeta:
-        d = _mapping(obj, "topic metadata")
-        _check_version(d, "topic metadata")
-        name = validate_topic_name(_field(d, "name", "topic metadata"))
-        what = f"topic {name} metadata"
-        return cls(
-            name=name,
-            partitions=_int(_field(d, "partitions", what), f"{what} partitions", minimum=1),
-            replication_factor=_int(
-                _field(d, "replication_factor", what), f"{what} replication_factor", minimum=1
-            ),
-            min_insync_replicas=_int(
-                _field(d, "min_insync_replicas", what), f"{what} min_insync_replicas", minimum=1
-            ),
-            config=dict(_mapping(_field(d, "config", what), f"{what} config")),
-            topic_id=_str(d.get("topic_id", ""), f"{what} topic_id"),
-        )
-
-    def to_json(self) -> str:
-        return _dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, data: str | bytes) -> TopicMeta:
-        return cls.from_dict(_decode(data, "topic metadata"))
+        return cls.from_dict(decode(data, "node info"))
 
 
 # ---- partitions -----------------------------------------------------------------------
@@ -276,7 +147,7 @@ class PartitionState:
 
     def __post_init__(self) -> None:
         validate_topic_name(self.topic)
-        _int(self.partition, f"topic {self.topic} partition")
+        int_field(self.partition, f"topic {self.topic} partition")
         what = f"partition {self.topic}/{self.partition}"
         object.__setattr__(self, "replicas", _ids(self.replicas, f"{what} replicas"))
         object.__setattr__(self, "isr", _ids(self.isr, f"{what} isr"))
@@ -287,13 +158,13 @@ class PartitionState:
                 f"{what} isr {list(self.isr)} is not a subset of its replicas {list(self.replicas)}"
             )
         if self.leader is not None:
-            _int(self.leader, f"{what} leader")
+            int_field(self.leader, f"{what} leader")
             if self.leader not in self.isr:
                 raise InvalidArgumentError(
                     f"{what} leader {self.leader} is not in its isr {list(self.isr)}"
                 )
-        _int(self.leader_epoch, f"{what} leader epoch")
-        _int(self.partition_epoch, f"{what} partition epoch")
+        int_field(self.leader_epoch, f"{what} leader epoch")
+        int_field(self.partition_epoch, f"{what} partition epoch")
         object.__setattr__(self, "removing", _ids(self.removing, f"{what} removing"))
         if not set(self.removing) < set(self.replicas):
             raise InvalidArgumentError(
@@ -323,31 +194,33 @@ class PartitionState:
 
     @classmethod
     def from_dict(cls, obj: object) -> PartitionState:
-        d = _mapping(obj, "partition state")
-        _check_version(d, "partition state")
-        topic = validate_topic_name(_field(d, "topic", "partition state"))
-        partition = _int(
-            _field(d, "partition", f"topic {topic} partition state"), f"topic {topic} partition"
+        d = mapping(obj, "partition state")
+        check_version(d, "partition state")
+        topic = validate_topic_name(required(d, "topic", "partition state"))
+        partition = int_field(
+            required(d, "partition", f"topic {topic} partition state"), f"topic {topic} partition"
         )
         what = f"partition {topic}/{partition} state"
-        leader = _field(d, "leader", what)
+        leader = required(d, "leader", what)
         return cls(
             topic=topic,
             partition=partition,
-            replicas=_ids(_field(d, "replicas", what), f"{what} replicas"),
-            leader=None if leader is None else _int(leader, f"{what} leader"),
-            leader_epoch=_int(_field(d, "leader_epoch", what), f"{what} leader_epoch"),
-            isr=_ids(_field(d, "isr", what), f"{what} isr"),
-            partition_epoch=_int(_field(d, "partition_epoch", what), f"{what} partition_epoch"),
+            replicas=_ids(required(d, "replicas", what), f"{what} replicas"),
+            leader=None if leader is None else int_field(leader, f"{what} leader"),
+            leader_epoch=int_field(required(d, "leader_epoch", what), f"{what} leader_epoch"),
+            isr=_ids(required(d, "isr", what), f"{what} isr"),
+            partition_epoch=int_field(
+                required(d, "partition_epoch", what), f"{what} partition_epoch"
+            ),
             removing=_ids(d.get("removing", []), f"{what} removing"),
         )
 
     def to_json(self) -> str:
-        return _dumps(self.to_dict())
+        return dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, data: str | bytes) -> PartitionState:
-        return cls.from_dict(_decode(data, "partition state"))
+        return cls.from_dict(decode(data, "partition state"))
 
 
 def begin_reassign(state: PartitionState, old: int, new: int) -> PartitionState:
@@ -367,7 +240,7 @@ def begin_reassign(state: PartitionState, old: int, new: int) -> PartitionState:
         raise InvalidArgumentError(f"node {new} holds a replica of {state.name} already")
     return replace(
         state,
-        replicas=(*state.replicas, _int(new, "node")),
+        replicas=(*state.replicas, int_field(new, "node")),
         removing=(old,),
         partition_epoch=state.partition_epoch + 1,
     )
@@ -535,10 +408,10 @@ def assign_replicas(
     topic continues its pattern). Refused (InvalidArgumentError, one line) when fewer
     nodes are alive than ``replication_factor``.
     """
-    _int(partitions, "partitions", minimum=1)
-    _int(replication_factor, "replication factor", minimum=1)
-    _int(start, "start")
-    _int(first_partition, "first partition")
+    int_field(partitions, "partitions", minimum=1)
+    int_field(replication_factor, "replication factor", minimum=1)
+    int_field(start, "start")
+    int_field(first_partition, "first partition")
     nodes = sorted(_ids(tuple(live_nodes), "live nodes"))
     n = len(nodes)
     if replication_factor > n:

@@ -52,10 +52,10 @@ def build_archive(
     store = open_storage(bucket.as_uri())
     meta = TopicMeta(
         TOPIC,
-        os.urandom(16).hex(),
         partitions,
-        TopicConfig.model_validate({"segment_bytes": segment_bytes}),
-        int(time.time() * 1000),
+        config=TopicConfig.model_validate({"segment_bytes": segment_bytes}),
+        topic_id=os.urandom(16).hex(),
+        created_ms=int(time.time() * 1000),
     )
     pool = os.urandom(RECORD_BYTES * 64)
     base_ts = int(time.time() * 1000) - records

@@ -20,7 +20,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..broker.topics import TopicManager, TopicMeta, validate_partitions, validate_topic_name
-from ..cluster.model import TopicMeta as ClusterTopic
 from ..cluster.node import ClusterNode, NodeConfig
 from ..config import Settings
 from ..errors import InvalidArgumentError, TieredLogError, TopicExistsError
@@ -53,6 +52,10 @@ def start_node(
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
         unclean_leader_election=settings.unclean_leader_election,
         fetch_headers=headers,
+        cluster_token=(
+            settings.cluster_token.get_secret_value() if settings.cluster_token else None
+        ),
+        replication_transport=settings.replication_transport,
         replica_fetch_wait_ms=settings.replica_fetch_wait_max_ms,
         kafka_address=kafka_address,
     )
@@ -90,12 +93,12 @@ def create_cluster_topic(
     live = len(node.membership.live_nodes())
     rf = replication_factor if replication_factor is not None else max(1, min(3, live))
     min_isr = min_insync_replicas if min_insync_replicas is not None else min(2, rf)
-    meta = ClusterTopic(
+    meta = TopicMeta(
         name=name,
         partitions=partitions,
         replication_factor=rf,
         min_insync_replicas=min_isr,
-        config=config.model_dump(mode="json"),
+        config=config,
         topic_id=topic_id or uuid.uuid4().hex,
     )
     node.create_topic(meta)
