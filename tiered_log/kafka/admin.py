@@ -1,6 +1,7 @@
 """The admin and offset APIs Kafka's tools call: CreateTopics (API key 19, versions 2-7),
-DeleteTopics (20, 1-6) and OffsetForLeaderEpoch (23, 2-4). The versions are Kafka 4.0's
-(the older ones are gone from Kafka's message specs, and from kio).
+DeleteTopics (20, 1-6), OffsetForLeaderEpoch (23, 2-4) and DescribeCluster (60, 0-2).
+The versions are Kafka 4.0's (the older ones are gone from Kafka's message specs, and
+from kio).
 
 CreateTopics creates each topic as ``POST /v1/topics`` and auto-creation do
 (:meth:`Backend.create_topic <tiered_log.kafka.backend.Backend.create_topic>`): on a
@@ -37,6 +38,13 @@ FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH; then only the leader answers
 its Metadata says); its log records no epochs (its batches carry -1), so epoch 0 ends at
 its log end there.
 
+DescribeCluster answers the cluster's id, the controller id and the brokers exactly as
+Metadata does (:meth:`Backend.brokers <tiered_log.kafka.backend.Backend.brokers>`: this
+node, and in a cluster every live node with a Kafka listener; none is fenced), endpoint
+type 1 (brokers). Endpoint type 2 (KRaft's controllers, which this service does not
+have) is UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers it. Authorized operations
+are not computed (Kafka's INT32_MIN).
+
 Concurrency: coroutines of the listener's loop; checks that read etcd, the creation and
 deletion, and the leader-epoch lookups run in worker threads.
 """
@@ -67,7 +75,7 @@ from ..local.log import LogConfig
 from ..service.topic_delete import delete_topic
 from ..service.wire import CreateTopicRequest
 from ..topic_config import TopicConfig
-from .backend import Backend, topic_uuid
+from .backend import SINGLE_NODE_EPOCH, Backend, topic_uuid
 from .configs import (
     KAFKA_NAMES,
     REMOTE_COPY_DISABLE,
@@ -85,10 +93,12 @@ log = logging.getLogger("tiered_log.kafka")
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 OFFSET_FOR_LEADER_EPOCH = 23
+DESCRIBE_CLUSTER = 60
 ADMIN_APIS: dict[int, tuple[str, int, int]] = {
     CREATE_TOPICS: ("create_topics", 2, 7),
     DELETE_TOPICS: ("delete_topics", 1, 6),
     OFFSET_FOR_LEADER_EPOCH: ("offset_for_leader_epoch", 2, 4),
+    DESCRIBE_CLUSTER: ("describe_cluster", 0, 2),
 }
 """The admin APIs served: key -> (kio's module name, first and last version)."""
 
@@ -97,8 +107,8 @@ DEFAULT = -1
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 CLEANUP_POLICY = "cleanup.policy"
 NO_TOPIC_ID = uuid.UUID(int=0)
-SINGLE_NODE_EPOCH = 0
-"""The leader epoch of every partition of a single node (its Metadata answers it)."""
+BROKERS_ENDPOINT = 1
+"""DescribeCluster's endpoint type of brokers (2, controllers, is KRaft's quorum)."""
 
 
 class Refused(Exception):
@@ -174,6 +184,7 @@ class AdminHandlers:
             CREATE_TOPICS: self.create_topics,
             DELETE_TOPICS: self.delete_topics,
             OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+            DESCRIBE_CLUSTER: self.describe_cluster,
         }
 
     # ---- CreateTopics --------------------------------------------------------------------
@@ -376,6 +387,33 @@ class AdminHandlers:
                 return t.name
         raise Refused(ErrorCode.unknown_topic_id, f"no topic has the id {tid}")
 
+    # ---- DescribeCluster -----------------------------------------------------------------
+
+    async def describe_cluster(self, req: Request) -> dict[str, Any]:
+        be = self.backend
+        out: dict[str, Any] = {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "endpoint_type": BROKERS_ENDPOINT,
+            "cluster_id": be.cluster_id,
+            "controller_id": be.controller_id(),
+            "brokers": [],
+        }
+        endpoint = int(getattr(req.body, "endpoint_type", BROKERS_ENDPOINT))
+        if endpoint != BROKERS_ENDPOINT:
+            out["error_code"] = ErrorCode.unsupported_endpoint_type
+            out["error_message"] = (
+                f"endpoint type {endpoint} is not served: a broker describes brokers (1); "
+                "there are no separate controllers here"
+            )
+            return out
+        out["brokers"] = [
+            {"broker_id": b.node_id, "host": b.host, "port": b.port, "is_fenced": False}
+            for b in await be.brokers()
+        ]
+        return out
+
     # ---- OffsetForLeaderEpoch ------------------------------------------------------------
 
     async def offset_for_leader_epoch(self, req: Request) -> dict[str, Any]:
@@ -444,6 +482,7 @@ __all__ = [
     "ADMIN_APIS",
     "CREATE_TOPICS",
     "DELETE_TOPICS",
+    "DESCRIBE_CLUSTER",
     "OFFSET_FOR_LEADER_EPOCH",
     "AdminHandlers",
     "Refused",

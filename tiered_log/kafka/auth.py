@@ -42,7 +42,8 @@ the handler sees, so no byte of it is stored nor read:
   answer without CREATE). CreateTopics and DeleteTopics need ``admin`` on each topic
   (HTTP's POST and DELETE; a topic deleted by id alone, ``admin`` on every topic).
 - DescribeConfigs of a topic: ``read`` (HTTP's GET of a topic); IncrementalAlterConfigs
-  of a topic: ``admin`` (HTTP's PATCH).
+  and AlterConfigs of a topic: ``admin`` (HTTP's PATCH). DescribeCluster: any
+  authenticated connection (it lists what Metadata lists to any token).
 - Groups: the HTTP API has no group grants: listing and describing groups takes any
   valid token and committing offsets ``read`` on each topic. The same here: the
   membership APIs, ListGroups and DescribeGroups take any authenticated connection;
@@ -74,8 +75,8 @@ from kio.schema.errors import ErrorCode
 from ..config import Grant
 from ..errors import AuthenticationError, PermissionDeniedError, TopicNotFoundError
 from ..service.auth import ANONYMOUS_ALL, Authenticator, Principal
-from .admin import CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH
-from .configs import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from .admin import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CLUSTER, OFFSET_FOR_LEADER_EPOCH
+from .configs import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from .groups.handlers import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -364,6 +365,7 @@ _RULES: dict[int, _TopicRule] = {
 _ANY_TOKEN = frozenset(
     {
         API_VERSIONS,
+        DESCRIBE_CLUSTER,
         FIND_COORDINATOR,
         JOIN_GROUP,
         SYNC_GROUP,
@@ -392,6 +394,7 @@ class KafkaGuard:
             DELETE_TOPICS: self._delete_topics,
             DESCRIBE_CONFIGS: self._describe_configs,
             INCREMENTAL_ALTER_CONFIGS: self._alter_configs,
+            ALTER_CONFIGS: self._alter_configs,
             OFFSET_FETCH: self._offset_fetch,
             DELETE_GROUPS: self._delete_groups,
             INIT_PRODUCER_ID: self._init_producer_id,

@@ -25,6 +25,7 @@ topic and etcd calls in worker threads.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import struct
 import uuid
@@ -52,6 +53,9 @@ from ..local.ranges import FetchRanges
 from ..service.state import ServiceState
 from ..service.wire import CreateTopicRequest
 from .errors import InvalidRecordError
+
+SINGLE_NODE_EPOCH = 0
+"""The leader epoch of every partition of a single node (its Metadata answers it)."""
 
 MAX_FETCH_RECORDS = 1_000_000
 """A page's record bound (the byte bound is what limits a Kafka fetch)."""
@@ -110,6 +114,14 @@ class Page:
 
 
 _I64 = struct.Struct(">q")
+
+
+class Listed(NamedTuple):
+    """A ListOffsets answer of one partition (-1 each: none)."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
 
 
 class Produced(NamedTuple):
@@ -342,7 +354,7 @@ class Backend:
         cluster = self.state.cluster
         if cluster is None:
             me = (self.node_id,)
-            return PartitionInfo(partition, self.node_id, 0, me, me)
+            return PartitionInfo(partition, self.node_id, SINGLE_NODE_EPOCH, me, me)
         st = cluster.partition_state(topic, partition)
         if st is None:
             return PartitionInfo(partition, -1, -1, (), ())
@@ -443,18 +455,25 @@ class Backend:
 
     # ---- offsets -------------------------------------------------------------------------
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
-        """``(offset, timestamp)`` for a ListOffsets query: -1 latest (the high
-        watermark), -2 earliest (the log start, either tier), -3 the record with the
-        largest timestamp (:func:`max_timestamp_offset`), -4 the local tier's first
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> Listed:
+        """``(offset, timestamp, leader epoch)`` for a ListOffsets query: -1 latest (the
+        high watermark), -2 earliest (the log start, either tier), -3 the record with
+        the largest timestamp (:func:`max_timestamp_offset`), -4 the local tier's first
         offset, -5 the last offset archived in the remote tier (-1: none is), else the
         first offset whose timestamp is at or after ``timestamp`` in either tier
-        (``(-1, -1)``: none). An offset a consumer may not read yet (at or above the
-        high watermark) is none, as in Kafka."""
+        (``(-1, -1, -1)``: none). An offset a consumer may not read yet (at or above the
+        high watermark) is none, as in Kafka. The epoch is :meth:`leader_epoch_at`'s."""
         broker = self.state.broker
         plog = await broker.fetch_log(topic, partition)
 
-        def work() -> tuple[int, int]:
+        def work() -> Listed:
+            offset, ts = find()
+            if offset < 0:
+                return Listed(-1, -1, -1)
+            at = offset if timestamp != LATEST_TIMESTAMP else None
+            return Listed(offset, ts, self.leader_epoch_at(plog, at))
+
+        def find() -> tuple[int, int]:
             if timestamp == LATEST_TIMESTAMP:
                 return partition_bounds(plog).high_watermark, -1
             if timestamp == EARLIEST_TIMESTAMP:
@@ -480,10 +499,28 @@ class Backend:
 
         return await broker.read(topic, work)
 
+    def leader_epoch_at(self, plog: PartitionLog, offset: int | None) -> int:
+        """The leader epoch ``offset`` was written in (None: the latest, the epoch the
+        partition is led in now), from the log's leader-epoch entries, as Kafka's
+        ListOffsets answers it (librdkafka checks a reset position with it); -1 when
+        unknown (an offset below the first entry). A single node's logs record no
+        epochs: it leads every partition in epoch 0 (what its Metadata says), so every
+        offset of such a log was written in 0. Blocking (the cache's lock): a worker
+        thread."""
+        entries = plog.leader_epoch_entries()
+        if not entries:
+            return SINGLE_NODE_EPOCH if self.state.cluster is None else -1
+        if offset is None:
+            return entries[-1].epoch
+        i = bisect.bisect_right(entries, offset, key=lambda e: e.start_offset)
+        return entries[i - 1].epoch if i else -1
+
 
 __all__ = [
+    "SINGLE_NODE_EPOCH",
     "Backend",
     "Broker",
+    "Listed",
     "Page",
     "PartitionInfo",
     "Produced",

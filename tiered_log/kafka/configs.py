@@ -1,6 +1,7 @@
-"""DescribeConfigs (API key 32, versions 1-4) and IncrementalAlterConfigs (44, 0-1): a
-topic's settings under Kafka's names, so ``kafka-configs.sh``, an AdminClient's
-``describe_configs``/``incremental_alter_configs`` and UIs built on them work.
+"""DescribeConfigs (API key 32, versions 1-4), IncrementalAlterConfigs (44, 0-1) and the
+legacy AlterConfigs (33, 0-2): a topic's settings under Kafka's names, so
+``kafka-configs.sh``, an AdminClient's ``describe_configs`` /
+``incremental_alter_configs`` / ``alter_configs`` and UIs built on them work.
 
 Kafka's names map to the topic's settings (:data:`KAFKA_NAMES`); values travel as strings,
 ``-1`` meaning "no limit" as in Kafka (``local.retention.*``: ``-2``, Kafka's "as the
@@ -12,8 +13,16 @@ data readable (this service's ``remote_disable_policy=retain``). An alter goes t
 API's way (:func:`tiered_log.service.topic_alter.alter_topic`): validated, committed,
 applied to every open partition, in a cluster through the metadata store.
 
+AlterConfigs sends a resource's whole set of dynamic configs: as in Kafka, the keys
+given are set and every other one returns to its default (:func:`legacy_changes`; the
+same change path, ``validate_only`` included). Kafka's answers: a resource named twice,
+a key given twice or with a null value is INVALID_REQUEST; a missing topic
+UNKNOWN_TOPIC_OR_PARTITION; an unknown key or a bad value INVALID_CONFIG naming it.
+
 A BROKER resource is described with no settings (nothing of a broker is configurable
-through Kafka's APIs here); any other resource type, and an alter of a broker, is
+through Kafka's APIs here). Its legacy alter is answered as Kafka answers one of a
+config that cannot be updated dynamically (INVALID_CONFIG naming the keys; an empty set
+changes nothing and succeeds); its incremental alter, and any other resource type, is
 refused with INVALID_REQUEST. An unknown key or a bad value: INVALID_CONFIG naming it.
 
 Concurrency: coroutines of the listener's loop; the change and the description run in
@@ -24,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +46,11 @@ from .errors import error_code, error_message
 from .messages import Request
 
 DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
 INCREMENTAL_ALTER_CONFIGS = 44
 CONFIG_APIS: dict[int, tuple[str, int, int]] = {
     DESCRIBE_CONFIGS: ("describe_configs", 1, 4),
+    ALTER_CONFIGS: ("alter_configs", 0, 2),
     INCREMENTAL_ALTER_CONFIGS: ("incremental_alter_configs", 0, 1),
 }
 """The configuration APIs served: key -> (kio's module name, first and last version)."""
@@ -142,15 +153,41 @@ def kafka_changes(configs: Any) -> tuple[dict[str, Any], list[str], str | None]:
     remote_disable_policy)`` of the topic's settings; InvalidArgumentError naming the
     first key that is unknown, has an operation other than SET or DELETE, or a bad
     value."""
+    return _changes((c.name, int(c.config_operation), c.value) for c in configs)
+
+
+def legacy_changes(configs: Any) -> tuple[dict[str, Any], list[str], str | None]:
+    """An AlterConfigs resource's ``configs`` (the whole set of the topic's dynamic
+    configs) as :func:`kafka_changes` answers them: each given key set, every other
+    setting under a Kafka name (:data:`KAFKA_NAMES`) back to the server's default, as
+    Kafka's legacy alter replaces a topic's dynamic configs. Settings without a Kafka
+    name are not a Kafka client's to see, so they are kept. InvalidRequest for a key
+    given twice or without a value (Kafka: "Null value not supported"), else as
+    :func:`kafka_changes`."""
+    names = [c.name for c in configs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidRequest(f"each config may appear once: {', '.join(twice)} appear twice")
+    nulls = [c.name for c in configs if c.value is None]
+    if nulls:
+        raise InvalidRequest(f"Null value not supported for topic configs: {', '.join(nulls)}")
+    changes, _, policy = _changes((c.name, SET, c.value) for c in configs)
+    reset = [k.setting for k in KAFKA_NAMES.values() if k.setting not in changes]
+    return changes, reset, policy
+
+
+def _changes(
+    configs: Iterable[tuple[str, int, str | None]],
+) -> tuple[dict[str, Any], list[str], str | None]:
+    """``(name, operation, value)`` triples as :func:`kafka_changes` answers them."""
     changes: dict[str, Any] = {}
     reset: list[str] = []
     policy: str | None = None
-    for c in configs:
-        name, op = c.name, int(c.config_operation)
+    for name, op, value in configs:
         if op not in (SET, DELETE):
             raise InvalidArgumentError(f"{name}: only SET and DELETE operations apply")
         if name in (REMOTE_DELETE_ON_DISABLE, REMOTE_COPY_DISABLE):
-            on = op == SET and _flag(name, c.value)
+            on = op == SET and _flag(name, value)
             if on and name == REMOTE_DELETE_ON_DISABLE:
                 policy = "delete"
             elif on:
@@ -166,7 +203,7 @@ def kafka_changes(configs: Any) -> tuple[dict[str, Any], list[str], str | None]:
         if op == DELETE:
             reset.append(k.setting)
         else:
-            changes[k.setting] = setting_value(name, c.value)
+            changes[k.setting] = setting_value(name, value)
     if changes.get("remote_enabled") is False and policy is None:
         raise InvalidArgumentError(
             f"remote.storage.enable=false needs {REMOTE_DELETE_ON_DISABLE}=true (the remote "
@@ -192,6 +229,11 @@ def _flag(name: str, raw: str | None) -> bool:
     return raw.strip().lower() == "true"
 
 
+class InvalidRequest(Exception):
+    """A request Kafka answers INVALID_REQUEST (a config given twice, or without a
+    value, in a legacy alter); its message is the answer's."""
+
+
 class ConfigHandlers:
     """DescribeConfigs and IncrementalAlterConfigs over one backend. Event-loop thread
     only."""
@@ -203,6 +245,7 @@ class ConfigHandlers:
         """The handler of each configuration API key."""
         return {
             DESCRIBE_CONFIGS: self.describe_configs,
+            ALTER_CONFIGS: self.alter_configs,
             INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
         }
 
@@ -238,50 +281,107 @@ class ConfigHandlers:
         return {"throttle_time": 0, "results": results}
 
     async def incremental_alter_configs(self, req: Request) -> dict[str, Any]:
-        from ..service.topic_alter import alter_topic  # the service's one path
-
-        state = self.backend.state
+        body = req.body
         out = []
-        for res in req.body.resources:
-            r: dict[str, Any] = {
-                "error_code": ErrorCode.none,
-                "error_message": None,
-                "resource_type": res.resource_type,
-                "resource_name": res.resource_name,
-            }
+        for res in body.resources:
+            r = _resource_answer(res)
             if res.resource_type != TOPIC:
                 r["error_code"] = ErrorCode.invalid_request
                 r["error_message"] = "only topic configs can be altered"
-                out.append(r)
-                continue
-            try:
-                changes, reset, policy = kafka_changes(res.configs)
-                await asyncio.to_thread(
-                    alter_topic,
-                    state,
-                    res.resource_name,
-                    changes,
-                    reset,
-                    remote_disable_policy=policy,
-                    validate_only=bool(req.body.validate_only),
-                )
-            except InvalidArgumentError as exc:
-                r["error_code"] = ErrorCode.invalid_config
-                r["error_message"] = kafka_message(exc.message)
-            except TieredLogError as exc:
-                r["error_code"], r["error_message"] = error_code(exc), error_message(exc)
+            else:
+                await self._alter(r, kafka_changes, res.configs, bool(body.validate_only))
             out.append(r)
         return {"throttle_time": 0, "responses": out}
 
+    async def alter_configs(self, req: Request) -> dict[str, Any]:
+        """The legacy whole-set alter (see the module docstring)."""
+        body = req.body
+        keys = [(int(res.resource_type), res.resource_name) for res in body.resources]
+        out = []
+        for res, key in zip(body.resources, keys, strict=True):
+            r = _resource_answer(res)
+            kind, name = key
+            if keys.count(key) > 1:
+                r["error_code"] = ErrorCode.invalid_request
+                r["error_message"] = "Each resource must appear at most once."
+            elif kind == TOPIC:
+                await self._alter(r, legacy_changes, res.configs, bool(body.validate_only))
+            elif kind == BROKER:
+                r["error_code"], r["error_message"] = _broker_alter(name, res.configs)
+            else:
+                r["error_code"] = ErrorCode.invalid_request
+                r["error_message"] = f"AlterConfigs does not support resource type {kind}"
+            out.append(r)
+        return {"throttle_time": 0, "responses": out}
+
+    async def _alter(
+        self,
+        r: dict[str, Any],
+        changes_of: Callable[[Any], tuple[dict[str, Any], list[str], str | None]],
+        configs: Any,
+        validate_only: bool,
+    ) -> None:
+        """Change a topic's settings as ``changes_of(configs)`` says, through the HTTP
+        API's path; the outcome into its answer ``r``."""
+        from ..service.topic_alter import alter_topic  # the service's one path
+
+        try:
+            changes, reset, policy = changes_of(configs)
+            await asyncio.to_thread(
+                alter_topic,
+                self.backend.state,
+                r["resource_name"],
+                changes,
+                reset,
+                remote_disable_policy=policy,
+                validate_only=validate_only,
+            )
+        except InvalidRequest as exc:
+            r["error_code"], r["error_message"] = ErrorCode.invalid_request, str(exc)
+        except InvalidArgumentError as exc:
+            r["error_code"] = ErrorCode.invalid_config
+            r["error_message"] = kafka_message(exc.message)
+        except TieredLogError as exc:
+            r["error_code"], r["error_message"] = error_code(exc), error_message(exc)
+
+
+def _resource_answer(res: Any) -> dict[str, Any]:
+    """An alter's answer for resource ``res``, no error yet."""
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "resource_type": res.resource_type,
+        "resource_name": res.resource_name,
+    }
+
+
+def _broker_alter(name: str, configs: Any) -> tuple[ErrorCode, str | None]:
+    """A legacy alter of a broker's configs: the broker has none that can change (each
+    is read-only, as Kafka answers for one that cannot be updated dynamically); an empty
+    set (every dynamic config back to its default) changes nothing and succeeds."""
+    if name and not name.lstrip("-").isdigit():
+        return ErrorCode.invalid_request, f"broker id must be an integer, not {name!r}"
+    given = [c.name for c in configs]
+    if given:
+        return (
+            ErrorCode.invalid_config,
+            f"Cannot update these configs dynamically: {', '.join(given)} (a broker's "
+            "configs are read-only here)",
+        )
+    return ErrorCode.none, None
+
 
 __all__ = [
+    "ALTER_CONFIGS",
     "CONFIG_APIS",
     "DESCRIBE_CONFIGS",
     "INCREMENTAL_ALTER_CONFIGS",
     "KAFKA_NAMES",
     "ConfigHandlers",
+    "InvalidRequest",
     "described",
     "kafka_changes",
     "kafka_message",
+    "legacy_changes",
     "setting_value",
 ]

@@ -25,7 +25,8 @@ every version of the API; the fields a version lacks are dropped there).
 - ListOffsets: -1 latest (the high watermark), -2 earliest (the log start, the bucket
   included), -3 the record with the largest timestamp (v7+), -4 the local tier's first
   offset (v8+), -5 the last archived offset (v9+), else the first offset at or after a
-  timestamp in either tier.
+  timestamp in either tier; each with the leader epoch it was written in (latest: the
+  current one; :meth:`~tiered_log.kafka.backend.Backend.leader_epoch_at`).
 - CreateTopics, DeleteTopics, OffsetForLeaderEpoch: :mod:`tiered_log.kafka.admin`.
 
 Every refusal is a per-partition (or per-topic) Kafka error code; a handler raises only
@@ -355,7 +356,8 @@ class Handlers:
                     if ts < 0 and req.api_version < _SPECIAL_SINCE.get(ts, 1 << 15):
                         r["error_code"] = ErrorCode.unsupported_version
                     else:
-                        r["offset"], r["timestamp"] = await be.list_offset(t.name, index, ts)
+                        got = await be.list_offset(t.name, index, ts)
+                        r["offset"], r["timestamp"], r["leader_epoch"] = got
                 except TieredLogError as exc:
                     r["error_code"] = error_code(exc)
                 parts.append(r)

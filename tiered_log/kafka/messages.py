@@ -145,7 +145,8 @@ def response_class(api_key: int, version: int) -> type[Any]:
 def parse_request(frame: bytes | bytearray | memoryview) -> Request:
     """Decode a request frame (without its size prefix) of a supported API and version;
     BadFrame when the header or the body does not decode (bytes after the body are
-    ignored, as Kafka does)."""
+    ignored, as Kafka does; so are tagged fields this version's spec does not name,
+    :mod:`tiered_log.kafka.tagged`)."""
     key, version, _ = peek_header(frame)
     if isinstance(frame, bytearray):  # kio's readers take read-only buffers only
         frame = memoryview(frame).toreadonly()
@@ -157,7 +158,18 @@ def parse_request(frame: bytes | bytearray | memoryview) -> Request:
         head, at = entity_reader(head_cls)(frame, 0)
         body, _ = entity_reader(cls)(frame, at)
     except Exception as exc:  # kio raises its own and struct/value errors on bad bytes
-        raise BadFrame(f"undecodable {APIS[key].name} v{version} request: {exc}") from None
+        if not flexible:
+            raise BadFrame(f"undecodable {APIS[key].name} v{version} request: {exc}") from None
+        # kio refuses tagged fields it does not know, which Kafka skips (a newer client
+        # may send them): decode again without them (the tolerant path, taken only here).
+        from .tagged import without_unknown_tags  # it reads this module's field tables
+
+        try:
+            clean = without_unknown_tags(frame, cls)
+            head, at = entity_reader(head_cls)(clean, 0)
+            body, _ = entity_reader(cls)(clean, at)
+        except Exception:
+            raise BadFrame(f"undecodable {APIS[key].name} v{version} request: {exc}") from None
     # Bytes after the body are ignored, as Kafka's broker ignores them (it reads the
     # fields a version has and no more): librdkafka 2.x's Metadata v12 for every topic
     # carries 3 of them, and closing its connection would fail every topic listing.
@@ -263,6 +275,7 @@ class _Field:
     nested: type[Any] | None
     array: bool
     default: Any
+    tag: int | None
 
 
 _FIELDS: dict[type[Any], tuple[_Field, ...]] = {}
@@ -297,7 +310,8 @@ def _scan_fields(cls: type[Any]) -> tuple[_Field, ...]:
             default = f.default_factory()
         else:
             default = MISSING
-        out.append(_Field(f.name, f.metadata.get("kafka_type"), nested, array, default))
+        kafka_type, tag = f.metadata.get("kafka_type"), f.metadata.get("tag")
+        out.append(_Field(f.name, kafka_type, nested, array, default, tag))
     return tuple(out)
 
 
