@@ -64,6 +64,7 @@ from ..partition import TieredLog
 from .controller import Controller
 from .etcd import MetaStore
 from .fetcher import ReplicaFetcher
+from .lead_views import LeadViews
 from .membership import ControllerElection, Membership
 from .metadata import ClusterMetadata
 from .model import PartitionState, TopicMeta, begin_reassign
@@ -150,8 +151,10 @@ class ClusterNode:
             unclean_leader_election=config.unclean_leader_election,
         )
         self._lock = threading.RLock()
-        """Serialises role changes (the poll thread, close): held across fetcher joins
-        and bucket reads, so never taken by what answers a request."""
+        """Serialises role changes (the poll thread, close): held across fetcher joins,
+        so never taken by what answers a request. A bucket read before a lead runs
+        outside it (:class:`LeadViews`)."""
+        self._lead_views = LeadViews(config.node_id)
         self._view_lock = threading.Lock()
         """Guards the containers below for the few statements that change or copy them:
         readers (describe, partition_state, topic_meta, replication) take only this one,
@@ -238,6 +241,7 @@ class ClusterNode:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)
+        self._lead_views.close()
         with self._lock:
             for role in self._roles.values():  # all at once: their parked fetches end together
                 if role.fetcher is not None:
@@ -284,6 +288,10 @@ class ClusterNode:
             known = self._topics.get(meta.name)
             if known is None or known.config != meta.config or known.topic_id != meta.topic_id:
                 self._logs.ensure_topic(meta)  # a new topic, or its settings changed
+        for st, _rev in parts.values():  # the bucket reads before a lead: no lock held
+            if st.topic in topics:
+                self._bucket_read_pending(st)
+        self._lead_views.wait()
         with self._lock:
             with self._view_lock:
                 self._nodes = dict(nodes)
@@ -296,6 +304,8 @@ class ClusterNode:
                 if topic not in topics:
                     continue
                 seen.add((topic, p))
+                if self._bucket_read_pending(state):
+                    continue  # its bucket read runs on its own thread: a later poll leads
                 self._apply(state)
             with self._view_lock:
                 gone = [self._roles.pop(k) for k in [k for k in self._roles if k not in seen]]
@@ -303,6 +313,20 @@ class ClusterNode:
                 role.stop("the partition left the metadata")
         for name in self._logs.local_topics() - set(topics):
             self._logs.drop_topic(name)
+
+    def _bucket_read_pending(self, state: PartitionState) -> bool:
+        """Whether ``state`` makes this node lead a partition whose log must read the
+        bucket first and that read is not done yet (:class:`LeadViews`: started now, or
+        running). Starts the read if needed; asks nothing of the bucket itself."""
+        if state.leader != self.node_id:
+            return False
+        role = self._roles.get((state.topic, state.partition))
+        rep = role.replication if role is not None else None
+        if rep is not None and rep.leader_epoch == state.leader_epoch and not rep.resigned:
+            return False  # leads already
+        plog = self._logs.partition_log(state.topic, state.partition)
+        key = (state.topic, state.partition)
+        return plog is not None and not self._lead_views.ready(key, plog, state.leader_epoch)
 
     def _apply(self, state: PartitionState) -> None:
         """Move one partition to the role ``state`` gives this node (lock held)."""

@@ -165,6 +165,9 @@ class TieredLog:
         self.tier_config = tier or TierConfig()
         self._closed = False
         self._ctl = threading.Lock()
+        self._bucket_view: tuple[int, int] | None = None
+        """``(epoch, resume offset)`` read by :meth:`read_bucket_view` for the next
+        :meth:`lead` (under the control lock)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         fresh = not naming.list_segment_bases(self.directory)
         self._storage = storage
@@ -571,32 +574,62 @@ class TieredLog:
         bucket (others shipped while this replica followed) and its copies then carry
         ``epoch``; ``fence()`` is asked before each copy is committed (False: this node
         was deposed, the copy is abandoned). A log that never held a record first
-        continues above the bucket (:meth:`_lead_from_bucket`). The owner starts the
-        shipper. The node, on a role change."""
+        continues above the bucket: with the view :meth:`read_bucket_view` read for
+        ``epoch`` (no bucket request here, so a caller holding its own lock never waits
+        on the bucket), else read now. The owner starts the shipper. The node, on a role
+        change."""
         self._tiering.lead(epoch, fence)
-        if (
-            self._remote is not None
-            and self.next_offset == 0
-            and self._replication.epochs.latest_entry is None
-        ):
-            self._lead_from_bucket()
+        if self.needs_bucket_view():
+            self._lead_from_bucket(epoch)
         start = self.assign_leader_epoch(epoch)
         self._replication.following = False
         return start
 
-    def _lead_from_bucket(self) -> None:
-        """A replica about to lead with a log that never held a record (a whole cluster
-        restored onto new disks from the bucket, or every replica's disk lost): take
-        the bucket's view first and continue above every offset the partition handed
-        out (:func:`_resume_offset`: the gap is reported lost), never at 0 over
-        archived offsets. RemoteStorageError if the bucket fails: the node tries to
-        lead again at its next metadata poll. Under the control lock."""
+    def needs_bucket_view(self) -> bool:
+        """Whether leading this log needs a read of the bucket first: it has a remote
+        tier and never held a record (a whole cluster restored onto new disks from the
+        bucket, or every replica's disk lost). Any thread."""
+        return (
+            self._remote is not None
+            and self.next_offset == 0
+            and self._replication.epochs.latest_entry is None
+        )
+
+    def read_bucket_view(self, epoch: int) -> None:
+        """Read the bucket for a lead of ``epoch`` to come (:meth:`lead` applies it): the
+        remote state rebuilt from the bucket and the offset the log continues at
+        (:func:`_resume_offset`). Touches only the remote tier and this log's control
+        lock, never the local log, so a node runs it on a thread of its own before it
+        takes its lock to change the role. RemoteStorageError if the bucket fails (the
+        node reads again at a later poll); nothing to read (:meth:`needs_bucket_view`
+        false): no request."""
+        with self._ctl:
+            self._check_open()
+            r = self._remote
+            if r is None or not self.needs_bucket_view():
+                return
+            self._tiering.resync_view()
+            self._bucket_view = (epoch, _resume_offset(self.log_id, r))
+
+    def _lead_from_bucket(self, epoch: int) -> None:
+        """Continue above every offset the partition handed out (the gap is reported
+        lost), never at 0 over archived offsets: with the view read for ``epoch`` by
+        :meth:`read_bucket_view`, or reading it now. Re-checked under the control lock:
+        a log that took a record since is left as it is. RemoteStorageError if the
+        bucket fails: the node tries to lead again at its next metadata poll."""
         r = self._remote
         assert r is not None
         with self._ctl:
             self._check_open()
-            self._tiering.resync_view()
-            resume = _resume_offset(self.log_id, r)
+            view, self._bucket_view = self._bucket_view, None
+            if not self.needs_bucket_view():
+                return
+            if view is not None and view[0] == epoch:
+                resume = view[1]
+                self._tiering.view_pending = False  # read for this epoch: current
+            else:
+                self._tiering.resync_view()
+                resume = _resume_offset(self.log_id, r)
             if resume > self.next_offset:
                 ps = self._producers.state
                 with self._replication.moving_bounds(), ps.lock:
