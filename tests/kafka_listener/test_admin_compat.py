@@ -10,6 +10,7 @@ leader change."""
 
 from __future__ import annotations
 
+import json
 import struct
 import uuid
 from collections.abc import Iterator
@@ -31,12 +32,16 @@ from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
 from tiered_log.cluster.dev import DevCluster
-from tiered_log.kafka.admin import DESCRIBE_CLUSTER
+from tiered_log.kafka.admin import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS
 from tiered_log.kafka.configs import ALTER_CONFIGS
 from tiered_log.kafka.messages import API_VERSIONS, LIST_OFFSETS, METADATA
 
 from .clients import Rec, confluent_produce
-from .conftest import KafkaWire, create_topic, encode_request, wait_until
+from .conftest import KafkaWire, create_topic, encode_request, kafka_server, wait_until
+from .test_sasl import ADMIN, RO, TOKENS
+from .test_sasl import create as create_sasl_topic
+from .test_sasl import http as sasl_http
+from .test_sasl import wire as sasl_wire
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -210,6 +215,46 @@ def test_describe_cluster_single_node(server: ServerProcess) -> None:
         assert resp.brokers == ()
 
 
+# ---- DescribeLogDirs ------------------------------------------------------------------------
+
+
+def log_dirs(w: KafkaWire, version: int, topics: dict[str, list[int]] | None) -> Any:
+    body = {
+        "topics": None
+        if topics is None
+        else [{"topic": t, "partitions": ps} for t, ps in topics.items()]
+    }
+    return w.call(DESCRIBE_LOG_DIRS, version, body)
+
+
+def test_describe_log_dirs(server: ServerProcess) -> None:
+    """The data directory, each partition's size on the local disk (what was produced,
+    the batches as stored) and Kafka's offset lag of a current log (0)."""
+    create_topic(server, "ld-a", 2)
+    recs: list[Rec] = [(0, None, b"x" * 100, []) for _ in range(10)]
+    assert confluent_produce(server.kafka_bootstrap, "ld-a", recs) == [None] * 10
+    with KafkaWire(server.kafka_bootstrap) as w:
+        for version in (1, 4):
+            resp = log_dirs(w, version, {"ld-a": [0, 1, 7], "ld-missing": [0]})
+            (result,) = resp.results
+            assert result.error_code == ErrorCode.none and result.log_dir.endswith("data")
+            (topic,) = result.topics
+            sizes = {p.partition_index: p.partition_size for p in topic.partitions}
+            assert topic.name == "ld-a" and sorted(sizes) == [0, 1]
+            assert sizes[0] > 10 * 100 and sizes[1] == 0
+            assert all(p.offset_lag == 0 and not p.is_future_key for p in topic.partitions)
+            if version == 4:
+                assert result.total_bytes > result.usable_bytes > 0
+        every = log_dirs(w, 4, None).results[0].topics
+        assert "ld-a" in {t.name for t in every}
+    kp = KafkaAdminClient(bootstrap_servers=server.kafka_bootstrap, request_timeout_ms=20_000)
+    try:
+        got = kp.describe_log_dirs({"ld-a": [0]})
+    finally:
+        kp.close()
+    assert "ld-a" in str(got) and str(sizes[0]) in str(got), got
+
+
 # ---- ListOffsets' leader epoch --------------------------------------------------------------
 
 
@@ -291,6 +336,34 @@ def test_unknown_tagged_fields_are_skipped(server: ServerProcess) -> None:
         assert w.call(METADATA, 12, metadata).topics[0].error_code == ErrorCode.none
 
 
+# ---- with tokens ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sasl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from kafka_server(tmp_path_factory, "kafka-compat-sasl", auth_tokens=json.dumps(TOKENS))
+
+
+def test_grants_of_alter_configs_describe_cluster_and_log_dirs(sasl_server: ServerProcess) -> None:
+    """AlterConfigs of a topic takes ``admin`` on it (HTTP's PATCH), DescribeCluster any
+    token (Metadata lists the brokers to any), DescribeLogDirs ``admin`` on every topic
+    (an API without a grant of its own: another token's request closes the connection)."""
+    topic = create_sasl_topic(sasl_server, "app.compat")
+    alter = (TOPIC, topic, {"retention.ms": "60000"})
+    cluster = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+    with sasl_wire(sasl_server, RO) as w:
+        ((code, msg),) = altered(w, 2, alter)
+        assert code == ErrorCode.topic_authorization_failed and msg
+        assert w.call(DESCRIBE_CLUSTER, 1, cluster).error_code == ErrorCode.none
+        w.send(DESCRIBE_LOG_DIRS, 4, {"topics": None})
+        assert w.closed_by_server()
+    with sasl_wire(sasl_server, ADMIN) as w:
+        assert altered(w, 2, alter) == [(ErrorCode.none, "")]
+        assert log_dirs(w, 4, {topic: [0]}).results[0].topics[0].name == topic
+    with sasl_http(sasl_server) as c:
+        assert c.get(f"/v1/topics/{topic}").json()["config"]["retention_ms"] == 60_000
+
+
 # ---- a cluster ------------------------------------------------------------------------------
 
 
@@ -319,6 +392,31 @@ def test_cluster_describe_cluster_and_legacy_alter(cluster: DevCluster) -> None:
     got = admin.describe_cluster(request_timeout=20).result(timeout=30)
     assert sorted((n.id, n.host, n.port) for n in got.nodes) == listed
     assert got.cluster_id == meta.cluster_id and got.controller is not None
+
+    single = "ld-cluster"
+    r = httpx.post(
+        f"{cluster.urls[0]}/v1/topics",
+        json={"name": single, "partitions": 1, "replication_factor": 1},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    wait_until(lambda: _partition(cluster, single)["leader"] in (1, 2, 3), 20, "a leader")
+    holder = _partition(cluster, single)["replicas"]
+    for n in cluster.nodes.values():
+        wait_until(
+            lambda n=n: httpx.get(f"{n.url}/v1/topics/{single}", timeout=10).status_code == 200,
+            20,
+            f"node {n.node_id} knows the topic",
+        )
+        with KafkaWire(n.kafka_address) as w:
+            wait_until(  # each node applies the topic at its next metadata round
+                lambda w=w, n=n: (
+                    (single in {t.name for t in log_dirs(w, 4, None).results[0].topics})
+                    == (n.node_id in holder)
+                ),
+                20,
+                f"node {n.node_id}'s log dir",
+            )
 
     topic = "ac-cluster"
     r = httpx.post(

@@ -1,5 +1,6 @@
 """The admin and offset APIs Kafka's tools call: CreateTopics (API key 19, versions 2-7),
-DeleteTopics (20, 1-6), OffsetForLeaderEpoch (23, 2-4) and DescribeCluster (60, 0-2).
+DeleteTopics (20, 1-6), OffsetForLeaderEpoch (23, 2-4), DescribeLogDirs (35, 1-4) and
+DescribeCluster (60, 0-2).
 The versions are Kafka 4.0's (the older ones are gone from Kafka's message specs, and
 from kio).
 
@@ -45,6 +46,13 @@ type 1 (brokers). Endpoint type 2 (KRaft's controllers, which this service does 
 have) is UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers it. Authorized operations
 are not computed (Kafka's INT32_MIN).
 
+DescribeLogDirs describes the one log directory, the data directory: each partition
+replica held there (in a cluster, those this node is a replica of; of the topics and
+partitions asked, null: all, an unknown one left out, as Kafka does), its size on the
+local disk (its local segments: the bucket's copies are not in the directory) and its
+offset lag as Kafka computes it for a current log (the high watermark minus the log end,
+at least 0); v4 adds the file system's total and usable bytes.
+
 Concurrency: coroutines of the listener's loop; checks that read etcd, the creation and
 deletion, and the leader-epoch lookups run in worker threads.
 """
@@ -53,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -93,12 +102,14 @@ log = logging.getLogger("tiered_log.kafka")
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 OFFSET_FOR_LEADER_EPOCH = 23
+DESCRIBE_LOG_DIRS = 35
 DESCRIBE_CLUSTER = 60
 ADMIN_APIS: dict[int, tuple[str, int, int]] = {
     CREATE_TOPICS: ("create_topics", 2, 7),
     DELETE_TOPICS: ("delete_topics", 1, 6),
     OFFSET_FOR_LEADER_EPOCH: ("offset_for_leader_epoch", 2, 4),
     DESCRIBE_CLUSTER: ("describe_cluster", 0, 2),
+    DESCRIBE_LOG_DIRS: ("describe_log_dirs", 1, 4),
 }
 """The admin APIs served: key -> (kio's module name, first and last version)."""
 
@@ -185,6 +196,7 @@ class AdminHandlers:
             DELETE_TOPICS: self.delete_topics,
             OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             DESCRIBE_CLUSTER: self.describe_cluster,
+            DESCRIBE_LOG_DIRS: self.describe_log_dirs,
         }
 
     # ---- CreateTopics --------------------------------------------------------------------
@@ -414,6 +426,54 @@ class AdminHandlers:
         ]
         return out
 
+    # ---- DescribeLogDirs -----------------------------------------------------------------
+
+    async def describe_log_dirs(self, req: Request) -> dict[str, Any]:
+        topics = req.body.topics
+        wanted = None if topics is None else {t.topic: set(t.partitions) for t in topics}
+        result = await asyncio.to_thread(self._log_dir, wanted)
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "results": [result]}
+
+    def _log_dir(self, wanted: dict[str, set[int]] | None) -> dict[str, Any]:
+        """The data directory's answer: each partition replica held here (of ``wanted``,
+        None: all) with its size and offset lag (see the module docstring). In a worker
+        thread: the cluster's view is read under its lock, the disk is asked its size."""
+        state = self.backend.state
+        cluster = state.cluster
+        me = self.backend.node_id
+        data_dir = state.settings.data_dir.resolve()
+        topics = []
+        for t in sorted(state.topics.list(), key=lambda t: t.name):
+            asked = None if wanted is None else wanted.get(t.name)
+            if wanted is not None and asked is None:
+                continue
+            parts = []
+            for index, plog in enumerate(t.logs):
+                if asked is not None and index not in asked:
+                    continue
+                if cluster is not None:
+                    st = cluster.partition_state(t.name, index)
+                    if st is None or me not in st.replicas:
+                        continue  # not a replica here
+                parts.append(
+                    {
+                        "partition_index": index,
+                        "partition_size": sum(s.size for s in plog.local_segments()),
+                        "offset_lag": max(plog.high_watermark - plog.next_offset, 0),
+                        "is_future_key": False,
+                    }
+                )
+            if parts:
+                topics.append({"name": t.name, "partitions": parts})
+        usage = shutil.disk_usage(data_dir)
+        return {
+            "error_code": ErrorCode.none,
+            "log_dir": str(data_dir),
+            "topics": topics,
+            "total_bytes": usage.total,
+            "usable_bytes": usage.free,
+        }
+
     # ---- OffsetForLeaderEpoch ------------------------------------------------------------
 
     async def offset_for_leader_epoch(self, req: Request) -> dict[str, Any]:
@@ -483,6 +543,7 @@ __all__ = [
     "CREATE_TOPICS",
     "DELETE_TOPICS",
     "DESCRIBE_CLUSTER",
+    "DESCRIBE_LOG_DIRS",
     "OFFSET_FOR_LEADER_EPOCH",
     "AdminHandlers",
     "Refused",
