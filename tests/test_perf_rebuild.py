@@ -109,7 +109,16 @@ def test_rebuild_json(tmp_path: Path) -> None:
             "rereplication": untiered["fetched_bytes"],
         }
     assert r["fetched_bytes"]["rebuild"] < r["fetched_bytes"]["rereplication"]
-    assert set(r["targets"]) == {"speedup", "growth_10x", "p99_ratio_during_rebuild"}
+    assert set(r["targets"]) == {
+        "speedup",
+        "growth_10x",
+        "p99_ratio_during_rebuild",
+        "replication_vs_loopback",
+    }
+    rep = r["runs"][1]["replication"]
+    assert rep["replication_mb_s"] > 0 and rep["loopback_mb_s"] > 0
+    assert r["replication_vs_loopback"] == rep["replication_vs_loopback"] > 0
+    assert r["replication_transport"] == "auto"
     assert r["met"] == all(t["met"] for t in r["targets"].values())
     assert "rebuild 8 MiB untiered wipe 1/1: node" in p.stderr
     assert "rebuild 8 MiB untiered: back in the ISR after" in p.stderr

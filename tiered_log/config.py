@@ -405,6 +405,12 @@ class Settings(BaseSettings):
         "for new records before it is answered empty (Kafka's replica.fetch.wait.max.ms); "
         "less than replica_lag_time_max_ms.",
     )
+    replication_transport: Literal["auto", "http"] = Field(
+        "auto",
+        description="How a follower fetches from its leader: 'auto' over the "
+        "leader's Kafka listener when it has one (Fetch with the replica id), else its "
+        "HTTP replication route; 'http' always over HTTP.",
+    )
     replication_timeout_ms: int = Field(
         30_000,
         ge=100,

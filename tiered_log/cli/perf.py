@@ -699,6 +699,13 @@ def _rebuild_args(p: argparse.ArgumentParser) -> None:
         help="where to put the cluster (a fresh subdirectory; default: the temp dir)",
     )
     p.add_argument("--keep", action="store_true", help="keep the files (node logs) afterwards")
+    p.add_argument(
+        "--replication-transport",
+        choices=("auto", "http"),
+        default="auto",
+        help="how followers fetch: auto = the leader's Kafka listener, http = the HTTP "
+        "replication route (default: auto)",
+    )
     progress_flag(p)
 
 
@@ -742,6 +749,7 @@ def cmd_perf_rebuild(args: argparse.Namespace) -> int:
         directory=args.dir,
         keep=args.keep,
         progress=args.progress,
+        replication_transport=args.replication_transport,
     )
     print(json.dumps(report, indent=2) if args.json else format_rebuild(report))
     return 0

@@ -184,7 +184,8 @@ class DevCluster:
     ``settings``: extra ``TIERED_LOG_*`` variables for every node (e.g. a short lease).
     ``progress``: told what is starting (the CLI prints it). ``remote_url``: the remote
     tier the nodes share (default: ``$TIERED_LOG_REMOTE_URL``, else ``work_dir/remote``);
-    its S3 settings (``TIERED_LOG_S3_*``) reach the nodes from the environment."""
+    its S3 settings (``TIERED_LOG_S3_*``) reach the nodes from the environment.
+    ``kafka``: False starts every node without its Kafka listener (``kafka_port`` 0)."""
 
     def __init__(
         self,
@@ -194,6 +195,7 @@ class DevCluster:
         settings: Mapping[str, str] | None = None,
         progress: Callable[[str], None] | None = None,
         remote_url: str | None = None,
+        kafka: bool = True,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
@@ -211,13 +213,21 @@ class DevCluster:
         }
         self._env = env
         self._count = nodes
+        self._kafka = kafka
         self.nodes: dict[int, DevNode] = {}
 
     def start(self) -> DevCluster:
         self._progress(f"starting etcd in {self.work_dir / 'etcd'}")
         self.etcd.start()
         for i in range(1, self._count + 1):
-            node = DevNode(i, self.work_dir, free_port(), self.etcd.client_url, self._env)
+            node = DevNode(
+                i,
+                self.work_dir,
+                free_port(),
+                self.etcd.client_url,
+                self._env,
+                kafka_port=None if self._kafka else 0,
+            )
             self.nodes[i] = node
             self._progress(f"starting node {i} on {node.url}")
             node.start()

@@ -3,7 +3,10 @@ leader and appends them at the same offsets (Kafka's ``ReplicaFetcherThread``, o
 followed partition here).
 
 Each round sends :class:`~tiered_log.cluster.protocol.ReplicaFetch` (this log's end and
-latest leader epoch) to the leader's replication route and applies the answer:
+latest leader epoch) to the leader through a
+:class:`~tiered_log.cluster.protocol.ReplicaTransport` (the leader's Kafka listener,
+:class:`~tiered_log.cluster.kafka_fetch.KafkaTransport`, or its HTTP replication route,
+:class:`HttpTransport`: the policy here is the same for both) and applies the answer:
 
 - records: :meth:`TieredLog.append_replica <tiered_log.partition.log.TieredLog.append_replica>`
   with the leader's epoch entries, then the high watermark becomes
@@ -50,15 +53,50 @@ from ..errors import (
 )
 from ..local.ranges import FetchRanges
 from ..partition import TieredLog
-from .protocol import PATH, ReplicaAnswer, ReplicaFetch
+from .protocol import PATH, ReplicaAnswer, ReplicaFetch, ReplicaTransport
 
 log = logging.getLogger(__name__)
 
 
-class ReplicaFetcher:
-    """Follows ``leader_url`` for ``topic``/``partition`` in ``leader_epoch``.
-
+class HttpTransport:
+    """A follower's fetches over the leader's HTTP replication route
+    (``GET`` :data:`~tiered_log.cluster.protocol.PATH`; one keep-alive connection).
     ``headers``: sent with every request (the cluster's bearer token when auth is on).
+    One thread fetches; :meth:`close` after it stopped."""
+
+    name = "http"
+
+    def __init__(
+        self,
+        leader_url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 5.0,
+        wait_ms: int = 300,
+    ) -> None:
+        self.address = leader_url.rstrip("/")
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s + wait_ms / 1000), headers=headers or {}
+        )
+
+    def fetch(self, topic: str, partition: int, req: ReplicaFetch) -> ReplicaAnswer:
+        url = self.address + PATH.format(topic=topic, partition=partition)
+        try:
+            r = self._client.get(url, params=req.params())
+        except httpx.HTTPError as exc:
+            raise TieredLogError(f"{exc}", retriable=True) from None
+        if r.status_code != 200:
+            raise _error_of(r)
+        return ReplicaAnswer.parse(r.headers, r.content)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class ReplicaFetcher:
+    """Follows leader ``leader_id`` for ``topic``/``partition`` in ``leader_epoch``
+    through ``transport`` (which it closes when it stops).
+
     ``on_fetched``: called after each successful round (tests and metrics)."""
 
     def __init__(
@@ -69,12 +107,10 @@ class ReplicaFetcher:
         partition: int,
         replica_id: int,
         leader_id: int,
-        leader_url: str,
         leader_epoch: int,
-        headers: dict[str, str] | None = None,
+        transport: ReplicaTransport,
         max_bytes: int = 4 << 20,
         wait_ms: int = 300,
-        timeout_s: float = 5.0,
         on_fetched: Callable[[ReplicaAnswer], None] | None = None,
     ) -> None:
         self.plog = plog
@@ -82,15 +118,12 @@ class ReplicaFetcher:
         self.partition = partition
         self.replica_id = replica_id
         self.leader_id = leader_id
-        self.leader_url = leader_url.rstrip("/")
+        self.transport = transport
         self.leader_epoch = leader_epoch
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
         self._on_fetched = on_fetched
         self._stop = threading.Event()
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout_s + wait_ms / 1000), headers=headers or {}
-        )
         self._thread = threading.Thread(
             target=self._run,
             daemon=True,
@@ -114,7 +147,7 @@ class ReplicaFetcher:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
-        self._client.close()
+        self.transport.close()
 
     @property
     def running(self) -> bool:
@@ -133,8 +166,10 @@ class ReplicaFetcher:
                 )
             except LogClosedError:
                 return
-            except (httpx.HTTPError, TieredLogError) as exc:
-                self._failed(f"fetch from {self.leader_url} failed: {exc}")
+            except TieredLogError as exc:
+                self._failed(
+                    f"fetch from node {self.leader_id} ({self.transport.name}) failed: {exc}"
+                )
             except Exception:  # a bug: log it, keep the thread (and the replica) alive
                 log.exception("replica fetcher %s-%d crashed a round", self.topic, self.partition)
                 self.last_error = "unexpected error (see the server log)"
@@ -149,8 +184,9 @@ class ReplicaFetcher:
         self.last_error = why
 
     def fetch_once(self) -> ReplicaAnswer:
-        """One round: fetch and apply. Raises the leader's error (decoded), an
-        httpx error when it cannot be reached, CorruptRecordError for damaged bytes."""
+        """One round: fetch and apply. Raises the leader's error (decoded), a
+        retriable TieredLogError when it cannot be reached or its answer is malformed
+        (nothing is applied), CorruptRecordError for damaged bytes."""
         plog = self.plog
         b = plog.bounds()
         req = ReplicaFetch(
@@ -162,11 +198,7 @@ class ReplicaFetcher:
             self._wait_ms,
             empty=b.next_offset == b.local_start_offset,
         )
-        url = self.leader_url + PATH.format(topic=self.topic, partition=self.partition)
-        r = self._client.get(url, params=req.params())
-        if r.status_code != 200:
-            raise _error_of(r)
-        ans = ReplicaAnswer.parse(r.headers, r.content)
+        ans = self.transport.fetch(self.topic, self.partition, req)
         if self._stop.is_set():
             return ans
         if ans.reset_to is not None:
@@ -247,4 +279,4 @@ def _error_of(r: httpx.Response) -> TieredLogError:
     )
 
 
-__all__ = ["ReplicaFetcher"]
+__all__ = ["HttpTransport", "ReplicaFetcher"]

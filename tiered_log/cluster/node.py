@@ -63,12 +63,13 @@ from ..local.ranges import FetchRanges
 from ..partition import TieredLog
 from .controller import Controller
 from .etcd import MetaStore
-from .fetcher import ReplicaFetcher
+from .fetcher import HttpTransport, ReplicaFetcher
+from .kafka_fetch import KafkaTransport, client_tls
 from .lead_views import LeadViews
 from .membership import ControllerElection, Membership
 from .metadata import ClusterMetadata
 from .model import PartitionState, TopicMeta, begin_reassign
-from .protocol import ReplicaAnswer, ReplicaFetch, epochs_from
+from .protocol import ReplicaAnswer, ReplicaFetch, ReplicaTransport, epochs_from
 from .replica import LeaderReplication
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,12 @@ class NodeConfig:
     unclean_leader_election: bool = False
     poll_interval_s: float = 0.1
     fetch_headers: dict[str, str] = field(default_factory=dict)
+    cluster_token: str | None = None
+    """The token this node's followers authenticate with at their leaders' Kafka
+    listeners (SASL/PLAIN; the HTTP fetches send it in ``fetch_headers``)."""
+    replication_transport: str = "auto"
+    """``auto``: followers fetch over the leader's Kafka listener when it registered
+    one, else HTTP; ``http``: always HTTP."""
     replica_fetch_wait_ms: int = 300
     """How long this node's followers' fetches wait at their leader for records."""
     kafka_address: str | None = None
@@ -397,15 +404,31 @@ class ClusterNode:
                 partition=state.partition,
                 replica_id=me,
                 leader_id=state.leader,
-                leader_url=url,
                 leader_epoch=state.leader_epoch,
-                headers=self.config.fetch_headers,
+                transport=self._transport_to(state.leader, url),
                 wait_ms=self.config.replica_fetch_wait_ms,
             ).start()
             return
         role.stop("not the leader")
         plog.follow()
         role.state = state
+
+    def _transport_to(self, leader: int, url: str) -> ReplicaTransport:
+        """How a follower reaches ``leader`` (HTTP address ``url``): its Kafka listener
+        when it registered one (and the settings allow), else its HTTP route. One
+        etcd read, when a fetcher starts (MetadataUnavailableError: the next poll
+        tries again)."""
+        wait_ms = self.config.replica_fetch_wait_ms
+        if self.config.replication_transport == "auto":
+            address = self.membership.kafka_addresses().get(leader)
+            if address:
+                return KafkaTransport(
+                    address,
+                    replica_id=self.node_id,
+                    token=self.config.cluster_token,
+                    tls=client_tls(url),
+                )
+        return HttpTransport(url, headers=self.config.fetch_headers, wait_ms=wait_ms)
 
     def _leads(self, topic: str, partition: int, epoch: int) -> bool:
         """Whether this node leads the partition in ``epoch`` as it last read the

@@ -35,7 +35,8 @@ the handler sees, so no byte of it is stored nor read:
 - Produce: ``write`` on the topic, else TOPIC_AUTHORIZATION_FAILED per partition (an
   ``acks=0`` produce has no answer: the connection is closed, as Kafka's broker closes
   it on any error of such a produce; its granted partitions are appended).
-- Fetch, ListOffsets, OffsetForLeaderEpoch: ``read`` (whichever tier holds the data).
+- Fetch, ListOffsets, OffsetForLeaderEpoch: ``read`` (whichever tier holds the data);
+  a follower's Fetch (``replica_id`` >= 0): ``admin``, as HTTP's replication route.
 - Metadata: asked for every topic, it lists those the token has a grant on; a named topic
   without any grant answers TOPIC_AUTHORIZATION_FAILED; a missing named topic is
   auto-created only with ``admin`` on it, else TOPIC_AUTHORIZATION_FAILED (Kafka's
@@ -425,6 +426,8 @@ class KafkaGuard:
             return await self.handlers.handle(req)
         rule = _RULES.get(key)
         if rule is not None:
+            if key == FETCH and int(getattr(req.body, "replica_id", -1)) >= 0:
+                rule = dataclasses.replace(rule, grant="admin")  # a follower's: HTTP's grant
             return await self._per_partition(rule, principal, req)
         special = self._special.get(key)
         if special is not None:

@@ -15,6 +15,11 @@ every version of the API; the fields a version lacks are dropped there).
   lie in the files (the connection sends them with ``sendfile``), waiting up to
   ``max_wait_ms`` until ``min_bytes`` are there; no fetch sessions (session id 0:
   every fetch is a full one, which Kafka's clients accept).
+- Fetch with ``replica_id`` >= 0: a follower's replication fetch (v12 only), each
+  partition through the broker's
+  :meth:`~tiered_log.broker.Broker.replica_fetch` (parked at the leader's log end as
+  the HTTP route is), its answer in Kafka's fields plus the tagged fields of
+  :mod:`tiered_log.cluster.protocol`.
 - The consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
   LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups):
   :mod:`tiered_log.kafka.groups.handlers`, registered here.
@@ -43,6 +48,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..broker.parking import wait_event
+from ..cluster.protocol import ReplicaFetch
 from ..errors import InvalidTopicNameError, TieredLogError, TopicNotFoundError
 from .admin import ADMIN_APIS, AdminHandlers
 from .backend import (
@@ -61,6 +67,7 @@ from .groups.offsets import is_internal
 from .messages import (
     API_VERSIONS,
     APIS,
+    EXTRA_TAGS,
     FETCH,
     LIST_OFFSETS,
     METADATA,
@@ -253,6 +260,8 @@ class Handlers:
     async def fetch(self, req: Request) -> dict[str, Any]:
         body = req.body
         be = self.backend
+        if int(getattr(body, "replica_id", -1)) >= 0:
+            return await self.replica_fetch(req)
         session_id = int(getattr(body, "session_id", 0))
         session_epoch = int(getattr(body, "session_epoch", -1))
         if session_id != 0 and session_epoch > 0:  # an incremental fetch: no sessions here
@@ -297,6 +306,86 @@ class Handlers:
             "session_id": 0,
             "responses": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
         }
+
+    async def replica_fetch(self, req: Request) -> dict[str, Any]:
+        """A follower's fetch (``replica_id`` >= 0; see
+        :mod:`tiered_log.cluster.protocol`): its partitions answered concurrently, each
+        parked at the leader's log end up to ``max_wait_ms``."""
+        body = req.body
+        wait_ms = min(max(0, millis(body.max_wait)), MAX_WAIT_MS)
+        max_bytes = max(1, min(int(body.max_bytes), self.backend.state.settings.max_fetch_bytes))
+        wanted = [(t.topic, p) for t in body.topics for p in t.partitions]
+        answers = await asyncio.gather(
+            *(
+                self._replica_one(req.api_version, int(body.replica_id), t, p, wait_ms, max_bytes)
+                for t, p in wanted
+            )
+        )
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, _), r in zip(wanted, answers, strict=True):
+            topics.setdefault(topic, []).append(r)
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": 0,
+            "responses": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        }
+
+    async def _replica_one(
+        self, version: int, replica_id: int, topic: str, p: Any, wait_ms: int, max_bytes: int
+    ) -> dict[str, Any]:
+        state = self.backend.state
+        partition = int(p.partition)
+        r: dict[str, Any] = {
+            "partition_index": partition,
+            "error_code": ErrorCode.none,
+            "high_watermark": -1,
+            "last_stable_offset": -1,
+            "log_start_offset": -1,
+            "aborted_transactions": None,
+            "preferred_read_replica": -1,
+            "records": b"",
+        }
+        epoch, offset = int(p.current_leader_epoch), int(p.fetch_offset)
+        if version < 12:  # this service's fields ride v12's tagged fields
+            r["error_code"] = ErrorCode.unsupported_version
+            return r
+        if state.cluster is None:
+            r["error_code"] = ErrorCode.not_leader_or_follower
+            return r
+        if epoch < 0:
+            r["error_code"] = ErrorCode.unknown_leader_epoch
+            return r
+        if offset < 0:
+            r["error_code"] = ErrorCode.offset_out_of_range
+            return r
+        fetch = ReplicaFetch(
+            replica_id,
+            epoch,
+            offset,
+            max(-1, int(p.last_fetched_epoch)),
+            max(1, min(int(p.partition_max_bytes), max_bytes)),
+            wait_ms,
+            empty=int(p.log_start_offset) == offset,
+        )
+        try:
+            ans = await state.broker.replica_fetch(topic, partition, fetch)
+        except TieredLogError as exc:
+            r["error_code"] = error_code(exc)
+            return r
+        state.metrics.replica_fetches.inc("kafka")
+        r.update(
+            high_watermark=ans.high_watermark,
+            last_stable_offset=ans.high_watermark,
+            log_start_offset=ans.log_start_offset,
+            records=ans.data,
+        )
+        r[EXTRA_TAGS] = ans.kafka_tags()
+        if ans.diverging is not None:
+            r["diverging_epoch"] = {"epoch": ans.diverging[0], "end_offset": ans.diverging[1]}
+        if ans.reset_to is not None:
+            r["error_code"] = ErrorCode.offset_moved_to_tiered_storage
+        return r
 
     async def _fetch_round(
         self, wanted: list[tuple[str, int, int, int]], max_bytes: int

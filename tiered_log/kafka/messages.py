@@ -220,15 +220,26 @@ def encode_fetch_response(version: int, correlation_id: int, body: dict[str, Any
     is cut at each placeholder, whose length field is replaced by the ranges' size and
     which is replaced by the ranges' parts. ``records`` is the last field of a
     partition before its tagged fields, so nothing else moves. The size prefix of the
-    frame counts every piece. The caller owns the ranges (closes them once sent)."""
-    ranges: list[FetchRanges] = []
+    frame counts every piece. The caller owns the ranges (closes them once sent).
+
+    A partition may also carry :data:`EXTRA_TAGS` (v12 only): ``[(tag, bytes), ...]``
+    beyond the tags kio knows (a replica fetch's, :mod:`tiered_log.cluster.protocol`),
+    each above every tag of Kafka's spec; they are appended to the partition's
+    tagged-field section (``uvarint count | (uvarint tag | uvarint size | bytes)*``),
+    whose count is rewritten."""
+    ranges: list[FetchRanges | bytes] = []
+    extra: list[list[tuple[int, bytes]]] = []
     marker = os.urandom(16)
     for topic in body.get("responses", ()):
         for part in topic.get("partitions", ()):
             got = part.get("records")
-            if isinstance(got, FetchRanges):
+            tags = part.pop(EXTRA_TAGS, None)
+            if tags and version < 12:
+                raise ValueError("tagged fields need Fetch v12")
+            if isinstance(got, FetchRanges) or tags:
                 part["records"] = marker + _INDEX.pack(len(ranges))
-                ranges.append(got)
+                ranges.append(got if isinstance(got, FetchRanges) else bytes(got or b""))
+                extra.append(sorted(tags or ()))
     frame = encode_response(FETCH, version, correlation_id, body)
     if not ranges:
         return [frame]
@@ -242,17 +253,47 @@ def encode_fetch_response(version: int, correlation_id: int, body: dict[str, Any
         at = frame.find(marker + _INDEX.pack(i), pos)
         if at < 0 or frame[at - len(head) : at] != head:
             raise ValueError("a Fetch response's records placeholder was not found")
-        size = got.size
+        size = got.size if isinstance(got, FetchRanges) else len(got)
         if first < 0:
             first = at - len(head)
         pieces.append(frame[pos : at - len(head)])
         pieces.append(_uvarint(size + 1) if flexible else _SIZE.pack(size))
-        pieces.extend(bytes(p) if isinstance(p, memoryview) else p for p in got.parts)
+        if isinstance(got, FetchRanges):
+            pieces.extend(bytes(p) if isinstance(p, memoryview) else p for p in got.parts)
+        else:
+            pieces.append(got)
         pos = at + placeholder
+        if extra[i]:
+            count, q = _read_uvarint(frame, pos)
+            start = q
+            for _ in range(count):  # kio's own tags of the partition, kept as they are
+                _, q = _read_uvarint(frame, q)
+                n, q = _read_uvarint(frame, q)
+                q += n
+            ours = b"".join(_uvarint(t) + _uvarint(len(v)) + v for t, v in extra[i])
+            pieces.append(_uvarint(count + len(extra[i])) + frame[start:q] + ours)
+            pos = q
     pieces.append(frame[pos:])
     total = sum(p.length if isinstance(p, FileRange) else len(p) for p in pieces)
     pieces[0] = _SIZE.pack(total - 4) + frame[4:first]
     return [p for p in pieces if not isinstance(p, bytes) or p]
+
+
+EXTRA_TAGS = "_extra_tags"
+"""The key of a Fetch answer's partition dict holding tagged fields kio does not know
+(see :func:`encode_fetch_response`)."""
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """The unsigned varint at ``pos`` of ``buf`` and the position after it."""
+    n = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            return n, pos
+        shift += 7
 
 
 _INDEX = struct.Struct(">I")
@@ -362,6 +403,7 @@ def millis(value: datetime.timedelta | int) -> int:
 __all__ = [
     "APIS",
     "API_VERSIONS",
+    "EXTRA_TAGS",
     "FETCH",
     "LIST_OFFSETS",
     "METADATA",

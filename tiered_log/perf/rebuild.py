@@ -39,6 +39,16 @@ Top-level figures (largest archive): ``rebuild_s``, ``rereplication_s``, ``speed
 ``p99_ratio_during_rereplication``); the ``_after_startup`` ratios use ``catch_up_s``
 (the node's start, alike in both cases, left out). Targets (issue 17): speedup >= 20
 with a 2 GiB archive, growth < 1.5 when the archive grows 10x, p99 ratio <= 1.5.
+
+Replication's own rate, measured in the same run: the untiered case's rebuilt follower
+copies the whole partition from its leader (over the leader's Kafka listener, or HTTP
+with ``replication_transport`` ``http``), ``replication_mb_s`` = the bytes it fetched
+over its ``catch_up_s``; next to it the machine's loopback limit for the same bytes, the
+leader's segment files of that partition sent by a plain ``sendfile`` process to a
+plain receiver (:func:`~tiered_log.perf.fetch_limit.loopback_seconds`, as ``perf
+http-fetch`` measures it), ``loopback_mb_s``; their ratio ``replication_vs_loopback``
+(target >= 0.15).
+
 Progress goes to stderr; the result is one JSON-able dict. Not thread-safe.
 """
 
@@ -62,7 +72,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from .cluster import cluster_state, partition_of, wait_for
-from .common import environment, ratio, say
+from .common import MB, environment, ratio, say
+from .fetch_limit import FETCH_BYTES, MIN_MEASURED_BYTES, loopback_seconds
 from .http import latency_figures
 
 if TYPE_CHECKING:
@@ -86,6 +97,7 @@ STEP_TIMEOUT_S = 60.0
 TARGET_SPEEDUP = 20.0
 TARGET_GROWTH = 1.5
 TARGET_P99_RATIO = 1.5
+TARGET_REPLICATION_VS_LOOPBACK = 0.15
 
 
 # ---- the plan: request size, segment size, archive and tail in requests --------------------
@@ -439,9 +451,38 @@ def run_case(
         f"before, {d['p99_ms']:.1f} ms during",
         enabled=show,
     )
+    if not tiered:
+        out["replication"] = replication_rate(leader, topic, out, label, show)
     delete_topic(http, urls, topic)
     delete_topic(http, urls, load_topic)
     return out
+
+
+def replication_rate(
+    leader: DevNode, topic: str, case: dict[str, Any], label: str, show: bool
+) -> dict[str, Any]:
+    """The untiered case's copy rate (the follower's fetched bytes over its median
+    ``catch_up_s``) and the loopback limit for the leader's segment files of the
+    partition, measured now (see the module docstring)."""
+    files = sorted((Path(leader.data_dir) / "topics" / topic / "0").glob("*.log"))
+    nbytes = sum(f.stat().st_size for f in files)
+    if not nbytes:
+        raise RuntimeError(f"{topic}: the leader holds no segment file to measure loopback")
+    passes = max(1, math.ceil(MIN_MEASURED_BYTES / nbytes))
+    secs, moved = loopback_seconds(files, passes, bytearray(FETCH_BYTES))
+    loopback = moved / secs / MB
+    rate = ratio(case["fetched_bytes"], case["catch_up_s"]) / MB
+    say(
+        f"{label}: replication copied {rate:,.1f} MB/s; loopback {loopback:,.1f} MB/s "
+        f"({ratio(rate, loopback):.3f}x)",
+        enabled=show,
+    )
+    return {
+        "replication_mb_s": round(rate, 1),
+        "loopback_mb_s": round(loopback, 1),
+        "replication_vs_loopback": round(ratio(rate, loopback), 4),
+        "loopback_bytes": moved,
+    }
 
 
 def local_next_offset(http: httpx.Client, node: DevNode, topic: str) -> int | None:
@@ -578,9 +619,11 @@ def run_rebuild(
     directory: str | os.PathLike[str] | None = None,
     keep: bool = False,
     progress: bool | None = None,
+    replication_transport: str = "auto",
 ) -> dict[str, Any]:
     """Time a wiped follower's rebuild, tiered vs untiered, per archive size; see the
-    module docstring."""
+    module docstring. ``replication_transport``: the nodes' setting (``auto``: the
+    Kafka listener; ``http``)."""
     from ..client import Client
     from ..client.messages import encode_produce_body
     from ..cluster.dev import DevCluster
@@ -603,7 +646,10 @@ def run_rebuild(
     if request_bytes > 16 * MiB:
         raise InvalidArgumentError("a fill request must stay under 16 MiB")
     plans = [plan_for(mb, tail_mb, request_bytes, per_request) for mb in sizes]
-    settings = {"TIERED_LOG_CLUSTER_LEASE_TTL_S": str(lease_ttl_s)}
+    settings = {
+        "TIERED_LOG_CLUSTER_LEASE_TTL_S": str(lease_ttl_s),
+        "TIERED_LOG_REPLICATION_TRANSPORT": replication_transport,
+    }
     runs: list[dict[str, Any]] = []
     with work_dir(directory, keep=keep) as root:
         cluster = DevCluster(
@@ -652,6 +698,7 @@ def run_rebuild(
         "lease_ttl_s": lease_ttl_s,
         "nodes": 3,
         "replication_factor": REPLICATION_FACTOR,
+        "replication_transport": replication_transport,
     }
     return rebuild_report(runs, params)
 
@@ -669,6 +716,7 @@ def run_figures(plan: Plan, tiered: dict[str, Any], untiered: dict[str, Any]) ->
         "rereplication_s": untiered["rebuild_s"],
         "speedup": round(ratio(untiered["rebuild_s"], tiered["rebuild_s"]), 2),
         "speedup_after_startup": round(ratio(untiered["catch_up_s"], tiered["catch_up_s"]), 2),
+        "replication": untiered.get("replication"),
         "fetched_bytes": {
             "rebuild": tiered["fetched_bytes"],
             "rereplication": untiered["fetched_bytes"],
@@ -690,6 +738,7 @@ def rebuild_report(runs: list[dict[str, Any]], params: dict[str, Any]) -> dict[s
 
     growth = grown("rebuild_s")
     p99, p99_re = big["tiered"]["load"], big["untiered"]["load"]
+    replication = big.get("replication")
     targets = {
         "speedup": {
             "text": f"rebuild >= {TARGET_SPEEDUP:.0f}x faster than full "
@@ -708,6 +757,13 @@ def rebuild_report(runs: list[dict[str, Any]], params: dict[str, Any]) -> dict[s
             "met": p99["p99_ratio"] <= TARGET_P99_RATIO,
         },
     }
+    if replication is not None:
+        targets["replication_vs_loopback"] = {
+            "text": f"a follower copies at >= {TARGET_REPLICATION_VS_LOOPBACK}x the "
+            "machine's loopback limit (untiered catch-up)",
+            "min": TARGET_REPLICATION_VS_LOOPBACK,
+            "met": replication["replication_vs_loopback"] >= TARGET_REPLICATION_VS_LOOPBACK,
+        }
     return {
         "benchmark": "rebuild",
         "note": "a follower's data directory deleted (SIGKILL, rm -r, start) on a 3-node "
@@ -735,6 +791,12 @@ def rebuild_report(runs: list[dict[str, Any]], params: dict[str, Any]) -> dict[s
         "p99_ratio_during_rebuild": p99["p99_ratio"],
         "p99_during_rereplication_ms": p99_re["during"]["p99_ms"],
         "p99_ratio_during_rereplication": p99_re["p99_ratio"],
+        "replication_transport": params.get("replication_transport"),
+        "replication_mb_s": replication["replication_mb_s"] if replication else None,
+        "loopback_mb_s": replication["loopback_mb_s"] if replication else None,
+        "replication_vs_loopback": (
+            replication["replication_vs_loopback"] if replication else None
+        ),
         "runs": runs,
         "targets": targets,
         "met": all(t["met"] for t in targets.values()),
@@ -771,6 +833,12 @@ def format_rebuild(report: dict[str, Any]) -> str:
         f"speedup {report['speedup']}x, growth_10x {report['growth_10x']}, "
         f"p99_ratio_during_rebuild {report['p99_ratio_during_rebuild']}"
     )
+    if report.get("replication_vs_loopback") is not None:
+        lines.append(
+            f"replication ({report['replication_transport']}) "
+            f"{report['replication_mb_s']:,.1f} MB/s vs loopback "
+            f"{report['loopback_mb_s']:,.1f} MB/s: {report['replication_vs_loopback']}x"
+        )
     for t in report["targets"].values():
         lines.append(f"target: {t['text']}: {'met' if t['met'] else 'NOT MET'}")
     return "\n".join(lines)
@@ -791,6 +859,7 @@ __all__ = [
     "format_rebuild",
     "plan_for",
     "rebuild_report",
+    "replication_rate",
     "run_case",
     "run_figures",
     "run_rebuild",

@@ -133,6 +133,11 @@ class ServiceMetrics:
         self.fetch_bytes = r.counter(
             "tiered_log_fetch_bytes_total", "Bytes of record frames returned by fetches.", ["topic"]
         )
+        self.replica_fetches = r.counter(
+            "tiered_log_replica_fetches_total",
+            "Followers' replication fetches answered (as leader), by listener.",
+            ["listener"],
+        )
         self.http_requests = r.counter(
             "tiered_log_http_requests_total",
             "HTTP requests answered, by method and status.",

@@ -201,6 +201,7 @@ async def replicate(
         replica_id, leader_epoch, offset, last_fetched_epoch, max_bytes, wait_ms, bool(empty)
     )
     ans = await state.broker.replica_fetch(topic, partition, req)
+    state.metrics.replica_fetches.inc("http")
     if isinstance(ans.data, FetchRanges):  # sent from the files (zerocopy.py)
         return RangesResponse(ans.data, media_type=BINARY, headers=ans.headers())
     return Response(ans.data, media_type=BINARY, headers=ans.headers())
