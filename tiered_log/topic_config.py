@@ -24,6 +24,12 @@ MAX_INT = (1 << 62) - 1
 MAX_SEGMENT_BYTES = (1 << 31) - 1
 """The largest segment: its positions must fit the offset index's 32-bit entries."""
 _DAY_MS = 24 * 3600 * 1000
+MIN_MESSAGE_BYTES = 61 + 7
+"""The smallest ``max_message_bytes``: a batch header (61 bytes) and one empty record."""
+DEFAULT_MAX_MESSAGE_BYTES = (8 << 20) + 1024
+"""The default ``max_message_bytes``: a batch of one record holding the largest value the
+default ``append_threshold`` takes, with room for its key and headers (Kafka's own
+default, 1 MiB, would refuse the large values this service takes by default)."""
 
 LIMIT_FIELDS = (
     "segment_ms",
@@ -138,6 +144,15 @@ class TopicConfig(BaseModel):
     append_threshold: int = Field(
         8 << 20, ge=1, le=1 << 30, description="Largest record value accepted (bytes)."
     )
+    max_message_bytes: int = Field(
+        DEFAULT_MAX_MESSAGE_BYTES,
+        ge=MIN_MESSAGE_BYTES,
+        le=1 << 30,
+        description="Kafka's max.message.bytes: the largest record batch a produce may "
+        "append, as sent (after the producer's compression); a record given alone (a JSON "
+        "record, a raw body) counts as the batch holding it alone. Larger: refused whole "
+        "(HTTP 413, Kafka MESSAGE_TOO_LARGE), nothing appended.",
+    )
     message_timestamp_type: Literal["CreateTime", "LogAppendTime"] = Field(
         "CreateTime",
         description="Kafka's message.timestamp.type: CreateTime keeps the timestamps the "
@@ -165,9 +180,11 @@ TOPIC_DEFAULTS = TopicConfig.model_validate({})
 ``topic_defaults`` take them from."""
 
 __all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "LIMIT_FIELDS",
     "MAX_INT",
     "MAX_SEGMENT_BYTES",
+    "MIN_MESSAGE_BYTES",
     "RESTORE_CLASSES",
     "STORAGE_CLASSES",
     "TOPIC_DEFAULTS",

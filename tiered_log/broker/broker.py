@@ -208,8 +208,9 @@ class Broker:
         topic, partition = target.topic, target.partition
         key = (topic, partition)
         node, leader = self.cluster, target.leader
+        limit = self.topics.get(topic).meta.config.max_message_bytes
         done = await self._call(
-            self._appends, topic, _append, target.plog, node, topic, partition, parse, args
+            self._appends, topic, _append, target.plog, node, topic, partition, parse, args, limit
         )
         if node is not None and leader is not None:
             self.parking.end.notify(key)  # the followers' parked fetches
@@ -313,10 +314,12 @@ def _append(
     partition: int,
     parse: Parse,
     args: tuple[Any, ...],
+    max_message_bytes: int,
 ) -> Appended:
-    """The append executor's call: parse and append, then (a leader) move the high
-    watermark, which may write its checkpoint file."""
-    done = parse_and_append(plog, parse, *args)
+    """The append executor's call: parse and append (batches up to the topic's
+    ``max_message_bytes``), then (a leader) move the high watermark, which may write its
+    checkpoint file."""
+    done = parse_and_append(plog, parse, *args, max_message_bytes=max_message_bytes)
     if node is not None:
         node.appended(topic, partition)
     return done

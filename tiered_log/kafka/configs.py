@@ -83,7 +83,7 @@ KAFKA_NAMES: dict[str, KafkaName] = {
     "segment.ms": KafkaName("segment_ms", LONG, str(NEVER)),
     "flush.messages": KafkaName("flush_messages", LONG, str(NEVER)),
     "flush.ms": KafkaName("flush_ms", LONG, str(NEVER)),
-    "max.message.bytes": KafkaName("append_threshold", LONG, None),
+    "max.message.bytes": KafkaName("max_message_bytes", LONG, None),
     "message.timestamp.type": KafkaName("message_timestamp_type", STRING, None),
     "remote.storage.enable": KafkaName("remote_enabled", BOOLEAN, None),
 }
