@@ -119,6 +119,12 @@ def epoch_end(w: KafkaWire, *args: Any, version: int = 4, **kw: Any) -> tuple[in
 
 
 def list_offset(w: KafkaWire, topic: str, ts: int, version: int = 9) -> tuple[int, int, int]:
+    p = list_offsets_partition(w, topic, ts, version)
+    return p.error_code, p.offset, p.timestamp
+
+
+def list_offsets_partition(w: KafkaWire, topic: str, ts: int, version: int = 9) -> Any:
+    """The answer for partition 0 of a raw ListOffsets of ``topic`` at ``ts``."""
     body = {
         "replica_id": -1,
         "isolation_level": 0,
@@ -130,8 +136,7 @@ def list_offset(w: KafkaWire, topic: str, ts: int, version: int = 9) -> tuple[in
         ],
         "timeout": 10_000,
     }
-    p = w.call(LIST_OFFSETS, version, body).topics[0].partitions[0]
-    return p.error_code, p.offset, p.timestamp
+    return w.call(LIST_OFFSETS, version, body).topics[0].partitions[0]
 
 
 # ---- CreateTopics / DeleteTopics on a single node ------------------------------------------
@@ -363,6 +368,20 @@ def _partition(cluster: DevCluster, topic: str) -> dict[str, Any]:
     return out
 
 
+def kill_leader(cluster: DevCluster, topic: str, leader: int, epoch: int) -> tuple[int, int]:
+    """SIGKILL partition 0's ``leader`` (of ``epoch``); its successor and new epoch once
+    the cluster has named them."""
+    cluster.nodes[leader].kill()
+    wait_until(
+        lambda: _partition(cluster, topic)["leader"] not in (leader, None, -1),
+        30,
+        "a new leader",
+    )
+    part = _partition(cluster, topic)
+    assert part["leader_epoch"] > epoch
+    return part["leader"], part["leader_epoch"]
+
+
 def test_cluster_any_node_creates_and_deletes(cluster: DevCluster) -> None:
     with KafkaWire(cluster.nodes[3].kafka_address) as w:
         body = create_body("adm-c", 2, 3, {"min.insync.replicas": "2"})
@@ -429,15 +448,7 @@ def test_cluster_offset_for_leader_epoch_and_a_consumer_across_a_leader_change(
     try:
         c.assign([TopicPartition(topic, 0, 0)])
         seen = _poll(c, 20)
-        victim.kill()
-        wait_until(
-            lambda: _partition(cluster, topic)["leader"] not in (leader, None, -1),
-            30,
-            "a new leader",
-        )
-        part = _partition(cluster, topic)
-        new_leader, new_epoch = part["leader"], part["leader_epoch"]
-        assert new_epoch > epoch
+        new_leader, new_epoch = kill_leader(cluster, topic, leader, epoch)
         with KafkaWire(cluster.nodes[new_leader].kafka_address) as w:
             wait_until(  # the new leader takes its role at its own next metadata round
                 lambda w=w: epoch_end(w, topic, epoch, current=new_epoch)[0] == ErrorCode.none,

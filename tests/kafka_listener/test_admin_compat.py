@@ -34,10 +34,11 @@ from service.conftest import ServerProcess
 from tiered_log.cluster.dev import DevCluster
 from tiered_log.kafka.admin import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS
 from tiered_log.kafka.configs import ALTER_CONFIGS
-from tiered_log.kafka.messages import API_VERSIONS, LIST_OFFSETS, METADATA
+from tiered_log.kafka.messages import API_VERSIONS, METADATA
 
 from .clients import Rec, confluent_produce
 from .conftest import KafkaWire, create_topic, encode_request, kafka_server, wait_until
+from .test_admin import _admin, _partition, kill_leader, list_offsets_partition
 from .test_sasl import ADMIN, RO, TOKENS
 from .test_sasl import create as create_sasl_topic
 from .test_sasl import http as sasl_http
@@ -47,10 +48,6 @@ pytestmark = pytest.mark.timeout(120)
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 DEFAULT_SEGMENT_BYTES = 64 << 20
-
-
-def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10_000})
 
 
 def _describe(admin: AdminClient, topic: str) -> dict[str, str]:
@@ -90,18 +87,7 @@ def altered(w: KafkaWire, version: int, *resources: Any, **kw: Any) -> list[tupl
 
 def list_offsets(w: KafkaWire, topic: str, ts: int, version: int = 9) -> tuple[int, int, int]:
     """``(error code, offset, leader epoch)`` of a raw ListOffsets of partition 0."""
-    body = {
-        "replica_id": -1,
-        "isolation_level": 0,
-        "topics": [
-            {
-                "name": topic,
-                "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}],
-            }
-        ],
-        "timeout": 10_000,
-    }
-    p = w.call(LIST_OFFSETS, version, body).topics[0].partitions[0]
+    p = list_offsets_partition(w, topic, ts, version)
     return p.error_code, p.offset, getattr(p, "leader_epoch", -1)  # v4+
 
 
@@ -372,14 +358,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     yield from dev_cluster(tmp_path_factory, {"TIERED_LOG_CLUSTER_LEASE_TTL_S": "2"})
 
 
-def _partition(cluster: DevCluster, topic: str) -> dict[str, Any]:
-    url = next(n.url for n in cluster.nodes.values() if n.alive)
-    r = httpx.get(f"{url}/v1/topics/{topic}", timeout=10)
-    if r.status_code == 404:  # not applied on that node yet
-        return {"isr": [], "leader": None, "leader_epoch": -1, "replicas": []}
-    r.raise_for_status()
-    out: dict[str, Any] = r.json()["partition_info"][0]
-    return out
+def _create(cluster: DevCluster, name: str, **fields: Any) -> None:
+    r = httpx.post(
+        f"{cluster.urls[0]}/v1/topics", json={"name": name, "partitions": 1, **fields}, timeout=10
+    )
+    assert r.status_code == 201, r.text
 
 
 def test_cluster_describe_cluster_and_legacy_alter(cluster: DevCluster) -> None:
@@ -394,12 +377,7 @@ def test_cluster_describe_cluster_and_legacy_alter(cluster: DevCluster) -> None:
     assert got.cluster_id == meta.cluster_id and got.controller is not None
 
     single = "ld-cluster"
-    r = httpx.post(
-        f"{cluster.urls[0]}/v1/topics",
-        json={"name": single, "partitions": 1, "replication_factor": 1},
-        timeout=10,
-    )
-    assert r.status_code == 201, r.text
+    _create(cluster, single, replication_factor=1)
     wait_until(lambda: _partition(cluster, single)["leader"] in (1, 2, 3), 20, "a leader")
     holder = _partition(cluster, single)["replicas"]
     for n in cluster.nodes.values():
@@ -419,12 +397,7 @@ def test_cluster_describe_cluster_and_legacy_alter(cluster: DevCluster) -> None:
             )
 
     topic = "ac-cluster"
-    r = httpx.post(
-        f"{cluster.urls[0]}/v1/topics",
-        json={"name": topic, "partitions": 1, "config": {"segment_bytes": 1 << 20}},
-        timeout=10,
-    )
-    assert r.status_code == 201, r.text
+    _create(cluster, topic, config={"segment_bytes": 1 << 20})
     other = cluster.nodes[3]
     wait_until(
         lambda: httpx.get(f"{other.url}/v1/topics/{topic}", timeout=10).status_code == 200,
@@ -446,12 +419,7 @@ def test_cluster_list_offsets_leader_epochs_across_a_leader_change(cluster: DevC
     """The leader answers the epoch each offset was written in, from its leader-epoch
     file: after a leader change the latest is the new epoch, the earliest the old."""
     topic = "lo-epoch-c"
-    r = httpx.post(
-        f"{cluster.urls[0]}/v1/topics",
-        json={"name": topic, "partitions": 1, "replication_factor": 3},
-        timeout=10,
-    )
-    assert r.status_code == 201, r.text
+    _create(cluster, topic, replication_factor=3)
     wait_until(lambda: len(_partition(cluster, topic)["isr"]) == 3, 30, "a full ISR")
     part = _partition(cluster, topic)
     leader, epoch = part["leader"], part["leader_epoch"]
@@ -461,16 +429,8 @@ def test_cluster_list_offsets_leader_epochs_across_a_leader_change(cluster: DevC
         assert list_offsets(w, topic, -1) == (ErrorCode.none, 10, epoch)
         assert list_offsets(w, topic, -2) == (ErrorCode.none, 0, epoch)
     victim = cluster.nodes[leader]
-    victim.kill()
     try:
-        wait_until(
-            lambda: _partition(cluster, topic)["leader"] not in (leader, None, -1),
-            30,
-            "a new leader",
-        )
-        part = _partition(cluster, topic)
-        new_leader, new_epoch = part["leader"], part["leader_epoch"]
-        assert new_epoch > epoch
+        new_leader, new_epoch = kill_leader(cluster, topic, leader, epoch)
         second: list[Rec] = [(0, None, b"b%d" % i, []) for i in range(10)]
         assert confluent_produce(cluster.bootstrap, topic, second, acks="all") == [None] * 10
         with KafkaWire(cluster.nodes[new_leader].kafka_address) as w:
