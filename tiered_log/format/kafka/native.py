@@ -62,10 +62,14 @@ def plain_batch(batch: bytes | memoryview, section: bytes | None) -> bytes | mem
     return bytes(head) + section
 
 
-_CHUNK = 256
+_CHUNK = 128
 """Records converted at a time: the reader's own record objects die young (a whole
 batch of them alive at once would be promoted by the garbage collector, which then
-traverses them again and again)."""
+traverses them again and again). Each record the reader yields is two objects the
+collector tracks (the record and its headers list), and the records built from them a
+third; at 128 a chunk's objects stay below the collector's first threshold (700 new
+tracked objects), so a chunk by itself does not set off a collection (one of 256
+did, at every chunk)."""
 
 
 def _chunks(
@@ -102,7 +106,9 @@ def records(batch: bytes | memoryview, lo: int, sizes: list[int], checksum: int)
     at = 0
     for got in _chunks(batch, lo, lo + len(sizes)):
         n = len(got)
-        hdrs: Iterable[Headers] = map(tuple, map(_headers, got))
+        hdrs: Iterable[Headers] = (
+            map(tuple, map(_headers, got)) if any(map(_headers, got)) else repeat((), n)
+        )
         out.extend(
             map(
                 _new,
