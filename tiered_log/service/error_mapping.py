@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from ..broker.topics import FIXED_SETTINGS
 from ..errors import (
     FencedEpochError,
     NotLeaderError,
@@ -101,9 +102,12 @@ async def on_library_error(request: Request, exc: Exception) -> Response:
     )
 
 
-def _unknown_key_message(loc: tuple[Any, ...]) -> str | None:
-    """For a key a body may not have: the keys it may, when they are a topic config's."""
+def _unknown_key_message(loc: tuple[Any, ...], alter: bool = False) -> str | None:
+    """For a key a body may not have: the keys it may, when they are a topic config's
+    (``alter``: a change's, which says why a setting fixed at creation cannot change)."""
     if len(loc) >= 2 and loc[-2] == "config":
+        if alter and loc[-1] in FIXED_SETTINGS:
+            return f"cannot change {loc[-1]}: {FIXED_SETTINGS[loc[-1]]}"
         valid = sorted(TopicConfig.model_fields)
         near = difflib.get_close_matches(str(loc[-1]), valid, n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""
@@ -117,7 +121,8 @@ async def on_validation_error(request: Request, exc: Exception) -> Response:
     for e in exc.errors():
         err = {k: v for k, v in e.items() if k in ("loc", "msg")}
         if e.get("type") == "extra_forbidden":
-            err["msg"] = _unknown_key_message(tuple(e.get("loc", ()))) or "unknown field"
+            loc = tuple(e.get("loc", ()))
+            err["msg"] = _unknown_key_message(loc, request.method == "PATCH") or "unknown field"
         errors.append(err)
     return error_response(400, "invalid_request", validation_message(errors))
 

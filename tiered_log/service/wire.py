@@ -211,10 +211,10 @@ class AlterTopicRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    config: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Settings to change, named and bounded as TopicConfigOverrides' "
-        "(null or -1 for a limit: no limit). The partition count cannot change.",
+    config: TopicConfigOverrides = Field(
+        default_factory=lambda: TopicConfigOverrides.model_validate({}),
+        description="Settings to change (only those given; null or -1 for a limit: no "
+        "limit). The partition count cannot change.",
     )
     delete_config: list[str] = Field(
         default_factory=list,

@@ -164,7 +164,7 @@ async def alter_topic(
         topic_alter.alter_topic,
         state,
         topic,
-        body.config,
+        body.config.model_dump(exclude_unset=True),
         body.delete_config,
         remote_disable_policy=body.remote_disable_policy,
     )
