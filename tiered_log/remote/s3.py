@@ -214,20 +214,29 @@ class S3Storage:
         self._closed = False
         self._where = f"s3://{bucket}" + (f" at {endpoint_url}" if endpoint_url else "")
 
-        def config(connect: float, read: float, attempts: int) -> Config:
+        def config(connect: float, read: float, attempts: int, **more: str) -> Config:
             return Config(
                 s3={"addressing_style": "path" if path_style else "auto"},
                 retries={"total_max_attempts": attempts, "mode": "standard"},
                 max_pool_connections=max_pool_connections,
                 connect_timeout=connect,
                 read_timeout=read,
+                **more,
             )
 
         try:
             clients = []
             for cfg in (
                 config(connect_timeout, read_timeout, retries + 1),
-                config(min(connect_timeout, get_timeout), get_timeout, get_retries + 1),
+                # GetObject: botocore's CRC32 of a response would be a second pass over
+                # bytes every reader checks itself (a whole object against its xxh3
+                # digest below, a chunk's batches by their CRC-32C where they are read).
+                config(
+                    min(connect_timeout, get_timeout),
+                    get_timeout,
+                    get_retries + 1,
+                    response_checksum_validation="when_required",
+                ),
             ):
                 session = _new_session()  # private to this call: sessions aren't thread-safe
                 self.region = region or session.region_name or "us-east-1"
