@@ -25,14 +25,15 @@ every version of the API; the fields a version lacks are dropped there).
   :mod:`tiered_log.kafka.groups.handlers`, registered here.
 - InitProducerId: a producer id for an idempotent producer; a transactional id is
   refused (:mod:`tiered_log.kafka.producers`).
-- DescribeConfigs, IncrementalAlterConfigs: a topic's settings under Kafka's names
-  (:mod:`tiered_log.kafka.configs`).
+- DescribeConfigs, IncrementalAlterConfigs, AlterConfigs: a topic's settings under
+  Kafka's names (:mod:`tiered_log.kafka.configs`).
 - ListOffsets: -1 latest (the high watermark), -2 earliest (the log start, the bucket
   included), -3 the record with the largest timestamp (v7+), -4 the local tier's first
   offset (v8+), -5 the last archived offset (v9+), else the first offset at or after a
   timestamp in either tier; each with the leader epoch it was written in (latest: the
   current one; :meth:`~tiered_log.kafka.backend.Backend.leader_epoch_at`).
-- CreateTopics, DeleteTopics, OffsetForLeaderEpoch: :mod:`tiered_log.kafka.admin`.
+- CreateTopics, DeleteTopics, OffsetForLeaderEpoch, DescribeLogDirs, DescribeCluster:
+  :mod:`tiered_log.kafka.admin`.
 
 Every refusal is a per-partition (or per-topic) Kafka error code; a handler raises only
 for a request it cannot answer at all. Concurrency: coroutines of the listener's event
