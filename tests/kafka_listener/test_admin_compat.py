@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from cluster.conftest import dev_cluster
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
@@ -36,7 +36,7 @@ from tiered_log.kafka.admin import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS
 from tiered_log.kafka.configs import ALTER_CONFIGS
 from tiered_log.kafka.messages import API_VERSIONS, METADATA
 
-from .clients import Rec, confluent_produce
+from .clients import Rec, confluent_consumer, confluent_produce
 from .conftest import KafkaWire, create_topic, encode_request, kafka_server, wait_until
 from .test_admin import _admin, _partition, kill_leader, list_offsets_partition
 from .test_sasl import ADMIN, RO, TOKENS
@@ -260,6 +260,12 @@ def test_list_offsets_leader_epoch_on_a_single_node(server: ServerProcess) -> No
         assert (code, epoch) == (ErrorCode.none, 0) and 0 <= offset < 5
         assert list_offsets(w, topic, 1 << 50) == (ErrorCode.none, -1, -1)
         assert list_offsets(w, topic, -1, version=1)[:2] == (ErrorCode.none, 5)
+    c = confluent_consumer(server.kafka_bootstrap)  # librdkafka reads the epoch too
+    try:
+        (tp,) = c.offsets_for_times([TopicPartition(topic, 0, 0)], timeout=20)
+    finally:
+        c.close()
+    assert (tp.error, tp.offset, tp.leader_epoch) == (None, 0, 0)
 
 
 # ---- unknown tagged fields ------------------------------------------------------------------
