@@ -45,6 +45,7 @@ the handler sees, so no byte of it is stored nor read:
 - DescribeConfigs of a topic: ``read`` (HTTP's GET of a topic); IncrementalAlterConfigs
   and AlterConfigs of a topic: ``admin`` (HTTP's PATCH). DescribeCluster: any
   authenticated connection (it lists what Metadata lists to any token).
+- DescribeLogDirs: ``admin`` on every topic (``*``), else CLUSTER_AUTHORIZATION_FAILED.
 - Groups: the HTTP API has no group grants: listing and describing groups takes any
   valid token and committing offsets ``read`` on each topic. The same here: the
   membership APIs, ListGroups and DescribeGroups take any authenticated connection;
@@ -76,7 +77,13 @@ from kio.schema.errors import ErrorCode
 from ..config import Grant
 from ..errors import AuthenticationError, PermissionDeniedError, TopicNotFoundError
 from ..service.auth import ANONYMOUS_ALL, Authenticator, Principal
-from .admin import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CLUSTER, OFFSET_FOR_LEADER_EPOCH
+from .admin import (
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_LOG_DIRS,
+    OFFSET_FOR_LEADER_EPOCH,
+)
 from .configs import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from .groups.handlers import (
     DELETE_GROUPS,
@@ -399,6 +406,7 @@ class KafkaGuard:
             OFFSET_FETCH: self._offset_fetch,
             DELETE_GROUPS: self._delete_groups,
             INIT_PRODUCER_ID: self._init_producer_id,
+            DESCRIBE_LOG_DIRS: self._describe_log_dirs,
         }
 
     @property
@@ -682,6 +690,20 @@ class KafkaGuard:
             "error_code": ErrorCode.cluster_authorization_failed,
             "producer_id": -1,
             "producer_epoch": -1,
+        }
+
+    async def _describe_log_dirs(self, principal: Principal, req: Request) -> dict[str, Any]:
+        """DescribeLogDirs: ``admin`` on every topic (``*``, the HTTP API's cluster-wide
+        grant), else no log directory and CLUSTER_AUTHORIZATION_FAILED (v3+), as Kafka
+        answers one without DESCRIBE on the cluster."""
+        if self.refusal(principal, "*", "admin") is None:
+            answer = await self.handlers.handle(req)
+            assert answer is not None
+            return answer
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "results": [],
         }
 
 
