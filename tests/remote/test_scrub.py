@@ -222,10 +222,13 @@ def _scrub_metric(text: str, name: str, labels: str = "") -> float:
 
 
 @pytest.mark.timeout(120)
-def test_the_services_background_scrubber(tmp_path: Path) -> None:
+def test_the_services_background_scrubber(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A server with ``scrub_interval_s`` ships a topic, a byte of an archived segment is
-    flipped while it runs: its scrubber counts the damaged segment in ``/metrics``, and
-    the command run beside it against the same bucket finds and names it too."""
+    flipped while it runs: its scrubber counts the damaged segment in ``/metrics`` and
+    lists it in ``GET /v1/archive/anomalies`` (read by ``archive scrub --url``), and the
+    command run beside it against the same bucket finds and names it too."""
     from service.conftest import ServerProcess  # tests/service/conftest.py
     from service.test_tiered_service import TINY, _bounds, _records, _wait
 
@@ -267,6 +270,51 @@ def test_the_services_background_scrubber(tmp_path: Path) -> None:
                 "the damage counted",
             )
             assert main(["archive", "scrub", "--remote", str(bucket), "--topic", "t"]) == 1
+            capsys.readouterr()
+
+            # What the scrubber found, over HTTP and through the command.
+            doc = c.get("/v1/archive/anomalies").json()
+            assert doc["enabled"] and doc["passes"] > 0 and doc["last_pass"] is not None
+            [found] = doc["anomalies"]
+            rel = str(data.relative_to(bucket))
+            assert (found["topic"], found["partition"], found["object_key"]) == ("t", 0, rel)
+            assert found["base_offset"] == 0 and found["next_offset"] > 0
+            assert found["kinds"] and found["problems"] and found["found_ms"] > 0
+            other = c.get("/v1/archive/anomalies", params={"topic": "other"}).json()
+            assert other["anomalies"] == [] and other["found_in_current_pass"] == []
+        assert main(["archive", "scrub", "--url", srv.url, "--topic", "t"]) == 1
+        out = capsys.readouterr().out
+        assert out.startswith(f"DAMAGED t/0 offsets [0, {found['next_offset']}) {rel}: ")
+        assert "last pass: " in out
+        assert main(["archive", "scrub", "--url", srv.url, "--json", "--topic", "other"]) == 0
+        assert json.loads(capsys.readouterr().out)["anomalies"] == []
+        for argv, needle in [
+            (["--url", srv.url, "--remote", str(bucket)], "either --remote"),
+            (["--url", srv.url, "--rate", "5"], "--rate goes with --remote"),
+            ([], "either --remote"),
+        ]:
+            assert main(["archive", "scrub", *argv]) != 0
+            err = capsys.readouterr().err
+            assert needle in err and len(err.strip().splitlines()) == 1
     finally:
         srv.stop(timeout=15)
     assert "damaged segment t/0 offsets [0, " in srv.log()
+
+
+@pytest.mark.timeout(60)
+def test_anomalies_of_a_service_without_a_scrubber(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.conftest import ServerProcess  # tests/service/conftest.py
+
+    srv = ServerProcess(tmp_path / "data", tmp_path, {"remote_url": str(tmp_path / "bucket")})
+    srv.start()
+    try:
+        with srv.client() as c:
+            doc = c.get("/v1/archive/anomalies").json()
+        assert doc["enabled"] is False and doc["anomalies"] == []
+        assert main(["archive", "scrub", "--url", srv.url]) == 1
+        err = capsys.readouterr().err
+        assert "runs no background scrubber" in err and len(err.strip().splitlines()) == 1
+    finally:
+        srv.stop(timeout=15)

@@ -6,6 +6,7 @@
                               [--region R] [--prefix P] [--json]
     tiered-log archive scrub --remote URL [--key-file FILE] [--topic T] [--rate MiB/s]
                              [--endpoint-url URL] [--region R] [--json]
+    tiered-log archive scrub --url URL [--topic T] [--json]
     tiered-log archive reconcile --remote URL [--topic T] [--delete] [--min-age-s N]
                                  [--endpoint-url URL] [--region R] [--json]
     tiered-log archive restore --topic T --as NEW [--to-timestamp TS] [--to-offset O]
@@ -21,7 +22,8 @@ wrapped with another key.
 
 ``scrub`` reads every archived segment back and verifies it
 (:mod:`tiered_log.remote.scrub`); it prints each damaged segment and exits 1 when there
-is any. ``reconcile`` lists the objects nothing references and the dangling references
+is any. With ``--url`` it reads what a running service's background scrubber found
+(``GET /v1/archive/anomalies``) instead, and exits 1 likewise. ``reconcile`` lists the objects nothing references and the dangling references
 (:mod:`tiered_log.remote.reconcile`), deletes the orphans past the grace period only with
 ``--delete``, and exits 1 when a reference dangles. Both only read (reconcile deletes
 only orphans) and are safe while services ship to the bucket.
@@ -120,12 +122,14 @@ def cmd_rewrap(args: argparse.Namespace) -> int:
     return 1 if report.problems or others else 0
 
 
-def _bucket_args(p: argparse.ArgumentParser) -> None:
-    """The options naming the bucket, as ``rewrap`` takes them (the key ring optional)."""
+def _bucket_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """The options naming the bucket, as ``rewrap`` takes them (the key ring optional);
+    ``required=False``: ``--remote`` may be left out (a command that also takes
+    ``--url``)."""
     p.add_argument(
         "--remote",
         metavar="URL",
-        required=True,
+        required=required,
         help="the bucket the services ship to (s3://bucket/prefix, file:///dir or a "
         "directory: the services' remote_url)",
     )
@@ -146,7 +150,14 @@ def _mib_per_sec(text: str) -> float:
 
 
 def _scrub_args(p: argparse.ArgumentParser) -> None:
-    _bucket_args(p)
+    _bucket_args(p, required=False)
+    p.add_argument(
+        "--url",
+        metavar="URL",
+        help="instead of --remote: a running service (any nodes of a cluster, "
+        "comma-separated) whose background scrubber's findings are printed",
+    )
+    p.add_argument("--token", help="bearer token for --url (default $TIERED_LOG_TOKEN)")
     p.add_argument(
         "--key-file",
         metavar="FILE",
@@ -214,6 +225,10 @@ def _segment_progress(line: Callable[[Any], str]) -> Callable[[Any], None]:
 def cmd_scrub(args: argparse.Namespace) -> int:
     from ..remote.scrub import ScrubReport, scrub_bucket
 
+    if (args.url is None) == (args.remote is None):
+        raise UsageError("give either --remote (scrub the bucket now) or --url (a service's)")
+    if args.url is not None:
+        return _service_anomalies(args)
     ring = _key_ring(args)
     storage = _open_bucket(args)
 
@@ -260,6 +275,61 @@ def cmd_scrub(args: argparse.Namespace) -> int:
             )
         )
     return 1 if report.damaged else 0
+
+
+def _service_anomalies(args: argparse.Namespace) -> int:
+    """``scrub --url``: what the service's background scrubber found, printed as a pass
+    of ``scrub --remote`` is; exit 1 when it found damage."""
+    import os
+
+    from ..client import Client
+    from ..errors import InvalidArgumentError
+
+    for flag, value in (
+        ("--key-file", args.key_file),
+        ("--rate", args.rate),
+        ("--endpoint-url", args.endpoint_url),
+        ("--region", args.region),
+    ):
+        if value is not None:
+            raise UsageError(f"{flag} goes with --remote (the service scrubs with its own)")
+    token = args.token if args.token is not None else os.environ.get("TIERED_LOG_TOKEN")
+    with Client(args.url, token) as client:
+        doc = client.archive_anomalies(args.topic)
+    if not doc["enabled"]:
+        raise InvalidArgumentError(
+            f"the service at {args.url} runs no background scrubber (scrub_interval_s is "
+            "not set): scrub the bucket with --remote"
+        )
+    found = doc["anomalies"] + doc["found_in_current_pass"]
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 1 if found else 0
+    for d in found:
+        where = f"{d['topic']}/{d['partition']}" if d["partition"] >= 0 else d["log_id"]
+        end = d["next_offset"]
+        offsets = f"[{d['base_offset']}, {end})" if end is not None else f"from {d['base_offset']}"
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(d["found_ms"] / 1000))
+        print(
+            f"DAMAGED {where} offsets {offsets} {d['object_key']}: "
+            f"{'; '.join(d['problems'])} (found {when})"
+        )
+    last, cur = doc["last_pass"], doc["current_pass"]
+    print(
+        (
+            "no scrub pass finished yet"
+            if last is None
+            else f"last pass: {counted(last['segments_checked'], 'segment')} checked, "
+            f"{counted(last['segments_damaged'], 'damaged segment')}"
+        )
+        + (
+            f"; pass under way: {cur['segments_checked']}/{cur['segments_total']} segments, "
+            f"{cur['segments_damaged']} damaged so far"
+            if cur is not None
+            else ""
+        )
+    )
+    return 1 if found else 0
 
 
 def _reconcile_args(p: argparse.ArgumentParser) -> None:

@@ -293,6 +293,13 @@ class Client:
             body["to_offset"] = to_offset
         return dict(self._any("POST", "/v1/archive/restore", json=body).json())
 
+    def archive_anomalies(self, topic: str | None = None) -> dict[str, Any]:
+        """What the node's background scrubber found (``GET /v1/archive/anomalies``: the
+        damaged segments of its last pass and of the pass under way; ``enabled`` false
+        when it runs none); ``topic``: that topic's only."""
+        params = {"topic": topic} if topic is not None else None
+        return dict(self._any("GET", "/v1/archive/anomalies", params=params).json())
+
     def cluster(self) -> dict[str, Any] | None:
         """``GET /v1/cluster`` of a node that answers (nodes, controller, each
         partition's leader, epoch, replicas and ISR); None for a single node."""

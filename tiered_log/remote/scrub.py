@@ -143,6 +143,8 @@ class Damage:
     problems: list[str] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
     key_id: str | None = None
+    found_ms: int = 0
+    """When the pass found it (ms since the epoch)."""
 
     def add(self, kind: str, problem: str) -> None:
         self.kinds.append(kind)
@@ -158,6 +160,7 @@ class Damage:
             "object_key": self.object_key,
             "kinds": sorted(set(self.kinds)),
             "problems": list(self.problems),
+            "found_ms": self.found_ms,
             **({"key_id": self.key_id} if self.key_id is not None else {}),
         }
 
@@ -397,9 +400,15 @@ class _Pass:
         return True
 
     def _damaged(self, dmg: Damage) -> None:
+        dmg.found_ms = int(time.time() * 1000)
         if self.log_damage:
             log.error("scrub: damaged segment %s", dmg.line())
         self.report.damaged.append(dmg)
+
+
+def _topic_name(d: Damage) -> str:
+    """The topic a damaged copy belongs to ("" for a log no service topic names)."""
+    return d.topic if d.partition >= 0 else ""
 
 
 def scrub_bucket(
@@ -520,6 +529,41 @@ class Scrubber:
 
     def _progress(self, rep: ScrubReport) -> None:
         self.current = rep
+
+    def anomalies(self, allowed: Callable[[str], bool] = lambda _topic: True) -> dict[str, Any]:
+        """What the scrubber found, for ``GET /v1/archive/anomalies``: the last finished
+        pass's damaged segments (each: where, its offsets, what is wrong, when found) and
+        those the pass under way found so far, of the topics ``allowed`` names (a log
+        that is no service topic's is shown when ``allowed("")``), with the passes'
+        counts. Any thread (the reports are read once each)."""
+        last, cur = self.last, self.current
+
+        def shown(rep: ScrubReport | None) -> list[dict[str, Any]]:
+            if rep is None:
+                return []
+            return [d.to_json() for d in list(rep.damaged) if allowed(_topic_name(d))]
+
+        def summary(rep: ScrubReport | None) -> dict[str, Any] | None:
+            if rep is None:
+                return None
+            return {
+                "started_ms": rep.started_ms,
+                "finished_ms": rep.finished_ms or None,
+                "segments_total": rep.segments_total,
+                "segments_checked": rep.segments_done,
+                "segments_damaged": len(rep.damaged),
+                "bytes_read": rep.bytes_read,
+            }
+
+        return {
+            "interval_s": self.interval_s,
+            "passes": self.passes,
+            "failures": self.failures,
+            "last_pass": summary(last),
+            "current_pass": summary(cur),
+            "anomalies": shown(last),
+            "found_in_current_pass": shown(cur),
+        }
 
     def samples(
         self,

@@ -40,7 +40,8 @@ def start_scrubber(state: ServiceState) -> Scrubber | None:
         ]
 
     state.metrics.registry.add_collector(collect)
-    return scrubber.start()
+    state.scrubber = scrubber.start()
+    return state.scrubber
 
 
 __all__ = ["start_scrubber"]

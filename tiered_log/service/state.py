@@ -24,6 +24,7 @@ from .service_metrics import ServiceMetrics
 
 if TYPE_CHECKING:  # a single node never loads the cluster package (nor its etcd client)
     from ..cluster.node import ClusterNode
+    from ..remote.scrub import Scrubber
 
 
 class ServiceState:
@@ -35,6 +36,9 @@ class ServiceState:
         self.auth = Authenticator.from_settings(settings)
         self.metrics = ServiceMetrics(topics)
         self.broker = Broker(settings, topics, self.metrics)
+        self.scrubber: Scrubber | None = None
+        """The background scrubber while it runs (:mod:`~tiered_log.service.scrubbing`
+        sets it at start): its findings, for ``GET /v1/archive/anomalies``."""
 
     @property
     def cluster(self) -> ClusterNode | None:

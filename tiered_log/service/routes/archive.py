@@ -1,17 +1,20 @@
 """Routes of the archive: ``POST /v1/archive/restore`` (a point-in-time restore of a
-topic as a new topic, :mod:`tiered_log.service.restoring`).
+topic as a new topic, :mod:`tiered_log.service.restoring`) and ``GET
+/v1/archive/anomalies`` (what the background scrubber found,
+:meth:`~tiered_log.remote.scrub.Scrubber.anomalies`).
 
-Needs ``admin`` on every topic (it reads one topic whole and creates another). The
-restore runs in a worker thread (bucket and disk I/O); the answer comes once the new
-topic is made and served.
+A restore needs ``admin`` on every topic (it reads one topic whole and creates
+another); it runs in a worker thread (bucket and disk I/O) and answers once the new
+topic is made and served. The anomalies are those of the topics the token has any grant
+on, read from the scrubber's last reports (no I/O).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..deps import Authenticated, JsonContent, State
@@ -64,4 +67,83 @@ async def restore_topic(
     )
 
 
-__all__ = ["RestoreTopicRequest", "router"]
+class ScrubPass(BaseModel):
+    """One scrub pass: when, and what it checked and found."""
+
+    started_ms: int = Field(description="When the pass began (ms since the epoch).")
+    finished_ms: int | None = Field(description="When it ended (null: under way).")
+    segments_total: int = Field(description="Archived segments the pass has to check.")
+    segments_checked: int
+    segments_damaged: int
+    bytes_read: int
+
+
+class Anomaly(BaseModel):
+    """A damaged archived segment (one copy) the scrubber found."""
+
+    topic: str
+    partition: int = Field(description="-1 for a log that is no topic's partition.")
+    log_id: str
+    base_offset: int
+    next_offset: int | None = Field(description="null when its manifest does not read.")
+    object_key: str = Field(description="The segment's object, relative to remote_url.")
+    kinds: list[str] = Field(
+        description="What is wrong: manifest, data_missing, data_size, chunk, "
+        "key_unavailable, format."
+    )
+    problems: list[str] = Field(description="Each problem, in words.")
+    found_ms: int = Field(description="When the scrubber found it (ms since the epoch).")
+    key_id: str | None = Field(None, description="The key id the key ring lacks, if that.")
+
+
+class AnomaliesAnswer(BaseModel):
+    """``GET /v1/archive/anomalies``."""
+
+    enabled: bool = Field(description="Whether this node runs the background scrubber.")
+    interval_s: float | None = Field(description="Its scrub_interval_s (null: off).")
+    passes: int = Field(description="Passes finished since the service started.")
+    failures: int = Field(description="Passes the bucket failed.")
+    last_pass: ScrubPass | None = Field(description="The last finished pass (null: none yet).")
+    current_pass: ScrubPass | None = Field(description="The pass under way, if any.")
+    anomalies: list[Anomaly] = Field(description="What the last finished pass found.")
+    found_in_current_pass: list[Anomaly] = Field(
+        description="What the pass under way found so far."
+    )
+
+
+@router.get(
+    "/v1/archive/anomalies",
+    response_model=AnomaliesAnswer,
+    responses=errs(400, 401),
+)
+async def archive_anomalies(
+    principal: Authenticated,
+    state: State,
+    topic: Annotated[
+        str | None, Query(description="Only this topic's segments (default: every topic).")
+    ] = None,
+) -> dict[str, Any]:
+    """What this node's background scrubber found (``scrub_interval_s``): the damaged
+    archived segments of its last finished pass, and of the pass under way so far, each
+    with its segment, offsets, what is wrong and when it was found; of the topics this
+    token has any grant on. ``enabled`` false: this node runs no scrubber."""
+    scrubber = state.scrubber
+    if scrubber is None:
+        return {
+            "enabled": False,
+            "interval_s": None,
+            "passes": 0,
+            "failures": 0,
+            "last_pass": None,
+            "current_pass": None,
+            "anomalies": [],
+            "found_in_current_pass": [],
+        }
+
+    def allowed(name: str) -> bool:
+        return (topic is None or name == topic) and principal.allows_any(name)
+
+    return {"enabled": True, **scrubber.anomalies(allowed)}
+
+
+__all__ = ["AnomaliesAnswer", "Anomaly", "RestoreTopicRequest", "ScrubPass", "router"]
