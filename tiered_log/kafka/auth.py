@@ -667,44 +667,46 @@ class KafkaGuard:
         return out
 
     async def _delete_groups(self, principal: Principal, req: Request) -> dict[str, Any]:
-        if self.refusal(principal, "*", "admin") is None:
-            answer = await self.handlers.handle(req)
-            assert answer is not None
-            return answer
-        return {
+        refused = {
             "throttle_time": 0,
             "results": [
                 {"group_id": g, "error_code": ErrorCode.group_authorization_failed}
                 for g in req.body.groups_names
             ],
         }
+        return await self._served_or(self.refusal(principal, "*", "admin") is None, req, refused)
 
     async def _init_producer_id(self, principal: Principal, req: Request) -> dict[str, Any]:
         grants = principal.grants or ()
-        if any(principal.allows(pattern, "write") for pattern, _ in grants):
-            answer = await self.handlers.handle(req)
-            assert answer is not None
-            return answer
-        return {
+        allowed = any(principal.allows(pattern, "write") for pattern, _ in grants)
+        refused = {
             "throttle_time": 0,
             "error_code": ErrorCode.cluster_authorization_failed,
             "producer_id": -1,
             "producer_epoch": -1,
         }
+        return await self._served_or(allowed, req, refused)
 
     async def _describe_log_dirs(self, principal: Principal, req: Request) -> dict[str, Any]:
         """DescribeLogDirs: ``admin`` on every topic (``*``, the HTTP API's cluster-wide
         grant), else no log directory and CLUSTER_AUTHORIZATION_FAILED (v3+), as Kafka
         answers one without DESCRIBE on the cluster."""
-        if self.refusal(principal, "*", "admin") is None:
-            answer = await self.handlers.handle(req)
-            assert answer is not None
-            return answer
-        return {
+        refused = {
             "throttle_time": 0,
             "error_code": ErrorCode.cluster_authorization_failed,
             "results": [],
         }
+        return await self._served_or(self.refusal(principal, "*", "admin") is None, req, refused)
+
+    async def _served_or(
+        self, allowed: bool, req: Request, refused: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The handler's answer to ``req`` when ``allowed``, else ``refused``."""
+        if not allowed:
+            return refused
+        answer = await self.handlers.handle(req)
+        assert answer is not None
+        return answer
 
 
 __all__ = [
