@@ -117,13 +117,18 @@ def _follower_end(c: DevCluster, leader: int, topic: str) -> int:
     return int(ends[0])
 
 
-def test_followers_replicate_over_the_kafka_listener_with_sasl(sasl_cluster: DevCluster) -> None:
-    c = sasl_cluster
-    _, leader = _replicate(c, "over-kafka", 400)
-    wait_until(lambda: _follower_end(c, leader, "over-kafka") == 400, 10, "the follower's end")
+def _replicated_over(c: DevCluster, topic: str, n: int, used: str, unused: str) -> None:
+    """``n`` records written to ``topic`` reach the follower, whose fetches the leader
+    served over the ``used`` listener only."""
+    _, leader = _replicate(c, topic, n)
+    wait_until(lambda: _follower_end(c, leader, topic) == n, 10, "the follower's end")
     served = _served(c, leader)
-    assert served.get("kafka", 0) > 0, served
-    assert served.get("http", 0) == 0, served
+    assert served.get(used, 0) > 0, served
+    assert served.get(unused, 0) == 0, served
+
+
+def test_followers_replicate_over_the_kafka_listener_with_sasl(sasl_cluster: DevCluster) -> None:
+    _replicated_over(sasl_cluster, "over-kafka", 400, "kafka", "http")
 
 
 def test_the_follower_transport_against_a_live_leader(sasl_cluster: DevCluster) -> None:
@@ -168,12 +173,7 @@ def http_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluste
 
 
 def test_without_kafka_listeners_followers_replicate_over_http(http_cluster: DevCluster) -> None:
-    c = http_cluster
-    _, leader = _replicate(c, "over-http", 200)
-    wait_until(lambda: _follower_end(c, leader, "over-http") == 200, 10, "the follower's end")
-    served = _served(c, leader)
-    assert served.get("http", 0) > 0, served
-    assert served.get("kafka", 0) == 0, served
+    _replicated_over(http_cluster, "over-http", 200, "http", "kafka")
 
 
 def test_only_a_replica_fetch_carries_the_services_tags(sasl_cluster: DevCluster) -> None:

@@ -54,6 +54,7 @@ import struct
 import threading
 
 from ..errors import FencedEpochError, NotLeaderError, TieredLogError
+from ..kafka.messages import _uvarint
 from .protocol import ReplicaAnswer, ReplicaFetch
 
 FETCH_KEY = 1
@@ -79,15 +80,6 @@ _FIRST_BUFFER = 64 * 1024
 
 class MalformedAnswer(Exception):
     """An answer that does not decode (message: what was wrong)."""
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 class _Reader:

@@ -337,16 +337,7 @@ class Handlers:
     ) -> dict[str, Any]:
         state = self.backend.state
         partition = int(p.partition)
-        r: dict[str, Any] = {
-            "partition_index": partition,
-            "error_code": ErrorCode.none,
-            "high_watermark": -1,
-            "last_stable_offset": -1,
-            "log_start_offset": -1,
-            "aborted_transactions": None,
-            "preferred_read_replica": -1,
-            "records": b"",
-        }
+        r = {"partition_index": partition, **_no_records()}
         epoch, offset = int(p.current_leader_epoch), int(p.fetch_offset)
         if version < 12:  # this service's fields ride v12's tagged fields
             r["error_code"] = ErrorCode.unsupported_version
@@ -399,15 +390,7 @@ class Handlers:
         failed = False
         out = []
         for topic, partition, offset, part_max in wanted:
-            r: dict[str, Any] = {
-                "error_code": ErrorCode.none,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                "aborted_transactions": None,
-                "preferred_read_replica": -1,
-                "records": b"",
-            }
+            r = _no_records()
             try:
                 plog = await be.fetch_log(topic, partition)
                 if left <= 0 and total > 0:  # the answer is full: bounds only
@@ -453,6 +436,19 @@ class Handlers:
                 parts.append(r)
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
+
+
+def _no_records() -> dict[str, Any]:
+    """A Fetch answer's partition fields before anything is known (no records)."""
+    return {
+        "error_code": ErrorCode.none,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
 
 
 def _fill(r: dict[str, Any], page: Page) -> None:
