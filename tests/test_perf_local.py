@@ -81,7 +81,16 @@ def test_perf_read_json(tmp_path: Path) -> None:
         str(tmp_path),
     )
     assert p.returncode == 0, p.stderr
-    check_report(json.loads(p.stdout), "read", {"read_vs_sqlite_wal"}, 3000)
+    report = json.loads(p.stdout)
+    check_report(report, "read", {"read_vs_sqlite_wal"}, 3000)
+    for w in report["workloads"].values():  # each reader's CPU time, and ours against it
+        cpu = w["cpu_seconds"]
+        assert set(cpu) == SYSTEMS and all(isinstance(c, float) and c >= 0 for c in cpu.values())
+        assert set(w["cpu_ratios"]) == {"vs_plain_file", "vs_sqlite_wal"}
+        if cpu["tiered_log"] > 0:
+            assert w["cpu_ratios"]["vs_sqlite_wal"] == pytest.approx(
+                cpu["sqlite_wal"] / cpu["tiered_log"], rel=0.01, abs=0.002
+            )
     assert list(tmp_path.iterdir()) == []
 
 

@@ -19,6 +19,10 @@
   framing-free file of fixed-size values; for reference only).
 
 Reads run with the files in the page cache for all three (the data was just written).
+All three read on this process's one thread, so ``perf read`` also reports each one's CPU
+time (``cpu_seconds``, the least over the runs) and ours against each (``cpu_ratios``,
+baseline CPU / ours): on a machine other work keeps busy, wall times follow the
+scheduler, CPU times the code.
 
 Workloads: 1 KiB values (the main one: the targets apply to it) and 100-byte values
 (reported as records/s). Generating the values, the batches and SQLite's row tuples
@@ -483,11 +487,14 @@ def run_read(
                 (SQLITE, partial(read_sqlite, db)),
             ]
             runs: dict[str, list[float]] = {OURS: [], PLAIN: [], SQLITE: []}
+            cpu: dict[str, list[float]] = {OURS: [], PLAIN: [], SQLITE: []}
             for i in range(repeat):
                 for name, job in jobs:
                     label = f"read {w.name} run {i + 1}/{repeat} {name}"
                     with Progress(w.records, label, enabled=progress) as pr:
+                        c0 = time.process_time()
                         secs, n = job(pr)
+                        cpu[name].append(time.process_time() - c0)
                     if n != w.records:
                         raise TieredLogError(
                             f"{name} read back {n} records of {w.name}, expected {w.records}"
@@ -504,6 +511,14 @@ def run_read(
                 "payload_bytes": w.payload_bytes,
                 "results": results,
                 "ratios": _ratios(results),
+                # Every reader runs on this process's one thread: its CPU time is what
+                # the read costs, however busy the machine (wall time is not then).
+                "cpu_seconds": {name: round(min(c), 6) for name, c in cpu.items()},
+                "cpu_ratios": {
+                    f"vs_{name}": round(ratio(min(c), min(cpu[OURS])), 3)
+                    for name, c in cpu.items()
+                    if name != OURS
+                },
             }
     return _report(
         "read",
