@@ -127,6 +127,13 @@ class TopicConfig(BaseModel):
         None, ge=0, le=MAX_INT, description="Total retention (both tiers), ms; null: forever."
     )
     remote_enabled: bool = Field(True, description="Copy sealed segments to the remote tier.")
+    remote_delete_on_disable: bool = Field(
+        False,
+        description="Kafka's remote.log.delete.on.disable: when remote_enabled is turned "
+        "off, delete the remote data (true) or keep it readable until retention removes "
+        "it (false). Set from the change's remote_disable_policy; what every replica of a "
+        "cluster applies.",
+    )
     remote_compression: Literal["none", "zstd", "lz4", "gzip"] = Field(
         "zstd",
         description="Compress each chunk of a shipped segment with this codec (a chunk it "

@@ -632,8 +632,10 @@ class TopicManager:
                     with self._lock:
                         have = self.get(meta.name)
                         if have.meta.topic_id == meta.topic_id and config != have.meta.config:
-                            # A cluster turns tiering off only keeping the bucket's data.
-                            self._apply_config(have, config, "retain")
+                            # Tiering turned off keeps or deletes the bucket's data as
+                            # the change said (stored with the settings).
+                            policy = "delete" if config.remote_delete_on_disable else "retain"
+                            self._apply_config(have, config, policy)
                 return
             log.info(
                 "topic %s was created again in the cluster: replacing the local one", meta.name

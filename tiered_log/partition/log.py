@@ -365,6 +365,11 @@ class TieredLog:
     def flush(self) -> int:
         return self._local.flush()
 
+    def flush_if_due(self) -> int:
+        """fsync what the flush policy owes after ``append_replica(sync=False)``
+        (nothing to do: no system call); returns the flushed offset."""
+        return self._local.flush_if_due()
+
     def roll(self) -> None:
         """Seal the active segment (if not empty) and wake the shipper."""
         self._local.roll()
@@ -712,10 +717,14 @@ class TieredLog:
         data: bytes | bytearray | memoryview,
         epochs: Sequence[tuple[int, int]],
         rolls: Sequence[int] | None = None,
+        *,
+        sync: bool = True,
     ) -> int:
         """Append the leader's stored batches (as its ``read_batches`` returned them) at
         the offsets and with the timestamps they carry; returns the new next offset
-        (empty ``data``: nothing happens).
+        (empty ``data``: nothing happens). ``sync=False``: the fsync the flush policy
+        owes is the caller's, by :meth:`flush_if_due` before this log's end can count
+        towards a commit (the fetcher's rule, :mod:`tiered_log.cluster.fetcher`).
 
         ``rolls``: the base offsets of the leader's segments among these batches. The
         follower rolls exactly there and nowhere else (never by its own size or age), so
@@ -737,7 +746,7 @@ class TieredLog:
         active = self._local.active_base_offset
         ps = self._producers.state
         with ps.lock:
-            end = self._replication.append(data, epochs, rolls)
+            end = self._replication.append(data, epochs, rolls, sync=sync)
             if len(data):
                 ps.apply_headers(buffer_headers(data))
         if self._local.active_base_offset != active:
@@ -910,8 +919,14 @@ class TieredLog:
         - on: copying resumes (a log that never had a remote tier gets one; its first
           copy is its oldest local segment).
 
-        A replicated log (a cluster's) refuses a change of ``remote_enabled`` that needs
-        the remote tier to appear or go (InvalidArgumentError). Any thread: the settings
+        A replicated log (a cluster's) does the same on every replica, with two rules
+        that keep the replicas' copies consistent: only the replica that leads (its
+        fence still answering True) deletes the bucket's objects (a follower, or a
+        leader deposed meanwhile, only drops its remote tier: a late follower never
+        deletes what a new leader shipped after tiering came back on), and a remote tier
+        appearing on the leader takes its leader epoch and fence, rebuilds its view of
+        the bucket at its next round and starts shipping (a follower's only reads the
+        bucket). Any thread: the settings
         are swapped whole (an append, under the local log's lock, and a tiering round
         each read one set); a remote tier appears or goes under the control lock, after
         the round under way. LogClosedError once closed.
@@ -925,11 +940,6 @@ class TieredLog:
             raise InvalidArgumentError(
                 "remote_enabled=false needs remote_disable_policy: 'retain' (the remote "
                 "data stays readable until retention removes it) or 'delete' (it is deleted now)"
-            )
-        if (detach or attach) and self.replicated:
-            raise InvalidArgumentError(
-                "remote_enabled cannot be turned on or deleted on a replicated partition yet "
-                "(use remote_disable_policy=retain to stop copying)"
             )
         self._check_open()
         # The settings themselves are swapped whole (a round reads them once); only a
@@ -950,7 +960,14 @@ class TieredLog:
             if detach and self._remote is not None:
                 r = self._remote
                 storage = r.storage
-                keys = [o.key for o in storage.list(naming.log_prefix(self.log_id) + "/")]
+                owner = not self.replicated or (
+                    not self._replication.following and (r.fence is None or r.fence())
+                )
+                keys = (
+                    [o.key for o in storage.list(naming.log_prefix(self.log_id) + "/")]
+                    if owner
+                    else []
+                )
                 storage.delete(keys)
                 self._remote = None
                 self._tiering.detach_remote()
@@ -966,7 +983,7 @@ class TieredLog:
                 self._remote = r
                 self._tiering.attach_remote(r)
                 log.info("%s: remote tier turned on", self.log_id)
-        if attach and self._ships:
+        if attach and (self._ships or (self.replicated and not self._replication.following)):
             self.start_shipper()
         self._tiering.wake()
 

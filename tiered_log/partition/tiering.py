@@ -87,6 +87,9 @@ class Tiering:
         self._reserve_failing = False
         self.view_pending = False
         """This replica leads but has not rebuilt its view of the bucket yet."""
+        self._leading: tuple[int, Callable[[], bool] | None] | None = None
+        """The epoch and fence this replica leads with (None: it follows, or a single
+        node's log), for a remote tier attached while it leads."""
 
     # ---- the shipper ---------------------------------------------------------------------
 
@@ -126,6 +129,7 @@ class Tiering:
     def lead(self, epoch: int, fence: Callable[[], bool] | None) -> None:
         """This replica leads ``epoch``: its copies carry it, ``fence()`` is asked before
         each is committed, and its next round first rebuilds the view of the bucket."""
+        self._leading = (epoch, fence)
         if self._remote is not None:
             self._remote.leader_epoch = epoch
             self._remote.fence = fence
@@ -134,6 +138,7 @@ class Tiering:
     def follow(self) -> None:
         """This replica follows: it keeps nothing for others and ships nothing (the copies
         under way stay fenced: the fence now answers False, and the round starts no more)."""
+        self._leading = None
         self._hold = None
         self.stop_shipper(wait=False)
 
@@ -150,8 +155,13 @@ class Tiering:
 
     def attach_remote(self, remote: RemoteTier) -> None:
         """Tier to ``remote`` from now on (the topic's tiering was turned on). Under the
-        control lock; a single node's log (no leader epoch, no fence)."""
+        control lock. A replica that leads gives it its epoch and fence and rebuilds its
+        view of the bucket at the next round, as on :meth:`lead`; a single node's log
+        copies with no epoch and no fence."""
         self._remote = remote
+        if self._leading is not None:
+            remote.leader_epoch, remote.fence = self._leading
+            self.view_pending = True
 
     def detach_remote(self) -> None:
         """Tier to no bucket from now on (the topic's tiering was turned off and its remote

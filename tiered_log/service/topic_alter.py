@@ -5,9 +5,11 @@ A single node changes them in its :class:`~tiered_log.broker.topics.TopicManager
 (``topic.json`` committed, then every open partition log reconfigured). A cluster
 changes them in the metadata store (etcd), compare-and-swapped on the topic's key; every
 node applies them at its next metadata read (this one at once), so every replica of a
-partition takes the same settings. Tiering may only be turned off there, keeping the
-bucket's data (``retain``): a remote tier appearing or going on a replicated partition
-is not supported yet.
+partition takes the same settings. Turning tiering off keeps or deletes the bucket's
+data as asked (Kafka's KIP-950): the policy is stored with the settings
+(``remote_delete_on_disable``), so every replica, and a node that applies the change
+late or after a restart, applies the same one (the leader deletes the objects);
+turning it on again ships from where each leader stands.
 
 Blocking (disk, etcd): call from a worker thread.
 """
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..broker.topics import Topic, altered_config, check_remote_disable
-from ..errors import InvalidArgumentError, TopicNotFoundError
+from ..errors import TopicNotFoundError
 from ..topic_config import TopicConfig
 
 if TYPE_CHECKING:
@@ -47,16 +49,14 @@ def alter_topic(
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         current = TopicConfig.model_validate(meta.config)
     config = altered_config(current, state.settings.topic_defaults, changes, reset)
+    if remote_disable_policy is None and "remote_delete_on_disable" in changes:
+        # Kafka's way: remote.log.delete.on.disable given with the change says it.
+        remote_disable_policy = "delete" if config.remote_delete_on_disable else "retain"
     check_remote_disable(current, config, remote_disable_policy)
-    if (
-        cluster is not None
-        and current.remote_enabled != config.remote_enabled
-        and (config.remote_enabled or remote_disable_policy != "retain")
-    ):
-        raise InvalidArgumentError(
-            "in a cluster, remote_enabled can only be turned off, with "
-            "remote_disable_policy=retain (not deleted, not turned on: not yet supported)"
-        )
+    if remote_disable_policy is not None and not config.remote_enabled:
+        delete = remote_disable_policy == "delete"  # kept with the settings it applies to
+        changes = {**changes, "remote_delete_on_disable": delete}
+        config = config.model_copy(update={"remote_delete_on_disable": delete})
     if validate_only:
         return config
     if cluster is None:
