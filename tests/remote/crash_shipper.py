@@ -161,8 +161,9 @@ def run_delete(log_dir: Path, storage: RemoteStorage, kill_at: int) -> None:
             say(f"deleting {seen}")
             time.sleep(3600)  # the test kills us here
 
-    # Local copies are kept: the crash must not leave them serving deleted offsets.
-    tier = TierConfig(retention_bytes=RETAIN_BYTES, chunk_bytes=1024)
+    # Local copies are kept: the crash must not leave them serving deleted offsets. The
+    # store calls run in this process (no tier worker), where the audit hook sees them.
+    tier = TierConfig(retention_bytes=RETAIN_BYTES, chunk_bytes=1024, worker_processes=0)
     tlog = TieredLog(
         log_dir, log_id=LOG_ID, storage=storage, config=log_config(), tier=tier, start_shipper=False
     )

@@ -1,6 +1,7 @@
 """The RemoteStorage contract, run against every backend (local directory, S3 via moto's
 server or ``TIERED_LOG_TEST_S3_ENDPOINT``, and the tests' in-memory fake store
-``tests/remote/fake_store.py``), plus the URL factory and a few fs specifics."""
+``tests/remote/fake_store.py``), and the first two again with every call run in a tier
+worker process (what a remote tier uses), plus the URL factory and a few fs specifics."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tiered_log.errors import (
 from tiered_log.remote.fs import XATTR_NAME, LocalDirStorage
 from tiered_log.remote.s3 import S3Storage
 from tiered_log.remote.storage import ObjectInfo, RemoteStorage, open_storage
+from tiered_log.remote.worker import WorkerStorage, shared_worker, spec_of
 
 from .fake_store import MemoryStorage
 
@@ -77,16 +79,36 @@ def _mem_backend() -> Backend:
     return Backend("mem", storage, storage.flip_byte, "mem://")
 
 
+def _in_worker(b: Backend) -> Backend:
+    """``b``'s store with every call run in a tier worker process (what a remote tier
+    uses: :class:`~tiered_log.remote.worker.WorkerStorage`)."""
+    spec = spec_of(b.storage)
+    worker = shared_worker(1)
+    assert spec is not None and worker is not None
+    return Backend(
+        f"worker-{b.name}", WorkerStorage(worker, spec, b.storage), b.flip_byte, b.url_scheme
+    )
+
+
 @pytest.fixture(
-    params=[pytest.param("fs", id="fs"), pytest.param("s3", id="s3"), pytest.param("mem", id="mem")]
+    params=[
+        pytest.param("fs", id="fs"),
+        pytest.param("s3", id="s3"),
+        pytest.param("mem", id="mem"),
+        pytest.param("worker-fs", id="worker-fs"),
+        pytest.param("worker-s3", id="worker-s3"),
+    ]
 )
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "fs":
+    kind = str(request.param)
+    if kind.endswith("fs"):
         b = _fs_backend(tmp_path)
-    elif request.param == "s3":
+    elif kind.endswith("s3"):
         b = _s3_backend(request)
     else:
         b = _mem_backend()
+    if kind.startswith("worker-"):
+        b = _in_worker(b)
     yield b
     b.storage.close()
 

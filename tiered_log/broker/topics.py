@@ -70,6 +70,7 @@ from ..remote.crypto import key_ring
 from ..remote.reconcile import delete_deleted_log
 from ..remote.storage import RemoteStorage, open_storage
 from ..remote.tier import TierConfig, TierLimits
+from ..remote.worker import in_worker
 from .topic_meta import (
     MAX_PARTITIONS,
     TOPIC_NAME_PATTERN,
@@ -315,8 +316,10 @@ class TopicManager:
             ) from None
         self._lock_fd = lock_data_dir(self.data_dir)
         try:
-            self.storage = open_storage(
-                self.settings.remote_storage_url(), **self.settings.s3_options()
+            store = open_storage(self.settings.remote_storage_url(), **self.settings.s3_options())
+            # Its calls (and so every partition's) run in the tier's worker processes.
+            self.storage = in_worker(
+                tier_config_of(self.settings.topic_defaults, self.settings), store
             )
         except BaseException:
             self._release_lock()

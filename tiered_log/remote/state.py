@@ -30,6 +30,7 @@ from .metadata import CopyJournal, RemoteMeta, RemoteSegment
 from .snapshot import Snapshot, encode_snapshot, snapshot_key
 from .storage import RemoteStorage
 from .tier_config import TierConfig, TierStats
+from .worker import in_worker
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,10 @@ class TierState:
         meta: RemoteMeta,
     ) -> None:
         self.log_id = naming.validate_log_id(log_id)
-        self.storage = storage
+        self.storage = in_worker(config, storage)
+        """The store, its calls run in the tier's worker processes where it allows
+        (:func:`~tiered_log.remote.worker.in_worker`): none reaches the store's client
+        in this process."""
         self.config = config
         self.dir = log_dir / naming.REMOTE_DIR
         self.lock = threading.RLock()

@@ -49,6 +49,7 @@ from .retention import RetentionTask
 from .state import LOCATION_FILE, TierState, read_location
 from .storage import RemoteStorage
 from .tier_config import TierConfig, TierStats
+from .worker import in_worker
 
 R = TypeVar("R")
 
@@ -83,6 +84,7 @@ class RemoteTier(TierState):
         remote_dir.mkdir(parents=True, exist_ok=True)
         for leftover in remote_dir.glob("*" + ARCHIVE_TMP_SUFFIX):
             leftover.unlink(missing_ok=True)  # an encoded copy a crash left half-built
+        storage = in_worker(config, storage)  # every store call in a worker, its first too
         super().__init__(log_dir, log_id, storage, config, load_meta(log_dir, storage, log_id))
         limits = limits or TierLimits.of(config.upload_bytes_per_sec, config.fetch_bytes_per_sec)
         self.copier = CopyTask(self, limits.upload, shared_pool("remote-copy", COPY_THREADS))

@@ -22,17 +22,28 @@ the manifest is put (the commit point), rate limits, retries, cleanup and the ch
 cache's bookkeeping stay where they were (:mod:`~tiered_log.remote.copy`,
 :mod:`~tiered_log.remote.reader`).
 
+Every other call of a remote tier to its store runs in a worker too
+(:class:`WorkerStorage`, :func:`in_worker`: the store a tier and the topic manager use):
+manifest puts, the metadata record and its reservations, partition snapshots, deletes,
+listings and small reads. The store's client (boto3 for S3) then never runs in the log's
+process; the decisions stay there (the fence is asked before the manifest is put, as
+before), and each call keeps the store's behaviour (its retries run in the worker, its
+errors come back as raised). A local-directory store goes the same way: its calls are
+file writes with fsyncs, which hold the GIL less, but one path for both keeps the tests
+of one the tests of the other.
+
 A worker is a plain child process running :func:`main` (not
 :mod:`multiprocessing`, which would import the caller's ``__main__`` script again in the
 child and run whatever it does at top level). It runs tasks on a few threads of its own.
 The channel is its stdin and stdout, frames of::
 
     length   4 bytes, big-endian: the bytes of the pickle that follows
-    pickle   request:  (task id, task name, args)   task name "upload", "scan", "encode"
-                       or "fetch"
+    pickle   request:  (task id, task name, args)   task name "upload", "scan", "encode",
+                       "fetch" or "store" (any other store call, :class:`WorkerStorage`)
              answer:   (task id, ok, result or the exception raised)
              progress: (task id, None, value)   before the answer, any number ("fetch":
-                       (chunk index, written, bytes) as each chunk's cache file is written)
+                       (chunk index, written, bytes) as each chunk's cache file is written;
+                       "store" put_file: bytes sent so far)
 
 between this package's own processes only. Only stores a worker can open again from
 plain arguments go there (a directory store and S3, :func:`spec_of`); any other (the
@@ -61,11 +72,12 @@ import json
 import logging
 import os
 import pickle
+import queue
 import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +88,7 @@ from ..format.remote_index import RemoteLogIndexEntry
 from .cache import chunk_file_name, write_chunk_file
 from .chunk_codec import decode_chunk
 from .manifest import chunk_entries, encode_segment
+from .objects import ObjectInfo
 from .storage import RemoteStorage
 from .tier_config import TierConfig
 
@@ -119,6 +132,8 @@ def spec_of(storage: RemoteStorage) -> StorageSpec | None:
     from .fs import LocalDirStorage
     from .s3 import S3Storage
 
+    if isinstance(storage, WorkerStorage):
+        return storage.spec
     if isinstance(storage, LocalDirStorage):
         return StorageSpec(
             "fs", json.dumps({"root": str(storage.root), "read_only": storage.read_only})
@@ -224,25 +239,66 @@ def _fetch(
     return out
 
 
-_TASKS: dict[str, Any] = {"upload": _upload, "scan": _scan, "encode": _encode, "fetch": _fetch}
+class _Cancelled(Exception):
+    """Raised in a worker's task whose caller cancelled it (see :func:`serve`)."""
+
+
+STORE_CALLS = frozenset({"put", "put_file", "get", "size", "list", "delete", "discard_partial"})
+"""The :class:`~tiered_log.remote.storage.RemoteStorage` methods a worker runs for
+:class:`WorkerStorage`."""
+
+
+def _store_call(
+    spec: StorageSpec,
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    progress: Callable[[int], None],
+) -> Any:
+    """Run the store's ``method`` (one of :data:`STORE_CALLS`); a listing is returned
+    whole, and ``put_file`` asked to ``report`` sends its progress as progress frames."""
+    if method not in STORE_CALLS:
+        raise RemoteStorageError(f"a tier worker runs no store method {method!r}")
+    store = _store(spec)
+    if method == "list":
+        return list(store.list(*args, **kwargs))
+    if method == "put_file" and kwargs.pop("report", False):
+        kwargs["progress"] = progress
+    return getattr(store, method)(*args, **kwargs)
+
+
+_TASKS: dict[str, Any] = {
+    "upload": _upload,
+    "scan": _scan,
+    "encode": _encode,
+    "fetch": _fetch,
+    "store": _store_call,
+}
 
 
 def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """The worker's loop: run each request on a thread, answer on ``out``; return at
-    the end of ``inp`` (the parent is gone or closed the channel)."""
+    the end of ``inp`` (the parent is gone or closed the channel). A ``"cancel"``
+    request (args: the task id) is taken at once: that task's next progress report
+    raises :class:`_Cancelled` in it (a ``put_file`` aborts, leaving nothing behind)."""
     write_lock = threading.Lock()
+    cancelled: set[int] = set()
 
     def run(task_id: int, name: str, args: tuple[Any, ...]) -> None:
         def progress(value: object) -> None:
+            if task_id in cancelled:
+                raise _Cancelled(f"task {task_id} cancelled by its caller")
             with write_lock:
                 _write_frame(out, (task_id, None, value))
 
         try:
-            if name == "fetch":
+            if name in ("fetch", "store"):
                 args = (*args, progress)
             answer: tuple[Any, ...] = (task_id, True, _TASKS[name](*args))
         except BaseException as exc:  # returned to the caller, raised there
             answer = (task_id, False, exc)
+        finally:
+            cancelled.discard(task_id)
         with write_lock:
             try:
                 _write_frame(out, answer)
@@ -260,7 +316,10 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
 
     with ThreadPoolExecutor(THREADS, thread_name_prefix="tier-worker") as pool:
         while (req := _read_frame(inp)) is not None:
-            pool.submit(run, *req)
+            if req[1] == "cancel":
+                cancelled.add(req[2][0])
+            else:
+                pool.submit(run, *req)
 
 
 # ---- in the log's process ------------------------------------------------------------------
@@ -350,6 +409,16 @@ class _Process:
                 raise RemoteStorageError(self.dead, retriable=True) from None
         return fut
 
+    def cancel(self, task_id: int) -> None:
+        """Ask the worker to stop task ``task_id`` at its next progress report."""
+        with self.lock:
+            if self.dead is None:
+                try:
+                    assert self.proc.stdin is not None
+                    _write_frame(self.proc.stdin, (task_id, "cancel", (task_id,)))
+                except (OSError, ValueError):
+                    pass  # the reader thread notices the channel is gone
+
     def close(self) -> None:
         try:
             assert self.proc.stdin is not None
@@ -379,14 +448,17 @@ class TierWorker:
         self._ids = itertools.count()
         self._turn = itertools.count()
 
-    def _run(self, name: str, *args: Any, progress: Callable[[Any], None] | None = None) -> Any:
-        task_id = next(self._ids)
+    def _process(self) -> _Process:
+        """The next worker process in turn (started again if it died)."""
         with self._lock:
             i = next(self._turn) % self.processes
             p = self._procs[i]
             if p is None or p.dead is not None:
                 p = self._procs[i] = _Process(self.nice)
-        return p.submit(task_id, name, args, progress).result()
+            return p
+
+    def _run(self, name: str, *args: Any, progress: Callable[[Any], None] | None = None) -> Any:
+        return self._process().submit(next(self._ids), name, args, progress).result()
 
     def upload(
         self, spec: StorageSpec, key: str, path: Path, storage_class: str | None = None
@@ -475,6 +547,41 @@ class TierWorker:
         )
         return got
 
+    def store_call(
+        self,
+        spec: StorageSpec,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        progress: Callable[[int], None] | None = None,
+    ) -> Any:
+        """The store ``spec`` names runs ``method(*args, **kwargs)`` (one of
+        :data:`STORE_CALLS`) in a worker; its result (a listing as a list), or its error
+        raised here. ``progress`` (``put_file``'s) runs on the calling thread, as the
+        store's own would; an exception it raises cancels the upload in the worker and
+        propagates (an upload that finished before the cancel arrived is deleted)."""
+        if progress is None:
+            return self._run("store", spec, method, args, kwargs)
+        reports: queue.SimpleQueue[int] = queue.SimpleQueue()
+        task_id, p = next(self._ids), self._process()
+        fut = p.submit(task_id, "store", (spec, method, args, kwargs), reports.put)
+        fut.add_done_callback(lambda _f: reports.put(-1))
+        try:
+            while not fut.done() or not reports.empty():
+                n = reports.get()
+                if n >= 0:
+                    progress(n)
+        except BaseException:
+            p.cancel(task_id)
+            try:
+                fut.result()
+            except Exception:  # cancelled (or failed anyway): nothing was stored
+                pass
+            else:
+                self._run("store", spec, "delete", ([args[0]],), {})
+            raise
+        return fut.result()
+
     def pids(self) -> list[int]:
         """The pids of the worker processes running now (none before first use)."""
         with self._lock:
@@ -487,6 +594,96 @@ class TierWorker:
         for p in procs:
             if p is not None:
                 p.close()
+
+
+class WorkerStorage:
+    """A :class:`~tiered_log.remote.storage.RemoteStorage` whose every call runs in a
+    tier worker (the store the worker opens from ``spec``), so the store's client
+    (boto3) never runs in this process for it: a remote tier's manifest puts, metadata
+    and snapshot writes, deletes, listings and small reads go through the same channel
+    as its uploads and fetches. Each method has the store's own behaviour: its retries
+    run in the worker and its errors come back as it raised them (a worker that dies:
+    retriable RemoteStorageError, as for an upload). ``local``: the same store opened
+    in this process, for its plain attributes (``url``, ``endpoint_url``, ``region``...)
+    and its close; none of its methods is called. Thread-safe: each call blocks its
+    caller until the worker answers."""
+
+    def __init__(self, worker: TierWorker, spec: StorageSpec, local: RemoteStorage) -> None:
+        self.worker = worker
+        self.spec = spec
+        self.local = local
+        self._closed = False
+
+    def _call(
+        self, method: str, *args: Any, progress: Callable[[int], None] | None = None, **kw: Any
+    ) -> Any:
+        if self._closed:
+            raise RemoteStorageError(f"storage {self.url} is closed", retriable=False)
+        return self.worker.store_call(self.spec, method, args, kw, progress)
+
+    def put(self, key: str, data: bytes | memoryview) -> ObjectInfo:
+        info: ObjectInfo = self._call("put", key, bytes(data))
+        return info
+
+    def put_file(
+        self,
+        key: str,
+        path: str | os.PathLike[str],
+        progress: Callable[[int], None] | None = None,
+        *,
+        storage_class: str | None = None,
+    ) -> ObjectInfo:
+        info: ObjectInfo = self._call(
+            "put_file",
+            key,
+            os.fspath(path),
+            storage_class=storage_class,
+            report=progress is not None,
+            progress=progress,
+        )
+        return info
+
+    def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        data: bytes = self._call("get", key, start, end)
+        return data
+
+    def size(self, key: str) -> int:
+        return int(self._call("size", key))
+
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
+        found: list[ObjectInfo] = self._call("list", prefix, start_after)
+        return iter(found)
+
+    def delete(self, keys: Sequence[str]) -> None:
+        self._call("delete", keys if isinstance(keys, (str, tuple)) else list(keys))
+
+    def discard_partial(self, keys: Sequence[str]) -> None:
+        self._call("discard_partial", keys if isinstance(keys, (str, tuple)) else list(keys))
+
+    def close(self) -> None:
+        self._closed = True
+        self.local.close()
+
+    @property
+    def url(self) -> str:
+        return self.local.url
+
+    def __getattr__(self, name: str) -> Any:
+        """The local store's plain attributes (never a method: those run in a worker)."""
+        value = getattr(self.local, name)
+        if callable(value):
+            raise AttributeError(f"{name} is not a store call a tier worker runs")
+        return value
+
+
+def in_worker(config: TierConfig, storage: RemoteStorage) -> RemoteStorage:
+    """``storage`` with its calls run in the tier's worker processes
+    (:class:`WorkerStorage`), or ``storage`` itself when workers are off or it cannot
+    be opened in another process (:func:`worker_for`)."""
+    if isinstance(storage, WorkerStorage):
+        return storage
+    placed = worker_for(config, storage)
+    return storage if placed is None else WorkerStorage(placed[0], placed[1], storage)
 
 
 _workers: dict[tuple[int, int], TierWorker] = {}
@@ -525,4 +722,14 @@ def main() -> None:
     serve(inp, out)
 
 
-__all__ = ["StorageSpec", "TierWorker", "serve", "shared_worker", "spec_of", "worker_for"]
+__all__ = [
+    "STORE_CALLS",
+    "StorageSpec",
+    "TierWorker",
+    "WorkerStorage",
+    "in_worker",
+    "serve",
+    "shared_worker",
+    "spec_of",
+    "worker_for",
+]
