@@ -16,8 +16,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
-    ConfigResource,
-    ResourceType,
 )
 from service.conftest import ServerProcess
 
@@ -25,17 +23,12 @@ from tiered_log.format.batch_encode import encode_batch
 from tiered_log.format.records import ProducerRecord
 
 from .conftest import create_topic
+from .test_configs import _alter, _describe
 
 pytestmark = pytest.mark.timeout(120)
 
 LIMIT = 2048
 BIG = b"x" * 1000 + bytes(range(256)) * 12  # 4,072 bytes, compresses well under LIMIT
-
-
-def _describe(admin: AdminClient, topic: str) -> str:
-    res = ConfigResource(ResourceType.TOPIC, topic)
-    entries = admin.describe_configs([res])[res].result(timeout=20)
-    return str(entries["max.message.bytes"].value)
 
 
 def _produce(server: ServerProcess, topic: str, value: bytes, **conf: Any) -> KafkaError | None:
@@ -73,7 +66,7 @@ def _refused(r: httpx.Response) -> str:
 def test_max_message_bytes_on_every_produce_path(server: ServerProcess) -> None:
     create_topic(server, "mmb", max_message_bytes=LIMIT)
     admin = AdminClient({"bootstrap.servers": server.kafka_bootstrap})
-    assert _describe(admin, "mmb") == str(LIMIT)
+    assert _describe(admin, "mmb")["max.message.bytes"] == str(LIMIT)
 
     # Kafka: too large uncompressed; the same value compressed fits; a small one fits.
     err = _produce(server, "mmb", BIG)
@@ -102,15 +95,12 @@ def test_max_message_bytes_on_every_produce_path(server: ServerProcess) -> None:
     assert r.status_code == 200, r.text
 
     # Altered under Kafka's name: the larger value goes in; described with its value.
-    res = ConfigResource(
-        ResourceType.TOPIC,
+    _alter(
+        admin,
         "mmb",
-        incremental_configs=[
-            ConfigEntry("max.message.bytes", "8192", incremental_operation=AlterConfigOpType.SET)
-        ],
+        ConfigEntry("max.message.bytes", "8192", incremental_operation=AlterConfigOpType.SET),
     )
-    admin.incremental_alter_configs([res])[res].result(timeout=20)
-    assert _describe(admin, "mmb") == "8192"
+    assert _describe(admin, "mmb")["max.message.bytes"] == "8192"
     assert _produce(server, "mmb", BIG) is None
     assert _end(server, "mmb") == 4
 
@@ -119,5 +109,5 @@ def test_max_message_bytes_on_every_produce_path(server: ServerProcess) -> None:
     assert r.status_code in (400, 422) and "max_message_bytes" in r.text
     r = httpx.patch(f"{server.url}/v1/topics/mmb", json={"config": {"max_message_bytes": LIMIT}})
     assert r.status_code == 200 and r.json()["config"]["max_message_bytes"] == LIMIT
-    assert _describe(admin, "mmb") == str(LIMIT)
+    assert _describe(admin, "mmb")["max.message.bytes"] == str(LIMIT)
     _refused(httpx.post(url, content=BIG, headers={"content-type": "application/octet-stream"}))

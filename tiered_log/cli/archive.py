@@ -149,15 +149,18 @@ def _mib_per_sec(text: str) -> float:
     return value
 
 
-def _scrub_args(p: argparse.ArgumentParser) -> None:
-    _bucket_args(p, required=False)
+def _service_args(p: argparse.ArgumentParser, what: str) -> None:
+    """``--url`` (a running service, any nodes of a cluster, comma-separated: ``what``
+    it is for) and ``--token``."""
     p.add_argument(
-        "--url",
-        metavar="URL",
-        help="instead of --remote: a running service (any nodes of a cluster, "
-        "comma-separated) whose background scrubber's findings are printed",
+        "--url", metavar="URL", help=f"a running service (any nodes of a cluster, {what}"
     )
     p.add_argument("--token", help="bearer token for --url (default $TIERED_LOG_TOKEN)")
+
+
+def _scrub_args(p: argparse.ArgumentParser) -> None:
+    _bucket_args(p, required=False)
+    _service_args(p, "comma-separated), instead of --remote: its scrubber's findings")
     p.add_argument(
         "--key-file",
         metavar="FILE",
@@ -348,13 +351,11 @@ def _reconcile_args(p: argparse.ArgumentParser) -> None:
         help="the grace period: orphans written less than N seconds ago are kept "
         "(default 3600: longer than any copy's upload)",
     )
-    p.add_argument(
-        "--url",
-        metavar="URL",
-        help="a running service on this bucket (any nodes of a cluster, comma-separated): "
-        "what it serves is never deleted, its topics are never taken for deleted ones",
+    _service_args(
+        p,
+        "comma-separated) on this bucket: what it serves is never deleted, its topics "
+        "are never taken for deleted ones",
     )
-    p.add_argument("--token", help="bearer token for --url (default $TIERED_LOG_TOKEN)")
 
 
 def _live_view(args: argparse.Namespace) -> LiveView:
@@ -475,13 +476,11 @@ def _restore_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--endpoint-url", metavar="URL", help="S3 endpoint (MinIO, moto, ...)")
     p.add_argument("--region", help="S3 region")
-    p.add_argument(
-        "--url",
-        metavar="URL",
-        help="a running service on the bucket: it restores (its unshipped records too) "
-        "and serves the new topic at once",
+    _service_args(
+        p,
+        "comma-separated) on the bucket: it restores (its unshipped records too) and "
+        "serves the new topic at once",
     )
-    p.add_argument("--token", help="bearer token for --url (default $TIERED_LOG_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
