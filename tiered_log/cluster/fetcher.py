@@ -22,6 +22,20 @@ latest leader epoch) to the leader through a
   the bucket is rebuilt only if this replica leads (:meth:`TieredLog.lead
   <tiered_log.partition.log.TieredLog.lead>`), whose reads of archived offsets wait for it.
 
+When it fsyncs: a follower's log end counts for nothing (the leader neither moves the
+high watermark by it nor takes it into the ISR) until it reaches the leader's high
+watermark, the lowest log end of the in-sync replicas, and within one leader epoch that
+mark only rises. So while this log's end is below the highest mark this fetcher has
+learnt, the records it copies are committed already (on the disks of the in-sync
+replicas) and it appends them without an fsync each (``append_replica(sync=False)``);
+before it sends a fetch from an end at or past that mark, the one kind that can
+acknowledge a record or bring it back into the ISR, it fsyncs what the flush policy
+owes (:meth:`TieredLog.flush_if_due <tiered_log.partition.log.TieredLog.flush_if_due>`).
+An in-sync follower therefore fsyncs before every fetch that follows an append, as it
+did after every append, and "acknowledged is never lost" holds under the same faults;
+one catching up fsyncs once per segment (its seal) instead of once per fetch. A new
+fetcher (a new leader or epoch) starts knowing no mark.
+
 Invariant: a follower's log is always a prefix of some leader's log in an epoch at
 least its own: it appends only what the leader of ``leader_epoch`` sent from exactly
 its own log end, and truncates before appending whenever its last epoch's history
@@ -131,6 +145,9 @@ class ReplicaFetcher:
         )
         self.last_error: str | None = None
         self.rounds = 0
+        self.committed_mark = -1
+        """The highest high watermark the leader sent in this epoch (-1: none yet): a
+        fetch from below it cannot count towards a commit (see the module docstring)."""
 
     def start(self) -> ReplicaFetcher:
         self._thread.start()
@@ -189,6 +206,8 @@ class ReplicaFetcher:
         (nothing is applied), CorruptRecordError for damaged bytes."""
         plog = self.plog
         b = plog.bounds()
+        if b.next_offset >= self.committed_mark:
+            plog.flush_if_due()  # this end may count: on disk before the leader hears it
         req = ReplicaFetch(
             self.replica_id,
             self.leader_epoch,
@@ -246,12 +265,13 @@ class ReplicaFetcher:
         elif ans.data:
             data = ans.data if not isinstance(ans.data, FetchRanges) else ans.data.read()
             try:
-                plog.append_replica(data, ans.epochs, ans.rolls)
+                plog.append_replica(data, ans.epochs, ans.rolls, sync=False)
             except (CorruptRecordError, InvalidArgumentError) as exc:
                 raise TieredLogError(
                     f"leader {self.leader_id} sent batches that do not "
                     f"append at {req.offset}: {exc}"
                 ) from None
+        self.committed_mark = max(self.committed_mark, ans.high_watermark)
         plog.set_high_watermark(min(ans.high_watermark, plog.next_offset))
         plog.apply_replica_retention(ans.remote_end_offset)
         self.rounds += 1

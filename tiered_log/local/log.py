@@ -496,10 +496,13 @@ class Log:
                 )
             return self._write_locked(batch, ts_now, roll=roll)
 
-    def _write_locked(self, batch: EncodedBatch, ts_now: int, *, roll: bool) -> tuple[int, int]:
+    def _write_locked(
+        self, batch: EncodedBatch, ts_now: int, *, roll: bool, flush: bool = True
+    ) -> tuple[int, int]:
         """Write ``batch`` (at the next offset already) to the active segment, rolling
-        first when ``roll`` and the segment is full or old, then flush by the policy;
-        returns the first and last offsets. Under the lock."""
+        first when ``roll`` and the segment is full or old, then flush by the policy
+        (``flush=False``: the flush it owes is left to :meth:`flush_if_due`); returns the
+        first and last offsets. Under the lock."""
         cfg = self.config
         active = self._segments[-1]
         if (
@@ -518,11 +521,18 @@ class Log:
                 f"write to {active.store_path} failed: {exc}", retriable=True
             ) from exc
         self._unflushed += batch.count
-        if (cfg.flush_messages is not None and self._unflushed >= cfg.flush_messages) or (
-            cfg.flush_ms is not None and ts_now - self._last_flush_ms >= cfg.flush_ms
-        ):
+        if flush and self._flush_due(ts_now):
             self._flush_locked()
         return batch.base_offset, batch.next_offset - 1
+
+    def _flush_due(self, ts_now: int) -> bool:
+        """Whether the flush policy owes an fsync now: ``flush_messages`` unflushed
+        records, or ``flush_ms`` since the last flush with records unflushed."""
+        cfg = self.config
+        return bool(self._unflushed) and (
+            (cfg.flush_messages is not None and self._unflushed >= cfg.flush_messages)
+            or (cfg.flush_ms is not None and ts_now - self._last_flush_ms >= cfg.flush_ms)
+        )
 
     def _roll(self) -> Segment:
         """Seal the active segment and start a new one at the next offset (lock held)."""
@@ -586,10 +596,18 @@ class Log:
         rolls: Sequence[int] | None = None,
         before: Callable[[int], None] | None = None,
         undo: Callable[[int], None] | None = None,
+        sync: bool = True,
     ) -> int:
         """Append another log's verified batches at exactly this log's end, keeping their
         offsets and timestamps (a follower copying its leader); returns the new next
         offset. InvalidArgumentError when ``batch`` does not start at the next offset.
+
+        ``sync=False``: the fsync the flush policy owes for these batches is not done
+        here but by the caller's next :meth:`flush_if_due` (a follower catching up below
+        its leader's high watermark copies records that are committed already, and its
+        log end counts for nothing until it reaches that mark: it fsyncs once before
+        it reports such an end, not after every copy); a roll still seals (fsyncs) the
+        segment it closes.
 
         ``rolls``: the other log's segment bases among these offsets: the active segment
         rolls exactly there and never by its own size or age, so the segments are the
@@ -613,14 +631,14 @@ class Log:
                 # The leader's bytes, unchanged: offsets, timestamps and the leader epoch
                 # it stamped stay as they are.
                 if rolls is None:
-                    self._write_locked(batch, now_ms(), roll=True)
+                    self._write_locked(batch, now_ms(), roll=True, flush=sync)
                 else:
                     at = set(rolls)
                     for piece in split_batches_at(batch, at):
                         active = self._segments[-1]
                         if piece.base_offset in at and active.base_offset != piece.base_offset:
                             self.roll()
-                        self._write_locked(piece, now_ms(), roll=False)
+                        self._write_locked(piece, now_ms(), roll=False, flush=sync)
             except BaseException:
                 if undo is not None:
                     undo(self.next_offset)
@@ -640,6 +658,16 @@ class Log:
         with self._lock:
             self._check_writable()
             self._flush_locked()
+            return self._flushed_offset
+
+    def flush_if_due(self) -> int:
+        """fsync what the flush policy owes (see :meth:`append_copy`'s ``sync``): records
+        are unflushed and ``flush_messages`` or ``flush_ms`` says they are due; returns
+        the flushed offset. Nothing to do costs no system call."""
+        with self._lock:
+            self._check_writable()
+            if self._flush_due(now_ms()):
+                self._flush_locked()
             return self._flushed_offset
 
     def maybe_flush(self) -> None:

@@ -365,6 +365,11 @@ class TieredLog:
     def flush(self) -> int:
         return self._local.flush()
 
+    def flush_if_due(self) -> int:
+        """fsync what the flush policy owes after ``append_replica(sync=False)``
+        (nothing to do: no system call); returns the flushed offset."""
+        return self._local.flush_if_due()
+
     def roll(self) -> None:
         """Seal the active segment (if not empty) and wake the shipper."""
         self._local.roll()
@@ -712,10 +717,14 @@ class TieredLog:
         data: bytes | bytearray | memoryview,
         epochs: Sequence[tuple[int, int]],
         rolls: Sequence[int] | None = None,
+        *,
+        sync: bool = True,
     ) -> int:
         """Append the leader's stored batches (as its ``read_batches`` returned them) at
         the offsets and with the timestamps they carry; returns the new next offset
-        (empty ``data``: nothing happens).
+        (empty ``data``: nothing happens). ``sync=False``: the fsync the flush policy
+        owes is the caller's, by :meth:`flush_if_due` before this log's end can count
+        towards a commit (the fetcher's rule, :mod:`tiered_log.cluster.fetcher`).
 
         ``rolls``: the base offsets of the leader's segments among these batches. The
         follower rolls exactly there and nowhere else (never by its own size or age), so
@@ -737,7 +746,7 @@ class TieredLog:
         active = self._local.active_base_offset
         ps = self._producers.state
         with ps.lock:
-            end = self._replication.append(data, epochs, rolls)
+            end = self._replication.append(data, epochs, rolls, sync=sync)
             if len(data):
                 ps.apply_headers(buffer_headers(data))
         if self._local.active_base_offset != active:

@@ -373,12 +373,16 @@ class Replication:
         data: bytes | bytearray | memoryview,
         epochs: Sequence[tuple[int, int]],
         rolls: Sequence[int] | None,
+        *,
+        sync: bool = True,
     ) -> int:
         """Append the leader's stored batches at the offsets and with the timestamps they
         carry, rolling exactly at ``rolls`` (None: by the log's own size), and record the
         leader's ``epochs`` for the range first (cut again if the write fails); returns
-        the new next offset. See :meth:`TieredLog.append_replica
-        <tiered_log.partition.log.TieredLog.append_replica>` for the errors."""
+        the new next offset; ``sync=False``: the fsync is left to the caller
+        (:meth:`Log.append_copy <tiered_log.local.log.Log.append_copy>`). See
+        :meth:`TieredLog.append_replica <tiered_log.partition.log.TieredLog.append_replica>`
+        for the errors."""
         if not len(data):
             return self._local.next_offset
         pairs = _epoch_pairs(epochs)
@@ -396,7 +400,11 @@ class Replication:
                 self.epochs.assign(e.epoch, e.start_offset)
 
         return self._local.append_copy(
-            batch, rolls=rolls, before=record_epochs, undo=self.epochs.truncate_from_end
+            batch,
+            rolls=rolls,
+            before=record_epochs,
+            undo=self.epochs.truncate_from_end,
+            sync=sync,
         )
 
 
