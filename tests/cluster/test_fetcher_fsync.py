@@ -1,4 +1,4 @@
-"""When a follower's fetcher fsyncs: in process, a real leader log and its real
+"""When a follower's fetcher fsyncs and when it fetches ahead: in process, a real leader log and its real
 :class:`~tiered_log.cluster.replica.LeaderReplication` (an in-sync follower holding the
 high watermark at the leader's end) answer a real :class:`ReplicaFetcher` over a
 transport that calls them directly, and note, at each fetch the leader hears, how far
@@ -6,8 +6,9 @@ the follower's log is fsynced.
 
 The rule: while the follower's end is below the highest mark the leader sent, it copies
 without an fsync per copy (those records are committed already and its end cannot count
-towards a commit); every fetch from an end at or past that mark, the kind that moves
-the mark or brings it back into the ISR, arrives with everything before it on disk.
+towards a commit), and it sends the next fetch before it appended the batches in hand;
+every fetch from an end at or past that mark, the kind that moves the mark or brings
+it back into the ISR, arrives with everything before it on disk.
 The follower ends byte-identical to the leader, rolled at the leader's segment bases.
 """
 
@@ -53,6 +54,7 @@ class Heard:
     """One fetch as the leader heard it."""
 
     offset: int
+    follower_end: int
     follower_flushed: int
     mark_sent_before: int
 
@@ -70,7 +72,8 @@ class InProcessLeader:
 
     def fetch(self, topic: str, partition: int, req: ReplicaFetch) -> ReplicaAnswer:
         assert (topic, partition, req.replica_id) == (TOPIC, PARTITION, FOLLOWER)
-        self.heard.append(Heard(req.offset, self.follower.flushed_offset, self.mark_sent))
+        f = self.follower
+        self.heard.append(Heard(req.offset, f.next_offset, f.flushed_offset, self.mark_sent))
         hw = self.rep.record_fetch(req.replica_id, req.offset)
         got = self.plog.read_batch_ranges(req.offset, 1 << 30, req.max_bytes)
         try:
@@ -119,6 +122,7 @@ def pair(tmp_path: Path) -> Iterator[tuple[TieredLog, TieredLog, InProcessLeader
         leader_epoch=EPOCH,
         transport=transport,
         max_bytes=3000,
+        catch_up_max_bytes=6000,
         wait_ms=0,
     )
     try:
@@ -160,6 +164,10 @@ def test_a_follower_copies_committed_records_without_an_fsync_each_and_reports_o
     assert counting and all(h.follower_flushed == h.offset for h in counting)
     # Below the mark, copies were not fsynced one by one.
     assert any(h.follower_flushed < h.offset for h in transport.heard)
+    # Fetches were sent ahead of the append of the batches in hand, and only from ends
+    # below the mark (they count for nothing).
+    ahead = [h for h in transport.heard if h.follower_end < h.offset]
+    assert ahead and all(h.offset < h.mark_sent_before for h in ahead)
     # It reached the mark with its log on disk: the leader may take it into the ISR.
     assert FOLLOWER in transport.rep.catching_up_followers()
     assert follower.flushed_offset == follower.next_offset == leader.next_offset

@@ -36,6 +36,17 @@ did after every append, and "acknowledged is never lost" holds under the same fa
 one catching up fsyncs once per segment (its seal) instead of once per fetch. A new
 fetcher (a new leader or epoch) starts knowing no mark.
 
+Catching up, by the same rule: while this log's end is below that mark, each fetch asks
+for up to ``catch_up_max_bytes`` (``max_bytes`` otherwise), and the next fetch is sent
+ahead, from the end the batches in hand will leave, in a thread of its own while they
+are verified and appended (Kafka's fetch pipelining): the leader hears of an end this
+log does not hold yet, which is safe only because an end below the mark counts for
+nothing. The answer sent ahead is used only if the next round would have asked exactly
+the same (same offset, last epoch and sizes: the append went as planned), else it is
+dropped and the round asks again. A transport's answer stays valid until the fetch
+after the next (:class:`~tiered_log.cluster.kafka_fetch.KafkaTransport` takes turns
+with two buffers), and only one fetch is in flight at a time.
+
 Invariant: a follower's log is always a prefix of some leader's log in an epoch at
 least its own: it appends only what the leader of ``leader_epoch`` sent from exactly
 its own log end, and truncates before appending whenever its last epoch's history
@@ -45,14 +56,15 @@ back-off; the node stops this fetcher and starts another when the metadata names
 leader or epoch.
 
 Thread-safety: one fetcher is the only writer of its partition's log (the service
-refuses produce on a follower); :meth:`stop` may be called from any thread.
+refuses produce on a follower); its fetch sent ahead runs in a thread of its own that
+touches only the transport; :meth:`stop` may be called from any thread.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import httpx
 
@@ -65,6 +77,7 @@ from ..errors import (
     RemoteStorageError,
     TieredLogError,
 )
+from ..format.records import HEADER_SIZE, batch_header
 from ..local.ranges import FetchRanges
 from ..partition import TieredLog
 from .protocol import PATH, ReplicaAnswer, ReplicaFetch, ReplicaTransport
@@ -124,6 +137,7 @@ class ReplicaFetcher:
         leader_epoch: int,
         transport: ReplicaTransport,
         max_bytes: int = 4 << 20,
+        catch_up_max_bytes: int = 16 << 20,
         wait_ms: int = 300,
         on_fetched: Callable[[ReplicaAnswer], None] | None = None,
     ) -> None:
@@ -135,7 +149,9 @@ class ReplicaFetcher:
         self.transport = transport
         self.leader_epoch = leader_epoch
         self._max_bytes = max_bytes
+        self._catch_up_bytes = max(max_bytes, catch_up_max_bytes)
         self._wait_ms = wait_ms
+        self._ahead: _FetchAhead | None = None
         self._on_fetched = on_fetched
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -208,16 +224,17 @@ class ReplicaFetcher:
         b = plog.bounds()
         if b.next_offset >= self.committed_mark:
             plog.flush_if_due()  # this end may count: on disk before the leader hears it
-        req = ReplicaFetch(
-            self.replica_id,
-            self.leader_epoch,
-            b.next_offset,
-            plog.latest_leader_epoch,
-            self._max_bytes,
-            self._wait_ms,
-            empty=b.next_offset == b.local_start_offset,
+        req = self._request(
+            b.next_offset, plog.latest_leader_epoch, empty=b.next_offset == b.local_start_offset
         )
-        ans = self.transport.fetch(self.topic, self.partition, req)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.req == req:
+            ans = ahead.result()
+        else:
+            if ahead is not None:
+                ahead.drop()
+            ans = self.transport.fetch(self.topic, self.partition, req)
+        self.committed_mark = max(self.committed_mark, ans.high_watermark)
         if self._stop.is_set():
             return ans
         if ans.reset_to is not None:
@@ -264,6 +281,7 @@ class ReplicaFetcher:
             plog.truncate(cut)
         elif ans.data:
             data = ans.data if not isinstance(ans.data, FetchRanges) else ans.data.read()
+            self._send_ahead(data, ans.epochs)
             try:
                 plog.append_replica(data, ans.epochs, ans.rolls, sync=False)
             except (CorruptRecordError, InvalidArgumentError) as exc:
@@ -271,13 +289,78 @@ class ReplicaFetcher:
                     f"leader {self.leader_id} sent batches that do not "
                     f"append at {req.offset}: {exc}"
                 ) from None
-        self.committed_mark = max(self.committed_mark, ans.high_watermark)
         plog.set_high_watermark(min(ans.high_watermark, plog.next_offset))
         plog.apply_replica_retention(ans.remote_end_offset)
         self.rounds += 1
         if self._on_fetched is not None:
             self._on_fetched(ans)
         return ans
+
+    def _request(self, offset: int, last_epoch: int, *, empty: bool) -> ReplicaFetch:
+        """The fetch from ``offset``: ``catch_up_max_bytes`` below the mark."""
+        size = self._catch_up_bytes if offset < self.committed_mark else self._max_bytes
+        return ReplicaFetch(
+            self.replica_id, self.leader_epoch, offset, last_epoch, size, self._wait_ms, empty=empty
+        )
+
+    def _send_ahead(self, data: bytes | memoryview, epochs: Sequence[tuple[int, int]]) -> None:
+        """Send the fetch that follows ``data`` (about to be appended) now, if the end it
+        leaves is below the mark (see the module docstring)."""
+        end = _end_offset(data)
+        if end is None or end >= self.committed_mark or self._stop.is_set():
+            return
+        last = max([self.plog.latest_leader_epoch, *(e for e, s in epochs if s < end)])
+        req = self._request(end, last, empty=False)
+        self._ahead = _FetchAhead(self.transport, self.topic, self.partition, req)
+
+
+class _FetchAhead:
+    """One fetch sent from a thread of its own (see :class:`ReplicaFetcher`): its
+    request, and its answer or error once :meth:`result` joined it."""
+
+    def __init__(
+        self, transport: ReplicaTransport, topic: str, partition: int, req: ReplicaFetch
+    ) -> None:
+        self.req = req
+        self._answer: ReplicaAnswer | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(transport, topic, partition),
+            daemon=True,
+            name=f"tiered-log-fetch-ahead-{topic}-{partition}",
+        )
+        self._thread.start()
+
+    def _run(self, transport: ReplicaTransport, topic: str, partition: int) -> None:
+        try:
+            self._answer = transport.fetch(topic, partition, self.req)
+        except BaseException as exc:  # handed to the fetcher's thread by result()
+            self._error = exc
+
+    def result(self) -> ReplicaAnswer:
+        """The answer (waits for it); raises what the fetch raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer
+
+    def drop(self) -> None:
+        """Wait for the fetch to end and forget it (the transport is free again)."""
+        self._thread.join()
+
+
+def _end_offset(data: bytes | bytearray | memoryview) -> int | None:
+    """The offset after the last of the leader's batches ``data``, from their headers
+    (not verified: the append verifies them); None when they do not frame exactly."""
+    pos, end, size = 0, None, len(data)
+    while pos + HEADER_SIZE <= size:
+        base, n, count = batch_header(data, pos)
+        if n < HEADER_SIZE:
+            return None
+        pos, end = pos + n, base + count
+    return end if pos == size else None
 
 
 def _error_of(r: httpx.Response) -> TieredLogError:

@@ -1,7 +1,10 @@
 """A follower's fetches over its leader's Kafka listener: one blocking connection per
 fetcher that sends Kafka's Fetch v12 with ``replica_id`` set and decodes the answer by
-hand, straight from a receive buffer reused from one fetch to the next (the batches are
-handed on as a view of it: no copy between the socket and the follower's log). The
+hand, straight from one of two receive buffers it takes turns with (the batches are
+handed on as a view of it: no copy between the socket and the follower's log; an answer
+stays valid while the next fetch is received into the other buffer, so the fetcher can
+append one while the next is in flight). A buffer grows to the largest answer and goes
+back to its first size once answers are small again (a follower at its leader's end). The
 mapping of the fields is :mod:`tiered_log.cluster.protocol`'s.
 
 Request (Kafka's layout; request header v2, all integers big-endian)::
@@ -40,7 +43,8 @@ connection and raises a retriable TieredLogError (the fetcher backs off and the 
 fetch connects again); nothing of such an answer is applied. The batches themselves are
 verified by the log before anything is appended.
 
-Thread-safety: one fetcher thread calls :meth:`KafkaTransport.fetch`; :meth:`close`
+Thread-safety: one fetch at a time calls :meth:`KafkaTransport.fetch` (the fetcher's
+thread, or the thread it sends its next fetch from, never both at once); :meth:`close`
 may be called from another thread (it shuts the socket down, which ends a blocked
 receive).
 """
@@ -158,7 +162,8 @@ class KafkaTransport:
         self._lock = threading.Lock()  # guards _sock against close() from another thread
         self._closed = False
         self._correlation = 0
-        self._buf = bytearray(_FIRST_BUFFER)
+        self._bufs = [bytearray(_FIRST_BUFFER), bytearray(_FIRST_BUFFER)]
+        self._turn = 0  # the buffer the last answer went into
 
     # ---- the connection -----------------------------------------------------------------
 
@@ -185,13 +190,15 @@ class KafkaTransport:
         """SASL/PLAIN: the handshake (v1) then the token (SaslAuthenticate v1)."""
         assert self._token is not None
         mech = b"PLAIN"
-        r = self._call(sock, SASL_HANDSHAKE_KEY, 1, _I16.pack(len(mech)) + mech, flexible=False)
+        r = self._call(
+            sock, SASL_HANDSHAKE_KEY, 1, _I16.pack(len(mech)) + mech, flexible=False, own=True
+        )
         (err,) = r.take(_I16)
         if err:
             raise TieredLogError(f"the leader refused SASL/PLAIN (error {err})", retriable=True)
         plain = b"\0" + b"replica-" + str(self.replica_id).encode() + b"\0" + self._token.encode()
         r = self._call(
-            sock, SASL_AUTHENTICATE_KEY, 1, _I32.pack(len(plain)) + plain, flexible=False
+            sock, SASL_AUTHENTICATE_KEY, 1, _I32.pack(len(plain)) + plain, flexible=False, own=True
         )
         (err,) = r.take(_I16)
         if err:
@@ -222,10 +229,19 @@ class KafkaTransport:
     # ---- one exchange -----------------------------------------------------------------
 
     def _call(
-        self, sock: socket.socket, key: int, version: int, body: bytes, *, flexible: bool
+        self,
+        sock: socket.socket,
+        key: int,
+        version: int,
+        body: bytes,
+        *,
+        flexible: bool,
+        own: bool = False,
     ) -> _Reader:
-        """Send one request and receive its answer into the reused buffer; a reader
-        positioned after the answer's header."""
+        """Send one request and receive its answer into the receive buffer whose turn
+        it is (``own``: into a buffer of its own, leaving the turns as they are: the
+        authentication a fetch may start with); a reader positioned after the answer's
+        header."""
         self._correlation = correlation = (self._correlation + 1) & 0x7FFFFFFF
         cid = self._client_id
         head_tail = b"\x00" if flexible else b""
@@ -237,8 +253,8 @@ class KafkaTransport:
             + head_tail
             + body
         )
-        n = self._receive(sock)
-        r = _Reader(memoryview(self._buf), n)
+        n, buf = self._receive(sock, own=own)
+        r = _Reader(memoryview(buf), n)
         (got,) = r.take(_I32)
         if got != correlation:
             raise MalformedAnswer(f"answer to request {got}, expected {correlation}")
@@ -246,19 +262,29 @@ class KafkaTransport:
             r.tags()
         return r
 
-    def _receive(self, sock: socket.socket) -> int:
-        """One answer frame into the buffer (its size prefix dropped); its length."""
+    def _receive(self, sock: socket.socket, *, own: bool = False) -> tuple[int, bytearray]:
+        """One answer frame into the buffer whose turn it is, not the one the previous
+        answer is in (``own``: a new one), its size prefix dropped; its length and the
+        buffer."""
         head = bytearray(4)
         self._read_into(sock, memoryview(head))
         (size,) = _I32.unpack(head)
         if size < 4 or size > (1 << 30):
             raise MalformedAnswer(f"an answer of {size} bytes")
-        if size > len(self._buf):
+        if own:
+            mine = bytearray(size)
+            self._read_into(sock, memoryview(mine))
+            return int(size), mine
+        self._turn = turn = 1 - self._turn
+        buf = self._bufs[turn]
+        if size > len(buf) or (size <= _FIRST_BUFFER < len(buf)):
             # A new buffer rather than a resize: a view of the old one handed out with
-            # the previous answer stays valid (and a resize would refuse while it lives).
-            self._buf = bytearray(max(size, 2 * len(self._buf)))
-        self._read_into(sock, memoryview(self._buf)[:size])
-        return int(size)
+            # an earlier answer stays valid (and a resize would refuse while it lives).
+            buf = self._bufs[turn] = bytearray(
+                _FIRST_BUFFER if size <= _FIRST_BUFFER else max(size, 2 * len(buf))
+            )
+        self._read_into(sock, memoryview(buf)[:size])
+        return int(size), buf
 
     @staticmethod
     def _read_into(sock: socket.socket, view: memoryview) -> None:
@@ -273,8 +299,8 @@ class KafkaTransport:
 
     def fetch(self, topic: str, partition: int, req: ReplicaFetch) -> ReplicaAnswer:
         """One replica fetch (see :class:`~tiered_log.cluster.protocol.ReplicaTransport`).
-        The answer's batches are a view of the receive buffer, valid until the next
-        fetch."""
+        The answer's batches are a view of a receive buffer, valid until the fetch after
+        the next one."""
         try:
             sock = self._sock
             if sock is None:
