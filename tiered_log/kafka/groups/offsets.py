@@ -11,11 +11,15 @@ the only one that answers the group's requests (NOT_COORDINATOR elsewhere).
 Records (the log's own records, key and value UTF-8 JSON)::
 
     commit:   key ["offset", group, topic, partition]
-              value {"offset": int, "leader_epoch": int, "metadata": str, "ts": int ms}
+              value {"offset": int, "leader_epoch": int, "metadata": str, "ts": int ms,
+                     "topic_id": str (the topic's id when committed; absent: unknown)}
     deletion: key ["deleted", group]                value {"deleted": true}
 
 A partition's state is every record replayed in offset order (a later commit of a key
-replaces the earlier; a deletion drops the group's offsets); it is rebuilt from the log
+replaces the earlier; a deletion drops the group's offsets). A commit names the topic by
+id as well: once its topic is deleted (or deleted and created again under the same name)
+it is no longer served, as Kafka's coordinator drops the offsets of deleted partitions,
+so a group reads a topic created again from its start. The state is rebuilt from the log
 whenever this node (re)gains the partition's leadership (a new leader epoch), reading to
 the log's end as Kafka's coordinator does: every acknowledged commit is in the new
 leader's log (acks=all), and what else is there was written by the coordinator before.
@@ -32,12 +36,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ...errors import NotLeaderError, PartitionNotReadyError, TieredLogError
+from ...errors import (
+    NotLeaderError,
+    PartitionNotReadyError,
+    TieredLogError,
+    TopicNotFoundError,
+)
 from ...format.kafka import NewRecord, encode_batch, iter_batches
 from ..backend import Backend
 
@@ -90,20 +100,22 @@ class Committed:
     leader_epoch: int
     metadata: str
     timestamp: int
+    topic_id: str | None = None
+    """The id of the topic committed to (None: not known, e.g. the topic was missing)."""
 
 
 def commit_record(group: str, topic: str, partition: int, c: Committed) -> NewRecord:
     """The record of one commit (layout in the module docstring)."""
     key = json.dumps(["offset", group, topic, partition], separators=(",", ":"))
-    value = json.dumps(
-        {
-            "offset": c.offset,
-            "leader_epoch": c.leader_epoch,
-            "metadata": c.metadata,
-            "ts": c.timestamp,
-        },
-        separators=(",", ":"),
-    )
+    fields: dict[str, object] = {
+        "offset": c.offset,
+        "leader_epoch": c.leader_epoch,
+        "metadata": c.metadata,
+        "ts": c.timestamp,
+    }
+    if c.topic_id is not None:
+        fields["topic_id"] = c.topic_id
+    value = json.dumps(fields, separators=(",", ":"))
     return NewRecord(value.encode(), key.encode(), (), c.timestamp)
 
 
@@ -132,11 +144,13 @@ class PartitionOffsets:
             return
         if k[0] == "offset" and len(k) == 4 and isinstance(v, dict):
             _, group, topic, part = k
+            topic_id = v.get("topic_id")
             self.groups.setdefault(str(group), {})[(str(topic), int(part))] = Committed(
                 int(v["offset"]),
                 int(v.get("leader_epoch", -1)),
                 str(v.get("metadata", "")),
                 int(v.get("ts", -1)),
+                None if topic_id is None else str(topic_id),
             )
         elif k[0] == "deleted" and len(k) == 2:
             self.groups.pop(str(k[1]), None)
@@ -261,13 +275,30 @@ class OffsetStore:
         committed as an ``acks=all`` produce is. The library's errors propagate."""
         await self.backend.produce(OFFSETS_TOPIC, partition, encode_batch(records), -1, 0)
 
+    def _topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
+        """The id of each of ``topics`` as this node knows it now: None for a topic that
+        does not exist; a topic whose id cannot be known now (it could not be opened at
+        start) is left out."""
+        out: dict[str, str | None] = {}
+        for t in topics:
+            try:
+                out[t] = self.state.topics.get(t).meta.topic_id
+            except TopicNotFoundError:
+                out[t] = None
+            except TieredLogError:
+                continue
+        return out
+
     async def commit(self, group: str, offsets: Iterable[tuple[str, int, Committed]]) -> None:
-        """Write the commits of ``group`` durably, then into the loaded state."""
+        """Write the commits of ``group`` durably, then into the loaded state; each names
+        its topic's current id (see the module docstring)."""
         partition = await self.partition_of(group)
         state, _ = await self.load(partition)
-        items = list(offsets)
-        if not items:
+        given = list(offsets)
+        if not given:
             return
+        ids = self._topic_ids({t for t, _, _ in given})
+        items = [(t, p, dataclasses.replace(c, topic_id=ids.get(t))) for t, p, c in given]
         await self.append(partition, [commit_record(group, t, p, c) for t, p, c in items])
         if self._loaded.get(partition) is state:
             mine = state.groups.setdefault(group, {})
@@ -283,9 +314,16 @@ class OffsetStore:
             state.groups.pop(group, None)
 
     async def offsets(self, group: str) -> dict[tuple[str, int], Committed]:
-        """The committed offsets of ``group`` (a copy)."""
+        """The committed offsets of ``group`` (a copy), without those of a topic deleted
+        since (its id is not the current one's, or it is gone)."""
         state, _ = await self.load(await self.partition_of(group))
-        return dict(state.groups.get(group, {}))
+        have = state.groups.get(group, {})
+        ids = self._topic_ids({t for t, _ in have})
+        return {
+            key: c
+            for key, c in have.items()
+            if c.topic_id is None or ids.get(key[0], c.topic_id) == c.topic_id
+        }
 
 
 def now_ms() -> int:
