@@ -1,10 +1,14 @@
 """A group's committed offsets of a deleted topic are gone with it, as in Kafka (whose
 coordinator drops the offsets of deleted partitions): a topic created again under the
 same name is read by the group from its start, not from the old topic's offsets, also
-after a restart (the commit records name the topic by id). Real server, real clients."""
+after a restart (the commit records name the topic by id). And ``groups list`` names a
+group's coordinator as ``groups describe`` does. Real server, real clients."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import httpx
@@ -78,3 +82,31 @@ def test_a_topic_created_again_is_read_from_its_start(server: ServerProcess) -> 
     finally:
         c.close()
     assert committed(server, group, topic) == 2
+
+
+def test_groups_list_names_the_coordinator_as_describe_does(server: ServerProcess) -> None:
+    """On a single node too: both say the node id Kafka clients are told (0)."""
+    topic, group = "grp-coord", "g-coord"
+    create_topic(server, topic)
+    c = group_consumer(server, group)
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        c.close()
+    listed = httpx.get(f"{server.url}/v1/groups", timeout=TIMEOUT_S).json()["groups"]
+    described = httpx.get(f"{server.url}/v1/groups/{group}", timeout=TIMEOUT_S).json()
+    assert described["coordinator"] == 0
+    assert [g["coordinator"] for g in listed if g["group"] == group] == [0]
+    env = {**os.environ, "TIERED_LOG_URL": server.url}
+    out = subprocess.run(
+        [sys.executable, "-m", "tiered_log.cli", "groups", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()]
+    assert rows[0] == ["GROUP", "STATE", "MEMBERS", "COORDINATOR"]
+    assert [r[3] for r in rows if r[0] == group] == ["0"]

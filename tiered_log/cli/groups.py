@@ -99,7 +99,7 @@ def cmd_groups_list(args: argparse.Namespace) -> int:
             if r.status_code != 200:
                 raise _error(r)
             for g in r.json()["groups"]:
-                found[g["group"]] = {**g, "coordinator": node_id}
+                found[g["group"]] = {"coordinator": node_id, **g}
     groups = [found[k] for k in sorted(found)]
     if args.json:
         print(json.dumps({"groups": groups}, indent=2))

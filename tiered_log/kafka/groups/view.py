@@ -115,7 +115,8 @@ def _ends(coord: GroupCoordinator, keys: list[tuple[str, int]]) -> dict[tuple[st
 
 
 async def list_groups(coord: GroupCoordinator) -> list[dict[str, Any]]:
-    """Every group this node coordinates: name, state, protocol type, member count."""
+    """Every group this node coordinates: name, state, protocol type, member count and
+    the coordinator's node id (as a Kafka client knows it, as :func:`describe_group`)."""
     listed = await groups_here(coord)
     out = []
     for gid, (st, ptype) in sorted(listed.items()):
@@ -126,6 +127,7 @@ async def list_groups(coord: GroupCoordinator) -> list[dict[str, Any]]:
                 "state": st,
                 "protocol_type": ptype,
                 "members": len(g.members) if g is not None else 0,
+                "coordinator": coord.offsets.backend.node_id,
             }
         )
     return out

@@ -35,6 +35,7 @@ class GroupSummary(BaseModel):
     state: str
     protocol_type: str
     members: int
+    coordinator: int = Field(description="the coordinator's node id, as Kafka clients know it")
 
 
 class GroupList(BaseModel):
