@@ -404,6 +404,7 @@ def test_http_shows_members_assignments_offsets_and_lag(server: ServerProcess) -
             "state": "Stable",
             "protocol_type": "consumer",
             "members": 1,
+            "coordinator": 0,
         } in listed
         busy = httpx.post(
             f"{server.url}/v1/groups/{group}/offsets",

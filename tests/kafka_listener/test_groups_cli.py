@@ -86,7 +86,7 @@ def test_consume_group_resumes_and_groups_show_it(server: ServerProcess) -> None
         assert listed.returncode == 0, listed.stderr
         rows = [line.split() for line in listed.stdout.splitlines()]
         assert rows[0] == ["GROUP", "STATE", "MEMBERS", "COORDINATOR"]
-        assert ["cli-g", "Stable", "1", "-"] in rows
+        assert ["cli-g", "Stable", "1", "0"] in rows
         described = cli(server, "groups", "describe", "cli-g")
         assert "kafka-member" in described.stdout and "Stable" in described.stdout
         busy = cli(server, "consume", topic, "--group", "cli-g", "-o", "stored", "-n", "1")
