@@ -316,10 +316,8 @@ class TopicManager:
             ) from None
         self._lock_fd = lock_data_dir(self.data_dir)
         try:
-            store = open_storage(self.settings.remote_storage_url(), **self.settings.s3_options())
-            # Its calls (and so every partition's) run in the tier's worker processes.
-            self.storage = in_worker(
-                tier_config_of(self.settings.topic_defaults, self.settings), store
+            self.storage = open_storage(
+                self.settings.remote_storage_url(), **self.settings.s3_options()
             )
         except BaseException:
             self._release_lock()
@@ -357,6 +355,11 @@ class TopicManager:
                 self._unavailable[meta.name] = exc.message
         self._topics = topics
         self._sync_with_store()
+        # From now on (serving) its calls run in the tier's worker processes, as every
+        # partition's; the start's few ran here, not waiting for a worker to start.
+        self.storage = in_worker(
+            tier_config_of(self.settings.topic_defaults, self.settings), self.storage
+        )
         log.info("loaded %d topic(s) from %s", len(self._topics), self.root)
 
     def _sync_with_store(self) -> None:
