@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 import botocore.session
@@ -214,14 +214,19 @@ class S3Storage:
         self._closed = False
         self._where = f"s3://{bucket}" + (f" at {endpoint_url}" if endpoint_url else "")
 
-        def config(connect: float, read: float, attempts: int, **more: str) -> Config:
+        def config(
+            connect: float,
+            read: float,
+            attempts: int,
+            check: Literal["when_supported", "when_required"] = "when_supported",
+        ) -> Config:
             return Config(
                 s3={"addressing_style": "path" if path_style else "auto"},
                 retries={"total_max_attempts": attempts, "mode": "standard"},
                 max_pool_connections=max_pool_connections,
                 connect_timeout=connect,
                 read_timeout=read,
-                **more,
+                response_checksum_validation=check,
             )
 
         try:
@@ -235,7 +240,7 @@ class S3Storage:
                     min(connect_timeout, get_timeout),
                     get_timeout,
                     get_retries + 1,
-                    response_checksum_validation="when_required",
+                    check="when_required",
                 ),
             ):
                 session = _new_session()  # private to this call: sessions aren't thread-safe
