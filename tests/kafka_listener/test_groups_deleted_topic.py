@@ -6,9 +6,6 @@ group's coordinator as ``groups describe`` does. Real server, real clients."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import httpx
@@ -19,6 +16,7 @@ from service.conftest import ServerProcess
 
 from .conftest import TIMEOUT_S, create_topic, kafka_server
 from .test_groups import group_consumer, poll_until, produce_n
+from .test_groups_cli import cli
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +96,7 @@ def test_groups_list_names_the_coordinator_as_describe_does(server: ServerProces
     described = httpx.get(f"{server.url}/v1/groups/{group}", timeout=TIMEOUT_S).json()
     assert described["coordinator"] == 0
     assert [g["coordinator"] for g in listed if g["group"] == group] == [0]
-    env = {**os.environ, "TIERED_LOG_URL": server.url}
-    out = subprocess.run(
-        [sys.executable, "-m", "tiered_log.cli", "groups", "list"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = cli(server, "groups", "list")
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines()]
     assert rows[0] == ["GROUP", "STATE", "MEMBERS", "COORDINATOR"]
