@@ -43,8 +43,9 @@ are verified and appended (Kafka's fetch pipelining): the leader hears of an end
 log does not hold yet, which is safe only because an end below the mark counts for
 nothing. The answer sent ahead is used only if the next round would have asked exactly
 the same (same offset, last epoch and sizes: the append went as planned), else it is
-dropped and the round asks again. A transport's answer stays valid until the fetch
-after the next (:class:`~tiered_log.cluster.kafka_fetch.KafkaTransport` takes turns
+dropped and the round asks again. Memory: a catching-up fetcher holds two answers of up
+to ``catch_up_max_bytes`` (the one in hand, the one ahead), and gives the space back once
+answers are small. A transport's answer stays valid until the fetch after the next (:class:`~tiered_log.cluster.kafka_fetch.KafkaTransport` takes turns
 with two buffers), and only one fetch is in flight at a time.
 
 Invariant: a follower's log is always a prefix of some leader's log in an epoch at
@@ -137,7 +138,7 @@ class ReplicaFetcher:
         leader_epoch: int,
         transport: ReplicaTransport,
         max_bytes: int = 4 << 20,
-        catch_up_max_bytes: int = 16 << 20,
+        catch_up_max_bytes: int = 8 << 20,
         wait_ms: int = 300,
         on_fetched: Callable[[ReplicaAnswer], None] | None = None,
     ) -> None:
