@@ -94,32 +94,6 @@ def _has_remote_tier(directory: str | os.PathLike[str]) -> bool:
     return (Path(directory) / naming.REMOTE_DIR / naming.COPY_JOURNAL_FILE).is_file()
 
 
-def _resume_offset(log_id: str, r: RemoteTier | None) -> int:
-    """Where a log with no local record continues, given its view of the bucket ``r``:
-    the remote end, or above the end the bucket records (every offset this log's
-    partition handed out) when that is higher; the offsets between were acknowledged
-    and never reached the bucket: noted lost (a WARNING, describe, metrics), never
-    reused. 0 without a remote tier. Opening, and a replica that takes the lead with an
-    empty log (:meth:`TieredLog.lead`)."""
-    if r is None:
-        return 0
-    resume, end = r.remote_end, r.meta.end_offset
-    if end <= resume:
-        return resume
-    if not any(a <= resume and end <= b for a, b in r.meta.lost):
-        log.warning(
-            "%s: offsets [%d, %d) were handed out (or reserved to be) but never "
-            "reached the bucket before the local disk was lost: they are lost; "
-            "the log continues at %d",
-            log_id,
-            resume,
-            end,
-            end,
-        )
-        r.note_lost(resume, end)
-    return end
-
-
 class TieredLog:
     """A log whose old segments live in object storage; see the module docstring.
 
@@ -193,7 +167,7 @@ class TieredLog:
                     )
         resume = self._remote.remote_end if self._remote is not None else 0
         if fresh:
-            resume = _resume_offset(self.log_id, self._remote)
+            resume = self._remote.resume_offset() if self._remote is not None else 0
         self._local = Log(self.directory, self.config, initial_offset=resume)
         if self._remote is not None and self._local.next_offset < resume:
             # The local disk lost data the bucket holds: continue after the bucket.
@@ -603,7 +577,7 @@ class TieredLog:
     def read_bucket_view(self, epoch: int) -> None:
         """Read the bucket for a lead of ``epoch`` to come (:meth:`lead` applies it): the
         remote state rebuilt from the bucket and the offset the log continues at
-        (:func:`_resume_offset`). Touches only the remote tier and this log's control
+        (:meth:`~tiered_log.remote.state.TierState.resume_offset`). Touches only the remote tier and this log's control
         lock, never the local log, so a node runs it on a thread of its own before it
         takes its lock to change the role. RemoteStorageError if the bucket fails (the
         node reads again at a later poll); nothing to read (:meth:`needs_bucket_view`
@@ -614,7 +588,7 @@ class TieredLog:
             if r is None or not self.needs_bucket_view():
                 return
             self._tiering.resync_view()
-            self._bucket_view = (epoch, _resume_offset(self.log_id, r))
+            self._bucket_view = (epoch, r.resume_offset())
 
     def _lead_from_bucket(self, epoch: int) -> None:
         """Continue above every offset the partition handed out (the gap is reported
@@ -634,7 +608,7 @@ class TieredLog:
                 self._tiering.view_pending = False  # read for this epoch: current
             else:
                 self._tiering.resync_view()
-                resume = _resume_offset(self.log_id, r)
+                resume = r.resume_offset()
             if resume > self.next_offset:
                 ps = self._producers.state
                 with self._replication.moving_bounds(), ps.lock:

@@ -231,6 +231,28 @@ class TierState:
             self.save_meta()
             return True
 
+    def resume_offset(self) -> int:
+        """Where a log with no local record continues, given this view of the bucket: the
+        remote end, or above the end the bucket records (every offset this log's
+        partition handed out) when that is higher; the offsets between were acknowledged
+        and never reached the bucket: noted lost (a WARNING, describe, metrics), never
+        reused. Opening, and a replica that takes the lead with an empty log."""
+        resume, end = self.remote_end, self.meta.end_offset
+        if end <= resume:
+            return resume
+        if not any(a <= resume and end <= b for a, b in self.meta.lost):
+            log.warning(
+                "%s: offsets [%d, %d) were handed out (or reserved to be) but never "
+                "reached the bucket before the local disk was lost: they are lost; "
+                "the log continues at %d",
+                self.log_id,
+                resume,
+                end,
+                end,
+            )
+            self.note_lost(resume, end)
+        return end
+
     def note_lost(self, first: int, end: int) -> None:
         """Offsets ``[first, end)`` were handed out but are in neither tier (a log rebuilt
         from the bucket after its disk was lost): recorded in the metadata, locally and
