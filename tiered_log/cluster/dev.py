@@ -217,21 +217,28 @@ class DevCluster:
         self.nodes: dict[int, DevNode] = {}
 
     def start(self) -> DevCluster:
+        """Start etcd and the nodes, each answering before the next starts. If any
+        fails, what was started is stopped before the error propagates: no etcd or node
+        outlives a failed start."""
         self._progress(f"starting etcd in {self.work_dir / 'etcd'}")
-        self.etcd.start()
-        for i in range(1, self._count + 1):
-            node = DevNode(
-                i,
-                self.work_dir,
-                free_port(),
-                self.etcd.client_url,
-                self._env,
-                kafka_port=None if self._kafka else 0,
-            )
-            self.nodes[i] = node
-            self._progress(f"starting node {i} on {node.url}")
-            node.start()
-        self.write_state()
+        try:
+            self.etcd.start()
+            for i in range(1, self._count + 1):
+                node = DevNode(
+                    i,
+                    self.work_dir,
+                    free_port(),
+                    self.etcd.client_url,
+                    self._env,
+                    kafka_port=None if self._kafka else 0,
+                )
+                self.nodes[i] = node
+                self._progress(f"starting node {i} on {node.url}")
+                node.start()
+            self.write_state()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     @property
