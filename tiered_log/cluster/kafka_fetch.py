@@ -58,7 +58,7 @@ import struct
 import threading
 
 from ..errors import FencedEpochError, NotLeaderError, TieredLogError
-from ..kafka.messages import _uvarint
+from ..kafka.fields import uvarint
 from .protocol import ReplicaAnswer, ReplicaFetch
 
 FETCH_KEY = 1
@@ -312,7 +312,7 @@ class KafkaTransport:
                 (
                     _BODY_HEAD.pack(self.replica_id, req.wait_ms, 1, req.max_bytes, 0, 0, -1),
                     b"\x02",
-                    _uvarint(len(name) + 1),
+                    uvarint(len(name) + 1),
                     name,
                     b"\x02",
                     _PARTITION.pack(

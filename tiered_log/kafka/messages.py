@@ -32,9 +32,7 @@ import functools
 import io
 import os
 import struct
-import types
-import typing
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass
 from types import ModuleType
 from typing import Any
 
@@ -46,6 +44,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from ..local.ranges import FetchRanges, FileRange
+from .fields import fields_of, read_uvarint, uvarint
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +244,7 @@ def encode_fetch_response(version: int, correlation_id: int, body: dict[str, Any
         return [frame]
     flexible = version >= 12
     placeholder = len(marker) + _INDEX.size
-    head = _uvarint(placeholder + 1) if flexible else _SIZE.pack(placeholder)
+    head = uvarint(placeholder + 1) if flexible else _SIZE.pack(placeholder)
     pieces: list[Piece] = []
     pos = 0
     first = -1  # where the frame's first piece ends
@@ -257,21 +256,21 @@ def encode_fetch_response(version: int, correlation_id: int, body: dict[str, Any
         if first < 0:
             first = at - len(head)
         pieces.append(frame[pos : at - len(head)])
-        pieces.append(_uvarint(size + 1) if flexible else _SIZE.pack(size))
+        pieces.append(uvarint(size + 1) if flexible else _SIZE.pack(size))
         if isinstance(got, FetchRanges):
             pieces.extend(bytes(p) if isinstance(p, memoryview) else p for p in got.parts)
         else:
             pieces.append(got)
         pos = at + placeholder
         if extra[i]:
-            count, q = _read_uvarint(frame, pos)
+            count, q = read_uvarint(frame, pos)
             start = q
             for _ in range(count):  # kio's own tags of the partition, kept as they are
-                _, q = _read_uvarint(frame, q)
-                n, q = _read_uvarint(frame, q)
+                _, q = read_uvarint(frame, q)
+                n, q = read_uvarint(frame, q)
                 q += n
-            ours = b"".join(_uvarint(t) + _uvarint(len(v)) + v for t, v in extra[i])
-            pieces.append(_uvarint(count + len(extra[i])) + frame[start:q] + ours)
+            ours = b"".join(uvarint(t) + uvarint(len(v)) + v for t, v in extra[i])
+            pieces.append(uvarint(count + len(extra[i])) + frame[start:q] + ours)
             pos = q
     pieces.append(frame[pos:])
     total = sum(p.length if isinstance(p, FileRange) else len(p) for p in pieces)
@@ -284,76 +283,7 @@ EXTRA_TAGS = "_extra_tags"
 (see :func:`encode_fetch_response`)."""
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    """The unsigned varint at ``pos`` of ``buf`` and the position after it."""
-    n = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return n, pos
-        shift += 7
-
-
 _INDEX = struct.Struct(">I")
-
-
-def _uvarint(n: int) -> bytes:
-    """``n`` as an unsigned base-128 varint (the flexible versions' length fields)."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-@dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
-    kafka_type: str | None
-    nested: type[Any] | None
-    array: bool
-    default: Any
-    tag: int | None
-
-
-_FIELDS: dict[type[Any], tuple[_Field, ...]] = {}
-
-
-def _fields_of(cls: type[Any]) -> tuple[_Field, ...]:
-    got = _FIELDS.get(cls)
-    if got is None:
-        got = _FIELDS[cls] = _scan_fields(cls)
-    return got
-
-
-def _scan_fields(cls: type[Any]) -> tuple[_Field, ...]:
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in fields(cls):
-        hint = hints[f.name]
-        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        nested: type[Any] | None = None
-        array = False
-        if typing.get_origin(hint) is tuple:
-            array = True
-            inner = typing.get_args(hint)[0]
-            if hasattr(inner, "__dataclass_fields__"):
-                nested = inner
-        elif hasattr(hint, "__dataclass_fields__"):
-            nested = hint
-        if f.default is not MISSING:
-            default = f.default
-        elif f.default_factory is not MISSING:
-            default = f.default_factory()
-        else:
-            default = MISSING
-        kafka_type, tag = f.metadata.get("kafka_type"), f.metadata.get("tag")
-        out.append(_Field(f.name, kafka_type, nested, array, default, tag))
-    return tuple(out)
 
 
 def _coerce(kafka_type: str | None, value: Any) -> Any:
@@ -374,7 +304,7 @@ def build(cls: type[Any], values: dict[str, Any]) -> Any:
     missing from ``values`` take their default (a required one without: ValueError).
     Error codes, durations (ms) and timestamps (ms, -1 for none) are given as ints."""
     kwargs: dict[str, Any] = {}
-    for f in _fields_of(cls):
+    for f in fields_of(cls):
         if f.name in values:
             v = values[f.name]
             if f.nested is not None and v is not None:

@@ -22,7 +22,7 @@ the header v2 is ``api_key int16 | api_version int16 | correlation_id int32 | cl
 | tagged fields``.
 
 :func:`without_unknown_tags` walks a frame by the kio classes' field tables (the same
-:func:`~tiered_log.kafka.messages._fields_of` the encoder uses) and copies it, leaving out
+:func:`~tiered_log.kafka.fields.fields_of` the encoder uses) and copies it, leaving out
 every tagged field whose tag the structure's class does not declare (a known one is kept,
 its own structure cleaned the same way). It is the slow path: the listener calls it only
 after kio refused a frame; a frame it cannot walk raises ValueError, and the connection is
@@ -38,7 +38,7 @@ from typing import Any
 
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
-from .messages import _Field, _fields_of, _uvarint
+from .fields import Field, fields_of, uvarint
 
 _FIXED: dict[str, int] = {
     "bool": 1,
@@ -83,13 +83,13 @@ def without_unknown_tags(frame: bytes | bytearray | memoryview, body_class: type
 
 def _structure(view: memoryview, pos: int, cls: type[Any], out: bytearray) -> int:
     """Copy the structure of ``cls`` at ``pos`` to ``out``; the position after it."""
-    for f in _fields_of(cls):
+    for f in fields_of(cls):
         if f.tag is None:
             pos = _value(view, pos, f, out)
     return _tags(view, pos, cls, out)
 
 
-def _value(view: memoryview, pos: int, f: _Field, out: bytearray) -> int:
+def _value(view: memoryview, pos: int, f: Field, out: bytearray) -> int:
     """Copy field ``f``'s value at ``pos`` (an array: each element) to ``out``."""
     if not f.array:
         return _element(view, pos, f, out)
@@ -100,7 +100,7 @@ def _value(view: memoryview, pos: int, f: _Field, out: bytearray) -> int:
     return at
 
 
-def _element(view: memoryview, pos: int, f: _Field, out: bytearray) -> int:
+def _element(view: memoryview, pos: int, f: Field, out: bytearray) -> int:
     if f.nested is not None:
         return _structure(view, pos, f.nested, out)
     size = _FIXED.get(f.kafka_type or "")
@@ -117,7 +117,7 @@ def _element(view: memoryview, pos: int, f: _Field, out: bytearray) -> int:
 def _tags(view: memoryview, pos: int, cls: type[Any], out: bytearray) -> int:
     """Copy the tagged-field section of ``cls`` at ``pos`` to ``out``, with only the
     tags ``cls`` declares (count rewritten); the position after the section."""
-    known = {f.tag: f for f in _fields_of(cls) if f.tag is not None}
+    known = {f.tag: f for f in fields_of(cls) if f.tag is not None}
     count, pos = _read_uvarint(view, pos)
     kept = bytearray()
     n = 0
@@ -131,10 +131,10 @@ def _tags(view: memoryview, pos: int, cls: type[Any], out: bytearray) -> int:
             payload = bytearray()
             at = _value(view[:end], pos, f, payload)
             payload += view[at:end]
-            kept += _uvarint(tag) + _uvarint(len(payload)) + payload
+            kept += uvarint(tag) + uvarint(len(payload)) + payload
             n += 1
         pos = end
-    out += _uvarint(n) + kept
+    out += uvarint(n) + kept
     return pos
 
 
