@@ -82,3 +82,48 @@ def test_bad_alters_are_refused_naming_the_key(server: ServerProcess) -> None:
         ConfigEntry("remote.log.delete.on.disable", "true", incremental_operation=set_),
     )
     assert _describe(admin, "cfg-b")["remote.storage.enable"] == "false"
+
+
+def test_configs_with_one_value_here_are_described_and_accepted_with_it(
+    server: ServerProcess,
+) -> None:
+    """cleanup.policy and compression.type, which Kafka tools send at creation and which a
+    legacy alter sends back as DescribeConfigs listed them: described with the one value
+    this broker has, accepted with it at create and alter (nothing changes), refused with
+    any other value, naming the config."""
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    admin = _admin(server)
+    fixed = {"cleanup.policy": "delete", "compression.type": "producer"}
+    made = admin.create_topics([NewTopic("cfg-fixed", 1, 1, config=fixed)])
+    made["cfg-fixed"].result(timeout=20)
+    got = _describe(admin, "cfg-fixed")
+    assert {k: got[k] for k in fixed} == fixed
+    set_ = AlterConfigOpType.SET
+    _alter(
+        admin,
+        "cfg-fixed",
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=set_),
+        ConfigEntry("compression.type", "producer", incremental_operation=set_),
+        ConfigEntry("retention.ms", "60000", incremental_operation=set_),
+    )
+    assert _describe(admin, "cfg-fixed")["retention.ms"] == "60000"
+    for name, value in (("compression.type", "zstd"), ("cleanup.policy", "compact")):
+        with pytest.raises(KafkaException) as info:
+            _alter(admin, "cfg-fixed", ConfigEntry(name, value, incremental_operation=set_))
+        assert name in str(info.value) and "only" in str(info.value)
+        bad = admin.create_topics([NewTopic(f"cfg-bad-{value}", 1, 1, config={name: value})])
+        with pytest.raises(KafkaException) as info:
+            bad[f"cfg-bad-{value}"].result(timeout=20)
+        assert name in str(info.value)
+    # kafka-python's legacy alter sends back every config DescribeConfigs listed
+    from kafka.admin import ConfigResource as KpResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=server.kafka_bootstrap, request_timeout_ms=20_000)
+    try:
+        entries = {**_describe(admin, "cfg-fixed"), "retention.ms": "120000"}
+        kp.alter_configs([KpResource(ConfigResourceType.TOPIC, "cfg-fixed", configs=entries)])
+    finally:
+        kp.close()
+    assert _describe(admin, "cfg-fixed")["retention.ms"] == "120000"

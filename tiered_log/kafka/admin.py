@@ -15,7 +15,8 @@ partition count (INVALID_PARTITIONS; -1 is the default, 1), the replication fact
 (INVALID_REPLICATION_FACTOR; -1 is the default, ``min(3, live nodes)`` in a cluster, 1
 on a single node, which takes no other), the configs under Kafka's names
 (:data:`~tiered_log.kafka.configs.KAFKA_NAMES`, plus ``min.insync.replicas``, and
-``cleanup.policy=delete``, the only policy here; INVALID_CONFIG), then whether it exists
+``cleanup.policy=delete`` and ``compression.type=producer``, the one value of each
+here: :data:`~tiered_log.kafka.configs.FIXED`; INVALID_CONFIG), then whether it exists
 (TOPIC_ALREADY_EXISTS). ``validate_only`` stops there. Versions 5+ answer the partition
 count, the replication factor and the topic's configs (as DescribeConfigs describes
 them), 7 its id.
@@ -86,9 +87,11 @@ from ..service.wire import CreateTopicRequest
 from ..topic_config import TopicConfig
 from .backend import SINGLE_NODE_EPOCH, Backend, topic_uuid
 from .configs import (
+    FIXED,
     KAFKA_NAMES,
     REMOTE_COPY_DISABLE,
     REMOTE_DELETE_ON_DISABLE,
+    check_fixed,
     described,
     kafka_message,
     setting_value,
@@ -116,7 +119,6 @@ ADMIN_APIS: dict[int, tuple[str, int, int]] = {
 DEFAULT = -1
 """CreateTopics' ``num_partitions``/``replication_factor`` for the broker's default."""
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
-CLEANUP_POLICY = "cleanup.policy"
 NO_TOPIC_ID = uuid.UUID(int=0)
 BROKERS_ENDPOINT = 1
 """DescribeCluster's endpoint type of brokers (2, controllers, is KRaft's quorum)."""
@@ -158,11 +160,8 @@ def topic_overrides(configs: Any) -> tuple[dict[str, Any], int | None]:
                 if raw is None or not raw.strip().isdigit() or int(raw) < 1:
                     raise InvalidArgumentError(f"{name}: {raw!r} is not an integer >= 1")
                 min_isr = int(raw)
-            elif name == CLEANUP_POLICY:
-                if (raw or "").strip() != "delete":
-                    raise InvalidArgumentError(
-                        f"{name}: {raw!r} is not supported: only 'delete' (no compaction here)"
-                    )
+            elif name in FIXED:
+                check_fixed(name, raw)
             elif name in (REMOTE_COPY_DISABLE, REMOTE_DELETE_ON_DISABLE):
                 flag = (raw or "").strip().lower()
                 if flag not in ("true", "false"):
@@ -174,8 +173,8 @@ def topic_overrides(configs: Any) -> tuple[dict[str, Any], int | None]:
             else:
                 raise InvalidArgumentError(
                     f"{name}: not a topic config this broker supports; it supports "
-                    f"{', '.join(KAFKA_NAMES)}, {MIN_INSYNC_REPLICAS}, {CLEANUP_POLICY}, "
-                    f"{REMOTE_COPY_DISABLE}"
+                    f"{', '.join(KAFKA_NAMES)}, {MIN_INSYNC_REPLICAS}, {', '.join(FIXED)}, "
+                    f"{REMOTE_COPY_DISABLE}, {REMOTE_DELETE_ON_DISABLE}"
                 )
         except InvalidArgumentError as exc:
             raise Refused(ErrorCode.invalid_config, exc.message) from None

@@ -90,6 +90,21 @@ KAFKA_NAMES: dict[str, KafkaName] = {
 """Kafka's topic config names and the settings they are."""
 REMOTE_DELETE_ON_DISABLE = "remote.log.delete.on.disable"
 REMOTE_COPY_DISABLE = "remote.log.copy.disable"
+FIXED: dict[str, tuple[str, str]] = {
+    "cleanup.policy": ("delete", "no compaction here"),
+    "compression.type": ("producer", "batches are stored as their producer compressed them"),
+}
+"""Kafka topic configs with the one value this broker has, and why: described with it,
+accepted when a client sets it (nothing changes; tools send them at creation, and a
+legacy alter sends back what DescribeConfigs listed), refused with any other value."""
+
+
+def check_fixed(name: str, raw: str | None) -> None:
+    """Nothing when ``raw`` is the one value of fixed config ``name``; else
+    InvalidArgumentError naming it and why it is the only one."""
+    value, why = FIXED[name]
+    if (raw or "").strip().lower() != value:
+        raise InvalidArgumentError(f"{name}: {raw!r} is not supported: only {value!r} ({why})")
 
 
 def described(config: TopicConfig, defaults: TopicConfig, keys: Any) -> list[dict[str, Any]]:
@@ -121,6 +136,21 @@ def described(config: TopicConfig, defaults: TopicConfig, keys: Any) -> list[dic
                 "is_default": not dynamic,
             }
         )
+    for name, (value, _) in FIXED.items():
+        if wanted is None or name in wanted:
+            out.append(
+                {
+                    "name": name,
+                    "value": value,
+                    "read_only": False,
+                    "config_source": DEFAULT_CONFIG,
+                    "is_sensitive": False,
+                    "synonyms": (),
+                    "config_type": STRING,
+                    "documentation": None,
+                    "is_default": True,
+                }
+            )
     return out
 
 
@@ -194,11 +224,16 @@ def _changes(
                 policy = policy or "retain"
                 changes["remote_enabled"] = False
             continue
+        if name in FIXED:
+            if op == SET:
+                check_fixed(name, value)
+            continue
         k = KAFKA_NAMES.get(name)
         if k is None:
             raise InvalidArgumentError(
                 f"{name}: not a topic config this broker supports; it supports "
-                f"{', '.join(KAFKA_NAMES)}, {REMOTE_DELETE_ON_DISABLE}, {REMOTE_COPY_DISABLE}"
+                f"{', '.join(KAFKA_NAMES)}, {REMOTE_DELETE_ON_DISABLE}, {REMOTE_COPY_DISABLE}, "
+                f"{', '.join(FIXED)}"
             )
         if op == DELETE:
             reset.append(k.setting)
@@ -375,10 +410,12 @@ __all__ = [
     "ALTER_CONFIGS",
     "CONFIG_APIS",
     "DESCRIBE_CONFIGS",
+    "FIXED",
     "INCREMENTAL_ALTER_CONFIGS",
     "KAFKA_NAMES",
     "ConfigHandlers",
     "InvalidRequest",
+    "check_fixed",
     "described",
     "kafka_changes",
     "kafka_message",
