@@ -76,8 +76,16 @@ def test_alter_reaches_every_replica(cluster: DevCluster) -> None:
     assert r.json()["config"]["retention_ms"] == DAY_MS
     for n in cluster.nodes:
         wait_until(_applied(cluster, n), 15, f"node {n} applies the change")
-        d = httpx.get(cluster.nodes[n].url + "/v1/topics/alt", timeout=10).json()
-        assert d["config"]["remote_compression"] == "lz4"
+        # topic.json is written before the node's open topic takes the change: its
+        # describe shows the change once it has
+        node_url = cluster.nodes[n].url + "/v1/topics/alt"
+        wait_until(
+            lambda u=node_url: (
+                httpx.get(u, timeout=10).json()["config"]["remote_compression"] == "lz4"
+            ),
+            15,
+            f"node {n} describes the change",
+        )
     # The leader's retention round drops the old records (shipped first, then cut).
     wait_until(
         lambda: _at_leader(cluster)["log_start_offset"] >= 80,
