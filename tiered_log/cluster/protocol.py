@@ -263,8 +263,9 @@ class ReplicaAnswer:
 class ReplicaTransport(Protocol):
     """How a follower's fetch reaches its leader: over HTTP
     (:class:`~tiered_log.cluster.fetcher.HttpTransport`) or the Kafka listener
-    (:class:`~tiered_log.cluster.kafka_fetch.KafkaTransport`). One fetcher's thread
-    calls :meth:`fetch`; :meth:`close` may come from another thread.
+    (:class:`~tiered_log.cluster.kafka_fetch.KafkaTransport`). One fetch at a time:
+    the fetcher's thread calls :meth:`fetch`, or the thread it sends a fetch ahead on
+    while it waits for none of its own; :meth:`close` may come from another thread.
 
     :meth:`fetch` returns the leader's answer or raises FencedEpochError /
     NotLeaderError (the leader's refusal), or another retriable TieredLogError (the
