@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tiered_log.client import Client
-from tiered_log.cluster.dev import DevCluster
+from tiered_log.cluster.dev import DevCluster, DevNode
 from tiered_log.cluster.etcd import MetaStore
 from tiered_log.cluster.etcd_process import EtcdProcess
 from tiered_log.cluster.membership import ControllerElection, Membership
@@ -191,6 +191,14 @@ def test_while_etcd_is_down_the_cluster_view_is_served_stale_and_clients_route(
             "every ISR full",
         )
         leaders = {p: st.leader for (_, p), (st, _) in meta.partitions(topic).items()}
+
+        def view_of(n: DevNode) -> dict[int, int]:
+            v = httpx.get(n.url + "/v1/cluster", timeout=5).json()
+            return {p["partition"]: p["leader"] for p in v["partitions"] if p["topic"] == topic}
+
+        # every node has read the topic's partitions before etcd goes (its last view)
+        for n in cluster.nodes.values():
+            wait_until(lambda n=n: view_of(n) == leaders, 20, f"node {n.node_id}'s view")
         cluster.etcd.pause()
         try:
             time.sleep(1.2)

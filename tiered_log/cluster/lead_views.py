@@ -30,9 +30,11 @@ log = logging.getLogger("tiered_log.cluster.lead_views")
 
 READ_THREADS = 4
 """Bucket reads of different partitions that may run at once."""
-READ_WAIT_S = 1.0
+READ_WAIT_S = 0.3
 """How long a poll waits for the reads it started before it changes roles (a bucket
-that answers in time: the partition leads in the same poll, as its other partitions)."""
+that answers in time: the partition leads in the same poll, as its other partitions).
+Well under the node's ``STALE_AFTER_S``: a bucket that fails every read makes each poll
+start one again and wait this long, and the node's view must not turn stale for it."""
 
 
 class LeadViews:

@@ -247,25 +247,28 @@ class Membership:
 
     def live_nodes(self) -> dict[int, str]:
         """node_id -> url of every registered node (this one included while alive)."""
-        out: dict[int, str] = {}
+        return self.registrations()[0]
+
+    def registrations(self) -> tuple[dict[int, str], dict[int, str]]:
+        """From one etcd read: node_id -> url of every registered node, and node_id ->
+        Kafka listener ``host:port`` of those that have one. MetadataUnavailableError if
+        etcd cannot be reached."""
+        urls: dict[int, str] = {}
+        kafka: dict[int, str] = {}
         for v in self.store.get_prefix(NODES_PREFIX).values():
             value = v.value
             if isinstance(value, dict) and isinstance(value.get("node_id"), int):
-                out[value["node_id"]] = str(value.get("url", ""))
-        return out
+                urls[value["node_id"]] = str(value.get("url", ""))
+                addr = value.get("kafka")
+                if isinstance(addr, str) and addr:
+                    kafka[value["node_id"]] = addr
+        return urls, kafka
 
     def kafka_addresses(self) -> dict[int, str]:
         """node_id -> Kafka listener ``host:port`` of every registered node that has one
         (a Kafka client's view of the brokers). MetadataUnavailableError if etcd cannot
         be reached."""
-        out: dict[int, str] = {}
-        for v in self.store.get_prefix(NODES_PREFIX).values():
-            value = v.value
-            if isinstance(value, dict) and isinstance(value.get("node_id"), int):
-                addr = value.get("kafka")
-                if isinstance(addr, str) and addr:
-                    out[value["node_id"]] = addr
-        return out
+        return self.registrations()[1]
 
     def close(self) -> None:
         """Stop renewing and revoke the lease (deleting the registration). An etcd out

@@ -168,9 +168,9 @@ class ClusterNode:
         so a request never waits for a role change."""
         self._roles: dict[tuple[str, int], _Role] = {}
         self._nodes: dict[int, str] = {}
-        self._kafka_addresses: dict[int, str] | None = None
-        """The nodes' Kafka addresses, read once per metadata round that starts a
-        fetcher (poll thread only)."""
+        self._kafka_addresses: dict[int, str] = {}
+        """The nodes' Kafka addresses, read with their URLs at the start of each
+        metadata round, so starting a fetcher asks nothing of etcd (poll thread only)."""
         self._seen: dict[int, str] = {}
         """Every node registered since this one started, with its last URL (describe)."""
         self._topics: dict[str, TopicMeta] = {}
@@ -290,10 +290,9 @@ class ClusterNode:
     def refresh(self) -> None:
         """Read the metadata once and move every local replica to its role."""
         began = time.monotonic()
-        self._kafka_addresses = None  # read again if a fetcher starts in this round
         topics = self.metadata.topics()
         parts = self.metadata.partitions()
-        nodes = self.membership.live_nodes()
+        nodes, self._kafka_addresses = self.membership.registrations()
         controller = self.election.controller_id()
         for meta in topics.values():
             known = self._topics.get(meta.name)
@@ -419,13 +418,10 @@ class ClusterNode:
 
     def _transport_to(self, leader: int, url: str) -> ReplicaTransport:
         """How a follower reaches ``leader`` (HTTP address ``url``): its Kafka listener
-        when it registered one (and the settings allow), else its HTTP route. One
-        etcd read in a metadata round that starts fetchers (MetadataUnavailableError:
-        the next poll tries again)."""
+        when it registered one (and the settings allow), else its HTTP route. Asks
+        nothing of etcd: the addresses come with the round's read of the nodes."""
         wait_ms = self.config.replica_fetch_wait_ms
         if self.config.replication_transport == "auto":
-            if self._kafka_addresses is None:
-                self._kafka_addresses = self.membership.kafka_addresses()
             address = self._kafka_addresses.get(leader)
             if address:
                 return KafkaTransport(
