@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tiered_log.client import Client
@@ -49,6 +50,16 @@ def test_acks_all_is_not_held_behind_parked_follower_fetches(cluster: DevCluster
             return len(parts) == PARTITIONS and all(len(p["isr"]) == 3 for p in parts)
 
         wait_until(full_isrs, 60, "every partition's full ISR")
+
+    def leader_serves() -> bool:
+        """Partition 0's leader has taken its role (the metadata names it first; an
+        empty log's new leader reads the bucket before it leads)."""
+        return any(
+            httpx.get(f"{u}/v1/topics/many/partitions/0/bounds", timeout=5).status_code == 200
+            for u in cluster.urls
+        )
+
+    wait_until(leader_serves, 60, "partition 0's leader serving")
     # Every partition's followers now park at their leader's log end for 4 s at a time.
     with Client(",".join(cluster.urls), timeout=2.0, retry_timeout_s=0) as c:
         offsets = [c.produce("many", 0, [f"r{i}".encode()], acks="all")[0] for i in range(20)]

@@ -315,7 +315,9 @@ def test_list_offsets_max_timestamp_earliest_local_latest_tiered(server: ServerP
         b = bounds(server, topic)
         assert list_offset(w, topic, -3) == (ErrorCode.none, peak, BASE_TS + 10**6)
         local = list_offset(w, topic, -4)
-        assert local[:2] == (ErrorCode.none, b["local_start_offset"])
+        later = bounds(server, topic)  # local retention goes on meanwhile
+        assert local[0] == ErrorCode.none
+        assert b["local_start_offset"] <= local[1] <= later["local_start_offset"]
         tiered = list_offset(w, topic, -5)
         assert tiered[0] == ErrorCode.none
         assert segs["remote_end_offset"] - 1 <= tiered[1] < n
