@@ -97,7 +97,7 @@ from .groups.handlers import (
     OFFSET_FETCH,
     SYNC_GROUP,
 )
-from .handlers import UNKNOWN_OPERATIONS, Handlers
+from .handlers import UNKNOWN_OPERATIONS, Handlers, no_records
 from .messages import (
     API_VERSIONS,
     APIS,
@@ -322,14 +322,7 @@ _RULES: dict[int, _TopicRule] = {
         "topic",
         "partitions",
         "partition_index",
-        lambda _why: {
-            "high_watermark": -1,
-            "last_stable_offset": -1,
-            "log_start_offset": -1,
-            "aborted_transactions": None,
-            "preferred_read_replica": -1,
-            "records": b"",
-        },
+        lambda _why: no_records(),
     ),
     LIST_OFFSETS: _TopicRule(
         "read",
@@ -464,8 +457,8 @@ class KafkaGuard:
         rows = list(answer[rule.out_topics])
         for t, why in refused:
             parts = [
-                {rule.out_index: int(getattr(p, rule.index)), "error_code": _TOPIC_DENIED}
-                | rule.refused(why)
+                rule.refused(why)
+                | {rule.out_index: int(getattr(p, rule.index)), "error_code": _TOPIC_DENIED}
                 for p in getattr(t, rule.partitions)
             ]
             rows.append({rule.out_name: getattr(t, rule.name), rule.out_partitions: parts})

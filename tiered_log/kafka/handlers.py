@@ -337,7 +337,7 @@ class Handlers:
     ) -> dict[str, Any]:
         state = self.backend.state
         partition = int(p.partition)
-        r = {"partition_index": partition, **_no_records()}
+        r = {"partition_index": partition, **no_records()}
         epoch, offset = int(p.current_leader_epoch), int(p.fetch_offset)
         if version < 12:  # this service's fields ride v12's tagged fields
             r["error_code"] = ErrorCode.unsupported_version
@@ -390,7 +390,7 @@ class Handlers:
         failed = False
         out = []
         for topic, partition, offset, part_max in wanted:
-            r = _no_records()
+            r = no_records()
             try:
                 plog = await be.fetch_log(topic, partition)
                 if left <= 0 and total > 0:  # the answer is full: bounds only
@@ -438,7 +438,7 @@ class Handlers:
         return {"throttle_time": 0, "topics": topics}
 
 
-def _no_records() -> dict[str, Any]:
+def no_records() -> dict[str, Any]:
     """A Fetch answer's partition fields before anything is known (no records)."""
     return {
         "error_code": ErrorCode.none,
@@ -460,4 +460,4 @@ def _fill(r: dict[str, Any], page: Page) -> None:
     )
 
 
-__all__ = ["Handlers", "api_versions_body"]
+__all__ = ["Handlers", "api_versions_body", "no_records"]
