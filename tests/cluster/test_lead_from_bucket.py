@@ -1,5 +1,6 @@
-"""A node about to lead a partition whose log never held a record reads the bucket first
-(where the partition's offsets continue), and that read runs on a thread of its own:
+"""A node about to lead a partition whose log never held a record and was made at its
+start (its copy lost) reads the bucket first (where the partition's offsets continue),
+and that read runs on a thread of its own:
 with the bucket hung (moto's server SIGSTOPped, the kernel still accepting its
 connections) the node's other partitions still change role at once, and the waiting
 partition takes the lead once the bucket answers.
@@ -9,6 +10,7 @@ of the test's own."""
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 from remote.test_fetch_timeout import MotoProcess
 
 from tiered_log.cluster.dev import DevCluster
+from tiered_log.format import naming
 
 from .conftest import dev_cluster
 from .helpers import wait_until
@@ -101,9 +104,16 @@ def test_a_hung_bucket_read_before_a_lead_does_not_hold_other_role_changes(
     wait_until(lambda: all(_leader(first, t, p) for t, p in parts), 20, "full ISRs")
     doomed = _leader(first, EMPTY, 0)
     assert doomed is not None
-    busy = next(p for p in (0, 1) if _leader(first, BUSY, p) == doomed)
     survivor = next(n for n in c.nodes if n != doomed)
     s_url = c.nodes[survivor].url
+    # The survivor loses its copy of the empty topic (a disk replaced): its log, made
+    # again at its start, is one that needs the bucket's view before it leads. (A log
+    # its node created while running, the topic's creation, leads from 0 at once.)
+    c.nodes[survivor].stop()
+    shutil.rmtree(c.nodes[survivor].data_dir / naming.TOPICS_DIR / EMPTY)
+    c.nodes[survivor].start()
+    wait_until(lambda: all(_leader(first, t, p) for t, p in parts), 30, "full ISRs again")
+    busy = next(p for p in (0, 1) if _leader(first, BUSY, p) == doomed)
     r = httpx.post(
         f"{c.nodes[doomed].url}/v1/topics/{BUSY}/partitions/{busy}/records",
         params={"acks": "all"},

@@ -20,14 +20,14 @@ from cluster.conftest import dev_cluster
 from kio.schema.errors import ErrorCode
 
 from tiered_log.cluster.dev import DevCluster, DevNode
-from tiered_log.kafka.messages import METADATA
+from tiered_log.kafka.messages import METADATA, PRODUCE
 from tiered_log.kafka.producer_ids import BLOCK
 
 from .clients import confluent_consume
 from .conftest import KafkaWire, wait_until
 from .test_cluster import http_partitions
-from .test_idempotent import idem_batch, init_producer_id, produce
-from .test_protocol import metadata_body
+from .test_idempotent import idem_batch, init_producer_id, produce, produce_body
+from .test_protocol import batch, metadata_body
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -114,6 +114,47 @@ def test_new_leader_answers_a_retry_of_the_old_leaders_batch_as_a_duplicate(
         restart(leader)
 
 
+def test_a_follower_that_got_nothing_leads_a_new_topic_from_offset_zero(
+    cluster: DevCluster,
+) -> None:
+    """A new topic's leader takes a batch (acks=1: reserving offsets in the bucket) that
+    neither follower got (both SIGSTOPped), then is SIGKILLed: the follower that takes
+    the lead, its log created empty while its node ran, starts at offset 0, as Kafka's
+    would (nothing was committed), not above the dead leader's reservation of offsets."""
+    topic = "idem-c-first-batch-lost"
+    leader = replicated_topic(cluster, topic)
+    followers = [n for n in cluster.nodes.values() if n is not leader]
+    for n in followers:
+        n.pause()
+    try:
+        with KafkaWire(leader.kafka_address) as w:
+            resp = w.call(PRODUCE, 9, produce_body(topic, batch(b"a", b"b", b"c"), acks=1))
+            part = resp.responses[0].partition_responses[0]
+            assert (part.error_code, part.base_offset) == (ErrorCode.none, 0)
+        leader.kill()
+    finally:
+        for n in followers:
+            n.resume()
+    try:
+        successor = new_leader(cluster, topic, leader.node_id)
+        deadline = time.monotonic() + 30
+        while True:  # until the successor has taken its role
+            r = httpx.post(
+                f"{successor.url}/v1/topics/{topic}/partitions/0/records",
+                json={"records": [{"value": "after"}]},
+                params={"acks": "all"},
+                timeout=15,
+            )
+            if r.status_code == 200:
+                break
+            assert r.json()["error"]["retriable"], r.text  # not leading yet, or not ready
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.2)
+        assert r.json()["offsets"] == [0]  # not above the reservation (100,000 offsets)
+    finally:
+        restart(leader)
+
+
 def test_metadata_names_no_leader_that_is_not_a_live_broker(cluster: DevCluster) -> None:
     """Metadata never names a leader its brokers do not include (kafka-python's sender
     thread dies on such a one, UnknownBrokerIdError, losing every record after): from
@@ -139,6 +180,14 @@ def test_metadata_names_no_leader_that_is_not_a_live_broker(cluster: DevCluster)
     assert controller in led, (controller, led)
     victim = cluster.nodes[controller]
     other = next(n for n in cluster.nodes.values() if n is not victim)
+
+    def other_knows_the_topic() -> bool:
+        # the topic was created through another node: ``other`` may not have read it yet
+        with KafkaWire(other.kafka_address) as w:
+            t = w.call(METADATA, 12, metadata_body(topic)).topics[0]
+            return t.error_code == ErrorCode.none and len(t.partitions) == 3
+
+    wait_until(other_knows_the_topic, 30, f"node {other.node_id} to know the topic")
     victim.kill()
     try:
         with KafkaWire(other.kafka_address) as w:

@@ -206,3 +206,32 @@ def test_an_idle_partition_reserves_nothing_and_its_next_leader_starts_at_zero(
     finally:
         a.close()
         b.close()
+
+
+def test_a_replica_created_empty_while_its_node_ran_leads_from_zero(tmp_path: Path) -> None:
+    """A topic created in a running cluster: its leader hands out offsets (reserving
+    them in the bucket) for a batch no follower got before it died; the follower that
+    takes the lead, its log created empty by its running node (marked so), starts at 0,
+    as Kafka's would: nothing was committed, and continuing above the reservation would
+    skip a whole reservation of offsets. The marker outlives a restart of the replica;
+    a replica opened again without it (a lost disk) still continues above the bucket."""
+    bucket = tmp_path / "bucket"
+    old = open_replica(tmp_path / "old", bucket)
+    new = open_replica(tmp_path / "new", bucket)
+    new.mark_created_empty()
+    old.lead(0)
+    old.append_batch([b"a", b"b", b"c"])  # reserved in the bucket, never replicated
+    assert _bucket_end(bucket) > 3
+    old.close()  # the bucket keeps the 3 offsets it handed out
+    new.close()
+    new = open_replica(tmp_path / "new", bucket)  # the marker holds across a restart
+    lost_disk = open_replica(tmp_path / "wiped", bucket)
+    try:
+        assert not new.needs_bucket_view()
+        assert new.lead(1) == 0 and new.append(b"x") == 0 and new.lost_offsets() == []
+        assert lost_disk.needs_bucket_view()
+        # a disk found empty: above every offset handed out (or reserved to be)
+        assert lost_disk.lead(2) == _bucket_end(bucket) > 3
+    finally:
+        new.close()
+        lost_disk.close()

@@ -144,7 +144,7 @@ class MountedTopics(TopicManager):
     def create(self, name: str, partitions: int, overrides: dict[str, Any] | None = None) -> Topic:
         raise self.refusal(f"cannot create topic {name!r}")
 
-    def adopt(self, meta: TopicMeta) -> Topic:
+    def adopt(self, meta: TopicMeta, *, created_empty: bool = False) -> Topic:
         raise self.refusal(f"cannot create topic {meta.name!r}")
 
     def alter(
@@ -165,7 +165,7 @@ class MountedTopics(TopicManager):
     def open_from_store(self, meta: TopicMeta) -> Topic:
         raise self.refusal(f"cannot restore topic {meta.name!r}")
 
-    def ensure_topic(self, meta: TopicMeta) -> None:
+    def ensure_topic(self, meta: TopicMeta, *, running: bool = False) -> None:
         raise self.refusal(f"cannot create topic {meta.name!r}")
 
     def drop_topic(self, name: str) -> None:

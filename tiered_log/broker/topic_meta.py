@@ -20,8 +20,8 @@ JSON::
 (a missing ``name``, ``partitions`` or ``config``, a wrong type, an invalid setting or
 another ``version`` raises :class:`~tiered_log.errors.InvalidArgumentError`, one line
 naming the field); ``topic_id`` (empty), ``replication_factor`` and
-``min_insync_replicas`` (1) and ``created_ms`` (0) may be missing: a single node's
-``topic.json`` written before they were stored lacks them. Keys it does not know are
+``min_insync_replicas`` (1), ``created_ms`` (0) and ``restored`` (false) may be
+missing: a single node's ``topic.json`` written before they were stored lacks them. Keys it does not know are
 ignored (a newer writer may add some).
 
 Thread-safety: a TopicMeta is immutable (a frozen dataclass holding a frozen
@@ -101,7 +101,9 @@ class TopicMeta:
     unique id (a topic deleted and created again under the same name gets a new one, so
     its remote objects never mix with the old), empty when not assigned;
     ``created_ms``: when this node created its copy (0: not known, as in the cluster's
-    metadata).
+    metadata); ``restored``: the topic was made again from the bucket (a cluster's
+    restore), so its replicas' logs, empty when created, continue from the bucket (see
+    :mod:`tiered_log.partition.empty_lead`); stored only when true.
     """
 
     name: str
@@ -111,6 +113,7 @@ class TopicMeta:
     config: TopicConfig = TOPIC_DEFAULTS
     topic_id: str = ""
     created_ms: int = 0
+    restored: bool = False
 
     def __post_init__(self) -> None:
         validate_topic_name(self.name)
@@ -125,6 +128,8 @@ class TopicMeta:
             )
         str_field(self.topic_id, f"{what} id")
         int_field(self.created_ms, f"{what} creation time")
+        if not isinstance(self.restored, bool):
+            raise InvalidArgumentError(f"{what} restored must be true or false")
         if not isinstance(self.config, TopicConfig):
             raise InvalidArgumentError(f"{what} config must be a TopicConfig")
 
@@ -139,7 +144,7 @@ class TopicMeta:
             "min_insync_replicas": self.min_insync_replicas,
             "created_ms": self.created_ms,
             "config": self.config.model_dump(mode="json"),
-        }
+        } | ({"restored": True} if self.restored else {})
 
     @classmethod
     def from_dict(cls, obj: object) -> TopicMeta:
@@ -167,6 +172,7 @@ class TopicMeta:
             config=settings,
             topic_id=str_field(d.get("topic_id", ""), f"{what} topic_id"),
             created_ms=int_field(d.get("created_ms", 0), f"{what} created_ms"),
+            restored=d.get("restored", False),
         )
 
     def to_json(self) -> bytes:

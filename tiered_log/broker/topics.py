@@ -534,14 +534,20 @@ class TopicManager:
             )
             return self.adopt(meta)
 
-    def adopt(self, meta: TopicMeta) -> Topic:
+    def adopt(self, meta: TopicMeta, *, created_empty: bool = False) -> Topic:
         """Create the local logs of a topic whose metadata is decided (by :meth:`create`,
         or by the cluster, whose nodes must agree on the topic id: it names the logs in
-        the bucket). TopicExistsError if the name is held."""
+        the bucket). ``created_empty``: a cluster's node that runs created them, marked
+        so (:meth:`TieredLog.mark_created_empty
+        <tiered_log.partition.log.TieredLog.mark_created_empty>`). TopicExistsError if
+        the name is held."""
         with self._lock:
             if meta.name in self._topics or meta.name in self._unavailable:
                 raise TopicExistsError(f"topic {meta.name!r} exists already")
             topic = self._commit_topic(meta, rebuild=False)
+            if created_empty:
+                for plog in topic.logs:
+                    plog.mark_created_empty()
             self._publish(meta)
             self._topics = {**self._topics, meta.name: topic}
             log.info("created topic %s with %d partition(s)", meta.name, meta.partitions)
@@ -626,10 +632,13 @@ class TopicManager:
 
     # ---- the cluster's view (a ClusterNode drives these from its poll thread) ------------
 
-    def ensure_topic(self, meta: TopicMeta) -> None:
+    def ensure_topic(self, meta: TopicMeta, *, running: bool = False) -> None:
         """Create the cluster topic's local logs if missing, with its topic id (so a
         partition's log has one id on every node); a local topic of that name with
-        another id was deleted in the cluster and created again: it is replaced."""
+        another id was deleted in the cluster and created again: it is replaced.
+        ``running``: the node has been a member since before this poll (not the poll of
+        its start, where a missing log may be a lost disk's): logs created now are
+        marked created empty (see :mod:`tiered_log.partition.empty_lead`)."""
         have = next((t for t in self.list() if t.name == meta.name), None)
         if have is not None:
             if have.meta.topic_id == meta.topic_id:
@@ -649,7 +658,7 @@ class TopicManager:
             self.delete(meta.name)
         local = replace(meta, created_ms=meta.created_ms or time.time_ns() // 1_000_000)
         with contextlib.suppress(TopicExistsError):  # created meanwhile on this node
-            self.adopt(local)
+            self.adopt(local, created_empty=running)
 
     def drop_topic(self, name: str) -> None:
         """Delete the topic's local logs (it left the cluster's metadata)."""

@@ -31,6 +31,11 @@ LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
 :mod:`tiered_log.local.leader_epoch`)."""
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 """A replicated log's high watermark, checkpointed (see :mod:`tiered_log.partition.replication`)."""
+CREATED_EMPTY_FILE = "created-empty"
+"""Empty marker file: a cluster replica's log created empty while its node was a running
+member (a topic created, not a disk found empty at a start): its emptiness is what its
+leaders sent it, never a loss (see :meth:`TieredLog.needs_bucket_view
+<tiered_log.partition.log.TieredLog.needs_bucket_view>`)."""
 OFFSET_DIGITS = 20
 
 

@@ -69,6 +69,7 @@ from ..local.segment import SegmentInfo
 from ..remote.storage import RemoteStorage
 from ..remote.tier import RemoteTier, TierConfig, TierLimits
 from . import report
+from .empty_lead import EmptyLead
 from .idempotence import PRODUCER_ID_EXPIRATION_MS, Idempotence
 from .producer_state import buffer_headers
 from .reads import TierReads
@@ -139,9 +140,6 @@ class TieredLog:
         self.tier_config = tier or TierConfig()
         self._closed = False
         self._ctl = threading.Lock()
-        self._bucket_view: tuple[int, int] | None = None
-        """``(epoch, resume offset)`` read by :meth:`read_bucket_view` for the next
-        :meth:`lead` (under the control lock)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         fresh = not naming.list_segment_bases(self.directory)
         self._storage = storage
@@ -204,6 +202,18 @@ class TieredLog:
         )
         self._reads = TierReads(
             self.log_id, self._local, lambda: self._remote, self._tiering, self._check_open
+        )
+        self._empty_lead = EmptyLead(
+            self.directory,
+            self.log_id,
+            self._local,
+            lambda: self._remote,
+            self._replication,
+            self._tiering,
+            self._producers,
+            self._ctl,
+            self._check_open,
+            self.set_high_watermark,
         )
         if start_shipper:
             self.start_shipper()
@@ -559,71 +569,27 @@ class TieredLog:
         change."""
         self._tiering.lead(epoch, fence)
         if self.needs_bucket_view():
-            self._lead_from_bucket(epoch)
+            self._empty_lead.apply(epoch)
         start = self.assign_leader_epoch(epoch)
         self._replication.following = False
         return start
 
     def needs_bucket_view(self) -> bool:
-        """Whether leading this log needs a read of the bucket first: it has a remote
-        tier and never held a record (a whole cluster restored onto new disks from the
-        bucket, or every replica's disk lost). Any thread."""
-        return (
-            self._remote is not None
-            and self.next_offset == 0
-            and self._replication.epochs.latest_entry is None
-        )
+        """Whether leading this log needs a read of the bucket first (see
+        :mod:`tiered_log.partition.empty_lead`). Any thread."""
+        return self._empty_lead.needed()
+
+    def mark_created_empty(self) -> None:
+        """This cluster replica's log was created empty while its node ran: it leads
+        from 0 without the bucket (see :mod:`tiered_log.partition.empty_lead`). The
+        node's poll thread, once the log is created."""
+        self._empty_lead.mark_created_empty()
 
     def read_bucket_view(self, epoch: int) -> None:
-        """Read the bucket for a lead of ``epoch`` to come (:meth:`lead` applies it): the
-        remote state rebuilt from the bucket and the offset the log continues at
-        (:meth:`~tiered_log.remote.state.TierState.resume_offset`). Touches only the remote tier and this log's control
-        lock, never the local log, so a node runs it on a thread of its own before it
-        takes its lock to change the role. RemoteStorageError if the bucket fails (the
-        node reads again at a later poll); nothing to read (:meth:`needs_bucket_view`
-        false): no request."""
-        with self._ctl:
-            self._check_open()
-            r = self._remote
-            if r is None or not self.needs_bucket_view():
-                return
-            self._tiering.resync_view()
-            self._bucket_view = (epoch, r.resume_offset())
-
-    def _lead_from_bucket(self, epoch: int) -> None:
-        """Continue above every offset the partition handed out (the gap is reported
-        lost), never at 0 over archived offsets: with the view read for ``epoch`` by
-        :meth:`read_bucket_view`, or reading it now. Re-checked under the control lock:
-        a log that took a record since is left as it is. RemoteStorageError if the
-        bucket fails: the node tries to lead again at its next metadata poll."""
-        r = self._remote
-        assert r is not None
-        with self._ctl:
-            self._check_open()
-            view, self._bucket_view = self._bucket_view, None
-            if not self.needs_bucket_view():
-                return
-            if view is not None and view[0] == epoch:
-                resume = view[1]
-                self._tiering.view_pending = False  # read for this epoch: current
-            else:
-                self._tiering.resync_view()
-                resume = r.resume_offset()
-            if resume > self.next_offset:
-                ps = self._producers.state
-                with self._replication.moving_bounds(), ps.lock:
-                    ps.delete_snapshot()
-                    self._local.reset(resume)
-                    ps.clear(complete=False)
-                    self._replication.clamp_high_watermark()
-                # Everything below was committed before: readable (archived) at once.
-                self.set_high_watermark(resume)
-                log.info(
-                    "%s: leads from the bucket: archived up to %d, continues at %d",
-                    self.log_id,
-                    r.remote_end,
-                    resume,
-                )
+        """Read the bucket for a lead of ``epoch`` to come (:meth:`lead` applies it; see
+        :meth:`EmptyLead.read <tiered_log.partition.empty_lead.EmptyLead.read>`): a node
+        runs it on a thread of its own before it takes its lock to change the role."""
+        self._empty_lead.read(epoch)
 
     # ---- leader epochs ----------------------------------------------------------------
 

@@ -78,8 +78,9 @@ def create_cluster_topic(
     holds its logs. The replication factor defaults to ``min(3, live nodes)`` and
     ``min_insync_replicas`` to ``min(2, replication_factor)``, as a Kafka cluster is
     usually configured. ``config``/``topic_id``: a topic restored from the bucket keeps
-    its own (its logs' objects are named by the id); else the defaults with
-    ``overrides`` and a new id. TopicExistsError, InvalidArgumentError."""
+    its own (its logs' objects are named by the id; the topic is marked ``restored``);
+    else the defaults with ``overrides`` and a new id. TopicExistsError,
+    InvalidArgumentError."""
     validate_topic_name(name)
     validate_partitions(partitions)
     if config is None:
@@ -100,6 +101,7 @@ def create_cluster_topic(
         min_insync_replicas=min_isr,
         config=config,
         topic_id=topic_id or uuid.uuid4().hex,
+        restored=topic_id is not None,
     )
     node.create_topic(meta)
     node.wait_until(lambda: node.partition_state(name, 0) is not None, 10.0)
