@@ -48,8 +48,11 @@ SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put each test of :data:`SERIAL_GROUPS` in its xdist group (a no-op without xdist)."""
+    """Put each test of :data:`SERIAL_GROUPS` in its xdist group (a no-op without xdist).
+    First among the hooks: xdist's worker reads the groups in a hook of its own, which is
+    registered after this file and so would otherwise run before it."""
     here = Path(__file__).parent
     for item in items:
         try:
