@@ -34,6 +34,9 @@ doubling back-off between tries:
   could store an acknowledged record twice; this is what keeps "every acknowledged
   record read back exactly once" true for a caller that never resends).
 - ``shutting_down``: a read is tried again elsewhere after a fresh map; a produce is not.
+- ``not_ready`` (:class:`~tiered_log.errors.PartitionNotReadyError`: a new leader still
+  reading the bucket, answered before anything is done): tried again at the same leader,
+  as a Kafka client retries LEADER_NOT_AVAILABLE.
 - Anything else is raised at once.
 
 Thread-safety: :class:`Routes` is shared by every thread of a client (a lock guards the
@@ -241,6 +244,8 @@ class Attempts:
             return not self.writes or isinstance(exc, RequestNotSentError), None
         if isinstance(exc, E.ShuttingDownError) and not self.writes:
             return True, None
+        if isinstance(exc, E.PartitionNotReadyError):
+            return True, self.routes.leader(self.topic, self.partition)
         return False, None
 
 
