@@ -166,7 +166,7 @@ def _start_failure(cluster: DevCluster, exc: Exception) -> int:
     if isinstance(exc, EtcdStartError):
         first = str(exc).splitlines()[0] if str(exc) else "etcd did not start"
         return _fail(f"{first} (log: {cluster.etcd.log_path})")
-    failed = next((n for n in reversed(cluster.nodes.values()) if not n.alive), None)
+    failed = cluster.failed_node
     if failed is None:
         return _fail(" ".join(str(exc).split())[:300])
     why = _last_line(failed.log_path)

@@ -104,6 +104,11 @@ class DevNode:
 
     def start(self, wait_s: float = 30.0) -> DevNode:
         """Start the process and wait until it answers ``/healthz``."""
+        self.launch()
+        return self.wait_ready(wait_s)
+
+    def launch(self) -> None:
+        """Start the process, not waiting for it (:meth:`wait_ready`)."""
         env = {**os.environ, **self._env, **self.env()}
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
         self.proc = subprocess.Popen(
@@ -113,6 +118,11 @@ class DevNode:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def wait_ready(self, wait_s: float = 30.0) -> DevNode:
+        """Wait until the launched process answers ``/healthz`` (RuntimeError with its
+        log's tail when it exits or does not answer within ``wait_s``)."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -215,9 +225,11 @@ class DevCluster:
         self._count = nodes
         self._kafka = kafka
         self.nodes: dict[int, DevNode] = {}
+        self.failed_node: DevNode | None = None
+        """The node that did not answer when :meth:`start` failed (None: none did)."""
 
     def start(self) -> DevCluster:
-        """Start etcd and the nodes, each answering before the next starts. If any
+        """Start etcd, then the nodes all at once, and wait until each answers. If any
         fails, what was started is stopped before the error propagates: no etcd or node
         outlives a failed start."""
         self._progress(f"starting etcd in {self.work_dir / 'etcd'}")
@@ -234,7 +246,11 @@ class DevCluster:
                 )
                 self.nodes[i] = node
                 self._progress(f"starting node {i} on {node.url}")
-                node.start()
+                node.launch()
+            for node in self.nodes.values():
+                self.failed_node = node
+                node.wait_ready()
+            self.failed_node = None
             self.write_state()
         except BaseException:
             self.stop()
