@@ -257,6 +257,19 @@ def create_topic(
         is None
     ):
         raise RuntimeError(f"{topic} did not get a full ISR within {STEP_TIMEOUT_S:.0f}s")
+    # Every node holds the topic's logs before the benchmark writes to it (a node's poll
+    # may come after the metadata already shows a full ISR).
+    if wait_for(lambda: all(_holds(http, url, topic) for url in urls), STEP_TIMEOUT_S) is None:
+        raise RuntimeError(f"not every node held {topic} within {STEP_TIMEOUT_S:.0f}s")
+
+
+def _holds(http: httpx.Client, url: str, topic: str) -> bool:
+    """Whether the node at ``url`` answers for ``topic`` (True when it cannot be reached:
+    a node that is down is not written to)."""
+    try:
+        return http.get(f"{url}/v1/topics/{topic}", timeout=10).status_code == 200
+    except httpx.HTTPError:
+        return True
 
 
 def delete_topic(http: httpx.Client, urls: Sequence[str], topic: str) -> None:

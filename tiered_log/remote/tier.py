@@ -29,6 +29,7 @@ holds.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
@@ -52,6 +53,11 @@ from .tier_config import TierConfig, TierStats
 from .worker import in_worker
 
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+CLOSE_WAIT_S = 60.0
+"""How long :meth:`RemoteTier.close` waits for this log's pending remote work, each kind."""
 
 __all__ = [
     "COPY_THREADS",
@@ -196,10 +202,22 @@ class RemoteTier(TierState):
     def close(self) -> None:
         """Cancel this log's queued fetches and wait for its running ones, its uploads and
         its chunk cache writes (the thread pools are shared by every log of the process
-        and stay up). Fetches waiting for the fetch quota stop waiting."""
+        and stay up). Fetches waiting for the fetch quota stop waiting. Each wait is
+        bounded (:data:`CLOSE_WAIT_S`): work still pending then is left to finish on
+        its own, with a WARNING, rather than hang the close (an upload cut short is a
+        torn copy, which recovery and reconcile clear)."""
         self.release_limits()
         futs: set[Future[Any]] = self.reader.fetch_futures() | self.copier.pending_futures()
         for f in futs:
             f.cancel()
-        wait(futs)
-        wait(self.reader.cache_writes())  # cache writes of finished fetches: let them land
+        left = wait(futs, timeout=CLOSE_WAIT_S).not_done
+        # cache writes of finished fetches: let them land
+        left |= wait(self.reader.cache_writes(), timeout=CLOSE_WAIT_S).not_done
+        if left:
+            log.warning(
+                "%s: closed with %d remote fetch(es), upload(s) or cache write(s) still "
+                "pending after %.0f s",
+                self.log_id,
+                len(left),
+                CLOSE_WAIT_S,
+            )
