@@ -165,7 +165,7 @@ class MountedTopics(TopicManager):
     def open_from_store(self, meta: TopicMeta) -> Topic:
         raise self.refusal(f"cannot restore topic {meta.name!r}")
 
-    def ensure_topic(self, meta: TopicMeta, *, running: bool = False) -> None:
+    def ensure_topic(self, meta: TopicMeta, *, created_empty: bool = False) -> None:
         raise self.refusal(f"cannot create topic {meta.name!r}")
 
     def drop_topic(self, name: str) -> None:

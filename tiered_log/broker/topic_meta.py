@@ -21,8 +21,8 @@ JSON::
 another ``version`` raises :class:`~tiered_log.errors.InvalidArgumentError`, one line
 naming the field); ``topic_id`` (empty), ``replication_factor`` and
 ``min_insync_replicas`` (1), ``created_ms`` (0) and ``restored`` (false) may be
-missing: a single node's ``topic.json`` written before they were stored lacks them. Keys it does not know are
-ignored (a newer writer may add some).
+missing: a single node's ``topic.json`` written before they were stored lacks them.
+Keys it does not know are ignored (a newer writer may add some).
 
 Thread-safety: a TopicMeta is immutable (a frozen dataclass holding a frozen
 TopicConfig); every function here is pure: safe from any thread.

@@ -632,13 +632,13 @@ class TopicManager:
 
     # ---- the cluster's view (a ClusterNode drives these from its poll thread) ------------
 
-    def ensure_topic(self, meta: TopicMeta, *, running: bool = False) -> None:
+    def ensure_topic(self, meta: TopicMeta, *, created_empty: bool = False) -> None:
         """Create the cluster topic's local logs if missing, with its topic id (so a
         partition's log has one id on every node); a local topic of that name with
         another id was deleted in the cluster and created again: it is replaced.
-        ``running``: the node has been a member since before this poll (not the poll of
-        its start, where a missing log may be a lost disk's): logs created now are
-        marked created empty (see :mod:`tiered_log.partition.empty_lead`)."""
+        ``created_empty``: the topic was created after the node started (not at its
+        first round, where a missing log may be a lost disk's, nor restored from the
+        bucket): logs created now are marked so (see :mod:`tiered_log.partition.empty_lead`)."""
         have = next((t for t in self.list() if t.name == meta.name), None)
         if have is not None:
             if have.meta.topic_id == meta.topic_id:
@@ -658,7 +658,7 @@ class TopicManager:
             self.delete(meta.name)
         local = replace(meta, created_ms=meta.created_ms or time.time_ns() // 1_000_000)
         with contextlib.suppress(TopicExistsError):  # created meanwhile on this node
-            self.adopt(local, created_empty=running)
+            self.adopt(local, created_empty=created_empty)
 
     def drop_topic(self, name: str) -> None:
         """Delete the topic's local logs (it left the cluster's metadata)."""

@@ -137,10 +137,10 @@ class ClusterNode:
         self.config = config
         self.node_id = config.node_id
         self._logs = logs
-        self._running = False
-        self._topics_at_start: set[tuple[str, str]] = set()
-        """The topics (name, id) the metadata held at this node's start: their logs it
-        creates may be a lost disk's (never marked created empty)."""
+        self._topics_at_start: set[tuple[str, str]] | None = None
+        """The topics (name, id) the metadata held at this node's start (its first
+        round): their logs it creates may be a lost disk's (never marked created
+        empty). None until that round."""
         # A stall of etcd two thirds of the lease long can cost a lease (each is renewed
         # every third of it); an answer half the lease late counts as a gap in contact,
         # after which the controller waits (see the Controller's docstring).
@@ -201,7 +201,6 @@ class ClusterNode:
         self.election.start()
         self.controller.start()
         self.refresh()
-        self._running = True
         self._thread.start()
         return self
 
@@ -296,15 +295,15 @@ class ClusterNode:
         """Whether ``meta``'s topic was created after this node started, not restored
         from the bucket (its logs are created empty: see
         :mod:`tiered_log.partition.empty_lead`)."""
-        key = (meta.name, meta.topic_id)
-        if not self._running:
-            self._topics_at_start.add(key)
-        return key not in self._topics_at_start and not meta.restored
+        at_start = self._topics_at_start or set()
+        return (meta.name, meta.topic_id) not in at_start and not meta.restored
 
     def refresh(self) -> None:
         """Read the metadata once and move every local replica to its role."""
         began = time.monotonic()
         topics = self.metadata.topics()
+        if self._topics_at_start is None:
+            self._topics_at_start = {(m.name, m.topic_id) for m in topics.values()}
         parts = self.metadata.partitions()
         nodes, self._kafka_addresses = self.membership.registrations()
         controller = self.election.controller_id()
@@ -312,7 +311,7 @@ class ClusterNode:
             known = self._topics.get(meta.name)
             if known is None or known.config != meta.config or known.topic_id != meta.topic_id:
                 # a new topic, or its settings changed
-                self._logs.ensure_topic(meta, running=self._created_since_start(meta))
+                self._logs.ensure_topic(meta, created_empty=self._created_since_start(meta))
         for st, _rev in parts.values():  # the bucket reads before a lead: no lock held
             if st.topic in topics:
                 self._bucket_read_pending(st)
