@@ -124,6 +124,22 @@ def test_a_follower_that_got_nothing_leads_a_new_topic_from_offset_zero(
     topic = "idem-c-first-batch-lost"
     leader = replicated_topic(cluster, topic)
     followers = [n for n in cluster.nodes.values() if n is not leader]
+
+    def ready() -> bool:
+        # the metadata names the leader and a full ISR before the nodes have read the
+        # topic and the leader has taken its role
+        return (
+            all(
+                httpx.get(f"{n.url}/v1/topics/{topic}", timeout=5).status_code == 200
+                for n in cluster.nodes.values()
+            )
+            and (
+                httpx.get(f"{leader.url}/v1/topics/{topic}/partitions/0/bounds", timeout=5)
+            ).status_code
+            == 200
+        )
+
+    wait_until(ready, 30, "every node to hold the topic and its leader to serve")
     for n in followers:
         n.pause()
     try:
