@@ -295,15 +295,17 @@ class Settings(BaseSettings):
         0.0,
         ge=0,
         le=30 * 86400,
-        description="The background scrubber reads every archived segment back and "
-        "verifies it (as `tiered-log archive scrub` does) every this many seconds, counting "
-        "damage in /metrics. 0 (the default): off, as a pass reads the whole bucket.",
+        description="The background scrubber reads both tiers of every partition this node "
+        "holds back every this many seconds (its local segments; for the partitions it "
+        "leads, their archived copies), verifying every batch and object, repairing damage "
+        "from a good copy and counting what stays in /metrics. 0 (the default): passes run "
+        "only when asked (`tiered-log archive scrub --url`), as a pass reads everything.",
     )
     scrub_bytes_per_sec: int = Field(
         4 << 20,
         ge=4096,
         le=1 << 34,
-        description="The background scrubber reads at most this many bytes a second.",
+        description="The scrubber reads at most this many bytes a second (both tiers).",
     )
     topic_defaults: TopicConfig = Field(TOPIC_DEFAULTS)
     auth_tokens: dict[str, dict[str, list[Grant]]] = Field(

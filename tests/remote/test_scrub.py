@@ -225,10 +225,11 @@ def _scrub_metric(text: str, name: str, labels: str = "") -> float:
 def test_the_services_background_scrubber(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A server with ``scrub_interval_s`` ships a topic, a byte of an archived segment is
-    flipped while it runs: its scrubber counts the damaged segment in ``/metrics`` and
-    lists it in ``GET /v1/archive/anomalies`` (read by ``archive scrub --url``), and the
-    command run beside it against the same bucket finds and names it too."""
+    """A server with ``scrub_interval_s`` ships a topic (nothing kept locally), a byte of
+    an archived segment is flipped while it runs: its scrubber counts the damaged segment
+    in ``/metrics`` (no local copy mends it), lists it in ``GET /v1/archive/anomalies``,
+    the partition's anomalies and describe; ``archive scrub --url`` runs a pass now and
+    names it, and the command run beside it against the same bucket finds it too."""
     from service.conftest import ServerProcess  # tests/service/conftest.py
     from service.test_tiered_service import TINY, _bounds, _records, _wait
 
@@ -255,7 +256,7 @@ def test_the_services_background_scrubber(
             text = c.get("/metrics").text
             assert _scrub_metric(text, "tiered_log_scrub_passes_total") > 0
             assert _scrub_metric(text, "tiered_log_scrub_segments_checked_total") > 0
-            assert 'tiered_log_scrub_damaged_segments{topic="t"}' not in text
+            assert "tiered_log_scrub_damaged_segments{" not in text
             data = sorted(p for p in bucket.rglob("*.log"))[0]
             blob = bytearray(data.read_bytes())
             blob[len(blob) - 10] ^= 0x01
@@ -263,7 +264,9 @@ def test_the_services_background_scrubber(
             _wait(
                 lambda: (
                     _scrub_metric(
-                        c.get("/metrics").text, "tiered_log_scrub_damaged_segments", '{topic="t"}'
+                        c.get("/metrics").text,
+                        "tiered_log_scrub_damaged_segments",
+                        '{topic="t",tier="remote"}',
                     )
                     == 1
                 ),
@@ -280,17 +283,30 @@ def test_the_services_background_scrubber(
             assert (found["topic"], found["partition"], found["object_key"]) == ("t", 0, rel)
             assert found["base_offset"] == 0 and found["next_offset"] > 0
             assert found["kinds"] and found["problems"] and found["found_ms"] > 0
+            assert found["tier"] == "remote" and found["repaired"] is False
+            assert "no longer on this node's disk" in found["repair"]
             other = c.get("/v1/archive/anomalies", params={"topic": "other"}).json()
             assert other["anomalies"] == [] and other["found_in_current_pass"] == []
+            part = c.get("/v1/topics/t/partitions/0/anomalies").json()
+            assert part["checked"] is True
+            assert [a["object_key"] for a in part["anomalies"]] == [rel]
+            described = c.get("/v1/topics/t").json()["partition_info"][0]
+            assert [a["object_key"] for a in described["anomalies"]] == [rel]
+            assert c.get("/v1/topics/nope/partitions/0/anomalies").status_code == 404
         assert main(["archive", "scrub", "--url", srv.url, "--topic", "t"]) == 1
         out = capsys.readouterr().out
-        assert out.startswith(f"DAMAGED t/0 offsets [0, {found['next_offset']}) {rel}: ")
-        assert "last pass: " in out
-        assert main(["archive", "scrub", "--url", srv.url, "--json", "--topic", "other"]) == 0
-        assert json.loads(capsys.readouterr().out)["anomalies"] == []
+        assert out.startswith(
+            f"DAMAGED t/0 offsets [0, {found['next_offset']}) archived copy {rel}: "
+        )
+        assert "no longer on this node's disk" in out
+        assert "1 damaged segment, 0 repaired" in out
+        assert main(["archive", "scrub", "--url", srv.url, "--json", "--topic", "t"]) == 1
+        [node] = json.loads(capsys.readouterr().out)
+        assert [d["object_key"] for d in node["report"]["damaged"]] == [rel]
         for argv, needle in [
             (["--url", srv.url, "--remote", str(bucket)], "either --remote"),
             (["--url", srv.url, "--rate", "5"], "--rate goes with --remote"),
+            (["--url", srv.url, "--topic", "other"], "other"),
             ([], "either --remote"),
         ]:
             assert main(["archive", "scrub", *argv]) != 0
@@ -301,8 +317,75 @@ def test_the_services_background_scrubber(
     assert "damaged segment t/0 offsets [0, " in srv.log()
 
 
+@pytest.mark.timeout(120)
+def test_a_scrub_asked_of_a_service_repairs_both_tiers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server without background passes, keeping its shipped segments locally: a byte
+    flipped in an archived copy and another in a local segment are both repaired by
+    ``archive scrub --url`` (each from the other tier), which exits 0; the bytes are the
+    originals again, every record reads back, and the repairs are counted."""
+    from service.conftest import ServerProcess  # tests/service/conftest.py
+    from service.test_tiered_service import _bounds, _records, _wait
+
+    bucket = tmp_path / "bucket"
+    srv = ServerProcess(
+        tmp_path / "data", tmp_path, {"remote_url": str(bucket), "ship_interval_ms": "50"}
+    )
+    srv.start()
+    try:
+        with srv.client() as c:
+            config = {"segment_bytes": 4096, "local_retention_bytes": 1 << 30}
+            assert c.post("/v1/topics", json={"name": "t", "config": config}).status_code == 201
+            for start in range(0, 400, 100):
+                r = c.post(
+                    "/v1/topics/t/partitions/0/records", json={"records": _records(100, start)}
+                )
+                assert r.status_code == 200, r.text
+            _wait(lambda: _bounds(c, "t")["remote_end_offset"] > 200, "shipping")
+            assert c.get("/v1/topics/t/partitions/0/anomalies").json() == {
+                "topic": "t",
+                "partition": 0,
+                "checked": False,
+                "anomalies": [],
+            }
+            archived = sorted(bucket.rglob("*.log"))[0]
+            local = sorted((tmp_path / "data").rglob("*.log"))[1]
+            good = {p: p.read_bytes() for p in (archived, local)}
+            for p in (archived, local):
+                blob = bytearray(good[p])
+                blob[len(blob) // 2] ^= 0x20
+                p.write_bytes(bytes(blob))
+
+            assert main(["archive", "scrub", "--url", srv.url]) == 0
+            out = capsys.readouterr().out
+            assert "REPAIRED t/0 offsets [0, " in out and "archived copy" in out
+            assert "local segment" in out and "(from the archived copy)" in out
+            assert "(from the local log)" in out
+            assert "2 damaged segments, 2 repaired" in out
+            assert {p: p.read_bytes() for p in good} == good
+            part = c.get("/v1/topics/t/partitions/0/anomalies").json()
+            assert part["checked"] and all(a["repaired"] for a in part["anomalies"])
+            assert {a["tier"] for a in part["anomalies"]} == {"local", "remote"}
+            text = c.get("/metrics").text
+            for tier in ("local", "remote"):
+                assert (
+                    _scrub_metric(
+                        text, "tiered_log_scrub_repaired_segments_total", f'{{tier="{tier}"}}'
+                    )
+                    == 1
+                )
+            r = c.get("/v1/topics/t/partitions/0/records", params={"offset": 0, "max_records": 400})
+            assert r.status_code == 200
+            assert [x["offset"] for x in r.json()["records"]] == list(range(400))
+            assert main(["archive", "scrub", "--url", srv.url]) == 0
+            assert "no damage found" in capsys.readouterr().out
+    finally:
+        srv.stop(timeout=15)
+
+
 @pytest.mark.timeout(60)
-def test_anomalies_of_a_service_without_a_scrubber(
+def test_a_scrub_asked_of_a_service_without_background_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from service.conftest import ServerProcess  # tests/service/conftest.py
@@ -312,9 +395,10 @@ def test_anomalies_of_a_service_without_a_scrubber(
     try:
         with srv.client() as c:
             doc = c.get("/v1/archive/anomalies").json()
-        assert doc["enabled"] is False and doc["anomalies"] == []
-        assert main(["archive", "scrub", "--url", srv.url]) == 1
-        err = capsys.readouterr().err
-        assert "runs no background scrubber" in err and len(err.strip().splitlines()) == 1
+            assert doc["enabled"] is False and doc["anomalies"] == [] and doc["last_pass"] is None
+        assert main(["archive", "scrub", "--url", srv.url]) == 0
+        assert "no damage found" in capsys.readouterr().out
+        with srv.client() as c:
+            assert c.get("/v1/archive/anomalies").json()["last_pass"] is not None
     finally:
         srv.stop(timeout=15)

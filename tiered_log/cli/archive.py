@@ -20,13 +20,16 @@ they re-read it when it changes). It prints what it did (or one JSON object) and
 1 when a manifest could not be rewrapped (each named, with why) or some are still
 wrapped with another key.
 
-``scrub`` reads every archived segment back and verifies it
-(:mod:`tiered_log.remote.scrub`); it prints each damaged segment and exits 1 when there
-is any. With ``--url`` it reads what a running service's background scrubber found
-(``GET /v1/archive/anomalies``) instead, and exits 1 likewise. ``reconcile`` lists the objects nothing references and the dangling references
+``scrub --remote`` reads every archived segment in the bucket back and verifies it
+(:mod:`tiered_log.remote.scrub`), writing nothing; it prints each damaged segment and
+exits 1 when there is any. ``scrub --url`` has every live node of a running service run
+a pass now (``POST /v1/archive/scrub``: both tiers of the partitions each holds,
+:mod:`tiered_log.partition.scrub`), which repairs what a good copy mends; it prints each
+damaged segment with what its repair did and exits 1 when damage stays. ``reconcile``
+lists the objects nothing references and the dangling references
 (:mod:`tiered_log.remote.reconcile`), deletes the orphans past the grace period only with
-``--delete``, and exits 1 when a reference dangles. Both only read (reconcile deletes
-only orphans) and are safe while services ship to the bucket.
+``--delete``, and exits 1 when a reference dangles. Both are safe while services ship to
+the bucket.
 
 ``restore`` makes a new topic holding a topic's records up to a time or an offset
 (:mod:`tiered_log.broker.point_in_time`), from the bucket alone (``--remote``) or through
@@ -160,7 +163,7 @@ def _service_args(p: argparse.ArgumentParser, what: str) -> None:
 
 def _scrub_args(p: argparse.ArgumentParser) -> None:
     _bucket_args(p, required=False)
-    _service_args(p, "comma-separated), instead of --remote: its scrubber's findings")
+    _service_args(p, "comma-separated), instead of --remote: a pass now on every node, repairing")
     p.add_argument(
         "--key-file",
         metavar="FILE",
@@ -231,7 +234,7 @@ def cmd_scrub(args: argparse.Namespace) -> int:
     if (args.url is None) == (args.remote is None):
         raise UsageError("give either --remote (scrub the bucket now) or --url (a service's)")
     if args.url is not None:
-        return _service_anomalies(args)
+        return _service_scrub(args)
     ring = _key_ring(args)
     storage = _open_bucket(args)
 
@@ -280,13 +283,16 @@ def cmd_scrub(args: argparse.Namespace) -> int:
     return 1 if report.damaged else 0
 
 
-def _service_anomalies(args: argparse.Namespace) -> int:
-    """``scrub --url``: what the service's background scrubber found, printed as a pass
-    of ``scrub --remote`` is; exit 1 when it found damage."""
+def _service_scrub(args: argparse.Namespace) -> int:
+    """``scrub --url``: one pass now on every live node of the service (each checks both
+    tiers of its partitions and repairs what a good copy mends), its progress on stderr
+    while it runs, each damaged segment printed as a pass of ``scrub --remote`` prints
+    it, with what its repair did; exit 1 when any damage stays."""
     import os
+    import threading
 
     from ..client import Client
-    from ..errors import InvalidArgumentError
+    from ..errors import TieredLogError
 
     for flag, value in (
         ("--key-file", args.key_file),
@@ -297,42 +303,61 @@ def _service_anomalies(args: argparse.Namespace) -> int:
         if value is not None:
             raise UsageError(f"{flag} goes with --remote (the service scrubs with its own)")
     token = args.token if args.token is not None else os.environ.get("TIERED_LOG_TOKEN")
-    with Client(args.url, token) as client:
-        doc = client.archive_anomalies(args.topic)
-    if not doc["enabled"]:
-        raise InvalidArgumentError(
-            f"the service at {args.url} runs no background scrubber (scrub_interval_s is "
-            "not set): scrub the bucket with --remote"
-        )
-    found = doc["anomalies"] + doc["found_in_current_pass"]
+    done = threading.Event()
+    with Client(args.url, token) as client, Client(args.url, token) as watcher:
+
+        def watch() -> None:  # the pass under way, from the node's anomalies
+            shown = ""
+            while not done.wait(1.0):
+                try:
+                    cur = watcher.archive_anomalies(args.topic)["current_pass"]
+                except TieredLogError:
+                    continue
+                if cur is not None:
+                    line = (
+                        f"scrub: {cur['segments_checked']}/{cur['segments_total']} segments, "
+                        f"{cur['bytes_read'] / (1 << 20):.1f} MiB read, "
+                        f"{cur['segments_damaged']} damaged"
+                    )
+                    if line != shown:
+                        print(line, file=sys.stderr, flush=True)
+                        shown = line
+
+        thread = threading.Thread(target=watch, name="scrub-progress", daemon=True)
+        thread.start()
+        try:
+            nodes = client.archive_scrub(args.topic)
+        finally:
+            done.set()
+            thread.join(5)
     if args.json:
-        print(json.dumps(doc, indent=2))
-        return 1 if found else 0
-    for d in found:
-        where = f"{d['topic']}/{d['partition']}" if d["partition"] >= 0 else d["log_id"]
-        end = d["next_offset"]
-        offsets = f"[{d['base_offset']}, {end})" if end is not None else f"from {d['base_offset']}"
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(d["found_ms"] / 1000))
+        print(json.dumps(nodes, indent=2))
+    damaged = [d for n in nodes for d in n["report"]["damaged"]]
+    left = [d for d in damaged if not d["repaired"]]
+    if not args.json:
+        for d in damaged:
+            where = f"{d['topic']}/{d['partition']}" if d["partition"] >= 0 else d["log_id"]
+            end = d["next_offset"]
+            offsets = (
+                f"[{d['base_offset']}, {end})" if end is not None else f"from {d['base_offset']}"
+            )
+            tier = "local segment" if d["tier"] == "local" else "archived copy"
+            print(
+                f"{'REPAIRED' if d['repaired'] else 'DAMAGED'} {where} offsets {offsets} "
+                f"{tier} {d['object_key']}: {'; '.join(d['problems'])}"
+                + (f" ({d['repair']})" if d["repair"] else "")
+            )
+        checked = sum(n["report"]["segments_checked"] for n in nodes)
         print(
-            f"DAMAGED {where} offsets {offsets} {d['object_key']}: "
-            f"{'; '.join(d['problems'])} (found {when})"
+            f"scrubbed {counted(checked, 'segment')} on {counted(len(nodes), 'node')}: "
+            + (
+                "no damage found"
+                if not damaged
+                else f"{counted(len(damaged), 'damaged segment')}, "
+                f"{len(damaged) - len(left)} repaired"
+            )
         )
-    last, cur = doc["last_pass"], doc["current_pass"]
-    print(
-        (
-            "no scrub pass finished yet"
-            if last is None
-            else f"last pass: {counted(last['segments_checked'], 'segment')} checked, "
-            f"{counted(last['segments_damaged'], 'damaged segment')}"
-        )
-        + (
-            f"; pass under way: {cur['segments_checked']}/{cur['segments_total']} segments, "
-            f"{cur['segments_damaged']} damaged so far"
-            if cur is not None
-            else ""
-        )
-    )
-    return 1 if found else 0
+    return 1 if left else 0
 
 
 def _reconcile_args(p: argparse.ArgumentParser) -> None:

@@ -57,6 +57,8 @@ from .traffic import RecordPools
 
 _T = TypeVar("_T")
 
+SCRUB_PATH = "/v1/archive/scrub"
+
 
 class Client:
     """Synchronous client; see :mod:`tiered_log.client`. Use as a context manager or
@@ -299,6 +301,26 @@ class Client:
         when it runs none); ``topic``: that topic's only."""
         params = {"topic": topic} if topic is not None else None
         return dict(self._any("GET", "/v1/archive/anomalies", params=params).json())
+
+    def archive_scrub(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """Run one scrub pass now on every live node (``POST /v1/archive/scrub``: each
+        node checks both tiers of the partitions it holds and repairs what it can) and
+        answer each node's report, ``{"node_id", "url", "report"}`` (a single node:
+        ``node_id`` None); ``topic``: that topic's partitions only. Blocks until every
+        pass is done (no time limit: a pass reads at the nodes' ``scrub_bytes_per_sec``)."""
+        body = {"topic": topic} if topic is not None else {}
+        doc = self.cluster()
+        if doc is None:
+            resp = self._any("POST", SCRUB_PATH, json=body, timeout=None)
+            url = str(resp.url).removesuffix(SCRUB_PATH)
+            return [{"node_id": None, "url": url, "report": resp.json()}]
+        out = []
+        for node in doc["nodes"]:
+            if not node["alive"] or node["url"] is None:
+                continue
+            resp = self._req_at(node["url"], "POST", SCRUB_PATH, json=body, timeout=None)
+            out.append({"node_id": node["node_id"], "url": node["url"], "report": resp.json()})
+        return out
 
     def cluster(self) -> dict[str, Any] | None:
         """``GET /v1/cluster`` of a node that answers (nodes, controller, each

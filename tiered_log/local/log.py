@@ -782,6 +782,43 @@ class Log:
             )
         return segs[i]
 
+    # ---- repair ----------------------------------------------------------------------------
+
+    def rewrite_sealed(self, base_offset: int, data: bytes | memoryview) -> int:
+        """Put the good bytes ``data`` back into the sealed segment that begins at
+        ``base_offset`` (the scrubber's repair of a damaged segment from another copy of
+        the same batches): ``data`` must be exactly as long as the segment; only the bytes
+        that differ are written, then fsynced. Its indexes stay as they are (the batches
+        lie where they lay). Returns the bytes written (0: nothing differed).
+        InvalidArgumentError when no sealed segment begins there (retention or a
+        truncation took it meanwhile) or the lengths differ. Under the log's lock, so a
+        truncation or retention cannot interleave."""
+        with self._lock:
+            self._check_writable()
+            seg = next((s for s in self._segments[:-1] if s.base_offset == base_offset), None)
+            if seg is None:
+                raise InvalidArgumentError(f"no sealed segment begins at offset {base_offset}")
+            info = seg.info()
+            if info.size != len(data):
+                raise InvalidArgumentError(
+                    f"segment {info.store_path.name} is {info.size} bytes, the good copy "
+                    f"{len(data)}"
+                )
+            view = memoryview(data)
+            written = 0
+            fd = os.open(info.store_path, os.O_RDWR)
+            try:
+                step = 1 << 20
+                for pos in range(0, info.size, step):
+                    good = view[pos : pos + step]
+                    if os.pread(fd, len(good), pos) != good:
+                        written += os.pwrite(fd, good, pos)
+                if written:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            return written
+
     # ---- truncation and retention --------------------------------------------------------
 
     def truncate(self, offset: int) -> None:

@@ -239,6 +239,11 @@ class TieredLog:
         """The local segments, oldest first (the last is the active one). No lock."""
         return self._local.segments()
 
+    def rewrite_sealed_segment(self, base_offset: int, data: bytes | memoryview) -> int:
+        """The scrubber's repair of a damaged local segment from a good copy of its
+        batches (see :meth:`Log.rewrite_sealed <tiered_log.local.log.Log.rewrite_sealed>`)."""
+        return self._local.rewrite_sealed(base_offset, data)
+
     def start_shipper(self) -> None:
         """Start the background shipper (a log opened with ``start_shipper=False`` is
         tiered only by explicit :meth:`tier_once` calls until then). No-op without a

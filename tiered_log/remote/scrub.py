@@ -130,9 +130,11 @@ def bucket_log_start(storage: RemoteStorage, log_id: str) -> int:
 
 @dataclass
 class Damage:
-    """What is wrong with one archived segment (one copy): where it is and each problem
-    found, with its kind (``manifest``, ``data_missing``, ``data_size``, ``chunk``,
-    ``key_unavailable``, ``format``)."""
+    """What is wrong with one segment: an archived copy (``tier`` ``remote``) or a
+    node's local segment (``local``), where it is and each problem found, with its kind
+    (``manifest``, ``data_missing``, ``data_size``, ``chunk``, ``key_unavailable``,
+    ``format``; ``local`` for a local segment), and what its repair did (``repaired``:
+    from where; ``unrepaired``: why not; both None when none was tried)."""
 
     topic: str
     partition: int
@@ -145,6 +147,15 @@ class Damage:
     key_id: str | None = None
     found_ms: int = 0
     """When the pass found it (ms since the epoch)."""
+    tier: str = "remote"
+    repaired: str | None = None
+    unrepaired: str | None = None
+
+    @property
+    def segment_id(self) -> str | None:
+        """The copy's id (from its object key); None for a local segment."""
+        parsed = naming.parse_segment_object_key(self.object_key) if self.tier == "remote" else None
+        return parsed[1] if parsed is not None else None
 
     def add(self, kind: str, problem: str) -> None:
         self.kinds.append(kind)
@@ -161,6 +172,9 @@ class Damage:
             "kinds": sorted(set(self.kinds)),
             "problems": list(self.problems),
             "found_ms": self.found_ms,
+            "tier": self.tier,
+            "repaired": self.repaired is not None,
+            "repair": self.repaired if self.repaired is not None else self.unrepaired,
             **({"key_id": self.key_id} if self.key_id is not None else {}),
         }
 
@@ -171,7 +185,12 @@ class Damage:
             if self.next_offset is not None
             else f"from {self.base_offset}"
         )
-        return f"{where} offsets {offsets} {self.object_key}: {'; '.join(self.problems)}"
+        text = f"{where} offsets {offsets} {self.object_key}: {'; '.join(self.problems)}"
+        if self.repaired is not None:
+            return f"{text} (repaired {self.repaired})"
+        if self.unrepaired is not None:
+            return f"{text} (not repaired: {self.unrepaired})"
+        return text
 
 
 @dataclass
@@ -187,8 +206,16 @@ class ScrubReport:
     chunks_verified: int = 0
     bytes_read: int = 0
     damaged: list[Damage] = field(default_factory=list)
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    """The ``(topic, partition)`` pairs a node's pass covered whole (empty for a bucket's
+    pass)."""
     started_ms: int = 0
     finished_ms: int = 0
+
+    @property
+    def unrepaired(self) -> list[Damage]:
+        """The damaged segments no repair made good."""
+        return [d for d in self.damaged if d.repaired is None]
 
     @property
     def missing_keys(self) -> dict[str, int]:
@@ -207,6 +234,7 @@ class ScrubReport:
             "segments_clean": self.segments_clean,
             "segments_skipped": self.segments_skipped,
             "segments_damaged": len(self.damaged),
+            "segments_repaired": len(self.damaged) - len(self.unrepaired),
             "chunks_verified": self.chunks_verified,
             "bytes_read": self.bytes_read,
             "seconds": round(secs, 3),
@@ -228,10 +256,11 @@ class _Pass:
         now_ms: int,
         grace_ms: int,
         log_damage: bool,
+        report: ScrubReport | None = None,
     ) -> None:
         self.storage, self.ring, self.limiter, self.cancel = storage, ring, limiter, cancel
         self.now_ms, self.grace_ms, self.log_damage = now_ms, grace_ms, log_damage
-        self.report = ScrubReport(started_ms=now_ms)
+        self.report = report if report is not None else ScrubReport(started_ms=now_ms)
 
     def _gone(self, key: str) -> bool:
         """Whether the object ``key`` is no longer there (retention deleted the copy)."""
@@ -427,8 +456,8 @@ def scrub_bucket(
     docstring. ``progress`` gets the report after each segment. ``cancel`` set ends the
     pass early (the report then covers what was checked). ``in_flight_grace_ms``: how old
     a manifest without its data object must be to be reported. ``log_damage``: log each
-    damaged segment as an ERROR when found (the service's passes). RemoteStorageError if the
-    bucket fails (listing, or a read that fails otherwise than with damage)."""
+    damaged segment as an ERROR when found. RemoteStorageError if the bucket fails
+    (listing, or a read that fails otherwise than with damage)."""
     pass_ = _Pass(
         storage,
         ring,
@@ -438,59 +467,132 @@ def scrub_bucket(
         in_flight_grace_ms,
         log_damage,
     )
-    rep = pass_.report
     logs, _ = list_logs(storage)
+    wanted = {
+        log_id: lo
+        for log_id, lo in sorted(logs.items())
+        if topic is None or topic_of(log_id)[0] == topic
+    }
+    _check_copies(pass_, wanted, progress)
+    pass_.report.finished_ms = int(time.time() * 1000)
+    return pass_.report
+
+
+def scrub_log_copies(
+    storage: RemoteStorage,
+    ring: KeyRing | None,
+    log_id: str,
+    report: ScrubReport,
+    limiter: RateLimiter,
+    *,
+    progress: Callable[[ScrubReport], None] | None = None,
+    cancel: threading.Event | None = None,
+    in_flight_grace_ms: int = IN_FLIGHT_GRACE_MS,
+    log_damage: bool = False,
+    only: tuple[int, str] | None = None,
+    served: set[str] | None = None,
+) -> list[Damage]:
+    """Check every archived copy of one log (one listing of its prefix), or only the
+    copy ``only`` names (``(base offset, segment id)``), or only those whose ids are in
+    ``served`` (a leader's finished copies: then nothing in the listing is a copy under
+    way, and leftovers no reader is sent to are left to ``archive reconcile``), adding
+    to ``report`` (its totals grow by the copies checked); the damaged copies found. As
+    :func:`scrub_bucket` otherwise, and read-only likewise: repairing is the caller's."""
+    pass_ = _Pass(
+        storage,
+        ring,
+        limiter,
+        cancel,
+        int(time.time() * 1000),
+        in_flight_grace_ms,
+        log_damage,
+        report,
+    )
+    before = len(report.damaged)
+    prefix = (
+        naming.log_prefix(log_id) + "/"
+        if only is None
+        else naming.segment_object_key(log_id, only[0], only[1], "")
+    )
+    logs, _ = list_logs(storage, prefix)
+    mine = logs.get(log_id, LogObjects(log_id))
+    if served is not None:
+        mine.copies = {k: v for k, v in mine.copies.items() if k[1] in served}
+    _check_copies(pass_, {log_id: mine}, progress)
+    return report.damaged[before:]
+
+
+def _check_copies(
+    pass_: _Pass,
+    logs: dict[str, LogObjects],
+    progress: Callable[[ScrubReport], None] | None,
+) -> None:
+    """Check every copy with a manifest of ``logs``, in offset order, each log above the
+    start its ``meta.json`` records."""
+    rep, cancel = pass_.report, pass_.cancel
     work: list[tuple[str, int, str, dict[str, ObjectInfo]]] = []
-    for log_id, lo in sorted(logs.items()):
-        if topic is not None and topic_of(log_id)[0] != topic:
-            continue
+    for log_id, lo in logs.items():
         for (base, seg_id), objs in sorted(lo.copies.items()):
             if naming.RLI_SUFFIX in objs:
                 work.append((log_id, base, seg_id, objs))
-    rep.segments_total = len(work)
+    rep.segments_total += len(work)
     starts: dict[str, int] = {}
     for log_id, base, seg_id, objs in work:
         if cancel is not None and cancel.is_set():
             break
         if log_id not in starts:
-            starts[log_id] = bucket_log_start(storage, log_id)
+            starts[log_id] = bucket_log_start(pass_.storage, log_id)
         pass_.copy(log_id, base, seg_id, objs, starts[log_id])
         rep.segments_done += 1
         if progress is not None:
             progress(rep)
-    rep.finished_ms = int(time.time() * 1000)
-    return rep
+
+
+PassFn = Callable[[str | None, Callable[[ScrubReport], None], threading.Event], ScrubReport]
+"""One scrub pass: ``(topic or None for all, progress, cancel) -> report``."""
 
 
 class Scrubber:
-    """The service's background scrubber: a pass (:func:`scrub_bucket`) every
-    ``interval_s`` seconds at ``bytes_per_sec``, on a daemon thread of its own. Keeps
-    the last pass's report and running totals for ``/metrics`` (:meth:`families`).
+    """A node's scrubber: passes run by ``run_pass`` (the service's is
+    :func:`tiered_log.partition.scrub.scrub_node`: both tiers of every partition the node
+    holds, repairing what it can), in the background every ``interval_s`` seconds
+    (None: only when asked, :meth:`run_now`) on a daemon thread of its own. Keeps the last
+    full pass's report, each partition's findings of the last pass that covered it
+    (:attr:`ScrubReport.partitions`) and running totals for ``/metrics``.
 
-    Thread-safety: :meth:`start`/:meth:`stop` from one thread; the totals and the last
-    report may be read from any thread (each is replaced whole)."""
+    Thread-safety: one pass at a time (a lock; :meth:`run_now` waits for a background
+    pass under way); :meth:`start`/:meth:`stop` from one thread; the totals, reports and
+    findings may be read from any thread (each is replaced whole)."""
 
-    def __init__(
-        self,
-        storage: RemoteStorage,
-        ring: Callable[[], KeyRing | None],
-        interval_s: float,
-        bytes_per_sec: int | None,
-    ) -> None:
-        self.storage, self._ring = storage, ring
-        self.interval_s, self.bytes_per_sec = interval_s, bytes_per_sec
+    def __init__(self, run_pass: PassFn, interval_s: float | None) -> None:
+        self._run_pass = run_pass
+        self.interval_s = interval_s
         self._stop = threading.Event()
+        self._pass_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.passes = 0
         self.failures = 0
         self.bytes_total = 0
         self.segments_total = 0
+        self.repaired_total: dict[str, int] = {}
+        """Segments repaired, per tier (``local``, ``remote``)."""
         self.last: ScrubReport | None = None
         self.current: ScrubReport | None = None
+        self.found: dict[tuple[str, int], list[Damage]] = {}
+        """Each partition's damaged segments, as the last pass that covered it left them."""
+
+    @property
+    def background(self) -> bool:
+        """Whether passes run in the background (``interval_s`` set)."""
+        return bool(self.interval_s)
 
     def start(self) -> Scrubber:
-        self._thread = threading.Thread(target=self._run, name="tiered-log-scrubber", daemon=True)
-        self._thread.start()
+        """Start the background passes (no-op without ``interval_s``)."""
+        if self.background:
+            self._thread = threading.Thread(
+                target=self._run, name="tiered-log-scrubber", daemon=True
+            )
+            self._thread.start()
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -499,43 +601,66 @@ class Scrubber:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def run_now(self, topic: str | None = None) -> ScrubReport:
+        """Run one pass now (of ``topic`` only, when given) and answer its report; waits
+        for a pass under way first. Blocking: from a worker thread. The bucket's
+        failures raise as :func:`scrub_bucket`'s."""
+        with self._pass_lock:
+            rep = self._run_pass(topic, self._progress, self._stop)
+            self._record(rep, full=topic is None)
+            return rep
+
     def _run(self) -> None:
+        assert self.interval_s
         while not self._stop.wait(self.interval_s):
             try:
-                rep = scrub_bucket(
-                    self.storage,
-                    self._ring(),
-                    bytes_per_sec=self.bytes_per_sec,
-                    progress=self._progress,
-                    cancel=self._stop,
-                    log_damage=True,
-                )
+                with self._pass_lock:
+                    rep = self._run_pass(None, self._progress, self._stop)
+                    if self._stop.is_set():
+                        return  # a cut-short pass says nothing about the rest
+                    self._record(rep, full=True)
             except (TieredLogError, OSError) as exc:
                 self.failures += 1
+                self.current = None
                 log.warning("scrub pass failed (tried again in %.0f s): %s", self.interval_s, exc)
                 continue
-            if self._stop.is_set():
-                return  # a cut-short pass says nothing about the rest
-            self.passes += 1
-            self.bytes_total += rep.bytes_read
-            self.segments_total += rep.segments_done
-            self.last, self.current = rep, None
             log.info(
-                "scrub pass: %d segments checked, %d damaged, %d bytes read",
+                "scrub pass: %d segments checked, %d damaged (%d repaired), %d bytes read",
                 rep.segments_done,
                 len(rep.damaged),
+                len(rep.damaged) - len(rep.unrepaired),
                 rep.bytes_read,
             )
+
+    def _record(self, rep: ScrubReport, *, full: bool) -> None:
+        self.passes += 1
+        self.bytes_total += rep.bytes_read
+        self.segments_total += rep.segments_done
+        for d in rep.damaged:
+            if d.repaired is not None:
+                self.repaired_total[d.tier] = self.repaired_total.get(d.tier, 0) + 1
+        found = dict(self.found)
+        for key in rep.partitions:
+            found[key] = [d for d in rep.damaged if (d.topic, d.partition) == key]
+        self.found = found
+        if full:
+            self.last = rep
+        self.current = None
 
     def _progress(self, rep: ScrubReport) -> None:
         self.current = rep
 
+    def partition_anomalies(self, topic: str, partition: int) -> list[dict[str, Any]]:
+        """What the last pass that covered the partition found there (either tier)."""
+        return [d.to_json() for d in self.found.get((topic, partition), [])]
+
     def anomalies(self, allowed: Callable[[str], bool] = lambda _topic: True) -> dict[str, Any]:
         """What the scrubber found, for ``GET /v1/archive/anomalies``: the last finished
-        pass's damaged segments (each: where, its offsets, what is wrong, when found) and
-        those the pass under way found so far, of the topics ``allowed`` names (a log
-        that is no service topic's is shown when ``allowed("")``), with the passes'
-        counts. Any thread (the reports are read once each)."""
+        pass's damaged segments (each: where, its offsets, what is wrong, when found,
+        whether it was repaired) and those the pass under way found so far, of the
+        topics ``allowed`` names (a log that is no service topic's is shown when
+        ``allowed("")``), with the passes' counts. Any thread (the reports are read once
+        each)."""
         last, cur = self.last, self.current
 
         def shown(rep: ScrubReport | None) -> list[dict[str, Any]]:
@@ -552,6 +677,7 @@ class Scrubber:
                 "segments_total": rep.segments_total,
                 "segments_checked": rep.segments_done,
                 "segments_damaged": len(rep.damaged),
+                "segments_repaired": len(rep.damaged) - len(rep.unrepaired),
                 "bytes_read": rep.bytes_read,
             }
 
@@ -571,9 +697,9 @@ class Scrubber:
         """``(name, kind, help, label names, samples)`` of the scrubber's metrics."""
         last = self.last
         cur = self.current
-        by_topic: dict[str, int] = {}
-        for d in last.damaged if last is not None else []:
-            by_topic[d.topic] = by_topic.get(d.topic, 0) + 1
+        by_topic: dict[tuple[str, str], int] = {}
+        for d in last.unrepaired if last is not None else []:
+            by_topic[d.topic, d.tier] = by_topic.get((d.topic, d.tier), 0) + 1
         missing = last.missing_keys if last is not None else {}
         return [
             (
@@ -593,23 +719,31 @@ class Scrubber:
             (
                 "tiered_log_scrub_bytes_total",
                 "counter",
-                "Bytes the scrubber read from the bucket (finished passes).",
+                "Bytes the scrubber read from either tier (finished passes).",
                 (),
                 [((), float(self.bytes_total))],
             ),
             (
                 "tiered_log_scrub_segments_checked_total",
                 "counter",
-                "Archived segments the scrubber checked (finished passes).",
+                "Segments the scrubber checked, either tier (finished passes).",
                 (),
                 [((), float(self.segments_total))],
             ),
             (
                 "tiered_log_scrub_damaged_segments",
                 "gauge",
-                "Damaged archived segments the last finished scrub pass found, per topic.",
-                ("topic",),
-                [((t,), float(n)) for t, n in sorted(by_topic.items())],
+                "Damaged segments the last full scrub pass found and could not repair, "
+                "per topic and tier (local, remote).",
+                ("topic", "tier"),
+                [(k, float(n)) for k, n in sorted(by_topic.items())],
+            ),
+            (
+                "tiered_log_scrub_repaired_segments_total",
+                "counter",
+                "Damaged segments the scrubber repaired from a good copy, per tier.",
+                ("tier",),
+                [((t,), float(n)) for t, n in sorted(self.repaired_total.items())],
             ),
             (
                 "tiered_log_scrub_missing_key_segments",
@@ -642,11 +776,13 @@ __all__ = [
     "IN_FLIGHT_GRACE_MS",
     "Damage",
     "LogObjects",
+    "PassFn",
     "ScrubReport",
     "Scrubber",
     "bucket_log_start",
     "list_logs",
     "log_id_of_key",
     "scrub_bucket",
+    "scrub_log_copies",
     "topic_of",
 ]

@@ -5,7 +5,7 @@ event loop's watchdog (:mod:`~tiered_log.service.loop_watchdog`, exported in ``/
 loads the topics (unless the server loaded them before listening), joins the cluster
 when the settings name one (:mod:`~tiered_log.service.clustering`) and starts
 :func:`maintain_forever` (periodic time-based flush, roll and retention of every log)
-and, when ``scrub_interval_s`` is set, the archive's scrubber
+and the node's scrubber (in the background when ``scrub_interval_s`` is set)
 (:mod:`~tiered_log.service.scrubbing`);
 on shutdown it marks the state stopping (waking long polls), stops the loop, leaves the
 cluster (resigning every leadership) and closes every log (flushed).
@@ -58,15 +58,14 @@ def make_lifespan(
                 state.settings.cluster_etcd,
             )
         task = asyncio.create_task(maintain_forever(state), name="tiered-log-maintenance")
-        scrubber = start_scrubber(state)  # off unless scrub_interval_s is set
+        scrubber = start_scrubber(state)  # in the background only with scrub_interval_s
         try:
             yield
         finally:
             state.begin_shutdown()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            if scrubber is not None:
-                await asyncio.to_thread(scrubber.stop)
+            await asyncio.to_thread(scrubber.stop)
             if state.cluster is not None:
                 await asyncio.to_thread(state.cluster.close)
             await asyncio.to_thread(state.broker.close)

@@ -1,37 +1,80 @@
-"""The service's background scrubber: started with the app when ``scrub_interval_s`` is
-set (and the service has a remote store), its figures exported in ``/metrics``.
+"""The node's scrubber: a pass over both tiers of every partition this node holds
+(:func:`scrub_node`), run in the background every ``scrub_interval_s`` seconds when that
+is set and on demand (``POST /v1/archive/scrub``, ``tiered-log archive scrub --url``),
+its figures exported in ``/metrics``.
 
-A pass (:class:`~tiered_log.remote.scrub.Scrubber`) reads the whole bucket back at
-``scrub_bytes_per_sec`` on a thread of its own, never on the event loop, and writes
-nothing: it is safe beside shipping, reads and ``tiered-log archive`` commands, and on
-every node of a cluster (each then reads the bucket: set it on one node). Damage is
-logged as it is found and counted per topic in ``tiered_log_scrub_damaged_segments``.
+A pass (:func:`~tiered_log.partition.scrub.scrub_partition` per partition) reads at
+``scrub_bytes_per_sec`` on a thread of its own, never on the event loop: each node
+checks its own local segments and, for the partitions it leads, their archived copies,
+so in a cluster every node should run it (the bucket is read once per partition, by its
+leader). Damage is logged as it is found, repaired from a good copy where one exists,
+and counted per topic and tier in ``tiered_log_scrub_damaged_segments`` while it stays.
+A read-only node (``read_only_remote``) finds and reports but repairs nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 
-from ..remote.crypto import KeyRing, key_ring
-from ..remote.scrub import Scrubber
+from ..broker.topics import TopicManager
+from ..errors import LogClosedError
+from ..partition.scrub import scrub_partition
+from ..remote.limits import RateLimiter
+from ..remote.scrub import Scrubber, ScrubReport
 from .metrics import Family
 from .state import ServiceState
 
 
-def start_scrubber(state: ServiceState) -> Scrubber | None:
-    """Start the background scrubber the settings ask for (None: off, or no store) and
-    export its metrics. Call from the lifespan; stop it at shutdown (:meth:`Scrubber.stop`,
-    blocking: from a worker thread)."""
+def scrub_node(
+    topics: TopicManager,
+    limiter: RateLimiter,
+    topic: str | None,
+    progress: Callable[[ScrubReport], None],
+    cancel: threading.Event,
+    *,
+    repair: bool = True,
+) -> ScrubReport:
+    """One pass over every partition ``topics`` holds (``topic``'s only, when given:
+    TopicNotFoundError if it is not held here). Blocking; one at a time."""
+    chosen = [topics.get(topic)] if topic is not None else topics.list()
+    rep = ScrubReport(started_ms=int(time.time() * 1000))
+    for t in chosen:
+        for i, plog in enumerate(t.logs):
+            if cancel.is_set():
+                break
+            try:
+                scrub_partition(
+                    plog,
+                    t.name,
+                    i,
+                    rep,
+                    limiter,
+                    repair=repair,
+                    progress=progress,
+                    cancel=cancel,
+                )
+            except LogClosedError:
+                continue  # the topic was deleted under the pass
+    rep.finished_ms = int(time.time() * 1000)
+    return rep
+
+
+def start_scrubber(state: ServiceState) -> Scrubber:
+    """Make the node's scrubber (passes in the background only when
+    ``scrub_interval_s`` is set) and export its metrics. Call from the lifespan; stop it
+    at shutdown (:meth:`Scrubber.stop`, blocking: from a worker thread)."""
     settings = state.settings
-    storage = state.topics.storage
-    if not settings.scrub_interval_s or storage is None:
-        return None
-    ring_file = settings.remote_encryption_key_file
+    limiter = RateLimiter(settings.scrub_bytes_per_sec)
+    repair = not settings.read_only_remote
 
-    def ring() -> KeyRing | None:
-        return None if ring_file is None else key_ring(ring_file)
+    def run_pass(
+        topic: str | None, progress: Callable[[ScrubReport], None], cancel: threading.Event
+    ) -> ScrubReport:
+        return scrub_node(state.topics, limiter, topic, progress, cancel, repair=repair)
 
-    scrubber = Scrubber(storage, ring, settings.scrub_interval_s, settings.scrub_bytes_per_sec)
+    scrubber = Scrubber(run_pass, settings.scrub_interval_s)
 
     def collect() -> Iterable[Family]:
         return [
@@ -44,4 +87,4 @@ def start_scrubber(state: ServiceState) -> Scrubber | None:
     return state.scrubber
 
 
-__all__ = ["start_scrubber"]
+__all__ = ["scrub_node", "start_scrubber"]

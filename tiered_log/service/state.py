@@ -37,8 +37,8 @@ class ServiceState:
         self.metrics = ServiceMetrics(topics)
         self.broker = Broker(settings, topics, self.metrics)
         self.scrubber: Scrubber | None = None
-        """The background scrubber while it runs (:mod:`~tiered_log.service.scrubbing`
-        sets it at start): its findings, for ``GET /v1/archive/anomalies``."""
+        """The node's scrubber (:mod:`~tiered_log.service.scrubbing` sets it at start):
+        passes on demand and in the background, and their findings."""
 
     @property
     def cluster(self) -> ClusterNode | None:

@@ -280,6 +280,12 @@ class PartitionInfo(BaseModel):
         "has not read the bucket yet: why. The offsets shown are its view until then (its "
         "bounds and archived reads answer 503 not_ready meanwhile).",
     )
+    anomalies: list[dict[str, Any]] | None = Field(
+        None,
+        description="Only when some are: the damaged segments this node's scrubber found "
+        "in the partition the last time a pass covered it, repaired or not (as GET "
+        ".../partitions/{p}/anomalies lists them).",
+    )
 
 
 class TopicSummary(BaseModel):

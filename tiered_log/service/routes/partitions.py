@@ -90,6 +90,29 @@ async def bounds(
     return await run_log_call(state, topic, _bounds_detail, plog)
 
 
+@router.get(
+    "/v1/topics/{topic}/partitions/{partition}/anomalies",
+    responses=errs(400, 401, 403, 404),
+)
+async def anomalies(
+    topic: TopicPath, partition: PartitionPath, _: ReadGrant, state: State
+) -> dict[str, Any]:
+    """What this node's scrubber found in the partition the last time a pass covered it
+    (its local segments; its archived copies when this node leads it), each damaged
+    segment with its tier, offsets, object or file, problems, when it was found and
+    whether it was repaired (``repair``: from where, or why not). ``checked`` false: no
+    pass has covered it yet (run one: ``POST /v1/archive/scrub``)."""
+    await partition_log(state, topic, partition)  # 404 for an unknown topic or partition
+    scrubber = state.scrubber
+    found = scrubber.found if scrubber is not None else {}
+    return {
+        "topic": topic,
+        "partition": partition,
+        "checked": (topic, partition) in found,
+        "anomalies": scrubber.partition_anomalies(topic, partition) if scrubber else [],
+    }
+
+
 async def _leader_log(state: ServiceState, topic: str, partition: int) -> PartitionLog:
     """The partition's log; in a cluster only on its leader (421 ``not_leader`` naming
     it elsewhere): a follower's bounds and remote view lag the leader's."""

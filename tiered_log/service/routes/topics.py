@@ -32,14 +32,19 @@ from .partitions import tiering_fields
 
 if TYPE_CHECKING:
     from ...cluster.node import ClusterNode
+    from ...remote.scrub import Scrubber
 
 router = APIRouter(tags=["topics"])
 
 
-def _describe(topic: Topic, cluster: ClusterNode | None = None) -> dict[str, Any]:
-    """A topic's description: its metadata and each open partition's bounds and remote
-    damage (in a worker thread: reads the logs); in a cluster also the replication factor
-    and each partition's leader, epoch, replicas and ISR (as this node last read them)."""
+def _describe(
+    topic: Topic, cluster: ClusterNode | None = None, scrubber: Scrubber | None = None
+) -> dict[str, Any]:
+    """A topic's description: its metadata and each open partition's bounds, remote
+    damage and what this node's scrubber last found there (``anomalies``, when a pass
+    found any) (in a worker thread: reads the logs); in a cluster also the replication
+    factor and each partition's leader, epoch, replicas and ISR (as this node last read
+    them)."""
     infos = []
     for i, plog in enumerate(topic.logs):
         not_ready = None
@@ -61,6 +66,9 @@ def _describe(topic: Topic, cluster: ClusterNode | None = None) -> dict[str, Any
         lost = plog.lost_offsets()
         if lost:
             info["lost_offsets"] = lost
+        found = scrubber.partition_anomalies(topic.name, i) if scrubber is not None else []
+        if found:
+            info["anomalies"] = found
         st = cluster.partition_state(topic.name, i) if cluster is not None else None
         if st is not None:
             info.update(
@@ -107,7 +115,9 @@ async def create_topic(
             body.replication_factor,
             body.min_insync_replicas,
         )
-        return await asyncio.to_thread(_describe, state.topics.get(body.name), state.cluster)
+        return await asyncio.to_thread(
+            _describe, state.topics.get(body.name), state.cluster, state.scrubber
+        )
     for name in ("replication_factor", "min_insync_replicas"):
         if (getattr(body, name) or 1) != 1:
             raise InvalidArgumentError(
@@ -142,7 +152,7 @@ async def list_topics(
 async def describe_topic(topic: TopicPath, _: ReadGrant, state: State) -> dict[str, Any]:
     """A topic's config and the bounds of each partition."""
     t = state.topics.get(topic)
-    return await asyncio.to_thread(_describe, t, state.cluster)
+    return await asyncio.to_thread(_describe, t, state.cluster, state.scrubber)
 
 
 @router.patch(
@@ -168,7 +178,9 @@ async def alter_topic(
         body.delete_config,
         remote_disable_policy=body.remote_disable_policy,
     )
-    return await asyncio.to_thread(_describe, state.topics.get(topic), state.cluster)
+    return await asyncio.to_thread(
+        _describe, state.topics.get(topic), state.cluster, state.scrubber
+    )
 
 
 @router.delete(

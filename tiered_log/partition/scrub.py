@@ -1,0 +1,284 @@
+"""Scrubbing one partition's log, both tiers, and repairing what a good copy can mend
+(the node's scrubber runs this for every partition it holds,
+:mod:`tiered_log.service.scrubbing`).
+
+What a pass over one partition does::
+
+    local tier    every sealed local segment read back (at the node's scrub rate) and
+                  every batch verified: framing, CRC-32C, offsets contiguous from the
+                  segment's base to its end. A damaged one is repaired from the
+                  archived copy of the same offsets when the bucket holds them: the
+                  archived batches (verified as any remote read is) are written over
+                  the segment's bytes that differ (:meth:`TieredLog.rewrite_sealed_segment
+                  <tiered_log.partition.log.TieredLog.rewrite_sealed_segment>`)
+    remote tier   on the partition's leader only (a single node leads all): every
+                  archived copy of the log checked as ``archive scrub`` checks it
+                  (:func:`~tiered_log.remote.scrub.scrub_log_copies`). A damaged or
+                  missing data object is made again in place from this replica's local
+                  batches (:func:`~tiered_log.remote.repair.rebuild_data_object`); a
+                  damaged manifest from its data object
+                  (:func:`~tiered_log.remote.manifest.repair_manifest`). Each repair is
+                  checked again before it counts.
+
+Both tiers hold the very same batch bytes (a copy is a byte range of a local segment;
+replicas receive the leader's batches unchanged), which is what lets either mend the
+other. What cannot be mended (no other copy holds the offsets, a key the ring lacks, a
+chunk that would not fit its manifest) is reported with the reason and left as it is.
+
+Who may write: the bucket only from the partition's leader, under its tier's lock and
+after asking its fence (a deposed leader repairs nothing); a local segment only through
+its own log's lock. Blocking I/O; one pass per partition at a time (the node's scrubber
+runs one pass at a time); safe beside shipping, reads and appends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from ..errors import LogClosedError, TieredLogError
+from ..format import naming
+from ..format.records import batch_header
+from ..local.segment import SegmentInfo
+from ..remote.limits import RateLimiter
+from ..remote.manifest import repair_manifest, scan_store
+from ..remote.repair import RepairError, rebuild_data_object
+from ..remote.scrub import Damage, ScrubReport, scrub_log_copies
+from .log import TieredLog
+
+log = logging.getLogger(__name__)
+
+NOT_REPAIRABLE = frozenset(("key_unavailable", "format"))
+"""Kinds of damage no copy of the batches mends (a key the ring lacks, another format)."""
+
+
+def scrub_partition(
+    plog: TieredLog,
+    topic: str,
+    partition: int,
+    report: ScrubReport,
+    limiter: RateLimiter,
+    *,
+    repair: bool = True,
+    progress: Callable[[ScrubReport], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> None:
+    """Scrub one partition's log (see the module docstring), adding to ``report``; the
+    partition counts as covered (``report.partitions``) when the pass was not cut short.
+    ``repair`` False: find and report only (a read-only node)."""
+    _scrub_local(plog, topic, partition, report, limiter, repair, progress, cancel)
+    remote = plog.remote_tier
+    if remote is not None and not plog.following:
+        found = scrub_log_copies(
+            remote.storage,
+            remote.config.key_ring,
+            plog.log_id,
+            report,
+            limiter,
+            progress=progress,
+            cancel=cancel,
+            in_flight_grace_ms=0,  # only finished copies are checked: none is under way
+            log_damage=True,
+            served={s.id for s in remote.finished_segments},
+        )
+        for dmg in found:
+            if repair:
+                _repair_copy(plog, dmg)
+    if cancel is None or not cancel.is_set():
+        report.partitions.add((topic, partition))
+
+
+def _scrub_local(
+    plog: TieredLog,
+    topic: str,
+    partition: int,
+    report: ScrubReport,
+    limiter: RateLimiter,
+    repair: bool,
+    progress: Callable[[ScrubReport], None] | None,
+    cancel: threading.Event | None,
+) -> None:
+    segs = [s for s in plog.local_segments() if s.sealed]
+    report.segments_total += len(segs)
+    for seg in segs:
+        if cancel is not None and cancel.is_set():
+            return
+        limiter.consume(seg.size, cancel)
+        problem = _verify_local(seg)
+        report.bytes_read += seg.size
+        report.segments_done += 1
+        if problem is None:
+            report.segments_clean += 1
+        elif not _still_there(plog, seg):
+            report.segments_skipped += 1  # retention or a truncation took it meanwhile
+        else:
+            dmg = Damage(
+                topic,
+                partition,
+                plog.log_id,
+                seg.base_offset,
+                seg.next_offset,
+                str(seg.store_path),
+                tier="local",
+                found_ms=int(time.time() * 1000),
+            )
+            dmg.add("local", problem)
+            log.error("scrub: damaged local segment %s", dmg.line())
+            if repair:
+                _repair_local(plog, seg, dmg)
+            report.damaged.append(dmg)
+        if progress is not None:
+            progress(report)
+
+
+def _verify_local(seg: SegmentInfo) -> str | None:
+    """What is wrong with a sealed local segment's batches, or None when all verify."""
+    try:
+        batches, end = scan_store(seg.store_path, seg.size, seg.base_offset)
+    except FileNotFoundError:
+        return f"local segment {seg.store_path.name} is missing"
+    nxt = batches[-1].next_offset if batches else seg.base_offset
+    if end == seg.size and nxt == seg.next_offset:
+        return None
+    return (
+        f"local segment {seg.store_path.name} does not verify at byte {end} of {seg.size} "
+        f"(CRC-32C, framing or offset order; expected offset {nxt})"
+    )
+
+
+def _still_there(plog: TieredLog, seg: SegmentInfo) -> bool:
+    return any(
+        s.base_offset == seg.base_offset and s.size == seg.size and s.sealed
+        for s in plog.local_segments()
+    )
+
+
+def _repair_local(plog: TieredLog, seg: SegmentInfo, dmg: Damage) -> None:
+    """Mend a damaged local segment from the archived copy of its offsets."""
+    remote_end = plog.bounds().remote_end_offset if plog.remote_tier is not None else None
+    if remote_end is None or remote_end < seg.next_offset:
+        dmg.unrepaired = f"no other copy of offsets [{seg.base_offset}, {seg.next_offset}): " + (
+            "the partition has no remote tier"
+            if plog.remote_tier is None
+            else f"the archive ends at offset {remote_end}"
+        )
+        log.error("scrub: local segment %s not repaired: %s", seg.store_path, dmg.unrepaired)
+        return
+    try:
+        good = _archived_batches(plog, seg.base_offset, seg.next_offset)
+        plog.rewrite_sealed_segment(seg.base_offset, good)
+        again = _verify_local(seg)
+        if again is not None:
+            raise RepairError(f"still damaged after the rewrite: {again}")
+    except (TieredLogError, OSError) as exc:
+        dmg.unrepaired = exc.message if isinstance(exc, TieredLogError) else str(exc)
+        log.error("scrub: local segment %s not repaired: %s", seg.store_path, dmg.unrepaired)
+        return
+    dmg.repaired = "from the archived copy"
+    log.warning("scrub: local segment %s repaired from the archived copy", seg.store_path)
+
+
+def _archived_batches(plog: TieredLog, base: int, end: int) -> bytes:
+    """The archived batches holding exactly the offsets ``[base, end)`` (read through the
+    tier's reader: each verified, whether the local log holds them too or not)."""
+    remote = plog.remote_tier
+    assert remote is not None
+    out = bytearray()
+    off = base
+    while off < end:
+        got = remote.read_batches(off, end - off, 8 << 20, upto=end)
+        if not got.data or got.next_offset <= off:
+            raise RepairError(f"the archive holds no batches at offset {off}")
+        if batch_header(got.data)[0] != off:
+            raise RepairError(f"the archived batch holding offset {off} does not begin there")
+        out += got.data
+        off = got.next_offset
+    return bytes(out)
+
+
+def _local_batches(plog: TieredLog, base: int, end: int) -> bytes | None:
+    """This replica's local batches holding exactly the offsets ``[base, end)``, each
+    verified; None when the local log does not hold them all (or they are damaged)."""
+    out = bytearray()
+    off = base
+    for seg in plog.local_segments():
+        if seg.next_offset <= off or seg.base_offset >= end:
+            continue
+        try:
+            batches, _ = scan_store(seg.store_path, seg.size, seg.base_offset)
+            wanted = [b for b in batches if b.base_offset >= off and b.next_offset <= end]
+            if not wanted or wanted[0].base_offset != off:
+                return None
+            first, last = wanted[0], wanted[-1]
+            with open(seg.store_path, "rb") as f:
+                data = os.pread(
+                    f.fileno(), last.position + last.size - first.position, first.position
+                )
+        except FileNotFoundError:
+            return None
+        if len(data) != last.position + last.size - first.position:
+            return None
+        out += data
+        off = last.next_offset
+        if off >= end:
+            break
+    return bytes(out) if off == end else None
+
+
+def _repair_copy(plog: TieredLog, dmg: Damage) -> None:
+    """Mend a damaged archived copy from this leader's local batches (the data object)
+    or from its data object (the manifest); see the module docstring."""
+    remote = plog.remote_tier
+    seg_id = dmg.segment_id
+    if remote is None or seg_id is None:
+        return
+    if NOT_REPAIRABLE & set(dmg.kinds):
+        dmg.unrepaired = "no copy of the batches mends this (see the problems)"
+        return
+    storage = remote.storage
+    rli_key = naming.segment_object_key(plog.log_id, dmg.base_offset, seg_id, naming.RLI_SUFFIX)
+    try:
+        with remote.lock:
+            if remote.fence is not None and not remote.fence():
+                dmg.unrepaired = "this node no longer leads the partition"
+                return
+            if not any(s.id == seg_id for s in remote.finished_segments):
+                dmg.unrepaired = "not a copy the partition serves (left to archive reconcile)"
+                return
+            if set(dmg.kinds) == {"manifest"}:
+                repair_manifest(storage, rli_key, remote.config.chunk_bytes)
+                how = "from its data object"
+            else:
+                end = dmg.next_offset if dmg.next_offset is not None else dmg.base_offset
+                good = _local_batches(plog, dmg.base_offset, end)
+                if good is None:
+                    dmg.unrepaired = (
+                        f"offsets [{dmg.base_offset}, {end}) are no longer on this node's "
+                        "disk: no good copy to repair from"
+                    )
+                    return
+                rebuild_data_object(storage, rli_key, good, remote.config.key_ring)
+                how = "from the local log"
+        again = scrub_log_copies(
+            storage,
+            remote.config.key_ring,
+            plog.log_id,
+            ScrubReport(),
+            RateLimiter(None),
+            in_flight_grace_ms=0,
+            only=(dmg.base_offset, seg_id),
+        )
+        if again:
+            raise RepairError(f"still damaged after the repair: {'; '.join(again[0].problems)}")
+    except (TieredLogError, OSError, LogClosedError) as exc:
+        dmg.unrepaired = exc.message if isinstance(exc, TieredLogError) else str(exc)
+        log.error("scrub: archived copy %s not repaired: %s", dmg.object_key, dmg.unrepaired)
+        return
+    dmg.repaired = how
+    log.warning("scrub: archived copy %s repaired %s", dmg.object_key, how)
+
+
+__all__ = ["NOT_REPAIRABLE", "scrub_partition"]
