@@ -39,6 +39,7 @@ process-wide fetch pool; the queue and the in-flight map are guarded by one lock
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections import deque
@@ -50,6 +51,7 @@ from typing import Any, TypeVar
 from ..errors import (
     CorruptRecordError,
     DataLossError,
+    LogClosedError,
     RemoteCorruptionError,
     RemoteStorageError,
     TieredLogError,
@@ -148,18 +150,34 @@ class RemoteReader:
 
     def _pump(self) -> None:
         """Start queued groups while fewer than FETCH_DEPTH run (cancelled ones are
-        dropped)."""
+        dropped). A group handed to the pool has its chunks' futures running: they
+        complete however its task ends (:meth:`_group_ended`)."""
         with self._inflight_lock:
             while len(self._running) < FETCH_DEPTH and self._queue:
                 g = self._queue.popleft()
                 live = [f.set_running_or_notify_cancel() for f in g.done]
                 if not any(live):
                     continue  # the log is closing: nobody waits for it
-                task = self._pool.submit(self._run_group, g)
+                try:
+                    task = self._pool.submit(self._run_group, g)
+                except RuntimeError as exc:  # the pool is shut down (the interpreter exits)
+                    for f in g.done:
+                        _settle(f, exc)
+                    continue
                 self._running.add(task)
-                task.add_done_callback(self._group_ended)
+                task.add_done_callback(functools.partial(self._group_ended, g))
 
-    def _group_ended(self, task: Future[None]) -> None:
+    def _group_ended(self, g: _Group, task: Future[None]) -> None:
+        """A group's pool task is done. Cancelled before it ran (the log's close), it
+        never completes the group's chunks, which are running already: they fail here,
+        or the close and any reader of them would wait for them for ever."""
+        if task.cancelled():
+            closed = LogClosedError(
+                f"{self.st.log_id}: the remote tier closed before the fetch of "
+                f"{g.entries[0].object_key} bytes {g.entries[0].position}+ ran"
+            )
+            for f in g.done:
+                _settle(f, closed)
         with self._inflight_lock:
             self._running.discard(task)
         self._pump()

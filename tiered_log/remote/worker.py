@@ -38,16 +38,25 @@ child and run whatever it does at top level). It runs tasks on a few threads of 
 The channel is its stdin and stdout, frames of::
 
     length   4 bytes, big-endian: the bytes of the pickle that follows
-    pickle   request:  (task id, task name, args)   task name "upload", "scan", "encode",
-                       "fetch" or "store" (any other store call, :class:`WorkerStorage`)
-             answer:   (task id, ok, result or the exception raised)
-             progress: (task id, None, value)   before the answer, any number ("fetch":
+    task id  8 bytes, big-endian
+    pickle   request:  (task name, args)   task name "upload", "scan", "encode", "fetch"
+                       or "store" (any other store call, :class:`WorkerStorage`), or
+                       "cancel" (args: the task id)
+             answer:   (ok, result or the exception raised)
+             progress: (None, value)   before the answer, any number ("fetch":
                        (chunk index, written, bytes) as each chunk's cache file is written;
                        "store" put_file: bytes sent so far)
 
-between this package's own processes only. Only stores a worker can open again from
-plain arguments go there (a directory store and S3, :func:`spec_of`); any other (the
-tests' in-memory store) is used in-process as before. ``worker_processes`` 0
+between this package's own processes only. The task id is outside the pickle so that a
+frame whose pickle cannot be decoded on its side still reaches its task: a request the
+worker cannot decode, an answer the worker cannot encode and an answer the log's process
+cannot decode each fail that task with a RemoteStorageError, and the channel goes on.
+Every task's future completes: with its answer, or with that error, or (the worker gone,
+the channel broken or closed) with a retriable RemoteStorageError.
+
+Only stores a worker can open again from plain arguments go there (a directory store
+and S3, :func:`spec_of`); any other (the tests' in-memory store) is used in-process as
+before. ``worker_processes`` 0
 (:class:`~tiered_log.remote.tier_config.TierConfig`) turns the workers off.
 
 Workers run at a lower CPU priority (``worker_nice``, 10 by default): tiering is
@@ -67,6 +76,7 @@ from any thread; each call blocks until its task is done.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -78,7 +88,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -97,7 +107,8 @@ log = logging.getLogger(__name__)
 THREADS = 8
 """Tasks one worker runs at once (a log has at most ``copies_in_flight`` copies of two
 tasks each under way, and its readers a few fetches)."""
-_LEN = struct.Struct(">I")
+_HEAD = struct.Struct(">IQ")
+"""A frame's head: its pickle's length and its task id."""
 
 
 @dataclass(frozen=True)
@@ -146,22 +157,33 @@ def spec_of(storage: RemoteStorage) -> StorageSpec | None:
     return None
 
 
-def _write_frame(out: IO[bytes], obj: object) -> None:
+def _write_frame(out: IO[bytes], task_id: int, obj: object) -> None:
+    """Send one frame (see the module docstring); pickling errors are raised before
+    anything is written. The caller holds the channel's write lock."""
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    out.write(_LEN.pack(len(data)) + data)
+    out.write(_HEAD.pack(len(data), task_id))
+    out.write(data)
     out.flush()
 
 
-def _read_frame(inp: IO[bytes]) -> Any:
-    """The next frame's object; None at the end of the stream."""
-    head = inp.read(_LEN.size)
-    if len(head) < _LEN.size:
+def _read_frame(inp: IO[bytes]) -> tuple[int, bytes] | None:
+    """The next frame's task id and pickle, undecoded; None at the end of the stream."""
+    head = inp.read(_HEAD.size)
+    if len(head) < _HEAD.size:
         return None
-    (n,) = _LEN.unpack(head)
+    n, task_id = _HEAD.unpack(head)
     data = inp.read(n)
     if len(data) < n:
         return None
-    return pickle.loads(data)
+    return task_id, data
+
+
+def _describe(value: object) -> str:
+    """``repr(value)``, or its type's name when that fails too."""
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 # ---- in the worker process -----------------------------------------------------------------
@@ -280,55 +302,84 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """The worker's loop: run each request on a thread, answer on ``out``; return at
     the end of ``inp`` (the parent is gone or closed the channel). A ``"cancel"``
     request (args: the task id) is taken at once: that task's next progress report
-    raises :class:`_Cancelled` in it (a ``put_file`` aborts, leaving nothing behind)."""
+    raises :class:`_Cancelled` in it (a ``put_file`` aborts, leaving nothing behind).
+    Every request gets an answer: one that cannot be decoded here, or whose answer
+    cannot be encoded, is answered with a RemoteStorageError saying so."""
     write_lock = threading.Lock()
     cancelled: set[int] = set()
+
+    def answer(task_id: int, ok: bool, value: object, name: str) -> None:
+        with write_lock:
+            try:
+                try:
+                    _write_frame(out, task_id, (ok, value))
+                except Exception as exc:  # the answer does not pickle: say so instead
+                    _write_frame(
+                        out,
+                        task_id,
+                        (
+                            False,
+                            RemoteStorageError(
+                                f"tier worker task {name} ended with {_describe(value)}, "
+                                f"which cannot be sent back ({exc!r})",
+                                retriable=False,
+                            ),
+                        ),
+                    )
+            except (OSError, ValueError):
+                pass  # the channel is gone: nobody waits for the answer here any more
 
     def run(task_id: int, name: str, args: tuple[Any, ...]) -> None:
         def progress(value: object) -> None:
             if task_id in cancelled:
                 raise _Cancelled(f"task {task_id} cancelled by its caller")
             with write_lock:
-                _write_frame(out, (task_id, None, value))
+                _write_frame(out, task_id, (None, value))
 
         try:
             if name in ("fetch", "store"):
                 args = (*args, progress)
-            answer: tuple[Any, ...] = (task_id, True, _TASKS[name](*args))
+            ok, value = True, _TASKS[name](*args)
         except BaseException as exc:  # returned to the caller, raised there
-            answer = (task_id, False, exc)
+            ok, value = False, exc
         finally:
             cancelled.discard(task_id)
-        with write_lock:
-            try:
-                _write_frame(out, answer)
-            except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                _write_frame(
-                    out,
-                    (
-                        task_id,
-                        False,
-                        RemoteStorageError(
-                            f"tier worker task {name} failed: {answer[2]!r} ({exc})"
-                        ),
-                    ),
-                )
+        answer(task_id, ok, value, name)
 
     with ThreadPoolExecutor(THREADS, thread_name_prefix="tier-worker") as pool:
-        while (req := _read_frame(inp)) is not None:
-            if req[1] == "cancel":
-                cancelled.add(req[2][0])
+        while (frame := _read_frame(inp)) is not None:
+            task_id, data = frame
+            try:
+                name, args = pickle.loads(data)
+            except Exception as exc:
+                answer(
+                    task_id,
+                    False,
+                    RemoteStorageError(
+                        f"tier worker task {task_id}: its request cannot be decoded in the "
+                        f"worker ({exc!r})",
+                        retriable=False,
+                    ),
+                    "?",
+                )
+                continue
+            if name == "cancel":
+                cancelled.add(args[0])
             else:
-                pool.submit(run, *req)
+                pool.submit(run, task_id, name, args)
 
 
 # ---- in the log's process ------------------------------------------------------------------
 
 
 class _Process:
-    """One worker process and the tasks it has under way."""
+    """One worker process and the tasks it has under way. Thread-safe: ``submit`` and
+    ``cancel`` from any thread; one thread of its own reads the answers. Every future
+    ``submit`` returns completes (see the module docstring)."""
 
     def __init__(self, nice: int = 0) -> None:
+        self.owner = os.getpid()
+        """The process that started it (a forked child must start its own)."""
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from tiered_log.remote.worker import main; main()", str(nice)],
             stdin=subprocess.PIPE,
@@ -340,48 +391,78 @@ class _Process:
         self.progress: dict[int, Callable[[Any], None]] = {}
         self.lock = threading.Lock()
         self.dead: str | None = None
+        """Why no task may be sent any more (None: it takes tasks)."""
         self.reader = threading.Thread(
             target=self._read, daemon=True, name=f"tier-worker-{self.proc.pid}"
         )
         self.reader.start()
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None
+        """The channel's thread: completes each task's future with its answer; at the end
+        of the channel (or any failure of this thread) fails every task left."""
+        why = "the tier worker process ended"
         try:
-            while (ans := _read_frame(self.proc.stdout)) is not None:
-                task_id, ok, value = ans
-                if ok is None:  # progress of a task still under way
-                    with self.lock:
-                        report = self.progress.get(task_id)
-                    if report is not None:
-                        try:
-                            report(value)
-                        except Exception:  # the caller's bug must not end the channel
-                            log.exception("tier worker %d: progress report failed", self.proc.pid)
-                    continue
-                with self.lock:
-                    fut = self.pending.pop(task_id, None)
-                    self.progress.pop(task_id, None)
-                if fut is not None:
-                    if ok:
-                        fut.set_result(value)
-                    else:
-                        fut.set_exception(value)
-        except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
-            log.warning("tier worker %d: channel broken: %s", self.proc.pid, exc)
-        self._fail("the tier worker process ended")
+            assert self.proc.stdout is not None
+            while (frame := _read_frame(self.proc.stdout)) is not None:
+                self._answer(*frame)
+        except BaseException as exc:
+            why = f"the tier worker's channel broke ({exc!r})"
+            log.warning("tier worker %d: %s", self.proc.pid, why)
+        finally:
+            self._fail(why)
+
+    def _answer(self, task_id: int, data: bytes) -> None:
+        """Hand one frame to its task: a progress report, or the answer that completes
+        its future (an answer that does not decode fails it)."""
+        try:
+            ok, value = pickle.loads(data)
+        except Exception as exc:
+            ok, value = (
+                False,
+                RemoteStorageError(
+                    f"tier worker task {task_id}: its answer cannot be decoded ({exc!r})",
+                    retriable=False,
+                ),
+            )
+        if ok is None:  # progress of a task still under way
+            with self.lock:
+                report = self.progress.get(task_id)
+            if report is not None:
+                try:
+                    report(value)
+                except Exception:  # the caller's bug must not end the channel
+                    log.exception("tier worker %d: progress report failed", self.proc.pid)
+            return
+        with self.lock:
+            fut = self.pending.pop(task_id, None)
+            self.progress.pop(task_id, None)
+        if fut is None:
+            return
+        if not ok and not isinstance(value, BaseException):
+            value = RemoteStorageError(
+                f"tier worker task {task_id} failed with {_describe(value)}", retriable=False
+            )
+        try:
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+        except InvalidStateError:
+            pass  # completed already (nothing else completes these: defensive)
 
     def _fail(self, why: str) -> None:
+        """No more tasks go to this process; every task it has fails (retriable)."""
         with self.lock:
             self.dead = why
             pending, self.pending = self.pending, {}
             self.progress = {}
         for fut in pending.values():
-            fut.set_exception(
-                RemoteStorageError(
-                    f"{why} (pid {self.proc.pid}, exit {self.proc.poll()})", retriable=True
+            with contextlib.suppress(InvalidStateError):
+                fut.set_exception(
+                    RemoteStorageError(
+                        f"{why} (pid {self.proc.pid}, exit {self.proc.poll()})", retriable=True
+                    )
                 )
-            )
 
     def submit(
         self,
@@ -391,7 +472,12 @@ class _Process:
         progress: Callable[[Any], None] | None = None,
     ) -> Future[Any]:
         """Send a task; its future. ``progress`` gets the task's progress values, on
-        this process's channel thread, before the future completes (it must not block)."""
+        this process's channel thread, before the future completes (it must not block).
+        Arguments that cannot be pickled raise here as pickling raised them; a channel
+        that is closed or breaks raises a retriable RemoteStorageError (this process
+        then takes no more tasks: the next one starts a new one)."""
+        data = pickle.dumps((name, args), protocol=pickle.HIGHEST_PROTOCOL)
+        head = _HEAD.pack(len(data), task_id)
         fut: Future[Any] = Future()
         with self.lock:
             if self.dead is not None:
@@ -401,13 +487,29 @@ class _Process:
                 self.progress[task_id] = progress
             try:
                 assert self.proc.stdin is not None
-                _write_frame(self.proc.stdin, (task_id, name, args))
-            except (OSError, ValueError) as exc:
+                self.proc.stdin.write(head)
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+            except BaseException as exc:
                 self.pending.pop(task_id, None)
                 self.progress.pop(task_id, None)
-                self.dead = f"the tier worker process is gone ({exc})"
-                raise RemoteStorageError(self.dead, retriable=True) from None
+                # A frame may be cut short: nothing more goes on this channel. Its end
+                # lets the worker finish the tasks it has and exit; the channel's thread
+                # then fails whatever is left.
+                self.dead = f"the tier worker's channel is gone ({exc!r})"
+                self._close_input()
+                if isinstance(exc, Exception):
+                    raise RemoteStorageError(self.dead, retriable=True) from None
+                raise
         return fut
+
+    def _close_input(self) -> None:
+        """Close the worker's stdin (the caller holds ``lock``)."""
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass  # a frame cut short stays cut: the worker reads the end of its input
 
     def cancel(self, task_id: int) -> None:
         """Ask the worker to stop task ``task_id`` at its next progress report."""
@@ -415,16 +517,18 @@ class _Process:
             if self.dead is None:
                 try:
                     assert self.proc.stdin is not None
-                    _write_frame(self.proc.stdin, (task_id, "cancel", (task_id,)))
-                except (OSError, ValueError):
-                    pass  # the reader thread notices the channel is gone
+                    _write_frame(self.proc.stdin, task_id, ("cancel", (task_id,)))
+                except (OSError, ValueError) as exc:
+                    self.dead = f"the tier worker's channel is gone ({exc!r})"
+                    self._close_input()
 
     def close(self) -> None:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()  # the worker finishes what it has, then exits
-        except OSError:
-            pass
+        """Take no more tasks and stop the worker once it has answered the ones it has
+        (killed after 30 s)."""
+        with self.lock:
+            if self.dead is None:
+                self.dead = "the tier worker process was stopped"
+            self._close_input()  # the worker finishes what it has, then exits
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -453,7 +557,7 @@ class TierWorker:
         with self._lock:
             i = next(self._turn) % self.processes
             p = self._procs[i]
-            if p is None or p.dead is not None:
+            if p is None or p.dead is not None or p.owner != os.getpid():
                 p = self._procs[i] = _Process(self.nice)
             return p
 
