@@ -321,3 +321,57 @@ def test_a_new_leader_serves_reads_only_once_it_knows_the_bucket(cluster: DevClu
             60,
             "every node back in the ISR",
         )
+
+
+def test_a_segment_damaged_in_both_tiers_is_repaired_from_a_replica(cluster: DevCluster) -> None:
+    """The leader's local segment and the archived copy of the same offsets both get a
+    flipped byte, and a follower's first segment another: ``archive scrub --url`` runs a
+    pass on every node, which repairs the leader's segment from another replica (neither
+    tier there is good), the archived copy, and the follower's segment; it exits 0 and
+    every byte is the original again."""
+    restart_dead(cluster)
+    topic = "scrubbed"
+    create(cluster, topic)
+    for b in range(0, 120, 10):
+        values = [f"s{i}-".ljust(60, "x") for i in range(b, b + 10)]
+        assert produce_values(leader_url(cluster, topic), topic, values) is not None
+    wait_until(lambda: len(_bucket_copies(cluster, topic)) >= 3, 30, "the leader to ship")
+    st = partition_state(cluster, topic)
+    leader = cluster.nodes[st["leader"]]
+    follower = cluster.nodes[next(r for r in st["replicas"] if r != st["leader"])]
+    base, _, copy_id = _bucket_copies(cluster, topic)[1]
+    archived = next((cluster.work_dir / "remote").rglob(f"{base:020d}-{copy_id}.log"))
+    leader_seg = leader.data_dir / "topics" / topic / "0" / f"{base:020d}.log"
+    follower_seg = follower.data_dir / "topics" / topic / "0" / f"{0:020d}.log"
+    good = {p: p.read_bytes() for p in (archived, leader_seg, follower_seg)}
+    for p, at in ((archived, 30), (leader_seg, 90), (follower_seg, 150)):
+        blob = bytearray(good[p])
+        blob[at] ^= 0x08
+        p.write_bytes(bytes(blob))
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiered_log.cli",
+            "archive",
+            "scrub",
+            "--url",
+            ",".join(cluster.urls),
+            "--topic",
+            topic,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = {n["node_id"]: n["report"] for n in json.loads(done.stdout)}
+    assert set(reports) == set(st["replicas"])
+    assert all(d["repaired"] for r in reports.values() for d in r["damaged"]), reports
+    mine = [(d["tier"], d["repair"]) for d in reports[leader.node_id]["damaged"]]
+    assert sorted(t for t, _ in mine) == ["local", "remote"], mine
+    assert any(t == "local" and r.startswith("from replica node ") for t, r in mine), mine
+    assert [d["tier"] for d in reports[follower.node_id]["damaged"]] == ["local"]
+    assert {p: p.read_bytes() for p in good} == good

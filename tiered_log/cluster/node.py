@@ -688,6 +688,22 @@ class ClusterNode:
         with self._view_lock:
             return self._topics.get(name)
 
+    def other_replicas(self, topic: str, partition: int) -> list[tuple[int, str]]:
+        """The partition's other replicas that are alive, ``(node id, HTTP URL)``, its
+        leader first, then the in-sync ones, as this node last read them (for a repair
+        that needs another replica's copy)."""
+        with self._view_lock:
+            role = self._roles.get((topic, partition))
+            nodes = dict(self._nodes)
+        if role is None:
+            return []
+        st = role.state
+        order = sorted(
+            (r for r in st.replicas if r != self.node_id and r in nodes),
+            key=lambda r: (r != st.leader, r not in st.isr, r),
+        )
+        return [(r, nodes[r]) for r in order]
+
     def replication(self) -> list[dict[str, Any]]:
         """For each partition this node leads: its leader epoch, high watermark, log end,
         remote end, the offsets lost before a restore from the bucket (``[first, end)``

@@ -87,6 +87,11 @@ from ..local.ranges import FetchRanges
 
 PATH = "/v1/internal/replicate/{topic}/{partition}"
 
+REPLICA_BATCHES_PATH = "/v1/internal/replica-batches/{topic}/{partition}"
+"""Where a node answers its own replica's local batches of ``[offset, end)`` (``GET``,
+admin): what a scrubber elsewhere repairs a damaged segment or archived copy from.
+Unlike :data:`PATH` it changes nothing at the node (no fetch state, any role)."""
+
 H_HIGH_WATERMARK = "X-High-Watermark"
 H_LOG_START = "X-Log-Start-Offset"
 H_REMOTE_END = "X-Remote-End-Offset"
@@ -293,6 +298,7 @@ def epochs_from(entries: Sequence[tuple[int, int]], offset: int) -> tuple[tuple[
 
 __all__ = [
     "PATH",
+    "REPLICA_BATCHES_PATH",
     "TAG_DIVERGING",
     "TAG_EPOCHS",
     "TAG_REMOTE_END",

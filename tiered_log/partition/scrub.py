@@ -37,9 +37,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from ..errors import LogClosedError, TieredLogError
+from ..errors import TieredLogError
 from ..format import naming
 from ..format.records import batch_header
 from ..local.segment import SegmentInfo
@@ -63,13 +63,16 @@ def scrub_partition(
     limiter: RateLimiter,
     *,
     repair: bool = True,
+    peers: PeerBatches | None = None,
     progress: Callable[[ScrubReport], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> None:
     """Scrub one partition's log (see the module docstring), adding to ``report``; the
     partition counts as covered (``report.partitions``) when the pass was not cut short.
-    ``repair`` False: find and report only (a read-only node)."""
-    _scrub_local(plog, topic, partition, report, limiter, repair, progress, cancel)
+    ``repair`` False: find and report only (a read-only node). ``peers``: the other
+    replicas' batches, where a repair looks when neither tier here holds a good copy
+    (a cluster's; None for a single node)."""
+    _scrub_local(plog, topic, partition, report, limiter, repair, peers, progress, cancel)
     remote = plog.remote_tier
     if remote is not None and not plog.following:
         found = scrub_log_copies(
@@ -86,7 +89,7 @@ def scrub_partition(
         )
         for dmg in found:
             if repair:
-                _repair_copy(plog, dmg)
+                _repair_copy(plog, dmg, peers)
     if cancel is None or not cancel.is_set():
         report.partitions.add((topic, partition))
 
@@ -98,6 +101,7 @@ def _scrub_local(
     report: ScrubReport,
     limiter: RateLimiter,
     repair: bool,
+    peers: PeerBatches | None,
     progress: Callable[[ScrubReport], None] | None,
     cancel: threading.Event | None,
 ) -> None:
@@ -128,7 +132,7 @@ def _scrub_local(
             dmg.add("local", problem)
             log.error("scrub: damaged local segment %s", dmg.line())
             if repair:
-                _repair_local(plog, seg, dmg)
+                _repair_local(plog, seg, dmg, peers)
             report.damaged.append(dmg)
         if progress is not None:
             progress(report)
@@ -156,29 +160,70 @@ def _still_there(plog: TieredLog, seg: SegmentInfo) -> bool:
     )
 
 
-def _repair_local(plog: TieredLog, seg: SegmentInfo, dmg: Damage) -> None:
-    """Mend a damaged local segment from the archived copy of its offsets."""
+PeerBatches = Callable[[int, int], tuple[bytes, str] | None]
+"""Another replica's batches of ``[base, end)``: ``(the batches, which replica)``, None
+when no other replica holds them all (the service's, over the cluster's HTTP)."""
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, TieredLogError) else str(exc)
+
+
+def _archive_then_peers(
+    plog: TieredLog, seg: SegmentInfo, peers: PeerBatches | None, why: list[str]
+) -> Iterator[tuple[str, bytes]]:
+    """Good copies of a local segment's batches, best first: ``(from where, batches)``;
+    why each source had none is added to ``why``."""
     remote_end = plog.bounds().remote_end_offset if plog.remote_tier is not None else None
-    if remote_end is None or remote_end < seg.next_offset:
-        dmg.unrepaired = f"no other copy of offsets [{seg.base_offset}, {seg.next_offset}): " + (
-            "the partition has no remote tier"
-            if plog.remote_tier is None
-            else f"the archive ends at offset {remote_end}"
-        )
-        log.error("scrub: local segment %s not repaired: %s", seg.store_path, dmg.unrepaired)
+    if plog.remote_tier is None:
+        why.append("the partition has no remote tier")
+    elif remote_end is None or remote_end < seg.next_offset:
+        why.append(f"the archive ends at offset {remote_end}")
+    else:
+        try:
+            good = _archived_batches(plog, seg.base_offset, seg.next_offset)
+        except (TieredLogError, OSError) as exc:
+            why.append(_reason(exc))
+        else:
+            yield "from the archived copy", good
+    yield from _peer_copy(peers, seg.base_offset, seg.next_offset, why)
+
+
+def _peer_copy(
+    peers: PeerBatches | None, base: int, end: int, why: list[str]
+) -> Iterator[tuple[str, bytes]]:
+    """Another replica's copy of ``[base, end)``, if one holds it."""
+    if peers is None:
         return
-    try:
-        good = _archived_batches(plog, seg.base_offset, seg.next_offset)
-        plog.rewrite_sealed_segment(seg.base_offset, good)
-        again = _verify_local(seg)
-        if again is not None:
-            raise RepairError(f"still damaged after the rewrite: {again}")
-    except (TieredLogError, OSError) as exc:
-        dmg.unrepaired = exc.message if isinstance(exc, TieredLogError) else str(exc)
-        log.error("scrub: local segment %s not repaired: %s", seg.store_path, dmg.unrepaired)
+    got = peers(base, end)
+    if got is None:
+        why.append("no other replica holds them")
+    else:
+        yield f"from replica {got[1]}", got[0]
+
+
+def _repair_local(
+    plog: TieredLog, seg: SegmentInfo, dmg: Damage, peers: PeerBatches | None
+) -> None:
+    """Mend a damaged local segment from the archived copy of its offsets, else from
+    another replica."""
+    why: list[str] = []
+    for how, good in _archive_then_peers(plog, seg, peers, why):
+        try:
+            plog.rewrite_sealed_segment(seg.base_offset, good)
+            again = _verify_local(seg)
+            if again is not None:
+                raise RepairError(f"still damaged after the rewrite: {again}")
+        except (TieredLogError, OSError) as exc:
+            why.append(_reason(exc))
+            continue
+        dmg.repaired = how
+        log.warning("scrub: local segment %s repaired %s", seg.store_path, how)
         return
-    dmg.repaired = "from the archived copy"
-    log.warning("scrub: local segment %s repaired from the archived copy", seg.store_path)
+    dmg.unrepaired = (
+        f"no good copy of offsets [{seg.base_offset}, {seg.next_offset}): " + "; ".join(why)
+    )
+    log.error("scrub: local segment %s not repaired: %s", seg.store_path, dmg.unrepaired)
 
 
 def _archived_batches(plog: TieredLog, base: int, end: int) -> bytes:
@@ -199,9 +244,10 @@ def _archived_batches(plog: TieredLog, base: int, end: int) -> bytes:
     return bytes(out)
 
 
-def _local_batches(plog: TieredLog, base: int, end: int) -> bytes | None:
+def local_batches(plog: TieredLog, base: int, end: int) -> bytes | None:
     """This replica's local batches holding exactly the offsets ``[base, end)``, each
-    verified; None when the local log does not hold them all (or they are damaged)."""
+    verified; None when the local log does not hold them all (or they are damaged).
+    What a repair takes from this replica, here or asked by another node."""
     out = bytearray()
     off = base
     for seg in plog.local_segments():
@@ -228,9 +274,10 @@ def _local_batches(plog: TieredLog, base: int, end: int) -> bytes | None:
     return bytes(out) if off == end else None
 
 
-def _repair_copy(plog: TieredLog, dmg: Damage) -> None:
-    """Mend a damaged archived copy from this leader's local batches (the data object)
-    or from its data object (the manifest); see the module docstring."""
+def _repair_copy(plog: TieredLog, dmg: Damage, peers: PeerBatches | None) -> None:
+    """Mend a damaged archived copy from this leader's local batches or another
+    replica's (the data object), or from its data object (the manifest); see the module
+    docstring. The good batches are gathered before the tier's lock is taken."""
     remote = plog.remote_tier
     seg_id = dmg.segment_id
     if remote is None or seg_id is None:
@@ -240,7 +287,26 @@ def _repair_copy(plog: TieredLog, dmg: Damage) -> None:
         return
     storage = remote.storage
     rli_key = naming.segment_object_key(plog.log_id, dmg.base_offset, seg_id, naming.RLI_SUFFIX)
+    end = dmg.next_offset if dmg.next_offset is not None else dmg.base_offset
+    good: bytes | None = None
+    how = "from its data object"
+    why: list[str] = []
     try:
+        if set(dmg.kinds) != {"manifest"}:
+            good, how = local_batches(plog, dmg.base_offset, end), "from the local log"
+            if good is None:
+                why.append("they are no longer on this node's disk")
+                peer = next(_peer_copy(peers, dmg.base_offset, end, why), None)
+                if peer is not None:
+                    how, good = peer
+            if good is None:
+                dmg.unrepaired = f"no good copy of offsets [{dmg.base_offset}, {end}): " + (
+                    "; ".join(why)
+                )
+                log.error(
+                    "scrub: archived copy %s not repaired: %s", dmg.object_key, dmg.unrepaired
+                )
+                return
         with remote.lock:
             if remote.fence is not None and not remote.fence():
                 dmg.unrepaired = "this node no longer leads the partition"
@@ -248,20 +314,10 @@ def _repair_copy(plog: TieredLog, dmg: Damage) -> None:
             if not any(s.id == seg_id for s in remote.finished_segments):
                 dmg.unrepaired = "not a copy the partition serves (left to archive reconcile)"
                 return
-            if set(dmg.kinds) == {"manifest"}:
+            if good is None:
                 repair_manifest(storage, rli_key, remote.config.chunk_bytes)
-                how = "from its data object"
             else:
-                end = dmg.next_offset if dmg.next_offset is not None else dmg.base_offset
-                good = _local_batches(plog, dmg.base_offset, end)
-                if good is None:
-                    dmg.unrepaired = (
-                        f"offsets [{dmg.base_offset}, {end}) are no longer on this node's "
-                        "disk: no good copy to repair from"
-                    )
-                    return
                 rebuild_data_object(storage, rli_key, good, remote.config.key_ring)
-                how = "from the local log"
         again = scrub_log_copies(
             storage,
             remote.config.key_ring,
@@ -273,12 +329,12 @@ def _repair_copy(plog: TieredLog, dmg: Damage) -> None:
         )
         if again:
             raise RepairError(f"still damaged after the repair: {'; '.join(again[0].problems)}")
-    except (TieredLogError, OSError, LogClosedError) as exc:
-        dmg.unrepaired = exc.message if isinstance(exc, TieredLogError) else str(exc)
+    except (TieredLogError, OSError) as exc:
+        dmg.unrepaired = _reason(exc)
         log.error("scrub: archived copy %s not repaired: %s", dmg.object_key, dmg.unrepaired)
         return
     dmg.repaired = how
     log.warning("scrub: archived copy %s repaired %s", dmg.object_key, how)
 
 
-__all__ = ["NOT_REPAIRABLE", "scrub_partition"]
+__all__ = ["NOT_REPAIRABLE", "PeerBatches", "local_batches", "scrub_partition"]

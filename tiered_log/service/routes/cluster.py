@@ -23,8 +23,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...cluster.protocol import PATH, ReplicaFetch
-from ...errors import NotAClusterError
+from ...cluster.protocol import PATH, REPLICA_BATCHES_PATH, ReplicaFetch
+from ...errors import NotAClusterError, OffsetOutOfRangeError
 from ...local.ranges import FetchRanges
 from ..cluster_view import ClusterView
 from ..deps import (
@@ -34,6 +34,7 @@ from ..deps import (
     PartitionPath,
     State,
     TopicPath,
+    partition_log,
 )
 from ..openapi import errs
 from ..state import ServiceState
@@ -205,6 +206,41 @@ async def replicate(
     if isinstance(ans.data, FetchRanges):  # sent from the files (zerocopy.py)
         return RangesResponse(ans.data, media_type=BINARY, headers=ans.headers())
     return Response(ans.data, media_type=BINARY, headers=ans.headers())
+
+
+@router.get(
+    REPLICA_BATCHES_PATH,
+    response_class=Response,
+    responses=errs(400, 401, 403, 404, 416),
+    include_in_schema=False,
+)
+async def replica_batches(
+    topic: TopicPath,
+    partition: PartitionPath,
+    _: AdminGrant,
+    state: State,
+    offset: Annotated[int, Query(ge=0)],
+    end: Annotated[int, Query(ge=1)],
+) -> Response:
+    """This node's own replica's local batches of exactly ``[offset, end)``, each
+    verified (:func:`~tiered_log.partition.scrub.local_batches`): what another node's
+    scrubber repairs a damaged segment or archived copy from. 416 when this replica does
+    not hold them all, whole and good. Any role; changes nothing."""
+    from ...partition.scrub import local_batches
+
+    cluster_of(state)
+    plog = await partition_log(state, topic, partition)
+    if end <= offset:
+        raise OffsetOutOfRangeError(f"end {end} must be above offset {offset}")
+    data = await asyncio.to_thread(local_batches, plog, offset, end)
+    if data is None:
+        segs = plog.local_segments()
+        raise OffsetOutOfRangeError(
+            f"this replica does not hold the batches [{offset}, {end}) whole and good",
+            log_start=segs[0].base_offset if segs else 0,
+            next_offset=segs[-1].next_offset if segs else 0,
+        )
+    return Response(data, media_type=BINARY)
 
 
 __all__ = ["router"]
