@@ -5,7 +5,9 @@ up to the time (a batch cut inside), and takes new records right after them."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -73,7 +75,14 @@ def test_a_new_cluster_restores_a_topic_to_a_time(
         node.kill()
     old.etcd.stop()
 
-    new = DevCluster(tmp_path / "new", 1, settings=settings, remote_url=bucket).start()
+    # The new cluster encrypts what it ships: the copy cut at the restore point is
+    # written encrypted, though the old cluster shipped in the clear.
+    ring = tmp_path / "ring.json"
+    ring.write_text(
+        json.dumps({"active": "k1", "keys": {"k1": base64.b64encode(os.urandom(32)).decode()}})
+    )
+    encrypted = {**settings, "TIERED_LOG_REMOTE_ENCRYPTION_KEY_FILE": str(ring)}
+    new = DevCluster(tmp_path / "new", 1, settings=encrypted, remote_url=bucket).start()
     clusters.append(new)
     argv = [sys.executable, "-m", "tiered_log.cli", "cluster", "restore", "--json"]
     argv += ["--to-timestamp", "5120", "--wait", "--timeout", "120", "--url", new.urls[0]]
@@ -87,6 +96,12 @@ def test_a_new_cluster_restores_a_topic_to_a_time(
     report = json.loads(done.stdout)
     [entry] = report["restored"]
     assert (entry["name"], entry["end_offsets"], entry["to_timestamp"]) == (TOPIC, [121], 5120)
+    heads = {}
+    for rli in Path(bucket).rglob("*.rli"):
+        head = json.loads(rli.read_bytes().partition(b"\n")[0])
+        heads.setdefault(int(head["base_offset"]), []).append(head)
+    [cut] = [h for h in heads[100] if h["next_offset"] == 121]
+    assert cut["encryption"]["key_id"] == "k1"
     got: list[dict[str, object]] = []
     while len(got) < 121:
         resp = httpx.get(

@@ -202,12 +202,14 @@ def _restore_to_time(
     from ..broker.point_in_time import restore_point_in_time
     from ..broker.topics import tier_config_of
 
+    ring = tier_config_of(meta.config, settings).key_ring
     report, new = restore_point_in_time(
         storage,
         meta.name,
         meta.name,
         to_timestamp=to_timestamp,
-        ring=tier_config_of(meta.config, settings).key_ring,
+        ring=ring,
+        tail_ring=ring,  # the cut copy is written as this cluster ships: encrypted with a ring
         source_meta=meta,
         chunk_bytes=settings.remote_chunk_bytes,
         replace_topic=True,
