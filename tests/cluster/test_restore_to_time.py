@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -96,7 +97,7 @@ def test_a_new_cluster_restores_a_topic_to_a_time(
     report = json.loads(done.stdout)
     [entry] = report["restored"]
     assert (entry["name"], entry["end_offsets"], entry["to_timestamp"]) == (TOPIC, [121], 5120)
-    heads = {}
+    heads: dict[int, list[dict[str, Any]]] = {}
     for rli in Path(bucket).rglob("*.rli"):
         head = json.loads(rli.read_bytes().partition(b"\n")[0])
         heads.setdefault(int(head["base_offset"]), []).append(head)

@@ -189,8 +189,8 @@ def test_cli_scrub(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     archive(tmp_path / "log", storage)
     url = str(bucket)
     assert main(["archive", "scrub", "--remote", url, "--rate", "64"]) == 0
-    out = capsys.readouterr()
-    assert "no damage found" in out.out and "segments" in out.err  # progress on stderr
+    clean = capsys.readouterr()
+    assert "no damage found" in clean.out and "segments" in clean.err  # progress on stderr
     key = keys(storage, ".log")[0]
     data = bytearray(storage.get(key))
     data[len(data) // 2] ^= 0xFF

@@ -73,8 +73,8 @@ def scrub(tlog: TieredLog) -> ScrubReport:
     return rep
 
 
-def values(tlog: TieredLog, start: int, end: int) -> list[bytes]:
-    out: list[bytes] = []
+def values(tlog: TieredLog, start: int, end: int) -> list[bytes | None]:
+    out: list[bytes | None] = []
     while start < end:
         got = tlog.read_range(start, end - start)
         out += [r.value for r in got]
