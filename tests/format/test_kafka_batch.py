@@ -41,10 +41,10 @@ T0 = 1_700_000_000_000
 # timestamp before the first record's (a negative delta); a value long enough to span
 # several snappy and lz4 blocks.
 SAMPLE = [
-    NewRecord(b"v0", b"k0", [("h", b"x"), ("nul", None), ("empty", b"")], T0),
+    NewRecord(b"v0", b"k0", (("h", b"x"), ("nul", None), ("empty", b"")), T0),
     NewRecord(None, b"tombstone-key", (), T0 + 5),
     NewRecord(b"", None, (), T0 - 3),
-    NewRecord(b"", b"", [("ü-key", b"\x00\xff")], T0 + 1),
+    NewRecord(b"", b"", (("ü-key", b"\x00\xff"),), T0 + 1),
     NewRecord(None, None, (), T0 + 2),
     NewRecord(bytes(range(256)) * 600, b"big", (), T0 + 9),
 ]

@@ -65,7 +65,7 @@ NOW = T0 + 50
 
 
 def _want(records: Sequence[ProducerRecord | bytes], now: int) -> list[tuple[object, ...]]:
-    out = []
+    out: list[tuple[object, ...]] = []
     for r in records:
         if isinstance(r, bytes):
             out.append((now, None, r, []))
@@ -166,7 +166,12 @@ def test_batches_are_cut_and_each_is_a_kafka_batch() -> None:
 def test_the_logs_clock_batches() -> None:
     """now_ms=-1: records without a timestamp go in batches of their own whose base and
     max timestamps are -1, which rebased fills in (the CRC recomputed)."""
-    recs = [b"a", ProducerRecord(b"b", timestamp=T0), ProducerRecord(b"c"), b"d"]
+    recs: list[ProducerRecord | bytes] = [
+        b"a",
+        ProducerRecord(b"b", timestamp=T0),
+        ProducerRecord(b"c"),
+        b"d",
+    ]
     eb = encode_batch(0, recs, -1, BIG)
     first = spec.read_all(bytes(eb.data))
     assert [(b.base_timestamp, b.max_timestamp, b.records_count) for b in first] == [

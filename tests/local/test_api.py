@@ -148,22 +148,25 @@ def test_directory_that_is_a_file(tmp_path: Path) -> None:
 # ---- bad appends -----------------------------------------------------------------------
 
 THRESHOLD = 1024
+# Deliberately ill-typed records (the validation under test): hence the type: ignores.
 BAD_BATCHES = [
     pytest.param([], InvalidArgumentError, id="empty-batch"),
     pytest.param([b"x" * (THRESHOLD + 1)], RecordTooLargeError, id="oversized-bytes"),
     pytest.param(
         [ProducerRecord(b"x" * (THRESHOLD + 1))], RecordTooLargeError, id="oversized-record"
     ),
-    pytest.param([ProducerRecord("text")], InvalidArgumentError, id="str-value"),
-    pytest.param([ProducerRecord(b"v", key="k")], InvalidArgumentError, id="str-key"),
-    pytest.param([ProducerRecord(b"v", key=5)], InvalidArgumentError, id="int-key"),
+    pytest.param([ProducerRecord("text")], InvalidArgumentError, id="str-value"),  # type: ignore[arg-type]
+    pytest.param([ProducerRecord(b"v", key="k")], InvalidArgumentError, id="str-key"),  # type: ignore[arg-type]
+    pytest.param([ProducerRecord(b"v", key=5)], InvalidArgumentError, id="int-key"),  # type: ignore[arg-type]
     pytest.param(
-        [ProducerRecord(b"v", headers=((b"n", b"v"),))],
+        [ProducerRecord(b"v", headers=((b"n", b"v"),))],  # type: ignore[arg-type]
         InvalidArgumentError,
         id="bytes-header-name",
     ),
     pytest.param(
-        [ProducerRecord(b"v", headers=(("n", "v"),))], InvalidArgumentError, id="str-header-value"
+        [ProducerRecord(b"v", headers=(("n", "v"),))],  # type: ignore[arg-type]
+        InvalidArgumentError,
+        id="str-header-value",
     ),
     pytest.param(
         [ProducerRecord(b"v", headers=(("\ud800", b"v"),))],
@@ -171,24 +174,28 @@ BAD_BATCHES = [
         id="surrogate-header-name",
     ),
     pytest.param(
-        [ProducerRecord(b"v", headers=(("n", b"v", b"extra"),))],
+        [ProducerRecord(b"v", headers=(("n", b"v", b"extra"),))],  # type: ignore[arg-type]
         InvalidArgumentError,
         id="header-triple",
     ),
     pytest.param(
-        [ProducerRecord(b"v", headers=(("n",),))], InvalidArgumentError, id="header-single"
+        [ProducerRecord(b"v", headers=(("n",),))],  # type: ignore[arg-type]
+        InvalidArgumentError,
+        id="header-single",
     ),
     pytest.param(
-        [ProducerRecord(b"v", headers=("ab",))], InvalidArgumentError, id="header-not-a-pair"
+        [ProducerRecord(b"v", headers=("ab",))],  # type: ignore[arg-type]
+        InvalidArgumentError,
+        id="header-not-a-pair",
     ),
-    pytest.param([ProducerRecord(b"v", headers=(5,))], InvalidArgumentError, id="header-int"),
+    pytest.param([ProducerRecord(b"v", headers=(5,))], InvalidArgumentError, id="header-int"),  # type: ignore[arg-type]
     pytest.param(
         [ProducerRecord(b"v", headers=tuple(("h", None) for _ in range(65536)))],
         InvalidArgumentError,
         id="too-many-headers",
     ),
     pytest.param([ProducerRecord(b"v", timestamp=-1)], InvalidArgumentError, id="negative-ts"),
-    pytest.param([ProducerRecord(b"v", timestamp=1.5)], InvalidArgumentError, id="float-ts"),
+    pytest.param([ProducerRecord(b"v", timestamp=1.5)], InvalidArgumentError, id="float-ts"),  # type: ignore[arg-type]
     pytest.param([ProducerRecord(b"v", timestamp=True)], InvalidArgumentError, id="bool-ts"),
     pytest.param([ProducerRecord(b"v", timestamp=1 << 62)], InvalidArgumentError, id="huge-ts"),
     pytest.param([1], InvalidArgumentError, id="int-item"),

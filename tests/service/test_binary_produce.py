@@ -418,7 +418,7 @@ def test_fetched_batches_produce_as_they_are(admin: httpx.Client, topic_name: st
     assert _post_frames(admin, src, bytes(enc.data)).status_code == 200
     want = [(p.key, p.value, p.headers, p.timestamp) for p in recs]
 
-    def stored(topic: str) -> list[tuple[bytes | None, bytes, Any, int]]:
+    def stored(topic: str) -> list[tuple[bytes | None, bytes | None, Any, int]]:
         return [(g.key, g.value, g.headers, g.timestamp) for g in _fetch_binary(admin, topic)]
 
     k = enc.batches[2].base_offset  # a batch boundary

@@ -48,8 +48,8 @@ def _kafka_partition(key: bytes, partitions: int) -> int:
 
 def _all_records(
     c: Client, topic: str, partitions: int
-) -> dict[int, list[tuple[bytes | None, bytes]]]:
-    out: dict[int, list[tuple[bytes | None, bytes]]] = {}
+) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    out: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
     for p in range(partitions):
         r = c.fetch(topic, p, 0, max_records=10_000)
         out[p] = [(x.key, x.value) for x in r.records]

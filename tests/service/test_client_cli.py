@@ -169,7 +169,7 @@ def test_consume_pages_every_record_once(server: ServerProcess, topic_name: str)
 
         th = threading.Thread(target=later)
         th.start()
-        seen: list[bytes] = []
+        seen: list[bytes | None] = []
         for p in c.consume(topic_name, 0, 248, follow=True, wait_ms=200):
             seen.extend(r.value for r in p.records)
             if len(seen) >= 4:

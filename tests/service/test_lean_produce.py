@@ -153,7 +153,7 @@ def _head(topic: str, length: int) -> bytes:
     ).encode()
 
 
-def _values(srv: ServerProcess, topic: str) -> list[bytes]:
+def _values(srv: ServerProcess, topic: str) -> list[bytes | None]:
     """Every record value of the topic's partition 0 (binary fetches, checksums verified)."""
     with Client(srv.url) as c:
         return [r.value for page in c.consume(topic, 0, 0) for r in page.records]

@@ -131,7 +131,11 @@ def test_async_client_compression_and_nulls(server: ServerProcess, topic_name: s
     async def run() -> list[tuple[bytes | None, bytes | None]]:
         async with AsyncClient(server.url, token=ADMIN) as c:
             await c.create_topic(topic_name)
-            recs = [ProducerRecord(None, key=b"gone"), ProducerRecord(b"", key=b"e"), b"v" * 500]
+            recs: list[ProducerRecord | bytes] = [
+                ProducerRecord(None, key=b"gone"),
+                ProducerRecord(b"", key=b"e"),
+                b"v" * 500,
+            ]
             assert await c.produce(topic_name, 0, recs, compression="zstd") == [0, 1, 2]
             assert await c.produce(topic_name, None, [b"w"], compression="lz4") == [3]
             page = await c.fetch(topic_name, 0, 0)
@@ -158,9 +162,9 @@ def test_a_binary_produce_is_stored_byte_for_byte(
     r = admin.post("/v1/topics", json={"name": topic_name})
     assert r.status_code == 201, r.text
     records = [
-        NewRecord(None, b"k0", [], 1_700_000_000_000),
-        NewRecord(b"", None, [("h", None)], 1_700_000_000_001),
-        NewRecord(b"abc" * 100, b"", [], 1_700_000_000_002),
+        NewRecord(None, b"k0", (), 1_700_000_000_000),
+        NewRecord(b"", None, (("h", None),), 1_700_000_000_001),
+        NewRecord(b"abc" * 100, b"", (), 1_700_000_000_002),
     ]
     sent = encode_batch(records, compression=codec, base_offset=12345)
     assert (

@@ -52,9 +52,9 @@ def _values(n: int, start: int = 0) -> list[bytes]:
 
 def _read_binary(
     c: httpx.Client, topic: str, start: int, end: int, max_bytes: int
-) -> tuple[list[tuple[int, bytes]], int]:
+) -> tuple[list[tuple[int, bytes | None]], int]:
     """Every record from ``start`` to ``end`` through binary fetches; and the requests made."""
-    out: list[tuple[int, bytes]] = []
+    out: list[tuple[int, bytes | None]] = []
     off, requests = start, 0
     while off < end:
         r = c.get(
