@@ -86,14 +86,14 @@ def restart_dead(cluster: DevCluster, c: Client, topic: str) -> None:
     wait_until(lambda: len(partition(c, topic)["isr"]) == 3, 30, "a full ISR again")
 
 
-def read_all(c: Client, topic: str) -> list[tuple[int, bytes]]:
+def read_all(c: Client, topic: str) -> list[tuple[int, bytes | None]]:
     return [(r.offset, r.value) for page in c.consume(topic, 0, 0) for r in page.records]
 
 
-def check_exactly_once(got: list[tuple[int, bytes]], acked: dict[bytes, int]) -> None:
+def check_exactly_once(got: list[tuple[int, bytes | None]], acked: dict[bytes, int]) -> None:
     offsets = [o for o, _ in got]
     assert offsets == list(range(len(got))), "offsets are dense, from 0, none twice"
-    where: dict[bytes, list[int]] = {}
+    where: dict[bytes | None, list[int]] = {}
     for o, v in got:
         where.setdefault(v, []).append(o)
     for value, offset in acked.items():
@@ -232,7 +232,7 @@ def test_sigkill_the_leader_under_acks_all_produce_and_a_follow_consume(
                     continue
                 acked.update(zip(values, offsets, strict=True))
 
-    consumed: list[tuple[int, bytes]] = []
+    consumed: list[tuple[int, bytes | None]] = []
     consumer_error: list[BaseException] = []
 
     def consumer() -> None:
@@ -290,7 +290,7 @@ def test_async_client_through_a_leader_change(cluster: DevCluster) -> None:
     topic = "async-change"
     admin = create(cluster, topic)
 
-    async def main() -> list[tuple[int, bytes]]:
+    async def main() -> list[tuple[int, bytes | None]]:
         acked: dict[bytes, int] = {}
         async with AsyncClient(cluster.urls, retry_timeout_s=20) as c:
             for i in range(5):

@@ -21,7 +21,8 @@ import pytest
 
 from tiered_log.client import Client
 
-from .test_dev_cluster_cli import ROOT, _env, _running, _skip_unless_etcd_runs, _start
+from .conftest import _skip_unless_etcd_runs
+from .test_dev_cluster_cli import ROOT, _env, _running, _start
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 

@@ -198,7 +198,11 @@ def test_while_etcd_is_down_the_cluster_view_is_served_stale_and_clients_route(
 
         # every node has read the topic's partitions before etcd goes (its last view)
         for n in cluster.nodes.values():
-            wait_until(lambda n=n: view_of(n) == leaders, 20, f"node {n.node_id}'s view")
+
+            def has_the_view(n: DevNode = n) -> bool:
+                return view_of(n) == leaders
+
+            wait_until(has_the_view, 20, f"node {n.node_id}'s view")
         cluster.etcd.pause()
         try:
             time.sleep(1.2)

@@ -171,16 +171,18 @@ def test_sigkill_the_leader_again_and_again_under_acks_all(cluster: DevCluster) 
     try:
         for _ in range(3):
             before = len(acked)
-            wait_until(lambda b=before: len(acked) > b + 20, 30, "acks=all produce to go on")
+
+            def acks_go_on(b: int = before) -> bool:
+                return len(acked) > b + 20
+
+            wait_until(acks_go_on, 30, "acks=all produce to go on")
             st = partition_state(cluster, topic)
             cluster.nodes[st["leader"]].kill()
-            wait_until(
-                lambda old=st["leader"]: (
-                    partition_state(cluster, topic)["leader"] not in (None, old)
-                ),
-                15,
-                "a new leader",
-            )
+
+            def new_leader(old: int = st["leader"]) -> bool:
+                return partition_state(cluster, topic)["leader"] not in (None, old)
+
+            wait_until(new_leader, 15, "a new leader")
             restart_dead(cluster)
             wait_until(
                 lambda: len(partition_state(cluster, topic)["isr"]) == 3,

@@ -19,6 +19,7 @@ from tiered_log.cluster.kafka_fetch import KafkaTransport
 from tiered_log.cluster.protocol import ReplicaAnswer, ReplicaFetch
 from tiered_log.errors import FencedEpochError, TieredLogError
 from tiered_log.kafka.messages import EXTRA_TAGS, FETCH, encode_fetch_response, parse_request
+from tiered_log.local.ranges import FetchRanges
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -153,9 +154,10 @@ def test_a_records_answer_round_trips_and_the_request_decodes(leader: Any) -> No
     t = KafkaTransport(s.address, replica_id=7, timeout_s=5)
     try:
         got = t.fetch("tp", 4, REQ)
-        assert bytes(got.data) == RECORDS.data and isinstance(got.data, memoryview)
+        assert isinstance(got.data, memoryview) and bytes(got.data) == RECORDS.data
         assert got == ReplicaAnswer(got.data, 40, 3, 20, ((2, 3), (5, 30)), rolls=(30, 35))
         got = t.fetch("tp", 4, REQ)
+        assert not isinstance(got.data, FetchRanges)  # a follower's answer: its bytes
         assert got.diverging == (-1, -1) and not bytes(got.data)
         got = t.fetch("tp", 4, REQ)
         assert got.reset_to == 20
@@ -198,7 +200,9 @@ def test_bad_answers_are_retriable_errors_then_it_connects_again(leader: Any) ->
             assert info.value.retriable
         with pytest.raises(FencedEpochError):
             t.fetch("tp", 4, REQ)
-        assert bytes(t.fetch("tp", 4, REQ).data) == RECORDS.data
+        ans = t.fetch("tp", 4, REQ)
+        assert not isinstance(ans.data, FetchRanges)  # a follower's answer: its bytes
+        assert bytes(ans.data) == RECORDS.data
     finally:
         t.close()
     assert s.connections == 5

@@ -24,6 +24,7 @@ from tiered_log.cluster.protocol import ReplicaAnswer, ReplicaFetch
 from tiered_log.errors import NotLeaderError, TieredLogError
 from tiered_log.kafka.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from tiered_log.kafka.messages import FETCH
+from tiered_log.local.ranges import FetchRanges
 
 from .conftest import _skip_unless_etcd_runs
 from .helpers import wait_until
@@ -152,10 +153,12 @@ def test_the_follower_transport_against_a_live_leader(sasl_cluster: DevCluster) 
     assert ans.high_watermark == 120 and ans.reset_to is None and ans.diverging is None
     assert ans.epochs and ans.epochs[0][1] == 0
     assert ans.rolls and ans.rolls[0] == 0  # the first segment begins at offset 0
+    assert not isinstance(ans.data, FetchRanges)  # a follower's answer: its bytes
     assert len(bytes(ans.data)) > 120 * 40
     # A follower whose last epoch the leader never had: told where its log diverges.
     # (An epoch above the leader's latest: (-1, -1), which Kafka's own field cannot say.)
     ans = fetch(TOKEN, offset=120, last_epoch=epoch + 5)
+    assert not isinstance(ans.data, FetchRanges)
     assert ans.diverging == (-1, -1) and not bytes(ans.data)
     # An epoch the leader does not know yet: refused as not its leader.
     with pytest.raises(NotLeaderError):

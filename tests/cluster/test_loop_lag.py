@@ -187,7 +187,11 @@ def test_the_event_loop_is_not_blocked(cluster: DevCluster, proxy: DelayProxy) -
         t.start()
     try:
         for p in range(PARTITIONS):
-            wait_until(lambda p=p: _remote_end(cluster, p) > 200, 60, f"partition {p} shipped")
+
+            def shipped(p: int = p) -> bool:
+                return _remote_end(cluster, p) > 200
+
+            wait_until(shipped, 60, f"partition {p} shipped")
         proxy.delay_s = SLOW_S  # the bucket turns slow
         readers = [
             threading.Thread(target=cold_read, args=(p, o), daemon=True)

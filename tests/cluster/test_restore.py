@@ -84,7 +84,11 @@ def test_a_new_cluster_restores_every_topic_from_the_bucket(
     )
     assert r.status_code == 201, r.text
     for p in range(PARTITIONS):
-        wait_until(lambda p=p: len(partition_state(old, TOPIC, p)["isr"]) == 3, 15, "full ISRs")
+
+        def full_isr(p: int = p) -> bool:
+            return len(partition_state(old, TOPIC, p)["isr"]) == 3
+
+        wait_until(full_isr, 15, "full ISRs")
     acked: dict[int, dict[int, str]] = {p: {} for p in range(PARTITIONS)}
     for b in range(0, 150, 10):  # batches of ten records
         for p in range(PARTITIONS):

@@ -79,13 +79,12 @@ def test_alter_reaches_every_replica(cluster: DevCluster) -> None:
         # topic.json is written before the node's open topic takes the change: its
         # describe shows the change once it has
         node_url = cluster.nodes[n].url + "/v1/topics/alt"
-        wait_until(
-            lambda u=node_url: (
-                httpx.get(u, timeout=10).json()["config"]["remote_compression"] == "lz4"
-            ),
-            15,
-            f"node {n} describes the change",
-        )
+
+        def describes_the_change(u: str = node_url) -> bool:
+            compression: str = httpx.get(u, timeout=10).json()["config"]["remote_compression"]
+            return compression == "lz4"
+
+        wait_until(describes_the_change, 15, f"node {n} describes the change")
     # The leader's retention round drops the old records (shipped first, then cut).
     wait_until(
         lambda: _at_leader(cluster)["log_start_offset"] >= 80,
@@ -173,11 +172,11 @@ def test_tiering_off_with_delete_and_on_again(cluster: DevCluster) -> None:
     assert r.status_code == 200, r.text
     assert r.json()["config"]["remote_delete_on_disable"] is True
     for n in cluster.nodes:
-        wait_until(
-            lambda n=n: not _stored_config(cluster, n, "kip")["remote_enabled"],
-            15,
-            f"node {n} turns tiering off",
-        )
+
+        def tiering_off(n: int = n) -> bool:
+            return not _stored_config(cluster, n, "kip")["remote_enabled"]
+
+        wait_until(tiering_off, 15, f"node {n} turns tiering off")
     wait_until(lambda: _segments(cluster, "kip") == [], 30, "the leader serves no segment")
     wait_until(lambda: not _bucket_keys(cluster, log_id), 30, "the bucket's objects deleted")
     p = _part(cluster, "kip")
