@@ -64,7 +64,7 @@ def confluent_produce(bootstrap: str, topic: str, recs: list[Rec], **config: Any
             value=value,
             key=key,
             partition=part,
-            headers=headers or None,
+            headers=list(headers) or None,  # a copy: confluent takes a list of str | bytes | None
             on_delivery=lambda err, _msg: errors.append(err),
         )
         p.poll(0)
@@ -95,10 +95,11 @@ def poll_messages(c: Consumer, n: int, timeout_s: float = 30) -> list[Any]:
         m = c.poll(0.5)
         if m is None:
             continue
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
+        err = m.error()
+        if err:
+            if err.code() == KafkaError._PARTITION_EOF:
                 continue
-            raise AssertionError(f"consumer error: {m.error()}")
+            raise AssertionError(f"consumer error: {err}")
         out.append(m)
     return out
 

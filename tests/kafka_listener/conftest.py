@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import httpx
@@ -29,7 +29,7 @@ TIMEOUT_S = 10.0
 
 def kafka_server(
     factory: pytest.TempPathFactory, name: str, **settings: str
-) -> Iterator[ServerProcess]:
+) -> Generator[ServerProcess, None, None]:
     """A server without auth whose Kafka listener is on a free port; stopped after."""
     root = factory.mktemp(name)
     srv = ServerProcess(root / "data", root, {"log_level": "info", **settings})

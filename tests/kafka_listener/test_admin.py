@@ -452,11 +452,12 @@ def test_cluster_offset_for_leader_epoch_and_a_consumer_across_a_leader_change(
         seen = _poll(c, 20)
         new_leader, new_epoch = kill_leader(cluster, topic, leader, epoch)
         with KafkaWire(cluster.nodes[new_leader].kafka_address) as w:
-            wait_until(  # the new leader takes its role at its own next metadata round
-                lambda w=w: epoch_end(w, topic, epoch, current=new_epoch)[0] == ErrorCode.none,
-                15,
-                "the new leader answers for its epoch",
-            )
+
+            def answers_for_its_epoch(w: KafkaWire = w) -> bool:
+                return epoch_end(w, topic, epoch, current=new_epoch)[0] == ErrorCode.none
+
+            # the new leader takes its role at its own next metadata round
+            wait_until(answers_for_its_epoch, 15, "the new leader answers for its epoch")
             assert epoch_end(w, topic, epoch, current=new_epoch) == (ErrorCode.none, epoch, 20)
             assert epoch_end(w, topic, new_epoch, current=new_epoch) == (
                 ErrorCode.none,

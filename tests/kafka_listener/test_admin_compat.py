@@ -31,7 +31,7 @@ from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
-from tiered_log.cluster.dev import DevCluster
+from tiered_log.cluster.dev import DevCluster, DevNode
 from tiered_log.kafka.admin import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS
 from tiered_log.kafka.configs import ALTER_CONFIGS
 from tiered_log.kafka.messages import API_VERSIONS, METADATA
@@ -388,20 +388,20 @@ def test_cluster_describe_cluster_and_legacy_alter(cluster: DevCluster) -> None:
     wait_until(lambda: _partition(cluster, single)["leader"] in (1, 2, 3), 20, "a leader")
     holder = _partition(cluster, single)["replicas"]
     for n in cluster.nodes.values():
-        wait_until(
-            lambda n=n: httpx.get(f"{n.url}/v1/topics/{single}", timeout=10).status_code == 200,
-            20,
-            f"node {n.node_id} knows the topic",
-        )
+
+        def knows_the_topic(n: DevNode = n) -> bool:
+            return httpx.get(f"{n.url}/v1/topics/{single}", timeout=10).status_code == 200
+
+        wait_until(knows_the_topic, 20, f"node {n.node_id} knows the topic")
         with KafkaWire(n.kafka_address) as w:
-            wait_until(  # each node applies the topic at its next metadata round
-                lambda w=w, n=n: (
-                    (single in {t.name for t in log_dirs(w, 4, None).results[0].topics})
-                    == (n.node_id in holder)
-                ),
-                20,
-                f"node {n.node_id}'s log dir",
-            )
+
+            def log_dir_applied(w: KafkaWire = w, n: DevNode = n) -> bool:
+                return (single in {t.name for t in log_dirs(w, 4, None).results[0].topics}) == (
+                    n.node_id in holder
+                )
+
+            # each node applies the topic at its next metadata round
+            wait_until(log_dir_applied, 20, f"node {n.node_id}'s log dir")
 
     topic = "ac-cluster"
     _create(cluster, topic, config={"segment_bytes": 1 << 20})
@@ -414,11 +414,12 @@ def test_cluster_describe_cluster_and_legacy_alter(cluster: DevCluster) -> None:
     with KafkaWire(other.kafka_address) as w:  # any node takes it: the metadata store
         assert altered(w, 2, (TOPIC, topic, {"retention.ms": "90000"})) == [(ErrorCode.none, "")]
     for n in cluster.nodes.values():
-        wait_until(
-            lambda n=n: _http_config(n.url, topic)["retention_ms"] == 90_000,
-            20,
-            f"node {n.node_id} applies the alter",
-        )
+
+        def applies_the_alter(n: DevNode = n) -> bool:
+            retention_ms: int = _http_config(n.url, topic)["retention_ms"]
+            return retention_ms == 90_000
+
+        wait_until(applies_the_alter, 20, f"node {n.node_id} applies the alter")
         assert _http_config(n.url, topic)["segment_bytes"] == DEFAULT_SEGMENT_BYTES
 
 

@@ -16,6 +16,7 @@ from service.conftest import ServerProcess
 
 from .clients import (
     CODECS,
+    Rec,
     aiokafka_roundtrip,
     confluent_consume,
     confluent_consumer,
@@ -79,7 +80,7 @@ def test_offsets_lookups_through_the_clients(server: ServerProcess) -> None:
     topic = "lookups"
     create_topic(server, topic)
     base = 1_750_000_000_000
-    recs = [(0, b"k", b"v%d" % i, []) for i in range(10)]
+    recs: list[Rec] = [(0, b"k", b"v%d" % i, []) for i in range(10)]
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": server.kafka_bootstrap, "enable.idempotence": False})

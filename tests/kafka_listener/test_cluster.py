@@ -16,7 +16,7 @@ import pytest
 from cluster.conftest import dev_cluster
 from kio.schema.errors import ErrorCode
 
-from tiered_log.cluster.dev import DevCluster
+from tiered_log.cluster.dev import DevCluster, DevNode
 from tiered_log.kafka.messages import FETCH, METADATA, PRODUCE
 
 from .clients import confluent_consume, confluent_produce, expected, sample
@@ -70,9 +70,11 @@ def test_metadata_names_every_broker_and_leader(cluster: DevCluster) -> None:
         )
 
     for node in cluster.nodes.values():
-        wait_until(
-            lambda node=node: answers_as_the_cluster(node), 15, f"node {node.node_id}'s metadata"
-        )
+
+        def answers(node: DevNode = node) -> bool:
+            return answers_as_the_cluster(node)
+
+        wait_until(answers, 15, f"node {node.node_id}'s metadata")
     assert len({p["leader"] for p in parts.values()}) > 1  # leaders spread over the nodes
 
     # one node's address is enough: the client finds each partition's leader
@@ -100,11 +102,11 @@ def test_auto_creation_through_a_follower_is_cluster_wide(cluster: DevCluster) -
     (t,) = resp.topics
     assert t.error_code == ErrorCode.none and len(t.partitions) == 1
     for url in cluster.urls:  # every node learns it from the metadata store's watch
-        wait_until(
-            lambda url=url: httpx.get(f"{url}/v1/topics/k-auto", timeout=10).status_code == 200,
-            15,
-            f"k-auto known at {url}",
-        )
+
+        def knows_it(url: str = url) -> bool:
+            return httpx.get(f"{url}/v1/topics/k-auto", timeout=10).status_code == 200
+
+        wait_until(knows_it, 15, f"k-auto known at {url}")
 
 
 def test_acks_all_below_min_insync_replicas_is_not_enough_replicas(cluster: DevCluster) -> None:

@@ -20,7 +20,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
-from tiered_log.format.kafka import Compression, NewRecord, decode_batches, encode_batch
+from tiered_log.format.kafka import Compression, Headers, NewRecord, decode_batches, encode_batch
 from tiered_log.kafka.messages import FETCH, PRODUCE
 
 from .conftest import KafkaWire, bounds, create_topic
@@ -68,7 +68,7 @@ def odd_records(tag: str, n: int = 12) -> list[NewRecord]:
     for i in range(n):
         key = (None, b"", f"k{i}".encode())[i % 3]
         value = (None, b"", f"{tag}-{i}".encode() * (1 + i % 5))[(i // 3) % 3] if i else None
-        headers = [] if i % 4 == 0 else [("h", None), ("tag", tag.encode())]
+        headers: Headers = () if i % 4 == 0 else (("h", None), ("tag", tag.encode()))
         out.append(NewRecord(value, key, headers, TS + i))
     return out
 
@@ -111,7 +111,7 @@ def test_a_produced_batch_is_fetched_byte_for_byte(server: ServerProcess, codec:
     and values and null header values read back as sent."""
     topic = f"passthrough-{codec}"
     create_topic(server, topic)
-    first = encode_batch([NewRecord(b"before", None, [], TS)])
+    first = encode_batch([NewRecord(b"before", None, (), TS)])
     sent = encode_batch(odd_records(codec), compression=codec, base_offset=77)
     assert sent[21:23] == struct.pack(">h", Compression.parse(codec))  # the codec bits
     with KafkaWire(server.kafka_bootstrap) as w:
@@ -162,7 +162,7 @@ def test_a_fetch_over_segments_and_partitions_is_the_produced_bytes(
         for i in range(40):
             p = i % 2
             codec = CODECS[i % len(CODECS)]
-            recs = [NewRecord(rnd.randbytes(3000), b"k", [], TS + j) for j in range(6)]
+            recs = [NewRecord(rnd.randbytes(3000), b"k", (), TS + j) for j in range(6)]
             batch = encode_batch(recs, compression=codec)
             base = produce(w, topic, batch, partition=p)
             sent[p].append(with_base_offset(batch, base))
@@ -184,7 +184,7 @@ def test_a_log_append_time_topic_answers_the_time_it_stamped(server: ServerProce
     topic = "passthrough-lat"
     create_topic(server, topic, message_timestamp_type="LogAppendTime")
     create_topic(server, "passthrough-ct")
-    sent = encode_batch([NewRecord(b"v%d" % i, None, [], TS + i) for i in range(3)])
+    sent = encode_batch([NewRecord(b"v%d" % i, None, (), TS + i) for i in range(3)])
     with KafkaWire(server.kafka_bootstrap) as w:
         before = int(time.time() * 1000)
         resp = w.call(PRODUCE, 9, produce_body(topic, sent))

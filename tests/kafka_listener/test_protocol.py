@@ -72,7 +72,7 @@ def metadata_body(*topics: str, auto: bool = True) -> dict[str, Any]:
 
 def batch(*values: bytes | None, key: bytes | None = b"k") -> bytes:
     return encode_batch(
-        [NewRecord(v, key, [("h", b"1")], 1_700_000_000_000 + i) for i, v in enumerate(values)]
+        [NewRecord(v, key, (("h", b"1"),), 1_700_000_000_000 + i) for i, v in enumerate(values)]
     )
 
 

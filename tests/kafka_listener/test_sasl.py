@@ -21,13 +21,8 @@ from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 from service.test_lifecycle import _self_signed
 
-from tiered_log.kafka.auth import (
-    CREATE_TOPICS,
-    DELETE_TOPICS,
-    OFFSET_FOR_LEADER_EPOCH,
-    SASL_AUTHENTICATE,
-    SASL_HANDSHAKE,
-)
+from tiered_log.kafka.admin import CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH
+from tiered_log.kafka.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from tiered_log.kafka.messages import APIS, FETCH, LIST_OFFSETS, METADATA, PRODUCE
 
 from .clients import poll_messages
