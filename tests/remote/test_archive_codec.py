@@ -12,6 +12,7 @@ import shutil
 import struct
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,8 @@ from tiered_log.remote.manifest import decode_manifest, manifest_encryption
 from tiered_log.remote.snapshot import snapshot_key
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
+
+from .test_tiered_log import remote_end
 
 SMALL = LogConfig(segment_bytes=32 * 1024, index_interval_bytes=512)
 MARKER = b"MARKER-4c1d-secret-value"
@@ -54,9 +57,9 @@ K1, K2 = os.urandom(32), os.urandom(32)
 
 
 def open_log(
-    path: Path, storage: RemoteStorage, ring: KeyRing | None = None, **tier: object
+    path: Path, storage: RemoteStorage, ring: KeyRing | None = None, **tier: Any
 ) -> TieredLog:
-    cfg: dict[str, object] = {
+    cfg: dict[str, Any] = {
         "chunk_bytes": 4096,
         "fetch_bytes": 16384,
         "prefetch_bytes": 16384,
@@ -69,7 +72,7 @@ def open_log(
         log_id="orders-0",
         storage=storage,
         config=SMALL,
-        tier=TierConfig(**cfg),  # type: ignore[arg-type]
+        tier=TierConfig(**cfg),
         start_shipper=False,
     )
 
@@ -94,7 +97,7 @@ def read_all(tlog: TieredLog, end: int, value=json_value) -> None:  # type: igno
             assert r.value == value(r.offset)
         o = recs[-1].offset + 1
     page = tlog.read_batches(0, 10**6, 1 << 30)
-    assert page.next_offset >= min(end, tlog.bounds().remote_end_offset)
+    assert page.next_offset >= min(end, remote_end(tlog))
 
 
 def objects(storage: RemoteStorage, suffix: str) -> list[str]:
@@ -341,7 +344,7 @@ def test_a_decoded_chunk_cut_at_a_batch_boundary_in_the_cache_is_refused(tmp_pat
     cache file cut after its first batch (every batch still verifies) is refused at the
     read (RemoteCorruptionError), dropped, and the next read fetches the chunk again."""
     storage = LocalDirStorage(tmp_path / "bucket")
-    big = {"compression": "zstd", "chunk_bytes": 20_000}  # chunks of a few batches
+    big: dict[str, Any] = {"compression": "zstd", "chunk_bytes": 20_000}  # chunks of a few batches
     tlog = open_log(tmp_path / "log", storage, **big)
     produce(tlog, 600)
     read_all(tlog, 600)

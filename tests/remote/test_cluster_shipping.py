@@ -33,6 +33,8 @@ from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.metadata import CopyState
 from tiered_log.remote.tier import TierConfig
 
+from .test_tiered_log import remote_end
+
 SMALL = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 LOG_ID = "orders-0"
 
@@ -96,7 +98,9 @@ def read_all(log: TieredLog, start: int = 0) -> list[tuple[int, bytes]]:
     while o < log.next_offset:
         got = log.read_range(o, 1000, 1 << 22)
         assert got, f"nothing read at {o}"
-        out += [(r.offset, bytes(r.value)) for r in got]
+        for r in got:
+            assert r.value is not None  # every record here has a value
+            out.append((r.offset, bytes(r.value)))
         o = got[-1].offset + 1
     return out
 
@@ -490,7 +494,7 @@ def test_a_new_leader_answers_not_ready_until_it_has_read_the_bucket(tmp_path: P
         a.set_high_watermark(a.next_offset)
         b.set_high_watermark(a.next_offset)
         assert a.tier_once() > 4
-        b.apply_replica_retention(a.bounds().remote_end_offset)
+        b.apply_replica_retention(remote_end(a))
         local_start = b.bounds().local_start_offset
         assert local_start > 0
         a.close()

@@ -134,7 +134,9 @@ def test_the_get_bounds_by_default_and_the_other_requests_keep_theirs() -> None:
     st = S3Storage("bucket", endpoint_url="http://127.0.0.1:9", access_key="a", secret_key="b")
     try:
         assert (st.get_timeout, st.get_retries) == (5.0, 1)
-        g, c = st.get_client.meta.config, st.client.meta.config
+        # botocore's Config keeps its options as attributes its stubs do not declare
+        g: Any = st.get_client.meta.config
+        c: Any = st.client.meta.config
         assert (g.read_timeout, g.connect_timeout, g.retries["total_max_attempts"]) == (5.0, 5, 2)
         assert (c.read_timeout, c.connect_timeout, c.retries["total_max_attempts"]) == (30, 5, 4)
     finally:

@@ -204,13 +204,13 @@ def test_a_walk_back_in_a_grown_segment_does_not_wait_for_a_waiting_cut(tmp_path
     while not guard._cutting and time.monotonic() < deadline:  # the cut waits for the page
         time.sleep(0.01)
     assert guard._cutting and not cut_done.is_set()
-    again: list[object] = []
+    again: list[bytes | memoryview] = []
     walker = threading.Thread(
         target=lambda: again.append(page.reader(fd, guard)(4096, 10)), daemon=True
     )
     walker.start()
     walker.join(5)
-    assert again and bytes(again[0]) == b"z" * 10, "the walk waited for the cut"  # type: ignore[arg-type]
+    assert again and bytes(again[0]) == b"z" * 10, "the walk waited for the cut"
     assert not cut_done.is_set()
     page.result(1)  # the page lets go once: the cut goes on
     cutter.join(5)

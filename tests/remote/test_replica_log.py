@@ -23,7 +23,7 @@ import pytest
 from tiered_log import LogConfig, ProducerRecord
 from tiered_log.errors import CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError
 from tiered_log.format import naming
-from tiered_log.format.records import batch_table, decode_records
+from tiered_log.format.records import Headers, batch_table, decode_records
 from tiered_log.local.leader_epoch import EpochEntry, LeaderEpochCache
 from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
@@ -98,12 +98,16 @@ def copy(
     return pages
 
 
-def records(log: TieredLog, start: int | None = None) -> list[tuple[object, ...]]:
+def records(
+    log: TieredLog, start: int | None = None
+) -> list[tuple[int, int, bytes | None, bytes, Headers, int]]:
     o = log.log_start_offset if start is None else start
-    out: list[tuple[object, ...]] = []
+    out: list[tuple[int, int, bytes | None, bytes, Headers, int]] = []
     while o < log.next_offset:
         got = log.read_range(o, 1000, 1 << 22)
-        out += [(r.offset, r.timestamp, r.key, bytes(r.value), r.headers, r.checksum) for r in got]
+        for r in got:
+            assert r.value is not None  # every record here has a value
+            out.append((r.offset, r.timestamp, r.key, bytes(r.value), r.headers, r.checksum))
         o = got[-1].offset + 1
     return out
 
@@ -667,7 +671,7 @@ def test_a_followers_resync_leaves_the_leaders_copy_under_way_alone(tmp_path: Pa
     leader.set_high_watermark(300)
     leader.tier_once()
     end = leader.bounds().remote_end_offset
-    assert end > 0
+    assert end is not None and end > 0
     under_way = naming.segment_object_key("orders-0", end, "f" * 12, naming.LOG_SUFFIX)
     (bucket / under_way).parent.mkdir(parents=True, exist_ok=True)
     (bucket / under_way).write_bytes(b"half a copy")

@@ -316,8 +316,8 @@ def test_a_cut_batch_keeps_its_codec_and_producer_fields(tmp_path: Path) -> None
     finally:
         source.close()
     assert f[2] == HEADER.unpack_from(whole, 0)[2]  # the partition leader epoch it had
-    recs, _, _ = decode_records(data)
-    assert [(r.offset, r.timestamp, r.key, r.value) for r in recs] == [
+    decoded, _, _ = decode_records(data)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in decoded] == [
         (o, 1000 + o, record(o).key, record(o).value) for o in range(50, 75)
     ]
 
@@ -397,7 +397,7 @@ def test_a_running_service_restores_with_its_tail_and_serves_the_new_topic(
         )
         try:
             consumer.assign([TopicPartition("t2", 0, 0)])
-            seen: list[tuple[int, bytes | None]] = []
+            seen: list[tuple[int | None, bytes | None]] = []
             deadline = time.monotonic() + 30
             while len(seen) < 252 and time.monotonic() < deadline:
                 m = consumer.poll(1.0)

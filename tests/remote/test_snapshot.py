@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ CFG = LogConfig(segment_bytes=1024, index_interval_bytes=256)
 LOG_ID = "orders-0"
 
 
-def open_log(path: Path, store: MemoryStorage, **tier: object) -> TieredLog:
+def open_log(path: Path, store: MemoryStorage, **tier: Any) -> TieredLog:
     cfg = {
         "chunk_bytes": 1024,
         "fetch_bytes": 4096,
@@ -32,7 +33,7 @@ def open_log(path: Path, store: MemoryStorage, **tier: object) -> TieredLog:
     }
     return TieredLog(
         path, log_id=LOG_ID, storage=store, config=CFG, tier=TierConfig(**cfg), start_shipper=False
-    )  # type: ignore[arg-type]
+    )
 
 
 def value(o: int) -> bytes:
@@ -58,7 +59,9 @@ def read_all(tlog: TieredLog) -> list[tuple[int, bytes]]:
     o, out = tlog.log_start_offset, []
     while o < tlog.next_offset:
         got = tlog.read_range(o, 1000, 1 << 20)
-        out += [(r.offset, bytes(r.value)) for r in got]
+        for r in got:
+            assert r.value is not None  # every record here has a value
+            out.append((r.offset, bytes(r.value)))
         o = got[-1].offset + 1
     return out
 

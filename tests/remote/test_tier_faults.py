@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def value_for(offset: int) -> bytes:
 
 
 def open_log(path: Path, store: MemoryStorage, **tier: int) -> TieredLog:
-    cfg = {
+    cfg: dict[str, Any] = {
         "chunk_bytes": 2048,
         "fetch_bytes": 8192,
         "prefetch_bytes": 8192,
@@ -48,7 +49,7 @@ def open_log(path: Path, store: MemoryStorage, **tier: int) -> TieredLog:
         config=SMALL,
         tier=TierConfig(**cfg),
         start_shipper=False,
-    )  # type: ignore[arg-type]
+    )
 
 
 def produce(tlog: TieredLog, n: int) -> None:

@@ -24,6 +24,7 @@ from tiered_log.errors import (
 from tiered_log.format import naming
 from tiered_log.partition import TieredLog
 from tiered_log.remote.fs import LocalDirStorage
+from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
 from tiered_log.remote.worker import TierWorker, shared_worker, spec_of
 
@@ -38,12 +39,12 @@ def fill(tlog: TieredLog, n: int) -> None:
     tlog.roll()
 
 
-def open_log(d: Path, storage: object, processes: int = 1) -> TieredLog:
+def open_log(d: Path, storage: RemoteStorage, processes: int = 1) -> TieredLog:
     return TieredLog(
         d,
         log_id="w-0",
         storage=storage,
-        config=SMALL,  # type: ignore[arg-type]
+        config=SMALL,
         tier=TierConfig(chunk_bytes=4096, worker_processes=processes),
         start_shipper=False,
     )
@@ -64,7 +65,8 @@ def test_copies_run_in_a_worker_and_ship_the_same_objects(tmp_path: Path) -> Non
     try:
         fill(tlog, 1000)
         assert tlog.tier_once() > 0
-        assert tlog.read(0).value.startswith(b"v000000")
+        value = tlog.read(0).value
+        assert value is not None and value.startswith(b"v000000")
         shipped = sorted(p.name for p in bucket.rglob("*") if p.is_file())
     finally:
         tlog.close()
@@ -132,7 +134,9 @@ def test_a_store_only_this_process_has_is_used_here(tmp_path: Path) -> None:
     tlog = open_log(tmp_path / "a", MemoryStorage())
     try:
         fill(tlog, 500)
-        assert tlog.tier_once() > 0 and tlog.read(0).value.startswith(b"v000000")
+        assert tlog.tier_once() > 0
+        value = tlog.read(0).value
+        assert value is not None and value.startswith(b"v000000")
     finally:
         tlog.close()
 
@@ -210,7 +214,7 @@ def test_archived_reads_fetch_in_the_worker(tmp_path: Path) -> None:
         cached = sum(p.stat().st_size for p in cache.iterdir())
         assert cached > 0 and _written_by(pid) - before >= cached
         for r in tlog.read_range(0, local_start, 1 << 30):
-            assert r.value.startswith(b"v%06d" % r.offset)
+            assert r.value is not None and r.value.startswith(b"v%06d" % r.offset)
             seen += 1
         assert seen == local_start
         assert tlog.stats()["remote_fetch_requests"] > 0
