@@ -74,10 +74,11 @@ def two_tier_topic(service: Any) -> str:
         for p in (0, 1):
             produce(c, topic, p, 600)
         for p in (0, 1):
-            wait_for(
-                lambda p=p: c.bounds(topic, p).local_start_offset > 300,
-                "segments shipped and dropped locally",
-            )
+
+            def shipped(p: int = p) -> bool:
+                return c.bounds(topic, p).local_start_offset > 300
+
+            wait_for(shipped, "segments shipped and dropped locally")
     return topic
 
 

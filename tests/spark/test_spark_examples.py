@@ -64,8 +64,8 @@ def test_history_example(
 ) -> None:
     topic = new_topic(client, partitions=2, segment_bytes=16384)
     day = 86_400_000
-    for p in (0, 1):  # three days of records, 100 a day
-        produce(client, topic, p, 300, ts=lambda i: 1_700_000_000_000 + (i // 100) * day + i)
+    for part in (0, 1):  # three days of records, 100 a day
+        produce(client, topic, part, 300, ts=lambda i: 1_700_000_000_000 + (i // 100) * day + i)
     wait_for(lambda: client.bounds(topic, 1).local_start_offset > 0, "shipping")
     common = _common(service, spark_bucket, s3_target, topic)
     p = _run("spark_history.py", bare_python_env, *common, "--out", str(tmp_path / "parquet"))
