@@ -127,11 +127,12 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
 
             first = client.fetch(args.topic, 0, 0, max_records=1).records[0]
+            assert first.value is not None  # every record written here has a value
             print(
                 f"read offset 0 (from the remote tier): {first.value[:9]!r}... "
                 f"({len(first.value)} bytes)"
             )
-            got: list[bytes] = []
+            got: list[bytes | None] = []
             offset = 0
             while offset < b.next_offset:
                 batch = client.fetch(args.topic, 0, offset, max_records=1000, max_bytes=1 << 20)

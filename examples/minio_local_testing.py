@@ -123,8 +123,8 @@ def list_objects(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
     return out
 
 
-def read_all(client: Client, topic: str, end: int) -> list[bytes]:
-    got: list[bytes] = []
+def read_all(client: Client, topic: str, end: int) -> list[bytes | None]:
+    got: list[bytes | None] = []
     offset = 0
     while offset < end:
         batch = client.fetch(topic, 0, offset, max_records=1000)
@@ -256,24 +256,25 @@ def run(args: argparse.Namespace) -> int:
                     f"next={b.next_offset}"
                 )
                 first = client.fetch(topic, 0, 0, max_records=1).records[0]
+                assert first.value is not None  # every record written here has a value
                 print(f"offset 0 read from the bucket: {first.value[:13]!r}...")
                 if first.value != values[0] or topic not in names:
                     print("MISMATCH after the restore", file=sys.stderr)
                     return 1
                 info = client.describe_topic(topic)["partition_info"][0]
                 lost = info.get("lost_offsets") or []
-                shipped = lost[0][0] if lost else b.next_offset
-                archived = read_all(client, topic, shipped)
+                shipped_end = lost[0][0] if lost else b.next_offset
+                archived = read_all(client, topic, shipped_end)
                 if (
                     archived != values[: len(archived)]
-                    or len(archived) != shipped
+                    or len(archived) != shipped_end
                     or (b.next_offset != end)
                 ):
                     print("MISMATCH in the restored records", file=sys.stderr)
                     return 1
                 print(
                     f"read {len(archived)} restored records; every value matches (offsets "
-                    f"{shipped}..{end - 1} were in the active segment, never shipped, so "
+                    f"{shipped_end}..{end - 1} were in the active segment, never shipped, so "
                     f"they were lost with the old disk: reported as lost_offsets {lost}, and "
                     f"never handed out again: the log goes on at {b.next_offset})"
                 )

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"produced one raw binary record to partition 0 at offset {raw_offset}")
 
             for p in range(args.partitions):
-                got: list[bytes] = []
+                got: list[bytes | None] = []
                 offset = 0
                 while True:
                     batch_read = client.fetch(args.topic, p, offset, max_records=40)
