@@ -17,7 +17,11 @@ import httpx
 import pytest
 from cluster.conftest import dev_cluster
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    NewPartitions,
+    NewTopic,
+)
 from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
@@ -288,6 +292,86 @@ def test_kafka_python_admin_creates_and_deletes(server: ServerProcess) -> None:
 # ---- ListOffsets -3 / -4 / -5 --------------------------------------------------------------
 
 
+def _grown(
+    admin: AdminClient, *parts: NewPartitions, validate_only: bool = False
+) -> dict[str, Any]:
+    """Each topic's CreatePartitions outcome: None (done) or its KafkaError."""
+    out: dict[str, Any] = {}
+    futures = admin.create_partitions(list(parts), validate_only=validate_only, request_timeout=20)
+    for name, f in futures.items():
+        try:
+            out[name] = f.result(timeout=30)
+        except KafkaException as exc:
+            out[name] = exc.args[0]
+    return out
+
+
+def test_confluent_admin_adds_partitions_and_clients_use_them(
+    server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CreatePartitions grows a topic (the old partitions keep their records, producers
+    and consumers use the new ones), refuses a count that does not grow, an unknown
+    topic and manual assignments with Kafka's codes, and checks only with
+    validate_only; HTTP's PATCH and ``topics alter --partitions`` grow it likewise."""
+    admin = _admin(server.kafka_bootstrap)
+    assert _created(admin, NewTopic("adm-grow", 2, 1)) == {"adm-grow": None}
+    before: list[Rec] = [(i % 2, b"k%d" % i, b"v%d" % i, []) for i in range(10)]
+    assert confluent_produce(server.kafka_bootstrap, "adm-grow", before) == [None] * 10
+
+    assert _grown(admin, NewPartitions("adm-grow", 5), validate_only=True) == {"adm-grow": None}
+    assert _http_topic(server.url, "adm-grow").json()["partitions"] == 2
+    assert _grown(admin, NewPartitions("adm-grow", 4)) == {"adm-grow": None}
+    assert _http_topic(server.url, "adm-grow").json()["partitions"] == 4
+    refused = _grown(
+        admin,
+        NewPartitions("adm-grow", 3),
+        NewPartitions("adm-nope", 3),
+    )
+    assert refused["adm-grow"].code() == KafkaError.INVALID_PARTITIONS
+    assert "can only grow" in refused["adm-grow"].str()
+    assert refused["adm-nope"].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    manual = _grown(admin, NewPartitions("adm-grow", 6, replica_assignment=[[1], [1]]))
+    assert manual["adm-grow"].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    after: list[Rec] = [(p, b"n%d" % p, b"w%d" % p, []) for p in range(4)]
+    assert confluent_produce(server.kafka_bootstrap, "adm-grow", after) == [None] * 4
+    rows = confluent_consume(server.kafka_bootstrap, "adm-grow", 4, 14)
+    assert sorted((p, k, v) for p, _, k, v, _ in rows) == sorted(
+        (p, k, v) for p, k, v, _ in before + after
+    )
+    assert sorted((p, o) for p, o, k, _, _ in rows if k is not None and k.startswith(b"n")) == [
+        (0, 5),
+        (1, 5),
+        (2, 0),
+        (3, 0),
+    ]
+
+    # HTTP and the command line grow it the same way, and refuse alike.
+    r = httpx.patch(f"{server.url}/v1/topics/adm-grow", json={"partitions": 5}, timeout=20)
+    assert r.status_code == 200, r.text
+    assert r.json()["partitions"] == 5 and len(r.json()["partition_info"]) == 5
+    r = httpx.patch(f"{server.url}/v1/topics/adm-grow", json={"partitions": 2}, timeout=20)
+    assert r.status_code == 400 and "can only grow" in r.json()["error"]["message"]
+    from tiered_log.cli import main
+
+    assert main(["topics", "alter", "adm-grow", "--partitions", "6", "--url", server.url]) == 0
+    assert "altered topic adm-grow: partitions=6" in capsys.readouterr().out
+    assert main(["topics", "alter", "adm-grow", "--partitions", "6", "--url", server.url]) != 0
+    err = capsys.readouterr().err
+    assert "can only grow" in err and len(err.strip().splitlines()) == 1
+    # kafka-python's admin too (its own client library).
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewPartitions as KpNewPartitions
+
+    kp = KafkaAdminClient(bootstrap_servers=server.kafka_bootstrap, request_timeout_ms=20_000)
+    try:
+        kp.create_partitions({"adm-grow": KpNewPartitions(total_count=7)})
+    finally:
+        kp.close()
+    assert _http_topic(server.url, "adm-grow").json()["partitions"] == 7
+    md = admin.list_topics("adm-grow", timeout=10).topics["adm-grow"]
+    assert sorted(md.partitions) == list(range(7))
+
+
 def test_list_offsets_max_timestamp_earliest_local_latest_tiered(server: ServerProcess) -> None:
     """A tiered topic whose first segments are only in the bucket: -3 finds the record
     with the largest timestamp there (and, once a larger one is appended, on local
@@ -413,6 +497,35 @@ def test_cluster_any_node_creates_and_deletes(cluster: DevCluster) -> None:
         20,
         "no node lists the topic",
     )
+
+
+def test_cluster_adds_partitions_every_node_serves_them(cluster: DevCluster) -> None:
+    """CreatePartitions at one node of a 3-node cluster: the new partitions get replicas
+    over the live nodes, full ISRs and leaders; every node's Metadata lists them; an
+    acks=all producer writes to each and a consumer reads every record back."""
+    admin = _admin(cluster.nodes[1].kafka_address)
+    got = _created(admin, NewTopic("adm-cgrow", 1, 3))
+    assert got == {"adm-cgrow": None}
+    assert _grown(admin, NewPartitions("adm-cgrow", 3)) == {"adm-cgrow": None}
+    boot = ",".join(n.kafka_address for n in cluster.nodes.values())
+
+    def served() -> bool:
+        for n in cluster.nodes.values():
+            md = _admin(n.kafka_address).list_topics("adm-cgrow", timeout=10).topics["adm-cgrow"]
+            parts = md.partitions
+            if sorted(parts) != [0, 1, 2]:
+                return False
+            if any(p.leader < 0 or len(p.isrs) != 3 for p in parts.values()):
+                return False
+        return True
+
+    wait_until(served, 30, "every node to list 3 led partitions with full ISRs")
+    recs: list[Rec] = [(i % 3, b"k%d" % i, b"v%d" % i, []) for i in range(30)]
+    assert confluent_produce(boot, "adm-cgrow", recs, acks="all") == [None] * 30
+    rows = confluent_consume(boot, "adm-cgrow", 3, 30)
+    assert sorted((p, k, v) for p, _, k, v, _ in rows) == sorted((p, k, v) for p, k, v, _ in recs)
+    refused = _grown(_admin(cluster.nodes[2].kafka_address), NewPartitions("adm-cgrow", 2))
+    assert refused["adm-cgrow"].code() == KafkaError.INVALID_PARTITIONS
 
 
 def test_cluster_offset_for_leader_epoch_and_a_consumer_across_a_leader_change(

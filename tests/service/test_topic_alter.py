@@ -114,7 +114,7 @@ def test_bad_changes_are_refused_naming_the_key(server_factory: Factory) -> None
     msg = _error(_patch(srv, "b", {"config": {"retention_msx": 5}}))
     assert "retention_msx" in msg and "did you mean retention_ms" in msg
     msg = _error(_patch(srv, "b", {"config": {"partitions": 4}}))
-    assert "partitions" in msg and "cannot" in msg
+    assert "partitions" in msg and "--partitions N" in msg
     msg = _error(_patch(srv, "b", {"config": {"segment_bytes": 10}}))
     assert "segment_bytes" in msg
     msg = _error(_patch(srv, "b", {"config": {"segment_bytes": None}}))
@@ -129,7 +129,9 @@ def test_bad_changes_are_refused_naming_the_key(server_factory: Factory) -> None
         _patch(srv, "b", {"config": {"retention_ms": 1}, "delete_config": ["retention_ms"]})
     )
     assert "retention_ms" in msg
-    msg = _error(_patch(srv, "b", {"partitions": 3}))
+    msg = _error(_patch(srv, "b", {"partitions": 1}))  # the count only grows (as in Kafka)
+    assert "partition" in msg and "can only grow" in msg
+    msg = _error(_patch(srv, "b", {"partitions": 0}))
     assert "partitions" in msg
     _error(_patch(srv, "missing", {"config": {"retention_ms": 1}}), 404)
     # Nothing changed by the refusals.

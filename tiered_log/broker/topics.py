@@ -170,7 +170,8 @@ def partition_bounds(plog: PartitionLog) -> PartitionBounds:
 
 
 FIXED_SETTINGS = {
-    "partitions": "the number of partitions cannot be changed after a topic is created",
+    "partitions": "the number of partitions is not a setting: grow it with "
+    '{"partitions": N} beside "config" (topics alter --partitions N); it cannot shrink',
     "replication_factor": "the replication factor cannot be changed after a topic is created",
     "min_insync_replicas": "min_insync_replicas cannot be changed after a topic is created",
     "name": "a topic cannot be renamed",
@@ -590,6 +591,65 @@ class TopicManager:
             raise
         return topic
 
+    def add_partitions(self, name: str, count: int, *, created_empty: bool = False) -> Topic:
+        """Grow topic ``name`` to ``count`` partitions (Kafka's CreatePartitions): the new
+        partitions' logs are created empty, then the new ``topic.json`` committed and
+        published to the store; the partitions there keep their records (a key's
+        partition may change for producers that hash keys, as in Kafka). ``created_empty``:
+        as :meth:`adopt`'s, for the new logs (a cluster's node that runs). Returns the
+        topic as it is now. TopicNotFoundError; InvalidArgumentError when ``count`` is not
+        above the current count or passes the limits."""
+        validate_topic_name(name)
+        validate_partitions(count)
+        with self._lock:
+            if self._closed:
+                raise LogClosedError("the service is shutting down")
+            topic = self.get(name)
+            have = len(topic.logs)
+            if count <= have:
+                raise InvalidArgumentError(
+                    f"topic {name!r} has {have} partition(s): the count can only grow "
+                    f"(asked for {count})"
+                )
+            limit = self.settings.max_total_partitions
+            if self.total_partitions + count - have > limit:
+                raise InvalidArgumentError(
+                    f"adding {count - have} partition(s) would pass this server's limit of "
+                    f"{limit} partitions"
+                )
+            meta = replace(topic.meta, partitions=count)
+            new: list[PartitionLog] = []
+            try:
+                for p in range(have, count):
+                    path = topic.directory / str(p)
+                    if path.exists():
+                        self._discard_dir(path)  # an earlier growth that crashed half way
+                    new.append(
+                        open_partition_log(
+                            path,
+                            meta.config,
+                            self.settings,
+                            log_id=log_id_of(meta, p),
+                            storage=self.storage,
+                            rebuild=False,
+                            limits=self.limits,
+                        )
+                    )
+                if created_empty:
+                    for plog in new:
+                        plog.mark_created_empty()
+                write_atomic(topic.directory / TOPIC_FILE, meta.to_json())
+            except BaseException:
+                for plog in new:
+                    with contextlib.suppress(Exception):
+                        plog.close()
+                raise
+            self._publish(meta)
+            grown = Topic(meta, (*topic.logs, *new), topic.directory)
+            self._topics = {**self._topics, name: grown}
+            log.info("topic %s: %d partitions now (was %d)", name, count, have)
+            return grown
+
     # ---- configuration -----------------------------------------------------------------
 
     def alter(
@@ -642,6 +702,11 @@ class TopicManager:
         have = next((t for t in self.list() if t.name == meta.name), None)
         if have is not None:
             if have.meta.topic_id == meta.topic_id:
+                if meta.partitions > len(have.logs):  # partitions added in the cluster
+                    with contextlib.suppress(InvalidArgumentError):  # added meanwhile
+                        have = self.add_partitions(
+                            meta.name, meta.partitions, created_empty=created_empty
+                        )
                 config = meta.config
                 if config != have.meta.config:  # altered in the cluster: apply it here
                     with self._lock:

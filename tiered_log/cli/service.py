@@ -6,6 +6,7 @@
     tiered-log topics create orders --partitions 3 [--replication-factor 3]
     tiered-log topics list|describe|delete ...
     tiered-log topics alter orders --config retention_ms=86400000 [--delete-config K]
+                                   [--partitions N]
     tiered-log produce orders --file lines.txt
     tiered-log consume orders --offset 0 --follow
     tiered-log consume orders [more topics] --group G       a member of group G
@@ -502,11 +503,20 @@ def _topics_alter_args(p: argparse.ArgumentParser) -> None:
         help="with --config remote_enabled=false: keep the remote data readable until "
         "retention removes it (retain) or delete it now (delete)",
     )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="grow the topic to N partitions (the count only grows; keys hashed by "
+        "producers may go to another partition from then on, as in Kafka)",
+    )
     p.add_argument("--json", action="store_true", help="print the service's JSON answer")
     _client_options(p)
 
 
-@TOPICS.command("alter", "change a topic's settings while it serves", _topics_alter_args)
+@TOPICS.command(
+    "alter", "change a topic's settings or grow its partitions while it serves", _topics_alter_args
+)
 @_guard
 def cmd_topics_alter(args: argparse.Namespace) -> int:
     try:
@@ -514,20 +524,27 @@ def cmd_topics_alter(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     reset = [n.strip() for n in args.delete_config or []]
-    if not config and not reset:
-        raise UsageError("nothing to change: give --config NAME=VALUE or --delete-config NAME")
+    if not config and not reset and args.partitions is None:
+        raise UsageError(
+            "nothing to change: give --config NAME=VALUE, --delete-config NAME or --partitions N"
+        )
+    if args.partitions is not None and args.partitions < 1:
+        raise UsageError(f"--partitions must be at least 1, not {args.partitions}")
     with _client(args) as c:
         d = c.alter_topic(
             args.name,
             config,
             delete_config=reset,
             remote_disable_policy=args.remote_disable_policy,
+            partitions=args.partitions,
         )
     if args.json:
         print(json.dumps(d, indent=2))
     else:
-        changed = ", ".join(f"{k}={d['config'].get(k)}" for k in [*config, *reset])
-        print(f"altered topic {d['name']}: {changed}")
+        changed = [f"{k}={d['config'].get(k)}" for k in [*config, *reset]]
+        if args.partitions is not None:
+            changed.insert(0, f"partitions={d['partitions']}")
+        print(f"altered topic {d['name']}: {', '.join(changed)}")
     return 0
 
 

@@ -233,14 +233,19 @@ class Client:
         *,
         delete_config: list[str] | None = None,
         remote_disable_policy: str | None = None,
+        partitions: int | None = None,
     ) -> dict[str, Any]:
         """Change a topic's settings (``PATCH /v1/topics/{name}``): ``config`` sets,
         ``delete_config`` resets to the server's defaults; ``remote_disable_policy``
-        (``retain`` or ``delete``) when ``remote_enabled`` turns false. Returns the new
+        (``retain`` or ``delete``) when ``remote_enabled`` turns false; ``partitions``
+        grows it to that many partitions (the count only grows). Returns the new
         description; InvalidArgumentError naming a bad key or value."""
         body: dict[str, Any] = {"config": config or {}, "delete_config": delete_config or []}
         if remote_disable_policy is not None:
             body["remote_disable_policy"] = remote_disable_policy
+        if partitions is not None:
+            body["partitions"] = partitions
+            self._counts.forget(name)
         result: dict[str, Any] = (self._any("PATCH", _topic_path(name), json=body)).json()
         return result
 

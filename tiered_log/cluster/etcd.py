@@ -391,6 +391,34 @@ class MetaStore:
             del put["ignore_lease"]
         return self._txn(self._compares(key, mod_revision, fence), [{"request_put": put}])
 
+    def put_if_and_create(
+        self,
+        key: str,
+        value: Any,
+        mod_revision: int,
+        creates: Mapping[str, Any],
+        *,
+        fence: Fence | None = None,
+    ) -> bool:
+        """In ONE transaction: set ``key`` = ``value`` only if its ``mod_revision`` is still
+        ``mod_revision``, and create every key of ``creates`` only if none exists (and
+        ``fence`` holds): all or nothing (a topic's new partition count and its new
+        partitions' keys). True if written; False if any condition failed (nothing is).
+        At most :data:`MAX_TXN_OPS` keys and compares each, as :meth:`create_all`."""
+        limit = MAX_TXN_OPS - 1 - (fence is not None)
+        if len(creates) > limit:
+            raise ValueError(
+                f"put_if_and_create of {len(creates)} new keys: at most {limit} in one "
+                "etcd transaction (--max-txn-ops)"
+            )
+        put = self._request_put(key, value, None)
+        put["ignore_lease"] = True
+        compare = self._compares(key, mod_revision, fence)
+        compare += [self._compare_create(k, 0) for k in creates]
+        puts = [{"request_put": put}]
+        puts += [{"request_put": self._request_put(k, v, None)} for k, v in creates.items()]
+        return self._txn(compare, puts)
+
     def delete_if(self, key: str, mod_revision: int, *, fence: Fence | None = None) -> bool:
         """Delete ``key`` only if its ``mod_revision`` is still ``mod_revision`` (and
         ``fence`` holds). True if this call deleted it."""

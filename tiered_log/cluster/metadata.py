@@ -230,6 +230,60 @@ class ClusterMetadata:
         )
         return states
 
+    def add_partitions(
+        self, name: str, count: int, live_nodes: Iterable[int]
+    ) -> list[PartitionState]:
+        """Grow topic ``name`` to ``count`` partitions (Kafka's CreatePartitions): the new
+        ones placed over ``live_nodes`` as :meth:`create_topic` places a topic's,
+        continuing its pattern, and the topic key's new count written with their keys in
+        one transaction, compare-and-swapped on the topic key's revision (retried on a
+        conflict). Returns the new partitions' initial states.
+
+        Raises TopicNotFoundError; InvalidArgumentError (one line) when ``count`` is not
+        above the current count, passes :data:`MAX_PARTITIONS`, or fewer nodes are live
+        than the replication factor; MetadataUnavailableError after :data:`CAS_RETRIES`
+        lost races."""
+        validate_topic_name(name)
+        live = sorted(set(live_nodes))
+        for _ in range(CAS_RETRIES):
+            v = self.store.get(topic_key(name))
+            if v is None:
+                raise TopicNotFoundError(f"topic {name} does not exist")
+            meta = TopicMeta.from_dict(v.value)
+            if count <= meta.partitions:
+                raise InvalidArgumentError(
+                    f"topic {name} has {meta.partitions} partition(s): the count can only "
+                    f"grow (asked for {count})"
+                )
+            if count > MAX_PARTITIONS:
+                raise InvalidArgumentError(
+                    f"topic {name}: {count} partitions, at most {MAX_PARTITIONS}"
+                )
+            if meta.replication_factor > len(live):
+                raise InvalidArgumentError(
+                    f"topic {name}: replication factor {meta.replication_factor} is more "
+                    f"than the {len(live)} live nodes {live}"
+                )
+            placement = assign_replicas(
+                count - meta.partitions,
+                meta.replication_factor,
+                live,
+                random.randrange(len(live)),
+                first_partition=meta.partitions,
+            )
+            states = [
+                initial_state(name, meta.partitions + i, replicas)
+                for i, replicas in enumerate(placement)
+            ]
+            grown = replace(meta, partitions=count)
+            creates = {partition_key(s.topic, s.partition): s.to_dict() for s in states}
+            if self.store.put_if_and_create(v.key, grown.to_dict(), v.mod_revision, creates):
+                log.info("topic %s: %d partitions now (was %d)", name, count, meta.partitions)
+                return states
+        raise MetadataUnavailableError(
+            f"topic {name}: adding partitions lost {CAS_RETRIES} races to other writers"
+        )
+
     def delete_topic(self, name: str, *, fence: Fence | None = None) -> bool:
         """Delete topic ``name``: its partition keys, then its topic key (each
         compare-and-swapped on the revision just read, retried on a conflict). True if

@@ -137,10 +137,11 @@ class ClusterNode:
         self.config = config
         self.node_id = config.node_id
         self._logs = logs
-        self._topics_at_start: set[tuple[str, str]] | None = None
+        self._topics_at_start: dict[tuple[str, str], int] | None = None
         """The topics (name, id) the metadata held at this node's start (its first
-        round): their logs it creates may be a lost disk's (never marked created
-        empty). None until that round."""
+        round), with their partition counts then: the logs of those partitions it
+        creates may be a lost disk's (never marked created empty). None until that
+        round."""
         # A stall of etcd two thirds of the lease long can cost a lease (each is renewed
         # every third of it); an answer half the lease late counts as a gap in contact,
         # after which the controller waits (see the Controller's docstring).
@@ -292,25 +293,31 @@ class ClusterNode:
     # ---- applying the metadata ----------------------------------------------------------------
 
     def _created_since_start(self, meta: TopicMeta) -> bool:
-        """Whether ``meta``'s topic was created after this node started, not restored
-        from the bucket (its logs are created empty: see
+        """Whether the partitions of ``meta``'s topic this node does not hold yet were
+        created after it started (the topic, or partitions added to it since), not
+        restored from the bucket: their logs are created empty (see
         :mod:`tiered_log.partition.empty_lead`)."""
-        at_start = self._topics_at_start or set()
-        return (meta.name, meta.topic_id) not in at_start and not meta.restored
+        at_start = self._topics_at_start or {}
+        count = at_start.get((meta.name, meta.topic_id))
+        return (count is None or count < meta.partitions) and not meta.restored
 
     def refresh(self) -> None:
         """Read the metadata once and move every local replica to its role."""
         began = time.monotonic()
         topics = self.metadata.topics()
         if self._topics_at_start is None:
-            self._topics_at_start = {(m.name, m.topic_id) for m in topics.values()}
+            self._topics_at_start = {(m.name, m.topic_id): m.partitions for m in topics.values()}
         parts = self.metadata.partitions()
         nodes, self._kafka_addresses = self.membership.registrations()
         controller = self.election.controller_id()
         for meta in topics.values():
             known = self._topics.get(meta.name)
-            if known is None or known.config != meta.config or known.topic_id != meta.topic_id:
-                # a new topic, or its settings changed
+            if (
+                known is None
+                or known.config != meta.config
+                or known.topic_id != meta.topic_id
+                or known.partitions != meta.partitions
+            ):  # a new topic, its settings changed, or partitions were added
                 self._logs.ensure_topic(meta, created_empty=self._created_since_start(meta))
         for st, _rev in parts.values():  # the bucket reads before a lead: no lock held
             if st.topic in topics:
@@ -627,6 +634,14 @@ class ClusterNode:
                 f"{len(live)} live nodes"
             )
         states = self.metadata.create_topic(meta, live)
+        self.refresh()
+        return states
+
+    def add_partitions(self, name: str, count: int) -> list[PartitionState]:
+        """Grow a topic to ``count`` partitions in the cluster metadata (the new ones'
+        replicas over the live nodes); the nodes then create their logs.
+        TopicNotFoundError, InvalidArgumentError."""
+        states = self.metadata.add_partitions(name, count, self.membership.live_nodes())
         self.refresh()
         return states
 

@@ -1,6 +1,6 @@
 """The admin and offset APIs Kafka's tools call: CreateTopics (API key 19, versions 2-7),
-DeleteTopics (20, 1-6), OffsetForLeaderEpoch (23, 2-4), DescribeLogDirs (35, 1-4) and
-DescribeCluster (60, 0-2).
+DeleteTopics (20, 1-6), OffsetForLeaderEpoch (23, 2-4), DescribeLogDirs (35, 1-4),
+CreatePartitions (37, 0-3) and DescribeCluster (60, 0-2).
 The versions are Kafka 4.0's (the older ones are gone from Kafka's message specs, and
 from kio).
 
@@ -25,6 +25,13 @@ DeleteTopics deletes each topic as ``DELETE /v1/topics/{t}`` does
 (:func:`tiered_log.service.topic_delete.delete_topic`), by name, or (v6) by topic id: a
 missing name is UNKNOWN_TOPIC_OR_PARTITION, a missing id UNKNOWN_TOPIC_ID; the internal
 ``__consumer_offsets`` is refused (INVALID_REQUEST): the group coordinator owns it.
+
+CreatePartitions grows each topic to its ``count`` as ``PATCH /v1/topics/{t}``
+``{"partitions": N}`` does (:func:`tiered_log.service.topic_alter.add_partitions`):
+a count not above the current one is INVALID_PARTITIONS (as Kafka's "topic currently
+has N partitions"), manual assignments INVALID_REPLICA_ASSIGNMENT (replicas are placed
+over the live nodes), an unknown topic UNKNOWN_TOPIC_OR_PARTITION, the internal
+``__consumer_offsets`` INVALID_REQUEST; ``validate_only`` checks only.
 
 OffsetForLeaderEpoch answers, for each partition and leader epoch asked, where that
 epoch ends in the leader's log, from the partition's leader-epoch file
@@ -82,6 +89,7 @@ from ..errors import (
 )
 from ..local.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from ..local.log import LogConfig
+from ..service.topic_alter import add_partitions
 from ..service.topic_delete import delete_topic
 from ..service.wire import CreateTopicRequest
 from ..topic_config import TopicConfig
@@ -106,10 +114,12 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 OFFSET_FOR_LEADER_EPOCH = 23
 DESCRIBE_LOG_DIRS = 35
+CREATE_PARTITIONS = 37
 DESCRIBE_CLUSTER = 60
 ADMIN_APIS: dict[int, tuple[str, int, int]] = {
     CREATE_TOPICS: ("create_topics", 2, 7),
     DELETE_TOPICS: ("delete_topics", 1, 6),
+    CREATE_PARTITIONS: ("create_partitions", 0, 3),
     OFFSET_FOR_LEADER_EPOCH: ("offset_for_leader_epoch", 2, 4),
     DESCRIBE_CLUSTER: ("describe_cluster", 0, 2),
     DESCRIBE_LOG_DIRS: ("describe_log_dirs", 1, 4),
@@ -193,6 +203,7 @@ class AdminHandlers:
         return {
             CREATE_TOPICS: self.create_topics,
             DELETE_TOPICS: self.delete_topics,
+            CREATE_PARTITIONS: self.create_partitions,
             OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             DESCRIBE_CLUSTER: self.describe_cluster,
             DESCRIBE_LOG_DIRS: self.describe_log_dirs,
@@ -249,6 +260,53 @@ class AdminHandlers:
             out["error_message"] = exc.message
         except InvalidArgumentError as exc:  # checked before: a limit met meanwhile
             out["error_code"] = ErrorCode.invalid_request
+            out["error_message"] = kafka_message(exc.message)
+        except TieredLogError as exc:
+            out["error_code"], out["error_message"] = error_code(exc), error_message(exc)
+        return out
+
+    # ---- CreatePartitions -----------------------------------------------------------------
+
+    async def create_partitions(self, req: Request) -> dict[str, Any]:
+        body = req.body
+        validate_only = bool(body.validate_only)
+        names = [t.name for t in body.topics]
+        twice = {n for n in names if names.count(n) > 1}
+        results = [await self._grow_one(t, validate_only, twice) for t in body.topics]
+        return {"throttle_time": 0, "results": results}
+
+    async def _grow_one(self, t: Any, validate_only: bool, twice: set[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+        try:
+            if t.name in twice:
+                raise Refused(ErrorCode.invalid_request, f"topic {t.name} appears more than once")
+            if t.assignments:
+                raise Refused(
+                    ErrorCode.invalid_replica_assignment,
+                    "manual replica assignments are not supported: give the count only "
+                    "(the new partitions' replicas are placed over the live nodes)",
+                )
+            if is_internal(t.name):
+                raise Refused(
+                    ErrorCode.invalid_request,
+                    f"{t.name} is internal: the group coordinator owns its partitions",
+                )
+            state = self.backend.state
+            was = await asyncio.to_thread(
+                add_partitions, state, t.name, int(t.count), validate_only=validate_only
+            )
+            if not validate_only:
+                log.info("kafka CreatePartitions: %s from %d to %d", t.name, was, t.count)
+        except Refused as exc:
+            out["error_code"], out["error_message"] = exc.code, exc.message
+        except TopicNotFoundError as exc:
+            out["error_code"] = ErrorCode.unknown_topic_or_partition
+            out["error_message"] = exc.message
+        except InvalidTopicNameError as exc:
+            out["error_code"] = ErrorCode.invalid_topic_exception
+            out["error_message"] = exc.message
+        except InvalidArgumentError as exc:
+            out["error_code"] = ErrorCode.invalid_partitions
             out["error_message"] = kafka_message(exc.message)
         except TieredLogError as exc:
             out["error_code"], out["error_message"] = error_code(exc), error_message(exc)

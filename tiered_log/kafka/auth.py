@@ -41,7 +41,8 @@ the handler sees, so no byte of it is stored nor read:
   without any grant answers TOPIC_AUTHORIZATION_FAILED; a missing named topic is
   auto-created only with ``admin`` on it, else TOPIC_AUTHORIZATION_FAILED (Kafka's
   answer without CREATE). CreateTopics and DeleteTopics need ``admin`` on each topic
-  (HTTP's POST and DELETE; a topic deleted by id alone, ``admin`` on every topic).
+  (HTTP's POST and DELETE; a topic deleted by id alone, ``admin`` on every topic);
+  CreatePartitions ``admin`` on each topic (HTTP's PATCH).
 - DescribeConfigs of a topic: ``read`` (HTTP's GET of a topic); IncrementalAlterConfigs
   and AlterConfigs of a topic: ``admin`` (HTTP's PATCH). DescribeCluster: any
   authenticated connection (it lists what Metadata lists to any token).
@@ -78,6 +79,7 @@ from ..config import Grant
 from ..errors import AuthenticationError, PermissionDeniedError, TopicNotFoundError
 from ..service.auth import ANONYMOUS_ALL, Authenticator, Principal
 from .admin import (
+    CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
     DESCRIBE_CLUSTER,
@@ -393,6 +395,7 @@ class KafkaGuard:
             METADATA: self._metadata,
             CREATE_TOPICS: self._create_topics,
             DELETE_TOPICS: self._delete_topics,
+            CREATE_PARTITIONS: self._create_partitions,
             DESCRIBE_CONFIGS: self._describe_configs,
             INCREMENTAL_ALTER_CONFIGS: self._alter_configs,
             ALTER_CONFIGS: self._alter_configs,
@@ -562,6 +565,28 @@ class KafkaGuard:
                 }
                 for e, why in refused
             ]
+        return answer
+
+    async def _create_partitions(self, principal: Principal, req: Request) -> dict[str, Any]:
+        """CreatePartitions: ``admin`` on each topic (HTTP's PATCH)."""
+        allowed: list[Any] = []
+        refused: list[tuple[Any, str]] = []
+        for t in req.body.topics:
+            why = self.refusal(principal, t.name, "admin")
+            if why is None:
+                allowed.append(t)
+            else:
+                refused.append((t, why))
+        if refused:
+            req = dataclasses.replace(
+                req, body=dataclasses.replace(req.body, topics=tuple(allowed))
+            )
+        answer = await self.handlers.handle(req)
+        assert answer is not None
+        answer["results"] = list(answer["results"]) + [
+            {"name": t.name, "error_code": _TOPIC_DENIED, "error_message": why}
+            for t, why in refused
+        ]
         return answer
 
     async def _describe_configs(self, principal: Principal, req: Request) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Changing a topic's settings, the one path the HTTP API (``PATCH /v1/topics/{t}``) and
-the Kafka listener (IncrementalAlterConfigs) share.
+"""Changing a topic's settings and growing its partition count, the one path the HTTP
+API (``PATCH /v1/topics/{t}``) and the Kafka listener (IncrementalAlterConfigs,
+AlterConfigs, CreatePartitions) share.
 
 A single node changes them in its :class:`~tiered_log.broker.topics.TopicManager`
 (``topic.json`` committed, then every open partition log reconfigured). A cluster
@@ -11,6 +12,13 @@ data as asked (Kafka's KIP-950): the policy is stored with the settings
 late or after a restart, applies the same one (the leader deletes the objects);
 turning it on again ships from where each leader stands.
 
+Partitions are added as Kafka adds them: the count only grows, the existing partitions
+keep their records and offsets, and producers that hash keys send a key to another
+partition from then on. A single node creates the new logs at once; a cluster writes the
+new count and the new partitions' states (replicas over the live nodes) in one etcd
+transaction, and every node creates their logs at its next metadata read (this one is
+waited for, a few seconds at most).
+
 Blocking (disk, etcd): call from a worker thread.
 """
 
@@ -19,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..broker.topic_meta import validate_partitions
 from ..broker.topics import Topic, altered_config, check_remote_disable
-from ..errors import TopicNotFoundError
+from ..errors import InvalidArgumentError, TopicNotFoundError
 from ..topic_config import TopicConfig
 
 if TYPE_CHECKING:
@@ -68,4 +77,36 @@ def alter_topic(
     return config
 
 
-__all__ = ["alter_topic"]
+def add_partitions(
+    state: ServiceState, name: str, count: int, *, validate_only: bool = False
+) -> int:
+    """Grow topic ``name`` to ``count`` partitions (see the module docstring); returns
+    the count it had. ``validate_only``: check only. TopicNotFoundError;
+    InvalidArgumentError (one line) when ``count`` is not above the current count or
+    passes the limits."""
+    cluster = state.cluster
+    if cluster is None:
+        current = len(state.topics.get(name).logs)
+    else:
+        meta = cluster.topic_meta(name)
+        if meta is None:
+            raise TopicNotFoundError(f"topic {name!r} does not exist")
+        current = meta.partitions
+    validate_partitions(count)
+    if count <= current:
+        raise InvalidArgumentError(
+            f"topic {name!r} has {current} partition(s): the count can only grow "
+            f"(asked for {count})"
+        )
+    state.topics.check_writable(f"cannot add partitions to {name!r}")  # a read-only mount
+    if validate_only:
+        return current
+    if cluster is None:
+        state.topics.add_partitions(name, count)
+        return current
+    cluster.add_partitions(name, count)
+    cluster.wait_until(lambda: state.topics.partition_log(name, count - 1) is not None, 10.0)
+    return current
+
+
+__all__ = ["add_partitions", "alter_topic"]

@@ -213,8 +213,14 @@ class AlterTopicRequest(BaseModel):
 
     config: TopicConfigOverrides = Field(
         default_factory=lambda: TopicConfigOverrides.model_validate({}),
-        description="Settings to change (only those given; null or -1 for a limit: no "
-        "limit). The partition count cannot change.",
+        description="Settings to change (only those given; null or -1 for a limit: no limit).",
+    )
+    partitions: int | None = Field(
+        None,
+        ge=1,
+        description="Grow the topic to this many partitions (Kafka's CreatePartitions: the "
+        "count only grows; existing partitions keep their records, and keys hashed by "
+        "producers may go to another partition from then on).",
     )
     delete_config: list[str] = Field(
         default_factory=list,

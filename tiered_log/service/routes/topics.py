@@ -168,16 +168,21 @@ async def alter_topic(
     ``delete_config`` resets to the server's defaults; every open partition takes them
     at once (retention at its next round, segment settings for segments rolled from
     then on, compression for segments shipped from then on) and a restart keeps them.
-    Turning ``remote_enabled`` off needs ``remote_disable_policy``. Answers the topic's
-    new description."""
-    await asyncio.to_thread(
-        topic_alter.alter_topic,
-        state,
-        topic,
-        body.config.model_dump(exclude_unset=True),
-        body.delete_config,
-        remote_disable_policy=body.remote_disable_policy,
-    )
+    Turning ``remote_enabled`` off needs ``remote_disable_policy``. ``partitions`` grows
+    the topic to that many partitions (the count only grows). Answers the topic's new
+    description."""
+    changes = body.config.model_dump(exclude_unset=True)
+    if body.partitions is not None:
+        await asyncio.to_thread(topic_alter.add_partitions, state, topic, body.partitions)
+    if changes or body.delete_config or body.partitions is None:
+        await asyncio.to_thread(
+            topic_alter.alter_topic,
+            state,
+            topic,
+            changes,
+            body.delete_config,
+            remote_disable_policy=body.remote_disable_policy,
+        )
     return await asyncio.to_thread(
         _describe, state.topics.get(topic), state.cluster, state.scrubber
     )
