@@ -7,6 +7,7 @@
     tiered-log topics list|describe|delete ...
     tiered-log topics alter orders --config retention_ms=86400000 [--delete-config K]
                                    [--partitions N]
+    tiered-log topics delete-records orders [-p P] --before OFFSET|end
     tiered-log produce orders --file lines.txt
     tiered-log consume orders --offset 0 --follow
     tiered-log consume orders [more topics] --group G       a member of group G
@@ -545,6 +546,53 @@ def cmd_topics_alter(args: argparse.Namespace) -> int:
         if args.partitions is not None:
             changed.insert(0, f"partitions={d['partitions']}")
         print(f"altered topic {d['name']}: {', '.join(changed)}")
+    return 0
+
+
+def _delete_records_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="the topic's name")
+    p.add_argument(
+        "-p",
+        "--partition",
+        type=int,
+        action="append",
+        metavar="P",
+        help="a partition (repeatable; default: every partition)",
+    )
+    p.add_argument(
+        "--before",
+        required=True,
+        metavar="OFFSET",
+        help="delete every record below this offset (the log start moves up to it), or "
+        "'end': every committed record (Kafka's kafka-delete-records; -1 likewise)",
+    )
+    p.add_argument("--json", action="store_true", help="print each partition's new bounds")
+    _client_options(p)
+
+
+@TOPICS.command(
+    "delete-records",
+    "delete the records below an offset (the log start moves up to it)",
+    _delete_records_args,
+)
+@_guard
+def cmd_topics_delete_records(args: argparse.Namespace) -> int:
+    before = -1 if args.before.strip().lower() in ("end", "-1") else None
+    if before is None:
+        if not args.before.strip().isdigit():
+            raise UsageError(f"--before must be an offset >= 0 or 'end', not {args.before!r}")
+        before = int(args.before)
+    with _client(args) as c:
+        parts = args.partition or list(range(c.partitions(args.name)))
+        done = {p: c.delete_records(args.name, p, before) for p in parts}
+    if args.json:
+        print(json.dumps({str(p): b.as_dict() for p, b in done.items()}, indent=2))
+    else:
+        for p, b in done.items():
+            print(
+                f"{args.name}/{p}: log start {b.log_start_offset} "
+                f"(records [{b.log_start_offset}, {b.next_offset}) remain)"
+            )
     return 0
 
 

@@ -616,6 +616,21 @@ class Client:
             ).json()
         )
 
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> PartitionBounds:
+        """Delete every record below ``before_offset`` (-1: the high watermark) at the
+        partition's leader (Kafka's DeleteRecords); returns the new bounds (its log start
+        moved up to the offset)."""
+        path = f"{_part_path(topic, partition)}/delete-records"
+        body = {"before_offset": before_offset}
+        return PartitionBounds.from_json(
+            self._routed(
+                topic,
+                partition,
+                lambda url: self._req_at(url, "POST", path, json=body),
+                writes=True,
+            ).json()
+        )
+
     # service
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._req("GET", "/healthz").json()

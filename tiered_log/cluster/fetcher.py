@@ -292,6 +292,7 @@ class ReplicaFetcher:
                 ) from None
         plog.set_high_watermark(min(ans.high_watermark, plog.next_offset))
         plog.apply_replica_retention(ans.remote_end_offset)
+        plog.follow_log_start(ans.log_start_offset)  # records deleted at the leader
         self.rounds += 1
         if self._on_fetched is not None:
             self._on_fetched(ans)

@@ -31,6 +31,9 @@ LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
 :mod:`tiered_log.local.leader_epoch`)."""
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 """A replicated log's high watermark, checkpointed (see :mod:`tiered_log.partition.replication`)."""
+LOG_START_FILE = "log-start-offset-checkpoint"
+"""The partition's log start as records were deleted below it (Kafka's DeleteRecords;
+see :mod:`tiered_log.partition.log_start`): one decimal offset."""
 CREATED_EMPTY_FILE = "created-empty"
 """Empty marker file: a cluster replica's log created empty while its node was a running
 member (a topic created, not a disk found empty at a start): its emptiness is what its

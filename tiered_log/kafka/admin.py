@@ -1,5 +1,6 @@
 """The admin and offset APIs Kafka's tools call: CreateTopics (API key 19, versions 2-7),
-DeleteTopics (20, 1-6), OffsetForLeaderEpoch (23, 2-4), DescribeLogDirs (35, 1-4),
+DeleteTopics (20, 1-6), DeleteRecords (21, 0-2), OffsetForLeaderEpoch (23, 2-4),
+DescribeLogDirs (35, 1-4),
 CreatePartitions (37, 0-3) and DescribeCluster (60, 0-2).
 The versions are Kafka 4.0's (the older ones are gone from Kafka's message specs, and
 from kio).
@@ -25,6 +26,13 @@ DeleteTopics deletes each topic as ``DELETE /v1/topics/{t}`` does
 (:func:`tiered_log.service.topic_delete.delete_topic`), by name, or (v6) by topic id: a
 missing name is UNKNOWN_TOPIC_OR_PARTITION, a missing id UNKNOWN_TOPIC_ID; the internal
 ``__consumer_offsets`` is refused (INVALID_REQUEST): the group coordinator owns it.
+
+DeleteRecords moves each partition's log start up to the offset given (-1: the high
+watermark), at its leader (NOT_LEADER_OR_FOLLOWER elsewhere), as ``POST
+.../partitions/{p}/delete-records`` does (:meth:`TieredLog.delete_records
+<tiered_log.partition.log.TieredLog.delete_records>`): above the high watermark is
+OFFSET_OUT_OF_RANGE; the answer's low watermark is the log start then. Followers take it
+with their next fetch.
 
 CreatePartitions grows each topic to its ``count`` as ``PATCH /v1/topics/{t}``
 ``{"partitions": N}`` does (:func:`tiered_log.service.topic_alter.add_partitions`):
@@ -83,6 +91,7 @@ from ..errors import (
     InvalidArgumentError,
     InvalidTopicNameError,
     NotLeaderError,
+    OffsetOutOfRangeError,
     TieredLogError,
     TopicExistsError,
     TopicNotFoundError,
@@ -112,6 +121,7 @@ log = logging.getLogger("tiered_log.kafka")
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
+DELETE_RECORDS = 21
 OFFSET_FOR_LEADER_EPOCH = 23
 DESCRIBE_LOG_DIRS = 35
 CREATE_PARTITIONS = 37
@@ -119,6 +129,7 @@ DESCRIBE_CLUSTER = 60
 ADMIN_APIS: dict[int, tuple[str, int, int]] = {
     CREATE_TOPICS: ("create_topics", 2, 7),
     DELETE_TOPICS: ("delete_topics", 1, 6),
+    DELETE_RECORDS: ("delete_records", 0, 2),
     CREATE_PARTITIONS: ("create_partitions", 0, 3),
     OFFSET_FOR_LEADER_EPOCH: ("offset_for_leader_epoch", 2, 4),
     DESCRIBE_CLUSTER: ("describe_cluster", 0, 2),
@@ -203,6 +214,7 @@ class AdminHandlers:
         return {
             CREATE_TOPICS: self.create_topics,
             DELETE_TOPICS: self.delete_topics,
+            DELETE_RECORDS: self.delete_records,
             CREATE_PARTITIONS: self.create_partitions,
             OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             DESCRIBE_CLUSTER: self.describe_cluster,
@@ -263,6 +275,38 @@ class AdminHandlers:
             out["error_message"] = kafka_message(exc.message)
         except TieredLogError as exc:
             out["error_code"], out["error_message"] = error_code(exc), error_message(exc)
+        return out
+
+    # ---- DeleteRecords -----------------------------------------------------------------
+
+    async def delete_records(self, req: Request) -> dict[str, Any]:
+        topics = []
+        for t in req.body.topics:
+            parts = [
+                await self._delete_below(t.name, int(p.partition_index), int(p.offset))
+                for p in t.partitions
+            ]
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+    async def _delete_below(self, topic: str, partition: int, offset: int) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "partition_index": partition,
+            "low_watermark": -1,
+            "error_code": ErrorCode.none,
+        }
+        state = self.backend.state
+        try:
+            state.topics.check_writable(f"cannot delete records of {topic!r}")
+            plog = await state.broker.fetch_log(topic, partition)  # the leader's, checked
+            if offset == DEFAULT:
+                offset = plog.high_watermark  # -1: every committed record
+            if offset < 0:
+                raise OffsetOutOfRangeError(f"offset {offset} is negative (-1: the high watermark)")
+            out["low_watermark"] = await asyncio.to_thread(plog.delete_records, offset)
+            log.info("kafka DeleteRecords: %s-%d below %d", topic, partition, offset)
+        except TieredLogError as exc:
+            out["error_code"] = error_code(exc)
         return out
 
     # ---- CreatePartitions -----------------------------------------------------------------

@@ -42,7 +42,8 @@ the handler sees, so no byte of it is stored nor read:
   auto-created only with ``admin`` on it, else TOPIC_AUTHORIZATION_FAILED (Kafka's
   answer without CREATE). CreateTopics and DeleteTopics need ``admin`` on each topic
   (HTTP's POST and DELETE; a topic deleted by id alone, ``admin`` on every topic);
-  CreatePartitions ``admin`` on each topic (HTTP's PATCH).
+  CreatePartitions ``admin`` on each topic (HTTP's PATCH); DeleteRecords ``admin`` on
+  each topic (HTTP's delete-records).
 - DescribeConfigs of a topic: ``read`` (HTTP's GET of a topic); IncrementalAlterConfigs
   and AlterConfigs of a topic: ``admin`` (HTTP's PATCH). DescribeCluster: any
   authenticated connection (it lists what Metadata lists to any token).
@@ -81,6 +82,7 @@ from ..service.auth import ANONYMOUS_ALL, Authenticator, Principal
 from .admin import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
+    DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_CLUSTER,
     DESCRIBE_LOG_DIRS,
@@ -349,6 +351,18 @@ _RULES: dict[int, _TopicRule] = {
         "partitions",
         "partition",
         lambda _why: {"leader_epoch": -1, "end_offset": -1},
+    ),
+    DELETE_RECORDS: _TopicRule(
+        "admin",
+        "topics",
+        "name",
+        "partitions",
+        "partition_index",
+        "topics",
+        "name",
+        "partitions",
+        "partition_index",
+        lambda _why: {"low_watermark": -1},
     ),
     OFFSET_COMMIT: _TopicRule(
         "read",

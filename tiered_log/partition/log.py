@@ -71,6 +71,7 @@ from ..remote.tier import RemoteTier, TierConfig, TierLimits
 from . import report
 from .empty_lead import EmptyLead
 from .idempotence import PRODUCER_ID_EXPIRATION_MS, Idempotence
+from .log_start import LogStartFloor
 from .producer_state import buffer_headers
 from .reads import TierReads
 from .replication import Replication
@@ -174,6 +175,10 @@ class TieredLog:
             # A crash between moving the remote log start (retention) and deleting the
             # local segments below it left them here: never serve them again.
             self._local.delete_segments_before(self._remote.meta.log_start_offset)
+        self._floor = LogStartFloor(self.directory)
+        if self._remote is not None:
+            self._floor.advance(min(self._remote.meta.log_start_offset, self._local.next_offset))
+        self._local.delete_segments_before(self._floor.offset)  # as after a crash, likewise
         self._replication = Replication(
             self.directory,
             self.log_id,
@@ -201,7 +206,12 @@ class TieredLog:
             clock=clock,
         )
         self._reads = TierReads(
-            self.log_id, self._local, lambda: self._remote, self._tiering, self._check_open
+            self.log_id,
+            self._local,
+            lambda: self._remote,
+            self._tiering,
+            self._check_open,
+            self._floor,
         )
         self._empty_lead = EmptyLead(
             self.directory,
@@ -262,7 +272,7 @@ class TieredLog:
 
     @property
     def log_start_offset(self) -> int:
-        return log_start(self._local, self._remote)
+        return log_start(self._local, self._remote, self._floor.offset)
 
     @property
     def next_offset(self) -> int:
@@ -771,6 +781,45 @@ class TieredLog:
                 changed = True
         self.set_high_watermark(end)
         return changed
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords on this partition's leader (or a single node): move the
+        log start up to ``offset`` (at most the high watermark; a lower start leaves it as
+        it is) and answer the log start now (Kafka's low watermark). The floor is
+        persisted first, then the local segments wholly below it are deleted and, with a
+        remote tier, the copies wholly below it and the bucket's log start moved (see
+        :mod:`~tiered_log.partition.log_start`). OffsetOutOfRangeError above the high
+        watermark; RemoteStorageError when the bucket fails or this node no longer leads
+        (the local floor is kept then: retried, it finishes the job)."""
+        _check_offset(offset)
+        with self._ctl:
+            self._check_open()
+            hw = self.high_watermark
+            if offset > hw:
+                start = self.log_start_offset
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records below {offset}: the log's high watermark is {hw}",
+                    log_start=start,
+                    next_offset=self.next_offset,
+                )
+            if offset > self.log_start_offset:
+                self._floor.advance(offset)
+                self._local.delete_segments_before(offset)
+            if self._remote is not None and self._remote.meta.log_start_offset < offset:
+                self._remote.advance_start(offset)
+            return self.log_start_offset
+
+    def follow_log_start(self, leader_start: int) -> None:
+        """A follower takes its leader's log start from a fetch answer (records deleted
+        there, or retention): its floor rises to it (at most its own log end) and its
+        local segments wholly below go. Never touches the bucket. The fetcher's thread."""
+        _check_offset(leader_start)
+        with self._ctl:
+            if self._closed:
+                return
+            floor = min(leader_start, self._local.next_offset)
+            if self._floor.advance(floor):
+                self._local.delete_segments_before(floor)
 
     def apply_replica_retention(self, remote_end: int) -> None:
         """A follower's retention round (it ships nothing; the leader does): delete the

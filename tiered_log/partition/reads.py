@@ -33,6 +33,7 @@ from ..local.batch_read import walk_batches as walk_local_batches
 from ..local.log import Log
 from ..local.ranges import BytesPage, FetchRanges, Page, RangesPage
 from ..remote.tier import RemoteTier
+from .log_start import LogStartFloor
 from .tiering import Tiering, log_start
 
 R = TypeVar("R")
@@ -41,7 +42,7 @@ R = TypeVar("R")
 class TierReads:
     """The reads of one partition log (see the module docstring). ``remote()`` answers
     the log's remote tier now (None without one); ``check_open`` raises once the log is
-    closed."""
+    closed; ``floor``: where deleting records moved the log start."""
 
     def __init__(
         self,
@@ -50,16 +51,20 @@ class TierReads:
         remote: Callable[[], RemoteTier | None],
         tiering: Tiering,
         check_open: Callable[[], None],
+        floor: LogStartFloor | None = None,
     ) -> None:
         self.log_id = log_id
         self._local = local
         self._remote = remote
         self._tiering = tiering
         self._check_open = check_open
+        self._floor = floor
 
     def log_start(self) -> int:
         """The partition's log start (either tier)."""
-        return log_start(self._local, self._remote())
+        return log_start(
+            self._local, self._remote(), self._floor.offset if self._floor is not None else 0
+        )
 
     def check_remote_view(self, offset: int | None = None) -> None:
         """PartitionNotReadyError (retriable) while this replica leads but has not yet
@@ -117,12 +122,21 @@ class TierReads:
         return upto <= offset and self.log_start() <= offset <= self._local.next_offset
 
     def _check_read(self, offset: int, max_records: int, max_bytes: int) -> None:
-        """The argument checks every read makes, then that the log is open."""
+        """The argument checks every read makes, then that the log is open and
+        ``offset`` is not below where deleting records moved the log start."""
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
         if max_records < 1 or max_bytes < 1:
             raise InvalidArgumentError("max_records and max_bytes must be at least 1")
         self._check_open()
+        if self._floor is not None and offset < self._floor.offset:
+            start, nxt = self.log_start(), self._local.next_offset
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is not in the log [{start}, {nxt}): records below "
+                f"{self._floor.offset} were deleted",
+                log_start=start,
+                next_offset=nxt,
+            )
 
     def _archive_of(self, offset: int) -> RemoteTier:
         """The remote tier, for an ``offset`` below the local start: OffsetOutOfRangeError
@@ -268,8 +282,10 @@ class TierReads:
         self._check_open()
         self.check_remote_view()
         r = self._remote()
+        start = self.log_start()
         if r is not None and r.has_data and r.start_offset < self._local.log_start_offset:
             found = r.offset_for_timestamp(timestamp)
-            if found is not None and found >= self.log_start():
-                return found
-        return self._local.offset_for_timestamp(timestamp)
+            if found is not None:  # below the start (deleted): the first one left, as Kafka
+                return max(found, start)
+        found = self._local.offset_for_timestamp(timestamp)
+        return found if found is None else max(found, start)

@@ -45,13 +45,14 @@ from .scheduler import Shipper, TieringScheduler
 log = logging.getLogger(__name__)
 
 
-def log_start(local: Log, remote: RemoteTier | None) -> int:
+def log_start(local: Log, remote: RemoteTier | None, floor: int = 0) -> int:
     """A partition's log start: the remote tier's start when it holds data below the
-    local start, else the local start."""
+    local start, else the local start; never below ``floor``, where deleting records
+    moved it (:mod:`~tiered_log.partition.log_start`)."""
     local_start = local.log_start_offset
     if remote is not None and remote.has_data and remote.start_offset < local_start:
-        return remote.start_offset
-    return local_start
+        return max(remote.start_offset, floor)
+    return max(local_start, floor)
 
 
 class Tiering:

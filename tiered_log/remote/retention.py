@@ -58,6 +58,26 @@ class RetentionTask:
             self.st.stats.deleted_segments += len(marked)
             return doomed
 
+    def advance_start(self, offset: int) -> None:
+        """Move the log start to ``offset`` (records deleted below it, Kafka's
+        DeleteRecords): the copies wholly below it are deleted (:meth:`delete_before`)
+        and the metadata's log start, in the bucket too, becomes ``offset`` even inside a
+        copy (reads there stop at it). A deposed leader changes nothing
+        (RemoteStorageError)."""
+        self.delete_before(offset)
+        with self.st.lock:
+            if self.st.meta.log_start_offset >= offset:
+                return
+            if self.st.fence is not None and not self.st.fence():
+                raise RemoteStorageError(
+                    f"{self.st.log_id}: log start not moved to {offset}: this node no "
+                    f"longer leads epoch {self.st.leader_epoch}"
+                )
+            self.st.meta.log_start_offset = offset
+            self.st.refresh()
+            self.st.save_meta()
+            self.st.index.drop_files_below(offset)
+
     def retention_cutoff(self, local_unshipped_bytes: int, now_ms: int) -> int | None:
         """The offset remote retention would move the log start to, or None."""
         cfg = self.st.config

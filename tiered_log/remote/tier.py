@@ -160,6 +160,9 @@ class RemoteTier(TierState):
     def truncate(self, offset: int, local_start: int) -> None:
         self.retention.truncate(offset, local_start)
 
+    def advance_start(self, offset: int) -> None:
+        self.retention.advance_start(offset)
+
     # ---- rebuilding (RecoveryTask) -----------------------------------------------------------
 
     def rebuild_index_files(self) -> int:

@@ -566,6 +566,20 @@ class TruncateRequest(BaseModel):
         return v
 
 
+class DeleteRecordsRequest(BaseModel):
+    """``POST .../delete-records``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    before_offset: int = Field(
+        ge=-1,
+        le=MAX_OFFSET,
+        strict=True,
+        description="Delete every record below it: the log start moves up to it (at most "
+        "the high watermark; -1: the high watermark, every committed record).",
+    )
+
+
 class Health(BaseModel):
     """``GET /healthz``: liveness only (it needs no token, so it tells nothing else)."""
 

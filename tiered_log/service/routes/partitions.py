@@ -29,7 +29,7 @@ from ..deps import (
 )
 from ..openapi import errs
 from ..state import ServiceState
-from ..wire import Bounds, BoundsDetail, OffsetForTimestamp, TruncateRequest
+from ..wire import Bounds, BoundsDetail, DeleteRecordsRequest, OffsetForTimestamp, TruncateRequest
 
 router = APIRouter(tags=["records"])
 
@@ -180,6 +180,32 @@ async def truncate(
             "truncate is not offered in a cluster yet: the replicas would have to truncate together"
         )
     await run_log_call(state, topic, plog.truncate, body.offset)
+    b = await run_log_call(state, topic, partition_bounds, plog)
+    return b.as_dict()
+
+
+@router.post(
+    "/v1/topics/{topic}/partitions/{partition}/delete-records",
+    response_model=Bounds,
+    responses=errs(400, 401, 403, 404, 415, 416, 421, 503),
+)
+async def delete_records(
+    body: DeleteRecordsRequest,
+    topic: TopicPath,
+    partition: PartitionPath,
+    _: AdminGrant,
+    _json: JsonContent,
+    state: State,
+) -> dict[str, Any]:
+    """Delete every record below ``before_offset`` (Kafka's DeleteRecords; needs
+    ``admin``): the partition's log start moves up to it (-1: the high watermark), reads
+    below answer 416, and the segments and archived copies wholly below are deleted; in a
+    cluster at the leader only (421 elsewhere), the followers following with their next
+    fetch. Returns the new bounds; 416 above the high watermark."""
+    plog = await _leader_log(state, topic, partition)
+    state.topics.check_writable(f"cannot delete records of {topic}/{partition}")
+    offset = body.before_offset if body.before_offset >= 0 else plog.high_watermark
+    await run_log_call(state, topic, plog.delete_records, offset)
     b = await run_log_call(state, topic, partition_bounds, plog)
     return b.as_dict()
 
