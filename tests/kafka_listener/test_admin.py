@@ -372,6 +372,68 @@ def test_confluent_admin_adds_partitions_and_clients_use_them(
     assert sorted(md.partitions) == list(range(7))
 
 
+def test_delete_records_with_confluent_admin_http_and_the_cli(
+    server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DeleteRecords moves a partition's log start: a consumer from the beginning starts
+    there, ListOffsets earliest answers it, a lower offset leaves it, an offset past the
+    high watermark is OFFSET_OUT_OF_RANGE, -1 deletes every committed record; HTTP and
+    ``topics delete-records`` do the same."""
+    admin = _admin(server.kafka_bootstrap)
+    assert _created(admin, NewTopic("adm-del", 2, 1)) == {"adm-del": None}
+    recs: list[Rec] = [(i % 2, b"k%d" % i, b"v%d" % i, []) for i in range(40)]
+    assert confluent_produce(server.kafka_bootstrap, "adm-del", recs) == [None] * 40
+
+    def deleted(offsets: dict[int, int]) -> dict[int, Any]:
+        futures = admin.delete_records(
+            [TopicPartition("adm-del", p, o) for p, o in offsets.items()], request_timeout=20
+        )
+        out: dict[int, Any] = {}
+        for tp, f in futures.items():
+            try:
+                out[tp.partition] = f.result(timeout=30).low_watermark
+            except KafkaException as exc:
+                out[tp.partition] = exc.args[0]
+        return out
+
+    assert deleted({0: 7, 1: 3}) == {0: 7, 1: 3}
+    rows = confluent_consume(server.kafka_bootstrap, "adm-del", 2, 40 - 10)
+    assert min(o for p, o, _, _, _ in rows if p == 0) == 7
+    assert min(o for p, o, _, _, _ in rows if p == 1) == 3
+    assert len(rows) == 30
+    lo, _hi = confluent_consumer(server.kafka_bootstrap).get_watermark_offsets(
+        TopicPartition("adm-del", 0), timeout=10
+    )
+    assert lo == 7
+    assert deleted({0: 2}) == {0: 7}  # lower: nothing changes
+    err = deleted({0: 21})[0]
+    assert err.code() == KafkaError.OFFSET_OUT_OF_RANGE
+    assert deleted({1: -1}) == {1: 20}  # -1: the high watermark, every committed record
+    r = httpx.get(f"{server.url}/v1/topics/adm-del/partitions/0/records?offset=6", timeout=10)
+    assert r.status_code == 416
+
+    r = httpx.post(
+        f"{server.url}/v1/topics/adm-del/partitions/0/delete-records",
+        json={"before_offset": 10},
+        timeout=20,
+    )
+    assert r.status_code == 200 and r.json()["log_start_offset"] == 10, r.text
+    r = httpx.post(
+        f"{server.url}/v1/topics/adm-del/partitions/0/delete-records",
+        json={"before_offset": 99},
+        timeout=20,
+    )
+    assert r.status_code == 416 and "high watermark" in r.json()["error"]["message"]
+    from tiered_log.cli import main
+
+    argv = ["topics", "delete-records", "adm-del", "-p", "0", "--before", "12"]
+    assert main([*argv, "--url", server.url]) == 0
+    assert "adm-del/0: log start 12 (records [12, 20) remain)" in capsys.readouterr().out
+    assert main(["topics", "delete-records", "adm-del", "--before", "x", "--url", server.url]) == 2
+    err_line = capsys.readouterr().err
+    assert "--before" in err_line and len(err_line.strip().splitlines()) == 1
+
+
 def test_list_offsets_max_timestamp_earliest_local_latest_tiered(server: ServerProcess) -> None:
     """A tiered topic whose first segments are only in the bucket: -3 finds the record
     with the largest timestamp there (and, once a larger one is appended, on local
@@ -526,6 +588,40 @@ def test_cluster_adds_partitions_every_node_serves_them(cluster: DevCluster) -> 
     assert sorted((p, k, v) for p, _, k, v, _ in rows) == sorted((p, k, v) for p, k, v, _ in recs)
     refused = _grown(_admin(cluster.nodes[2].kafka_address), NewPartitions("adm-cgrow", 2))
     assert refused["adm-cgrow"].code() == KafkaError.INVALID_PARTITIONS
+
+
+def test_cluster_delete_records_reaches_the_followers_and_survives_a_leader_kill(
+    cluster: DevCluster,
+) -> None:
+    """DeleteRecords at the leader of a 3-replica partition: every follower takes the
+    new log start with its next fetch, so after the leader is SIGKILLed its successor
+    serves from there (a consumer from the beginning starts at it)."""
+    admin = _admin(cluster.nodes[2].kafka_address)
+    assert _created(admin, NewTopic("adm-cdel", 1, 3)) == {"adm-cdel": None}
+    boot = ",".join(n.kafka_address for n in cluster.nodes.values() if n.alive)
+    recs: list[Rec] = [(0, b"k%d" % i, b"v%d" % i, []) for i in range(30)]
+    assert confluent_produce(boot, "adm-cdel", recs, acks="all") == [None] * 30
+    [f] = admin.delete_records([TopicPartition("adm-cdel", 0, 12)], request_timeout=20).values()
+    assert f.result(timeout=30).low_watermark == 12
+
+    def starts() -> dict[int, int]:
+        out = {}
+        for n in cluster.nodes.values():
+            r = httpx.get(f"{n.url}/v1/topics/adm-cdel", timeout=10)
+            if r.status_code == 200:
+                out[n.node_id] = r.json()["partition_info"][0]["log_start_offset"]
+        return out
+
+    wait_until(lambda: set(starts().values()) == {12}, 20, "every replica's log start at 12")
+    part = _partition(cluster, "adm-cdel")
+    leader = part["leader"]
+    kill_leader(cluster, "adm-cdel", leader, part["leader_epoch"])
+    try:
+        boot = ",".join(n.kafka_address for n in cluster.nodes.values() if n.alive)
+        rows = confluent_consume(boot, "adm-cdel", 1, 18)
+        assert [o for _, o, _, _, _ in rows] == list(range(12, 30))
+    finally:
+        cluster.nodes[leader].start()
 
 
 def test_cluster_offset_for_leader_epoch_and_a_consumer_across_a_leader_change(
