@@ -119,6 +119,49 @@ def test_commit_close_and_a_new_member_resumes(server: ServerProcess) -> None:
         b.close()
 
 
+def test_committed_offsets_of_partitions_are_deleted_when_no_member_reads_them(
+    server: ServerProcess,
+) -> None:
+    """OffsetDelete (kafka-python's ``delete_group_offsets``): refused per partition with
+    GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to the topic; once it left, the
+    named partitions' offsets go (the others stay) and a new member reads those from the
+    start; an unknown group is GROUP_ID_NOT_FOUND."""
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoError
+
+    topic, group = "grp-offdel", "g-offdel"
+    create_topic(server, topic, partitions=2)
+    produce_n(server, topic, 2, 20)  # 10 per partition
+    admin = KafkaAdminClient(bootstrap_servers=server.kafka_bootstrap, request_timeout_ms=20_000)
+    a = group_consumer(server, group)
+    try:
+        a.subscribe([topic])
+        poll_until([a], lambda g: len(g[0]) == 20, 30, "all 20 records")
+        done = a.commit(offsets=[TopicPartition(topic, p, 8) for p in range(2)], asynchronous=False)
+        assert all(tp.error is None for tp in done)
+        got = admin.delete_group_offsets(group, [KpTopicPartition(topic, 0)])
+        assert got == {KpTopicPartition(topic, 0): GroupSubscribedToTopicError}
+    finally:
+        a.close()
+    try:
+        got = admin.delete_group_offsets(group, [KpTopicPartition(topic, 0)])
+        assert got == {KpTopicPartition(topic, 0): NoError}
+        left = admin.list_group_offsets(group)[group]
+        assert {tp.partition: o.offset for tp, o in left.items()} == {1: 8}
+        with pytest.raises(GroupIdNotFoundError):
+            admin.delete_group_offsets("g-none", [KpTopicPartition(topic, 0)])
+    finally:
+        admin.close()
+    b = group_consumer(server, group)
+    try:
+        b.subscribe([topic])
+        got2 = poll_until([b], lambda g: len(g[0]) == 12, 30, "partition 0 whole, 1 after 8")
+        assert sorted(got2[0]) == sorted([(0, o) for o in range(10)] + [(1, 8), (1, 9)])
+    finally:
+        b.close()
+
+
 def test_commits_survive_a_restart(tmp_path_factory: pytest.TempPathFactory) -> None:
     for srv in kafka_server(tmp_path_factory, "groups-restart"):
         create_topic(srv, "grp-restart", partitions=2)
@@ -477,3 +520,26 @@ def test_a_static_member_rejoining_fences_its_old_member_id(server: ServerProces
             {"group_id": group, "members": [{"member_id": "", "group_instance_id": "instance-1"}]},
         )
         assert left.members[0].error_code == ErrorCode.none
+
+
+def test_an_offset_tombstone_replays_as_a_deletion() -> None:
+    """The internal topic's records replayed (as a new coordinator loads them): a
+    partition's tombstone drops that offset only; the group goes with its last one."""
+    from tiered_log.kafka.groups.offsets import (
+        Committed,
+        PartitionOffsets,
+        commit_record,
+        offset_tombstone,
+    )
+
+    state = PartitionOffsets(epoch=0)
+    for p in (0, 1):
+        rec = commit_record("g", "t", p, Committed(5 + p, -1, "", 1))
+        state.apply(rec.key, rec.value)
+    gone = offset_tombstone("g", "t", 0)
+    assert gone.value is None
+    state.apply(gone.key, gone.value)
+    assert list(state.groups["g"]) == [("t", 1)]
+    last = offset_tombstone("g", "t", 1)
+    state.apply(last.key, last.value)
+    assert "g" not in state.groups

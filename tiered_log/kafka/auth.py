@@ -55,7 +55,7 @@ the handler sees, so no byte of it is stored nor read:
   per partition; OffsetFetch of every topic leaves out those the token may not read);
   DeleteGroups, which drops the group's offsets of every topic and has no HTTP
   counterpart, takes ``admin`` on every topic (the pattern ``*``, as the HTTP API's
-  cluster-wide operations do), else GROUP_AUTHORIZATION_FAILED.
+  cluster-wide operations do), else GROUP_AUTHORIZATION_FAILED; OffsetDelete likewise.
 - InitProducerId: a ``write`` grant on some pattern (Kafka: WRITE on any topic), else
   CLUSTER_AUTHORIZATION_FAILED.
 - An API not listed here (one added later) takes ``admin`` on ``*``; another token's
@@ -98,6 +98,7 @@ from .groups.handlers import (
     LEAVE_GROUP,
     LIST_GROUPS,
     OFFSET_COMMIT,
+    OFFSET_DELETE,
     OFFSET_FETCH,
     SYNC_GROUP,
 )
@@ -415,6 +416,7 @@ class KafkaGuard:
             ALTER_CONFIGS: self._alter_configs,
             OFFSET_FETCH: self._offset_fetch,
             DELETE_GROUPS: self._delete_groups,
+            OFFSET_DELETE: self._offset_delete,
             INIT_PRODUCER_ID: self._init_producer_id,
             DESCRIBE_LOG_DIRS: self._describe_log_dirs,
         }
@@ -705,6 +707,15 @@ class KafkaGuard:
                 {"group_id": g, "error_code": ErrorCode.group_authorization_failed}
                 for g in req.body.groups_names
             ],
+        }
+        return await self._served_or(self.refusal(principal, "*", "admin") is None, req, refused)
+
+    async def _offset_delete(self, principal: Principal, req: Request) -> dict[str, Any]:
+        """OffsetDelete: as DeleteGroups, ``admin`` on every topic."""
+        refused = {
+            "error_code": ErrorCode.group_authorization_failed,
+            "throttle_time": 0,
+            "topics": [],
         }
         return await self._served_or(self.refusal(principal, "*", "admin") is None, req, refused)
 

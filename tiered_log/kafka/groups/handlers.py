@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,7 +35,7 @@ from ...errors import (
 )
 from ..backend import Backend
 from ..messages import Request, millis
-from .coordinator import GroupCoordinator, coordinator_of
+from .coordinator import Group, GroupCoordinator, coordinator_of
 from .offsets import MAX_METADATA, Committed, LoadInProgressError, now_ms, partition_for
 
 log = logging.getLogger("tiered_log.kafka.groups")
@@ -49,6 +50,7 @@ LIST_GROUPS = 16
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 DELETE_GROUPS = 42
+OFFSET_DELETE = 47
 
 GROUP_APIS: dict[int, tuple[str, int, int]] = {
     OFFSET_COMMIT: ("offset_commit", 2, 8),
@@ -61,6 +63,7 @@ GROUP_APIS: dict[int, tuple[str, int, int]] = {
     DESCRIBE_GROUPS: ("describe_groups", 0, 5),
     LIST_GROUPS: ("list_groups", 0, 4),
     DELETE_GROUPS: ("delete_groups", 0, 2),
+    OFFSET_DELETE: ("offset_delete", 0, 0),
 }
 """The group APIs served: key -> (kio's module name, first and last version)."""
 
@@ -104,6 +107,7 @@ class GroupHandlers:
             LIST_GROUPS: self.list_groups,
             DESCRIBE_GROUPS: self.describe_groups,
             DELETE_GROUPS: self.delete_groups,
+            OFFSET_DELETE: self.offset_delete,
         }
 
     async def _coordinates(self, group_id: str) -> ErrorCode:
@@ -393,6 +397,67 @@ class GroupHandlers:
                         code = storage_code(exc)
             results.append({"group_id": gid, "error_code": code})
         return {"throttle_time": 0, "results": results}
+
+    async def offset_delete(self, req: Request) -> dict[str, Any]:
+        """OffsetDelete: drop the group's committed offsets of the partitions named, as
+        Kafka's coordinator does: only of topics no live member subscribes to
+        (GROUP_SUBSCRIBED_TO_TOPIC per partition otherwise); an unknown group is
+        GROUP_ID_NOT_FOUND."""
+        body = req.body
+        gid = body.group_id
+        code = await self._coordinates(gid)
+        if code == ErrorCode.none:
+            have = await self.coordinator.offsets.offsets(gid)
+            g = self.coordinator.group(gid)
+            if g is None and not have:
+                code = ErrorCode.group_id_not_found
+        if code != ErrorCode.none:
+            return {"error_code": code, "throttle_time": 0, "topics": []}
+        g = self.coordinator.group(gid)
+        subscribed = subscribed_topics(g) if g is not None else set()
+        doomed: list[tuple[str, int]] = []
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                index = int(p.partition_index)
+                if t.name in subscribed:
+                    pc = ErrorCode.group_subscribed_to_topic
+                else:
+                    pc = ErrorCode.none
+                    doomed.append((t.name, index))
+                parts.append({"partition_index": index, "error_code": pc})
+            topics.append({"name": t.name, "partitions": parts})
+        try:
+            await self.coordinator.offsets.delete_offsets(gid, doomed)
+        except TieredLogError as exc:
+            return {"error_code": storage_code(exc), "throttle_time": 0, "topics": []}
+        if doomed:
+            log.info("group %s: committed offsets of %d partition(s) deleted", gid, len(doomed))
+        return {"error_code": ErrorCode.none, "throttle_time": 0, "topics": topics}
+
+
+def subscribed_topics(g: Group) -> set[str]:
+    """The topics the live members of a consumer group subscribe to: the topic lists of
+    their ``ConsumerProtocolSubscription`` metadata for the group's protocol (big-endian:
+    version int16, topic count int32, each topic an int16-length string; what follows
+    is not read). A member whose metadata does not parse counts as subscribed to
+    nothing it names."""
+    out: set[str] = set()
+    if g.protocol_type not in (None, "consumer"):
+        return out
+    for m in g.members.values():
+        meta = m.metadata(g.protocol or "")
+        try:
+            (n,) = struct.unpack_from(">i", meta, 2)
+            pos = 6
+            for _ in range(max(n, 0)):
+                (size,) = struct.unpack_from(">h", meta, pos)
+                out.add(meta[pos + 2 : pos + 2 + size].decode("utf-8"))
+                pos += 2 + size
+        except (struct.error, UnicodeDecodeError):
+            continue
+    return out
 
 
 async def groups_here(coordinator: GroupCoordinator) -> dict[str, tuple[str, str]]:

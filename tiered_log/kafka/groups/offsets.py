@@ -14,6 +14,8 @@ Records (the log's own records, key and value UTF-8 JSON)::
               value {"offset": int, "leader_epoch": int, "metadata": str, "ts": int ms,
                      "topic_id": str (the topic's id when committed; absent: unknown)}
     deletion: key ["deleted", group]                value {"deleted": true}
+    one partition's offset deleted (OffsetDelete):
+              key ["offset", group, topic, partition] value null (a tombstone, as Kafka's)
 
 A partition's state is every record replayed in offset order (a later commit of a key
 replaces the earlier; a deletion drops the group's offsets). A commit names the topic by
@@ -119,6 +121,12 @@ def commit_record(group: str, topic: str, partition: int, c: Committed) -> NewRe
     return NewRecord(value.encode(), key.encode(), (), c.timestamp)
 
 
+def offset_tombstone(group: str, topic: str, partition: int) -> NewRecord:
+    """The record that drops one partition's committed offset of ``group``."""
+    key = json.dumps(["offset", group, topic, partition], separators=(",", ":"))
+    return NewRecord(None, key.encode(), (), now_ms())
+
+
 def deletion_record(group: str) -> NewRecord:
     """The record that drops every offset of ``group``."""
     key = json.dumps(["deleted", group], separators=(",", ":"))
@@ -152,6 +160,13 @@ class PartitionOffsets:
                 int(v.get("ts", -1)),
                 None if topic_id is None else str(topic_id),
             )
+        elif k[0] == "offset" and len(k) == 4 and v is None:  # one offset deleted
+            _, group, topic, part = k
+            mine = self.groups.get(str(group))
+            if mine is not None:
+                mine.pop((str(topic), int(part)), None)
+                if not mine:
+                    del self.groups[str(group)]
         elif k[0] == "deleted" and len(k) == 2:
             self.groups.pop(str(k[1]), None)
 
@@ -312,6 +327,21 @@ class OffsetStore:
         await self.append(partition, [deletion_record(group)])
         if self._loaded.get(partition) is state:
             state.groups.pop(group, None)
+
+    async def delete_offsets(self, group: str, keys: Iterable[tuple[str, int]]) -> None:
+        """Drop the committed offsets of ``group`` for these (topic, partition) durably."""
+        partition = await self.partition_of(group)
+        state, _ = await self.load(partition)
+        doomed = list(keys)
+        if not doomed:
+            return
+        await self.append(partition, [offset_tombstone(group, t, p) for t, p in doomed])
+        if self._loaded.get(partition) is state:
+            mine = state.groups.get(group, {})
+            for key in doomed:
+                mine.pop(key, None)
+            if not mine:
+                state.groups.pop(group, None)
 
     async def offsets(self, group: str) -> dict[tuple[str, int], Committed]:
         """The committed offsets of ``group`` (a copy), without those of a topic deleted
