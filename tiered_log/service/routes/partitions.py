@@ -187,7 +187,7 @@ async def truncate(
 @router.post(
     "/v1/topics/{topic}/partitions/{partition}/delete-records",
     response_model=Bounds,
-    responses=errs(400, 401, 403, 404, 415, 416, 421, 503),
+    responses=errs(400, 401, 403, 404, 415, 416, 503),
 )
 async def delete_records(
     body: DeleteRecordsRequest,
