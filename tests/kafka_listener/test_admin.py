@@ -53,24 +53,24 @@ def _admin(bootstrap: str) -> AdminClient:
 
 def _created(admin: AdminClient, *topics: NewTopic, validate_only: bool = False) -> dict[str, Any]:
     """Each topic's outcome: None (created) or its KafkaError."""
-    out: dict[str, Any] = {}
-    futures = admin.create_topics(list(topics), validate_only=validate_only, request_timeout=20)
-    for name, f in futures.items():
+    return _outcomes(
+        admin.create_topics(list(topics), validate_only=validate_only, request_timeout=20)
+    )
+
+
+def _outcomes(futures: dict[Any, Any]) -> dict[Any, Any]:
+    """Each admin future's result, or the KafkaError it failed with, by its key."""
+    out: dict[Any, Any] = {}
+    for key, f in futures.items():
         try:
-            out[name] = f.result(timeout=30)
+            out[key] = f.result(timeout=30)
         except KafkaException as exc:
-            out[name] = exc.args[0]
+            out[key] = exc.args[0]
     return out
 
 
 def _deleted(admin: AdminClient, *names: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, f in admin.delete_topics(list(names), request_timeout=20).items():
-        try:
-            out[name] = f.result(timeout=30)
-        except KafkaException as exc:
-            out[name] = exc.args[0]
-    return out
+    return _outcomes(admin.delete_topics(list(names), request_timeout=20))
 
 
 def _http_topic(server_url: str, name: str) -> httpx.Response:
@@ -296,14 +296,9 @@ def _grown(
     admin: AdminClient, *parts: NewPartitions, validate_only: bool = False
 ) -> dict[str, Any]:
     """Each topic's CreatePartitions outcome: None (done) or its KafkaError."""
-    out: dict[str, Any] = {}
-    futures = admin.create_partitions(list(parts), validate_only=validate_only, request_timeout=20)
-    for name, f in futures.items():
-        try:
-            out[name] = f.result(timeout=30)
-        except KafkaException as exc:
-            out[name] = exc.args[0]
-    return out
+    return _outcomes(
+        admin.create_partitions(list(parts), validate_only=validate_only, request_timeout=20)
+    )
 
 
 def test_confluent_admin_adds_partitions_and_clients_use_them(
@@ -385,16 +380,15 @@ def test_delete_records_with_confluent_admin_http_and_the_cli(
     assert confluent_produce(server.kafka_bootstrap, "adm-del", recs) == [None] * 40
 
     def deleted(offsets: dict[int, int]) -> dict[int, Any]:
-        futures = admin.delete_records(
-            [TopicPartition("adm-del", p, o) for p, o in offsets.items()], request_timeout=20
+        got = _outcomes(
+            admin.delete_records(
+                [TopicPartition("adm-del", p, o) for p, o in offsets.items()], request_timeout=20
+            )
         )
-        out: dict[int, Any] = {}
-        for tp, f in futures.items():
-            try:
-                out[tp.partition] = f.result(timeout=30).low_watermark
-            except KafkaException as exc:
-                out[tp.partition] = exc.args[0]
-        return out
+        return {
+            tp.partition: r if isinstance(r, KafkaError) else r.low_watermark
+            for tp, r in got.items()
+        }
 
     assert deleted({0: 7, 1: 3}) == {0: 7, 1: 3}
     rows = confluent_consume(server.kafka_bootstrap, "adm-del", 2, 40 - 10)

@@ -108,13 +108,6 @@ def manifests(storage: RemoteStorage) -> list[dict[str, object]]:
     return [json.loads(storage.get(k).partition(b"\n")[0]) for k in objects(storage, ".rli")]
 
 
-@pytest.fixture(params=["fs", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
-    if request.param == "fs":
-        return LocalDirStorage(tmp_path / "bucket")
-    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize("workers", [0, 1], ids=["threads", "worker"])
 def test_compressed_chunks_read_back(tmp_path: Path, storage: RemoteStorage, workers: int) -> None:
     tlog = open_log(tmp_path / "log", storage, compression="zstd", worker_processes=workers)

@@ -28,13 +28,6 @@ from .test_tiered_log import check_record, open_log, produce, read_all_checked
 N = 900
 
 
-@pytest.fixture(params=["fs", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
-    if request.param == "fs":
-        return LocalDirStorage(tmp_path / "bucket")
-    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
-
-
 def _shipped(path: Path, storage: RemoteStorage) -> TieredLog:
     """A log of N records, every sealed segment shipped and dropped from local disk. The
     partition snapshot is deleted: these tests are about the manifests, which a rebuild

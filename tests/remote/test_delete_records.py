@@ -13,7 +13,6 @@ import pytest
 
 from tiered_log import LogConfig, ProducerRecord, TieredLog
 from tiered_log.errors import OffsetOutOfRangeError
-from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.metadata import RemoteMeta
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
@@ -23,13 +22,6 @@ from .test_scrub import keys, value
 SMALL = LogConfig(segment_bytes=16 * 1024, index_interval_bytes=512)
 LOG_ID = "orders-0123456789ab-0"
 N = 1200
-
-
-@pytest.fixture(params=["fs", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
-    if request.param == "fs":
-        return LocalDirStorage(tmp_path / "bucket")
-    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
 
 
 def open_log(path: Path, storage: RemoteStorage | None, **tier: object) -> TieredLog:

@@ -35,13 +35,6 @@ THRESHOLD = 1 << 20
 TS0 = 1_700_000_000_000
 
 
-@pytest.fixture(params=["fs", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
-    if request.param == "fs":
-        return LocalDirStorage(tmp_path / "bucket")
-    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
-
-
 def open_log(path: Path, storage: RemoteStorage, **tier: object) -> TieredLog:
     cfg = {"chunk_bytes": 2048, "fetch_bytes": 8192, "prefetch_bytes": 8192, **tier}
     return TieredLog(

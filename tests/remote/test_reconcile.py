@@ -73,13 +73,6 @@ def reads_back(tmp_path: Path, storage: RemoteStorage, n: int) -> None:
         tlog.close()
 
 
-@pytest.fixture(params=["fs", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
-    if request.param == "fs":
-        return LocalDirStorage(tmp_path / "bucket")
-    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
-
-
 def test_a_torn_copy_is_deleted_only_with_delete_and_past_the_grace(
     tmp_path: Path, storage: RemoteStorage
 ) -> None:

@@ -105,13 +105,6 @@ def read_all(tlog: TieredLog, end: int) -> list[Any]:
     return out
 
 
-@pytest.fixture(params=["fs", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
-    if request.param == "fs":
-        return LocalDirStorage(tmp_path / "bucket")
-    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "compression,encrypted",

@@ -70,13 +70,6 @@ def rewrite(storage: RemoteStorage, key: str, data: bytes) -> None:
         storage.put(key, data)
 
 
-@pytest.fixture(params=["fs", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
-    if request.param == "fs":
-        return LocalDirStorage(tmp_path / "bucket")
-    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize(
     "compression,encrypted",
     [

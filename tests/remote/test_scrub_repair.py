@@ -31,13 +31,6 @@ LOG_ID = "orders-0123456789ab-0"
 N = 1200
 
 
-@pytest.fixture(params=["fs", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
-    if request.param == "fs":
-        return LocalDirStorage(tmp_path / "bucket")
-    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
-
-
 def open_log(
     path: Path, storage: RemoteStorage, ring: KeyRing | None = None, **tier: object
 ) -> TieredLog:

@@ -63,13 +63,6 @@ def read_all_checked(tlog: TieredLog, end: int, max_records: int = 50) -> None:
         o = recs[-1].offset + 1
 
 
-@pytest.fixture(params=["fs", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteStorage:
-    if request.param == "fs":
-        return LocalDirStorage(tmp_path / "bucket")
-    return request.getfixturevalue("s3_storage")  # type: ignore[no-any-return]
-
-
 def remote_end(tlog: TieredLog) -> int:
     """The log's remote end offset: a log's own bounds always carry it (only a client's
     copy has None there)."""

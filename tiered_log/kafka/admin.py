@@ -202,6 +202,23 @@ def topic_overrides(configs: Any) -> tuple[dict[str, Any], int | None]:
     return changes, min_isr
 
 
+def refusal(exc: Refused | TieredLogError, bad_argument: ErrorCode) -> tuple[ErrorCode, str]:
+    """The code and message a CreateTopics or CreatePartitions topic answers ``exc``
+    with: a handler's own Refused as it says, a name taken, unknown or bad as Kafka
+    names them, another bad argument ``bad_argument``, the rest as every API maps it."""
+    if isinstance(exc, Refused):
+        return exc.code, exc.message
+    if isinstance(exc, TopicExistsError):
+        return ErrorCode.topic_already_exists, exc.message
+    if isinstance(exc, TopicNotFoundError):
+        return ErrorCode.unknown_topic_or_partition, exc.message
+    if isinstance(exc, InvalidTopicNameError):
+        return ErrorCode.invalid_topic_exception, exc.message
+    if isinstance(exc, InvalidArgumentError):
+        return bad_argument, kafka_message(exc.message)
+    return error_code(exc), error_message(exc)
+
+
 class AdminHandlers:
     """CreateTopics, DeleteTopics and OffsetForLeaderEpoch over one backend. Event-loop
     thread only."""
@@ -262,19 +279,8 @@ class AdminHandlers:
                 replication_factor=plan.rf,
                 configs=described(plan.config, defaults, None),
             )
-        except Refused as exc:
-            out["error_code"], out["error_message"] = exc.code, exc.message
-        except TopicExistsError as exc:
-            out["error_code"] = ErrorCode.topic_already_exists
-            out["error_message"] = exc.message
-        except InvalidTopicNameError as exc:
-            out["error_code"] = ErrorCode.invalid_topic_exception
-            out["error_message"] = exc.message
-        except InvalidArgumentError as exc:  # checked before: a limit met meanwhile
-            out["error_code"] = ErrorCode.invalid_request
-            out["error_message"] = kafka_message(exc.message)
-        except TieredLogError as exc:
-            out["error_code"], out["error_message"] = error_code(exc), error_message(exc)
+        except (Refused, TieredLogError) as exc:  # a bad argument: a limit met meanwhile
+            out["error_code"], out["error_message"] = refusal(exc, ErrorCode.invalid_request)
         return out
 
     # ---- DeleteRecords -----------------------------------------------------------------
@@ -341,19 +347,8 @@ class AdminHandlers:
             )
             if not validate_only:
                 log.info("kafka CreatePartitions: %s from %d to %d", t.name, was, t.count)
-        except Refused as exc:
-            out["error_code"], out["error_message"] = exc.code, exc.message
-        except TopicNotFoundError as exc:
-            out["error_code"] = ErrorCode.unknown_topic_or_partition
-            out["error_message"] = exc.message
-        except InvalidTopicNameError as exc:
-            out["error_code"] = ErrorCode.invalid_topic_exception
-            out["error_message"] = exc.message
-        except InvalidArgumentError as exc:
-            out["error_code"] = ErrorCode.invalid_partitions
-            out["error_message"] = kafka_message(exc.message)
-        except TieredLogError as exc:
-            out["error_code"], out["error_message"] = error_code(exc), error_message(exc)
+        except (Refused, TieredLogError) as exc:  # a bad argument: the count
+            out["error_code"], out["error_message"] = refusal(exc, ErrorCode.invalid_partitions)
         return out
 
     def _plan(self, t: Any) -> TopicPlan:

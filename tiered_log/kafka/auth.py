@@ -524,31 +524,48 @@ class KafkaGuard:
             answer["topics"] = rows
         return answer
 
-    async def _create_topics(self, principal: Principal, req: Request) -> dict[str, Any]:
-        allowed: list[tuple[Any, str | None]] = []
-        refused: list[tuple[Any, str | None]] = []
+    async def _admin_per_topic(
+        self,
+        principal: Principal,
+        req: Request,
+        out: str,
+        refused_row: Callable[[Any, str], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """An admin API naming its topics in ``req.body.topics`` (each with a ``name``):
+        ``admin`` on each; the refused ones are left out of the request and answered in
+        the answer's list ``out`` with ``refused_row(topic, why)``."""
+        allowed: list[Any] = []
+        refused: list[tuple[Any, str]] = []
         for t in req.body.topics:
             why = self.refusal(principal, t.name, "admin")
-            (allowed if why is None else refused).append((t, why))
+            if why is None:
+                allowed.append(t)
+            else:
+                refused.append((t, why))
         if refused:
-            body = dataclasses.replace(req.body, topics=tuple(t for t, _ in allowed))
+            body = dataclasses.replace(req.body, topics=tuple(allowed))
             req = dataclasses.replace(req, body=body)
         answer = await self.handlers.handle(req)
         assert answer is not None
         if refused:
-            answer["topics"] = list(answer["topics"]) + [
-                {
-                    "name": t.name,
-                    "topic_id": NO_TOPIC_ID,
-                    "error_code": _TOPIC_DENIED,
-                    "error_message": why,
-                    "num_partitions": -1,
-                    "replication_factor": -1,
-                    "configs": None,
-                }
-                for t, why in refused
-            ]
+            answer[out] = list(answer[out]) + [refused_row(t, why) for t, why in refused]
         return answer
+
+    async def _create_topics(self, principal: Principal, req: Request) -> dict[str, Any]:
+        return await self._admin_per_topic(
+            principal,
+            req,
+            "topics",
+            lambda t, why: {
+                "name": t.name,
+                "topic_id": NO_TOPIC_ID,
+                "error_code": _TOPIC_DENIED,
+                "error_message": why,
+                "num_partitions": -1,
+                "replication_factor": -1,
+                "configs": None,
+            },
+        )
 
     async def _delete_topics(self, principal: Principal, req: Request) -> dict[str, Any]:
         """DeleteTopics: ``admin`` on each topic (HTTP's DELETE); a topic named only by
@@ -585,25 +602,12 @@ class KafkaGuard:
 
     async def _create_partitions(self, principal: Principal, req: Request) -> dict[str, Any]:
         """CreatePartitions: ``admin`` on each topic (HTTP's PATCH)."""
-        allowed: list[Any] = []
-        refused: list[tuple[Any, str]] = []
-        for t in req.body.topics:
-            why = self.refusal(principal, t.name, "admin")
-            if why is None:
-                allowed.append(t)
-            else:
-                refused.append((t, why))
-        if refused:
-            req = dataclasses.replace(
-                req, body=dataclasses.replace(req.body, topics=tuple(allowed))
-            )
-        answer = await self.handlers.handle(req)
-        assert answer is not None
-        answer["results"] = list(answer["results"]) + [
-            {"name": t.name, "error_code": _TOPIC_DENIED, "error_message": why}
-            for t, why in refused
-        ]
-        return answer
+        return await self._admin_per_topic(
+            principal,
+            req,
+            "results",
+            lambda t, why: {"name": t.name, "error_code": _TOPIC_DENIED, "error_message": why},
+        )
 
     async def _describe_configs(self, principal: Principal, req: Request) -> dict[str, Any]:
         return await self._resources(principal, req, "read", "results", {"configs": ()})

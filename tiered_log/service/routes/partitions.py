@@ -10,6 +10,7 @@ remote-index files, truncation) runs in a worker thread
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -179,9 +180,7 @@ async def truncate(
         raise InvalidArgumentError(
             "truncate is not offered in a cluster yet: the replicas would have to truncate together"
         )
-    await run_log_call(state, topic, plog.truncate, body.offset)
-    b = await run_log_call(state, topic, partition_bounds, plog)
-    return b.as_dict()
+    return await _bounds_after(state, topic, plog, plog.truncate, body.offset)
 
 
 @router.post(
@@ -205,7 +204,19 @@ async def delete_records(
     plog = await _leader_log(state, topic, partition)
     state.topics.check_writable(f"cannot delete records of {topic}/{partition}")
     offset = body.before_offset if body.before_offset >= 0 else plog.high_watermark
-    await run_log_call(state, topic, plog.delete_records, offset)
+    return await _bounds_after(state, topic, plog, plog.delete_records, offset)
+
+
+async def _bounds_after(
+    state: ServiceState,
+    topic: str,
+    plog: PartitionLog,
+    change: Callable[[int], object],
+    offset: int,
+) -> dict[str, Any]:
+    """Run ``change(offset)`` on the partition's log (in a worker thread), then answer
+    its bounds."""
+    await run_log_call(state, topic, change, offset)
     b = await run_log_call(state, topic, partition_bounds, plog)
     return b.as_dict()
 
