@@ -169,7 +169,7 @@ def test_sigkill_the_leader_again_and_again_under_acks_all(cluster: DevCluster) 
     th = threading.Thread(target=producer, daemon=True)
     th.start()
     try:
-        for _ in range(3):
+        for _ in range(2):
             before = len(acked)
 
             def acks_go_on(b: int = before) -> bool:

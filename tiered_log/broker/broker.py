@@ -13,6 +13,8 @@ decode a request, await a :class:`Broker` method and encode the answer.
   high watermark), parked at the end of the log for up to ``wait_ms``.
 - :meth:`Broker.replica_fetch`: a follower's fetch (:mod:`tiered_log.cluster.protocol`),
   parked at the leader's log end for up to its ``wait_ms``.
+- :meth:`Broker.delete_records`: a partition's log start moved up (Kafka's
+  DeleteRecords), answered once the ISR's followers have it.
 
 Where requests wait: :mod:`~tiered_log.broker.parking` (one mechanism, keyed by
 partition: the high watermark moved, the log end moved, a remote chunk is ready). A read
@@ -256,6 +258,33 @@ class Broker:
         if self.cluster is not None:
             self.cluster.leader_of(topic, partition)
         return plog
+
+    async def delete_records(
+        self, topic: str, partition: int, before: int, timeout_s: float = 5.0
+    ) -> int:
+        """Kafka's DeleteRecords (and HTTP's delete-records): at the partition's leader
+        (NotLeaderError elsewhere), move its log start up to ``before`` (-1: the high
+        watermark; see :meth:`TieredLog.delete_records
+        <tiered_log.partition.log.TieredLog.delete_records>`) on the append executor,
+        then, in a cluster, wait (up to ``timeout_s``, without a thread) until every
+        follower in the ISR has fetched twice since: it applied the answer that carried
+        the new start (a follower sends its next fetch only once it applied the last
+        one). Returns the log start then (Kafka's low watermark)."""
+        plog = await self.partition(topic, partition)
+        self.topics.check_writable(f"cannot delete records of {topic}/{partition}")
+        rep = self.cluster.leader_of(topic, partition) if self.cluster is not None else None
+        offset = before if before >= 0 else plog.high_watermark
+        start: int = await self._call(self._appends, topic, plog.delete_records, offset)
+        if rep is not None:
+            want = {r: n + 2 for r, n in rep.follower_fetches().items()}
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while loop.time() < deadline:
+                now = rep.follower_fetches()  # one out of the ISR is not waited for
+                if all(now.get(r, n) >= n for r, n in want.items()):
+                    break
+                await asyncio.sleep(0.02)
+        return start
 
     def read_cap(self, plog: PartitionLog) -> int | None:
         """What a consumer may read up to, looked at for each read (a long poll wakes

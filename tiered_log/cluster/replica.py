@@ -78,6 +78,9 @@ class FollowerState:
     needs_from: int = -1
     """The first offset it will fetch next (its log end, or where a reset sent it;
     -1: unknown): the leader's local retention keeps what it still has to copy."""
+    fetches: int = 0
+    """Its fetches in this epoch (a follower sends the next only once it applied the
+    previous answer: two after a change mean it has what that change put in answers)."""
     needs_ms: int = 0
     """When ``needs_from`` was last set."""
     reset_unfetched: bool = False
@@ -189,8 +192,15 @@ class LeaderReplication:
             st.last_fetch_ms = now
             st.needs_from, st.needs_ms = fetch_offset, now
             st.reset_unfetched = False
+            st.fetches += 1
             self._advance_hw(leader_leo)
             return self._hw
+
+    def follower_fetches(self) -> dict[int, int]:
+        """The fetch count of each follower in the ISR now (see
+        :attr:`FollowerState.fetches`)."""
+        with self._cond:
+            return {r: st.fetches for r, st in self._followers.items() if r in self._isr}
 
     def set_replicas(self, replicas: Iterable[int]) -> None:
         """The partition's replicas changed (a reassignment adds a node, then drops the

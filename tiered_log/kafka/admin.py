@@ -29,10 +29,10 @@ missing name is UNKNOWN_TOPIC_OR_PARTITION, a missing id UNKNOWN_TOPIC_ID; the i
 
 DeleteRecords moves each partition's log start up to the offset given (-1: the high
 watermark), at its leader (NOT_LEADER_OR_FOLLOWER elsewhere), as ``POST
-.../partitions/{p}/delete-records`` does (:meth:`TieredLog.delete_records
-<tiered_log.partition.log.TieredLog.delete_records>`): above the high watermark is
-OFFSET_OUT_OF_RANGE; the answer's low watermark is the log start then. Followers take it
-with their next fetch.
+.../partitions/{p}/delete-records`` does (:meth:`Broker.delete_records
+<tiered_log.broker.broker.Broker.delete_records>`): above the high watermark is
+OFFSET_OUT_OF_RANGE; the answer, once the ISR's followers have the new start (they take
+it from their fetch answers), carries the log start as its low watermark.
 
 CreatePartitions grows each topic to its ``count`` as ``PATCH /v1/topics/{t}``
 ``{"partitions": N}`` does (:func:`tiered_log.service.topic_alter.add_partitions`):
@@ -301,15 +301,11 @@ class AdminHandlers:
             "low_watermark": -1,
             "error_code": ErrorCode.none,
         }
-        state = self.backend.state
         try:
-            state.topics.check_writable(f"cannot delete records of {topic!r}")
-            plog = await state.broker.fetch_log(topic, partition)  # the leader's, checked
-            if offset == DEFAULT:
-                offset = plog.high_watermark  # -1: every committed record
-            if offset < 0:
+            if offset < DEFAULT:
                 raise OffsetOutOfRangeError(f"offset {offset} is negative (-1: the high watermark)")
-            out["low_watermark"] = await asyncio.to_thread(plog.delete_records, offset)
+            broker = self.backend.state.broker
+            out["low_watermark"] = await broker.delete_records(topic, partition, offset)
             log.info("kafka DeleteRecords: %s-%d below %d", topic, partition, offset)
         except TieredLogError as exc:
             out["error_code"] = error_code(exc)

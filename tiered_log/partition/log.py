@@ -783,43 +783,23 @@ class TieredLog:
         return changed
 
     def delete_records(self, offset: int) -> int:
-        """Kafka's DeleteRecords on this partition's leader (or a single node): move the
-        log start up to ``offset`` (at most the high watermark; a lower start leaves it as
-        it is) and answer the log start now (Kafka's low watermark). The floor is
-        persisted first, then the local segments wholly below it are deleted and, with a
-        remote tier, the copies wholly below it and the bucket's log start moved (see
-        :mod:`~tiered_log.partition.log_start`). OffsetOutOfRangeError above the high
-        watermark; RemoteStorageError when the bucket fails or this node no longer leads
-        (the local floor is kept then: retried, it finishes the job)."""
+        """Kafka's DeleteRecords at this partition's leader (or a single node): the log
+        start moves up to ``offset``; answers the log start now (see
+        :meth:`LogStartFloor.delete_below <tiered_log.partition.log_start.LogStartFloor.delete_below>`)."""
         _check_offset(offset)
         with self._ctl:
             self._check_open()
-            hw = self.high_watermark
-            if offset > hw:
-                start = self.log_start_offset
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records below {offset}: the log's high watermark is {hw}",
-                    log_start=start,
-                    next_offset=self.next_offset,
-                )
-            if offset > self.log_start_offset:
-                self._floor.advance(offset)
-                self._local.delete_segments_before(offset)
-            if self._remote is not None and self._remote.meta.log_start_offset < offset:
-                self._remote.advance_start(offset)
+            b = self.bounds()
+            self._floor.delete_below(offset, b, self._local, self._remote)
             return self.log_start_offset
 
     def follow_log_start(self, leader_start: int) -> None:
-        """A follower takes its leader's log start from a fetch answer (records deleted
-        there, or retention): its floor rises to it (at most its own log end) and its
-        local segments wholly below go. Never touches the bucket. The fetcher's thread."""
+        """A follower takes its leader's log start from a fetch answer (see
+        :meth:`LogStartFloor.follow <tiered_log.partition.log_start.LogStartFloor.follow>`)."""
         _check_offset(leader_start)
         with self._ctl:
-            if self._closed:
-                return
-            floor = min(leader_start, self._local.next_offset)
-            if self._floor.advance(floor):
-                self._local.delete_segments_before(floor)
+            if not self._closed:
+                self._floor.follow(leader_start, self._local)
 
     def apply_replica_retention(self, remote_end: int) -> None:
         """A follower's retention round (it ships nothing; the leader does): delete the

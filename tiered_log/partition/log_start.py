@@ -26,8 +26,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ..bounds import PartitionBounds
+from ..errors import OffsetOutOfRangeError
 from ..format import naming
 from ..local.files import write_atomic
+from ..local.log import Log
+from ..remote.tier import RemoteTier
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,37 @@ class LogStartFloor:
         write_atomic(self.path, f"{offset}\n".encode())
         self.offset = offset
         return True
+
+    def delete_below(
+        self, offset: int, bounds: PartitionBounds, local: Log, remote: RemoteTier | None
+    ) -> None:
+        """A leader's (or single node's) DeleteRecords: move the log start up to
+        ``offset`` (a lower start is left as it is). The floor is persisted first, then the
+        local segments wholly below it are deleted and, with a remote tier, the copies
+        wholly below it and the bucket's log start moved. OffsetOutOfRangeError above the
+        high watermark; RemoteStorageError when the bucket fails or this node no longer
+        leads (the floor is kept: retried, the call finishes the job). Under the
+        partition's control lock."""
+        if offset > bounds.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records below {offset}: the log's high watermark is "
+                f"{bounds.high_watermark}",
+                log_start=bounds.log_start_offset,
+                next_offset=bounds.next_offset,
+            )
+        if offset > bounds.log_start_offset:
+            self.advance(offset)
+            local.delete_segments_before(offset)
+        if remote is not None and remote.meta.log_start_offset < offset:
+            remote.advance_start(offset)
+
+    def follow(self, leader_start: int, local: Log) -> None:
+        """A follower takes its leader's log start (records deleted there, or retention):
+        the floor rises to it, at most to its own log end, and its local segments wholly
+        below go. Never touches the bucket. Under the partition's control lock."""
+        floor = min(leader_start, local.next_offset)
+        if self.advance(floor):
+            local.delete_segments_before(floor)
 
 
 __all__ = ["LogStartFloor"]

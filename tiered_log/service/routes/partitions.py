@@ -10,7 +10,6 @@ remote-index files, truncation) runs in a worker thread
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -180,7 +179,9 @@ async def truncate(
         raise InvalidArgumentError(
             "truncate is not offered in a cluster yet: the replicas would have to truncate together"
         )
-    return await _bounds_after(state, topic, plog, plog.truncate, body.offset)
+    await run_log_call(state, topic, plog.truncate, body.offset)
+    b = await run_log_call(state, topic, partition_bounds, plog)
+    return b.as_dict()
 
 
 @router.post(
@@ -199,24 +200,10 @@ async def delete_records(
     """Delete every record below ``before_offset`` (Kafka's DeleteRecords; needs
     ``admin``): the partition's log start moves up to it (-1: the high watermark), reads
     below answer 416, and the segments and archived copies wholly below are deleted; in a
-    cluster at the leader only (421 elsewhere), the followers following with their next
-    fetch. Returns the new bounds; 416 above the high watermark."""
+    cluster at the leader only (421 elsewhere), answered once the in-sync followers have
+    the new start. Returns the new bounds; 416 above the high watermark."""
     plog = await _leader_log(state, topic, partition)
-    state.topics.check_writable(f"cannot delete records of {topic}/{partition}")
-    offset = body.before_offset if body.before_offset >= 0 else plog.high_watermark
-    return await _bounds_after(state, topic, plog, plog.delete_records, offset)
-
-
-async def _bounds_after(
-    state: ServiceState,
-    topic: str,
-    plog: PartitionLog,
-    change: Callable[[int], object],
-    offset: int,
-) -> dict[str, Any]:
-    """Run ``change(offset)`` on the partition's log (in a worker thread), then answer
-    its bounds."""
-    await run_log_call(state, topic, change, offset)
+    await state.broker.delete_records(topic, partition, body.before_offset)
     b = await run_log_call(state, topic, partition_bounds, plog)
     return b.as_dict()
 
