@@ -11,36 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tiered_log import LogConfig, ProducerRecord, TieredLog
+from tiered_log import ProducerRecord, TieredLog
 from tiered_log.errors import OffsetOutOfRangeError
 from tiered_log.remote.metadata import RemoteMeta
 from tiered_log.remote.storage import RemoteStorage
-from tiered_log.remote.tier import TierConfig
 
-from .test_scrub import keys, value
-
-SMALL = LogConfig(segment_bytes=16 * 1024, index_interval_bytes=512)
-LOG_ID = "orders-0123456789ab-0"
-N = 1200
-
-
-def open_log(path: Path, storage: RemoteStorage | None, **tier: object) -> TieredLog:
-    cfg: dict[str, object] = {"chunk_bytes": 4096}
-    cfg.update(tier)
-    return TieredLog(
-        path,
-        log_id=LOG_ID,
-        storage=storage,
-        config=SMALL,
-        tier=TierConfig(**cfg),  # type: ignore[arg-type]
-        start_shipper=False,
-    )
-
-
-def fill(tlog: TieredLog, n: int = N) -> None:
-    for s in range(0, n, 50):  # batches of 50 records
-        tlog.append_batch([ProducerRecord(value(o), timestamp=1000 + o) for o in range(s, s + 50)])
-    tlog.flush()
+from .test_scrub import keys
+from .test_scrub_repair import N, fill, open_log
 
 
 def first_offset(tlog: TieredLog) -> int:

@@ -32,7 +32,7 @@ N = 1200
 
 
 def open_log(
-    path: Path, storage: RemoteStorage, ring: KeyRing | None = None, **tier: object
+    path: Path, storage: RemoteStorage | None, ring: KeyRing | None = None, **tier: object
 ) -> TieredLog:
     cfg: dict[str, object] = {"chunk_bytes": 4096, "key_ring": ring}
     cfg.update(tier)
@@ -46,14 +46,20 @@ def open_log(
     )
 
 
+def fill(tlog: TieredLog, n: int = N) -> None:
+    """Append records 0..n-1 (of :func:`value`, timestamps 1000 + offset) in batches of
+    50, flushed."""
+    for s in range(0, n, 50):
+        tlog.append_batch([ProducerRecord(value(o), timestamp=1000 + o) for o in range(s, s + 50)])
+    tlog.flush()
+
+
 def shipped(
     path: Path, storage: RemoteStorage, ring: KeyRing | None = None, **tier: object
 ) -> TieredLog:
     """An open log of ``N`` records, every sealed segment shipped and still local."""
     tlog = open_log(path, storage, ring, **tier)
-    for s in range(0, N, 50):
-        tlog.append_batch([ProducerRecord(value(o), timestamp=1000 + o) for o in range(s, s + 50)])
-    tlog.flush()
+    fill(tlog)
     tlog.roll()
     tlog.tier_once()
     assert tlog.bounds().remote_end_offset == N
@@ -213,9 +219,7 @@ def test_a_damaged_local_segment_not_yet_archived_is_reported(
 ) -> None:
     tlog = open_log(tmp_path / "log", storage)
     try:
-        for s in range(0, N, 50):
-            tlog.append_batch([ProducerRecord(value(o)) for o in range(s, s + 50)])
-        tlog.flush()
+        fill(tlog)
         tlog.roll()  # sealed, not shipped
         seg = next(s for s in tlog.local_segments() if s.sealed)
         data = bytearray(seg.store_path.read_bytes())

@@ -90,6 +90,18 @@ def validate_partitions(partitions: object) -> int:
     return partitions
 
 
+def check_growth(name: str, current: int, count: int) -> int:
+    """``count`` if topic ``name`` may grow to it from ``current`` partitions (Kafka's
+    CreatePartitions: the count only grows), else InvalidArgumentError."""
+    validate_partitions(count)
+    if count <= current:
+        raise InvalidArgumentError(
+            f"topic {name!r} has {current} partition(s): the count can only grow "
+            f"(asked for {count})"
+        )
+    return count
+
+
 @dataclass(frozen=True, slots=True)
 class TopicMeta:
     """A topic: what the controller creates, what ``topic.json`` and the bucket hold.
@@ -200,6 +212,7 @@ __all__ = [
     "TOPIC_NAME_PATTERN",
     "TOPIC_NAME_RE",
     "TopicMeta",
+    "check_growth",
     "validate_partitions",
     "validate_topic_name",
 ]

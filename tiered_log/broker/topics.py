@@ -76,6 +76,7 @@ from .topic_meta import (
     TOPIC_NAME_PATTERN,
     TOPIC_NAME_RE,
     TopicMeta,
+    check_growth,
     validate_partitions,
     validate_topic_name,
 )
@@ -600,17 +601,12 @@ class TopicManager:
         topic as it is now. TopicNotFoundError; InvalidArgumentError when ``count`` is not
         above the current count or passes the limits."""
         validate_topic_name(name)
-        validate_partitions(count)
         with self._lock:
             if self._closed:
                 raise LogClosedError("the service is shutting down")
             topic = self.get(name)
             have = len(topic.logs)
-            if count <= have:
-                raise InvalidArgumentError(
-                    f"topic {name!r} has {have} partition(s): the count can only grow "
-                    f"(asked for {count})"
-                )
+            check_growth(name, have, count)
             limit = self.settings.max_total_partitions
             if self.total_partitions + count - have > limit:
                 raise InvalidArgumentError(

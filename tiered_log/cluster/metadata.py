@@ -51,6 +51,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from tiered_log.broker.topic_meta import check_growth
 from tiered_log.cluster.etcd import MAX_TXN_OPS, Fence, MetaStore, Versioned
 from tiered_log.cluster.membership import NODES_PREFIX
 from tiered_log.cluster.model import (
@@ -250,11 +251,7 @@ class ClusterMetadata:
             if v is None:
                 raise TopicNotFoundError(f"topic {name} does not exist")
             meta = TopicMeta.from_dict(v.value)
-            if count <= meta.partitions:
-                raise InvalidArgumentError(
-                    f"topic {name} has {meta.partitions} partition(s): the count can only "
-                    f"grow (asked for {count})"
-                )
+            check_growth(name, meta.partitions, count)
             if count > MAX_PARTITIONS:
                 raise InvalidArgumentError(
                     f"topic {name}: {count} partitions, at most {MAX_PARTITIONS}"

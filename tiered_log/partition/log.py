@@ -171,14 +171,12 @@ class TieredLog:
         if self._remote is not None and self._local.next_offset < resume:
             # The local disk lost data the bucket holds: continue after the bucket.
             self._local.reset(resume)
-        if self._remote is not None:
-            # A crash between moving the remote log start (retention) and deleting the
-            # local segments below it left them here: never serve them again.
-            self._local.delete_segments_before(self._remote.meta.log_start_offset)
         self._floor = LogStartFloor(self.directory)
         if self._remote is not None:
-            self._floor.advance(min(self._remote.meta.log_start_offset, self._local.next_offset))
-        self._local.delete_segments_before(self._floor.offset)  # as after a crash, likewise
+            # A crash between moving the remote log start (retention, deleted records)
+            # and deleting the local segments below it left them here: never serve them.
+            self._floor.follow(self._remote.meta.log_start_offset, self._local)
+        self._local.delete_segments_before(self._floor.offset)  # likewise for the floor
         self._replication = Replication(
             self.directory,
             self.log_id,
@@ -195,6 +193,7 @@ class TieredLog:
             self.tier_config,
             self._replication,
             self._ctl,
+            self._floor,
             clock=clock,
             scheduler=scheduler,
         )
@@ -797,6 +796,8 @@ class TieredLog:
         """A follower takes its leader's log start from a fetch answer (see
         :meth:`LogStartFloor.follow <tiered_log.partition.log_start.LogStartFloor.follow>`)."""
         _check_offset(leader_start)
+        if leader_start <= self._floor.offset:
+            return  # every fetch answer carries it: nothing moved (no lock taken)
         with self._ctl:
             if not self._closed:
                 self._floor.follow(leader_start, self._local)

@@ -86,12 +86,13 @@ class LogStartFloor:
             remote.advance_start(offset)
 
     def follow(self, leader_start: int, local: Log) -> None:
-        """A follower takes its leader's log start (records deleted there, or retention):
-        the floor rises to it, at most to its own log end, and its local segments wholly
-        below go. Never touches the bucket. Under the partition's control lock."""
+        """Take a log start learnt elsewhere (a follower's leader's, from a fetch answer;
+        a new leader's from the bucket): the floor rises to it, at most to the local log
+        end, and the local segments wholly below go. Never touches the bucket. Under the
+        partition's control lock."""
         floor = min(leader_start, local.next_offset)
-        if self.advance(floor):
-            local.delete_segments_before(floor)
+        self.advance(floor)
+        local.delete_segments_before(floor)
 
 
 __all__ = ["LogStartFloor"]

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import TieredLogError
 from ..format import naming
-from ..format.records import batch_header
+from ..format.records import batch_header, batch_table
 from ..local.segment import SegmentInfo
 from ..remote.limits import RateLimiter
 from ..remote.manifest import repair_manifest, scan_store
@@ -174,11 +174,11 @@ def _archive_then_peers(
 ) -> Iterator[tuple[str, bytes]]:
     """Good copies of a local segment's batches, best first: ``(from where, batches)``;
     why each source had none is added to ``why``."""
-    remote_end = plog.bounds().remote_end_offset if plog.remote_tier is not None else None
-    if plog.remote_tier is None:
+    remote = plog.remote_tier
+    if remote is None:
         why.append("the partition has no remote tier")
-    elif remote_end is None or remote_end < seg.next_offset:
-        why.append(f"the archive ends at offset {remote_end}")
+    elif remote.remote_end < seg.next_offset:
+        why.append(f"the archive ends at offset {remote.remote_end}")
     else:
         try:
             good = _archived_batches(plog, seg.base_offset, seg.next_offset)
@@ -253,21 +253,17 @@ def local_batches(plog: TieredLog, base: int, end: int) -> bytes | None:
     for seg in plog.local_segments():
         if seg.next_offset <= off or seg.base_offset >= end:
             continue
-        try:
-            batches, _ = scan_store(seg.store_path, seg.size, seg.base_offset)
-            wanted = [b for b in batches if b.base_offset >= off and b.next_offset <= end]
-            if not wanted or wanted[0].base_offset != off:
-                return None
-            first, last = wanted[0], wanted[-1]
+        try:  # one read of the segment, verified as it is walked
             with open(seg.store_path, "rb") as f:
-                data = os.pread(
-                    f.fileno(), last.position + last.size - first.position, first.position
-                )
+                data = os.pread(f.fileno(), seg.size, 0)
         except FileNotFoundError:
             return None
-        if len(data) != last.position + last.size - first.position:
+        batches, _ = batch_table(data, seg.base_offset)
+        wanted = [b for b in batches if b.base_offset >= off and b.next_offset <= end]
+        if not wanted or wanted[0].base_offset != off:
             return None
-        out += data
+        first, last = wanted[0], wanted[-1]
+        out += memoryview(data)[first.position : last.position + last.size]
         off = last.next_offset
         if off >= end:
             break

@@ -39,6 +39,7 @@ from ..errors import NotLeaderError, RemoteStorageError
 from ..local.log import Log, now_ms
 from ..local.segment import SegmentInfo
 from ..remote.tier import RemoteTier, TierConfig
+from .log_start import LogStartFloor
 from .replication import Replication
 from .scheduler import Shipper, TieringScheduler
 
@@ -69,6 +70,7 @@ class Tiering:
         config: TierConfig,
         replication: Replication,
         control: threading.Lock,
+        floor: LogStartFloor,
         *,
         clock: Callable[[], int] = now_ms,
         scheduler: TieringScheduler | None = None,
@@ -79,6 +81,7 @@ class Tiering:
         self._remote = remote
         self._replication = replication
         self._control = control
+        self._floor = floor
         self._clock = clock
         self._scheduler = scheduler
         self._shipper: Shipper | None = None
@@ -145,13 +148,15 @@ class Tiering:
 
     def resync_view(self) -> int:
         """Rebuild this leader's view of the bucket (others shipped while it followed) and
-        drop local segments below the log start found there; returns the number of remote
-        segments. Under the control lock; RemoteStorageError if the bucket fails."""
+        take the log start found there (its floor raised, local segments below dropped);
+        returns the number of remote segments. Under the control lock; RemoteStorageError if the bucket fails."""
         r = self._remote
         assert r is not None
         n = r.resync_from_bucket()
         self.view_pending = False
-        self._local.delete_segments_before(r.meta.log_start_offset)
+        # The bucket's log start (retention's, or records deleted by an earlier leader)
+        # is this leader's too, even inside its first local segment.
+        self._floor.follow(r.meta.log_start_offset, self._local)
         return n
 
     def attach_remote(self, remote: RemoteTier) -> None:

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..broker.topic_meta import validate_partitions
+from ..broker.topic_meta import check_growth
 from ..broker.topics import Topic, altered_config, check_remote_disable
-from ..errors import InvalidArgumentError, TopicNotFoundError
+from ..errors import TopicNotFoundError
 from ..topic_config import TopicConfig
 
 if TYPE_CHECKING:
@@ -92,12 +92,7 @@ def add_partitions(
         if meta is None:
             raise TopicNotFoundError(f"topic {name!r} does not exist")
         current = meta.partitions
-    validate_partitions(count)
-    if count <= current:
-        raise InvalidArgumentError(
-            f"topic {name!r} has {current} partition(s): the count can only grow "
-            f"(asked for {count})"
-        )
+    check_growth(name, current, count)
     state.topics.check_writable(f"cannot add partitions to {name!r}")  # a read-only mount
     if validate_only:
         return current

@@ -202,8 +202,8 @@ async def delete_records(
     below answer 416, and the segments and archived copies wholly below are deleted; in a
     cluster at the leader only (421 elsewhere), answered once the in-sync followers have
     the new start. Returns the new bounds; 416 above the high watermark."""
-    plog = await _leader_log(state, topic, partition)
-    await state.broker.delete_records(topic, partition, body.before_offset)
+    await state.broker.delete_records(topic, partition, body.before_offset)  # leader checked
+    plog = await partition_log(state, topic, partition)
     b = await run_log_call(state, topic, partition_bounds, plog)
     return b.as_dict()
 
