@@ -406,11 +406,12 @@ def test_cluster_describe_cluster_and_legacy_alter(cluster: DevCluster) -> None:
     topic = "ac-cluster"
     _create(cluster, topic, config={"segment_bytes": 1 << 20})
     other = cluster.nodes[3]
-    wait_until(
-        lambda: httpx.get(f"{other.url}/v1/topics/{topic}", timeout=10).status_code == 200,
-        20,
-        "the third node knows the topic",
-    )
+    for n in cluster.nodes.values():  # each node applies a new topic at its next metadata round
+
+        def knows_it(n: DevNode = n) -> bool:
+            return httpx.get(f"{n.url}/v1/topics/{topic}", timeout=10).status_code == 200
+
+        wait_until(knows_it, 20, f"node {n.node_id} knows the topic")
     with KafkaWire(other.kafka_address) as w:  # any node takes it: the metadata store
         assert altered(w, 2, (TOPIC, topic, {"retention.ms": "90000"})) == [(ErrorCode.none, "")]
     for n in cluster.nodes.values():
