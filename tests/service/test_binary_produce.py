@@ -567,8 +567,8 @@ _MALFORMED = {
     "key-length": _hand_made_batch(
         [b"abcd"], records=_hand_made_record(0, 0, None, b"abcd", raw_key=b"\x0ak")
     ),
-    "key-length-negative": _hand_made_batch(
-        [b"abcd"], records=_hand_made_record(0, 0, None, b"abcd", raw_key=b"\x05")
+    "record-attributes": _hand_made_batch(
+        [b"abcd"], records=_hand_made_record(0, 0, None, b"abcd").replace(b"\x00", b"\x80", 1)
     ),
     "trailing-byte": _hand_made_batch(
         [b"abcd"], records=_hand_made_record(0, 0, None, b"abcd") + b"\x00"
@@ -589,7 +589,7 @@ _EXPECT = {
     "record-length-long": "record length",
     "record-length-short": "fields take",
     "key-length": "ends inside record 0",
-    "key-length-negative": "negative key length",
+    "record-attributes": "attributes 0x80",
     "trailing-byte": "left",
     "magic": "magic 1",
     "no-records": "records count 0",
@@ -614,6 +614,24 @@ def test_crc_checked_but_malformed_batch_is_400(
     msg = _error(_post_frames(admin, topic_name, body), 400, "invalid_request")
     assert "batch 1 (at byte" in msg and expect in msg, msg
     assert _next_offset(admin, topic_name) == 0
+
+
+def test_a_negative_key_or_value_length_reads_as_null(admin: httpx.Client, topic_name: str) -> None:
+    """A key or value length below -1 is null, as Kafka's broker and clients read it:
+    the batch is stored as sent and every reader gives a null key and value."""
+    _create(admin, topic_name)
+    rec = _hand_made_record(0, 0, None, None, raw_key=b"\x05")  # key length -3
+    assert rec.endswith(b"\x05\x01\x00")  # the null value (-1), no header
+    rec = rec[:-2] + b"\x07\x00"  # value length -4
+    batch = _hand_made_batch([b""], records=rec)
+    r = _post_frames(admin, topic_name, batch)
+    assert r.status_code == 200 and r.json()["offsets"] == [0], r.text
+    (got,) = _fetch_binary(admin, topic_name)
+    assert (got.key, got.value) == (None, None)
+    r = admin.get(_records_url(topic_name), params={"offset": 0})
+    assert r.status_code == 200, r.text
+    (j,) = r.json()["records"]
+    assert (j["key"], j["value"]) == (None, None), j
 
 
 @pytest.mark.parametrize(

@@ -21,13 +21,14 @@ thread: the functions keep no state.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from functools import partial
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, is_not
 from typing import Any
 
 from ...errors import CorruptRecordError
 from .layout import ATTRIBUTES_AT, BATCH_LENGTH_AT, COMPRESSION_MASK, HEADER_SIZE, LOG_OVERHEAD
-from .records import Headers, Record
+from .records import Headers, Record, SectionFacts
 
 try:  # pragma: no branch
     from aiokafka.record._crecords import DefaultRecordBatch as _CBatch
@@ -45,6 +46,7 @@ _key = attrgetter("key")
 _value = attrgetter("value")
 _headers = attrgetter("headers")
 _new = tuple.__new__
+_not_null = partial(is_not, None)
 
 
 def plain_batch(batch: bytes | memoryview, section: bytes | None) -> bytes | memoryview:
@@ -149,4 +151,36 @@ def columns(
         headers.extend(map(tuple, map(_headers, got)))
 
 
-__all__ = ["AVAILABLE", "ENABLED", "columns", "plain_batch", "records"]
+def check(batch: bytes | memoryview, count: int, base: int, base_timestamp: int) -> SectionFacts:
+    """Check the framing of every record of ``batch`` (see :func:`plain_batch`; a
+    CreateTime batch: the reader reports a LogAppendTime batch's clock, not its
+    records' deltas) as :func:`~tiered_log.format.kafka.records.check_section` does,
+    with the reader walking the records: each record's fields fill its length exactly,
+    header keys are UTF-8, ``count`` records and no byte after them, offset deltas 0,
+    1, ... in order. ``base`` and ``base_timestamp`` are the batch header's. Returns
+    the same facts; raises CorruptRecordError naming the first fault."""
+    max_value = -1
+    max_ts = -(1 << 63)
+    max_at = 0
+    i = 0
+    for got in _chunks(batch, 0, count, whole=True):
+        k = len(got)
+        offsets = list(map(_offset, got))
+        if offsets != list(range(base + i, base + i + k)):
+            j = next(j for j, o in enumerate(offsets) if o != base + i + j)
+            raise CorruptRecordError(
+                f"record {i + j} has offsetDelta {offsets[j] - base}, not {i + j}"
+            )
+        stamps = list(map(_timestamp, got))
+        top = max(stamps)
+        if top > max_ts:
+            max_ts = top
+            max_at = i + stamps.index(top)
+        longest = max(map(len, filter(_not_null, map(_value, got))), default=-1)
+        if longest > max_value:
+            max_value = longest
+        i += k
+    return SectionFacts(max_value, max_ts - base_timestamp, max_at)
+
+
+__all__ = ["AVAILABLE", "ENABLED", "check", "columns", "plain_batch", "records"]

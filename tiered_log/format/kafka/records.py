@@ -5,7 +5,9 @@ Each record (laid out in :mod:`tiered_log.format.kafka`) is a varint length and 
 body: attributes int8 (unused, 0), timestampDelta varlong, offsetDelta varint, key
 (varint length, -1 for null, then the bytes), value (likewise), a varint header count and
 each header as a varint key length and UTF-8 key (never null), then a varint value length
-(-1 for null) and the value bytes. Every varint is zigzag-encoded (as protobuf's
+(-1 for null) and the value bytes. A key, value or header value of any negative length
+reads as null, as Kafka's broker and clients read it (a negative header count or header
+key length is an error, as there). Every varint is zigzag-encoded (as protobuf's
 ``sint64``): 0, -1, 1, -2, ... are 0, 1, 2, 3, ...
 
 This is the one record codec of the project: the log's batches
@@ -297,6 +299,10 @@ def _misfit(i: int, length: int, took: int) -> CorruptRecordError:
     return CorruptRecordError(f"record {i} is {length} bytes long but its fields take {took}")
 
 
+def _attributes(i: int, attrs: int) -> CorruptRecordError:
+    return CorruptRecordError(f"record {i} has attributes 0x{attrs:02x} (unused by Kafka: 0)")
+
+
 def _left_over(left: int, count: int) -> CorruptRecordError:
     return CorruptRecordError(f"{left} bytes left in the records section after its {count} records")
 
@@ -375,10 +381,8 @@ def _decode_headers(data: bytes, pos: int, end: int) -> tuple[Headers, int]:
                 raise CorruptRecordError("header value runs past its record")
             hvalue = data[pos : pos + vlen]
             pos += vlen
-        elif vlen == -1:
+        else:  # -1, or any negative length: null, as Kafka reads it
             hvalue = None
-        else:
-            raise CorruptRecordError(f"negative header value length {vlen}")
         headers.append((hkey, hvalue))
     return tuple(headers), pos
 
@@ -417,8 +421,7 @@ def decode_section(
     would take the total past ``max_bytes`` (the first record is decoded whatever its size
     if ``first_free``). The caller checks that a section read whole ends where its last
     record does (:func:`check_section_end`). Raises CorruptRecordError when a record's fields do not fill
-    its length exactly, a length is negative (other than -1 for null), a header key is
-    not UTF-8, or the section ends too soon or has bytes left.
+    its length exactly, a header key is not UTF-8, or the section ends too soon or has bytes left.
     """
     start0 = pos
     n = count if limit is None else min(limit, count)
@@ -480,8 +483,6 @@ def decode_section(
                 pos += b
             else:
                 klen, pos = _rv(data, pos)
-                if klen < -1:
-                    raise CorruptRecordError(f"negative key length {klen}")
                 key = None if klen < 0 else data[pos : pos + klen]
                 pos += max(klen, 0)
             # value
@@ -501,8 +502,6 @@ def decode_section(
                 pos += b
             else:
                 vlen, pos = _rv(data, pos)
-                if vlen < -1:
-                    raise CorruptRecordError(f"negative value length {vlen}")
                 value = None if vlen < 0 else data[pos : pos + vlen]
                 pos += max(vlen, 0)
             # headers
@@ -634,8 +633,6 @@ def section_columns(
                 pos += b >> 1
             else:
                 klen, pos = _rv(data, pos)
-                if klen < -1:
-                    raise CorruptRecordError(f"negative key length {klen}")
                 add_key(None if klen < 0 else data[pos : pos + klen])
                 pos += max(klen, 0)
             b = data[pos]
@@ -654,8 +651,6 @@ def section_columns(
                 pos += 1
             else:
                 vlen, pos = _rv(data, pos)
-                if vlen < -1:
-                    raise CorruptRecordError(f"negative value length {vlen}")
                 if vlen < 0:
                     nulls.append(i)
                 add_start(pos)
@@ -680,6 +675,35 @@ def section_columns(
     values.extend(got)
 
 
+def check_record_attributes(data: bytes | bytearray, pos: int, end: int, count: int) -> None:
+    """Walk the ``count`` records of ``data[pos:end]`` by their lengths alone and refuse
+    a record whose attributes byte (unused by Kafka, written 0) has its top bit set:
+    aiokafka's C reader (:mod:`.native`) reads that byte as a varint, so it would read
+    such a record's fields shifted where Kafka's clients read them as laid out. Raises
+    CorruptRecordError for that, or for records that run past ``end``."""
+    i = 0
+    try:
+        while i < count:
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                b = (b & 0x7F) | data[pos + 1] << 7
+                length = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                length, pos = _rv(data, pos)
+            if length < 6 or pos + length > end:
+                raise _bad_length(length, pos, end)
+            if data[pos] & 0x80:
+                raise _attributes(i, data[pos])
+            pos += length
+            i += 1
+    except IndexError:
+        raise _truncated(end, i, count) from None
+
+
 class SectionFacts(NamedTuple):
     """What :func:`check_section` finds in a records section."""
 
@@ -693,8 +717,9 @@ class SectionFacts(NamedTuple):
 
 def check_section(data: bytes, pos: int, end: int, count: int) -> SectionFacts:
     """Check the framing of every record of the section ``data[pos:end]`` without
-    building anything: lengths, offset deltas 0, 1, ... in order, key and value lengths,
-    header keys in UTF-8, no byte left over. Raises CorruptRecordError naming the first
+    building anything: lengths, attributes (top bit clear: see
+    :func:`check_record_attributes`), offset deltas 0, 1, ... in order, key and value
+    lengths, header keys in UTF-8, no byte left over. Raises CorruptRecordError naming the first
     fault."""
     start0 = pos
     max_value = -1
@@ -717,6 +742,8 @@ def check_section(data: bytes, pos: int, end: int, count: int) -> SectionFacts:
             rend = pos + length
             if length < 6 or rend > end:
                 raise _bad_length(length, start, end)
+            if data[pos] & 0x80:
+                raise _attributes(i, data[pos])
             b = data[pos + 1]
             if b < 0x80:
                 ts_delta = (b >> 1) ^ -(b & 1)
@@ -747,8 +774,6 @@ def check_section(data: bytes, pos: int, end: int, count: int) -> SectionFacts:
                 pos += 2 + (((b & 0x7F) | data[pos + 1] << 7) >> 1)
             else:
                 klen, pos = _rv(data, pos)
-                if klen < -1:
-                    raise CorruptRecordError(f"negative key length {klen}")
                 pos += max(klen, 0)
             b = data[pos]
             if b < 0x80 and not b & 1:
@@ -764,8 +789,6 @@ def check_section(data: bytes, pos: int, end: int, count: int) -> SectionFacts:
                     max_value = vlen
             else:
                 vlen, pos = _rv(data, pos)
-                if vlen < -1:
-                    raise CorruptRecordError(f"negative value length {vlen}")
                 pos += max(vlen, 0)
                 if vlen > max_value:
                     max_value = vlen
@@ -793,6 +816,7 @@ __all__ = [
     "Record",
     "SectionFacts",
     "Value",
+    "check_record_attributes",
     "check_section",
     "check_section_end",
     "decode_records",
