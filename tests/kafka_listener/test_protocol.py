@@ -131,6 +131,62 @@ def test_pipelined_requests_are_answered_in_order(server: ServerProcess) -> None
     assert offsets == [0, 1, 2, 3]
 
 
+def test_frames_cut_anywhere_are_received_whole(server: ServerProcess) -> None:
+    """Small and large requests (a large one is read straight into a buffer of its own)
+    sent pipelined, in pieces cut at random places (a frame's size split, a large frame
+    begun in the same read as small ones, more small frames than the connection's
+    shared buffer holds): every one is answered in order, and the produced values are
+    stored byte for byte."""
+    import random
+
+    from .conftest import encode_request
+
+    topic = "cut-anywhere"
+    create_topic(server, topic)
+    rng = random.Random(7)
+    plan: list[tuple[int, int, dict[str, Any]]] = []
+    values: list[bytes] = []
+    for i in range(100):
+        if i % 4 == 0:
+            value = rng.randbytes(rng.choice([10, 70_000, 300_000]))
+            values.append(value)
+            plan.append((PRODUCE, 9, produce_body(topic, batch(value))))
+        elif i % 4 == 1:
+            plan.append((METADATA, 12, metadata_body(topic)))
+        else:
+            body = {"client_software_name": "t" * 8000, "client_software_version": "1"}
+            plan.append((API_VERSIONS, 3, body))
+    wire = b"".join(encode_request(k, v, 500 + i, b) for i, (k, v, b) in enumerate(plan))
+    with KafkaWire(server.kafka_bootstrap) as w:
+
+        def send() -> None:
+            at = 0
+            while at < len(wire):
+                n = rng.choice([1, 3, 4, 5, 100, 4096, 70_000, 400_000])
+                w.sock.sendall(wire[at : at + n])
+                at += n
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        offsets = []
+        for i, (k, v, _) in enumerate(plan):
+            cid, resp = w.receive(k, v)
+            assert cid == 500 + i
+            if k == PRODUCE:
+                part = resp.responses[0].partition_responses[0]
+                assert part.error_code == ErrorCode.none
+                offsets.append(part.base_offset)
+        sender.join(timeout=30)
+        assert offsets == list(range(len(values)))
+        got: list[bytes | None] = []
+        while len(got) < len(values):
+            (t,) = w.call(FETCH, 12, fetch_body(topic, len(got))).responses
+            (p,) = t.partitions
+            assert p.error_code == ErrorCode.none
+            got.extend(r.value for _, rs in decode_batches(p.records) for r in rs)
+    assert got == values
+
+
 def test_garbage_frames_close_only_their_connection(server: ServerProcess) -> None:
     with KafkaWire(server.kafka_bootstrap) as ok:
         for garbage in (

@@ -30,7 +30,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator
 from itertools import accumulate
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from crc32c import crc32c
 
@@ -133,7 +133,11 @@ def _bad_magic(buf: bytes | bytearray | memoryview, pos: int, end: int) -> None:
     )
 
 
-def _section(data: bytes, b: _Parsed) -> tuple[bytes, int, int]:
+@overload
+def _section(data: bytes, b: _Parsed) -> tuple[bytes, int, int]: ...
+@overload
+def _section(data: bytearray, b: _Parsed) -> tuple[bytes | bytearray, int, int]: ...
+def _section(data: bytes | bytearray, b: _Parsed) -> tuple[bytes | bytearray, int, int]:
     """The records section of the parsed batch ``b`` of ``data``: ``(bytes, start,
     end)``, the batch's own bytes when not compressed, else the decompressed copy."""
     codec = b.attributes & COMPRESSION_MASK

@@ -1,5 +1,6 @@
-"""One Kafka client connection: a raw asyncio :class:`asyncio.Protocol` (no ASGI, no
-streams) that cuts the bytes into size-prefixed frames, answers each request in the
+"""One Kafka client connection: a raw asyncio :class:`asyncio.BufferedProtocol` (no
+ASGI, no streams; the socket reads into the connection's buffers) that cuts the bytes
+into size-prefixed frames, answers each request in the
 order it came, and closes the connection on what Kafka's broker closes it on.
 
 Frames (see :mod:`tiered_log.kafka.messages`): int32 size, then the request. A client
@@ -90,14 +91,20 @@ IDLE_S = 600.0
 ``connections.max.idle.ms`` default)."""
 
 _DIRECT_BYTES = 64 * 1024
-"""A frame at least this big is received straight into a buffer of its own size (one
-copy of its bytes in all) instead of through the connection's shared buffer."""
+"""A frame at least this big is received straight into a buffer of its own size (the
+socket reads into it: no copy of its bytes in this program) instead of through the
+connection's shared buffer."""
+_RECV_BYTES = 256 * 1024
+"""The connection's shared receive buffer: smaller frames are cut from it (a copy each)."""
+_RECV_MIN = 16 * 1024
+"""Free bytes at the shared buffer's end below which a read first moves the incomplete
+frame at its start to the front."""
 
 _SIZE = struct.Struct(">i")
 _PRODUCE_KEY = struct.pack(">h", PRODUCE)
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     """One client connection (see the module docstring). ``connections``: the
     listener's set of open ones, which this adds itself to and removes itself from."""
 
@@ -123,7 +130,8 @@ class KafkaConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._buf = bytearray()
+        self._rbuf = bytearray(_RECV_BYTES)  # small frames: [_start, _end) not yet cut
+        self._start = self._end = 0
         self._big: bytearray | None = None  # a large frame being received, and how much of it
         self._big_at = 0
         self._queue: deque[bytes | bytearray] = deque()
@@ -162,7 +170,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
-        half_sent = bool(self._buf) or self._big is not None
+        half_sent = self._end > self._start or self._big is not None
         if half_sent and now - self._last_rx >= self.stall_s:
             self._drop(f"a request half-sent: no byte for {self.stall_s:g} s")
             return
@@ -173,53 +181,68 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._timer = loop.call_later(self._tick, self._check_timeouts)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        big = self._big
+        if big is not None:  # a large frame under way: the socket reads straight into it
+            return memoryview(big)[self._big_at :]
+        buf = self._rbuf
+        if self._end == len(buf) or (self._start and len(buf) - self._end < _RECV_MIN):
+            # Move the incomplete frame at the buffer's start to make room after it.
+            n = self._end - self._start
+            with memoryview(buf) as view:
+                view[:n] = bytes(view[self._start : self._end])  # regions may overlap
+            self._start, self._end = 0, n
+        return memoryview(buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self._closing or self._draining or self._lost:
             return
         self._last_rx = self._last_active = asyncio.get_running_loop().time()
         big = self._big
-        if big is not None:  # a large frame under way: its bytes go straight to its buffer
-            at = self._big_at
-            take = min(len(data), len(big) - at)
-            with memoryview(data) as view:
-                big[at : at + take] = view[:take]
-                rest = bytes(view[take:]) if take < len(data) else b""
-            self._big_at = at + take
-            if self._big_at < len(big):
-                return
-            self._big = None
-            self._queue.append(big)
-            self._ready.set()
-            if not rest:
+        if big is not None:
+            self._big_at += nbytes
+            if self._big_at == len(big):
+                self._big = None
+                self._queue.append(big)
+                self._ready.set()
                 if len(self._queue) >= MAX_QUEUED:
                     self._pause()
-                return
-            data = rest
-        buf = self._buf
-        buf += data
-        pos = 0
-        n = len(buf)
+            return
+        self._end += nbytes
+        self._cut_frames()
+
+    def _cut_frames(self) -> None:
+        """Queue every whole frame of the shared buffer (a copy each), and start a large
+        frame's own buffer when one begins in it."""
+        buf = self._rbuf
+        pos, end = self._start, self._end
         low, high = 8, self.max_frame_bytes
         if self.sasl is not None:
             low, high = self.sasl.frame_bounds(high)
-        while n - pos >= 4:
+        queued = False
+        view = memoryview(buf)
+        while end - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < low or size > high:
+                view.release()
                 self._drop(f"a frame of {size} bytes (allowed: {low} to {high})")
                 return
-            if n - pos - 4 < size:
-                if size >= _DIRECT_BYTES:
+            if end - pos - 4 < size:
+                if size >= _DIRECT_BYTES:  # the rest of it goes straight into its own buffer
                     frame = bytearray(size)
-                    with memoryview(buf) as view:
-                        frame[: n - pos - 4] = view[pos + 4 : n]
-                    self._big, self._big_at = frame, n - pos - 4
-                    pos = n
+                    got = end - pos - 4
+                    frame[:got] = view[pos + 4 : end]
+                    self._big, self._big_at = frame, got
+                    pos = end
                 break
-            with memoryview(buf) as view:
-                self._queue.append(bytes(view[pos + 4 : pos + 4 + size]))
+            self._queue.append(bytes(view[pos + 4 : pos + 4 + size]))
+            queued = True
             pos += 4 + size
-        if pos:
-            del buf[:pos]
+        view.release()
+        if pos == end:
+            pos = end = 0
+        self._start, self._end = pos, end
+        if queued:
             self._ready.set()
         if len(self._queue) >= MAX_QUEUED:
             self._pause()

@@ -49,7 +49,7 @@ _new = tuple.__new__
 _not_null = partial(is_not, None)
 
 
-def plain_batch(batch: bytes | memoryview, section: bytes | None) -> bytes | memoryview:
+def plain_batch(batch: bytes | memoryview, section: bytes | bytearray | None) -> bytes | memoryview:
     """The batch to hand the reader: ``batch`` itself when its records are not
     compressed (``section`` None), else its header with the codec bits cleared and
     batchLength set, followed by the decompressed ``section`` (not CRC-correct: the

@@ -99,7 +99,7 @@ VARINT = _VarintCache()
 """Zigzag varints by value: ``VARINT[n]`` (see :class:`_VarintCache`)."""
 
 
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes | bytearray, pos: int) -> tuple[int, int]:
     """The signed value of the zigzag varint at ``data[pos]`` and the position after it.
 
     Raises IndexError past the end of ``data``, CorruptRecordError for more than 10 bytes.
