@@ -132,7 +132,7 @@ class Produced(NamedTuple):
     log_append_time: int
 
 
-def produce_batches(data: bytes | bytearray, append_threshold: int) -> EncodedBatch:
+def produce_batches(data: bytes | bytearray | memoryview, append_threshold: int) -> EncodedBatch:
     """The parse step of a Kafka Produce's partition data: its batches, each verified
     (:func:`~tiered_log.format.records.receive_batches`: framing, CRC-32C, the records
     parse, decompressed when compressed) and kept as sent, to append in this order (the
@@ -368,7 +368,12 @@ class Backend:
     # ---- produce -------------------------------------------------------------------------
 
     async def produce(
-        self, topic: str, partition: int, data: bytes | bytearray, acks: int, timeout_ms: int
+        self,
+        topic: str,
+        partition: int,
+        data: bytes | bytearray | memoryview,
+        acks: int,
+        timeout_ms: int,
     ) -> Produced:
         """Append the Kafka batches ``data`` as sent (:func:`produce_batches`; acks 0
         and 1: once the leader has them; -1: once every in-sync replica has, waiting at
@@ -381,7 +386,7 @@ class Backend:
         config = self.state.topics.get(topic).meta.config
         parsed: list[EncodedBatch] = []
 
-        def parse(body: bytes | bytearray, threshold: int) -> EncodedBatch:
+        def parse(body: bytes | bytearray | memoryview, threshold: int) -> EncodedBatch:
             got = produce_batches(body, threshold)
             parsed.append(got)
             return got

@@ -225,7 +225,7 @@ class Handlers:
         be: Backend,
         topic: str,
         partition: int,
-        records: bytes | None,
+        records: bytes | memoryview | None,
         acks: int,
         timeout_ms: int,
         fail: TieredLogError | None,

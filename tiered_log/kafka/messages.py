@@ -45,6 +45,7 @@ from kio.static.constants import EntityType
 
 from ..local.ranges import FetchRanges, FileRange
 from .fields import fields_of, read_uvarint, uvarint
+from .produce_request import read_produce
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +156,10 @@ def parse_request(frame: bytes | bytearray | memoryview) -> Request:
     try:
         head: Any
         head, at = entity_reader(head_cls)(frame, 0)
-        body, _ = entity_reader(cls)(frame, at)
+        if key == PRODUCE:  # its records are left in the frame, not copied
+            body = read_produce(cls, frame, at)
+        else:
+            body, _ = entity_reader(cls)(frame, at)
     except Exception as exc:  # kio raises its own and struct/value errors on bad bytes
         if not flexible:
             raise BadFrame(f"undecodable {APIS[key].name} v{version} request: {exc}") from None
