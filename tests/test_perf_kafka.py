@@ -31,6 +31,11 @@ def test_perf_kafka_json(tmp_path: Path) -> None:
 
     produce = report["produce"]
     assert produce["records"] == RECORDS
+    cpu = produce["cpu_s_per_mb"]
+    assert set(cpu) == {"server", "client", "library"}
+    assert all(len(v) == 2 and all(x >= 0 for x in v) for v in cpu.values())
+    assert any(x > 0 for x in cpu["library"])  # the append itself takes CPU
+    assert len(produce["server_cpu_vs_library"]) == 2
     consume = report["consume"]
     # Every record produced was read back: the local topic whole (a warm-up read and
     # one per round), the archived range likewise.

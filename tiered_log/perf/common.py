@@ -182,6 +182,17 @@ def figures(runs: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds (user + system, every thread) used so far by process ``pid`` (from
+    ``/proc``), or by this process when None."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def environment() -> dict[str, Any]:
     """Where a benchmark ran, for its JSON report."""
     import platform

@@ -9,10 +9,17 @@ round) for ``repeat`` rounds:
 
 - **produce**: a ``confluent-kafka`` Producer sends ``mib`` MiB of 1 KiB records to a
   fresh one-partition topic (acks=1, no compression, large batches: see
-  :data:`PRODUCER_CONFIG`), timed from the first ``produce()`` to the last delivery
-  report (the producer connected before, by one acknowledged record elsewhere). Baseline **library**: ``append_batch`` of the same values, 1,000 a batch, on a
+  :data:`PRODUCER_CONFIG`), timed from the first ``produce()`` until ``flush()`` returns
+  with every record acknowledged (the producer connected before, by one acknowledged
+  record elsewhere; delivery reports for failures only, as a Python callback per
+  record costs the producer about as much CPU as the broker spends on the record).
+  Baseline **library**: ``append_batch`` of the same values, 1,000 a batch, on a
   partition log opened in this process as the server opens one (the function ``perf
-  http-produce`` times). Ratio ``produce_vs_library`` (records per second).
+  http-produce`` times). Ratio ``produce_vs_library`` (records per second). Each round
+  also counts CPU seconds per MB: the server process's, the producing process's and the
+  library's (``produce.cpu_s_per_mb``), and the library's over the server's
+  (``produce.server_cpu_vs_library``: above 1, the server spends less CPU per byte than
+  the in-process append), the figure that tells a machine with cores to spare.
 - **consume local**: a ``confluent-kafka`` Consumer without a group (``assign()`` at
   offset 0, large fetches: :data:`CONSUMER_CONFIG`) reads one produced topic from the
   start to its end, timed from ``assign()`` to the last record. Baseline **loopback**:
@@ -46,6 +53,7 @@ from .common import (
     MB,
     Progress,
     alternate,
+    cpu_seconds,
     environment,
     figures,
     say,
@@ -69,6 +77,8 @@ KAFKA = "kafka"
 LIBRARY = "library"
 LOOPBACK = "loopback"
 LOCAL = "local"
+SERVER = "server"
+CLIENT = "client"
 ARCHIVED = "archived"
 LOCAL_TOPIC = "perf-kafka"
 ARCHIVED_TOPIC = "perf-kafka-archived"
@@ -126,8 +136,8 @@ def produce_kafka(
     config: dict[str, Any] | None = None,
 ) -> tuple[float, int]:
     """Produce ``values`` to partition 0 of ``topic`` with :data:`PRODUCER_CONFIG` (and
-    ``config`` over it): ``(seconds from the first produce to the last delivery report,
-    records delivered)``. A delivery error raises.
+    ``config`` over it): ``(seconds from the first produce until flush() returned with
+    every record acknowledged, records delivered)``. A delivery error raises.
 
     The producer is connected before the clock starts: one record to
     :data:`WARMUP_TOPIC` (auto-created) is sent and acknowledged first, so the figure
@@ -285,10 +295,14 @@ def run_kafka(
         )
         say("kafka: starting the server", enabled=show)
         srv.start()
+        assert srv.proc is not None
+        server_pid = srv.proc.pid
         try:
             bootstrap = f"127.0.0.1:{srv.settings['kafka_port']}"
             with Client(srv.url, timeout=300) as client:
                 say(f"kafka: server on {srv.url}, Kafka listener on {bootstrap}", enabled=show)
+
+                cpu: dict[str, list[float]] = {SERVER: [], CLIENT: [], LIBRARY: []}
 
                 def produce_round(i: int) -> float:
                     topic = LOCAL_TOPIC if i == 0 else f"{LOCAL_TOPIC}-{i}"
@@ -296,7 +310,10 @@ def run_kafka(
                     with Progress(
                         records, f"produce round {i + 1}/{repeat} {KAFKA}", enabled=progress
                     ) as pr:
+                        s0, c0 = cpu_seconds(server_pid), cpu_seconds()
                         secs, n = produce_kafka(bootstrap, topic, values, pr)
+                        cpu[SERVER].append((cpu_seconds(server_pid) - s0) / value_mb)
+                        cpu[CLIENT].append((cpu_seconds() - c0) / value_mb)
                     if n != records:
                         raise RuntimeError(f"{topic}: {n} records delivered of {records}")
                     if i:
@@ -308,7 +325,9 @@ def run_kafka(
                     with Progress(
                         records, f"produce round {i + 1}/{repeat} {LIBRARY}", enabled=progress
                     ) as pr:
+                        c0 = cpu_seconds()
                         secs = _produce_library(lib_dir, False, batches, pr)
+                        cpu[LIBRARY].append((cpu_seconds() - c0) / value_mb)
                     if not keep:
                         _remove(lib_dir)
                     return value_mb / secs
@@ -410,6 +429,12 @@ def run_kafka(
         "consume_archived_vs_loopback": round_ratios(consume, ARCHIVED, LOOPBACK),
     }
     ratios = {k: round(statistics.median(v), 3) for k, v in per_round.items()}
+    # The library's CPU per MB over the server's, round by round: above 1, the server
+    # spends less CPU per byte than the in-process append does.
+    cpu_ratio = [
+        round(lib / max(srv_cpu, 1e-9), 3)
+        for lib, srv_cpu in zip(cpu[LIBRARY], cpu[SERVER], strict=True)
+    ]
     ranges = {k: [min(v), max(v)] for k, v in per_round.items()}
     targets = {
         k: {
@@ -424,7 +449,9 @@ def run_kafka(
     return {
         "benchmark": "kafka",
         "note": "produce: MB = 10**6 bytes of record values, kafka = confluent-kafka Producer "
-        "from the first produce() to the last delivery report, library = append_batch in "
+        "from the first produce() until flush() returns (every record acknowledged), "
+        "cpu_s_per_mb = CPU seconds per MB of the server process, the producing process "
+        "and the library, library = append_batch in "
         "process (1,000 records a batch) on a log opened as the server opens partitions; "
         "consume: MB = the stored batches' bytes of the range read, kafka = confluent-kafka "
         "Consumer (assign() from the range's start, no group) to the range's last record, "
@@ -445,6 +472,8 @@ def run_kafka(
             "records": records,
             KAFKA: figures(produce[KAFKA]),
             LIBRARY: figures(produce[LIBRARY]),
+            "cpu_s_per_mb": {k: [round(x, 5) for x in v] for k, v in cpu.items()},
+            "server_cpu_vs_library": cpu_ratio,
         },
         "consume": {
             "records": {LOCAL: records, ARCHIVED: a_end - a_start},
@@ -478,6 +507,15 @@ def format_lines(report: dict[str, Any]) -> str:
                 f"{section:<8} {name:<9} best {f['mb_per_s']:>9,.1f} MB/s  runs "
                 + ", ".join(f"{x:,.1f}" for x in f["runs_mb_per_s"])
             )
+    cpu = report["produce"]["cpu_s_per_mb"]
+    lines.append(
+        "produce  CPU ms per MB: server "
+        + ", ".join(f"{x * 1000:.2f}" for x in cpu[SERVER])
+        + "; producer "
+        + ", ".join(f"{x * 1000:.2f}" for x in cpu[CLIENT])
+        + "; library "
+        + ", ".join(f"{x * 1000:.2f}" for x in cpu[LIBRARY])
+    )
     for k, t in report["targets"].items():
         lo, hi = t["range"]
         lines.append(
