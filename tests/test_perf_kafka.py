@@ -46,6 +46,10 @@ def test_perf_kafka_json(tmp_path: Path) -> None:
     assert consume["bytes"]["local"] > RECORDS * 1024
     assert consume["bytes"]["archived"] > archived * 1024
     assert isinstance(consume["archived_remote_fetches_while_timed"], int)
+    for name in ("local", "archived"):
+        sides = consume["cpu_s_per_mb"][name]
+        assert set(sides) == {"server", "client"}
+        assert all(len(v) == 2 and all(x >= 0 for x in v) for v in sides.values())
 
     for section, names in (
         ("produce", ("kafka", "library")),

@@ -32,7 +32,9 @@ round) for ``repeat`` rounds:
   to the remote tier and dropped locally (``local_retention_bytes=0``), its archived
   range only; the chunk cache is warmed by one untimed read first (the report counts
   the bucket reads made while timed: 0 when it stayed warm). Ratio
-  ``consume_archived_vs_loopback`` against the same round's loopback figure.
+  ``consume_archived_vs_loopback`` against the same round's loopback figure. Both
+  reads count CPU seconds per MB of the server process and of the consuming process
+  (``consume.cpu_s_per_mb``).
 
 Every timed read checks that it received the records the producer delivered (count
 and last offset); a shortfall raises. The report gives each round's figures and
@@ -353,6 +355,9 @@ def run_kafka(
                 archived_consumer = new_consumer(bootstrap)
                 try:
                     consumed: dict[str, list[int]] = {LOCAL: [], ARCHIVED: []}
+                    read_cpu: dict[str, dict[str, list[float]]] = {
+                        name: {SERVER: [], CLIENT: []} for name in (LOCAL, ARCHIVED)
+                    }
                     for consumer, topic, start, end, name in (
                         (local_consumer, LOCAL_TOPIC, 0, records, LOCAL),
                         (archived_consumer, ARCHIVED_TOPIC, a_start, a_end, ARCHIVED),
@@ -376,13 +381,18 @@ def run_kafka(
                     def consume_round(
                         consumer: Any, topic: str, start: int, end: int, name: str, nbytes: int
                     ) -> Callable[[int], float]:
+                        mb = nbytes / MB
+
                         def run(i: int) -> float:
                             with Progress(
                                 end - start,
                                 f"consume round {i + 1}/{repeat} {name}",
                                 enabled=progress,
                             ) as pr:
+                                s0, c0 = cpu_seconds(server_pid), cpu_seconds()
                                 secs, n = consume_kafka(consumer, topic, start, end, pr)
+                                read_cpu[name][SERVER].append((cpu_seconds(server_pid) - s0) / mb)
+                                read_cpu[name][CLIENT].append((cpu_seconds() - c0) / mb)
                             consumed[name].append(n)
                             if n != end - start:
                                 raise RuntimeError(f"{topic}: read {n} records of {end - start}")
@@ -481,6 +491,10 @@ def run_kafka(
             "bytes": {LOCAL: local_bytes, ARCHIVED: arch_bytes, LOOPBACK: file_bytes * passes},
             "loopback_passes": passes,
             "archived_remote_fetches_while_timed": int(fetches),
+            "cpu_s_per_mb": {
+                name: {k: [round(x, 5) for x in v] for k, v in sides.items()}
+                for name, sides in read_cpu.items()
+            },
             LOOPBACK: figures(consume[LOOPBACK]),
             LOCAL: figures(consume[LOCAL]),
             ARCHIVED: figures(consume[ARCHIVED]),
@@ -516,6 +530,13 @@ def format_lines(report: dict[str, Any]) -> str:
         + "; library "
         + ", ".join(f"{x * 1000:.2f}" for x in cpu[LIBRARY])
     )
+    for name, sides in report["consume"]["cpu_s_per_mb"].items():
+        lines.append(
+            f"consume  {name} CPU ms per MB: server "
+            + ", ".join(f"{x * 1000:.2f}" for x in sides[SERVER])
+            + "; consumer "
+            + ", ".join(f"{x * 1000:.2f}" for x in sides[CLIENT])
+        )
     for k, t in report["targets"].items():
         lo, hi = t["range"]
         lines.append(
