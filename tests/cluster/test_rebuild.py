@@ -1,24 +1,27 @@
 """Broker rebuild on a real three-node cluster (issue 17), in a cluster of its own: a
 follower or the leader whose disk is lost rebuilds from the bucket plus the unshipped
 tail (KIP-1023) and rejoins the ISR, visible in ``tiered-log cluster status`` and
-``/metrics``; a dead node's replicas are reassigned to a spare node. The helpers are
-:mod:`test_failover`'s."""
+``/metrics``; a dead node's replicas are reassigned to a spare node (and a live one's,
+through :class:`~tiered_log.client.AsyncClient`). The helpers are :mod:`test_failover`'s."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from tiered_log.client import AsyncClient
 from tiered_log.cluster.dev import DevCluster
+from tiered_log.errors import InvalidArgumentError
 
 from .conftest import dev_cluster
 from .helpers import wait_until
@@ -375,3 +378,64 @@ def test_a_segment_damaged_in_both_tiers_is_repaired_from_a_replica(cluster: Dev
     assert any(t == "local" and r.startswith("from replica node ") for t, r in mine), mine
     assert [d["tier"] for d in reports[follower.node_id]["damaged"]] == ["local"]
     assert {p: p.read_bytes() for p in good} == good
+
+
+def test_the_async_client_reassigns_restores_and_scrubs(cluster: DevCluster) -> None:
+    """``AsyncClient`` given every node's URL: ``reassign`` moves a live follower's
+    replica to the spare node, which rebuilds and joins the ISR while the follower is
+    dropped, every record still there; a node onto itself is refused. ``restore`` skips
+    a topic the cluster has and names one the bucket lacks; ``archive_scrub`` runs a pass
+    on every live node and answers each one's report. Last in the module: the reassign
+    moves every replica the follower holds that the spare lacks."""
+    restart_dead(cluster)
+    topic = "moved-async"
+    values = [f"a{i}".encode() for i in range(50)]
+
+    async def main() -> None:
+        async with AsyncClient(cluster.urls, retry_timeout_s=20) as c:
+
+            async def state() -> dict[str, Any]:
+                doc = await c.cluster()
+                assert doc is not None
+                [part] = [p for p in doc["partitions"] if p["topic"] == topic]
+                return dict(part)
+
+            async def until(ready: Callable[[dict[str, Any]], bool], what: str) -> None:
+                deadline = time.monotonic() + 60
+                while not ready(await state()):
+                    assert time.monotonic() < deadline, what
+                    await asyncio.sleep(0.05)
+
+            await c.create_topic(topic, replication_factor=2)
+            await until(lambda st: len(st["isr"]) == 2, "a full ISR")
+            assert await c.produce(topic, 0, values, acks="all") == list(range(50))
+            st = await state()
+            follower = next(n for n in st["replicas"] if n != st["leader"])
+            spare = next(n for n in cluster.nodes if n not in st["replicas"])
+            answer = await c.reassign(follower, spare)
+            assert (answer["from_node"], answer["to_node"]) == (follower, spare)
+            assert {"topic": topic, "partition": 0} in answer["partitions"]
+            await until(
+                lambda st: (
+                    sorted(st["replicas"]) == sorted([st["leader"], spare])
+                    and spare in st["isr"]
+                    and follower not in st["isr"]
+                ),
+                "the spare in the ISR and the follower dropped",
+            )
+            got = [r.value async for page in c.consume(topic, 0, 0) for r in page.records]
+            assert got == values
+            with pytest.raises(InvalidArgumentError):
+                await c.reassign(spare, spare)
+
+            body = await c.restore([topic, "nope-async"], replication_factor=2)
+            assert body["restored"] == [] and body["missing"] == ["nope-async"]
+            assert [t["name"] for t in body["skipped"]] == [topic]
+
+            nodes = await c.archive_scrub(topic)
+            assert {n["node_id"]: n["url"] for n in nodes} == {
+                i: n.url for i, n in cluster.nodes.items()
+            }
+            assert all(n["report"]["damaged"] == [] for n in nodes)
+
+    asyncio.run(main())

@@ -420,6 +420,77 @@ def test_a_running_service_restores_with_its_tail_and_serves_the_new_topic(
         srv.stop(timeout=15)
 
 
+@pytest.mark.timeout(120)
+def test_the_async_client_restores_a_topic_of_a_running_service(tmp_path: Path) -> None:
+    """``AsyncClient.restore_topic`` through a running service: ``to_timestamp`` keeps
+    the records up to that time, from the bucket and the unshipped tail (the batch it
+    falls in cut), ``to_offset`` those below it, both the smaller; each new topic is
+    served at once (its records read back with offsets, keys and timestamps, a new
+    record appended after its end); an existing new name or a missing source is refused."""
+    import asyncio
+
+    from service.conftest import ServerProcess  # tests/service/conftest.py
+    from service.test_tiered_service import TINY
+
+    from tiered_log.client import AsyncClient
+    from tiered_log.errors import TopicExistsError, TopicNotFoundError
+
+    srv = ServerProcess(
+        tmp_path / "data",
+        tmp_path,
+        {"remote_url": str(tmp_path / "bucket"), "ship_interval_ms": "50"},
+    )
+    source = [
+        ProducerRecord(
+            f"value-{i:06d}-".encode() + b"x" * 100,
+            key=f"k{i % 7}".encode(),
+            timestamp=1_000_000 + i,
+        )
+        for i in range(300)
+    ]
+
+    def rows(recs: list[Any]) -> list[tuple[int, bytes | None, bytes | None, int]]:
+        return [(r.offset, r.key, r.value, r.timestamp) for r in recs]
+
+    want = [(i, r.key, r.value, r.timestamp) for i, r in enumerate(source)]
+
+    async def main() -> None:
+        async with AsyncClient(srv.url) as c:
+            await c.create_topic("t", config=TINY)
+            for start in range(0, 300, 100):  # one batch a request
+                await c.produce("t", 0, source[start : start + 100])
+            deadline = asyncio.get_running_loop().time() + 30
+            while (await c.archived_segments("t", 0))["remote_end_offset"] < 200:
+                assert asyncio.get_running_loop().time() < deadline, "shipping"
+                await asyncio.sleep(0.05)
+
+            report = await c.restore_topic("t", "t2", to_timestamp=1_000_250)
+            [part] = report["partitions"]
+            assert (part["end_offset"], part["tail_records"]) == (251, 251 - part["bucket_end"])
+            assert part["tail_records"] > 0  # the active segment's, from the service
+            got = [r async for page in c.consume("t2", 0, 0) for r in page.records]
+            assert rows(got) == want[:251]
+            assert await c.produce("t2", 0, [b"new"]) == [251]
+
+            [part] = (await c.restore_topic("t", "t3", to_offset=150))["partitions"]
+            assert part["end_offset"] == 150
+            report = await c.restore_topic("t", "t4", to_timestamp=1_000_250, to_offset=120)
+            assert [p["end_offset"] for p in report["partitions"]] == [120]
+            got = [r async for page in c.consume("t4", 0, 0) for r in page.records]
+            assert rows(got) == want[:120]
+
+            with pytest.raises(TopicExistsError, match="t2"):
+                await c.restore_topic("t", "t2", to_offset=10)
+            with pytest.raises(TopicNotFoundError, match="nope"):
+                await c.restore_topic("nope", "t5", to_offset=10)
+
+    srv.start()
+    try:
+        asyncio.run(main())
+    finally:
+        srv.stop(timeout=15)
+
+
 @pytest.mark.timeout(180)
 def test_a_restore_from_the_bucket_alone_is_served_by_a_service_started_on_it(
     tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]

@@ -377,6 +377,86 @@ def test_a_scrub_asked_of_a_service_repairs_both_tiers(
         srv.stop(timeout=15)
 
 
+@pytest.mark.timeout(120)
+def test_the_async_client_lists_scrubs_and_reads_the_anomalies_of_a_service(
+    tmp_path: Path,
+) -> None:
+    """``AsyncClient`` against a service keeping its shipped segments locally:
+    ``archived_segments`` names the objects in the bucket (as the sync client does); a
+    byte flipped in one of them is not found by ``archive_scrub`` of another topic, is
+    found and repaired by a scrub of every topic (one report, of the single node), and
+    the bytes are the originals again; ``archive_anomalies`` lists it for its topic only
+    (as the sync client's answer)."""
+    import asyncio
+
+    from service.conftest import ServerProcess  # tests/service/conftest.py
+
+    from tiered_log.client import AsyncClient, Client
+    from tiered_log.errors import TopicNotFoundError
+
+    bucket = tmp_path / "bucket"
+    srv = ServerProcess(
+        tmp_path / "data", tmp_path, {"remote_url": str(bucket), "ship_interval_ms": "50"}
+    )
+    config = {"segment_bytes": 4096, "local_retention_bytes": 1 << 30}
+
+    async def main() -> None:
+        async with AsyncClient(srv.url) as c:
+            for name in ("t", "u"):
+                await c.create_topic(name, config=config)
+                for start in range(0, 400, 100):  # a batch a segment: 3 shipped, 1 active
+                    await c.produce(name, 0, [value(o) for o in range(start, start + 100)])
+            deadline = asyncio.get_running_loop().time() + 30
+            for name in ("u", "t"):
+                while (listed := await c.archived_segments(name, 0))["remote_end_offset"] < 300:
+                    assert asyncio.get_running_loop().time() < deadline, "shipping"
+                    await asyncio.sleep(0.05)
+            assert listed["remote_end_offset"] == 300 and listed["next_offset"] == 400
+            segs = [s["object_key"] for s in listed["segments"]]
+            assert len(segs) == 3 and all((bucket / k).is_file() for k in segs)
+            with Client(srv.url) as sync:
+                assert sync.archived_segments("t", 0) == listed
+            with pytest.raises(TopicNotFoundError):
+                await c.archived_segments("nope", 0)
+
+            doc = await c.archive_anomalies()
+            assert doc["enabled"] is False and doc["last_pass"] is None
+            key = segs[1]
+            good = (bucket / key).read_bytes()
+            blob = bytearray(good)
+            blob[len(blob) // 2] ^= 0x20
+            (bucket / key).write_bytes(bytes(blob))
+
+            [other] = await c.archive_scrub("u")
+            assert (other["node_id"], other["url"]) == (None, srv.url)
+            assert other["report"]["damaged"] == [] and other["report"]["segments_checked"] > 0
+            [node] = await c.archive_scrub()
+            assert (node["node_id"], node["url"]) == (None, srv.url)
+            [d] = node["report"]["damaged"]
+            assert (d["topic"], d["partition"], d["object_key"]) == ("t", 0, key)
+            assert d["tier"] == "remote" and d["repaired"] is True
+            assert (bucket / key).read_bytes() == good
+            [again] = await c.archive_scrub("t")
+            assert again["report"]["damaged"] == []
+            checked = [n["report"]["segments_checked"] for n in (node, other, again)]
+            assert checked[0] == checked[1] + checked[2]  # every topic's: u's and t's
+            with pytest.raises(TopicNotFoundError):
+                await c.archive_scrub("nope")
+
+            found = await c.archive_anomalies("t")  # the last full pass's
+            assert found["passes"] == 3 and found["last_pass"]["segments_damaged"] == 1
+            assert [(a["object_key"], a["repaired"]) for a in found["anomalies"]] == [(key, True)]
+            assert (await c.archive_anomalies("u"))["anomalies"] == []
+            with Client(srv.url) as sync:
+                assert sync.archive_anomalies("t") == found
+
+    srv.start()
+    try:
+        asyncio.run(main())
+    finally:
+        srv.stop(timeout=15)
+
+
 @pytest.mark.timeout(60)
 def test_a_scrub_asked_of_a_service_without_background_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

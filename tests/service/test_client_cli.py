@@ -22,7 +22,14 @@ from tiered_log import (
     TopicExistsError,
     TopicNotFoundError,
 )
-from tiered_log.client import AsyncClient, Client, ConnectionFailedError, PartitionBounds
+from tiered_log.client import (
+    AsyncClient,
+    Client,
+    ConnectionFailedError,
+    PartitionBounds,
+    partition_for_key,
+)
+from tiered_log.errors import NotAClusterError
 from tiered_log.service.auth import AuthenticationError, PermissionDeniedError
 
 from .conftest import ADMIN, READER, ServerProcess, free_port, service_env
@@ -127,6 +134,69 @@ def test_async_client_round_trip(server: ServerProcess, topic_name: str) -> None
             await c.delete_topic(topic_name)
             with pytest.raises(TopicNotFoundError):
                 await c.bounds(topic_name, 0)
+
+    asyncio.run(main())
+
+
+def test_async_client_delete_records_and_assign_partitions(
+    server: ServerProcess, topic_name: str
+) -> None:
+    """``AsyncClient.delete_records`` moves the partition's log start (reads below it
+    are out of range; -1 is the high watermark; above it is refused) on that partition
+    only; ``assign_partitions`` places a batch as the sync client's does (keyed records
+    by the murmur2 hash of the key, a keyless batch on one partition, the next batch on
+    the next one); on a single node the cluster calls are refused, and the archive calls
+    answer as the sync client's do (a restore needs a source and a new name)."""
+    keys = [f"k{i}".encode() for i in range(40)]
+    keyed = [ProducerRecord(f"v{i}".encode(), key=k) for i, k in enumerate(keys)]
+    want = {p: [i for i, k in enumerate(keys) if partition_for_key(k, 3) == p] for p in range(3)}
+
+    async def main() -> None:
+        async with AsyncClient(server.url, token=ADMIN) as c:
+            await c.create_topic(topic_name, partitions=3)
+            assert await c.assign_partitions(topic_name, keyed) == want
+            keyless = [await c.assign_partitions(topic_name, [b"a", "b", b"c"]) for _ in range(4)]
+            assert all(list(g.values()) == [[0, 1, 2]] for g in keyless)
+            first = next(iter(keyless[0]))
+            assert [next(iter(g)) for g in keyless] == [(first + i) % 3 for i in range(4)]
+            with pytest.raises(TopicNotFoundError):
+                await c.assign_partitions(topic_name + "-nope", keyed)
+
+            assert await c.produce(topic_name, 1, [f"r{i}".encode() for i in range(10)]) == list(
+                range(10)
+            )
+            await c.produce(topic_name, 2, [b"other"])
+            b = await c.delete_records(topic_name, 1, 4)
+            assert (b.log_start_offset, b.next_offset) == (4, 10)
+            with pytest.raises(OffsetOutOfRangeError) as oor:
+                await c.fetch(topic_name, 1, 3)
+            assert oor.value.log_start == 4
+            got = await c.fetch(topic_name, 1, 4)
+            assert [(r.offset, r.value) for r in got.records] == [
+                (i, f"r{i}".encode()) for i in range(4, 10)
+            ]
+            assert (await c.delete_records(topic_name, 1, 2)).log_start_offset == 4  # never down
+            with pytest.raises(OffsetOutOfRangeError):
+                await c.delete_records(topic_name, 1, 11)
+            b = await c.delete_records(topic_name, 1, -1)
+            assert (b.log_start_offset, b.next_offset) == (10, 10)
+            assert (await c.bounds(topic_name, 2)).log_start_offset == 0
+            with pytest.raises(TopicNotFoundError):
+                await c.delete_records(topic_name + "-nope", 0, 1)
+
+            with Client(server.url, token=ADMIN) as sync:
+                assert sync.assign_partitions(topic_name, keyed) == want
+                assert await c.archive_anomalies() == sync.archive_anomalies()
+                assert await c.archived_segments(topic_name, 1) == sync.archived_segments(
+                    topic_name, 1
+                )
+            for call in (c.reassign(1, 2), c.restore([topic_name])):
+                with pytest.raises(NotAClusterError):
+                    await call
+            with pytest.raises(TopicExistsError, match="exists already"):
+                await c.restore_topic(topic_name + "-nope", topic_name, to_offset=1)
+            with pytest.raises(TopicNotFoundError, match="-nope"):
+                await c.restore_topic(topic_name + "-nope", topic_name + "-copy", to_offset=1)
 
     asyncio.run(main())
 

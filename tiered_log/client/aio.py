@@ -27,6 +27,11 @@ from .messages import (
     _ACCEPT_BINARY,
     _BINARY,
     _FRAMES_HEADERS,
+    ANOMALIES_PATH,
+    REASSIGN_PATH,
+    RESTORE_PATH,
+    SCRUB_PATH,
+    TOPIC_RESTORE_PATH,
     Codec,
     FetchedBatches,
     FetchResult,
@@ -35,13 +40,22 @@ from .messages import (
     _acks_params,
     _check,
     _checked_batches,
+    _delete_records_path,
     _fetch_headers,
     _fetch_params,
     _headers,
+    _json_object,
     _parse_fetch,
     _part_path,
     _raw_params,
+    _reassign_body,
+    _restore_body,
+    _restore_topic_body,
+    _scrub_report,
+    _scrub_targets,
+    _segments_path,
     _topic_body,
+    _topic_filter,
     _topic_path,
     _transport_error,
     _verify,
@@ -245,6 +259,71 @@ class AsyncClient:
         result: dict[str, Any] = (await self._any("PATCH", _topic_path(name), json=body)).json()
         return result
 
+    async def reassign(self, from_node: int, to_node: int) -> dict[str, Any]:
+        """Move every replica ``from_node`` holds to ``to_node`` (a cluster; needs admin on
+        every topic): ``POST /v1/cluster/reassign``'s answer, the partitions started; see
+        :meth:`Client.reassign <tiered_log.client.Client.reassign>`."""
+        return _json_object(
+            await self._any("POST", REASSIGN_PATH, json=_reassign_body(from_node, to_node))
+        )
+
+    async def restore(
+        self,
+        topics: list[str] | None = None,
+        *,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
+        to_timestamp: int | None = None,
+    ) -> dict[str, Any]:
+        """Recreate in a new cluster the topics the bucket keeps (needs admin on every
+        topic): ``POST /v1/cluster/restore``'s answer (``restored``, ``skipped``,
+        ``missing``), as :meth:`Client.restore <tiered_log.client.Client.restore>`.
+        Each partition reports what was never shipped as lost. ``to_timestamp``: each
+        topic holds only its records up to that time."""
+        body = _restore_body(topics, replication_factor, min_insync_replicas, to_timestamp)
+        return _json_object(await self._any("POST", RESTORE_PATH, json=body))
+
+    async def restore_topic(
+        self,
+        topic: str,
+        as_topic: str,
+        *,
+        to_timestamp: int | None = None,
+        to_offset: int | None = None,
+    ) -> dict[str, Any]:
+        """Point-in-time restore of ``topic`` as the new topic ``as_topic`` (needs admin
+        on every topic): ``POST /v1/archive/restore``'s report, once the new topic is
+        served; see :meth:`Client.restore_topic <tiered_log.client.Client.restore_topic>`."""
+        body = _restore_topic_body(topic, as_topic, to_timestamp, to_offset)
+        return _json_object(await self._any("POST", TOPIC_RESTORE_PATH, json=body))
+
+    async def archive_anomalies(self, topic: str | None = None) -> dict[str, Any]:
+        """What the node's background scrubber found (``GET /v1/archive/anomalies``: the
+        damaged segments of its last pass and of the pass under way; ``enabled`` false
+        when it runs none); ``topic``: that topic's only. As :meth:`Client.archive_anomalies
+        <tiered_log.client.Client.archive_anomalies>`."""
+        return _json_object(await self._any("GET", ANOMALIES_PATH, params=_topic_filter(topic)))
+
+    async def archive_scrub(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """Run one scrub pass now on every live node (``POST /v1/archive/scrub``: each
+        node checks both tiers of the partitions it holds and repairs what it can) and
+        answer each node's report, ``{"node_id", "url", "report"}`` (a single node:
+        ``node_id`` None); ``topic``: that topic's partitions only. The nodes are asked
+        one after the other, as :meth:`Client.archive_scrub
+        <tiered_log.client.Client.archive_scrub>` does; the coroutine ends when every pass
+        is done (no time limit: a pass reads at the nodes' ``scrub_bytes_per_sec``)."""
+        body = _topic_filter(topic)
+        doc = await self.cluster()
+        if doc is None:
+            resp = await self._any("POST", SCRUB_PATH, json=body, timeout=None)
+            return [_scrub_report(None, None, resp)]
+        return [
+            _scrub_report(
+                node_id, url, await self._req_at(url, "POST", SCRUB_PATH, json=body, timeout=None)
+            )
+            for node_id, url in _scrub_targets(doc)
+        ]
+
     async def cluster(self) -> dict[str, Any] | None:
         """``GET /v1/cluster`` of a node that answers; None for a single node."""
         try:
@@ -267,6 +346,16 @@ class AsyncClient:
             self._counts.put(topic, count)
         return count
 
+    async def assign_partitions(
+        self, topic: str, records: Sequence[ProducerRecord | bytes | str]
+    ) -> dict[int, list[int]]:
+        """Where Kafka's default partitioner sends each of ``records`` (one batch):
+        partition -> the indexes of its records. Keyed records by the murmur2 hash of the
+        key; keyless ones all to one partition, the next partition for the next batch
+        (see :mod:`tiered_log.client.partitioner`); as :meth:`Client.assign_partitions
+        <tiered_log.client.Client.assign_partitions>`."""
+        return self._partitioner.assign(topic, records, await self.partitions(topic))
+
     async def send(
         self,
         topic: str,
@@ -280,7 +369,7 @@ class AsyncClient:
         items = list(records)
         if not items:
             raise E.InvalidArgumentError("a batch needs at least one record")
-        groups = self._partitioner.assign(topic, items, await self.partitions(topic))
+        groups = await self.assign_partitions(topic, items)
         bodies = {
             p: encode_produce_body([items[i] for i in idx], compression)
             for p, idx in groups.items()
@@ -455,6 +544,16 @@ class AsyncClient:
         d = (await self._routed(topic, partition, send, writes=False)).json()
         return None if d["offset"] is None else int(d["offset"])
 
+    async def archived_segments(self, topic: str, partition: int) -> dict[str, Any]:
+        """The partition's finished remote segments as its leader serves them (``GET
+        .../remote-segments``: each with its ``object_key``, relative to ``remote_url``)."""
+        path = _segments_path(topic, partition)
+
+        def send(url: str) -> Awaitable[httpx.Response]:
+            return self._req_at(url, "GET", path)
+
+        return _json_object(await self._routed(topic, partition, send, writes=False))
+
     async def bounds(self, topic: str, partition: int) -> PartitionBounds:
         path = f"{_part_path(topic, partition)}/bounds"
 
@@ -470,6 +569,22 @@ class AsyncClient:
 
         def send(url: str) -> Awaitable[httpx.Response]:
             return self._req_at(url, "POST", path, json={"offset": offset})
+
+        return PartitionBounds.from_json(
+            (await self._routed(topic, partition, send, writes=True)).json()
+        )
+
+    async def delete_records(
+        self, topic: str, partition: int, before_offset: int
+    ) -> PartitionBounds:
+        """Delete every record below ``before_offset`` (-1: the high watermark) at the
+        partition's leader (Kafka's DeleteRecords); returns the new bounds (its log start
+        moved up to the offset)."""
+        path = _delete_records_path(topic, partition)
+        body = {"before_offset": before_offset}
+
+        def send(url: str) -> Awaitable[httpx.Response]:
+            return self._req_at(url, "POST", path, json=body)
 
         return PartitionBounds.from_json(
             (await self._routed(topic, partition, send, writes=True)).json()

@@ -4,8 +4,10 @@ Shared by :class:`~tiered_log.client.Client` and :class:`~tiered_log.client.Asyn
 
 - requests: the paths of a topic and a partition, the query parameters of a fetch and of
   a raw produce, the binary produce body (:func:`encode_produce_body`: records as Kafka
-  record batches, compressed or not, see :mod:`tiered_log.format.records`), the auth
-  header, httpx's ``verify``;
+  record batches, compressed or not, see :mod:`tiered_log.format.records`), the paths
+  and bodies of the cluster and archive requests (reassign, restore, a topic's restore,
+  scrub, anomalies, delete-records, remote segments) and which nodes a scrub asks, the
+  auth header, httpx's ``verify``;
 - answers: a binary fetch's records and offset headers (:func:`_parse_fetch`, every
   batch's CRC-32C verified, compressed batches decompressed), its batches as received
   (:func:`_checked_batches`, CRCs verified, nothing decoded: :class:`FetchedBatches`), :class:`FetchResult`,
@@ -289,6 +291,84 @@ def _topic_body(
     if min_insync_replicas is not None:
         body["min_insync_replicas"] = min_insync_replicas
     return body
+
+
+REASSIGN_PATH = "/v1/cluster/reassign"
+RESTORE_PATH = "/v1/cluster/restore"
+TOPIC_RESTORE_PATH = "/v1/archive/restore"
+ANOMALIES_PATH = "/v1/archive/anomalies"
+SCRUB_PATH = "/v1/archive/scrub"
+
+
+def _segments_path(topic: str, partition: int) -> str:
+    """A partition's finished remote segments (``GET``)."""
+    return f"{_part_path(topic, partition)}/remote-segments"
+
+
+def _delete_records_path(topic: str, partition: int) -> str:
+    """A partition's DeleteRecords (``POST``)."""
+    return f"{_part_path(topic, partition)}/delete-records"
+
+
+def _reassign_body(from_node: int, to_node: int) -> dict[str, int]:
+    """The body of ``POST /v1/cluster/reassign``."""
+    return {"from_node": from_node, "to_node": to_node}
+
+
+def _restore_body(
+    topics: list[str] | None,
+    replication_factor: int | None,
+    min_insync_replicas: int | None,
+    to_timestamp: int | None,
+) -> dict[str, Any]:
+    """The body of ``POST /v1/cluster/restore`` (the fields given only)."""
+    body: dict[str, Any] = {
+        "topics": topics,
+        "replication_factor": replication_factor,
+        "min_insync_replicas": min_insync_replicas,
+        "to_timestamp": to_timestamp,
+    }
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _restore_topic_body(
+    topic: str, as_topic: str, to_timestamp: int | None, to_offset: int | None
+) -> dict[str, Any]:
+    """The body of ``POST /v1/archive/restore`` (the limits given only)."""
+    body: dict[str, Any] = {"topic": topic, "as_topic": as_topic}
+    if to_timestamp is not None:
+        body["to_timestamp"] = to_timestamp
+    if to_offset is not None:
+        body["to_offset"] = to_offset
+    return body
+
+
+def _topic_filter(topic: str | None) -> dict[str, str]:
+    """``{"topic": topic}``, or nothing for every topic: the anomalies' query, a scrub's body."""
+    return {} if topic is None else {"topic": topic}
+
+
+def _json_object(resp: httpx.Response) -> dict[str, Any]:
+    """A JSON answer's object."""
+    return dict(resp.json())
+
+
+def _scrub_targets(cluster: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(node_id, url)`` of each live node of a ``GET /v1/cluster`` answer: the nodes a
+    scrub asks."""
+    return [
+        (int(n["node_id"]), str(n["url"]))
+        for n in cluster["nodes"]
+        if n["alive"] and n["url"] is not None
+    ]
+
+
+def _scrub_report(node_id: int | None, url: str | None, resp: httpx.Response) -> dict[str, Any]:
+    """One node's entry of a scrub's answer, ``{"node_id", "url", "report"}`` (a single
+    node: ``node_id`` None, ``url`` the one that answered)."""
+    if url is None:
+        url = str(resp.url).removesuffix(SCRUB_PATH)
+    return {"node_id": node_id, "url": url, "report": resp.json()}
 
 
 def _fetch_params(offset: int, max_records: int, max_bytes: int, wait_ms: int) -> dict[str, int]:

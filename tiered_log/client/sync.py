@@ -30,6 +30,11 @@ from .messages import (
     _ACCEPT_BINARY,
     _BINARY,
     _FRAMES_HEADERS,
+    ANOMALIES_PATH,
+    REASSIGN_PATH,
+    RESTORE_PATH,
+    SCRUB_PATH,
+    TOPIC_RESTORE_PATH,
     Codec,
     FetchedBatches,
     FetchResult,
@@ -38,13 +43,22 @@ from .messages import (
     _acks_params,
     _check,
     _checked_batches,
+    _delete_records_path,
     _fetch_headers,
     _fetch_params,
     _headers,
+    _json_object,
     _parse_fetch,
     _part_path,
     _raw_params,
+    _reassign_body,
+    _restore_body,
+    _restore_topic_body,
+    _scrub_report,
+    _scrub_targets,
+    _segments_path,
     _topic_body,
+    _topic_filter,
     _topic_path,
     _transport_error,
     _verify,
@@ -56,8 +70,6 @@ from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
 from .traffic import RecordPools
 
 _T = TypeVar("_T")
-
-SCRUB_PATH = "/v1/archive/scrub"
 
 
 class Client:
@@ -252,10 +264,8 @@ class Client:
     def reassign(self, from_node: int, to_node: int) -> dict[str, Any]:
         """Move every replica ``from_node`` holds to ``to_node`` (a cluster; needs admin on
         every topic): ``POST /v1/cluster/reassign``'s answer, the partitions started."""
-        return dict(
-            self._any(
-                "POST", "/v1/cluster/reassign", json={"from_node": from_node, "to_node": to_node}
-            ).json()
+        return _json_object(
+            self._any("POST", REASSIGN_PATH, json=_reassign_body(from_node, to_node))
         )
 
     def restore(
@@ -270,17 +280,8 @@ class Client:
         topic): ``POST /v1/cluster/restore``'s answer (``restored``, ``skipped``,
         ``missing``). Each partition reports what was never shipped as lost.
         ``to_timestamp``: each topic holds only its records up to that time."""
-        body: dict[str, Any] = {
-            "topics": topics,
-            "replication_factor": replication_factor,
-            "min_insync_replicas": min_insync_replicas,
-            "to_timestamp": to_timestamp,
-        }
-        return dict(
-            self._any(
-                "POST", "/v1/cluster/restore", json={k: v for k, v in body.items() if v is not None}
-            ).json()
-        )
+        body = _restore_body(topics, replication_factor, min_insync_replicas, to_timestamp)
+        return _json_object(self._any("POST", RESTORE_PATH, json=body))
 
     def restore_topic(
         self,
@@ -293,19 +294,14 @@ class Client:
         """Point-in-time restore of ``topic`` as the new topic ``as_topic`` (needs admin
         on every topic): ``POST /v1/archive/restore``'s report, once the new topic is
         served."""
-        body: dict[str, Any] = {"topic": topic, "as_topic": as_topic}
-        if to_timestamp is not None:
-            body["to_timestamp"] = to_timestamp
-        if to_offset is not None:
-            body["to_offset"] = to_offset
-        return dict(self._any("POST", "/v1/archive/restore", json=body).json())
+        body = _restore_topic_body(topic, as_topic, to_timestamp, to_offset)
+        return _json_object(self._any("POST", TOPIC_RESTORE_PATH, json=body))
 
     def archive_anomalies(self, topic: str | None = None) -> dict[str, Any]:
         """What the node's background scrubber found (``GET /v1/archive/anomalies``: the
         damaged segments of its last pass and of the pass under way; ``enabled`` false
         when it runs none); ``topic``: that topic's only."""
-        params = {"topic": topic} if topic is not None else None
-        return dict(self._any("GET", "/v1/archive/anomalies", params=params).json())
+        return _json_object(self._any("GET", ANOMALIES_PATH, params=_topic_filter(topic)))
 
     def archive_scrub(self, topic: str | None = None) -> list[dict[str, Any]]:
         """Run one scrub pass now on every live node (``POST /v1/archive/scrub``: each
@@ -313,19 +309,17 @@ class Client:
         answer each node's report, ``{"node_id", "url", "report"}`` (a single node:
         ``node_id`` None); ``topic``: that topic's partitions only. Blocks until every
         pass is done (no time limit: a pass reads at the nodes' ``scrub_bytes_per_sec``)."""
-        body = {"topic": topic} if topic is not None else {}
+        body = _topic_filter(topic)
         doc = self.cluster()
         if doc is None:
             resp = self._any("POST", SCRUB_PATH, json=body, timeout=None)
-            url = str(resp.url).removesuffix(SCRUB_PATH)
-            return [{"node_id": None, "url": url, "report": resp.json()}]
-        out = []
-        for node in doc["nodes"]:
-            if not node["alive"] or node["url"] is None:
-                continue
-            resp = self._req_at(node["url"], "POST", SCRUB_PATH, json=body, timeout=None)
-            out.append({"node_id": node["node_id"], "url": node["url"], "report": resp.json()})
-        return out
+            return [_scrub_report(None, None, resp)]
+        return [
+            _scrub_report(
+                node_id, url, self._req_at(url, "POST", SCRUB_PATH, json=body, timeout=None)
+            )
+            for node_id, url in _scrub_targets(doc)
+        ]
 
     def cluster(self) -> dict[str, Any] | None:
         """``GET /v1/cluster`` of a node that answers (nodes, controller, each
@@ -589,11 +583,10 @@ class Client:
     def archived_segments(self, topic: str, partition: int) -> dict[str, Any]:
         """The partition's finished remote segments as its leader serves them (``GET
         .../remote-segments``: each with its ``object_key``, relative to ``remote_url``)."""
-        path = f"{_part_path(topic, partition)}/remote-segments"
-        result: dict[str, Any] = self._routed(
-            topic, partition, lambda url: self._req_at(url, "GET", path), writes=False
-        ).json()
-        return result
+        path = _segments_path(topic, partition)
+        return _json_object(
+            self._routed(topic, partition, lambda url: self._req_at(url, "GET", path), writes=False)
+        )
 
     def bounds(self, topic: str, partition: int) -> PartitionBounds:
         """The partition's bounds as its leader sees them."""
@@ -620,7 +613,7 @@ class Client:
         """Delete every record below ``before_offset`` (-1: the high watermark) at the
         partition's leader (Kafka's DeleteRecords); returns the new bounds (its log start
         moved up to the offset)."""
-        path = f"{_part_path(topic, partition)}/delete-records"
+        path = _delete_records_path(topic, partition)
         body = {"before_offset": before_offset}
         return PartitionBounds.from_json(
             self._routed(
