@@ -161,6 +161,16 @@ def test_async_client_delete_records_and_assign_partitions(
             assert [next(iter(g)) for g in keyless] == [(first + i) % 3 for i in range(4)]
             with pytest.raises(TopicNotFoundError):
                 await c.assign_partitions(topic_name + "-nope", keyed)
+            other = topic_name + "-grows"
+            await c.create_topic(other, partitions=1)
+            assert await c.partitions(other) == 1  # now cached
+            assert (await c.alter_topic(other, partitions=4))["partitions"] == 4
+            assert await c.partitions(other) == 4  # the cache forgot the old count
+            spread = await c.assign_partitions(other, keyed)
+            assert spread == {
+                p: [i for i, k in enumerate(keys) if partition_for_key(k, 4) == p] for p in range(4)
+            }
+            await c.delete_topic(other)
 
             assert await c.produce(topic_name, 1, [f"r{i}".encode() for i in range(10)]) == list(
                 range(10)

@@ -38,6 +38,7 @@ from .messages import (
     PartitionBounds,
     RequestNotSentError,
     _acks_params,
+    _alter_body,
     _check,
     _checked_batches,
     _delete_records_path,
@@ -248,14 +249,16 @@ class AsyncClient:
         *,
         delete_config: list[str] | None = None,
         remote_disable_policy: str | None = None,
+        partitions: int | None = None,
     ) -> dict[str, Any]:
         """Change a topic's settings (``PATCH /v1/topics/{name}``): ``config`` sets,
         ``delete_config`` resets to the server's defaults; ``remote_disable_policy``
-        (``retain`` or ``delete``) when ``remote_enabled`` turns false. Returns the new
+        (``retain`` or ``delete``) when ``remote_enabled`` turns false; ``partitions``
+        grows it to that many partitions (the count only grows). Returns the new
         description; InvalidArgumentError naming a bad key or value."""
-        body: dict[str, Any] = {"config": config or {}, "delete_config": delete_config or []}
-        if remote_disable_policy is not None:
-            body["remote_disable_policy"] = remote_disable_policy
+        body = _alter_body(config, delete_config, remote_disable_policy, partitions)
+        if partitions is not None:
+            self._counts.forget(name)
         result: dict[str, Any] = (await self._any("PATCH", _topic_path(name), json=body)).json()
         return result
 

@@ -300,6 +300,21 @@ ANOMALIES_PATH = "/v1/archive/anomalies"
 SCRUB_PATH = "/v1/archive/scrub"
 
 
+def _alter_body(
+    config: dict[str, Any] | None,
+    delete_config: list[str] | None,
+    remote_disable_policy: str | None,
+    partitions: int | None,
+) -> dict[str, Any]:
+    """The body of ``PATCH /v1/topics/{name}`` (see ``Client.alter_topic``)."""
+    body: dict[str, Any] = {"config": config or {}, "delete_config": delete_config or []}
+    if remote_disable_policy is not None:
+        body["remote_disable_policy"] = remote_disable_policy
+    if partitions is not None:
+        body["partitions"] = partitions
+    return body
+
+
 def _segments_path(topic: str, partition: int) -> str:
     """A partition's finished remote segments (``GET``)."""
     return f"{_part_path(topic, partition)}/remote-segments"

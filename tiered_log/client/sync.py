@@ -41,6 +41,7 @@ from .messages import (
     PartitionBounds,
     RequestNotSentError,
     _acks_params,
+    _alter_body,
     _check,
     _checked_batches,
     _delete_records_path,
@@ -252,11 +253,8 @@ class Client:
         (``retain`` or ``delete``) when ``remote_enabled`` turns false; ``partitions``
         grows it to that many partitions (the count only grows). Returns the new
         description; InvalidArgumentError naming a bad key or value."""
-        body: dict[str, Any] = {"config": config or {}, "delete_config": delete_config or []}
-        if remote_disable_policy is not None:
-            body["remote_disable_policy"] = remote_disable_policy
+        body = _alter_body(config, delete_config, remote_disable_policy, partitions)
         if partitions is not None:
-            body["partitions"] = partitions
             self._counts.forget(name)
         result: dict[str, Any] = (self._any("PATCH", _topic_path(name), json=body)).json()
         return result
