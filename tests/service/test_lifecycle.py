@@ -326,11 +326,11 @@ def test_tls(server_factory: Any, tmp_path: Path) -> None:
 
 
 def test_malloc_tuning_applies_on_glibc() -> None:
-    """The server's glibc tuning is accepted by glibc (each mallopt value in its range);
-    elsewhere it is skipped, never an error."""
+    """The glibc tuning of the server and its tier workers is accepted by glibc (each
+    mallopt value in its range); elsewhere it is skipped, never an error."""
     import platform
 
-    from tiered_log.service.server import tune_malloc
+    from tiered_log.allocator import tune_malloc
 
     applied = tune_malloc()
     if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":

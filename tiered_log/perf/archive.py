@@ -54,6 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..allocator import tune_malloc
 from ..format import naming
 from ..local.log import LogConfig
 from ..partition import TieredLog
@@ -291,6 +292,7 @@ def run_archive(
     """The benchmark (see the module docstring); one JSON-able dict. ``progress``:
     the progress lines on stderr (None: only when stderr is a terminal; the phase
     lines are said unless False)."""
+    tune_malloc()  # the in-process side with the allocator settings of the service
     show = progress is not False
     corpora: dict[str, dict[str, Any]] = {}
     with work_dir(directory, keep=keep) as work:

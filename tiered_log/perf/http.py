@@ -64,6 +64,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..allocator import tune_malloc
 from . import fetch_limit
 from .common import DEFAULT_BATCH, DEFAULT_REPEAT, MB, Progress, environment, rate, ratio, say
 
@@ -347,6 +348,7 @@ def run_http_produce(
 ) -> dict[str, Any]:
     """Batched produce over HTTP vs in-process ``append_batch``, plus single-record
     produce latency; see the module docstring."""
+    tune_malloc()  # the in-process side with the allocator settings of the service
     from ..client import Client
     from .local import _remove, work_dir
 
@@ -462,6 +464,7 @@ def run_http_fetch(
 ) -> dict[str, Any]:
     """Binary fetch over HTTP vs in-process ``read_range``, ``batch`` records a page; see
     the module docstring."""
+    tune_malloc()  # the in-process side with the allocator settings of the service
     from ..client import Client
     from ..errors import TieredLogError
     from .local import work_dir

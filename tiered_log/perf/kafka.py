@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..allocator import tune_malloc
 from .common import (
     DEFAULT_BATCH,
     MB,
@@ -274,6 +275,7 @@ def run_kafka(
 ) -> dict[str, Any]:
     """The three measurements and their baselines (see the module docstring); one
     JSON-able dict."""
+    tune_malloc()  # the in-process side with the allocator settings of the service
     from ..client import Client
     from ..cluster.etcd_process import free_port
     from .local import _remove, work_dir

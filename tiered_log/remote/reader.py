@@ -16,8 +16,10 @@ A chunk stored compressed or encrypted (:mod:`~tiered_log.remote.chunk_codec`) i
 decoded where it is fetched (the worker or the fetch thread), after its stored checksum
 is verified; the cache holds it decoded, so everything after the fetch reads plain
 batches. An encrypted segment's data key is unwrapped from its manifest (one GET per
-segment, kept in memory by object key) with the node's key ring; a key the ring lacks
-is a KeyUnavailableError naming it, never a wrong answer.
+segment, kept in memory by object key) with the node's key ring, looked up in the
+background as soon as a fetch of the segment is queued (so a prefetched segment's key
+is at hand when its fetch starts); a key the ring lacks is a KeyUnavailableError naming
+it, never a wrong answer.
 
 Prefetching is a pipeline in read order: a log's groups wait in one queue and at most
 :data:`~tiered_log.remote.limits.FETCH_DEPTH` of them are fetched at once, so the chunks
@@ -39,6 +41,7 @@ process-wide fetch pool; the queue and the in-flight map are guarded by one lock
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -139,7 +142,9 @@ class RemoteReader:
         self._running: set[Future[None]] = set()  # pool tasks of the groups being fetched
         self._persisting: set[Future[None]] = set()  # chunk cache file writes
         self._inflight_lock = threading.RLock()  # re-entered by done callbacks of finished futures
-        self._deks: dict[str, bytes | None] = {}  # object key -> its data key (None: plain)
+        # Object key -> its data key (None: plain), looked up once: the first caller
+        # reads the manifest, later ones wait for its answer.
+        self._deks: dict[str, Future[bytes | None]] = {}
         self._deks_lock = threading.Lock()
 
     def fetch_futures(self) -> set[Future[Any]]:
@@ -207,14 +212,41 @@ class RemoteReader:
         if ring is None:
             return None
         with self._deks_lock:
-            if object_key in self._deks:
-                return self._deks[object_key]
-        rli = object_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
-        found = manifest_encryption(self.st.storage.get(rli), rli)
-        dek = None if found is None else ring.unwrap(*found)
-        with self._deks_lock:
-            self._deks[object_key] = dek
+            fut = self._deks.get(object_key)
+            mine = fut is None
+            if fut is None:
+                fut = self._deks[object_key] = Future()
+        if not mine:
+            return fut.result()
+        try:
+            rli = object_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
+            found = manifest_encryption(self.st.storage.get(rli), rli)
+            dek = None if found is None else ring.unwrap(*found)
+        except BaseException as exc:
+            with self._deks_lock:  # the next reader asks the bucket again
+                del self._deks[object_key]
+            fut.set_exception(exc)
+            raise
+        fut.set_result(dek)
         return dek
+
+    def _warm_keys(self, groups: Sequence[_Group]) -> None:
+        """Look up, in the background, the data keys of the objects of ``groups`` (just
+        queued) not known yet: a cold sequential reader then finds each segment's key
+        at hand when its fetch starts, instead of reading the manifest first."""
+        if self.st.config.key_ring is None:
+            return
+        with self._deks_lock:
+            keys = {g.entries[0].object_key for g in groups} - self._deks.keys()
+        for key in keys:
+            try:
+                self._pool.submit(self._warm_key, key)
+            except RuntimeError:  # the pool is shut down: the fetch looks it up itself
+                return
+
+    def _warm_key(self, object_key: str) -> None:
+        with contextlib.suppress(TieredLogError):  # the fetch that needs it reports it
+            self._data_key(object_key)
 
     def _no_key(self, object_key: str) -> KeyUnavailableError:
         """The error for an encrypted chunk of ``object_key`` read without its data
@@ -407,6 +439,7 @@ class RemoteReader:
             self._queue.extend(new)
             if urgent and entries:
                 self._to_front(entries[0])
+        self._warm_keys(new)
         self._pump()
         return futs
 

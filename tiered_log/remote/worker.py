@@ -93,6 +93,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ..allocator import tune_malloc
 from ..errors import RemoteCorruptionError, RemoteStorageError
 from ..format.remote_index import RemoteLogIndexEntry
 from .cache import chunk_file_name, write_chunk_file
@@ -820,6 +821,7 @@ def main() -> None:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    tune_malloc()  # chunks of megabytes are encoded and decoded here one after another
     nice = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     if nice > 0:  # background work: producers and consumers first when the CPU is short
         os.nice(nice)

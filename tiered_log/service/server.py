@@ -28,6 +28,7 @@ import socket
 import sys
 from types import FrameType
 
+from ..allocator import tune_malloc
 from ..config import ConfigError, Settings, load_settings
 from ..errors import TieredLogError
 
@@ -99,34 +100,6 @@ def _bind_kafka(settings: Settings) -> socket.socket | None:
     from ..kafka.listener import bind_kafka
 
     return bind_kafka(settings.host, settings.kafka_port)
-
-
-def tune_malloc() -> bool:
-    """glibc only: keep freed heap memory for reuse rather than give it back to the OS
-    after every large request. Whether it applied.
-
-    A request body or fetch page of megabytes is allocated and freed per request; by
-    default glibc returns such memory to the OS at once (``brk``/``munmap``) and the next
-    request faults fresh pages in again. Measured on the project's 2-core VM (the same
-    1 MiB produce loop with and without): the server's kernel time per 1 MiB batch fell
-    from 2.0-2.6 ms to 0.5-0.7 ms. Costs up to ``M_TRIM_THRESHOLD`` (128 MiB) of freed
-    memory kept. Call it once, early, from the main thread.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if not name or not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
-    ok = mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest on 64-bit
-    ok &= mallopt(m_trim_threshold, 128 << 20)
-    ok &= mallopt(m_top_pad, 16 << 20)
-    return bool(ok)
 
 
 def _setup_logging(level: str) -> None:
