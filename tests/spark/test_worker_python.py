@@ -5,7 +5,12 @@ is not activated (or a PATH where another ``python3`` comes first) that interpre
 this package. Each test runs a driver script in its own process (one SparkContext per
 process, created with the environment under test), with a bare venv's ``python3`` first
 on PATH and the working directory outside the project, so nothing finds the package by
-accident."""
+accident.
+
+The other case, PYSPARK_PYTHON unset with a ``python3`` on PATH that lacks the package
+(the read works: the workers run the interpreter that registered the source), is
+``test_spark_examples.py::test_history_example``: it runs an example script as such a
+user, its executors reading archived segments, and checks every record read."""
 
 from __future__ import annotations
 
@@ -66,21 +71,6 @@ def archived_topic(service: Any) -> str:
         produce(c, topic, 0, 200)
         wait_for(lambda: c.bounds(topic, 0).local_start_offset > 0, "shipping")
     return topic
-
-
-def test_unset_pyspark_python_uses_the_registering_interpreter(
-    bare_python_env: dict[str, str],
-    archived_topic: str,
-    read_options: Callable[..., dict[str, str]],
-    tmp_path: Path,
-) -> None:
-    """PYSPARK_PYTHON unset, PATH's python3 without the package: the read works (it
-    failed with ModuleNotFoundError inside PYTHON_DATA_SOURCE_ERROR)."""
-    p = run_driver(tmp_path, bare_python_env, read_options(archived_topic))
-    assert p.returncode == 0, p.stdout + p.stderr
-    rows = [ln for ln in p.stdout.splitlines() if ln.startswith(("ROWS", "ERROR"))]
-    assert len(rows) == 1 and rows[0].startswith("ROWS 200 "), p.stdout + p.stderr[-3000:]
-    assert int(rows[0].split()[2]) >= 2  # archived splits and the tail: executors ran
 
 
 def test_chosen_python_without_the_package_fails_in_one_line(
