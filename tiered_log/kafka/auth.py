@@ -197,7 +197,7 @@ class SaslSession:
             what = spec.name if spec else f"API key {api_key}"
             raise BadFrame(f"{what} before SASL authentication")
 
-    def raw_token(self, frame: bytes | bytearray) -> bytes | None:
+    def raw_token(self, frame: bytes | bytearray | memoryview) -> bytes | None:
         """The answer to a raw PLAIN token (after a v0 handshake); None, and
         ``closing`` set, when it does not authenticate."""
         self.raw_expected = False

@@ -26,6 +26,14 @@ connection idle for :data:`IDLE_S` (nothing sent, no request in flight).
 A client that closes its end: the produces it sent before are still appended (an
 ``acks=0`` producer may close right after sending), its other requests are dropped.
 
+Receive buffers: the socket reads into the connection's own buffers (asyncio's
+buffered protocol). A frame of at least :data:`_DIRECT_BYTES` is read straight into a
+buffer of its own, which is kept for a later large frame once its request is answered
+and nothing refers to it any more (:data:`_SPARES` of them at most: a producer
+pipelines its requests), so a producer's stream of large Produce requests does not
+allocate (and zero-fill) fresh memory for each; smaller frames are cut from one shared
+buffer.
+
 Back-pressure: reading pauses while :data:`MAX_QUEUED` requests wait or the transport's
 write buffer is over its high-water mark, and resumes as they go out.
 
@@ -56,6 +64,7 @@ import logging
 import os
 import socket
 import struct
+import sys
 from collections import deque
 from typing import cast
 
@@ -94,6 +103,8 @@ _DIRECT_BYTES = 64 * 1024
 """A frame at least this big is received straight into a buffer of its own size (the
 socket reads into it: no copy of its bytes in this program) instead of through the
 connection's shared buffer."""
+_SPARES = 4
+"""Buffers of answered large frames a connection keeps for the next ones."""
 _RECV_BYTES = 256 * 1024
 """The connection's shared receive buffer: smaller frames are cut from it (a copy each)."""
 _RECV_MIN = 16 * 1024
@@ -132,9 +143,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = "?"
         self._rbuf = bytearray(_RECV_BYTES)  # small frames: [_start, _end) not yet cut
         self._start = self._end = 0
-        self._big: bytearray | None = None  # a large frame being received, and how much of it
+        self._big: memoryview | None = None  # a large frame being received, and how much of it
         self._big_at = 0
-        self._queue: deque[bytes | bytearray] = deque()
+        self._spares: list[bytearray] = []  # large frames' buffers, free to take the next
+        self._queue: deque[bytes | memoryview] = deque()
         self._ready = asyncio.Event()
         self._can_write = asyncio.Event()
         self._can_write.set()
@@ -184,7 +196,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         big = self._big
         if big is not None:  # a large frame under way: the socket reads straight into it
-            return memoryview(big)[self._big_at :]
+            return big[self._big_at :]
         buf = self._rbuf
         if self._end == len(buf) or (self._start and len(buf) - self._end < _RECV_MIN):
             # Move the incomplete frame at the buffer's start to make room after it.
@@ -229,7 +241,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             if end - pos - 4 < size:
                 if size >= _DIRECT_BYTES:  # the rest of it goes straight into its own buffer
-                    frame = bytearray(size)
+                    frame = self._frame_buffer(size)
                     got = end - pos - 4
                     frame[:got] = view[pos + 4 : end]
                     self._big, self._big_at = frame, got
@@ -246,6 +258,34 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._ready.set()
         if len(self._queue) >= MAX_QUEUED:
             self._pause()
+
+    def _frame_buffer(self, size: int) -> memoryview:
+        """A buffer for a large frame of ``size`` bytes: a spare one that fits (at most
+        twice the size), else a new one."""
+        spares = self._spares
+        for i, buf in enumerate(spares):
+            if size <= len(buf) <= 2 * size:
+                del spares[i]
+                return memoryview(buf)[:size]
+        return memoryview(bytearray(size))
+
+    def _recycle(self, frame: memoryview) -> None:
+        """Keep a large frame's buffer for a later one (up to :data:`_SPARES` of them: a
+        client pipelines), once its request is answered, if nothing refers to it any
+        more (no view of it alive: a request's records are views of its frame until the
+        append copied them); else it is left to the garbage collector. A buffer is never
+        reused while any of its bytes can be read."""
+        buf = frame.obj
+        try:
+            frame.release()
+        except BufferError:  # a view of it is in use
+            return
+        del frame
+        # Our reference and the call's: no other object, no live view (each holds one).
+        if sys.getrefcount(buf) == 2 and isinstance(buf, bytearray):
+            self._spares.append(buf)
+            if len(self._spares) > _SPARES:
+                self._spares.remove(min(self._spares, key=len))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -286,6 +326,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 finally:
                     self._busy = False
                     self._last_active = asyncio.get_running_loop().time()
+                if isinstance(frame, memoryview):
+                    self._recycle(frame)
+                del frame
                 if self._closing or self._lost or self.transport is None:
                     continue
                 if isinstance(answer, bytes):
@@ -334,7 +377,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except SendError as exc:
             self._drop(f"a fetch answer not sent whole: {exc}")
 
-    async def _answer(self, frame: bytes | bytearray) -> bytes | list[Piece] | None:
+    async def _answer(self, frame: bytes | memoryview) -> bytes | list[Piece] | None:
         """The response frame to ``frame`` (None: none due, or the connection closed);
         a Fetch answer as pieces (its stored batches as file ranges)."""
         sasl = self.sasl

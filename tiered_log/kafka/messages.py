@@ -148,8 +148,8 @@ def parse_request(frame: bytes | bytearray | memoryview) -> Request:
     ignored, as Kafka does; so are tagged fields this version's spec does not name,
     :mod:`tiered_log.kafka.tagged`)."""
     key, version, _ = peek_header(frame)
-    if isinstance(frame, bytearray):  # kio's readers take read-only buffers only
-        frame = memoryview(frame).toreadonly()
+    if isinstance(frame, bytearray) or (isinstance(frame, memoryview) and not frame.readonly):
+        frame = memoryview(frame).toreadonly()  # kio's readers take read-only buffers only
     cls = request_class(key, version)
     flexible = bool(cls.__flexible__)
     head_cls: type[Any] = RequestHeaderV2 if flexible else RequestHeaderV1
