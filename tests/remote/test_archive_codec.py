@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tiered_log import LogConfig, ProducerRecord, RemoteCorruptionError, TieredLog
+from tiered_log import LogConfig, ProducerRecord, RemoteCorruptionError, TieredLog, TieredLogError
 from tiered_log.cli import main
 from tiered_log.format import naming
 from tiered_log.format.records import batch_header
@@ -360,5 +360,42 @@ def test_a_decoded_chunk_cut_at_a_batch_boundary_in_the_cache_is_refused(tmp_pat
             tlog.read_range(0, 600, 1 << 20)
         assert "before" in info.value.message
         read_all(tlog, 600)  # fetched again, whole
+    finally:
+        tlog.close()
+
+
+def test_a_node_reads_its_own_encrypted_copies_without_their_manifests(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
+    """The node that copied encrypted segments keeps their wrapped data keys
+    (``remote/data-keys``): a log opened afresh (no cached chunk, no key in memory)
+    reads every archived record with the manifests gone from the bucket; without that
+    file it needs them, and says which object it could not read."""
+    ring_file = tmp_path / "ring.json"
+    write_ring(ring_file, "k1", {"k1": K1})
+    tlog = open_log(tmp_path / "log", storage, KeyRing(ring_file))
+    try:
+        produce(tlog, 3000)
+    finally:
+        tlog.close()
+    keys_file = tmp_path / "log" / naming.REMOTE_DIR / "data-keys"
+    kept = [json.loads(line) for line in keys_file.read_text().splitlines()]
+    data_objects = objects(storage, naming.LOG_SUFFIX)
+    assert sorted(k["object"] for k in kept) == data_objects and len(data_objects) > 2
+    assert {k["key_id"] for k in kept} == {"k1"}
+    storage.delete(objects(storage, ".rli"))  # the manifests, gone
+    cache = tmp_path / "log" / naming.REMOTE_DIR / naming.CHUNK_CACHE_DIR
+    shutil.rmtree(cache)
+    tlog = open_log(tmp_path / "log", storage, KeyRing(ring_file))
+    try:
+        read_all(tlog, 3000)
+    finally:
+        tlog.close()
+    shutil.rmtree(cache)
+    keys_file.unlink()
+    tlog = open_log(tmp_path / "log", storage, KeyRing(ring_file))
+    try:
+        with pytest.raises(TieredLogError, match=r"\.rli"):
+            tlog.read_range(0, 10, 1 << 20)
     finally:
         tlog.close()

@@ -256,6 +256,8 @@ class CopyTask:
                             ),
                         ),
                     )
+                    if wrapped is not None:
+                        self.st.data_keys.put(data_key, *wrapped)
                     return done, entries
 
                 nothing: Future[None] = Future()

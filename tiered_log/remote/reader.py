@@ -15,11 +15,13 @@ chunk raises RemoteCorruptionError and is dropped from the cache.
 A chunk stored compressed or encrypted (:mod:`~tiered_log.remote.chunk_codec`) is
 decoded where it is fetched (the worker or the fetch thread), after its stored checksum
 is verified; the cache holds it decoded, so everything after the fetch reads plain
-batches. An encrypted segment's data key is unwrapped from its manifest (one GET per
-segment, kept in memory by object key) with the node's key ring, looked up in the
-background as soon as a fetch of the segment is queued (so a prefetched segment's key
-is at hand when its fetch starts); a key the ring lacks is a KeyUnavailableError naming
-it, never a wrong answer.
+batches. An encrypted segment's data key is unwrapped with the node's key ring from
+what the node kept of the segment's manifest (:mod:`~tiered_log.remote.data_keys`:
+the copies it made and the manifests it read), else from the manifest (one GET per
+segment), and kept in memory by object key; it is looked up in the background as soon
+as a fetch of the segment is queued (so a prefetched segment's key is at hand when its
+fetch starts). A key the ring lacks is a KeyUnavailableError naming it, never a wrong
+answer.
 
 Prefetching is a pipeline in read order: a log's groups wait in one queue and at most
 :data:`~tiered_log.remote.limits.FETCH_DEPTH` of them are fetched at once, so the chunks
@@ -219,9 +221,13 @@ class RemoteReader:
         if not mine:
             return fut.result()
         try:
-            rli = object_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
-            found = manifest_encryption(self.st.storage.get(rli), rli)
-            dek = None if found is None else ring.unwrap(*found)
+            dek = self._known_key(object_key)
+            if dek is None:
+                rli = object_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
+                found = manifest_encryption(self.st.storage.get(rli), rli)
+                dek = None if found is None else ring.unwrap(*found)
+                if found is not None:
+                    self.st.data_keys.put(object_key, *found)
         except BaseException as exc:
             with self._deks_lock:  # the next reader asks the bucket again
                 del self._deks[object_key]
@@ -229,6 +235,20 @@ class RemoteReader:
             raise
         fut.set_result(dek)
         return dek
+
+    def _known_key(self, object_key: str) -> bytes | None:
+        """The data key of ``object_key`` unwrapped from what this node kept of its
+        manifest (:mod:`~tiered_log.remote.data_keys`); None when it kept nothing, or
+        what it kept no longer unwraps (re-wrapped since, the old key removed from the
+        ring): then the manifest is read."""
+        ring = self.st.config.key_ring
+        found = self.st.data_keys.get(object_key)
+        if ring is None or found is None:
+            return None
+        try:
+            return ring.unwrap(*found)
+        except (KeyUnavailableError, RemoteCorruptionError):
+            return None
 
     def _warm_keys(self, groups: Sequence[_Group]) -> None:
         """Look up, in the background, the data keys of the objects of ``groups`` (just

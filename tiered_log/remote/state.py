@@ -25,6 +25,7 @@ from pathlib import Path
 from ..errors import RemoteObjectNotFoundError, RemoteStorageError
 from ..format import naming
 from ..local.segment import write_atomic
+from .data_keys import DataKeys
 from .index_files import RemoteIndexFiles
 from .metadata import CopyJournal, RemoteMeta, RemoteSegment
 from .snapshot import Snapshot, encode_snapshot, snapshot_key
@@ -84,6 +85,11 @@ class TierState:
             rotate_bytes=config.index_rotate_bytes,
             rotate_ms=config.index_rotate_ms,
         )
+        self.data_keys = DataKeys(
+            self.dir, lambda: {e.object_key for e in self.index.all_entries()}
+        )
+        """The wrapped data keys of the encrypted copies this node knows (a cache of
+        their manifests' keys: a reader unwraps a key without a GET)."""
         self.closing = threading.Event()
         """Set when the log closes: its waits for the shared rate limits end."""
         self.finished: list[RemoteSegment] = []
