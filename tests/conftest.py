@@ -32,6 +32,12 @@ from tiered_log.remote.s3 import S3Storage
 # pytest-xdist (``-n``, ``--dist loadgroup``) each group runs on one worker, one test at a
 # time, so two clusters never compete for the cores and a group's session-scoped
 # fixtures (one JVM, one etcd per module) start once. The paths are relative to tests/.
+#
+# "readme": the README's commands, run as a new user would (a fresh venv, pip from the
+# index: the suite's longest test outside the two big groups). xdist hands out its work
+# units largest first, groups before single tests, which go in collection order; these
+# files come last in it, so as single tests one worker ran them alone at the very end
+# (the other one idle for half a minute). As a group they start right after the others.
 SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
     "cluster": (
         "cluster/",
@@ -45,6 +51,7 @@ SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
         "test_perf_rebuild.py",
     ),
     "spark": ("spark/",),
+    "readme": ("test_readme_commands.py", "test_readme_setup.py"),
 }
 
 

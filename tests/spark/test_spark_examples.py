@@ -74,8 +74,10 @@ def test_history_example(
     day = 86_400_000
     for part in (0, 1):  # three days of records, 100 a day
         produce(client, topic, part, 300, ts=lambda i: 1_700_000_000_000 + (i // 100) * day + i)
-    for part in (0, 1):  # both partitions partly archived: executors read the bucket
-        wait_for(lambda p=part: client.bounds(topic, p).local_start_offset > 0, "shipping")
+    # Both partitions partly archived: executors read the bucket.
+    wait_for(
+        lambda: min(client.bounds(topic, p).local_start_offset for p in (0, 1)) > 0, "shipping"
+    )
     common = _common(service, spark_bucket, s3_target, topic)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
