@@ -105,6 +105,8 @@ socket reads into it: no copy of its bytes in this program) instead of through t
 connection's shared buffer."""
 _SPARES = 4
 """Buffers of answered large frames a connection keeps for the next ones."""
+_SPARE_MAX_BYTES = 16 << 20
+"""A larger frame's buffer is not kept (a connection keeps at most 64 MiB spare)."""
 _RECV_BYTES = 256 * 1024
 """The connection's shared receive buffer: smaller frames are cut from it (a copy each)."""
 _RECV_MIN = 16 * 1024
@@ -271,7 +273,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _recycle(self, frame: memoryview) -> None:
         """Keep a large frame's buffer for a later one (up to :data:`_SPARES` of them: a
-        client pipelines), once its request is answered, if nothing refers to it any
+        client pipelines; none over :data:`_SPARE_MAX_BYTES`), once its request is answered, if nothing refers to it any
         more (no view of it alive: a request's records are views of its frame until the
         append copied them); else it is left to the garbage collector. A buffer is never
         reused while any of its bytes can be read."""
@@ -282,7 +284,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         del frame
         # Our reference and the call's: no other object, no live view (each holds one).
-        if sys.getrefcount(buf) == 2 and isinstance(buf, bytearray):
+        alone = sys.getrefcount(buf) == 2
+        if alone and isinstance(buf, bytearray) and len(buf) <= _SPARE_MAX_BYTES:
             self._spares.append(buf)
             if len(self._spares) > _SPARES:
                 self._spares.remove(min(self._spares, key=len))
