@@ -10,6 +10,7 @@ with the reason, if the etcd binary cannot run on this machine.
 from __future__ import annotations
 
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,4 +92,17 @@ def dev_cluster(
     try:
         yield c
     finally:
-        c.stop()
+        stop_all(c)
+
+
+def stop_all(c: DevCluster) -> None:
+    """Stop ``c`` as :meth:`DevCluster.stop` does (each node SIGTERMed, SIGKILLed if it
+    does not exit, then etcd), but the nodes at once, each waited for in a thread: an
+    idle three-node cluster stopped in 1.1-1.7 s so, 2.0 s one node after the other (a
+    cluster module's teardown took 3-6 s in the suite)."""
+    threads = [threading.Thread(target=n.stop, daemon=True) for n in c.nodes.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    c.etcd.stop()
