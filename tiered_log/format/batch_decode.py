@@ -166,8 +166,18 @@ def _check_natively(
             b.base_timestamp,
         )
     except CorruptRecordError:
-        check_section(bytes(section), spos, send, b.n)
+        _check_section_of(section, spos, send, b.n)
         raise
+
+
+def _check_section_of(section: bytes | bytearray, spos: int, send: int, n: int) -> SectionFacts:
+    """:func:`~.kafka.records.check_section` of ``section[spos:send]``, which it reads
+    as bytes (fast item access): a bytearray's range is copied, bytes are read as they
+    are."""
+    if isinstance(section, bytes):
+        return check_section(section, spos, send, n)
+    with memoryview(section) as view:
+        return check_section(bytes(view[spos:send]), 0, send - spos, n)
 
 
 def _lat(b: _Parsed) -> int | None:
@@ -432,7 +442,7 @@ def receive_batches(
             if native.ENABLED and not attrs & TIMESTAMP_TYPE_BIT:
                 facts = _check_natively(frozen, b, section, spos, send)
             else:
-                facts = check_section(bytes(section), spos, send, b.n)
+                facts = _check_section_of(section, spos, send, b.n)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"{where}: {exc}") from None
         if facts.max_value > append_threshold:
