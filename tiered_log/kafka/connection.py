@@ -273,10 +273,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _recycle(self, frame: memoryview) -> None:
         """Keep a large frame's buffer for a later one (up to :data:`_SPARES` of them: a
-        client pipelines; none over :data:`_SPARE_MAX_BYTES`), once its request is answered, if nothing refers to it any
-        more (no view of it alive: a request's records are views of its frame until the
-        append copied them); else it is left to the garbage collector. A buffer is never
-        reused while any of its bytes can be read."""
+        client pipelines; none over :data:`_SPARE_MAX_BYTES`) once its request is
+        answered, if nothing refers to it any more (no view of it alive: a request's
+        records are views of its frame until the append copied them); else it is left
+        to the garbage collector. A buffer is never reused while any of its bytes can be
+        read."""
         buf = frame.obj
         try:
             frame.release()
