@@ -26,7 +26,9 @@ frame: safe from any thread.
 from __future__ import annotations
 
 import datetime
+import functools
 import struct
+import sys
 from typing import Any
 
 from .fields import read_uvarint
@@ -103,13 +105,19 @@ class _Reader:
             self._take(size)
 
 
+@functools.cache
+def _nested(cls: type[Any]) -> tuple[type[Any], type[Any]]:
+    """The topic and partition classes of kio's ``ProduceRequest`` ``cls``."""
+    module = sys.modules[cls.__module__]
+    return module.TopicProduceData, module.PartitionProduceData
+
+
 def read_produce(cls: type[Any], frame: bytes | bytearray | memoryview, at: int) -> Any:
     """kio's ``ProduceRequest`` ``cls`` (its version's class) read from ``frame`` at
     byte ``at`` (after the request header), each ``records`` a read-only view of
     ``frame``. Raises ValueError, IndexError or struct.error when the body does not
     decode."""
-    module = __import__(cls.__module__, fromlist=["TopicProduceData"])
-    topic_cls, part_cls = module.TopicProduceData, module.PartitionProduceData
+    topic_cls, part_cls = _nested(cls)
     r = _Reader(memoryview(frame).toreadonly(), at, bool(cls.__flexible__))
     transactional_id = r.string(nullable=True)
     acks, timeout_ms = r.acks_timeout()
