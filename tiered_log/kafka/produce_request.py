@@ -26,7 +26,6 @@ frame: safe from any thread.
 from __future__ import annotations
 
 import datetime
-import functools
 import struct
 import sys
 from typing import Any
@@ -105,11 +104,17 @@ class _Reader:
             self._take(size)
 
 
-@functools.cache
+_NESTED: dict[str, tuple[type[Any], type[Any]]] = {}
+
+
 def _nested(cls: type[Any]) -> tuple[type[Any], type[Any]]:
-    """The topic and partition classes of kio's ``ProduceRequest`` ``cls``."""
-    module = sys.modules[cls.__module__]
-    return module.TopicProduceData, module.PartitionProduceData
+    """The topic and partition classes of kio's ``ProduceRequest`` ``cls`` (looked up
+    once per version; a lost race only looks them up twice)."""
+    got = _NESTED.get(cls.__module__)
+    if got is None:
+        module = sys.modules[cls.__module__]
+        got = _NESTED[cls.__module__] = (module.TopicProduceData, module.PartitionProduceData)
+    return got
 
 
 def read_produce(cls: type[Any], frame: bytes | bytearray | memoryview, at: int) -> Any:
