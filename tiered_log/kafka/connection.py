@@ -29,7 +29,8 @@ A client that closes its end: the produces it sent before are still appended (an
 Receive buffers: the socket reads into the connection's own buffers (asyncio's
 buffered protocol). A frame of at least :data:`_DIRECT_BYTES` is read straight into a
 buffer of its own, which is kept for a later large frame once its request is answered
-and nothing refers to it any more (:data:`_SPARES` of them at most: a producer
+and nothing refers to it any more (:data:`_SPARES` of them at most,
+:data:`_SPARE_MAX_BYTES` in all, none once the connection goes quiet: a producer
 pipelines its requests), so a producer's stream of large Produce requests does not
 allocate (and zero-fill) fresh memory for each; smaller frames are cut from one shared
 buffer.
@@ -106,7 +107,8 @@ connection's shared buffer."""
 _SPARES = 4
 """Buffers of answered large frames a connection keeps for the next ones."""
 _SPARE_MAX_BYTES = 16 << 20
-"""A larger frame's buffer is not kept (a connection keeps at most 64 MiB spare)."""
+"""The most a connection keeps in spare buffers (a larger frame's is not kept); a
+connection quiet for a timeout check's tick keeps none."""
 _RECV_BYTES = 256 * 1024
 """The connection's shared receive buffer: smaller frames are cut from it (a copy each)."""
 _RECV_MIN = 16 * 1024
@@ -189,6 +191,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._drop(f"a request half-sent: no byte for {self.stall_s:g} s")
             return
         quiet = not half_sent and not self._queue and not self._busy
+        if quiet and now - self._last_active >= self._tick:
+            self._spares.clear()  # no stream of large requests under way: free them
         if quiet and now - self._last_active >= self.idle_s:
             log.info("kafka connection from %s closed: idle for %g s", self.peer, self.idle_s)
             self._close()
@@ -272,8 +276,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return memoryview(bytearray(size))
 
     def _recycle(self, frame: memoryview) -> None:
-        """Keep a large frame's buffer for a later one (up to :data:`_SPARES` of them: a
-        client pipelines; none over :data:`_SPARE_MAX_BYTES`) once its request is
+        """Keep a large frame's buffer for a later one (up to :data:`_SPARES` of them and
+        :data:`_SPARE_MAX_BYTES` in all: a client pipelines) once its request is
         answered, if nothing refers to it any more (no view of it alive: a request's
         records are views of its frame until the append copied them); else it is left
         to the garbage collector. A buffer is never reused while any of its bytes can be
@@ -287,9 +291,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # Our reference and the call's: no other object, no live view (each holds one).
         alone = sys.getrefcount(buf) == 2
         if alone and isinstance(buf, bytearray) and len(buf) <= _SPARE_MAX_BYTES:
-            self._spares.append(buf)
-            if len(self._spares) > _SPARES:
-                self._spares.remove(min(self._spares, key=len))
+            spares = self._spares
+            spares.append(buf)
+            while len(spares) > _SPARES or sum(map(len, spares)) > _SPARE_MAX_BYTES:
+                spares.remove(min(spares, key=len))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
