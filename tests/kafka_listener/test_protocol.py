@@ -120,15 +120,24 @@ def test_pipelined_requests_are_answered_in_order(server: ServerProcess) -> None
 
         frames = b"".join(encode_request(k, v, 100 + i, b) for i, (k, v, b) in enumerate(plan))
         w.sock.sendall(frames)
-        offsets = []
-        for i, (k, v, _) in enumerate(plan):
-            cid, resp = w.receive(k, v)
-            assert cid == 100 + i
-            if k == PRODUCE:
-                part = resp.responses[0].partition_responses[0]
-                assert part.error_code == ErrorCode.none
-                offsets.append(part.base_offset)
+        offsets = answers_in_order(w, plan, 100)
     assert offsets == [0, 1, 2, 3]
+
+
+def answers_in_order(
+    w: KafkaWire, plan: list[tuple[int, int, dict[str, Any]]], first: int
+) -> list[int]:
+    """Read the answers to ``plan`` (sent with correlation ids ``first``, +1, ...) and
+    check they come in request order; the base offsets of its produces, in order."""
+    offsets = []
+    for i, (k, v, _) in enumerate(plan):
+        cid, resp = w.receive(k, v)
+        assert cid == first + i
+        if k == PRODUCE:
+            part = resp.responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.none
+            offsets.append(part.base_offset)
+    return offsets
 
 
 def test_frames_cut_anywhere_are_received_whole(server: ServerProcess) -> None:
@@ -168,14 +177,7 @@ def test_frames_cut_anywhere_are_received_whole(server: ServerProcess) -> None:
 
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
-        offsets = []
-        for i, (k, v, _) in enumerate(plan):
-            cid, resp = w.receive(k, v)
-            assert cid == 500 + i
-            if k == PRODUCE:
-                part = resp.responses[0].partition_responses[0]
-                assert part.error_code == ErrorCode.none
-                offsets.append(part.base_offset)
+        offsets = answers_in_order(w, plan, 500)
         sender.join(timeout=30)
         assert offsets == list(range(len(values)))
         got: list[bytes | None] = []

@@ -402,7 +402,7 @@ def _live_view(args: argparse.Namespace) -> LiveView:
                 ids.add(f"{name}-{tid[:12]}-{p}")
                 for seg in client.archived_segments(name, p)["segments"]:
                     data = seg["object_key"]
-                    keys.update((data, data[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX))
+                    keys.update((data, naming.manifest_key_of(data)))
     return LiveView(frozenset(ids), frozenset(keys))
 
 

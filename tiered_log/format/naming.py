@@ -155,6 +155,11 @@ def segment_object_key(log_id: str, base_offset: int, segment_id: str, suffix: s
     return f"{log_prefix(log_id)}/segments/{offset_name(base_offset)}-{segment_id}{suffix}"
 
 
+def manifest_key_of(data_key: str) -> str:
+    """The manifest's object key (``.rli``) of a copied segment's data object key."""
+    return data_key[: -len(LOG_SUFFIX)] + RLI_SUFFIX
+
+
 def segment_objects_prefix(log_id: str) -> str:
     return f"{log_prefix(log_id)}/segments/"
 

@@ -76,7 +76,7 @@ from ..local.files import ReadFd
 from ..local.ranges import BytesPage, Page
 from .cache import ChunkCache
 from .chunk_codec import decode_chunk
-from .crypto import KeyUnavailableError
+from .crypto import KeyRing, KeyUnavailableError
 from .fetch_wait import wait_for_fetch
 from .limits import FETCH_DEPTH, RateLimiter
 from .manifest import check_batch_format, manifest_encryption
@@ -221,9 +221,9 @@ class RemoteReader:
         if not mine:
             return fut.result()
         try:
-            dek = self._known_key(object_key)
+            dek = self._known_key(object_key, ring)
             if dek is None:
-                rli = object_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
+                rli = naming.manifest_key_of(object_key)
                 found = manifest_encryption(self.st.storage.get(rli), rli)
                 dek = None if found is None else ring.unwrap(*found)
                 if found is not None:
@@ -236,14 +236,13 @@ class RemoteReader:
         fut.set_result(dek)
         return dek
 
-    def _known_key(self, object_key: str) -> bytes | None:
-        """The data key of ``object_key`` unwrapped from what this node kept of its
-        manifest (:mod:`~tiered_log.remote.data_keys`); None when it kept nothing, or
-        what it kept no longer unwraps (re-wrapped since, the old key removed from the
-        ring): then the manifest is read."""
-        ring = self.st.config.key_ring
+    def _known_key(self, object_key: str, ring: KeyRing) -> bytes | None:
+        """The data key of ``object_key`` unwrapped with ``ring`` from what this node
+        kept of its manifest (:mod:`~tiered_log.remote.data_keys`); None when it kept
+        nothing, or what it kept no longer unwraps (re-wrapped since, the old key
+        removed from the ring): then the manifest is read."""
         found = self.st.data_keys.get(object_key)
-        if ring is None or found is None:
+        if found is None:
             return None
         try:
             return ring.unwrap(*found)
@@ -271,7 +270,7 @@ class RemoteReader:
     def _no_key(self, object_key: str) -> KeyUnavailableError:
         """The error for an encrypted chunk of ``object_key`` read without its data
         key: names the key id its manifest gives (when it can be read)."""
-        rli = object_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
+        rli = naming.manifest_key_of(object_key)
         try:
             found = manifest_encryption(self.st.storage.get(rli), rli)
             which = f"encryption key {found[0]!r}" if found else "an encryption key"

@@ -514,7 +514,7 @@ def _delete(storage: RemoteStorage, report: ReconcileReport, live: set[str] | No
         if f.action != "delete":
             continue
         if f.kind == "torn_copy":
-            rli = f.keys[0][: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
+            rli = naming.manifest_key_of(f.keys[0])
             try:
                 storage.size(rli)
                 f.action = "changed"  # its manifest arrived: a copy that finished late

@@ -307,7 +307,7 @@ def _key_of(path: Path, blob: bytes) -> str:
     if not entries:
         return path.name
     data_key = entries[0].object_key
-    key = data_key[: -len(naming.LOG_SUFFIX)] + naming.RLI_SUFFIX
+    key = naming.manifest_key_of(data_key)
     return key if str(path).endswith("/" + key) or path.name == key else path.name
 
 
