@@ -166,16 +166,15 @@ def test_sigkill_the_leader_again_and_again_under_acks_all(cluster: DevCluster) 
             else:
                 time.sleep(0.05)
 
+    def acks_go_on() -> None:
+        before = len(acked)
+        wait_until(lambda: len(acked) > before + 20, 30, "acks=all produce to go on")
+
     th = threading.Thread(target=producer, daemon=True)
     th.start()
     try:
         for _ in range(2):
-            before = len(acked)
-
-            def acks_go_on(b: int = before) -> bool:
-                return len(acked) > b + 20
-
-            wait_until(acks_go_on, 30, "acks=all produce to go on")
+            acks_go_on()
             st = partition_state(cluster, topic)
             cluster.nodes[st["leader"]].kill()
 
@@ -189,10 +188,12 @@ def test_sigkill_the_leader_again_and_again_under_acks_all(cluster: DevCluster) 
                 30,
                 "the restarted node back in the ISR",
             )
+        # Acknowledged writes go on after the last kill too (how many the producer
+        # gets through in between depends on the machine, so no total is asserted).
+        acks_go_on()
     finally:
         stop.set()
         th.join(20)
-    assert len(acked) > 60
     check_exactly_once(cluster, topic, acked)
 
 

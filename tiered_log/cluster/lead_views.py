@@ -9,10 +9,13 @@ epoch. The poll thread starts the reads its new metadata asks for
 that answers in time costs no extra poll) holding no lock, then takes its lock and asks
 :meth:`LeadViews.ready` again before it moves each partition to leader; False (the read
 is still under way) leaves the partition's role as it is until a later poll finds the
-read done for the same epoch. A read for an epoch
-the metadata no longer names is dropped and a new one started, so a view is applied
-only in the epoch it was read for (the log re-checks that too). A failed read is
-logged and started again at the next poll.
+read done for the same epoch. A read done for an epoch stays done for it (the poll
+asks twice, and both must see it: the first answer must not use it up, or a read that
+outlived the wait would start again forever). A read for an epoch the metadata no
+longer names is dropped and a new one started, so a view is applied only in the epoch
+it was read for (the log re-checks that too); one no longer needed (the log holds
+records, or has its marker) is dropped. A failed read is logged and started again at
+the next poll.
 
 Thread-safety: :meth:`ready` and :meth:`close` are called by the poll thread (and
 close); the reads run on the pool's threads and touch only their log.
@@ -58,10 +61,10 @@ class LeadViews:
         if held is not None and held[0] == epoch:
             if not held[1].done():
                 return False
-            del self._reads[key]
             exc = held[1].exception()
             if exc is None:
-                return True
+                return True  # kept: asked again before the lead, the answer stays yes
+            del self._reads[key]
             shown = exc.message if isinstance(exc, TieredLogError) else repr(exc)
             log.warning("%s-%d: reading the bucket before leading: %s", *key, shown)
         read = self._pool.submit(plog.read_bucket_view, epoch)
