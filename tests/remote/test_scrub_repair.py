@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tiered_log import LogConfig, ProducerRecord, TieredLog
+from tiered_log.errors import RemoteObjectNotFoundError
+from tiered_log.format import naming
 from tiered_log.partition.scrub import scrub_partition
 from tiered_log.remote.crypto import KeyRing
 from tiered_log.remote.fs import LocalDirStorage
@@ -230,5 +232,88 @@ def test_a_damaged_local_segment_not_yet_archived_is_reported(
         assert d.tier == "local" and d.repaired is None
         assert d.unrepaired is not None and "the archive ends at offset 0" in d.unrepaired
         assert seg.store_path.read_bytes() == bytes(data)
+    finally:
+        tlog.close()
+
+
+@pytest.mark.parametrize(
+    "compression,encrypted,how",
+    [
+        pytest.param("none", False, "missing", id="plain-missing"),
+        pytest.param("zstd", True, "damaged", id="zstd-encrypted-damaged"),
+        pytest.param("lz4", True, "missing", id="lz4-encrypted-missing"),
+    ],
+)
+def test_a_missing_or_damaged_manifest_is_made_again_with_the_kept_data_key(
+    tmp_path: Path, storage: RemoteStorage, compression: str, encrypted: bool, how: str
+) -> None:
+    """A manifest deleted (the listing no longer shows a copy the partition serves) or
+    damaged is made again from its data object; an encrypted copy's with the data key
+    the node kept when it shipped the copy. A node rebuilt from the bucket alone then
+    reads every record of the copy."""
+    ring = ring_at(tmp_path) if encrypted else None
+    tlog = shipped(tmp_path / "log", storage, ring, compression=compression)
+    try:
+        rli = keys(storage, ".rli")[1]
+        good = storage.get(rli)
+        rs, _, _, _ = decode_manifest(good, rli)
+        if how == "missing":
+            storage.delete([rli])
+        else:
+            blob = bytearray(good)
+            blob[5] ^= 0x01  # inside its JSON header: its checksum fails
+            rewrite(storage, rli, bytes(blob))
+
+        rep = scrub(tlog)
+        [d] = rep.damaged
+        assert (d.kinds, d.object_key, d.base_offset) == (["manifest"], rli, rs.base_offset)
+        assert d.repaired == "from its data object", d.unrepaired
+        made = storage.get(rli)
+        assert decode_manifest(made, rli)[0].next_offset == rs.next_offset
+        head = json.loads(made.partition(b"\n")[0])
+        if encrypted:
+            assert head["encryption"]["key_id"] == "k1"
+            assert head["compression"] == compression
+        assert scrub_bucket(storage, ring, in_flight_grace_ms=0).damaged == []
+        assert scrub(tlog).damaged == []
+    finally:
+        tlog.close()
+    fresh = open_log(tmp_path / "fresh", storage, ring, compression=compression)
+    try:  # a log opened empty rebuilds its remote view from the bucket
+        assert fresh.bounds().remote_end_offset == N
+        assert values(fresh, rs.base_offset, rs.next_offset) == [
+            value(o) for o in range(rs.base_offset, rs.next_offset)
+        ]
+    finally:
+        fresh.close()
+
+
+def test_an_encrypted_copys_manifest_without_its_kept_key_or_data_is_reported(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
+    """Without the data key a node kept, an encrypted copy's lost manifest cannot be made
+    again (the bucket held the key only there); a copy whose two objects are both gone
+    cannot either. Each is reported with its reason and left as it is."""
+    ring = ring_at(tmp_path)
+    tlog = shipped(tmp_path / "log", storage, ring, compression="zstd")
+    try:
+        rlis = keys(storage, ".rli")
+        storage.delete([rlis[0], naming.data_key_of(rlis[1]), rlis[1]])
+        kept = tmp_path / "log" / "remote" / "data-keys"
+        assert kept.exists()
+        tlog.close()
+        kept.unlink()  # a node that never kept them (copied before it existed)
+        tlog = open_log(tmp_path / "log", storage, ring, compression="zstd")
+
+        rep = scrub(tlog)
+        found = {d.object_key: d for d in rep.damaged}
+        assert sorted(found) == sorted(rlis[:2]), [d.line() for d in rep.damaged]
+        assert found[rlis[0]].kinds == ["manifest"]
+        assert "does not keep its data key" in (found[rlis[0]].unrepaired or "")
+        assert found[rlis[1]].kinds == ["manifest", "data_missing"]
+        assert "both objects of the copy are missing" in (found[rlis[1]].unrepaired or "")
+        assert rep.unrepaired == list(rep.damaged)
+        with pytest.raises(RemoteObjectNotFoundError):
+            storage.get(rlis[0])  # left as it was
     finally:
         tlog.close()

@@ -16,8 +16,11 @@ from pydantic import ValidationError
 from tiered_log import LogConfig, ProducerRecord, TieredLog
 from tiered_log.errors import InvalidArgumentError
 from tiered_log.format import naming
+from tiered_log.partition.scrub import scrub_partition
 from tiered_log.remote.fs import LocalDirStorage
+from tiered_log.remote.limits import RateLimiter
 from tiered_log.remote.s3 import S3Storage
+from tiered_log.remote.scrub import ScrubReport
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
 from tiered_log.topic_config import TopicConfig
@@ -158,3 +161,51 @@ def test_storage_class_values() -> None:
         TopicConfig.model_validate({"remote_storage_class": "COLD"})
     with pytest.raises(ValidationError, match="a string"):
         TopicConfig.model_validate({"remote_storage_class": 3})
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_a_data_object_the_scrubber_repairs_stays_in_the_topic_storage_class(
+    tmp_path: Path,
+    s3_storage_factory: Callable[..., S3Storage],
+    s3_client: Any,
+    compression: str,
+) -> None:
+    """A damaged data object made again from the local log goes back in the topic's
+    class, as its copy put it (not the default class)."""
+    storage = s3_storage_factory(prefix="repair")
+    cfg = TierConfig(chunk_bytes=16 << 10, storage_class="STANDARD_IA", compression=compression)
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id="orders-0",
+        storage=storage,
+        config=SEGMENT,
+        tier=cfg,
+        start_shipper=False,
+    )
+    try:
+        for s in range(0, RECORDS, 100):
+            tlog.append_batch(
+                [ProducerRecord(value(o), timestamp=1000 + o) for o in range(s, s + 100)]
+            )
+        tlog.flush()
+        tlog.roll()
+        tlog.tier_once()
+        key = next(
+            i.key
+            for i in storage.list(naming.segment_objects_prefix("orders-0"))
+            if i.key.endswith(naming.LOG_SUFFIX)
+        )
+        data = bytearray(storage.get(key))
+        data[len(data) // 2] ^= 0x20
+        storage.put(key, bytes(data))  # damaged, and now in the default class
+        assert set(classes(s3_client, storage)[naming.LOG_SUFFIX]) == {
+            "STANDARD_IA",
+            "STANDARD",
+        }
+        rep = ScrubReport()
+        scrub_partition(tlog, "orders", 0, rep, RateLimiter(None))
+        [d] = rep.damaged
+        assert d.repaired == "from the local log", d.unrepaired
+        assert set(classes(s3_client, storage)[naming.LOG_SUFFIX]) == {"STANDARD_IA"}
+    finally:
+        tlog.close()

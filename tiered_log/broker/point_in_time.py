@@ -93,7 +93,7 @@ from ..remote.metadata import CopyState, RemoteMeta, RemoteSegment, new_segment_
 from ..remote.reconcile import delete_deleted_log, mark_log_deleted
 from ..remote.recovery import RecoveryTask
 from ..remote.state import TierState
-from ..remote.storage import RemoteStorage
+from ..remote.storage import RemoteStorage, put_in_class
 from ..remote.tier_config import TierConfig
 from .topics import TopicMeta, log_id_of, validate_topic_name
 
@@ -637,21 +637,9 @@ def _copy(
         compression=head.get("compression"),
         encryption=dict(enc) if isinstance(enc, dict) else None,
     )
-    _put_data(storage, dst_data, data, storage_class)
+    put_in_class(storage, dst_data, data, storage_class)
     storage.put(dst_rli, manifest)
     return len(data) + len(manifest)
-
-
-def _put_data(storage: RemoteStorage, key: str, data: bytes, storage_class: str) -> None:
-    """Put a copy's data object in ``storage_class`` (a store takes a class with a file
-    upload: the bytes go through a temporary file unless the class is the default)."""
-    if storage_class == "STANDARD":
-        storage.put(key, data)
-        return
-    with tempfile.NamedTemporaryFile(prefix="tiered-log-restore-") as f:
-        f.write(data)
-        f.flush()
-        storage.put_file(key, f.name, storage_class=storage_class)
 
 
 def _put_segment(
@@ -710,7 +698,7 @@ def _put_segment(
         compression=codec if framed else None,
         encryption=encryption,
     )
-    _put_data(storage, data_key, data, storage_class)
+    put_in_class(storage, data_key, data, storage_class)
     storage.put(rli_key, manifest)
     return len(data) + len(manifest)
 

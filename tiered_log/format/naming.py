@@ -160,6 +160,11 @@ def manifest_key_of(data_key: str) -> str:
     return data_key[: -len(LOG_SUFFIX)] + RLI_SUFFIX
 
 
+def data_key_of(manifest_key: str) -> str:
+    """The data object's key (``.log``) of a copied segment's manifest key."""
+    return manifest_key[: -len(RLI_SUFFIX)] + LOG_SUFFIX
+
+
 def segment_objects_prefix(log_id: str) -> str:
     return f"{log_prefix(log_id)}/segments/"
 

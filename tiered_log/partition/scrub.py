@@ -16,9 +16,11 @@ What a pass over one partition does::
                   (:func:`~tiered_log.remote.scrub.scrub_log_copies`). A damaged or
                   missing data object is made again in place from this replica's local
                   batches (:func:`~tiered_log.remote.repair.rebuild_data_object`); a
-                  damaged manifest from its data object
-                  (:func:`~tiered_log.remote.manifest.repair_manifest`). Each repair is
-                  checked again before it counts.
+                  damaged or missing manifest from its data object
+                  (:func:`~tiered_log.remote.manifest.repair_manifest`; an encrypted
+                  copy's with the data key this node kept of it). A missing manifest is
+                  found by comparing the copies the partition serves with the listing.
+                  Each repair is checked again before it counts.
 
 Both tiers hold the very same batch bytes (a copy is a byte range of a local segment;
 replicas receive the leader's batches unchanged), which is what lets either mend the
@@ -39,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from ..errors import TieredLogError
+from ..errors import RemoteObjectNotFoundError, TieredLogError
 from ..format import naming
 from ..format.records import batch_header, batch_table
 from ..local.segment import SegmentInfo
@@ -47,6 +49,7 @@ from ..remote.limits import RateLimiter
 from ..remote.manifest import repair_manifest, scan_store
 from ..remote.repair import RepairError, rebuild_data_object
 from ..remote.scrub import Damage, ScrubReport, scrub_log_copies
+from ..remote.storage import RemoteStorage
 from .log import TieredLog
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,7 @@ def scrub_partition(
     _scrub_local(plog, topic, partition, report, limiter, repair, peers, progress, cancel)
     remote = plog.remote_tier
     if remote is not None and not plog.following:
+        unlisted: set[str] = set()
         found = scrub_log_copies(
             remote.storage,
             remote.config.key_ring,
@@ -86,12 +90,68 @@ def scrub_partition(
             in_flight_grace_ms=0,  # only finished copies are checked: none is under way
             log_damage=True,
             served={s.id for s in remote.finished_segments},
+            unlisted=unlisted,
         )
+        found += _missing_manifests(plog, topic, partition, unlisted, report)
         for dmg in found:
             if repair:
                 _repair_copy(plog, dmg, peers)
     if cancel is None or not cancel.is_set():
         report.partitions.add((topic, partition))
+
+
+def _missing_manifests(
+    plog: TieredLog, topic: str, partition: int, unlisted: set[str], report: ScrubReport
+) -> list[Damage]:
+    """The copies the partition serves whose manifest the pass's listing lacked and
+    that still lack it (asked again under the tier's lock, so a copy retention deleted
+    since the listing is not one): damage, since a replica or a restore that rebuilds
+    its view from the bucket skips a copy without a manifest. Each is added to
+    ``report``."""
+    remote = plog.remote_tier
+    if remote is None or not unlisted:
+        return []
+    out: list[Damage] = []
+    with remote.lock:
+        for seg in remote.finished_segments:
+            if seg.id not in unlisted:
+                continue
+            rli_key = naming.segment_object_key(
+                plog.log_id, seg.base_offset, seg.id, naming.RLI_SUFFIX
+            )
+            data_key = naming.data_key_of(rli_key)
+            if _exists(remote.storage, rli_key):
+                continue
+            dmg = Damage(
+                topic,
+                partition,
+                plog.log_id,
+                seg.base_offset,
+                seg.next_offset,
+                rli_key,
+                found_ms=int(time.time() * 1000),
+            )
+            dmg.add(
+                "manifest",
+                f"manifest {rli_key} is missing (the partition serves the copy; a rebuild "
+                "from the bucket would skip it)",
+            )
+            if not _exists(remote.storage, data_key):
+                dmg.add("data_missing", f"data object {data_key} is missing too")
+            log.error("scrub: damaged archived copy %s", dmg.line())
+            report.damaged.append(dmg)
+            report.segments_total += 1
+            report.segments_done += 1
+            out.append(dmg)
+    return out
+
+
+def _exists(storage: RemoteStorage, key: str) -> bool:
+    try:
+        storage.size(key)
+        return True
+    except RemoteObjectNotFoundError:
+        return False
 
 
 def _scrub_local(
@@ -281,6 +341,13 @@ def _repair_copy(plog: TieredLog, dmg: Damage, peers: PeerBatches | None) -> Non
     if NOT_REPAIRABLE & set(dmg.kinds):
         dmg.unrepaired = "no copy of the batches mends this (see the problems)"
         return
+    if {"manifest", "data_missing"} <= set(dmg.kinds):
+        dmg.unrepaired = (
+            "both objects of the copy are missing: the manifest is made from the data "
+            "object and the data object by its manifest's entries"
+        )
+        log.error("scrub: archived copy %s not repaired: %s", dmg.object_key, dmg.unrepaired)
+        return
     storage = remote.storage
     rli_key = naming.segment_object_key(plog.log_id, dmg.base_offset, seg_id, naming.RLI_SUFFIX)
     end = dmg.next_offset if dmg.next_offset is not None else dmg.base_offset
@@ -311,9 +378,17 @@ def _repair_copy(plog: TieredLog, dmg: Damage, peers: PeerBatches | None) -> Non
                 dmg.unrepaired = "not a copy the partition serves (left to archive reconcile)"
                 return
             if good is None:
-                repair_manifest(storage, rli_key, remote.config.chunk_bytes)
+                repair_manifest(
+                    storage,
+                    rli_key,
+                    remote.config.chunk_bytes,
+                    data_key=remote.data_keys.get(naming.data_key_of(rli_key)),
+                    ring=remote.config.key_ring,
+                )
             else:
-                rebuild_data_object(storage, rli_key, good, remote.config.key_ring)
+                rebuild_data_object(
+                    storage, rli_key, good, remote.config.key_ring, remote.config.storage_class
+                )
         again = scrub_log_copies(
             storage,
             remote.config.key_ring,

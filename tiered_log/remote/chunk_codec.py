@@ -147,6 +147,14 @@ def frame_size(data: bytes | memoryview) -> int:
     return FRAME_SIZE + int(FRAME.unpack_from(data)[7])
 
 
+def frame_codec(data: bytes | memoryview) -> str:
+    """The codec a framed chunk's payload is compressed with (``none`` for a plain
+    chunk or an unknown codec id: :func:`decode_chunk` refuses the latter)."""
+    if not is_framed(data) or data[5] >= len(CODECS):
+        return "none"
+    return CODECS[data[5]]
+
+
 def chunk_is_encrypted(data: bytes | memoryview) -> bool:
     """Whether a stored chunk needs its segment's data key to be read."""
     return is_framed(data) and bool(data[6] & FLAG_ENCRYPTED)

@@ -63,7 +63,14 @@ from ..format.records import (
     is_legacy_batch,
 )
 from ..format.remote_index import RemoteLogIndexEntry, decode_entries
-from .chunk_codec import chunk_is_encrypted, decode_chunk, encode_store, frame_size, is_framed
+from .chunk_codec import (
+    chunk_is_encrypted,
+    decode_chunk,
+    encode_store,
+    frame_codec,
+    frame_size,
+    is_framed,
+)
 from .crypto import KeyRing
 from .metadata import CopyState, RemoteSegment
 from .storage import RemoteStorage
@@ -361,7 +368,7 @@ def decode_manifest(
         if n1 < 0 or n2 < 0 or n1 + n2 > len(rest):
             raise ValueError(f"index lengths {n1}, {n2} do not fit in {len(rest)} bytes")
         entries = [e for _, e in decode_entries(memoryview(rest)[n1 + n2 :])]
-        data_key = key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
+        data_key = naming.data_key_of(key)
         stored = int(fields.get("stored_size", rs.size))
         check_entries(rs, entries, data_key, stored)
         if data_size is not None and data_size != stored:
@@ -378,16 +385,26 @@ def decode_manifest(
 
 
 def repair_manifest(
-    storage: RemoteStorage, rli_key: str, chunk_bytes: int
+    storage: RemoteStorage,
+    rli_key: str,
+    chunk_bytes: int,
+    *,
+    data_key: tuple[str, str] | None = None,
+    ring: KeyRing | None = None,
 ) -> tuple[RemoteSegment, list[RemoteLogIndexEntry]]:
-    """Make the manifest ``rli_key`` again from its data object, and put it back.
+    """Make the manifest ``rli_key`` (damaged or missing) again from its data object, and
+    put it back.
 
     Downloads the data object, verifies every batch in one pass over it (as a copy's
     scan does) and cuts it into chunks of ``chunk_bytes``; the new
     manifest carries no index files (``index_bytes`` 0: readers use the entries only).
-    A compressed object's frames are decoded and each is one chunk again; an encrypted
-    one cannot be: its data key was in the manifest alone. RemoteCorruptionError if the
-    data object is damaged too or encrypted (it is then kept as it is);
+    A compressed object's frames are decoded and each is one chunk again (the header's
+    ``compression`` is the codec its frames use). An encrypted one needs its data key,
+    which only its manifest held in the bucket: ``data_key`` is the copy's ``(key id,
+    wrapped key)`` as a node kept it (:mod:`~tiered_log.remote.data_keys`), unwrapped
+    with ``ring``; the new manifest carries it wrapped as it was. RemoteCorruptionError
+    if the data object is damaged too, or encrypted and its key is not at hand (it is
+    then kept as it is); KeyUnavailableError if the ring lacks the key that wrapped it;
     CorruptRecordError (:func:`check_batch_format`) if it holds batches of another
     format than Kafka's v2; RemoteStorageError if the bucket fails.
     """
@@ -395,9 +412,10 @@ def repair_manifest(
     if parsed is None:
         raise RemoteCorruptionError(f"{rli_key} is not a segment manifest's key")
     base, seg_id, _ = parsed
-    data_key = rli_key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
-    blob = storage.get(data_key)
-    batches, entries, size = _walk_stored(blob, base, data_key, rli_key, chunk_bytes)
+    object_key = naming.data_key_of(rli_key)
+    dek = ring.unwrap(*data_key) if data_key is not None and ring is not None else None
+    blob = storage.get(object_key)
+    batches, entries, size, codecs = _walk_stored(blob, base, object_key, rli_key, chunk_bytes, dek)
     rs = RemoteSegment(
         seg_id,
         base,
@@ -408,36 +426,53 @@ def repair_manifest(
         CopyState.COPY_FINISHED,
         chunks=len(entries),
     )
-    encoded = size != len(blob)
+    encoded = size != len(blob) or bool(codecs)
+    compressed = sorted(codecs - {"none"})
+    encrypted = codecs and dek is not None and data_key is not None
     storage.put(
         rli_key,
-        encode_manifest(rs, entries, b"", b"", stored_size=len(blob) if encoded else None),
+        encode_manifest(
+            rs,
+            entries,
+            b"",
+            b"",
+            stored_size=len(blob) if encoded else None,
+            compression=(compressed[0] if compressed else "none") if encoded else None,
+            encryption=(
+                {"key_id": data_key[0], "wrapped_key": data_key[1]}
+                if encrypted and data_key is not None
+                else None
+            ),
+        ),
     )
     return rs, entries
 
 
 def _walk_stored(
-    blob: bytes, base: int, data_key: str, rli_key: str, chunk_bytes: int
-) -> tuple[list[BatchInfo], list[RemoteLogIndexEntry], int]:
+    blob: bytes, base: int, data_key: str, rli_key: str, chunk_bytes: int, dek: bytes | None
+) -> tuple[list[BatchInfo], list[RemoteLogIndexEntry], int, set[str]]:
     """The verified batches of a data object (positions as in the segment), its
     entries (stored places: a frame is one chunk, a run of plain batches is cut into
-    chunks of ``chunk_bytes``) and the segment's own bytes. RemoteCorruptionError
+    chunks of ``chunk_bytes``), the segment's own bytes and the codecs its frames use
+    (empty: no frame). An encrypted frame is read with ``dek``. RemoteCorruptionError
     naming the manifest when any of it does not verify."""
     batches: list[BatchInfo] = []
     entries: list[RemoteLogIndexEntry] = []
+    codecs: set[str] = set()
     pos, plain, expect = 0, 0, base
     view = memoryview(blob)
     while pos < len(blob):
         rest = view[pos:]
         if is_framed(rest):
             n = frame_size(rest)
-            if chunk_is_encrypted(rest):
+            if chunk_is_encrypted(rest) and dek is None:
                 raise RemoteCorruptionError(
-                    f"data object {data_key} is encrypted: its damaged manifest {rli_key} held "
-                    "its data key and cannot be made again"
+                    f"data object {data_key} is encrypted and this node does not keep its "
+                    f"data key: its manifest {rli_key} held it and cannot be made again"
                 )
+            codecs.add(frame_codec(rest))
             try:
-                data = decode_chunk(rest[:n], None, f"{data_key} byte {pos}")
+                data = decode_chunk(rest[:n], dek, f"{data_key} byte {pos}")
             except RemoteCorruptionError as exc:
                 raise RemoteCorruptionError(
                     f"{exc.message}: its damaged manifest {rli_key} cannot be made again"
@@ -475,4 +510,4 @@ def _walk_stored(
             f"data object {data_key} does not verify past byte {pos} of {len(blob)}: "
             f"its damaged manifest {rli_key} cannot be made again"
         )
-    return batches, entries, plain
+    return batches, entries, plain, codecs

@@ -31,7 +31,7 @@ from ..format.records import batch_table
 from .chunk_codec import decode_chunk, encode_chunk
 from .crypto import KeyRing
 from .manifest import decode_manifest, manifest_encryption
-from .storage import RemoteStorage
+from .storage import RemoteStorage, put_in_class
 
 
 class RepairError(RemoteCorruptionError):
@@ -40,14 +40,18 @@ class RepairError(RemoteCorruptionError):
 
 
 def rebuild_data_object(
-    storage: RemoteStorage, rli_key: str, batches: bytes | memoryview, ring: KeyRing | None
+    storage: RemoteStorage,
+    rli_key: str,
+    batches: bytes | memoryview,
+    ring: KeyRing | None,
+    storage_class: str | None = None,
 ) -> int:
     """Make the data object of the copy whose manifest is ``rli_key`` again from
-    ``batches`` (the segment's batches, all of them) and put it in place; the bytes
-    put. RepairError when they do not fit the manifest (other offsets or length, a chunk
+    ``batches`` (the segment's batches, all of them) and put it in place, in
+    ``storage_class`` (the topic's, as a copy puts it); the bytes put. RepairError when they do not fit the manifest (other offsets or length, a chunk
     that encodes to another length, an encrypted copy without its key);
     RemoteStorageError if the bucket fails."""
-    data_key = rli_key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
+    data_key = naming.data_key_of(rli_key)
     blob = storage.get(rli_key)
     rs, entries, _, _ = decode_manifest(blob, rli_key)
     raw = memoryview(batches)
@@ -61,7 +65,7 @@ def rebuild_data_object(
         )
     head = json.loads(blob.partition(b"\n")[0])
     if "stored_size" not in head:  # a plain copy: the object is the batches
-        storage.put(data_key, raw)
+        put_in_class(storage, data_key, raw, storage_class)
         return len(raw)
     starts = {b.base_offset: b.position for b in got}
     starts[rs.next_offset] = len(raw)
@@ -107,7 +111,7 @@ def rebuild_data_object(
             )
         parts.append(made)
     data = b"".join(parts)
-    storage.put(data_key, data)
+    put_in_class(storage, data_key, data, storage_class)
     return len(data)
 
 

@@ -79,7 +79,7 @@ def _one(storage: RemoteStorage, ring: KeyRing, key: str, report: RewrapReport) 
     if new is None:
         return False
     storage.put(key, new)
-    data_key = key[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX
+    data_key = naming.data_key_of(key)
     try:
         storage.size(data_key)
     except RemoteObjectNotFoundError:

@@ -491,12 +491,15 @@ def scrub_log_copies(
     log_damage: bool = False,
     only: tuple[int, str] | None = None,
     served: set[str] | None = None,
+    unlisted: set[str] | None = None,
 ) -> list[Damage]:
     """Check every archived copy of one log (one listing of its prefix), or only the
     copy ``only`` names (``(base offset, segment id)``), or only those whose ids are in
     ``served`` (a leader's finished copies: then nothing in the listing is a copy under
     way, and leftovers no reader is sent to are left to ``archive reconcile``), adding
-    to ``report`` (its totals grow by the copies checked); the damaged copies found. As
+    to ``report`` (its totals grow by the copies checked); the damaged copies found.
+    ``unlisted`` (with ``served``) gets the served ids the listing shows no manifest of
+    (the caller confirms them: the listing may predate a deletion). As
     :func:`scrub_bucket` otherwise, and read-only likewise: repairing is the caller's."""
     pass_ = _Pass(
         storage,
@@ -518,6 +521,9 @@ def scrub_log_copies(
     mine = logs.get(log_id, LogObjects(log_id))
     if served is not None:
         mine.copies = {k: v for k, v in mine.copies.items() if k[1] in served}
+        if unlisted is not None:
+            listed = {k[1] for k, v in mine.copies.items() if naming.RLI_SUFFIX in v}
+            unlisted.update(served - listed)
     _check_copies(pass_, {log_id: mine}, progress)
     return report.damaged[before:]
 

@@ -20,6 +20,7 @@ module are thread-safe too.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -136,6 +137,20 @@ class RemoteStorage(Protocol):
         ...
 
 
+def put_in_class(
+    storage: RemoteStorage, key: str, data: bytes | memoryview, storage_class: str | None
+) -> ObjectInfo:
+    """Put ``data`` at ``key`` in ``storage_class`` (None or ``STANDARD``: the default
+    class, one :meth:`~RemoteStorage.put`). The protocol takes a class only with a file
+    upload, so the bytes of any other class go through a temporary file."""
+    if storage_class in (None, "STANDARD"):
+        return storage.put(key, data)
+    with tempfile.NamedTemporaryFile(prefix="tiered-log-put-") as f:
+        f.write(data)
+        f.flush()
+        return storage.put_file(key, f.name, storage_class=storage_class)
+
+
 def open_storage(url: str, **s3_options: Any) -> RemoteStorage:
     """Open the store a URL names.
 
@@ -201,6 +216,7 @@ __all__ = [
     "check_keys",
     "check_range",
     "open_storage",
+    "put_in_class",
     "validate_key",
     "validate_prefix",
     "xxh3_hex",

@@ -316,7 +316,7 @@ def dump_manifest(path: Path, out: TextIO, totals: DumpTotals) -> None:
     ``totals.damaged_files``."""
     blob = path.read_bytes()
     key = _key_of(path, blob)
-    data = path.with_name(path.name[: -len(naming.RLI_SUFFIX)] + naming.LOG_SUFFIX)
+    data = path.with_name(naming.data_key_of(path.name))
     data_size = data.stat().st_size if data.is_file() else None
     print(f"Dumping {path} (remote segment manifest)", file=out)
     try:
