@@ -13,7 +13,18 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import TransactionalIdAuthorizationFailed
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from kafka import KafkaProducer
+from kafka.errors import TransactionalIdAuthorizationFailedError
 from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
@@ -101,6 +112,36 @@ def test_init_producer_id_hands_out_distinct_ids_and_refuses_transactions(
         txn = init_producer_id(w, 4, txn="my-txn")
         assert txn.error_code == ErrorCode.transactional_id_authorization_failed
         assert txn.producer_id == -1
+
+
+def test_transactional_producers_of_each_client_fail_at_once(server: ServerProcess) -> None:
+    """No transactions: each client's transactional producer is refused with the fatal
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED as soon as it starts (FindCoordinator for the
+    transaction key names a node, whose InitProducerId refuses it), not retried until a
+    timeout."""
+    p = Producer({"bootstrap.servers": server.kafka_bootstrap, "transactional.id": "txn-c"})
+    began = time.monotonic()
+    with pytest.raises(KafkaException) as info:
+        p.init_transactions(30)
+    err = info.value.args[0]
+    assert err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()
+    assert time.monotonic() - began < 25  # refused, not timed out
+
+    async def aiokafka_start() -> None:
+        a = AIOKafkaProducer(bootstrap_servers=server.kafka_bootstrap, transactional_id="txn-a")
+        try:
+            with pytest.raises(TransactionalIdAuthorizationFailed):
+                await asyncio.wait_for(a.start(), TIMEOUT_S)
+        finally:
+            await a.stop()
+
+    asyncio.run(aiokafka_start())
+    k = KafkaProducer(bootstrap_servers=server.kafka_bootstrap, transactional_id="txn-k")
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            k.init_transactions()
+    finally:
+        k.close(timeout=5)
 
 
 def test_confluent_idempotent_producer_round_trip(server: ServerProcess) -> None:

@@ -16,7 +16,7 @@ transactional PID from broker: Broker: Transactional Id authorization failed"), 
 transactional producer fails fast with a message pointing at its transactional id,
 instead of retrying a retriable code (COORDINATOR_NOT_AVAILABLE) until its timeout or
 reporting an "unexpected error" (INVALID_REQUEST). FindCoordinator for a transaction key
-already answers INVALID_REQUEST with a message (the group handlers).
+names the node asked (the group handlers), so the producer gets here.
 
 Concurrency: the handler is a coroutine of the listener's loop; the id reservation
 (a fsync, or etcd) runs in a worker thread.

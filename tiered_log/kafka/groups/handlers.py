@@ -2,8 +2,11 @@
 answer's fields out, for every version; see :mod:`tiered_log.kafka.handlers`):
 
 - FindCoordinator (group keys; v4's batch of keys): the leader of the group's internal
-  partition (:mod:`.offsets`), COORDINATOR_NOT_AVAILABLE while it has none;
-  transaction keys are refused (no transactions).
+  partition (:mod:`.offsets`), COORDINATOR_NOT_AVAILABLE while it has none. A
+  transaction key gets the node asked: there are no transactions, and a transactional
+  producer must reach InitProducerId to be refused with the code clients treat as fatal
+  (:mod:`tiered_log.kafka.producers`); an error here would be retried until the
+  producer's timeout.
 - JoinGroup, SyncGroup, Heartbeat, LeaveGroup: :class:`~.coordinator.GroupCoordinator`.
 - OffsetCommit, OffsetFetch (v8's batch of groups): :class:`~.offsets.OffsetStore`.
 - ListGroups, DescribeGroups, DeleteGroups.
@@ -146,9 +149,13 @@ class GroupHandlers:
             "error_code": ErrorCode.none,
             "error_message": None,
         }
+        if key_type == 1:  # a transaction key: this node, which refuses it at once
+            me = next(b for b in await self.backend.brokers() if b.node_id == self.backend.node_id)
+            out.update(node_id=me.node_id, host=me.host, port=me.port)
+            return out
         if key_type != 0:
             out["error_code"] = ErrorCode.invalid_request
-            out["error_message"] = "only group coordinators: there are no transactions"
+            out["error_message"] = f"unknown coordinator key type {key_type}"
             return out
         if not key:
             out["error_code"] = ErrorCode.invalid_group_id
