@@ -4,6 +4,7 @@ changed as the HTTP API changes them."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,11 +15,18 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     ResourceType,
 )
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType as KpResourceType
+from kafka.admin import KafkaAdminClient
+from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
-from .conftest import create_topic
+from tiered_log.kafka.configs import DESCRIBE_CONFIGS
+
+from .conftest import KafkaWire, create_topic, kafka_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -127,3 +135,50 @@ def test_configs_with_one_value_here_are_described_and_accepted_with_it(
     finally:
         kp.close()
     assert _describe(admin, "cfg-fixed")["retention.ms"] == "120000"
+
+
+def test_a_broker_is_described_with_its_topic_defaults_read_only(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A broker's configs as Kafka names them: the topic defaults under their broker
+    names (set in the settings: STATIC_BROKER_CONFIG; else DEFAULT_CONFIG), its id and
+    CreateTopics' defaults, all read-only; the empty name (cluster-wide dynamic defaults)
+    has none; another broker's id is refused."""
+    for srv in kafka_server(
+        tmp_path_factory, "broker-cfg", topic_defaults__retention_ms="86400000"
+    ):
+        admin = _admin(srv)
+        res = ConfigResource(ResourceType.BROKER, "0")
+        got = admin.describe_configs([res])[res].result(timeout=20)
+        assert got["log.retention.ms"].value == "86400000"
+        assert got["log.retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+        assert got["log.segment.bytes"].value == str(64 << 20)
+        assert got["log.segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+        assert got["message.max.bytes"].value.isdigit()
+        assert got["log.cleanup.policy"].value == "delete"
+        assert got["broker.id"].value == "0" and got["num.partitions"].value == "1"
+        assert got["default.replication.factor"].value == "1"
+        assert Path(got["log.dirs"].value) == srv.data_dir.resolve()
+        assert all(e.is_read_only for e in got.values())
+        with KafkaWire(srv.kafka_bootstrap) as w:
+            body = {
+                "resources": [
+                    {"resource_type": 4, "resource_name": name, "configuration_keys": None}
+                    for name in ("", "7")
+                ],
+                "include_synonyms": False,
+                "include_documentation": False,
+            }
+            empty, other = w.call(DESCRIBE_CONFIGS, 4, body).results
+        assert (empty.error_code, list(empty.configs)) == (ErrorCode.none, [])
+        assert other.error_code == ErrorCode.invalid_request
+        assert "Unexpected broker id" in (other.error_message or "")
+        kp = KafkaAdminClient(bootstrap_servers=srv.kafka_bootstrap)
+        try:
+            resp = kp.describe_configs(
+                [KpConfigResource(KpResourceType.BROKER, "0")], config_filter="all"
+            )
+            assert resp["broker"]["0"]["log.retention.ms"]["value"] == "86400000"
+            assert resp["broker"]["0"]["log.retention.ms"]["read_only"] is True
+        finally:
+            kp.close()

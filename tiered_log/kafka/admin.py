@@ -100,15 +100,16 @@ from ..local.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from ..local.log import LogConfig
 from ..service.topic_alter import add_partitions
 from ..service.topic_delete import delete_topic
-from ..service.wire import CreateTopicRequest
 from ..topic_config import TopicConfig
 from .backend import SINGLE_NODE_EPOCH, Backend, topic_uuid
 from .configs import (
+    DEFAULT_PARTITIONS,
     FIXED,
     KAFKA_NAMES,
     REMOTE_COPY_DISABLE,
     REMOTE_DELETE_ON_DISABLE,
     check_fixed,
+    default_replication_factor,
     described,
     kafka_message,
     setting_value,
@@ -364,15 +365,14 @@ class AdminHandlers:
                 "manual replica assignments are not supported: give num_partitions and "
                 "replication_factor (replicas are placed over the live nodes)",
             )
-        default_partitions = int(CreateTopicRequest.model_fields["partitions"].default)
         partitions = int(t.num_partitions)
         if partitions == DEFAULT:
-            partitions = default_partitions
+            partitions = DEFAULT_PARTITIONS
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise Refused(
                 ErrorCode.invalid_partitions,
                 f"num_partitions must be from 1 to {MAX_PARTITIONS} (or -1: the default, "
-                f"{default_partitions}), not {partitions}",
+                f"{DEFAULT_PARTITIONS}), not {partitions}",
             )
         asked_rf = int(t.replication_factor)
         overrides, min_isr = topic_overrides(t.configs)
@@ -409,7 +409,7 @@ class AdminHandlers:
             return TopicPlan(name, partitions, overrides, config, 1, None, None)
         live = len(cluster.membership.live_nodes())
         if asked_rf == DEFAULT:
-            rf, given_rf = max(1, min(3, live)), None
+            rf, given_rf = default_replication_factor(live), None
         elif 1 <= asked_rf <= live:
             rf, given_rf = asked_rf, asked_rf
         else:

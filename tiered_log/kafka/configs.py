@@ -19,8 +19,14 @@ same change path, ``validate_only`` included). Kafka's answers: a resource named
 a key given twice or with a null value is INVALID_REQUEST; a missing topic
 UNKNOWN_TOPIC_OR_PARTITION; an unknown key or a bad value INVALID_CONFIG naming it.
 
-A BROKER resource is described with no settings (nothing of a broker is configurable
-through Kafka's APIs here). Its legacy alter is answered as Kafka answers one of a
+A BROKER resource named by this node's id is described as Kafka describes a broker
+(:func:`broker_described`): the topic defaults under their broker names
+(``log.retention.ms``, ``log.segment.bytes``, ``message.max.bytes``...), ``broker.id``,
+``num.partitions``, ``default.replication.factor``, ``auto.create.topics.enable`` and
+``log.dirs``, every one read-only (they come from the service's settings file, Kafka's
+``server.properties``): ``STATIC_BROKER_CONFIG`` when set there, ``DEFAULT_CONFIG``
+otherwise. The empty name (the cluster-wide dynamic defaults) has none; another
+broker's id is INVALID_REQUEST, as Kafka answers it. Its legacy alter is answered as Kafka answers one of a
 config that cannot be updated dynamically (INVALID_CONFIG naming the keys; an empty set
 changes nothing and succeeds); its incremental alter, and any other resource type, is
 refused with INVALID_REQUEST. An unknown key or a bad value: INVALID_CONFIG naming it.
@@ -40,6 +46,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..errors import InvalidArgumentError, TieredLogError
+from ..service.wire import CreateTopicRequest
 from ..topic_config import TopicConfig
 from .backend import Backend
 from .errors import error_code, error_message
@@ -58,7 +65,8 @@ CONFIG_APIS: dict[int, tuple[str, int, int]] = {
 TOPIC = 2
 BROKER = 4
 SET, DELETE = 0, 1
-DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+INT = 3
 BOOLEAN, STRING, LONG = 1, 2, 5
 NEVER = (1 << 63) - 1
 """How a setting without a limit that Kafka writes as Long.MAX_VALUE is described."""
@@ -88,6 +96,23 @@ KAFKA_NAMES: dict[str, KafkaName] = {
     "remote.storage.enable": KafkaName("remote_enabled", BOOLEAN, None),
 }
 """Kafka's topic config names and the settings they are."""
+BROKER_NAMES: dict[str, str] = {
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "local.retention.ms": "log.local.retention.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "remote.storage.enable": "remote.log.storage.system.enable",
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+}
+"""Each topic config's broker-wide name (the default a broker gives its topics), as
+Kafka's broker names them."""
 REMOTE_DELETE_ON_DISABLE = "remote.log.delete.on.disable"
 REMOTE_COPY_DISABLE = "remote.log.copy.disable"
 FIXED: dict[str, tuple[str, str]] = {
@@ -107,50 +132,99 @@ def check_fixed(name: str, raw: str | None) -> None:
         raise InvalidArgumentError(f"{name}: {raw!r} is not supported: only {value!r} ({why})")
 
 
+def _entry(name: str, text: str, kind: int, source: int, read_only: bool) -> dict[str, Any]:
+    """One DescribeConfigs entry (its fields for every version)."""
+    return {
+        "name": name,
+        "value": text,
+        "read_only": read_only,
+        "config_source": source,
+        "is_sensitive": False,
+        "synonyms": (),
+        "config_type": kind,
+        "documentation": None,
+        "is_default": source == DEFAULT_CONFIG,
+    }
+
+
+def _text(k: KafkaName, value: object) -> str:
+    """A setting's value as Kafka's clients read it (``k.unlimited`` for no limit)."""
+    if value is None:
+        return k.unlimited or "-1"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def described(config: TopicConfig, defaults: TopicConfig, keys: Any) -> list[dict[str, Any]]:
     """The DescribeConfigs entries of ``config`` (``keys``: the names asked for, None or
     empty: all), each marked dynamic when it differs from the server's default."""
     wanted = set(keys) if keys else None
     out = []
     for name, k in KAFKA_NAMES.items():
-        if wanted is not None and name not in wanted:
-            continue
-        value = getattr(config, k.setting)
-        if value is None:
-            text = k.unlimited or "-1"
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        else:
-            text = str(value)
-        dynamic = value != getattr(defaults, k.setting)
-        out.append(
-            {
-                "name": name,
-                "value": text,
-                "read_only": False,
-                "config_source": DYNAMIC_TOPIC_CONFIG if dynamic else DEFAULT_CONFIG,
-                "is_sensitive": False,
-                "synonyms": (),
-                "config_type": k.kind,
-                "documentation": None,
-                "is_default": not dynamic,
-            }
-        )
+        if wanted is None or name in wanted:
+            value = getattr(config, k.setting)
+            dynamic = value != getattr(defaults, k.setting)
+            source = DYNAMIC_TOPIC_CONFIG if dynamic else DEFAULT_CONFIG
+            out.append(_entry(name, _text(k, value), k.kind, source, False))
     for name, (value, _) in FIXED.items():
         if wanted is None or name in wanted:
-            out.append(
-                {
-                    "name": name,
-                    "value": value,
-                    "read_only": False,
-                    "config_source": DEFAULT_CONFIG,
-                    "is_sensitive": False,
-                    "synonyms": (),
-                    "config_type": STRING,
-                    "documentation": None,
-                    "is_default": True,
-                }
-            )
+            out.append(_entry(name, value, STRING, DEFAULT_CONFIG, False))
+    return out
+
+
+DEFAULT_PARTITIONS = int(CreateTopicRequest.model_fields["partitions"].default)
+"""The partitions a topic gets when CreateTopics asks for the default (-1), as the HTTP
+API's topic creation."""
+
+
+def default_replication_factor(live_nodes: int) -> int:
+    """The replication factor a topic gets when CreateTopics asks for the default (-1):
+    as many copies as live nodes, up to 3 (one on a single node)."""
+    return max(1, min(3, live_nodes))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFacts:
+    """What describes a broker besides its topic defaults."""
+
+    node_id: int
+    num_partitions: int
+    default_replication_factor: int
+    auto_create_topics: bool
+    log_dirs: str
+
+
+def broker_described(facts: BrokerFacts, defaults: TopicConfig, keys: Any) -> list[dict[str, Any]]:
+    """The DescribeConfigs entries of this broker (see the module docstring; ``keys`` as
+    :func:`described`'s), all read-only: a topic default is ``STATIC_BROKER_CONFIG`` when
+    the service's settings changed it, else ``DEFAULT_CONFIG``."""
+    wanted = set(keys) if keys else None
+    out = []
+    base = TopicConfig()
+    for topic_name, name in BROKER_NAMES.items():
+        if wanted is not None and name not in wanted:
+            continue
+        k = KAFKA_NAMES.get(topic_name)
+        if k is None:
+            out.append(_entry(name, FIXED[topic_name][0], STRING, DEFAULT_CONFIG, True))
+            continue
+        value = getattr(defaults, k.setting)
+        source = STATIC_BROKER_CONFIG if value != getattr(base, k.setting) else DEFAULT_CONFIG
+        out.append(_entry(name, _text(k, value), k.kind, source, True))
+    facts_of = {
+        "broker.id": (str(facts.node_id), INT),
+        "num.partitions": (str(facts.num_partitions), INT),
+        "default.replication.factor": (str(facts.default_replication_factor), INT),
+        "auto.create.topics.enable": (
+            "true" if facts.auto_create_topics else "false",
+            BOOLEAN,
+        ),
+        "log.dirs": (facts.log_dirs, STRING),
+    }
+    for name, (text, kind) in facts_of.items():
+        if wanted is None or name in wanted:
+            out.append(_entry(name, text, kind, STATIC_BROKER_CONFIG, True))
     return out
 
 
@@ -309,11 +383,41 @@ class ConfigHandlers:
                     r["configs"] = described(config, defaults, res.configuration_keys)
                 except TieredLogError as exc:
                     r["error_code"], r["error_message"] = error_code(exc), error_message(exc)
-            elif res.resource_type != BROKER:
+            elif res.resource_type == BROKER:
+                me = str(self.backend.node_id)
+                if res.resource_name == me:
+                    facts = await self._broker_facts()
+                    r["configs"] = broker_described(facts, defaults, res.configuration_keys)
+                elif res.resource_name:  # "": the cluster's dynamic defaults, none here
+                    r["error_code"] = ErrorCode.invalid_request
+                    r["error_message"] = (
+                        f"Unexpected broker id, expected {me} or empty string, but "
+                        f"received {res.resource_name}"
+                    )
+            else:
                 r["error_code"] = ErrorCode.invalid_request
                 r["error_message"] = "only topic (and broker) configs can be described"
             results.append(r)
         return {"throttle_time": 0, "results": results}
+
+    async def _broker_facts(self) -> BrokerFacts:
+        """This broker's facts for :func:`broker_described`: its id, CreateTopics'
+        defaults (the replication factor a topic gets with -1: one copy on a single
+        node, else as many as the live nodes up to 3), auto-creation, data directory."""
+        state = self.backend.state
+        cluster = state.cluster
+        live = (
+            await asyncio.to_thread(lambda: len(cluster.membership.live_nodes()))
+            if cluster is not None
+            else 1
+        )
+        return BrokerFacts(
+            node_id=self.backend.node_id,
+            num_partitions=DEFAULT_PARTITIONS,
+            default_replication_factor=default_replication_factor(live),
+            auto_create_topics=state.settings.kafka_auto_create_topics,
+            log_dirs=str(state.settings.data_dir.resolve()),
+        )
 
     async def incremental_alter_configs(self, req: Request) -> dict[str, Any]:
         body = req.body
@@ -408,14 +512,19 @@ def _broker_alter(name: str, configs: Any) -> tuple[ErrorCode, str | None]:
 
 __all__ = [
     "ALTER_CONFIGS",
+    "BROKER_NAMES",
     "CONFIG_APIS",
+    "DEFAULT_PARTITIONS",
     "DESCRIBE_CONFIGS",
     "FIXED",
     "INCREMENTAL_ALTER_CONFIGS",
     "KAFKA_NAMES",
+    "BrokerFacts",
     "ConfigHandlers",
     "InvalidRequest",
+    "broker_described",
     "check_fixed",
+    "default_replication_factor",
     "described",
     "kafka_changes",
     "kafka_message",
