@@ -37,21 +37,25 @@ def value(o: int) -> bytes:
     ) * (o % 200)
 
 
-def ship_and_read(path: Path, storage: RemoteStorage, **tier: Any) -> None:
-    """Fill a log of a few segments, ship them all, and read every record back from the
-    bucket (the local copies are gone)."""
-    cfg = TierConfig(local_retention_bytes=0, chunk_bytes=16 << 10, **tier)
+def shipped(path: Path, storage: RemoteStorage, **tier: Any) -> TieredLog:
+    """An open log of a few segments, every one shipped (``tier``: its settings)."""
+    cfg = TierConfig(chunk_bytes=16 << 10, **tier)
     tlog = TieredLog(
         path, log_id="orders-0", storage=storage, config=SEGMENT, tier=cfg, start_shipper=False
     )
+    for s in range(0, RECORDS, 100):
+        tlog.append_batch([ProducerRecord(value(o), timestamp=1000 + o) for o in range(s, s + 100)])
+    tlog.flush()
+    tlog.roll()
+    tlog.tier_once()
+    return tlog
+
+
+def ship_and_read(path: Path, storage: RemoteStorage, **tier: Any) -> None:
+    """Fill a log of a few segments, ship them all, and read every record back from the
+    bucket (the local copies are gone)."""
+    tlog = shipped(path, storage, local_retention_bytes=0, **tier)
     try:
-        for s in range(0, RECORDS, 100):
-            tlog.append_batch(
-                [ProducerRecord(value(o), timestamp=1000 + o) for o in range(s, s + 100)]
-            )
-        tlog.flush()
-        tlog.roll()
-        tlog.tier_once()
         assert tlog.bounds().local_start_offset == RECORDS
         o = 0
         while o < RECORDS:
@@ -173,23 +177,8 @@ def test_a_data_object_the_scrubber_repairs_stays_in_the_topic_storage_class(
     """A damaged data object made again from the local log goes back in the topic's
     class, as its copy put it (not the default class)."""
     storage = s3_storage_factory(prefix="repair")
-    cfg = TierConfig(chunk_bytes=16 << 10, storage_class="STANDARD_IA", compression=compression)
-    tlog = TieredLog(
-        tmp_path / "log",
-        log_id="orders-0",
-        storage=storage,
-        config=SEGMENT,
-        tier=cfg,
-        start_shipper=False,
-    )
+    tlog = shipped(tmp_path / "log", storage, storage_class="STANDARD_IA", compression=compression)
     try:
-        for s in range(0, RECORDS, 100):
-            tlog.append_batch(
-                [ProducerRecord(value(o), timestamp=1000 + o) for o in range(s, s + 100)]
-            )
-        tlog.flush()
-        tlog.roll()
-        tlog.tier_once()
         key = next(
             i.key
             for i in storage.list(naming.segment_objects_prefix("orders-0"))
