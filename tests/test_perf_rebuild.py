@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from tiered_log.cluster.etcd_process import find_etcd_binary
-from tiered_log.perf.rebuild import format_rebuild, plan_for, rebuild_report, run_figures
+from tiered_log.perf.rebuild import (
+    MIN_COPYING_S,
+    format_rebuild,
+    plan_for,
+    rebuild_report,
+    run_figures,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -118,6 +124,14 @@ def test_rebuild_json(tmp_path: Path) -> None:
     rep = r["runs"][1]["replication"]
     assert rep["replication_mb_s"] > 0 and rep["loopback_mb_s"] > 0
     assert r["replication_vs_loopback"] == rep["replication_vs_loopback"] > 0
+    # from its first records: no longer than from its start (too short: not measured)
+    untiered_run = r["runs"][1]["untiered"]
+    assert 0 <= untiered_run["copying_s"] <= untiered_run["catch_up_s"]
+    assert r["copying_vs_loopback"] == rep["copying_vs_loopback"]
+    if untiered_run["copying_s"] >= MIN_COPYING_S:
+        assert rep["copying_vs_loopback"] >= rep["replication_vs_loopback"]
+    else:
+        assert rep["copying_mb_s"] is None
     assert r["replication_transport"] == "auto"
     assert r["met"] == all(t["met"] for t in r["targets"].values())
     assert "rebuild 8 MiB untiered wipe 1/1: node" in p.stderr

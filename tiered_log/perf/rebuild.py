@@ -47,7 +47,9 @@ over its ``catch_up_s``; next to it the machine's loopback limit for the same by
 leader's segment files of that partition sent by a plain ``sendfile`` process to a
 plain receiver (:func:`~tiered_log.perf.fetch_limit.loopback_seconds`, as ``perf
 http-fetch`` measures it), ``loopback_mb_s``; their ratio ``replication_vs_loopback``
-(target >= 0.15).
+(target >= 0.15). ``copying_mb_s`` / ``copying_vs_loopback``: the same bytes over the
+time from the follower's first records to its last (``copying_s``: the node's joining
+and its fetcher's start left out, as the ISR's wait), where the copy's own rate shows.
 
 Progress goes to stderr; the result is one JSON-able dict. Not thread-safe.
 """
@@ -98,6 +100,13 @@ TARGET_SPEEDUP = 20.0
 TARGET_GROWTH = 1.5
 TARGET_P99_RATIO = 1.5
 TARGET_REPLICATION_VS_LOOPBACK = 0.15
+
+
+POLL_S = 0.05
+"""How often a rebuild's progress is polled."""
+MIN_COPYING_S = 10 * POLL_S
+"""The shortest copy whose rate is reported from its first records (a shorter one is
+within a few polls' error)."""
 
 
 # ---- the plan: request size, segment size, archive and tail in requests --------------------
@@ -441,7 +450,7 @@ def run_case(
     out.update(
         {
             k: round(statistics.median(r[k] for r in runs), 3)
-            for k in ("rebuild_s", "startup_s", "catch_up_s")
+            for k in ("rebuild_s", "startup_s", "catch_up_s", "copying_s")
         }
     )
     out.update({k: last[k] for k in ("follower", "fetched_bytes", "follower_first_offset")})
@@ -485,15 +494,26 @@ def replication_rate(
     secs, moved = loopback_seconds(files, passes, bytearray(FETCH_BYTES))
     loopback = moved / secs / MB
     rate = ratio(case["fetched_bytes"], case["catch_up_s"]) / MB
+    # A copy shorter than a few polls is not measured by them (None).
+    copying = (
+        ratio(case["fetched_bytes"], case["copying_s"]) / MB
+        if case["copying_s"] >= MIN_COPYING_S
+        else None
+    )
     say(
         f"{label}: replication copied {rate:,.1f} MB/s; loopback {loopback:,.1f} MB/s "
-        f"({ratio(rate, loopback):.3f}x)",
+        f"({ratio(rate, loopback):.3f}x)"
+        + (f"; from its first records {copying:,.1f} MB/s" if copying is not None else ""),
         enabled=show,
     )
     return {
         "replication_mb_s": round(rate, 1),
         "loopback_mb_s": round(loopback, 1),
         "replication_vs_loopback": round(ratio(rate, loopback), 4),
+        "copying_mb_s": round(copying, 1) if copying is not None else None,
+        "copying_vs_loopback": (
+            round(ratio(copying, loopback), 4) if copying is not None else None
+        ),
         "loopback_bytes": moved,
     }
 
@@ -563,7 +583,7 @@ def _wipe_and_rebuild(
     victim.start()
     t_up = time.monotonic()
     states: list[str] = []
-    t_isr = t_caught = None
+    t_isr = t_caught = t_first = None
     isr_early: int | None = None  # its own next offset when the leader first listed it
     last = 0.0
     while True:
@@ -574,6 +594,8 @@ def _wipe_and_rebuild(
         in_isr = victim_id in (_isr(http, [leader_url], topic) or [])
         has_all = mine is not None and mine >= end_offset
         t_caught = t_caught or (time.monotonic() if has_all else None)
+        if t_first is None and mine is not None and (mine > 0 or has_all):
+            t_first = time.monotonic()  # its first records (or all at once)
         if t_isr is None and in_isr:
             t_isr = time.monotonic()
             isr_early = None if has_all else (mine if mine is not None else -1)
@@ -592,8 +614,8 @@ def _wipe_and_rebuild(
                     f"{view['log_end_offset']:,}, {view['rate_offsets_s']:,.0f} offsets/s)",
                     enabled=show,
                 )
-        time.sleep(0.05)
-    assert t_isr is not None and t_caught is not None
+        time.sleep(POLL_S)
+    assert t_isr is not None and t_caught is not None and t_first is not None
     back_load = wait_for(lambda: victim_id in (_isr(http, urls, load_topic) or []), STEP_TIMEOUT_S)
     log_bytes, all_bytes, first = partition_bytes(victim, topic)
     return {
@@ -603,6 +625,8 @@ def _wipe_and_rebuild(
         "rebuild_s": round(t_done - t0, 3),
         "catch_up_s": round(t_done - t_up, 3),
         "caught_up_s": round(t_caught - t0, 3),
+        "first_records_s": round(t_first - t0, 3),
+        "copying_s": round(t_caught - t_first, 3),
         "listed_in_isr_s": round(t_isr - t0, 3),
         "in_isr_before_caught_up": isr_early is not None,
         "next_offset_when_listed": isr_early,
@@ -810,6 +834,8 @@ def rebuild_report(runs: list[dict[str, Any]], params: dict[str, Any]) -> dict[s
         "replication_vs_loopback": (
             replication["replication_vs_loopback"] if replication else None
         ),
+        "copying_mb_s": replication["copying_mb_s"] if replication else None,
+        "copying_vs_loopback": replication["copying_vs_loopback"] if replication else None,
         "runs": runs,
         "targets": targets,
         "met": all(t["met"] for t in targets.values()),
@@ -851,6 +877,12 @@ def format_rebuild(report: dict[str, Any]) -> str:
             f"replication ({report['replication_transport']}) "
             f"{report['replication_mb_s']:,.1f} MB/s vs loopback "
             f"{report['loopback_mb_s']:,.1f} MB/s: {report['replication_vs_loopback']}x"
+            + (
+                f" (from its first records {report['copying_mb_s']:,.1f} MB/s: "
+                f"{report['copying_vs_loopback']}x)"
+                if report.get("copying_mb_s") is not None
+                else ""
+            )
         )
     for t in report["targets"].values():
         lines.append(f"target: {t['text']}: {'met' if t['met'] else 'NOT MET'}")
@@ -867,6 +899,7 @@ __all__ = [
     "DEFAULT_REQUEST_KIB",
     "DEFAULT_TAIL_MB",
     "DEFAULT_WIPES",
+    "MIN_COPYING_S",
     "LoadProducer",
     "Plan",
     "format_rebuild",
