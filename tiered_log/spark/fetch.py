@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import accumulate, repeat
-from operator import is_
-from typing import Any, cast
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..client import Client
 from ..errors import (
@@ -41,11 +38,12 @@ from ..errors import (
     RemoteCorruptionError,
     RemoteObjectNotFoundError,
 )
-from ..format.records import FrameColumns, Record, decode_columns
+from ..format.records import Record
 from ..remote.chunk_codec import decode_chunk, is_framed
 from ..remote.manifest import check_batch_format
 from ..remote.storage import RemoteStorage
 from .bucket import open_reader_store
+from .columns import ChunkColumns, binary_array, chunk_columns
 from .options import ReadOptions
 from .planning import ArchiveSplit, Chunk, TailSplit
 
@@ -68,41 +66,21 @@ def store_for(url: str, s3: tuple[tuple[str, Any], ...]) -> RemoteStorage:
         return st
 
 
-def _int64s(values: Iterable[int]) -> pa.Array:
-    """An int64 Arrow array over a C array of ``values`` (no per-item Python conversion)."""
-    buf = array("q", values)
-    return pa.Array.from_buffers(pa.int64(), len(buf), [None, pa.py_buffer(buf)])
+def _int64s(values: np.ndarray[Any, Any], type_: pa.DataType | None = None) -> pa.Array:
+    """An int64 (or ``type_``, of int64 values) Arrow array over ``values`` (no copy)."""
+    buf = np.ascontiguousarray(values, np.int64)
+    return pa.Array.from_buffers(type_ or pa.int64(), len(buf), [None, pa.py_buffer(buf)])
 
 
-def _binaries(values: Sequence[bytes | memoryview | None]) -> pa.Array:
-    """A binary Arrow array of ``values`` (None: null): one join into the data buffer
-    and the offsets summed in C, instead of converting item by item; a validity bitmap
-    only when some value is null."""
-    n = len(values)
-    nulls = sum(map(is_, values, repeat(None)))  # C-level; list.count compares views slowly
-    if nulls == n:
-        return pa.nulls(n, pa.binary())
-    present = (
-        cast("Sequence[bytes | memoryview]", values)
-        if not nulls
-        else [b"" if v is None else v for v in values]
-    )
-    ends = array("q", accumulate(map(len, present), initial=0))
-    if ends[-1] >= 1 << 31:  # past int32 offsets: let Arrow convert (and complain) itself
-        return pa.array([None if v is None else bytes(v) for v in values], pa.binary())
-    validity = (
-        None if not nulls else pa.array([v is not None for v in values], pa.bool_()).buffers()[1]
-    )
-    return pa.Array.from_buffers(
-        pa.binary(),
-        n,
-        [validity, pa.py_buffer(array("i", ends)), pa.py_buffer(b"".join(present))],
-        null_count=nulls,
+def _no_headers(n: int) -> pa.Array:
+    """``n`` empty header lists."""
+    return pa.ListArray.from_arrays(
+        pa.array(np.zeros(n + 1, np.int32)), pa.array([], HEADER_TYPE.value_type), type=HEADER_TYPE
     )
 
 
 def columns_to_batch(
-    cols: FrameColumns,
+    cols: ChunkColumns,
     lo: int,
     hi: int,
     topic: str,
@@ -111,26 +89,27 @@ def columns_to_batch(
     include_headers: bool,
 ) -> pa.RecordBatch:
     """Rows ``lo:hi`` of ``cols`` as one Arrow batch in the source's schema (see
-    :mod:`tiered_log.spark.source`). Values are copied once, into Arrow's buffer."""
+    :mod:`tiered_log.spark.source`)."""
     n = hi - lo
-    keys = cols.keys[lo:hi]
-    offsets = cols.offsets
-    dense = n > 0 and offsets[hi - 1] - offsets[lo] + 1 == n
-    ts = pc.multiply(_int64s(cols.timestamps[lo:hi]), 1000)
+    ts = cols.timestamps[lo:hi] * 1000  # ms -> us (wraps as Arrow's multiply did)
     arrays: list[pa.Array] = [
-        _binaries(keys),
-        _binaries(cols.values[lo:hi]),
+        cols.keys.slice(lo, n),
+        cols.values.slice(lo, n),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        _int64s(range(offsets[lo], offsets[lo] + n) if dense else offsets[lo:hi]),
-        ts.cast(schema.field("timestamp").type),
+        _int64s(cols.offsets[lo:hi]),
+        _int64s(ts, schema.field("timestamp").type),
     ]
     if include_headers:
-        arrays.append(
-            pa.array(
-                [[{"key": k, "value": v} for k, v in h] for h in cols.headers[lo:hi]], HEADER_TYPE
+        if cols.headers is None:
+            arrays.append(_no_headers(n))
+        else:
+            arrays.append(
+                pa.array(
+                    [[{"key": k, "value": v} for k, v in h] for h in cols.headers[lo:hi]],
+                    HEADER_TYPE,
+                )
             )
-        )
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -138,12 +117,13 @@ def records_to_batch(
     records: Sequence[Record], topic: str, partition: int, schema: pa.Schema, include_headers: bool
 ) -> pa.RecordBatch:
     """Decoded records (a tail read through the service) as one Arrow batch."""
-    cols = FrameColumns(
-        [r.offset for r in records],
-        [r.timestamp for r in records],
-        [r.key for r in records],
-        [r.value for r in records],
-        [r.headers for r in records],
+    headers = [r.headers for r in records]
+    cols = ChunkColumns(
+        np.array([r.offset for r in records], np.int64),
+        np.array([r.timestamp for r in records], np.int64),
+        binary_array([r.key for r in records]),
+        binary_array([r.value for r in records]),
+        headers if any(headers) else None,
         0,
     )
     return columns_to_batch(cols, 0, len(records), topic, partition, schema, include_headers)
@@ -167,46 +147,57 @@ def _groups(chunks: Sequence[Chunk], fetch_bytes: int) -> list[list[Chunk]]:
 
 
 def _get(store: RemoteStorage, key: str, group: list[Chunk]) -> bytes:
+    """The stored bytes of the chunks of ``group`` (one ranged GET)."""
     start, end = group[0][4], group[-1][4] + group[-1][5]
     blob = store.get(key, start, end)
     if len(blob) != end - start:
         raise RemoteCorruptionError(
             f"{key}: asked for {end - start} bytes at {start}, got {len(blob)}"
         )
-    # Chunks shipped compressed are decoded here (an encrypted one raises: executors
-    # hold no key ring); plain chunks stay as they are, uncopied.
-    view = memoryview(blob)
-    parts = [view[c[4] - start : c[4] - start + c[5]] for c in group]
-    if any(is_framed(p) for p in parts):
-        return b"".join(
-            decode_chunk(p, None, f"{key} byte {c[4]}") for p, c in zip(parts, group, strict=True)
-        )
     return blob
 
 
 def _decode_group(
     key: str, group: list[Chunk], blob: bytes, start: int, end: int
-) -> tuple[FrameColumns, int, int]:
-    """The verified batches of one GET and the row range ``lo:hi`` of them in ``[start, end)``."""
-    check_batch_format(blob, f"{key} bytes [{group[0][4]}, {group[0][4] + len(blob)})")
-    cols = decode_columns(blob)
-    offs = cols.offsets
-    # A chunk clipped by a truncation holds records above its index entry's last offset.
-    if (
-        cols.end != len(blob)
-        or not offs
-        or offs[0] != group[0][0]
-        or (offs[-1] < group[-1][1])
-        or offs[-1] - offs[0] + 1 != len(offs)
-    ):
+) -> Iterator[tuple[ChunkColumns, int, int]]:
+    """The verified batches of one GET, a chunk at a time, with the row range ``lo:hi``
+    of each in ``[start, end)``.
+
+    Chunks shipped compressed are decoded here, one at a time, just before their
+    records (an encrypted one raises: executors hold no key ring), so each chunk's bytes
+    are still in the CPU's cache while they are decoded and copied into Arrow; plain
+    chunks are read where they lie. The chunks must hold consecutive offsets from the
+    first chunk's first one to at least the last chunk's last one (a chunk clipped by
+    a truncation holds records above its index entry's last offset), each ending where
+    its last batch does: else RemoteCorruptionError.
+    """
+    view = memoryview(blob)
+    base = group[0][4]
+    expect = group[0][0]
+    for c in group:
+        part: bytes | memoryview = view[c[4] - base : c[4] - base + c[5]]
+        where = f"{key} bytes [{c[4]}, {c[4] + c[5]})"
+        if is_framed(part):
+            part = decode_chunk(part, None, f"{key} byte {c[4]}")
+        check_batch_format(part, where)
+        cols = chunk_columns(part)
+        offs = cols.offsets
+        n = len(offs)
+        if cols.end != len(part) or not n or offs[0] != expect or offs[-1] - offs[0] + 1 != n:
+            raise RemoteCorruptionError(
+                f"{key}: bytes [{base}, {base + len(blob)}) do not hold offsets "
+                f"{group[0][0]}..{group[-1][1]} as the remote index says"
+            )
+        first = int(offs[0])  # offsets are dense (checked above): row i holds first + i
+        expect = first + n
+        lo = min(max(start - first, 0), n)
+        hi = max(min(end - first, n), lo)
+        yield cols, lo, hi
+    if expect - 1 < group[-1][1]:
         raise RemoteCorruptionError(
-            f"{key}: bytes [{group[0][4]}, {group[0][4] + len(blob)}) do not hold offsets "
+            f"{key}: bytes [{base}, {base + len(blob)}) do not hold offsets "
             f"{group[0][0]}..{group[-1][1]} as the remote index says"
         )
-    first = offs[0]  # offsets are dense (checked above): row i holds offset first + i
-    lo = min(max(start - first, 0), len(offs))
-    hi = max(min(end - first, len(offs)), lo)
-    return cols, lo, hi
 
 
 def read_archive(
@@ -235,11 +226,13 @@ def read_archive(
                 return
             if i + 1 < len(groups):
                 pending = pool.submit(_get, store, split.object_key, groups[i + 1])
-            cols, lo, hi = _decode_group(split.object_key, group, blob, split.start, split.end)
-            if hi > lo:
-                yield columns_to_batch(
-                    cols, lo, hi, split.topic, split.partition, schema, opts.include_headers
-                )
+            for cols, lo, hi in _decode_group(
+                split.object_key, group, blob, split.start, split.end
+            ):
+                if hi > lo:
+                    yield columns_to_batch(
+                        cols, lo, hi, split.topic, split.partition, schema, opts.include_headers
+                    )
 
 
 def read_tail(split: TailSplit, opts: ReadOptions, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
