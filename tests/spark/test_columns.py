@@ -162,7 +162,7 @@ def test_torn_tail_and_empty_buffer(reader: None) -> None:
     assert _as_lists(got) == _expected(torn)
     assert got.end < len(torn)
     empty = chunk_columns(b"")
-    assert len(empty) == 0 and empty.end == 0
+    assert empty.rows == 0 and empty.end == 0
 
 
 def test_all_null_values_and_keys(reader: None) -> None:
@@ -214,3 +214,17 @@ def test_legacy_format_is_refused_as_before() -> None:
         decode_columns(old)
     with pytest.raises(LegacyFormatError):
         chunk_columns(old)
+
+
+def test_the_heap_is_frozen_only_in_a_reused_spark_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a reused Spark worker (here: a test process) reading a split leaves the
+    garbage collector alone."""
+    import gc
+
+    from tiered_log.spark import reading
+
+    monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
+    monkeypatch.setattr(reading, "_frozen", False)
+    before = gc.get_freeze_count()
+    assert list(reading._then_freeze(iter([1, 2]))) == [1, 2]
+    assert gc.get_freeze_count() == before and not reading._frozen

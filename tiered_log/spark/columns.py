@@ -64,7 +64,9 @@ class ChunkColumns(NamedTuple):
     headers: list[Headers] | None
     end: int
 
-    def __len__(self) -> int:  # type: ignore[override]
+    @property
+    def rows(self) -> int:
+        """How many records."""
         return len(self.offsets)
 
 

@@ -2,14 +2,17 @@
 
 An :class:`~tiered_log.spark.planning.ArchiveSplit` is read straight from the bucket:
 its chunks are coalesced into ranged GETs of up to ``fetch_bytes`` (the next GET runs in
-a background thread while the current one is decoded), and every Kafka record batch is
-decoded with :func:`~tiered_log.format.records.decode_columns`, which verifies its
-CRC-32C, decompresses a compressed batch and hands back columns (keys and values as
-bytes, views or None for null; each value is copied once, into the Arrow batch, a null
-one as an Arrow null); a range whose bytes do not hold exactly the chunks the index
-promised raises RemoteCorruptionError, and one of tiered_log's former batch format
-(a bucket written before Kafka's) CorruptRecordError saying so. A :class:`~tiered_log.spark.planning.TailSplit` is read through
-the service's binary fetch (:class:`~tiered_log.client.Client`, checksums verified too).
+a background thread while the current one is decoded). Each chunk of a GET is then
+decompressed (if it was shipped compressed) and its Kafka record batches decoded, one
+chunk at a time, by :func:`~tiered_log.spark.columns.chunk_columns` (every batch's CRC-32C
+verified, compressed batches decompressed, keys and values copied once, into Arrow
+buffers) into one Arrow batch: a chunk is ~1 MiB, so its bytes are still in the CPU's
+cache when they are copied. A range whose bytes do not hold exactly the chunks the index
+promised raises RemoteCorruptionError, and one of tiered_log's former batch format (a
+bucket written before Kafka's) CorruptRecordError saying so.
+
+A :class:`~tiered_log.spark.planning.TailSplit` is read through the service's binary
+fetch (:class:`~tiered_log.client.Client`, checksums verified too).
 
 Data loss: an object deleted by retention after planning (or an offset below the log
 start in a tail) raises :class:`~tiered_log.errors.DataLossError` when
