@@ -33,6 +33,7 @@ import os
 import threading
 import time
 import uuid
+from bisect import insort
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
@@ -138,6 +139,10 @@ class CopyJournal:
         self.path = path
         self._lock = threading.Lock()
         self._segments: dict[str, RemoteSegment] = {}
+        self._finished: list[RemoteSegment] | None = None
+        """The finished copies in :meth:`finished`'s order, kept up to date as attempts
+        are recorded (a copy finishing is one insertion, not a sort of the archive);
+        None: to be computed from ``_segments``."""
         self.damaged: list[str] = []
         """Lines that did not read, other than a torn last line: the journal is damaged
         and was not compacted (the owner recovers it, see RemoteTier)."""
@@ -183,13 +188,30 @@ class CopyJournal:
                     os.fsync(f.fileno())
             for n in news:
                 self._segments[n.id] = n
+            self._track_finished(news)
         return news
+
+    def _track_finished(self, news: list[RemoteSegment]) -> None:
+        """Keep ``_finished`` in step with ``news`` (just recorded; a copy is journaled
+        finished once, see :data:`_NEXT`). Under the lock."""
+        fin = self._finished
+        if fin is None:
+            return
+        gone = {
+            n.id for n in news if n.state not in (CopyState.COPY_STARTED, CopyState.COPY_FINISHED)
+        }
+        if gone:
+            fin = self._finished = [s for s in fin if s.id not in gone]
+        for n in news:
+            if n.state == CopyState.COPY_FINISHED:
+                insort(fin, n, key=_journal_order)
 
     def forget(self, ids: list[str]) -> None:
         """Drop finished deletions from memory (and from the file at the next compaction)."""
         with self._lock:
             for i in ids:
                 self._segments.pop(i, None)
+            self._finished = None
 
     def compact(self) -> None:
         """Rewrite the journal with one line per attempt that still matters."""
@@ -206,6 +228,7 @@ class CopyJournal:
         rebuild the journal from the bucket (a cluster's new leader)."""
         with self._lock:
             self._segments = {}
+            self._finished = None
             self.damaged = []
             write_atomic(self.path, b"")
 
@@ -214,11 +237,22 @@ class CopyJournal:
         recording meanwhile)."""
         with self._lock:
             current = list(self._segments.values())
-        return sorted(current, key=lambda s: (s.base_offset, s.updated_ms))
+        return sorted(current, key=_journal_order)
 
     def finished(self) -> list[RemoteSegment]:
-        """Copies that finished and are not being deleted, by base offset."""
-        return [s for s in self.segments() if s.state == CopyState.COPY_FINISHED]
+        """Copies that finished and are not being deleted, by base offset (a new list:
+        the caller may keep it). Any thread."""
+        with self._lock:
+            if self._finished is None:
+                self._finished = sorted(
+                    (s for s in self._segments.values() if s.state == CopyState.COPY_FINISHED),
+                    key=_journal_order,
+                )
+            return list(self._finished)
+
+
+def _journal_order(s: RemoteSegment) -> tuple[int, int]:
+    return s.base_offset, s.updated_ms
 
 
 @dataclass
