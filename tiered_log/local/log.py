@@ -893,18 +893,27 @@ class Log:
             return infos
 
     def retention_candidates(
-        self, retention_ms: int | None, retention_bytes: int | None, now: int | None = None
+        self,
+        retention_ms: int | None,
+        retention_bytes: int | None,
+        now: int | None = None,
+        *,
+        up_to: int | None = None,
     ) -> list[SegmentInfo]:
         """Oldest sealed segments that time or size retention would remove, in order.
 
         Time: every record in the segment is older than ``retention_ms``. Bytes: while the
         log would still be at least ``retention_bytes`` without the oldest segment.
+        ``up_to``: only segments ending at or below this offset (those shipped, for a
+        tiered log; the walk stops at the first that does not, however many follow).
         """
         now = now_ms() if now is None else now
         segs = self._segments[:-1]
         total = sum(s.size for s in self._segments)
         out: list[SegmentInfo] = []
         for s in segs:
+            if up_to is not None and s.next_offset > up_to:
+                break
             by_time = retention_ms is not None and s.max_timestamp < now - retention_ms
             by_size = retention_bytes is not None and total - s.size >= retention_bytes
             if not (by_time or by_size):

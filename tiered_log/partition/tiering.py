@@ -305,7 +305,7 @@ class Tiering:
                 self._local.delete_segments_before(cands[-1].next_offset)
             return
         # Remote (total) retention: moves the log start, in both tiers.
-        unshipped = sum(s.size for s in self._local.segments() if s.base_offset >= r.remote_end)
+        unshipped = self._local.bytes_from(r.remote_end)
         cut = r.retention_cutoff(unshipped, now)
         if cut is not None:
             r.delete_before(cut)
@@ -320,11 +320,9 @@ class Tiering:
             if cands:
                 self._local.delete_segments_before(cands[-1].next_offset)
         # Local retention: only segments whose copy is finished.
-        end = r.remote_end
-        cands = self._local.retention_candidates(
-            tc.local_retention_ms, tc.local_retention_bytes, now
+        shipped = self._local.retention_candidates(
+            tc.local_retention_ms, tc.local_retention_bytes, now, up_to=r.remote_end
         )
-        shipped = [s for s in cands if s.next_offset <= end]
         hold = self._hold
         if hold is not None:
             # Keep the newest of those a follower still copies, within the bound.
@@ -359,14 +357,10 @@ class Tiering:
                 return
             limit = min(remote_end, self._replication.high_watermark)
             if self._remote is None:
-                cands = self._local.retention_candidates(
-                    tc.retention_ms, tc.retention_bytes, self._clock()
-                )
+                ms, size = tc.retention_ms, tc.retention_bytes
             else:
-                cands = self._local.retention_candidates(
-                    tc.local_retention_ms, tc.local_retention_bytes, self._clock()
-                )
-            cands = [s for s in cands if s.next_offset <= limit]
+                ms, size = tc.local_retention_ms, tc.local_retention_bytes
+            cands = self._local.retention_candidates(ms, size, self._clock(), up_to=limit)
             if cands:
                 self._local.delete_segments_before(cands[-1].next_offset)
                 # This log's start moved (a follower's remote tier holds nothing): its
