@@ -20,6 +20,7 @@ from tiered_log.cli import main
 from tiered_log.format import naming
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.reconcile import delete_deleted_log, mark_log_deleted, reconcile_bucket
+from tiered_log.remote.snapshot import SPILLS_DIR, spill_key
 from tiered_log.remote.storage import RemoteStorage
 from tiered_log.remote.tier import TierConfig
 
@@ -105,6 +106,29 @@ def test_the_grace_period_goes_by_the_objects_time(tmp_path: Path) -> None:
     rep = reconcile_bucket(storage, delete=True)  # the default grace: an hour
     assert {(f.keys[0], f.action) for f in rep.findings} == {(old, "deleted"), (young, "young")}
     assert young in everything(storage) and old not in everything(storage)
+    reads_back(tmp_path, storage, 1200)
+
+
+def test_spills_the_snapshot_names_are_referenced_and_an_unnamed_one_is_an_orphan(
+    tmp_path: Path,
+) -> None:
+    storage = LocalDirStorage(tmp_path / "bucket")
+    archive(tmp_path / "log", storage, snapshot_interval_segments=2, snapshot_spill_segments=1)
+    publish_topic(storage)
+    named = [k for k in everything(storage) if f"/{SPILLS_DIR}/" in k]
+    assert len(named) >= 2  # the snapshot spilled, and merged spills were deleted
+    for k in everything(storage):  # old, yet referenced
+        age(storage, k)
+    unnamed = spill_key(LOG_ID, 0, 50)  # a write that did not finish, or a merged one
+    storage.put(unnamed, b"spill")
+    age(storage, unnamed)
+    live = everything(storage) - {unnamed}
+    rep = reconcile_bucket(storage, delete=True, min_age_s=60)
+    assert [(f.kind, f.keys, f.action) for f in rep.findings] == [
+        ("unnamed_spill", [unnamed], "deleted")
+    ]
+    assert rep.referenced == len(live)
+    assert everything(storage) == live
     reads_back(tmp_path, storage, 1200)
 
 

@@ -4,6 +4,7 @@ per-segment manifests stay the source of truth when it is missing or damaged."""
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,13 @@ import pytest
 from tiered_log import LogConfig, ProducerRecord
 from tiered_log.format import naming
 from tiered_log.partition import TieredLog
-from tiered_log.remote.snapshot import read_snapshot, snapshot_key
+from tiered_log.remote.snapshot import (
+    SPILLS_DIR,
+    Snapshot,
+    decode_snapshot,
+    read_snapshot,
+    snapshot_key,
+)
 from tiered_log.remote.tier import TierConfig
 
 from .fake_store import MemoryStorage
@@ -170,3 +177,154 @@ def test_a_truncation_drops_the_snapshot_and_the_next_round_writes_one(tmp_path:
     finally:
         again.close()
     shutil.rmtree(tmp_path / "after-truncation")
+
+
+def spills_of(store: MemoryStorage) -> list[str]:
+    return [k for k in store.stored_keys() if f"/{SPILLS_DIR}/" in k]
+
+
+def head_of(store: MemoryStorage) -> Snapshot:
+    """The snapshot object as stored: its own copies, its spills named, not read."""
+    key = snapshot_key(LOG_ID)
+    return decode_snapshot(store.get(key), key)
+
+
+SPILLING = {"snapshot_interval_segments": 5, "snapshot_spill_segments": 4}
+
+
+def test_a_long_archive_spills_and_a_rebuild_reads_the_spills(tmp_path: Path) -> None:
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store, **SPILLING)
+    ship(tlog, 1_500)  # 30 copies
+    r = tlog.remote_tier
+    assert r is not None
+    copies = [(s.base_offset, s.id) for s in r.finished_segments]
+    head = head_of(store)
+    # The snapshot itself keeps between 4 and 8 copies; the rest is in a few spills,
+    # merged as a binary counter (each no larger than the one before it).
+    assert 4 <= len(head.segments) < 8
+    counts = [p.count for p in head.spills]
+    listed = len([c for c in copies if c[0] < head.end])
+    assert sum(counts) + len(head.segments) == listed
+    assert 1 <= len(counts) <= 1 + math.log2(listed / 4)
+    assert counts == sorted(counts, reverse=True) and max(counts) <= 16 * 4
+    # Spills merged away were deleted once the snapshot no longer named them.
+    assert sorted(spills_of(store)) == sorted(p.key for p in head.spills)
+    # Read back whole: the same copies as the log's, in offset order.
+    whole = read_snapshot(store, LOG_ID)
+    assert whole is not None and whole.reads == 1 + len(head.spills)
+    assert [(s.base_offset, s.id) for s in whole.segments] == [c for c in copies if c[0] < head.end]
+    after = sum(1 for c in copies if c[0] >= head.end)
+    expected = read_all(tlog)
+    tlog.close()
+
+    again = rebuilt(tmp_path, store, "new-disk")
+    try:
+        assert again.remote_tier is not None
+        assert [(s.base_offset, s.id) for s in again.remote_tier.finished_segments] == copies
+        assert manifest_reads(store) == after  # not one per archived segment
+        # meta + snapshot + its spills + one listing page + the manifests after it
+        assert again.remote_tier.rebuild_requests == 3 + len(head.spills) + after
+        assert read_all(again) == expected
+        # The rebuilt leader goes on with the same spills: its next write adds to them.
+        ship(again, 300)
+        assert set(p.key for p in head.spills) & set(p.key for p in head_of(store).spills)
+    finally:
+        again.close()
+
+
+def test_spills_below_the_log_start_are_dropped_and_a_missing_one_means_a_full_rebuild(
+    tmp_path: Path,
+) -> None:
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store, **SPILLING)
+    ship(tlog, 1_500)
+    r = tlog.remote_tier
+    assert r is not None
+    first = head_of(store).spills[0]
+    r.delete_before(first.end)  # retention past the oldest spill
+    ship(tlog, 100)  # the next snapshot no longer names it, and it is deleted
+    assert first.key not in spills_of(store)
+    assert all(p.end > first.end for p in head_of(store).spills)
+    segments = len(r.finished_segments)
+    expected = read_all(tlog)
+    tlog.close()
+    again = rebuilt(tmp_path, store, "after-retention")
+    try:
+        assert again.log_start_offset == first.end
+        assert read_all(again) == expected
+    finally:
+        again.close()
+    store.lose(head_of(store).spills[-1].key)  # missing: the snapshot is not trusted
+    again = rebuilt(tmp_path, store, "spill-missing")
+    try:
+        assert manifest_reads(store) == segments
+        assert read_all(again) == expected
+    finally:
+        again.close()
+
+
+def test_a_reader_that_meets_a_merged_spill_reads_the_snapshot_again(tmp_path: Path) -> None:
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store, **SPILLING)
+    ship(tlog, 1_500)
+    stale = store.get(snapshot_key(LOG_ID))
+    ship(tlog, 400)  # merges: some spills the stale snapshot names are deleted
+    assert set(p.key for p in decode_snapshot(stale, "k").spills) - set(spills_of(store))
+    fresh = store.get(snapshot_key(LOG_ID))
+    # Simulate the race: the first GET of the snapshot returns the stale one.
+    calls: list[int] = []
+    real_get = store.get
+
+    def get(key: str, start: int = 0, end: int | None = None) -> bytes:
+        if key == snapshot_key(LOG_ID) and not calls:
+            calls.append(1)
+            return stale
+        return real_get(key, start, end)
+
+    store.get = get  # type: ignore[method-assign]
+    try:
+        snap = read_snapshot(store, LOG_ID)
+    finally:
+        del store.get
+    assert snap is not None and calls
+    assert snap.spills == decode_snapshot(fresh, "k").spills
+    assert snap.reads >= 2 + len(snap.spills)
+    tlog.close()
+
+
+def test_a_truncation_deletes_the_spills_with_the_snapshot(tmp_path: Path) -> None:
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store, **SPILLING)
+    ship(tlog, 1_500)
+    assert spills_of(store)
+    r = tlog.remote_tier
+    assert r is not None
+    tlog.truncate(r.finished_segments[-3].base_offset + 3)
+    assert read_snapshot(store, LOG_ID) is None and not spills_of(store)
+    ship(tlog, 100)
+    expected = read_all(tlog)
+    tlog.close()
+    again = rebuilt(tmp_path, store, "after-truncation")
+    try:
+        assert read_all(again) == expected
+    finally:
+        again.close()
+
+
+def test_a_log_opened_afresh_respills_and_deletes_the_old_spills(tmp_path: Path) -> None:
+    """A log that did not read the snapshot (its own directory, reopened) does not take
+    spills it cannot check against its view: it writes its own and deletes the old."""
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store, **SPILLING)
+    ship(tlog, 1_500)
+    old = set(spills_of(store))
+    tlog.close()
+    tlog = open_log(tmp_path / "log", store, **SPILLING)
+    try:
+        ship(tlog, 100)
+        now = set(spills_of(store))
+        assert now and not now & old
+        assert now == {p.key for p in head_of(store).spills}
+    finally:
+        tlog.close()

@@ -6,7 +6,8 @@ bucket decides (:meth:`~tiered_log.remote.recovery.RecoveryTask.rebuild_from_buc
 which is also the view the shipping service keeps (it ships in offset order, and a
 new leader rebuilds its view by those rules):
 
-- a log's ``meta.json`` and ``snapshot.bin``, and ``topics/<name>.json``;
+- a log's ``meta.json``, ``snapshot.bin`` and the spill objects the snapshot names, and
+  ``topics/<name>.json``;
 - every *complete* copy (both ``.log`` and ``.rli``) whose manifest decodes, that ends
   above the log start ``meta.json`` records and that is taken in offset order: the first
   copy at each place, or the one of a later leader epoch at the same base offset.
@@ -22,6 +23,10 @@ What is left are *orphans*, each with why:
 ``deleted_topic``   every object of a log whose topic was deleted: its deletion
                     marker (``<log>/deleted.json``) is there and the bucket's
                     ``topics/`` does not name the log
+``unnamed_spill``   a spill object of the partition snapshot that the snapshot does
+                    not name (:mod:`~tiered_log.remote.snapshot`: merged or dropped
+                    by a writer whose delete failed, a predecessor's, a write that
+                    did not finish); named ones are referenced
 ==================  ==============================================================
 
 **What counts as a deleted topic.** The bucket alone cannot tell a deleted topic's log
@@ -84,7 +89,7 @@ from ..format import naming
 from .manifest import COMMITTED, decode_manifest
 from .metadata import RemoteMeta, RemoteSegment
 from .scrub import LogObjects, list_logs, topic_of
-from .snapshot import read_snapshot
+from .snapshot import is_spill_key, read_snapshot
 from .storage import ObjectInfo, RemoteStorage
 
 log = logging.getLogger(__name__)
@@ -92,7 +97,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MIN_AGE_S = 3600
 """The default grace period: orphans younger than this are reported, never deleted."""
 
-ORPHAN_KINDS = frozenset(("torn_copy", "below_start", "duplicate", "deleted_topic"))
+ORPHAN_KINDS = frozenset(
+    ("torn_copy", "below_start", "duplicate", "deleted_topic", "unnamed_spill")
+)
 """The kinds of finding that may be deleted (the others are only reported)."""
 
 _SERVICE_LOG_ID = re.compile(r"(?P<topic>.+)-(?P<tid>[0-9a-f]{12})-(?P<p>\d+)")
@@ -295,7 +302,7 @@ class _Reconcile:
         def end(s: RemoteSegment) -> int:  # what the copy serves: a truncation clips it
             return min(s.next_offset, meta.clips.get(s.id, s.next_offset))
 
-        listed = self._snapshot(lo, start)
+        listed, spills = self._snapshot(lo, start)
         complete = sorted(k for k, objs in lo.copies.items() if set(objs) >= COMMITTED)
         taken: list[RemoteSegment] = []
         for (base, seg_id), objs in sorted(lo.copies.items()):
@@ -387,8 +394,17 @@ class _Reconcile:
                 )
         for info in lo.others:
             rest = info.key.split("/", 2)[2]
-            if rest in ("meta.json", "snapshot.bin"):
+            if rest in ("meta.json", "snapshot.bin") or info.key in spills:
                 self.report.referenced += 1
+            elif is_spill_key(rest):
+                self.add(
+                    "unnamed_spill",
+                    log_id,
+                    [info],
+                    f"log {log_id}: a spill of the partition snapshot that the snapshot does "
+                    "not name (merged into another, below the log start, a predecessor's, or "
+                    "put by a write that did not finish)",
+                )
             elif rest == _MARKER:
                 self.add(
                     "listed_deleted",
@@ -401,20 +417,21 @@ class _Reconcile:
             else:
                 self.add("unknown", log_id, [info], "not an object tiered_log names")
 
-    def _snapshot(self, lo: LogObjects, start: int) -> set[tuple[int, str]]:
-        """The copies the partition snapshot lists above the log start (a rebuild takes
-        them without reading their manifests: never orphans), and its dangling references
-        (copies it lists whose objects are both gone) added. A damaged snapshot lists
-        nothing (a rebuild then reads every manifest)."""
+    def _snapshot(self, lo: LogObjects, start: int) -> tuple[set[tuple[int, str]], set[str]]:
+        """The copies the partition snapshot (with its spills) lists above the log start
+        (a rebuild takes them without reading their manifests: never orphans) and the
+        keys of the spills it names, and its dangling references (copies it lists whose
+        objects are both gone) added. A damaged snapshot lists nothing (a rebuild then
+        reads every manifest)."""
         if not any(i.key.endswith("/snapshot.bin") for i in lo.others):
-            return set()
+            return set(), set()
         try:
-            snap = read_snapshot(self.storage, lo.log_id)
+            snap = read_snapshot(self.storage, lo.log_id, start)
         except (RemoteCorruptionError, CorruptRecordError) as exc:
             self.add("damaged", lo.log_id, [], exc.message)
-            return set()
+            return set(), set()
         if snap is None:
-            return set()
+            return set(), set()
         listed = {(s.base_offset, s.id) for s in snap.segments if s.next_offset > start}
         for s in snap.segments:
             if s.next_offset > start and (s.base_offset, s.id) not in lo.copies:
@@ -426,7 +443,7 @@ class _Reconcile:
                     f"the partition snapshot lists copy {s.base_offset}-{s.id} "
                     f"[{s.base_offset}, {s.next_offset}) whose objects ({key}, .rli) are missing",
                 )
-        return listed
+        return listed, {p.key for p in snap.spills}
 
 
 def reconcile_bucket(

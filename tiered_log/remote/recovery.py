@@ -94,18 +94,20 @@ class RecoveryTask:
         """The copies the partition snapshot lists above the log start (with their
         index entries) and the ``start_after`` key of the listing of what came after it;
         None without a usable snapshot (missing, damaged: logged; a full rebuild then)."""
-        self.st.rebuild_requests += 1
+        start = self.st.meta.log_start_offset
         try:
-            snap = read_snapshot(self.st.storage, self.st.log_id)
+            snap = read_snapshot(self.st.storage, self.st.log_id, start)
         except RemoteCorruptionError as exc:
+            self.st.rebuild_requests += 1
             log.warning("%s: %s; rebuilding from every manifest", self.st.log_id, exc.message)
             return None
         if snap is None:
+            self.st.rebuild_requests += 1
             return None
+        self.st.rebuild_requests += snap.reads
         by_key: dict[str, list[RemoteLogIndexEntry]] = {}
         for e in snap.entries:
             by_key.setdefault(e.object_key, []).append(e)
-        start = self.st.meta.log_start_offset
         segs = [
             (
                 s,
@@ -119,7 +121,7 @@ class RecoveryTask:
             for s in snap.segments
             if self.st.served_end(s) > start
         ]
-        self.st.snapshot_end = snap.end
+        self.st.snapshot_end, self.st.spills = snap.end, snap.spills
         return segs, tail_start_after(self.st.log_id, snap.end)
 
     def _load_manifest(
@@ -345,7 +347,7 @@ class RecoveryTask:
         """
         with self.st.lock:
             self.st.rebuild_requests = 1
-            self.st.snapshot_end = -1
+            self.st.snapshot_end, self.st.spills = -1, None
             self.st.meta = self.st.bucket_meta() or RemoteMeta()
             # The partition snapshot, if there is one, stands for every copy below its
             # end: only what came after it is listed and its manifests read.

@@ -22,13 +22,27 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import RemoteObjectNotFoundError, RemoteStorageError
+from ..errors import (
+    CorruptRecordError,
+    RemoteCorruptionError,
+    RemoteObjectNotFoundError,
+    RemoteStorageError,
+)
 from ..format import naming
+from ..format.remote_index import RemoteLogIndexEntry
 from ..local.segment import write_atomic
 from .data_keys import DataKeys
 from .index_files import RemoteIndexFiles
 from .metadata import CopyJournal, RemoteMeta, RemoteSegment
-from .snapshot import Snapshot, encode_snapshot, snapshot_key
+from .snapshot import (
+    SPILL_MAX_FACTOR,
+    Snapshot,
+    Spill,
+    decode_snapshot,
+    encode_snapshot,
+    snapshot_key,
+    spill_key,
+)
 from .storage import RemoteStorage
 from .tier_config import TierConfig, TierStats
 from .worker import in_worker
@@ -106,6 +120,10 @@ class TierState:
         self.snapshot_end = -1
         """The ``end`` of the partition snapshot last written or read (-1: none known):
         :meth:`snapshot_due` counts the copies finished above it."""
+        self.spills: list[Spill] | None = None
+        """The spills the partition snapshot last written or read names, in offset order
+        (None: not known; the next write reads the bucket's snapshot to learn which to
+        delete once its own is in place)."""
         self.rebuild_requests = 0
         """Bucket requests the last rebuild of this view made (reads and listings)."""
 
@@ -286,23 +304,109 @@ class TierState:
 
     def write_snapshot(self) -> bool:
         """Put the partition snapshot (:mod:`~tiered_log.remote.snapshot`): every finished
-        copy and its remoteLogIndex entries, so a replica taking the lead reads this view
-        in a few requests. Not for a deposed leader (the fence); whether it was written.
-        RemoteStorageError if the bucket fails (the next round tries again)."""
+        copy and its remoteLogIndex entries, the older ones in spill objects, so a replica
+        taking the lead reads this view in a few requests. Spills no longer named (merged,
+        below the log start, or a predecessor's) are deleted once the snapshot is in place
+        (best effort: what is left is an orphan for ``archive reconcile``). Not for a
+        deposed leader (the fence); whether it was written. RemoteStorageError if the
+        bucket fails (the next round tries again)."""
         with self.lock:
             if self.fence is not None and not self.fence():
                 return False
-            end = self.remote_end
-            snap = Snapshot(self.leader_epoch, end, list(self.finished), self.index.all_entries())
+            end, fin, start = self.remote_end, list(self.finished), self.start_offset
+            if self.spills is None:  # a predecessor's spills may name other copies: not taken
+                known, spills = self._bucket_spills(), []
+            else:
+                known = list(self.spills)
+                spills = [p for p in known if p.end > start]
+            limit = self.config.snapshot_spill_segments
+            cap = SPILL_MAX_FACTOR * limit
+
+            def head() -> list[RemoteSegment]:
+                since = spills[-1].end if spills else -1
+                return [s for s in fin if s.base_offset >= since]
+
+            segs = head()
+            while len(segs) >= cap + limit:  # a first write over a long archive: no merges
+                spills.append(self._put_spill(segs[:cap]))
+                segs = head()
+            while len(segs) >= 2 * limit:
+                spills.append(self._put_spill(segs[:limit]))
+                while (
+                    len(spills) >= 2
+                    and spills[-2].count <= spills[-1].count
+                    and spills[-2].count + spills[-1].count <= cap
+                ):
+                    newer, older = spills.pop(), spills.pop()
+                    known += [older, newer]  # both go once the merged one is named
+                    spills.append(
+                        self._put_spill([s for s in fin if older.base <= s.base_offset < newer.end])
+                    )
+                segs = head()
+            snap = Snapshot(self.leader_epoch, end, segs, self._entries_of(segs), spills=spills)
             self.storage.put(snapshot_key(self.log_id), encode_snapshot(snap))
-            self.snapshot_end = end
+            self.snapshot_end, self.spills = end, spills
+            named = {p.key for p in spills}
+            self._delete_spills(sorted({p.key for p in known} - named))
             return True
+
+    def _put_spill(self, segs: list[RemoteSegment]) -> Spill:
+        """Put one spill object holding ``segs`` (finished copies in offset order)."""
+        base, end = segs[0].base_offset, self.served_end(segs[-1])
+        key = spill_key(self.log_id, base, end)
+        part = Snapshot(self.leader_epoch, end, segs, self._entries_of(segs))
+        self.storage.put(key, encode_snapshot(part))
+        return Spill(key, base, end, len(segs))
+
+    def _entries_of(self, segs: list[RemoteSegment]) -> list[RemoteLogIndexEntry]:
+        """The remoteLogIndex entries of ``segs`` (finished copies in offset order)."""
+        if not segs:
+            return []
+        keys = {
+            naming.segment_object_key(self.log_id, s.base_offset, s.id, naming.LOG_SUFFIX)
+            for s in segs
+        }
+        last = self.served_end(segs[-1])
+        out: list[RemoteLogIndexEntry] = []
+        for e in self.index.entries_from(segs[0].base_offset):
+            if e.first_offset >= last:
+                break
+            if e.object_key in keys:
+                out.append(e)
+        return out
+
+    def _bucket_spills(self) -> list[Spill]:
+        """The spills the bucket's snapshot names (a leader that did not read it: they
+        are deleted once its own snapshot is in place); none when it is missing or does
+        not read (its spills are then orphans for ``archive reconcile``)."""
+        key = snapshot_key(self.log_id)
+        try:
+            return decode_snapshot(self.storage.get(key), key).spills
+        except (RemoteObjectNotFoundError, RemoteCorruptionError, CorruptRecordError):
+            return []
+
+    def _delete_spills(self, keys: list[str]) -> None:
+        if not keys or (self.fence is not None and not self.fence()):
+            return
+        try:
+            self.storage.delete(keys)
+        except RemoteStorageError as exc:
+            log.warning(
+                "%s: %d spill object(s) no snapshot names were not deleted (left for "
+                "archive reconcile): %s",
+                self.log_id,
+                len(keys),
+                exc.message,
+            )
 
     def drop_snapshot(self) -> None:
         """Delete the partition snapshot before objects it names are deleted out of
-        order (a truncation): readers rebuild from the manifests until the next one."""
+        order (a truncation), then the spills it named: readers rebuild from the
+        manifests until the next one."""
+        known = self.spills if self.spills is not None else self._bucket_spills()
         self.storage.delete([snapshot_key(self.log_id)])
-        self.snapshot_end = -1
+        self.snapshot_end, self.spills = -1, []
+        self._delete_spills([p.key for p in known])
 
     def save_meta(self) -> None:
         self.meta.save(self.dir / naming.REMOTE_META_FILE)

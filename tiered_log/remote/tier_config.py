@@ -36,6 +36,7 @@ _POSITIVE = (
     "index_rotate_ms",
     "fetch_max_wait_ms",
     "snapshot_interval_segments",
+    "snapshot_spill_segments",
 )
 
 
@@ -77,6 +78,10 @@ class TierConfig:
     snapshot_interval_segments: int = 100
     """A leader writes the partition snapshot (its remote view, for a successor to read
     in a few requests) after this many copies finished since the last one."""
+    snapshot_spill_segments: int = 1000
+    """The snapshot itself lists between this many and twice this many copies; older
+    ones go to its spill objects (:mod:`~tiered_log.remote.snapshot`), so writing it
+    costs the same however long the archive is."""
     catchup_retention_bytes: int = 256 << 20
     """How many bytes of shipped segments past local retention a leader keeps on disk for
     followers still copying them (:meth:`TieredLog.hold_local_from`); 0: none."""
