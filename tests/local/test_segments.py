@@ -44,6 +44,27 @@ def test_bytes_from_counts_what_a_follower_at_an_offset_lacks(tmp_path: Path) ->
         assert log.bytes_from(0) == log.bytes_from(10) == 1300
 
 
+def test_segment_bases_in_a_range(tmp_path: Path) -> None:
+    """Segments [0-4] [5-9] [10-14] [15-19] [20-22]: the bases beginning in [start, end)."""
+    with five_per_segment_log(tmp_path) as log:
+        for start in range(-1, 26):
+            for end in range(start, 27):
+                want = [b for b in (0, 5, 10, 15, 20) if start <= b < end]
+                assert log.segment_bases(start, end) == want, (start, end)
+        log.delete_segments_before(10)
+        assert log.segment_bases(0, 100) == [10, 15, 20]
+
+
+def test_retention_candidates_up_to_stop_at_the_first_segment_past_it(tmp_path: Path) -> None:
+    """``up_to`` (what was shipped) cuts the candidates where a filter of them would."""
+    with five_per_segment_log(tmp_path) as log:
+        every = log.retention_candidates(None, 0)
+        assert [s.base_offset for s in every] == [0, 5, 10, 15]
+        for up_to in range(0, 26):
+            want = [s for s in every if s.next_offset <= up_to]
+            assert log.retention_candidates(None, 0, up_to=up_to) == want, up_to
+
+
 # ---- rolling ---------------------------------------------------------------------------
 
 

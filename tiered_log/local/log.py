@@ -45,7 +45,7 @@ import fcntl
 import os
 import threading
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -416,6 +416,12 @@ class Log:
     def segments(self) -> list[SegmentInfo]:
         """Snapshots of every segment, oldest first (the last one is active)."""
         return [s.info() for s in self._segments]
+
+    def segment_bases(self, start: int, end: int) -> list[int]:
+        """Base offsets of the segments beginning in ``[start, end)`` (by bisection: the
+        cost does not grow with the number of segments). Any thread."""
+        bases = self._view[1]
+        return bases[bisect_left(bases, start) : bisect_left(bases, end)]
 
     @property
     def index_cache(self) -> IndexCache:

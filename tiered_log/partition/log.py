@@ -662,7 +662,7 @@ class TieredLog:
     def segment_bases(self, start: int, end: int) -> list[int]:
         """Base offsets of the local segments beginning in ``[start, end)``: where a
         follower copying that range rolls (see :meth:`append_replica`)."""
-        return [s.base_offset for s in self._local.segments() if start <= s.base_offset < end]
+        return self._local.segment_bases(start, end)
 
     # ---- the follower's side ------------------------------------------------------------
 
