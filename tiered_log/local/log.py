@@ -361,12 +361,14 @@ class Log:
             retriable=True,
         )
 
-    def _set_segments(self, segments: list[Segment]) -> None:
+    def _set_segments(self, segments: list[Segment], bases: list[int] | None = None) -> None:
         # Replace both lists whole. Lock-free readers take their snapshot from ``_view``,
         # one attribute holding both: reading ``_segments`` and ``_bases`` one after the
         # other could pair the lists of two different moments (around a retention or a
         # truncation: the wrong segment for an offset, and false corruption errors).
-        bases = [s.base_offset for s in segments]
+        # ``bases``: the segments' base offsets when the caller has them (a roll).
+        if bases is None:
+            bases = [s.base_offset for s in segments]
         self._view = (segments, bases)
         self._segments = segments
         self._bases = bases
@@ -551,7 +553,7 @@ class Log:
             index_interval_bytes=self.config.index_interval_bytes,
             cache=self._cache,
         )
-        self._set_segments([*self._segments, new])
+        self._set_segments([*self._segments, new], [*self._bases, new.base_offset])
         return new
 
     def roll(self) -> None:
