@@ -26,6 +26,7 @@ from tiered_log.format import naming
 from tiered_log.format.records import Headers, batch_table, decode_records
 from tiered_log.local.leader_epoch import EpochEntry, LeaderEpochCache
 from tiered_log.partition import TieredLog
+from tiered_log.partition.tiering import RETENTION_BATCH_SEGMENTS
 from tiered_log.remote.fs import LocalDirStorage
 from tiered_log.remote.tier import TierConfig
 
@@ -501,6 +502,32 @@ def test_follower_retention_below_leader_remote_end_never_ships(tmp_path: Path) 
     assert (b.log_start_offset, b.high_watermark, b.next_offset) == (segs[2], 600, 600)
     assert follower.stats()["remote_bytes"] == 0 and follower.describe()["remote_segments"] == []
     assert not any(p.is_file() for p in (tmp_path / "bucket-b").rglob("*"))
+    leader.close()
+    follower.close()
+
+
+def test_a_retention_round_deletes_a_bounded_number_of_segments(tmp_path: Path) -> None:
+    """A follower holding many shipped segments (its leader's shipping caught up at once)
+    drops them over several rounds, never all at once under its log's lock."""
+    leader = open_log(tmp_path / "a", tmp_path / "bucket")
+    follower = open_log(tmp_path / "b", tmp_path / "bucket-b", local_retention_bytes=0)
+    leader.assign_leader_epoch(1)
+    for _ in range(3 * RETENTION_BATCH_SEGMENTS):
+        produce(leader, 10)
+        copy(leader, follower)
+        follower.roll()
+    end = leader.next_offset
+    follower.set_high_watermark(end)
+    held = len(follower.describe()["local_segments"])
+    assert held > 2 * RETENTION_BATCH_SEGMENTS + 1
+    rounds = 0
+    while len(follower.describe()["local_segments"]) > 1:
+        before = len(follower.describe()["local_segments"])
+        follower.apply_replica_retention(end)
+        rounds += 1
+        assert before - len(follower.describe()["local_segments"]) <= RETENTION_BATCH_SEGMENTS
+    assert rounds >= 3
+    assert records(follower) == records(leader, follower.log_start_offset)
     leader.close()
     follower.close()
 

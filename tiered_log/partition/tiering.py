@@ -43,6 +43,12 @@ from .log_start import LogStartFloor
 from .replication import Replication
 from .scheduler import Shipper, TieringScheduler
 
+RETENTION_BATCH_SEGMENTS = 64
+"""Local retention deletes at most this many segments a round (a round deletes under the
+log's lock, about a third of a millisecond a segment here): a backlog, such as a
+follower's thousands of segments once its leader's shipping catches up, goes over
+several rounds instead of stalling appends (and a follower's fetches) for seconds."""
+
 log = logging.getLogger(__name__)
 
 
@@ -335,6 +341,7 @@ class Tiering:
                 cut -= 1
                 kept += shipped[cut].size
             shipped = shipped[:cut]
+        shipped = shipped[:RETENTION_BATCH_SEGMENTS]
         if shipped:
             self._local.delete_segments_before(shipped[-1].next_offset)
 
@@ -349,8 +356,9 @@ class Tiering:
         oldest local segments past local retention (``local_retention_ms`` /
         ``local_retention_bytes``; without a remote tier the total ``retention_ms`` /
         ``retention_bytes``) that end at or below both ``remote_end`` (the leader's
-        remote end: those records are in the bucket) and the high watermark. No-op once
-        closed."""
+        remote end: those records are in the bucket) and the high watermark, at most
+        :data:`RETENTION_BATCH_SEGMENTS` a call (the next fetch's round goes on). No-op
+        once closed."""
         tc = self.config
         with self._control:
             if self._closed:
@@ -361,6 +369,7 @@ class Tiering:
             else:
                 ms, size = tc.local_retention_ms, tc.local_retention_bytes
             cands = self._local.retention_candidates(ms, size, self._clock(), up_to=limit)
+            cands = cands[:RETENTION_BATCH_SEGMENTS]
             if cands:
                 self._local.delete_segments_before(cands[-1].next_offset)
                 # This log's start moved (a follower's remote tier holds nothing): its
