@@ -82,6 +82,19 @@ def rebuilt(tmp_path: Path, store: MemoryStorage, name: str) -> TieredLog:
     return open_log(tmp_path / name, store)
 
 
+def assert_full_rebuild(
+    tmp_path: Path, store: MemoryStorage, name: str, segments: int, expected: object
+) -> None:
+    """A log rebuilt in a new directory read every manifest (no usable snapshot) and
+    serves ``expected``."""
+    again = rebuilt(tmp_path, store, name)
+    try:
+        assert manifest_reads(store) == segments
+        assert read_all(again) == expected
+    finally:
+        again.close()
+
+
 @pytest.mark.parametrize("records", [1_500, 4_500])
 def test_a_rebuild_reads_the_snapshot_and_only_the_copies_after_it(
     tmp_path: Path, records: int
@@ -123,19 +136,9 @@ def test_without_a_usable_snapshot_every_manifest_is_read(tmp_path: Path) -> Non
     expected = read_all(tlog)
     tlog.close()
     store.flip_byte(snapshot_key(LOG_ID), 40)  # damaged: never trusted
-    again = rebuilt(tmp_path, store, "damaged")
-    try:
-        assert manifest_reads(store) == segments
-        assert read_all(again) == expected
-    finally:
-        again.close()
+    assert_full_rebuild(tmp_path, store, "damaged", segments, expected)
     store.lose(snapshot_key(LOG_ID))  # missing
-    again = rebuilt(tmp_path, store, "missing")
-    try:
-        assert manifest_reads(store) == segments
-        assert read_all(again) == expected
-    finally:
-        again.close()
+    assert_full_rebuild(tmp_path, store, "missing", segments, expected)
 
 
 def test_retention_after_the_snapshot_moves_the_rebuilt_log_start(tmp_path: Path) -> None:
@@ -159,26 +162,6 @@ def test_retention_after_the_snapshot_moves_the_rebuilt_log_start(tmp_path: Path
         again.close()
 
 
-def test_a_truncation_drops_the_snapshot_and_the_next_round_writes_one(tmp_path: Path) -> None:
-    store = MemoryStorage()
-    tlog = open_log(tmp_path / "log", store)
-    ship(tlog, 1_000)
-    r = tlog.remote_tier
-    assert r is not None and read_snapshot(store, LOG_ID) is not None
-    tlog.truncate(r.finished_segments[-3].base_offset + 3)
-    assert read_snapshot(store, LOG_ID) is None
-    ship(tlog, 100)
-    assert read_snapshot(store, LOG_ID) is not None
-    expected = read_all(tlog)
-    tlog.close()
-    again = rebuilt(tmp_path, store, "after-truncation")
-    try:
-        assert read_all(again) == expected
-    finally:
-        again.close()
-    shutil.rmtree(tmp_path / "after-truncation")
-
-
 def spills_of(store: MemoryStorage) -> list[str]:
     return [k for k in store.stored_keys() if f"/{SPILLS_DIR}/" in k]
 
@@ -190,6 +173,30 @@ def head_of(store: MemoryStorage) -> Snapshot:
 
 
 SPILLING = {"snapshot_interval_segments": 5, "snapshot_spill_segments": 4}
+
+
+@pytest.mark.parametrize("spilling", [False, True])
+def test_a_truncation_drops_the_snapshot_and_the_next_round_writes_one(
+    tmp_path: Path, spilling: bool
+) -> None:
+    store = MemoryStorage()
+    tlog = open_log(tmp_path / "log", store, **(SPILLING if spilling else {}))
+    ship(tlog, 1_500)
+    r = tlog.remote_tier
+    assert r is not None and read_snapshot(store, LOG_ID) is not None
+    assert bool(spills_of(store)) == spilling
+    tlog.truncate(r.finished_segments[-3].base_offset + 3)
+    assert read_snapshot(store, LOG_ID) is None and not spills_of(store)  # spills too
+    ship(tlog, 100)
+    assert read_snapshot(store, LOG_ID) is not None
+    expected = read_all(tlog)
+    tlog.close()
+    again = rebuilt(tmp_path, store, "after-truncation")
+    try:
+        assert read_all(again) == expected
+    finally:
+        again.close()
+    shutil.rmtree(tmp_path / "after-truncation")
 
 
 def test_a_long_archive_spills_and_a_rebuild_reads_the_spills(tmp_path: Path) -> None:
@@ -256,12 +263,7 @@ def test_spills_below_the_log_start_are_dropped_and_a_missing_one_means_a_full_r
     finally:
         again.close()
     store.lose(head_of(store).spills[-1].key)  # missing: the snapshot is not trusted
-    again = rebuilt(tmp_path, store, "spill-missing")
-    try:
-        assert manifest_reads(store) == segments
-        assert read_all(again) == expected
-    finally:
-        again.close()
+    assert_full_rebuild(tmp_path, store, "spill-missing", segments, expected)
 
 
 def test_a_reader_that_meets_a_merged_spill_reads_the_snapshot_again(tmp_path: Path) -> None:
@@ -291,25 +293,6 @@ def test_a_reader_that_meets_a_merged_spill_reads_the_snapshot_again(tmp_path: P
     assert snap.spills == decode_snapshot(fresh, "k").spills
     assert snap.reads >= 2 + len(snap.spills)
     tlog.close()
-
-
-def test_a_truncation_deletes_the_spills_with_the_snapshot(tmp_path: Path) -> None:
-    store = MemoryStorage()
-    tlog = open_log(tmp_path / "log", store, **SPILLING)
-    ship(tlog, 1_500)
-    assert spills_of(store)
-    r = tlog.remote_tier
-    assert r is not None
-    tlog.truncate(r.finished_segments[-3].base_offset + 3)
-    assert read_snapshot(store, LOG_ID) is None and not spills_of(store)
-    ship(tlog, 100)
-    expected = read_all(tlog)
-    tlog.close()
-    again = rebuilt(tmp_path, store, "after-truncation")
-    try:
-        assert read_all(again) == expected
-    finally:
-        again.close()
 
 
 def test_a_log_opened_afresh_respills_and_deletes_the_old_spills(tmp_path: Path) -> None:

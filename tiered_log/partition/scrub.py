@@ -122,15 +122,7 @@ def _missing_manifests(
             data_key = naming.data_key_of(rli_key)
             if _exists(remote.storage, rli_key):
                 continue
-            dmg = Damage(
-                topic,
-                partition,
-                plog.log_id,
-                seg.base_offset,
-                seg.next_offset,
-                rli_key,
-                found_ms=int(time.time() * 1000),
-            )
+            dmg = _found(topic, partition, plog, seg.base_offset, seg.next_offset, rli_key)
             dmg.add(
                 "manifest",
                 f"manifest {rli_key} is missing (the partition serves the copy; a rebuild "
@@ -144,6 +136,21 @@ def _missing_manifests(
             report.segments_done += 1
             out.append(dmg)
     return out
+
+
+def _found(
+    topic: str,
+    partition: int,
+    plog: TieredLog,
+    base: int,
+    end: int,
+    where: str,
+    tier: str = "remote",
+) -> Damage:
+    """A new finding for the copy or segment ``[base, end)`` of ``plog`` at ``where``."""
+    return Damage(
+        topic, partition, plog.log_id, base, end, where, tier=tier, found_ms=int(time.time() * 1000)
+    )
 
 
 def _exists(storage: RemoteStorage, key: str) -> bool:
@@ -179,16 +186,8 @@ def _scrub_local(
         elif not _still_there(plog, seg):
             report.segments_skipped += 1  # retention or a truncation took it meanwhile
         else:
-            dmg = Damage(
-                topic,
-                partition,
-                plog.log_id,
-                seg.base_offset,
-                seg.next_offset,
-                str(seg.store_path),
-                tier="local",
-                found_ms=int(time.time() * 1000),
-            )
+            where = str(seg.store_path)
+            dmg = _found(topic, partition, plog, seg.base_offset, seg.next_offset, where, "local")
             dmg.add("local", problem)
             log.error("scrub: damaged local segment %s", dmg.line())
             if repair:
