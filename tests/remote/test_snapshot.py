@@ -297,10 +297,11 @@ def test_a_reader_that_meets_a_merged_spill_reads_the_snapshot_again(tmp_path: P
 
 def test_a_log_opened_afresh_respills_and_deletes_the_old_spills(tmp_path: Path) -> None:
     """A log that did not read the snapshot (its own directory, reopened) does not take
-    spills it cannot check against its view: it writes its own and deletes the old."""
+    spills it cannot check against its view: it writes its own (the largest size at
+    once, no merges, over a long archive) and deletes the old."""
     store = MemoryStorage()
     tlog = open_log(tmp_path / "log", store, **SPILLING)
-    ship(tlog, 1_500)
+    ship(tlog, 3_600)  # 72 copies: at least 64 + 4 above the spills to come
     old = set(spills_of(store))
     tlog.close()
     tlog = open_log(tmp_path / "log", store, **SPILLING)
@@ -309,5 +310,12 @@ def test_a_log_opened_afresh_respills_and_deletes_the_old_spills(tmp_path: Path)
         now = set(spills_of(store))
         assert now and not now & old
         assert now == {p.key for p in head_of(store).spills}
+        assert head_of(store).spills[0].count == 16 * 4
+        expected = read_all(tlog)
     finally:
         tlog.close()
+    again = rebuilt(tmp_path, store, "new-disk")
+    try:
+        assert read_all(again) == expected
+    finally:
+        again.close()

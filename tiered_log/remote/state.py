@@ -322,16 +322,15 @@ class TierState:
             limit = self.config.snapshot_spill_segments
             cap = SPILL_MAX_FACTOR * limit
 
-            def head() -> list[RemoteSegment]:
-                since = spills[-1].end if spills else -1
-                return [s for s in fin if s.base_offset >= since]
-
-            segs = head()
+            # The copies above the last spill (copies tile: the next starts where one ends).
+            since = spills[-1].end if spills else -1
+            segs = [s for s in fin if s.base_offset >= since]
             while len(segs) >= cap + limit:  # a first write over a long archive: no merges
                 spills.append(self._put_spill(segs[:cap]))
-                segs = head()
+                segs = segs[cap:]
             while len(segs) >= 2 * limit:
                 spills.append(self._put_spill(segs[:limit]))
+                segs = segs[limit:]
                 while (
                     len(spills) >= 2
                     and spills[-2].count <= spills[-1].count
@@ -342,7 +341,6 @@ class TierState:
                     spills.append(
                         self._put_spill([s for s in fin if older.base <= s.base_offset < newer.end])
                     )
-                segs = head()
             snap = Snapshot(self.leader_epoch, end, segs, self._entries_of(segs), spills=spills)
             self.storage.put(snapshot_key(self.log_id), encode_snapshot(snap))
             self.snapshot_end, self.spills = end, spills
