@@ -208,3 +208,40 @@ def test_the_report_takes_the_largest_archive_and_checks_the_targets() -> None:
     assert not r["targets"]["speedup"]["met"] and not r["met"]
     one = rebuild_report(runs[:1], {})
     assert one["growth_10x"] is None and not one["targets"]["growth_10x"]["met"]
+
+
+def test_rebuild_segments_json(tmp_path: Path) -> None:
+    """``--segments``: per archive, every wipe's rejoin (the two followers take turns),
+    the median and its range, and the new leader's bucket requests."""
+    skip_unless_etcd_runs()
+    p = perf(
+        "rebuild",
+        "--segments",
+        "4,8",
+        "--segment-kib",
+        "16",
+        "--wipes",
+        "2",
+        "--dir",
+        str(tmp_path),
+        timeout=170,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    assert [run["segments"] for run in r["runs"]] == [4, 8]
+    assert r["params"]["wipes"] == 2
+    for run in r["runs"]:
+        wipes = run["wipes"]
+        assert len(wipes) == 2
+        assert wipes[0]["node_id"] != wipes[1]["node_id"], "the followers take turns"
+        times = sorted(w["rejoin_s"] for w in wipes)
+        assert run["rejoin_s_range"] == [times[0], times[-1]]
+        assert times[0] <= run["rejoin_s"] <= times[-1]
+        assert all(w["resets"] >= 0 and w["tail_records"] >= 0 for w in wipes)
+        assert run["acked_requests_during"] == sum(w["acked_requests"] for w in wipes)
+        assert run["rebuild_requests"] > 0
+    assert r["growth_10x_segments"] == pytest.approx(
+        r["runs"][1]["rejoin_s"] / r["runs"][0]["rejoin_s"], rel=1e-6
+    )
+    assert "wipe 2: rejoined in" in p.stderr
+    assert list(tmp_path.iterdir()) == [], "the cluster's files are removed afterwards"

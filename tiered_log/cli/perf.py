@@ -725,6 +725,7 @@ def cmd_perf_rebuild(args: argparse.Namespace) -> int:
         seg_report = run_rebuild_segments(
             args.segments,
             segment_kib=args.segment_kib,
+            wipes=args.wipes,
             lease_ttl_s=args.lease_ttl,
             directory=args.dir,
             keep=args.keep,

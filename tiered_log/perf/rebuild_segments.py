@@ -8,18 +8,20 @@ retention so the leaders' local start runs ahead all the time), on a fresh one-p
 topic with replication factor 3:
 
 1. **Wiped follower under load.** Producer threads send ``acks=all`` requests of
-   ``request_kib`` as fast as they are answered; a follower that does not lead is
-   SIGKILLed, its data directory deleted, and started again. ``rejoin_s``: from its start
-   until the leader lists it in the ISR; ``resets``: how often the leader sent it back
-   to its remote end (from the leader's status).
+   ``request_kib`` as fast as they are answered; ``wipes`` times (the two followers take
+   turns, each wipe once the ISR is full again) a follower is SIGKILLed, its data
+   directory deleted, and started again. Per wipe (``wipes``): ``rejoin_s`` from its
+   start until the leader lists it in the ISR, ``resets`` (how often the leader sent it
+   back to its remote end), ``tail_records`` (about what it copied); per archive the
+   median ``rejoin_s`` and its range.
 2. **New leader.** The producers stop; the leader is stopped (SIGTERM), and
    ``leader_ready_s`` runs from then until the new leader answers the partition's bounds
    with 200 (it serves reads only once it has read the bucket); ``rebuild_requests`` is
    the number of bucket requests that rebuild of its remote view made (the partition
    snapshot, one listing of what came after it, those copies' manifests).
 
-Top-level figures: ``growth_10x_segments`` (``rejoin_s`` of the largest archive over the
-smallest's; target < 1.5 when it is 10 times larger), ``leader_ready_growth`` likewise,
+Top-level figures: ``growth_10x_segments`` (the median ``rejoin_s`` of the largest archive
+over the smallest's; target < 1.5 when it is 10 times larger), ``leader_ready_growth`` likewise,
 and ``rebuild_requests`` per archive (target: independent of the segment count). Progress
 goes to stderr; the result is one JSON-able dict. Not thread-safe.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import threading
 import time
 from collections.abc import Sequence
@@ -46,6 +49,7 @@ DEFAULT_SEGMENTS = (200, 2000)
 DEFAULT_SEGMENT_KIB = 64
 DEFAULT_REQUEST_KIB = 256
 DEFAULT_PRODUCERS = 2
+DEFAULT_WIPES = 3
 LOCAL_RETENTION_SEGMENTS = 4
 STEP_TIMEOUT_S = 120.0
 TARGET_GROWTH = 1.5
@@ -110,6 +114,65 @@ class _Producers:
             t.join(60)
 
 
+def _wipe_once(
+    c: DevCluster,
+    http: httpx.Client,
+    topic: str,
+    load: _Producers,
+    w: int,
+    segments: int,
+    show: bool,
+) -> dict[str, Any]:
+    """Wipe one follower (the two take turns) while ``load`` writes and wait until it is
+    back in the ISR: its ``rejoin_s``, ``resets`` (how often the leader sent it back to
+    the remote end meanwhile), ``acked_requests`` answered meanwhile and ``tail_records``
+    (the leader's log end when it rejoined less its remote end when it restarted: about
+    what it copied)."""
+    _wait("a full ISR before the wipe", lambda: len(_partition(http, c, topic)["isr"]) == 3)
+    st = _partition(http, c, topic)
+    followers = sorted(n.node_id for n in c.nodes.values() if n.node_id != st["leader"])
+    victim = c.nodes[followers[w % len(followers)]]
+
+    def resets_of(view: dict[str, Any]) -> int:
+        return next(
+            (int(r.get("resets", 0)) for r in view["replicas"] if r["node_id"] == victim.node_id),
+            0,
+        )
+
+    resets_before = resets_of(_led(http, c, topic))
+    acked_before = load.acked
+    victim.kill()
+    shutil.rmtree(victim.data_dir, ignore_errors=True)
+    say(
+        f"rebuild --segments {segments}: wipe {w + 1}: node {victim.node_id} wiped; "
+        "producers at full speed",
+        enabled=show,
+    )
+    victim.start()
+    started = time.monotonic()
+    remote_end = int(_led(http, c, topic)["remote_end_offset"] or 0)
+    _wait(
+        "the wiped follower back in the ISR",
+        lambda: victim.node_id in _partition(http, c, topic)["isr"],
+        every_s=0.1,
+    )
+    rejoin_s = time.monotonic() - started
+    view = _led(http, c, topic)
+    resets = max(0, resets_of(view) - resets_before)
+    say(
+        f"rebuild --segments {segments}: wipe {w + 1}: rejoined in {rejoin_s:.2f} s after "
+        f"{resets} reset(s)",
+        enabled=show,
+    )
+    return {
+        "node_id": victim.node_id,
+        "rejoin_s": round(rejoin_s, 3),
+        "resets": resets,
+        "acked_requests": load.acked - acked_before,
+        "tail_records": max(0, int(view["log_end_offset"] or 0) - remote_end),
+    }
+
+
 def run_case(
     c: DevCluster,
     http: httpx.Client,
@@ -119,6 +182,7 @@ def run_case(
     segment_kib: int,
     request_kib: int,
     producers: int,
+    wipes: int,
     show: bool,
 ) -> dict[str, Any]:
     """One archive of ``segments`` segments: fill, ship, wipe a follower under load, then
@@ -179,31 +243,13 @@ def run_case(
         every_s=0.5,
     )
     load = _Producers(c, topic, batch, producers)
+    rounds: list[dict[str, Any]] = []
     try:
         time.sleep(1.0)
-        st = _partition(http, c, topic)
-        victim = next(n for n in c.nodes.values() if n.node_id != st["leader"])
-        victim.kill()
-        shutil.rmtree(victim.data_dir, ignore_errors=True)
-        say(
-            f"rebuild --segments {segments}: node {victim.node_id} wiped; producers at full speed",
-            enabled=show,
-        )
-        victim.start()
-        started = time.monotonic()
-        _wait(
-            "the wiped follower back in the ISR",
-            lambda: victim.node_id in _partition(http, c, topic)["isr"],
-            every_s=0.1,
-        )
-        rejoin_s = time.monotonic() - started
-        view = _led(http, c, topic)
-        resets = next(
-            (int(r.get("resets", 0)) for r in view["replicas"] if r["node_id"] == victim.node_id), 0
-        )
+        for w in range(wipes):
+            rounds.append(_wipe_once(c, http, topic, load, w, segments, show))
     finally:
         load.close()
-    acked = load.acked
     # The new leader: time until it serves reads (it has read the bucket).
     leader_node = c.nodes[_partition(http, c, topic)["leader"]]
     leader_node.stop()
@@ -225,18 +271,19 @@ def run_case(
     _wait("every node back in the ISR", lambda: len(_partition(http, c, topic)["isr"]) == 3)
     http.delete(f"{c.urls[0]}/v1/topics/{topic}")
     say(
-        f"rebuild --segments {segments}: rejoined in {rejoin_s:.2f} s after {resets} "
-        f"reset(s); new leader served reads after {leader_ready_s:.2f} s, "
-        f"{requests} bucket requests",
+        f"rebuild --segments {segments}: new leader served reads after "
+        f"{leader_ready_s:.2f} s, {requests} bucket requests",
         enabled=show,
     )
     return {
         "segments": segments,
         "segment_kib": segment_kib,
         "archive_mb": target >> 20,
-        "rejoin_s": round(rejoin_s, 3),
-        "resets": resets,
-        "acked_requests_during": acked,
+        "rejoin_s": statistics.median(r["rejoin_s"] for r in rounds),
+        "rejoin_s_range": [min(r["rejoin_s"] for r in rounds), max(r["rejoin_s"] for r in rounds)],
+        "resets": max(r["resets"] for r in rounds),
+        "acked_requests_during": sum(r["acked_requests"] for r in rounds),
+        "wipes": rounds,
         "leader_ready_s": round(leader_ready_s, 3),
         "rebuild_requests": requests,
     }
@@ -248,6 +295,7 @@ def run_rebuild_segments(
     segment_kib: int = DEFAULT_SEGMENT_KIB,
     request_kib: int = DEFAULT_REQUEST_KIB,
     producers: int = DEFAULT_PRODUCERS,
+    wipes: int = DEFAULT_WIPES,
     lease_ttl_s: int = 2,
     endpoint: str | None = None,
     directory: str | os.PathLike[str] | None = None,
@@ -261,9 +309,9 @@ def run_rebuild_segments(
     from .remote import s3_target
 
     counts = sorted(set(segments))
-    if not counts or min(counts) < 1 or min(segment_kib, request_kib, producers) < 1:
+    if not counts or min(counts) < 1 or min(segment_kib, request_kib, producers, wipes) < 1:
         raise InvalidArgumentError(
-            "segments, segment_kib, request_kib and producers must be positive"
+            "segments, segment_kib, request_kib, producers and wipes must be positive"
         )
     show = progress is not False
     runs: list[dict[str, Any]] = []
@@ -305,6 +353,7 @@ def run_rebuild_segments(
                             segment_kib=segment_kib,
                             request_kib=request_kib,
                             producers=producers,
+                            wipes=wipes,
                             show=show,
                         )
                     )
@@ -329,6 +378,7 @@ def run_rebuild_segments(
             "segment_kib": segment_kib,
             "request_kib": request_kib,
             "producers": producers,
+            "wipes": wipes,
             "lease_ttl_s": lease_ttl_s,
             "endpoint": "moto" if endpoint is None else endpoint,
         },
