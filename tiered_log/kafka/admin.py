@@ -117,6 +117,7 @@ from .configs import (
 from .errors import error_code, error_message
 from .groups.offsets import is_internal
 from .messages import Request
+from .operations import CLUSTER_OPERATIONS, NOT_ASKED, bits
 
 log = logging.getLogger("tiered_log.kafka")
 
@@ -503,6 +504,11 @@ class AdminHandlers:
             "cluster_id": be.cluster_id,
             "controller_id": be.controller_id(),
             "brokers": [],
+            "cluster_authorized_operations": (
+                bits(CLUSTER_OPERATIONS)
+                if getattr(req.body, "include_cluster_authorized_operations", False)
+                else NOT_ASKED
+            ),
         }
         endpoint = int(getattr(req.body, "endpoint_type", BROKERS_ENDPOINT))
         if endpoint != BROKERS_ENDPOINT:

@@ -58,6 +58,8 @@ the handler sees, so no byte of it is stored nor read:
   cluster-wide operations do), else GROUP_AUTHORIZATION_FAILED; OffsetDelete likewise.
 - InitProducerId: a ``write`` grant on some pattern (Kafka: WRITE on any topic), else
   CLUSTER_AUTHORIZATION_FAILED.
+- Authorized operations asked for in Metadata, DescribeCluster or DescribeGroups are
+  those the token's grants allow (:mod:`tiered_log.kafka.operations`).
 - An API not listed here (one added later) takes ``admin`` on ``*``; another token's
   request of it closes the connection with a log line (never served unchecked).
 
@@ -69,6 +71,7 @@ state.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -102,7 +105,7 @@ from .groups.handlers import (
     OFFSET_FETCH,
     SYNC_GROUP,
 )
-from .handlers import UNKNOWN_OPERATIONS, Handlers, no_records
+from .handlers import Handlers, no_records
 from .messages import (
     API_VERSIONS,
     APIS,
@@ -114,6 +117,7 @@ from .messages import (
     BadFrame,
     Request,
 )
+from .operations import NOT_ASKED, cluster_operations, group_operations, topic_operations
 from .producers import INIT_PRODUCER_ID
 
 log = logging.getLogger("tiered_log.kafka")
@@ -442,8 +446,13 @@ class KafkaGuard:
     async def handle(self, principal: Principal, req: Request) -> dict[str, Any] | None:
         """The answer to ``req`` for ``principal`` (None: none due)."""
         key = req.api_key
-        if principal.grants is None or key in _ANY_TOKEN:
+        if principal.grants is None:
             return await self.handlers.handle(req)
+        if key in _ANY_TOKEN:
+            served = await self.handlers.handle(req)
+            if served is not None:
+                self._narrow_operations(principal, served)
+            return served
         rule = _RULES.get(key)
         if rule is not None:
             if key == FETCH and int(getattr(req.body, "replica_id", -1)) >= 0:
@@ -486,7 +495,29 @@ class KafkaGuard:
 
     # ---- topics ------------------------------------------------------------------------
 
+    def _narrow_operations(self, principal: Principal, answer: dict[str, Any]) -> None:
+        """The authorized operations an answer carries (when asked for), cut down from
+        every supported one to what ``principal``'s grants allow (see
+        :mod:`~tiered_log.kafka.operations`): a topic's in Metadata, the cluster's in
+        Metadata and DescribeCluster, each group's in DescribeGroups."""
+        admin_everywhere = self.refusal(principal, "*", "admin") is None
+        if answer.get("cluster_authorized_operations", NOT_ASKED) != NOT_ASKED:
+            writes = any(principal.allows(p, "write") for p, _ in principal.grants or ())
+            answer["cluster_authorized_operations"] = cluster_operations(admin_everywhere, writes)
+        for t in answer.get("topics", ()) if "cluster_id" in answer else ():
+            if t.get("topic_authorized_operations", NOT_ASKED) != NOT_ASKED:
+                allows = functools.partial(principal.allows, t["name"])
+                t["topic_authorized_operations"] = topic_operations(allows)
+        for g in answer.get("groups", ()):
+            if g.get("authorized_operations", NOT_ASKED) != NOT_ASKED:
+                g["authorized_operations"] = group_operations(admin_everywhere)
+
     async def _metadata(self, principal: Principal, req: Request) -> dict[str, Any]:
+        answer = await self._metadata_rows(principal, req)
+        self._narrow_operations(principal, answer)
+        return answer
+
+    async def _metadata_rows(self, principal: Principal, req: Request) -> dict[str, Any]:
         body = req.body
         if body.topics is None:
             answer = await self.handlers.handle(req)
@@ -518,7 +549,7 @@ class KafkaGuard:
                         "topic_id": NO_TOPIC_ID,
                         "is_internal": False,
                         "partitions": [],
-                        "topic_authorized_operations": UNKNOWN_OPERATIONS,
+                        "topic_authorized_operations": NOT_ASKED,
                     }
                 )
             answer["topics"] = rows

@@ -34,6 +34,9 @@ every version of the API; the fields a version lacks are dropped there).
   current one; :meth:`~tiered_log.kafka.backend.Backend.leader_epoch_at`).
 - CreateTopics, DeleteTopics, OffsetForLeaderEpoch, DescribeLogDirs, DescribeCluster:
   :mod:`tiered_log.kafka.admin`.
+- Authorized operations, when Metadata, DescribeCluster or DescribeGroups asks for them:
+  every operation the resource supports (:mod:`tiered_log.kafka.operations`), cut down
+  to a token's grants by :class:`~tiered_log.kafka.auth.KafkaGuard`.
 
 Every refusal is a per-partition (or per-topic) Kafka error code; a handler raises only
 for a request it cannot answer at all. Concurrency: coroutines of the listener's event
@@ -77,6 +80,7 @@ from .messages import (
     Request,
     millis,
 )
+from .operations import CLUSTER_OPERATIONS, NOT_ASKED, TOPIC_OPERATIONS, bits
 from .producers import PRODUCER_APIS, ProducerHandlers
 
 log = logging.getLogger("tiered_log.kafka")
@@ -99,9 +103,6 @@ _SPECIAL_SINCE = {
 }
 """ListOffsets' special timestamps and the version each came with (an older version, or
 an unknown negative timestamp: UNSUPPORTED_VERSION)."""
-
-UNKNOWN_OPERATIONS = -(2**31)
-"""Authorized operations not computed (Kafka's INT32_MIN)."""
 
 
 def api_versions_body(error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
@@ -156,6 +157,16 @@ class Handlers:
         # LEADER_NOT_AVAILABLE, so a client waits for the next leader instead of
         # looking up a broker the answer does not list.
         live = {b.node_id for b in brokers}
+        topic_ops = (
+            bits(TOPIC_OPERATIONS)
+            if getattr(body, "include_topic_authorized_operations", False)
+            else NOT_ASKED
+        )
+        cluster_ops = (
+            bits(CLUSTER_OPERATIONS)
+            if getattr(body, "include_cluster_authorized_operations", False)
+            else NOT_ASKED
+        )
         return {
             "throttle_time": 0,
             "brokers": [
@@ -184,11 +195,11 @@ class Handlers:
                         }
                         for p in t.partitions
                     ],
-                    "topic_authorized_operations": UNKNOWN_OPERATIONS,
+                    "topic_authorized_operations": topic_ops,
                 }
                 for t in topics
             ],
-            "cluster_authorized_operations": UNKNOWN_OPERATIONS,
+            "cluster_authorized_operations": cluster_ops,
         }
 
     async def produce(self, req: Request) -> dict[str, Any] | None:

@@ -9,7 +9,8 @@ answer's fields out, for every version; see :mod:`tiered_log.kafka.handlers`):
   producer's timeout.
 - JoinGroup, SyncGroup, Heartbeat, LeaveGroup: :class:`~.coordinator.GroupCoordinator`.
 - OffsetCommit, OffsetFetch (v8's batch of groups): :class:`~.offsets.OffsetStore`.
-- ListGroups, DescribeGroups, DeleteGroups.
+- ListGroups (v4's state filter, v5's type filter: every group is ``classic``),
+  DescribeGroups, DeleteGroups.
 
 Every group request first checks that this node coordinates the group (it leads the
 group's internal partition, whose offsets are loaded then): NOT_COORDINATOR otherwise,
@@ -38,6 +39,7 @@ from ...errors import (
 )
 from ..backend import Backend
 from ..messages import Request, millis
+from ..operations import GROUP_OPERATIONS, NOT_ASKED, bits
 from .coordinator import Group, GroupCoordinator, coordinator_of
 from .offsets import MAX_METADATA, Committed, LoadInProgressError, now_ms, partition_for
 
@@ -55,6 +57,11 @@ OFFSET_FETCH = 9
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 
+GROUP_TYPE = "classic"
+"""Every group here speaks the classic group protocol (JoinGroup/SyncGroup), the type
+ListGroups v5 answers and filters on (KIP-848's ``consumer`` and ``share`` groups are
+not served: a filter naming only those lists none)."""
+
 GROUP_APIS: dict[int, tuple[str, int, int]] = {
     OFFSET_COMMIT: ("offset_commit", 2, 8),
     OFFSET_FETCH: ("offset_fetch", 1, 8),
@@ -64,7 +71,7 @@ GROUP_APIS: dict[int, tuple[str, int, int]] = {
     LEAVE_GROUP: ("leave_group", 0, 5),
     SYNC_GROUP: ("sync_group", 0, 5),
     DESCRIBE_GROUPS: ("describe_groups", 0, 5),
-    LIST_GROUPS: ("list_groups", 0, 4),
+    LIST_GROUPS: ("list_groups", 0, 5),
     DELETE_GROUPS: ("delete_groups", 0, 2),
     OFFSET_DELETE: ("offset_delete", 0, 0),
 }
@@ -343,9 +350,12 @@ class GroupHandlers:
 
     async def list_groups(self, req: Request) -> dict[str, Any]:
         states = {s.lower() for s in getattr(req.body, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(req.body, "types_filter", ()) or ()}
+        if types and GROUP_TYPE not in types:
+            return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
         listed = await groups_here(self.coordinator)
         rows = [
-            {"group_id": gid, "protocol_type": ptype, "group_state": st}
+            {"group_id": gid, "protocol_type": ptype, "group_state": st, "group_type": GROUP_TYPE}
             for gid, (st, ptype) in sorted(listed.items())
             if not states or st.lower() in states
         ]
@@ -353,6 +363,11 @@ class GroupHandlers:
 
     async def describe_groups(self, req: Request) -> dict[str, Any]:
         out = []
+        ops = (
+            bits(GROUP_OPERATIONS)
+            if getattr(req.body, "include_authorized_operations", False)
+            else NOT_ASKED
+        )
         for gid in req.body.groups:
             row: dict[str, Any] = {
                 "group_id": gid,
@@ -360,7 +375,7 @@ class GroupHandlers:
                 "protocol_type": "",
                 "protocol_data": "",
                 "members": [],
-                "authorized_operations": -(2**31),
+                "authorized_operations": ops,
             }
             code = await self._coordinates(gid)
             row["error_code"] = code
