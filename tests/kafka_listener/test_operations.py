@@ -1,4 +1,5 @@
-"""What admin clients ask of groups and authorized operations: the authorized operations
+"""What admin clients ask of producers, groups and authorized operations: DescribeProducers
+(the idempotent producers a partition knows), the authorized operations
 (KIP-430) of a topic in Metadata, of the cluster in DescribeCluster and Metadata, of a
 group in DescribeGroups (without tokens every operation the resource supports, as
 Kafka's broker without an authorizer; with tokens what the token's grants allow), and
@@ -10,20 +11,24 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient  # type: ignore[attr-defined]
+from kafka import TopicPartition as KpPartition
 from kafka.admin import KafkaAdminClient
+from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
 from tiered_log.kafka.admin import DESCRIBE_CLUSTER
 from tiered_log.kafka.groups.handlers import DESCRIBE_GROUPS
 from tiered_log.kafka.messages import METADATA
+from tiered_log.kafka.producers import DESCRIBE_PRODUCERS
 
-from .clients import confluent_produce
-from .conftest import TIMEOUT_S, create_topic, kafka_server, wait_until
-from .test_sasl import ADMIN, RO, RW, TOKENS
+from .clients import Rec, confluent_produce
+from .conftest import TIMEOUT_S, KafkaWire, create_topic, kafka_server, wait_until
+from .test_sasl import ADMIN, OTHER, RO, RW, TOKENS
 from .test_sasl import create as create_sasl_topic
 from .test_sasl import wire as sasl_wire
 
@@ -213,3 +218,62 @@ def test_list_groups_by_state_and_type(server: ServerProcess, admin: AdminClient
     finally:
         c.close()
         ka.close()
+
+
+def describe_producers(w: KafkaWire, *topics: tuple[str, list[int]]) -> dict[tuple[str, int], Any]:
+    """``(topic, partition) -> (error code, [(id, epoch, last sequence)])`` of a raw
+    DescribeProducers."""
+    body = {"topics": [{"name": t, "partition_indexes": ps} for t, ps in topics]}
+    resp = w.call(DESCRIBE_PRODUCERS, 0, body)
+    return {
+        (t.name, p.partition_index): (
+            p.error_code,
+            [(a.producer_id, a.producer_epoch, a.last_sequence) for a in p.active_producers],
+        )
+        for t in resp.topics
+        for p in t.partitions
+    }
+
+
+def test_describe_producers_lists_the_idempotent_producers(server: ServerProcess) -> None:
+    """kafka-python's ``describe_producers`` (Kafka's ``kafka-transactions
+    describe-producers``): an idempotent producer's id, epoch 0 and last sequence on the
+    partition it wrote, none on the other (nor for a producer that is not idempotent);
+    raw frames for an unknown topic and partition."""
+    create_topic(server, "ops-producers", partitions=2)
+    recs: list[Rec] = [(0, None, b"v%d" % i, []) for i in range(7)]
+    assert (
+        confluent_produce(
+            server.kafka_bootstrap, "ops-producers", recs, **{"enable.idempotence": True}
+        )
+        == [None] * 7
+    )
+    assert confluent_produce(server.kafka_bootstrap, "ops-producers", [(1, None, b"x", [])]) == [
+        None
+    ]
+    ka = KafkaAdminClient(bootstrap_servers=server.kafka_bootstrap, request_timeout_ms=10_000)
+    try:
+        got = ka.describe_producers(
+            [KpPartition("ops-producers", 0), KpPartition("ops-producers", 1)]
+        )
+    finally:
+        ka.close()
+    (p0,) = got[KpPartition("ops-producers", 0)].active_producers
+    assert (p0.producer_id >= 0, p0.producer_epoch, p0.last_sequence) == (True, 0, 6)
+    assert p0.last_timestamp > 0 and p0.coordinator_epoch == -1
+    assert got[KpPartition("ops-producers", 1)].active_producers == []
+    with KafkaWire(server.kafka_bootstrap) as w:
+        rows = describe_producers(w, ("ops-producers", [0, 7]), ("ops-no-such-topic", [0]))
+    assert rows[("ops-producers", 0)] == (ErrorCode.none, [(p0.producer_id, 0, 6)])
+    assert rows[("ops-producers", 7)][0] == ErrorCode.unknown_topic_or_partition
+    assert rows[("ops-no-such-topic", 0)][0] == ErrorCode.unknown_topic_or_partition
+
+
+def test_describe_producers_takes_read(sasl_server: ServerProcess) -> None:
+    topic = create_sasl_topic(sasl_server, "app.producers")
+    with sasl_wire(sasl_server, RO) as w:
+        assert describe_producers(w, (topic, [0])) == {(topic, 0): (ErrorCode.none, [])}
+    with sasl_wire(sasl_server, OTHER) as w:
+        rows = describe_producers(w, (topic, [0]), ("other.t", [0]))
+    assert rows[(topic, 0)] == (ErrorCode.topic_authorization_failed, [])
+    assert rows[("other.t", 0)][0] == ErrorCode.unknown_topic_or_partition

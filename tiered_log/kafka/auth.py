@@ -58,6 +58,8 @@ the handler sees, so no byte of it is stored nor read:
   cluster-wide operations do), else GROUP_AUTHORIZATION_FAILED; OffsetDelete likewise.
 - InitProducerId: a ``write`` grant on some pattern (Kafka: WRITE on any topic), else
   CLUSTER_AUTHORIZATION_FAILED.
+- DescribeProducers: ``read`` on each topic (Kafka: READ), else
+  TOPIC_AUTHORIZATION_FAILED per partition.
 - Authorized operations asked for in Metadata, DescribeCluster or DescribeGroups are
   those the token's grants allow (:mod:`tiered_log.kafka.operations`).
 - An API not listed here (one added later) takes ``admin`` on ``*``; another token's
@@ -118,7 +120,7 @@ from .messages import (
     Request,
 )
 from .operations import NOT_ASKED, cluster_operations, group_operations, topic_operations
-from .producers import INIT_PRODUCER_ID
+from .producers import DESCRIBE_PRODUCERS, INIT_PRODUCER_ID
 
 log = logging.getLogger("tiered_log.kafka")
 
@@ -422,6 +424,7 @@ class KafkaGuard:
             DELETE_GROUPS: self._delete_groups,
             OFFSET_DELETE: self._offset_delete,
             INIT_PRODUCER_ID: self._init_producer_id,
+            DESCRIBE_PRODUCERS: self._describe_producers,
             DESCRIBE_LOG_DIRS: self._describe_log_dirs,
         }
 
@@ -775,6 +778,34 @@ class KafkaGuard:
             "results": [],
         }
         return await self._served_or(self.refusal(principal, "*", "admin") is None, req, refused)
+
+    async def _describe_producers(self, principal: Principal, req: Request) -> dict[str, Any]:
+        """DescribeProducers: ``read`` on each topic (Kafka: READ), else every partition
+        of the topic named answers TOPIC_AUTHORIZATION_FAILED."""
+        allowed: list[tuple[Any, str | None]] = []
+        refused: list[tuple[Any, str | None]] = []
+        for t in req.body.topics:
+            why = self.refusal(principal, t.name, "read")
+            (allowed if why is None else refused).append((t, why))
+        body = dataclasses.replace(req.body, topics=tuple(t for t, _ in allowed))
+        answer = await self.handlers.handle(dataclasses.replace(req, body=body))
+        assert answer is not None
+        answer["topics"] = list(answer["topics"]) + [
+            {
+                "name": t.name,
+                "partitions": [
+                    {
+                        "partition_index": index,
+                        "error_code": _TOPIC_DENIED,
+                        "error_message": why,
+                        "active_producers": (),
+                    }
+                    for index in t.partition_indexes
+                ],
+            }
+            for t, why in refused
+        ]
+        return answer
 
     async def _served_or(
         self, allowed: bool, req: Request, refused: dict[str, Any]

@@ -1,4 +1,5 @@
-"""InitProducerId (API key 22, versions 0-4): a producer id for an idempotent producer.
+"""The producer APIs: InitProducerId (API key 22, versions 0-4), a producer id for an
+idempotent producer, and DescribeProducers (61, v0), the producers a partition knows.
 
 A request with a null transactional id gets a new producer id (unique across the
 service's life and, in a cluster, across nodes: :mod:`tiered_log.kafka.producer_ids`)
@@ -18,8 +19,17 @@ instead of retrying a retriable code (COORDINATOR_NOT_AVAILABLE) until its timeo
 reporting an "unexpected error" (INVALID_REQUEST). FindCoordinator for a transaction key
 names the node asked (the group handlers), so the producer gets here.
 
-Concurrency: the handler is a coroutine of the listener's loop; the id reservation
-(a fsync, or etcd) runs in a worker thread.
+DescribeProducers (Kafka's ``kafka-transactions describe-producers``, kafka-python's
+``describe_producers``) answers, per partition named, at its leader (else
+NOT_LEADER_OR_FOLLOWER, as any read), every idempotent producer the partition's state
+knows (:meth:`~tiered_log.partition.log.PartitionLog.producers`): id, epoch, last
+sequence, the max timestamp of its last batch; coordinator epoch and transaction start
+offset -1 (there are no transactions). An unknown topic or partition:
+UNKNOWN_TOPIC_OR_PARTITION.
+
+Concurrency: the handlers are coroutines of the listener's loop; the id reservation
+(a fsync, or etcd) and the read of a partition's producer state (under its lock, which
+an append holds across its write) run in worker threads.
 """
 
 from __future__ import annotations
@@ -33,20 +43,23 @@ from kio.schema.errors import ErrorCode
 
 from ..errors import TieredLogError
 from .backend import Backend
+from .errors import error_code, error_message
 from .messages import Request
 from .producer_ids import ProducerIds, etcd_reserver, file_reserver
 
 log = logging.getLogger("tiered_log.kafka")
 
 INIT_PRODUCER_ID = 22
+DESCRIBE_PRODUCERS = 61
 PRODUCER_APIS: dict[int, tuple[str, int, int]] = {
     INIT_PRODUCER_ID: ("init_producer_id", 0, 4),
+    DESCRIBE_PRODUCERS: ("describe_producers", 0, 0),
 }
 """The producer APIs served: key -> (kio's module name, first and last version)."""
 
 
 class ProducerHandlers:
-    """InitProducerId over one backend (its settings' data directory, or its cluster's
+    """InitProducerId and DescribeProducers over one backend (its settings' data directory, or its cluster's
     metadata store). Event-loop thread only; the ids are handed out thread-safely."""
 
     def __init__(self, backend: Backend) -> None:
@@ -55,7 +68,10 @@ class ProducerHandlers:
 
     def handlers(self) -> dict[int, Callable[[Request], Awaitable[dict[str, Any]]]]:
         """The handler of each producer API key."""
-        return {INIT_PRODUCER_ID: self.init_producer_id}
+        return {
+            INIT_PRODUCER_ID: self.init_producer_id,
+            DESCRIBE_PRODUCERS: self.describe_producers,
+        }
 
     def ids(self) -> ProducerIds:
         """The id source: the cluster's metadata store in a cluster, else the data
@@ -93,5 +109,38 @@ class ProducerHandlers:
         out["producer_epoch"] = 0
         return out
 
+    async def describe_producers(self, req: Request) -> dict[str, Any]:
+        broker = self.backend.state.broker
+        topics = []
+        for t in req.body.topics:
+            rows = []
+            for index in t.partition_indexes:
+                row: dict[str, Any] = {
+                    "partition_index": index,
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                    "active_producers": (),
+                }
+                try:
+                    plog = await broker.fetch_log(t.name, int(index))
+                    active = await asyncio.to_thread(plog.producers)
+                except TieredLogError as exc:
+                    row.update(error_code=error_code(exc), error_message=error_message(exc))
+                else:
+                    row["active_producers"] = [
+                        {
+                            "producer_id": a.producer_id,
+                            "producer_epoch": a.epoch,
+                            "last_sequence": a.last_sequence,
+                            "last_timestamp": a.last_timestamp,
+                            "coordinator_epoch": -1,
+                            "current_txn_start_offset": -1,
+                        }
+                        for a in active
+                    ]
+                rows.append(row)
+            topics.append({"name": t.name, "partitions": rows})
+        return {"throttle_time": 0, "topics": topics}
 
-__all__ = ["INIT_PRODUCER_ID", "PRODUCER_APIS", "ProducerHandlers"]
+
+__all__ = ["DESCRIBE_PRODUCERS", "INIT_PRODUCER_ID", "PRODUCER_APIS", "ProducerHandlers"]

@@ -72,7 +72,7 @@ from . import report
 from .empty_lead import EmptyLead
 from .idempotence import PRODUCER_ID_EXPIRATION_MS, Idempotence
 from .log_start import LogStartFloor
-from .producer_state import buffer_headers
+from .producer_state import ActiveProducer, buffer_headers
 from .reads import TierReads
 from .replication import Replication
 from .scheduler import Shipper, TieringScheduler
@@ -866,6 +866,10 @@ class TieredLog:
     def remote_damage(self) -> list[dict[str, Any]]:
         """Remote ranges that cannot be read (see :func:`~tiered_log.partition.report.remote_damage`)."""
         return report.remote_damage(self._remote)
+
+    def producers(self) -> list[ActiveProducer]:
+        """The idempotent producers this partition knows (Kafka's DescribeProducers)."""
+        return self._producers.state.active()
 
     def lost_offsets(self) -> list[list[int]]:
         """Offsets lost with a local disk (see :func:`~tiered_log.partition.report.lost_offsets`)."""

@@ -147,6 +147,16 @@ class ProducerEntry:
         return self.batches[-1].last_seq if self.batches else -1
 
 
+class ActiveProducer(NamedTuple):
+    """A producer as a partition knows it: its id and epoch, the last sequence recorded
+    (-1: none of this epoch) and the max timestamp of its last batch."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+
+
 def producer_batch(buf: bytes | bytearray | memoryview, position: int) -> ProducerBatch | None:
     """The producer fields of the batch at ``position`` of ``buf`` (a verified header),
     None when the batch has no producer id (producerId -1)."""
@@ -182,6 +192,15 @@ class ProducerStateManager:
 
     def __len__(self) -> int:
         return len(self._producers)
+
+    def active(self) -> list[ActiveProducer]:
+        """Every producer this state knows, by producer id: what Kafka's DescribeProducers
+        lists. Takes :attr:`lock`."""
+        with self.lock:
+            return [
+                ActiveProducer(pid, e.epoch, e.last_seq, e.last_timestamp)
+                for pid, e in sorted(self._producers.items())
+            ]
 
     @property
     def dirty(self) -> bool:
@@ -434,6 +453,7 @@ __all__ = [
     "MAX_CACHED_BATCHES",
     "SEQ_MOD",
     "SNAPSHOT_FILE",
+    "ActiveProducer",
     "BatchMeta",
     "ProducerBatch",
     "ProducerEntry",
