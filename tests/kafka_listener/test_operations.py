@@ -21,6 +21,7 @@ from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 from service.conftest import ServerProcess
 
+from tiered_log.kafka.acls import DESCRIBE_ACLS
 from tiered_log.kafka.admin import DESCRIBE_CLUSTER
 from tiered_log.kafka.groups.handlers import DESCRIBE_GROUPS
 from tiered_log.kafka.messages import METADATA
@@ -277,3 +278,93 @@ def test_describe_producers_takes_read(sasl_server: ServerProcess) -> None:
         rows = describe_producers(w, (topic, [0]), ("other.t", [0]))
     assert rows[(topic, 0)] == (ErrorCode.topic_authorization_failed, [])
     assert rows[("other.t", 0)][0] == ErrorCode.unknown_topic_or_partition
+
+
+ACL_FILTER = {
+    "resource_type_filter": 1,
+    "resource_name_filter": None,
+    "pattern_type_filter": 1,
+    "principal_filter": None,
+    "host_filter": None,
+    "operation": 1,
+    "permission_type": 1,
+}
+"""DescribeAcls' filter matching every ACL (ANY everywhere)."""
+
+
+def test_acl_apis_with_tokens_answer_where_access_is_set(sasl_server: ServerProcess) -> None:
+    """With tokens any token may ask (the connection stays open) and learns that access is
+    by the tokens' grants."""
+    with sasl_wire(sasl_server, RO) as w:
+        for _ in range(2):
+            described = w.call(DESCRIBE_ACLS, 2, ACL_FILTER)
+            assert described.error_code == ErrorCode.security_disabled
+            assert "auth_tokens" in described.error_message
+
+
+def test_acl_apis_answer_security_disabled(server: ServerProcess, admin: AdminClient) -> None:
+    """No ACLs here: DescribeAcls, CreateAcls, DeleteAcls answer SECURITY_DISABLED with a
+    message, as Kafka's broker without an authorizer (confluent-kafka, kafka-python)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AclBinding,
+        AclBindingFilter,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+    from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
+    from kafka.admin import ResourcePatternFilter as KpPatternFilter
+    from kafka.admin import ResourceType as KpResourceType
+    from kafka.errors import SecurityDisabledError
+
+    match_all = AclBindingFilter(
+        ResourceType.ANY,
+        None,  # type: ignore[arg-type]
+        ResourcePatternType.ANY,
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        "ops-acl",
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    calls = [
+        admin.create_acls([binding], request_timeout=TIMEOUT_S)[binding],
+        admin.delete_acls([match_all], request_timeout=TIMEOUT_S)[match_all],
+    ]
+    for fut in calls:
+        with pytest.raises(KafkaException) as err:
+            fut.result(TIMEOUT_S)
+        e = err.value.args[0]
+        assert e.code() == KafkaError.SECURITY_DISABLED, e
+        assert "No Authorizer is configured" in e.str(), e
+    # librdkafka leaves DescribeAcls' top-level error out of the result: no bindings.
+    assert admin.describe_acls(match_all, request_timeout=TIMEOUT_S).result(TIMEOUT_S) == []
+    with KafkaWire(server.kafka_bootstrap) as w:
+        described = w.call(DESCRIBE_ACLS, 3, ACL_FILTER)
+        assert (described.error_code, described.resources) == (ErrorCode.security_disabled, ())
+        assert described.error_message.startswith("No Authorizer is configured")
+    ka = KafkaAdminClient(bootstrap_servers=server.kafka_bootstrap, request_timeout_ms=10_000)
+    try:
+        with pytest.raises(SecurityDisabledError):
+            ka.describe_acls(
+                ACLFilter(
+                    principal=None,
+                    host="*",
+                    operation=ACLOperation.ANY,
+                    permission_type=ACLPermissionType.ANY,
+                    resource_pattern=KpPatternFilter(
+                        KpResourceType.ANY, None, ACLResourcePatternType.ANY
+                    ),
+                )
+            )
+    finally:
+        ka.close()

@@ -59,8 +59,8 @@ DescribeCluster answers the cluster's id, the controller id and the brokers exac
 Metadata does (:meth:`Backend.brokers <tiered_log.kafka.backend.Backend.brokers>`: this
 node, and in a cluster every live node with a Kafka listener; none is fenced), endpoint
 type 1 (brokers). Endpoint type 2 (KRaft's controllers, which this service does not
-have) is UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers it. Authorized operations
-are not computed (Kafka's INT32_MIN).
+have) is UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers it. The cluster's
+authorized operations, when asked, are :mod:`tiered_log.kafka.operations`'.
 
 DescribeLogDirs describes the one log directory, the data directory: each partition
 replica held there (in a cluster, those this node is a replica of; of the topics and

@@ -60,6 +60,8 @@ the handler sees, so no byte of it is stored nor read:
   CLUSTER_AUTHORIZATION_FAILED.
 - DescribeProducers: ``read`` on each topic (Kafka: READ), else
   TOPIC_AUTHORIZATION_FAILED per partition.
+- DescribeAcls, CreateAcls, DeleteAcls: any token (the answer, SECURITY_DISABLED, grants
+  nothing: access is by the tokens' grants, :mod:`tiered_log.kafka.acls`).
 - Authorized operations asked for in Metadata, DescribeCluster or DescribeGroups are
   those the token's grants allow (:mod:`tiered_log.kafka.operations`).
 - An API not listed here (one added later) takes ``admin`` on ``*``; another token's
@@ -84,6 +86,7 @@ from kio.schema.errors import ErrorCode
 from ..config import Grant
 from ..errors import AuthenticationError, PermissionDeniedError, TopicNotFoundError
 from ..service.auth import ANONYMOUS_ALL, Authenticator, Principal
+from .acls import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from .admin import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -388,6 +391,9 @@ _RULES: dict[int, _TopicRule] = {
 
 _ANY_TOKEN = frozenset(
     {
+        CREATE_ACLS,
+        DELETE_ACLS,
+        DESCRIBE_ACLS,
         API_VERSIONS,
         DESCRIBE_CLUSTER,
         FIND_COORDINATOR,

@@ -34,6 +34,8 @@ every version of the API; the fields a version lacks are dropped there).
   current one; :meth:`~tiered_log.kafka.backend.Backend.leader_epoch_at`).
 - CreateTopics, DeleteTopics, OffsetForLeaderEpoch, DescribeLogDirs, DescribeCluster:
   :mod:`tiered_log.kafka.admin`.
+- DescribeAcls, CreateAcls, DeleteAcls: SECURITY_DISABLED, as Kafka without an
+  authorizer (:mod:`tiered_log.kafka.acls`).
 - Authorized operations, when Metadata, DescribeCluster or DescribeGroups asks for them:
   every operation the resource supports (:mod:`tiered_log.kafka.operations`), cut down
   to a token's grants by :class:`~tiered_log.kafka.auth.KafkaGuard`.
@@ -54,6 +56,7 @@ from kio.schema.errors import ErrorCode
 from ..broker.parking import wait_event
 from ..cluster.protocol import ReplicaFetch
 from ..errors import InvalidTopicNameError, TieredLogError, TopicNotFoundError
+from .acls import ACL_APIS, AclHandlers
 from .admin import ADMIN_APIS, AdminHandlers
 from .backend import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -93,6 +96,7 @@ APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in GROUP_APIS.items
 APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in PRODUCER_APIS.items()})
 APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in CONFIG_APIS.items()})
 APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in ADMIN_APIS.items()})
+APIS.update({k: ApiSpec(k, n, lo, hi, lo) for k, (n, lo, hi) in ACL_APIS.items()})
 
 _SPECIAL_SINCE = {
     LATEST_TIMESTAMP: 0,
@@ -132,6 +136,7 @@ class Handlers:
             **ProducerHandlers(backend).handlers(),
             **ConfigHandlers(backend).handlers(),
             **AdminHandlers(backend).handlers(),
+            **AclHandlers(backend).handlers(),
         }
 
     async def handle(self, req: Request) -> dict[str, Any] | None:
