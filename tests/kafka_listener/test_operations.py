@@ -106,7 +106,10 @@ def test_confluent_admin_gets_every_operation_without_tokens(
         assert set(cl.authorized_operations) == CLUSTER_ALL
         assert admin.describe_cluster().result(TIMEOUT_S).authorized_operations is None
         g = admin.describe_consumer_groups([group], include_authorized_operations=True)
-        assert set(g[group].result(TIMEOUT_S).authorized_operations) == GROUP_ALL
+        described = g[group].result(TIMEOUT_S)
+        assert set(described.authorized_operations) == GROUP_ALL
+        # The member's host as Kafka names it.
+        assert [m.host for m in described.members] == ["/127.0.0.1"]
         g = admin.describe_consumer_groups([group])
         assert g[group].result(TIMEOUT_S).authorized_operations is None
         listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
@@ -136,6 +139,7 @@ def test_kafka_python_describe_groups_gets_the_group_operations(server: ServerPr
         wait_until(stable, 20, "the group to be stable")
         got = ka.describe_groups([group], include_authorized_operations=True)[group]
         assert {AclOperation[name] for name in got["authorized_operations"]} == GROUP_ALL, got
+        assert [m["client_host"] for m in got["members"]] == ["/127.0.0.1"]
     finally:
         c.close()
         ka.close()

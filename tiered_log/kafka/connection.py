@@ -145,6 +145,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.client_host = ""
         self._rbuf = bytearray(_RECV_BYTES)  # small frames: [_start, _end) not yet cut
         self._start = self._end = 0
         self._big: memoryview | None = None  # a large frame being received, and how much of it
@@ -167,6 +168,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.client_host = f"/{peer[0]}" if isinstance(peer, tuple) else ""
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -405,7 +407,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 spec = APIS.get(key)
                 what = f"{spec.name} v{version}" if spec else f"API key {key} (v{version})"
                 raise BadFrame(f"{what} is not served")
-            req = parse_request(frame)
+            req = parse_request(frame, self.client_host)
         except BadFrame as exc:
             self._drop(str(exc))
             return None

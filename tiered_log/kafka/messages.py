@@ -89,13 +89,16 @@ class BadFrame(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A decoded request: its header fields and its body (a kio dataclass)."""
+    """A decoded request: its header fields, its body (a kio dataclass) and the host it
+    came from, as Kafka's broker names a client's (``/`` and its address: what
+    DescribeGroups lists as a member's ``client_host``; empty when not known)."""
 
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     body: Any
+    client_host: str = ""
 
 
 def peek_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
@@ -142,9 +145,9 @@ def response_class(api_key: int, version: int) -> type[Any]:
     return cls
 
 
-def parse_request(frame: bytes | bytearray | memoryview) -> Request:
-    """Decode a request frame (without its size prefix) of a supported API and version;
-    BadFrame when the header or the body does not decode (bytes after the body are
+def parse_request(frame: bytes | bytearray | memoryview, client_host: str = "") -> Request:
+    """Decode a request frame (without its size prefix) of a supported API and version,
+    sent from ``client_host`` (:attr:`Request.client_host`); BadFrame when the header or the body does not decode (bytes after the body are
     ignored, as Kafka does; so are tagged fields this version's spec does not name,
     :mod:`tiered_log.kafka.tagged`)."""
     key, version, _ = peek_header(frame)
@@ -176,7 +179,7 @@ def parse_request(frame: bytes | bytearray | memoryview) -> Request:
     # Bytes after the body are ignored, as Kafka's broker ignores them (it reads the
     # fields a version has and no more): librdkafka 2.x's Metadata v12 for every topic
     # carries 3 of them, and closing its connection would fail every topic listing.
-    return Request(key, version, head.correlation_id, head.client_id, body)
+    return Request(key, version, head.correlation_id, head.client_id, body, client_host)
 
 
 def frame_response(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:

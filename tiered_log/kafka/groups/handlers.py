@@ -208,7 +208,7 @@ class GroupHandlers:
             b.member_id,
             getattr(b, "group_instance_id", None),
             req.client_id or "",
-            "",
+            req.client_host,
             session,
             rebalance,
             b.protocol_type,
