@@ -385,7 +385,7 @@ class CopyTask:
         """
         with self.st.lock:
             done = 0
-            for rs in self.st.journal.segments():
+            for rs in self.st.journal.open_attempts():
                 if rs.state == CopyState.COPY_STARTED:
                     rs = self.st.journal.record(rs, CopyState.DELETE_STARTED)
                 if rs.state == CopyState.DELETE_STARTED:

@@ -142,7 +142,13 @@ class CopyJournal:
         self._finished: list[RemoteSegment] | None = None
         """The finished copies in :meth:`finished`'s order, kept up to date as attempts
         are recorded (a copy finishing is one insertion, not a sort of the archive);
-        None: to be computed from ``_segments``."""
+        None: to be computed from ``_segments``. With it (valid while it is not None):
+        their total size and the unreadable ones among them."""
+        self._finished_bytes = 0
+        self._unreadable: list[RemoteSegment] = []
+        self._open: dict[str, RemoteSegment] | None = None
+        """The attempts started and not finished (:data:`_OPEN_STATES`), kept up to date
+        as attempts are recorded; None: to be computed from ``_segments``."""
         self.damaged: list[str] = []
         """Lines that did not read, other than a torn last line: the journal is damaged
         and was not compacted (the owner recovers it, see RemoteTier)."""
@@ -192,8 +198,16 @@ class CopyJournal:
         return news
 
     def _track_finished(self, news: list[RemoteSegment]) -> None:
-        """Keep ``_finished`` in step with ``news`` (just recorded; a copy is journaled
-        finished once, see :data:`_NEXT`). Under the lock."""
+        """Keep ``_finished`` (with its size and unreadable copies) and ``_open`` in step
+        with ``news`` (just recorded; a copy is journaled finished once, see
+        :data:`_NEXT`). Under the lock."""
+        opened = self._open
+        if opened is not None:
+            for n in news:
+                if n.state in _OPEN_STATES:
+                    opened[n.id] = n
+                else:
+                    opened.pop(n.id, None)
         fin = self._finished
         if fin is None:
             return
@@ -202,9 +216,14 @@ class CopyJournal:
         }
         if gone:
             fin = self._finished = [s for s in fin if s.id not in gone]
+            self._finished_bytes = sum(s.size for s in fin)
+            self._unreadable = [s for s in fin if s.unreadable]
         for n in news:
             if n.state == CopyState.COPY_FINISHED:
                 insort(fin, n, key=_journal_order)
+                self._finished_bytes += n.size
+                if n.unreadable:
+                    self._unreadable.append(n)
 
     def forget(self, ids: list[str]) -> None:
         """Drop finished deletions from memory (and from the file at the next compaction)."""
@@ -212,6 +231,7 @@ class CopyJournal:
             for i in ids:
                 self._segments.pop(i, None)
             self._finished = None
+            self._open = None
 
     def compact(self) -> None:
         """Rewrite the journal with one line per attempt that still matters."""
@@ -229,6 +249,7 @@ class CopyJournal:
         with self._lock:
             self._segments = {}
             self._finished = None
+            self._open = None
             self.damaged = []
             write_atomic(self.path, b"")
 
@@ -239,16 +260,38 @@ class CopyJournal:
             current = list(self._segments.values())
         return sorted(current, key=_journal_order)
 
+    def open_attempts(self) -> list[RemoteSegment]:
+        """Attempts started and not finished (a copy or a deletion an interruption left:
+        :data:`_OPEN_STATES`), by base offset: what a cleanup finishes, found without a
+        walk over the archive. Any thread."""
+        with self._lock:
+            if self._open is None:
+                self._open = {k: v for k, v in self._segments.items() if v.state in _OPEN_STATES}
+            current = list(self._open.values())
+        return sorted(current, key=_journal_order)
+
     def finished(self) -> list[RemoteSegment]:
         """Copies that finished and are not being deleted, by base offset (a new list:
         the caller may keep it). Any thread."""
+        return self.finished_summary()[0]
+
+    def finished_summary(self) -> tuple[list[RemoteSegment], int, list[RemoteSegment]]:
+        """:meth:`finished`, their total size in bytes and the unreadable ones among them
+        (found damaged by a rebuild), at one moment, without a walk over the archive once
+        known. Any thread."""
         with self._lock:
             if self._finished is None:
-                self._finished = sorted(
+                fin = self._finished = sorted(
                     (s for s in self._segments.values() if s.state == CopyState.COPY_FINISHED),
                     key=_journal_order,
                 )
-            return list(self._finished)
+                self._finished_bytes = sum(s.size for s in fin)
+                self._unreadable = [s for s in fin if s.unreadable]
+            return list(self._finished), self._finished_bytes, list(self._unreadable)
+
+
+_OPEN_STATES = (CopyState.COPY_STARTED, CopyState.DELETE_STARTED)
+"""An attempt in these states was interrupted unless it is in hand right now."""
 
 
 def _journal_order(s: RemoteSegment) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 
 LOCATION_FILE = naming.LOCATION_FILE
 """In ``<log dir>/remote/``: the log id and the remote tier's URL (see :func:`read_location`)."""
+
+
+def _base_offset(s: RemoteSegment) -> int:
+    return s.base_offset
 
 
 def read_location(log_dir: Path) -> dict[str, str | None] | None:
@@ -107,6 +112,7 @@ class TierState:
         self.closing = threading.Event()
         """Set when the log closes: its waits for the shared rate limits end."""
         self.finished: list[RemoteSegment] = []
+        self._size_bytes = 0
         self.needs_index_rebuild = False
         self.leader_epoch: int | None = None
         """A cluster's partition: the epoch this node leads, written into its copies
@@ -141,9 +147,11 @@ class TierState:
             write_atomic(self.dir / LOCATION_FILE, json.dumps(loc, sort_keys=True).encode())
 
     def refresh(self) -> None:
-        self.finished = self.journal.finished()
-        for s in self.finished:
-            if s.unreadable and s.id not in self.damage:
+        """Take the journal's finished copies as the served view (with their total size
+        and the damage of the unreadable ones), without a walk over the archive."""
+        self.finished, self._size_bytes, unreadable = self.journal.finished_summary()
+        for s in unreadable:
+            if s.id not in self.damage:
                 self.damage[s.id] = (
                     f"remote segment {s.id} at offsets [{s.base_offset}, {s.next_offset}) was "
                     "found with its manifest and its data object damaged; both are kept in "
@@ -186,7 +194,8 @@ class TierState:
 
     @property
     def size_bytes(self) -> int:
-        return sum(s.size for s in self.finished)
+        """The bytes of the finished copies (as of the last :meth:`refresh`)."""
+        return self._size_bytes
 
     @property
     def max_timestamp(self) -> int:
@@ -299,7 +308,7 @@ class TierState:
             return False
         if self.snapshot_end < 0:
             return True
-        newer = sum(1 for s in fin if s.base_offset >= self.snapshot_end)
+        newer = len(fin) - bisect_left(fin, self.snapshot_end, key=_base_offset)
         return newer >= self.config.snapshot_interval_segments
 
     def write_snapshot(self) -> bool:
