@@ -386,6 +386,62 @@ def test_late_copies_by_a_deposed_leader(
         c.close()
 
 
+def test_a_zombie_copy_above_the_new_leaders_log_end_waits_for_the_resync(
+    tmp_path: Path,
+) -> None:
+    """A new leader looks for a deposed leader's late copy only below the log end it took
+    the lead at (there the deposed one's in-flight copies are): one there goes; one above
+    (records the deposed leader never got acknowledged) is left to the next resync, which
+    keeps the newer epoch's, so every read is the new leader's records."""
+    bucket = tmp_path / "bucket"
+    a = open_log(tmp_path / "a", bucket)
+    b = open_log(tmp_path / "b", bucket)
+    try:
+        a.lead(1, fence=lambda: True)  # it never learns it was deposed
+        produce(a, 500)
+        s = bases(a)
+        assert len(s) > 5
+        while b.next_offset < s[3]:  # B has A's log up to s[3] only
+            o = b.next_offset
+            page = a.read_batches(o, 500, 1500, upto=s[3])
+            b.append_replica(
+                page.data, a.leader_epoch_entries(), a.segment_bases(o, page.next_offset)
+            )
+        assert b.next_offset == s[3]
+        for log in (a, b):
+            log.set_high_watermark(s[2])
+        assert a.tier_once() == 2
+        b.lead(2, fence=lambda: True)
+        assert b.tier_once() == 0  # resync only
+        # A, deposed without knowing, finishes late copies of s[2] (below B's log end
+        # when it took the lead) and s[3] (above: records B never had).
+        a.set_high_watermark(s[4])
+        assert a.tier_once() == 2
+        produce(b, 200)
+        b.set_high_watermark(b.next_offset)
+        b.roll()
+        assert b.tier_once() >= 2
+        assert [x.epoch for x in complete_copies(bucket) if x.base == s[2]] == [2]
+        assert sorted(x.epoch or 0 for x in complete_copies(bucket) if x.base == s[3]) == [1, 2]
+        b_records = read_all(b)
+        b.close()
+        c = open_log(tmp_path / "c", bucket, local_retention_bytes=0)
+        try:
+            start = c.lead(3)  # an empty log continues above the bucket
+            assert c.tier_once() == 0  # the resync keeps the epoch-2 copy of s[3]
+            at_s3 = {x.seg_id: x.epoch for x in complete_copies(bucket) if x.base == s[3]}
+            kept = {x.id for x in c.remote_tier.journal.finished() if x.base_offset == s[3]}  # type: ignore[union-attr]
+            assert [at_s3[k] for k in kept] == [2]
+            assert start == c.bounds().remote_end_offset
+            assert start > s[4]
+            assert read_all(c) == b_records[:start]
+        finally:
+            c.close()
+    finally:
+        a.close()
+        b.close()
+
+
 # ---- a single node ------------------------------------------------------------------------
 
 

@@ -143,6 +143,7 @@ class Tiering:
         if self._remote is not None:
             self._remote.leader_epoch = epoch
             self._remote.fence = fence
+            self._remote.sweep_below = self._local.next_offset
             self.view_pending = True
 
     def follow(self) -> None:
@@ -173,6 +174,7 @@ class Tiering:
         self._remote = remote
         if self._leading is not None:
             remote.leader_epoch, remote.fence = self._leading
+            remote.sweep_below = self._local.next_offset
             self.view_pending = True
 
     def detach_remote(self) -> None:

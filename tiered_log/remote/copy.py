@@ -288,7 +288,8 @@ class CopyTask:
             rs = self.st.journal.record(rs, CopyState.COPY_FINISHED)
             self.st.index.append(entries)
             self.st.refresh()
-            if rs.leader_epoch is not None:
+            below = self.st.sweep_below
+            if rs.leader_epoch is not None and (below is None or rs.base_offset < below):
                 self._sweep_older_copies(rs)
             self.st.stats.uploaded_bytes += rs.size
             self.st.stats.uploaded_segments += 1
@@ -326,7 +327,12 @@ class CopyTask:
         has the same base offset) that a leader of an OLDER epoch finished late, after
         it was deposed. A copy of a newer epoch (this node is the deposed one) or one
         still incomplete (maybe a newer leader's, under way) is left alone: the next
-        leader's resync keeps the newest. Best effort (logged)."""
+        leader's resync keeps the newest. Only for the segments below the log end this
+        node had when it took the lead (:attr:`TierState.sweep_below`): a deposed leader's
+        copy above it can only be of records never acknowledged (a zombie's), an orphan
+        the resync and ``archive reconcile`` remove; a listing per copy of a long
+        archive's steady shipping would cost a request each (and, on stores that filter
+        a listing by scanning, time growing with the archive). Best effort (logged)."""
         prefix = naming.segment_object_key(self.st.log_id, rs.base_offset, "", "")
         try:
             others: dict[str, dict[str, str]] = {}

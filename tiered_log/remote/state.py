@@ -114,6 +114,8 @@ class TierState:
         self.finished: list[RemoteSegment] = []
         self._size_bytes = 0
         self.needs_index_rebuild = False
+        """The remote-index files are damaged or out of step with the journal: the next
+        tiering round (or the open) rebuilds them from the manifests."""
         self.leader_epoch: int | None = None
         """A cluster's partition: the epoch this node leads, written into its copies
         (None: a single node, or not leading)."""
@@ -121,8 +123,11 @@ class TierState:
         """A cluster's partition: asked right before a copy is committed (its manifest
         put); False means this node no longer leads ``leader_epoch`` and the copy is
         abandoned (a deposed leader ships nothing more)."""
-        """The remote-index files are damaged or out of step with the journal: the next
-        tiering round (or the open) rebuilds them from the manifests."""
+        self.sweep_below: int | None = None
+        """A cluster's leader: its log end when it took the lead. Only a segment below it
+        can have a copy a deposed leader of an older epoch finished late (its in-flight
+        copies were of segments the new leader's log holds), so only the copies below it
+        look for one (a listing each; see ``CopyTask``). None: every copy looks."""
         self.snapshot_end = -1
         """The ``end`` of the partition snapshot last written or read (-1: none known):
         :meth:`snapshot_due` counts the copies finished above it."""
