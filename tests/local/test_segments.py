@@ -63,6 +63,23 @@ def test_retention_candidates_up_to_stop_at_the_first_segment_past_it(tmp_path: 
         for up_to in range(0, 26):
             want = [s for s in every if s.next_offset <= up_to]
             assert log.retention_candidates(None, 0, up_to=up_to) == want, up_to
+            for limit in range(0, 6):
+                got = log.retention_candidates(None, 0, up_to=up_to, limit=limit)
+                assert got == want[:limit], (up_to, limit)
+
+
+def test_deleted_segments_leave_the_log_and_their_files(tmp_path: Path) -> None:
+    """The segments deleted leave the log at once and their files are gone when the call
+    returns (they are unlinked after the log's lock is released); appends go on."""
+    with five_per_segment_log(tmp_path) as log:
+        gone = log.delete_segments_before(10)
+        assert [s.base_offset for s in gone] == [0, 5]
+        assert not any(s.store_path.exists() for s in gone)
+        for s in gone:  # nor their index files
+            assert not list(tmp_path.rglob(s.store_path.stem + ".*"))
+        assert log.segment_bases(0, 100) == [10, 15, 20]
+        first, _ = log.append_batch([b"after"])
+        assert log.read_range(first, 1, 1 << 20)[0].value == b"after"
 
 
 # ---- rolling ---------------------------------------------------------------------------

@@ -885,7 +885,11 @@ class Log:
         """Delete whole sealed segments that end at or before ``base_offset``.
 
         Never deletes the active segment. Moves the log start offset. Returns what was
-        deleted.
+        deleted. The segments leave the log under its lock (no read or write finds them
+        from then on); their files are closed and unlinked after it is released, so
+        appends and fetches do not wait on the file system while a backlog is deleted
+        (Kafka deletes a segment's files asynchronously too). A crash before the unlinks
+        leaves files below the log start, deleted again after the next open.
         """
         with self._lock:
             self._check_writable()
@@ -895,10 +899,10 @@ class Log:
                 return []
             self._set_segments(segs[len(doomed) :])
             infos = [s.info() for s in doomed]
-            for s in doomed:
-                s.delete_files()
-            fsync_dir(self.directory)
-            return infos
+        for s in doomed:
+            s.delete_files()
+        fsync_dir(self.directory)
+        return infos
 
     def retention_candidates(
         self,
@@ -907,6 +911,7 @@ class Log:
         now: int | None = None,
         *,
         up_to: int | None = None,
+        limit: int | None = None,
     ) -> list[SegmentInfo]:
         """Oldest sealed segments that time or size retention would remove, in order.
 
@@ -914,13 +919,14 @@ class Log:
         log would still be at least ``retention_bytes`` without the oldest segment.
         ``up_to``: only segments ending at or below this offset (those shipped, for a
         tiered log; the walk stops at the first that does not, however many follow).
+        ``limit``: at most this many (the oldest), the walk stopping there.
         """
         now = now_ms() if now is None else now
         segs = self._segments[:-1]
         total = sum(s.size for s in self._segments)
         out: list[SegmentInfo] = []
         for s in segs:
-            if up_to is not None and s.next_offset > up_to:
+            if (up_to is not None and s.next_offset > up_to) or len(out) == limit:
                 break
             by_time = retention_ms is not None and s.max_timestamp < now - retention_ms
             by_size = retention_bytes is not None and total - s.size >= retention_bytes

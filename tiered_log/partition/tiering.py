@@ -328,10 +328,15 @@ class Tiering:
             if cands:
                 self._local.delete_segments_before(cands[-1].next_offset)
         # Local retention: only segments whose copy is finished.
-        shipped = self._local.retention_candidates(
-            tc.local_retention_ms, tc.local_retention_bytes, now, up_to=r.remote_end
-        )
         hold = self._hold
+        shipped = self._local.retention_candidates(
+            tc.local_retention_ms,
+            tc.local_retention_bytes,
+            now,
+            up_to=r.remote_end,
+            # Keeping a follower's segments looks at the newest candidates: all of them.
+            limit=RETENTION_BATCH_SEGMENTS if hold is None else None,
+        )
         if hold is not None:
             # Keep the newest of those a follower still copies, within the bound.
             kept, cut = 0, len(shipped)
@@ -370,8 +375,9 @@ class Tiering:
                 ms, size = tc.retention_ms, tc.retention_bytes
             else:
                 ms, size = tc.local_retention_ms, tc.local_retention_bytes
-            cands = self._local.retention_candidates(ms, size, self._clock(), up_to=limit)
-            cands = cands[:RETENTION_BATCH_SEGMENTS]
+            cands = self._local.retention_candidates(
+                ms, size, self._clock(), up_to=limit, limit=RETENTION_BATCH_SEGMENTS
+            )
             if cands:
                 self._local.delete_segments_before(cands[-1].next_offset)
                 # This log's start moved (a follower's remote tier holds nothing): its
