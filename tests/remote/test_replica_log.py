@@ -532,6 +532,30 @@ def test_a_retention_round_deletes_a_bounded_number_of_segments(tmp_path: Path) 
     follower.close()
 
 
+def test_a_leaders_round_deletes_what_it_shipped_in_batches(tmp_path: Path) -> None:
+    """A leader that ships a backlog of hundreds of segments in one round deletes them
+    locally in the same round (batch after batch, after each group of copies), not one
+    batch a round while the rest piles up on its disk."""
+    leader = open_log(
+        tmp_path / "a",
+        tmp_path / "bucket",
+        local_retention_bytes=0,
+        snapshot_interval_segments=50,
+    )
+    leader.assign_leader_epoch(1)
+    n = 3 * RETENTION_BATCH_SEGMENTS
+    for _ in range(n):
+        produce(leader, 10)
+        leader.roll()
+    want = records(leader)
+    leader.set_high_watermark(leader.next_offset)
+    assert leader.tier_once() == n
+    assert len(leader.describe()["local_segments"]) == 1  # the active one
+    assert leader.bounds().local_start_offset == leader.next_offset
+    assert records(leader, 0) == want  # every record from the bucket
+    leader.close()
+
+
 def test_follower_without_remote_tier_applies_total_retention(tmp_path: Path) -> None:
     leader = open_log(tmp_path / "a")
     follower = open_log(tmp_path / "b", retention_bytes=2 * 4096)

@@ -44,10 +44,15 @@ from .replication import Replication
 from .scheduler import Shipper, TieringScheduler
 
 RETENTION_BATCH_SEGMENTS = 64
-"""Local retention deletes at most this many segments a round (a round deletes under the
-log's lock, about a third of a millisecond a segment here): a backlog, such as a
-follower's thousands of segments once its leader's shipping catches up, goes over
-several rounds instead of stalling appends (and a follower's fetches) for seconds."""
+"""Local retention deletes at most this many segments a batch, and a follower one batch
+a fetch round (its fetches wait on the round): a backlog, such as a follower's thousands
+of segments once its leader's shipping catches up, goes over several rounds instead of
+holding the follower's fetches for seconds."""
+
+LEADER_RETENTION_BATCHES = 16
+"""A leader's tiering round deletes up to this many batches (after each group of copies
+too), so its local deletes keep pace with a round's copies; each batch takes the log's
+lock only to take the segments out (their files are unlinked after)."""
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +299,8 @@ class Tiering:
                     copied += r.copy_segments(todo[i : i + step], stop)
                     if r.snapshot_due():
                         r.write_snapshot()
+                    if i + step < len(todo):
+                        self._apply_retention()  # local deletes keep pace with the copies
                     if stop is not None and stop.is_set():
                         break
             self._apply_retention()
@@ -327,13 +334,23 @@ class Tiering:
             cands = self._local.retention_candidates(tc.retention_ms, tc.retention_bytes, now)
             if cands:
                 self._local.delete_segments_before(cands[-1].next_offset)
-        # Local retention: only segments whose copy is finished.
+        # Local retention: only segments whose copy is finished, in batches (each takes
+        # the log's lock briefly), as many as a round copies at most.
+        for _ in range(LEADER_RETENTION_BATCHES):
+            if not self._delete_shipped_batch(r.remote_end, now):
+                break
+
+    def _delete_shipped_batch(self, remote_end: int, now: int) -> bool:
+        """Delete the oldest :data:`RETENTION_BATCH_SEGMENTS` shipped local segments past
+        local retention (keeping those a catching-up follower needs, within the bound);
+        whether any went."""
+        tc = self.config
         hold = self._hold
         shipped = self._local.retention_candidates(
             tc.local_retention_ms,
             tc.local_retention_bytes,
             now,
-            up_to=r.remote_end,
+            up_to=remote_end,
             # Keeping a follower's segments looks at the newest candidates: all of them.
             limit=RETENTION_BATCH_SEGMENTS if hold is None else None,
         )
@@ -351,6 +368,7 @@ class Tiering:
         shipped = shipped[:RETENTION_BATCH_SEGMENTS]
         if shipped:
             self._local.delete_segments_before(shipped[-1].next_offset)
+        return bool(shipped)
 
     def hold_local_from(self, offset: int | None) -> None:
         """This leader's followers still copy from ``offset`` (None: none does): local
