@@ -117,7 +117,7 @@ from .configs import (
 from .errors import error_code, error_message
 from .groups.offsets import is_internal
 from .messages import Request
-from .operations import CLUSTER_OPERATIONS, NOT_ASKED, bits
+from .operations import CLUSTER_OPERATIONS, when_asked
 
 log = logging.getLogger("tiered_log.kafka")
 
@@ -504,10 +504,9 @@ class AdminHandlers:
             "cluster_id": be.cluster_id,
             "controller_id": be.controller_id(),
             "brokers": [],
-            "cluster_authorized_operations": (
-                bits(CLUSTER_OPERATIONS)
-                if getattr(req.body, "include_cluster_authorized_operations", False)
-                else NOT_ASKED
+            "cluster_authorized_operations": when_asked(
+                getattr(req.body, "include_cluster_authorized_operations", False),
+                CLUSTER_OPERATIONS,
             ),
         }
         endpoint = int(getattr(req.body, "endpoint_type", BROKERS_ENDPOINT))

@@ -389,6 +389,10 @@ _RULES: dict[int, _TopicRule] = {
 }
 """The per-partition APIs and the grant each needs."""
 
+_CARRY_OPERATIONS = frozenset({DESCRIBE_CLUSTER, DESCRIBE_GROUPS})
+"""The APIs any token may call whose answers carry authorized operations (Metadata,
+which carries them too, has its own path)."""
+
 _ANY_TOKEN = frozenset(
     {
         CREATE_ACLS,
@@ -459,7 +463,7 @@ class KafkaGuard:
             return await self.handlers.handle(req)
         if key in _ANY_TOKEN:
             served = await self.handlers.handle(req)
-            if served is not None:
+            if served is not None and key in _CARRY_OPERATIONS:
                 self._narrow_operations(principal, served)
             return served
         rule = _RULES.get(key)
@@ -513,7 +517,7 @@ class KafkaGuard:
         if answer.get("cluster_authorized_operations", NOT_ASKED) != NOT_ASKED:
             writes = any(principal.allows(p, "write") for p, _ in principal.grants or ())
             answer["cluster_authorized_operations"] = cluster_operations(admin_everywhere, writes)
-        for t in answer.get("topics", ()) if "cluster_id" in answer else ():
+        for t in answer.get("topics", ()):
             if t.get("topic_authorized_operations", NOT_ASKED) != NOT_ASKED:
                 allows = functools.partial(principal.allows, t["name"])
                 t["topic_authorized_operations"] = topic_operations(allows)
@@ -570,14 +574,16 @@ class KafkaGuard:
         req: Request,
         out: str,
         refused_row: Callable[[Any, str], dict[str, Any]],
+        grant: Grant = "admin",
     ) -> dict[str, Any]:
-        """An admin API naming its topics in ``req.body.topics`` (each with a ``name``):
-        ``admin`` on each; the refused ones are left out of the request and answered in
-        the answer's list ``out`` with ``refused_row(topic, why)``."""
+        """An API naming its topics in ``req.body.topics`` (each with a ``name``):
+        ``grant`` (``admin`` for the admin APIs) on each; the refused ones are left out
+        of the request and answered in the answer's list ``out`` with
+        ``refused_row(topic, why)``."""
         allowed: list[Any] = []
         refused: list[tuple[Any, str]] = []
         for t in req.body.topics:
-            why = self.refusal(principal, t.name, "admin")
+            why = self.refusal(principal, t.name, grant)
             if why is None:
                 allowed.append(t)
             else:
@@ -788,16 +794,11 @@ class KafkaGuard:
     async def _describe_producers(self, principal: Principal, req: Request) -> dict[str, Any]:
         """DescribeProducers: ``read`` on each topic (Kafka: READ), else every partition
         of the topic named answers TOPIC_AUTHORIZATION_FAILED."""
-        allowed: list[tuple[Any, str | None]] = []
-        refused: list[tuple[Any, str | None]] = []
-        for t in req.body.topics:
-            why = self.refusal(principal, t.name, "read")
-            (allowed if why is None else refused).append((t, why))
-        body = dataclasses.replace(req.body, topics=tuple(t for t, _ in allowed))
-        answer = await self.handlers.handle(dataclasses.replace(req, body=body))
-        assert answer is not None
-        answer["topics"] = list(answer["topics"]) + [
-            {
+        return await self._admin_per_topic(
+            principal,
+            req,
+            "topics",
+            lambda t, why: {
                 "name": t.name,
                 "partitions": [
                     {
@@ -808,10 +809,9 @@ class KafkaGuard:
                     }
                     for index in t.partition_indexes
                 ],
-            }
-            for t, why in refused
-        ]
-        return answer
+            },
+            grant="read",
+        )
 
     async def _served_or(
         self, allowed: bool, req: Request, refused: dict[str, Any]

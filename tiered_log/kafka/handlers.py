@@ -83,7 +83,7 @@ from .messages import (
     Request,
     millis,
 )
-from .operations import CLUSTER_OPERATIONS, NOT_ASKED, TOPIC_OPERATIONS, bits
+from .operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, when_asked
 from .producers import PRODUCER_APIS, ProducerHandlers
 
 log = logging.getLogger("tiered_log.kafka")
@@ -162,15 +162,11 @@ class Handlers:
         # LEADER_NOT_AVAILABLE, so a client waits for the next leader instead of
         # looking up a broker the answer does not list.
         live = {b.node_id for b in brokers}
-        topic_ops = (
-            bits(TOPIC_OPERATIONS)
-            if getattr(body, "include_topic_authorized_operations", False)
-            else NOT_ASKED
+        topic_ops = when_asked(
+            getattr(body, "include_topic_authorized_operations", False), TOPIC_OPERATIONS
         )
-        cluster_ops = (
-            bits(CLUSTER_OPERATIONS)
-            if getattr(body, "include_cluster_authorized_operations", False)
-            else NOT_ASKED
+        cluster_ops = when_asked(
+            getattr(body, "include_cluster_authorized_operations", False), CLUSTER_OPERATIONS
         )
         return {
             "throttle_time": 0,

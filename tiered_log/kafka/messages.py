@@ -147,9 +147,9 @@ def response_class(api_key: int, version: int) -> type[Any]:
 
 def parse_request(frame: bytes | bytearray | memoryview, client_host: str = "") -> Request:
     """Decode a request frame (without its size prefix) of a supported API and version,
-    sent from ``client_host`` (:attr:`Request.client_host`); BadFrame when the header or the body does not decode (bytes after the body are
-    ignored, as Kafka does; so are tagged fields this version's spec does not name,
-    :mod:`tiered_log.kafka.tagged`)."""
+    sent from ``client_host`` (:attr:`Request.client_host`); BadFrame when the header or
+    the body does not decode (bytes after the body are ignored, as Kafka does; so are
+    tagged fields this version's spec does not name, :mod:`tiered_log.kafka.tagged`)."""
     key, version, _ = peek_header(frame)
     if isinstance(frame, bytearray) or (isinstance(frame, memoryview) and not frame.readonly):
         frame = memoryview(frame).toreadonly()  # kio's readers take read-only buffers only

@@ -92,6 +92,13 @@ def bits(ops: Iterable[AclOperation]) -> int:
     return out
 
 
+def when_asked(asked: object, supported: Iterable[AclOperation]) -> int:
+    """What a handler answers: the bit set of every ``supported`` operation when the
+    request's flag ``asked`` is set, else :data:`NOT_ASKED` (a token's grants cut it
+    down afterwards, :class:`~tiered_log.kafka.auth.KafkaGuard`)."""
+    return bits(supported) if asked else NOT_ASKED
+
+
 def topic_operations(allows: Callable[[str], bool]) -> int:
     """A topic's set for a caller; ``allows(grant)`` says whether it holds ``grant``
     (``read``, ``write``, ``admin``) on the topic."""
@@ -127,4 +134,5 @@ __all__ = [
     "cluster_operations",
     "group_operations",
     "topic_operations",
+    "when_asked",
 ]

@@ -59,8 +59,9 @@ PRODUCER_APIS: dict[int, tuple[str, int, int]] = {
 
 
 class ProducerHandlers:
-    """InitProducerId and DescribeProducers over one backend (its settings' data directory, or its cluster's
-    metadata store). Event-loop thread only; the ids are handed out thread-safely."""
+    """InitProducerId and DescribeProducers over one backend (its settings' data
+    directory, or its cluster's metadata store). Event-loop thread only; the ids are
+    handed out thread-safely."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend

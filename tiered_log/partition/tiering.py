@@ -146,10 +146,15 @@ class Tiering:
         each is committed, and its next round first rebuilds the view of the bucket."""
         self._leading = (epoch, fence)
         if self._remote is not None:
-            self._remote.leader_epoch = epoch
-            self._remote.fence = fence
-            self._remote.sweep_below = self._local.next_offset
-            self.view_pending = True
+            self._hand_lead(self._remote)
+
+    def _hand_lead(self, remote: RemoteTier) -> None:
+        """Give ``remote`` this replica's lead: its epoch and fence, the log end it took
+        the lead at, and a rebuild of the view of the bucket at the next round."""
+        assert self._leading is not None
+        remote.leader_epoch, remote.fence = self._leading
+        remote.sweep_below = self._local.next_offset
+        self.view_pending = True
 
     def follow(self) -> None:
         """This replica follows: it keeps nothing for others and ships nothing (the copies
@@ -178,9 +183,7 @@ class Tiering:
         copies with no epoch and no fence."""
         self._remote = remote
         if self._leading is not None:
-            remote.leader_epoch, remote.fence = self._leading
-            remote.sweep_below = self._local.next_offset
-            self.view_pending = True
+            self._hand_lead(remote)
 
     def detach_remote(self) -> None:
         """Tier to no bucket from now on (the topic's tiering was turned off and its remote
@@ -300,7 +303,7 @@ class Tiering:
                     if r.snapshot_due():
                         r.write_snapshot()
                     if i + step < len(todo):
-                        self._apply_retention()  # local deletes keep pace with the copies
+                        self._delete_shipped(r.remote_end)  # keep pace with the copies
                     if stop is not None and stop.is_set():
                         break
             self._apply_retention()
@@ -334,10 +337,15 @@ class Tiering:
             cands = self._local.retention_candidates(tc.retention_ms, tc.retention_bytes, now)
             if cands:
                 self._local.delete_segments_before(cands[-1].next_offset)
-        # Local retention: only segments whose copy is finished, in batches (each takes
-        # the log's lock briefly), as many as a round copies at most.
+        self._delete_shipped(r.remote_end, now)
+
+    def _delete_shipped(self, remote_end: int, now: int | None = None) -> None:
+        """Local retention: only segments whose copy is finished (below ``remote_end``),
+        in batches (each takes the log's lock briefly), as many as a round copies at
+        most."""
+        now = self._clock() if now is None else now
         for _ in range(LEADER_RETENTION_BATCHES):
-            if not self._delete_shipped_batch(r.remote_end, now):
+            if not self._delete_shipped_batch(remote_end, now):
                 break
 
     def _delete_shipped_batch(self, remote_end: int, now: int) -> bool:

@@ -21,6 +21,7 @@ import logging
 import threading
 from bisect import bisect_left
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 
 from ..errors import (
@@ -52,10 +53,6 @@ log = logging.getLogger(__name__)
 
 LOCATION_FILE = naming.LOCATION_FILE
 """In ``<log dir>/remote/``: the log id and the remote tier's URL (see :func:`read_location`)."""
-
-
-def _base_offset(s: RemoteSegment) -> int:
-    return s.base_offset
 
 
 def read_location(log_dir: Path) -> dict[str, str | None] | None:
@@ -313,7 +310,7 @@ class TierState:
             return False
         if self.snapshot_end < 0:
             return True
-        newer = len(fin) - bisect_left(fin, self.snapshot_end, key=_base_offset)
+        newer = len(fin) - bisect_left(fin, self.snapshot_end, key=attrgetter("base_offset"))
         return newer >= self.config.snapshot_interval_segments
 
     def write_snapshot(self) -> bool:

@@ -39,7 +39,7 @@ from ...errors import (
 )
 from ..backend import Backend
 from ..messages import Request, millis
-from ..operations import GROUP_OPERATIONS, NOT_ASKED, bits
+from ..operations import GROUP_OPERATIONS, when_asked
 from .coordinator import Group, GroupCoordinator, coordinator_of
 from .offsets import MAX_METADATA, Committed, LoadInProgressError, now_ms, partition_for
 
@@ -363,10 +363,8 @@ class GroupHandlers:
 
     async def describe_groups(self, req: Request) -> dict[str, Any]:
         out = []
-        ops = (
-            bits(GROUP_OPERATIONS)
-            if getattr(req.body, "include_authorized_operations", False)
-            else NOT_ASKED
+        ops = when_asked(
+            getattr(req.body, "include_authorized_operations", False), GROUP_OPERATIONS
         )
         for gid in req.body.groups:
             row: dict[str, Any] = {
