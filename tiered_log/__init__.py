@@ -15,6 +15,10 @@ local directory): sealed segments are shipped, reads resolve to either tier.
 :class:`TieredLogError` (see :mod:`tiered_log.errors` for the tree).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .errors import (
     CorruptIndexError,
     CorruptRecordError,
@@ -34,13 +38,41 @@ from .errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
-from .format.records import Headers, ProducerRecord, Record
-from .local.aio import AsyncLog
-from .local.log import Log, LogBounds, LogConfig, RecoveryReport
-from .local.segment import SegmentInfo
-from .partition import TieredBounds, TieredLog
-from .remote.storage import RemoteStorage, open_storage
-from .remote.tier import TierConfig, TierLimits
+from .lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .format.records import Headers, ProducerRecord, Record
+    from .local.aio import AsyncLog
+    from .local.log import Log, LogBounds, LogConfig, RecoveryReport
+    from .local.segment import SegmentInfo
+    from .partition import TieredBounds, TieredLog
+    from .remote.storage import RemoteStorage, open_storage
+    from .remote.tier import TierConfig, TierLimits
+
+# The public names of TYPE_CHECKING above are imported on first use (:mod:`tiered_log.lazy`), so that a
+# process needing one corner of the package (the command line's client commands, the
+# tier's worker process) does not import the log, the tier and their libraries at start.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    globals(),
+    {
+        "Headers": ".format.records",
+        "ProducerRecord": ".format.records",
+        "Record": ".format.records",
+        "AsyncLog": ".local.aio",
+        "Log": ".local.log",
+        "LogBounds": ".local.log",
+        "LogConfig": ".local.log",
+        "RecoveryReport": ".local.log",
+        "SegmentInfo": ".local.segment",
+        "TieredBounds": ".partition",
+        "TieredLog": ".partition",
+        "RemoteStorage": ".remote.storage",
+        "open_storage": ".remote.storage",
+        "TierConfig": ".remote.tier",
+        "TierLimits": ".remote.tier",
+    },
+)
 
 __version__ = "0.1.0"
 

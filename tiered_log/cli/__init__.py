@@ -57,11 +57,13 @@ COMMANDS.include(
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``tiered-log`` parser, from :data:`COMMANDS`."""
+def build_parser(words: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``tiered-log`` parser, from :data:`COMMANDS`: for the command ``words`` name
+    (only its arguments are set up, see :meth:`~.registry.CommandGroup.install`), or the
+    whole parser when ``words`` is None."""
     parser = Parser(prog=PROG, description="A segmented, append-only commit log: tools.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    COMMANDS.install(parser)
+    COMMANDS.install(parser, words=words)
     return parser
 
 
@@ -83,8 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        args = build_parser(words).parse_args(words)
         return int(args._run(args))
     except UsageError as exc:
         _error(str(exc))

@@ -59,7 +59,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ..cluster.dev import NODE_ACTIONS
 from .registry import PROG, CommandGroup, UsageError, note, positive_int
 
 if TYPE_CHECKING:
@@ -77,6 +76,8 @@ class _Stop(Exception):
 
 
 def _dev_cluster_args(p: argparse.ArgumentParser) -> None:
+    from ..cluster.dev import NODE_ACTIONS  # set up for this command only
+
     p.add_argument(
         "--nodes",
         type=positive_int,

@@ -28,8 +28,6 @@ import sys
 import time
 from typing import Any
 
-import httpx
-
 from ..errors import TieredLogError
 from .registry import CommandGroup, UsageError, timestamp_ms
 from .service import _client, _client_options, _guard
@@ -65,6 +63,8 @@ def _status_args(p: argparse.ArgumentParser) -> None:
 def gather(urls: list[str], headers: dict[str, str]) -> list[dict[str, Any]]:
     """The ``replication`` sections of every node that answers, merged: one entry per
     partition (from its leader), sorted."""
+    import httpx
+
     parts: dict[tuple[str, int], dict[str, Any]] = {}
     with httpx.Client(timeout=5, headers=headers) as http:
         for url in urls:

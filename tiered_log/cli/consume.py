@@ -38,8 +38,8 @@ import httpx
 
 from ..client import Client, FetchResult
 from ..errors import ConnectionFailedError, DataLossError, TieredLogError
+from ..format.record_json import record_to_json
 from ..format.records import Record
-from ..service.wire import record_to_json
 from .registry import UsageError, timestamp_ms
 
 RECONNECT_FIRST_S = 0.2

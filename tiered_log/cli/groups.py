@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TieredLogError
 from .registry import CommandGroup
 from .service import _client_options, _guard, _verify
+
+if TYPE_CHECKING:
+    import httpx  # imported by the commands: the others start without it
+
 
 COMMANDS = CommandGroup()
 """``groups ...``."""
@@ -47,6 +49,8 @@ def _describe_args(p: argparse.ArgumentParser) -> None:
 
 def _nodes(http: httpx.Client, urls: list[str]) -> list[tuple[int | None, str]]:
     """``(node id, url)`` of every live node (a single node: the URLs given)."""
+    import httpx
+
     for url in urls:
         try:
             r = http.get(url + "/v1/cluster")
@@ -63,6 +67,8 @@ def _nodes(http: httpx.Client, urls: list[str]) -> list[tuple[int | None, str]]:
 
 
 def _http(args: argparse.Namespace) -> httpx.Client:
+    import httpx
+
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     return httpx.Client(timeout=args.retry_timeout, headers=headers, verify=_verify(args))
 
@@ -88,6 +94,8 @@ def _table(rows: list[list[str]]) -> str:
 @_guard
 def cmd_groups_list(args: argparse.Namespace) -> int:
     """Print every group (see the module docstring)."""
+    import httpx
+
     urls = [u.rstrip("/") for u in args.url.split(",")]
     found: dict[str, dict[str, Any]] = {}
     with _http(args) as http:
@@ -121,6 +129,8 @@ def cmd_groups_list(args: argparse.Namespace) -> int:
 @_guard
 def cmd_groups_describe(args: argparse.Namespace) -> int:
     """Print one group (see the module docstring)."""
+    import httpx
+
     urls = [u.rstrip("/") for u in args.url.split(",")]
     got: httpx.Response | None = None
     with _http(args) as http:

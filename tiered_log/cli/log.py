@@ -265,7 +265,7 @@ def cmd_read(args: argparse.Namespace) -> int:
                 log_start=start,
                 next_offset=end,
             )
-        from ..service.wire import record_to_json  # the HTTP API's JSON shape
+        from ..format.record_json import record_to_json  # the HTTP API's JSON shape
         from ..tools.dump import text_field
 
         limit = args.max_records if args.max_records is not None else 1 << 62

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NoReturn
@@ -125,22 +125,46 @@ class CommandGroup:
             for name, entry in g.entries.items():
                 self._add(name, entry)
 
-    def install(self, parser: argparse.ArgumentParser, path: str = PROG) -> None:
+    def install(
+        self,
+        parser: argparse.ArgumentParser,
+        path: str = PROG,
+        words: Sequence[str] | None = None,
+    ) -> None:
         """Add every registered subcommand (and group, recursively) to ``parser``;
-        ``path`` is the command line that leads to this group (``tiered-log perf``)."""
+        ``path`` is the command line that leads to this group (``tiered-log perf``).
+
+        ``words``: the command line being parsed (``sys.argv[1:]``). Then only the command
+        it names gets its arguments: setting up a command's arguments may import what its
+        defaults come from (the service's settings, a benchmark's module), and a command
+        should not start by paying for every other one. The others are still listed in
+        the help, and a name that is none of them is still a usage error. None: every
+        command gets its arguments (the whole parser)."""
         sub = parser.add_subparsers(
             title="commands", metavar="COMMAND", dest=f"_{path.replace(' ', '_').replace('-', '_')}"
         )
         # Without a command (``tiered-log``, ``tiered-log topics``): the group's help, as
         # rpk does, not an error; a command chosen sets its own ``_run`` over this one.
         parser.set_defaults(_run=_help_of(parser))
+        chosen, rest = _first_word(words)
         for name, entry in self.entries.items():
             p = sub.add_parser(name, help=entry.help, description=entry.help)
+            if words is not None and name != chosen:
+                continue
             if isinstance(entry, CommandGroup):
-                entry.install(p, f"{path} {name}")
+                entry.install(p, f"{path} {name}", None if words is None else rest)
             else:
                 entry.configure(p)
                 p.set_defaults(_run=entry.run)
+
+
+def _first_word(words: Sequence[str] | None) -> tuple[str | None, Sequence[str]]:
+    """The first word of ``words`` that is not an option (a group's own options, ``-h`` and
+    ``--version``, take no value), and the words after it."""
+    for i, word in enumerate(words or ()):
+        if not word.startswith("-"):
+            return word, (words or ())[i + 1 :]
+    return None, ()
 
 
 # ---- argument types ----------------------------------------------------------------------

@@ -37,20 +37,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from ..client import Client, FetchResult
 from ..errors import TieredLogError
-from ..format.records import ProducerRecord
-from .consume import (
-    GroupPosition,
-    OffsetSpec,
-    RecordFormat,
-    offset_spec,
-    partition_pages,
-    start_offset,
-)
-from .produce import Acknowledged, line_to_record, lines_with_linger
 from .registry import (
     CommandGroup,
     Runner,
@@ -62,6 +51,13 @@ from .registry import (
 )
 from .topics_view import print_topic, print_topic_list
 
+if TYPE_CHECKING:
+    from ..client import Client, FetchResult
+    from ..format.records import ProducerRecord
+
+# The client, the record codec and the consume and produce helpers are imported by the
+# commands that use them: the other commands of the command line start without them.
+
 COMMANDS = CommandGroup()
 """``serve``, ``topics ...``, ``produce``, ``consume``."""
 
@@ -72,6 +68,8 @@ def _fail(msg: str) -> int:
 
 
 def _client(args: argparse.Namespace) -> Client:
+    from ..client import Client
+
     verify: bool | str = True
     if getattr(args, "cacert", None):
         verify = str(args.cacert)
@@ -286,6 +284,8 @@ def _produce_args(p: argparse.ArgumentParser) -> None:
 
 
 def _consume_args(p: argparse.ArgumentParser) -> None:
+    from .consume import offset_spec
+
     p.add_argument(
         "topic",
         nargs="+",
@@ -613,6 +613,8 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
 def cmd_produce(args: argparse.Namespace) -> int:
     """Send the input's lines in batches (see :mod:`.produce`); print on stderr what was
     acknowledged, on Ctrl-C too (exit 130)."""
+    from .produce import Acknowledged, line_to_record, lines_with_linger
+
     if args.key_separator == "":
         raise UsageError("--key-separator must not be empty")
     separator = None if args.key_separator is None else args.key_separator.encode("utf-8")
@@ -686,6 +688,8 @@ def _merged(
 ) -> Iterator[tuple[int, FetchResult]]:
     """The pages of every partition in ``parts`` as they come, each partition read by a
     daemon thread (``--follow`` over several partitions); an error of one is raised here."""
+    from ..client import FetchResult
+
     q: queue.Queue[tuple[int, object]] = queue.Queue(maxsize=4 * len(parts))
 
     def pump(p: int) -> None:
@@ -719,6 +723,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     """Print the records of the topic's partitions from the start ``-o`` says (see
     :mod:`.consume`); with ``--follow`` until Ctrl-C or SIGTERM. As a member of
     ``--group``: :mod:`.consume_group`."""
+    from .consume import GroupPosition, OffsetSpec, RecordFormat, partition_pages, start_offset
     from .consume_group import consume_in_group, joins_group  # aiokafka: only here
 
     topics: list[str] = args.topic

@@ -1,0 +1,75 @@
+"""A command starts without importing what it does not use: ``tiered-log --version`` and
+the client commands do not import the log, the tier or the HTTP service; the tier's worker
+process does not import the broker or the partition log; ``import tiered_log`` imports
+its public classes on first use. Checked in a fresh interpreter (what ``sys.modules``
+holds after the command), never by time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+SERVER_SIDE = (
+    "tiered_log.local.log",
+    "tiered_log.partition",
+    "tiered_log.broker.broker",
+    "tiered_log.service.wire",
+    "tiered_log.service.server",
+    "tiered_log.config",
+    "boto3",
+    "fastapi",
+)
+
+
+def loaded_after(code: str) -> list[str]:
+    """Which of :data:`SERVER_SIDE` (and httpx, the client) a fresh interpreter holds
+    after running ``code``."""
+    probe = (
+        f"{code}\nimport json, sys\n"
+        f"print(json.dumps([m for m in {[*SERVER_SIDE, 'httpx', 'tiered_log.client']!r} "
+        "if m in sys.modules]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=50, check=True
+    )
+    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def test_version_imports_nothing_heavy() -> None:
+    code = "import contextlib, io\nfrom tiered_log.cli import main\n" + (
+        "with contextlib.redirect_stdout(io.StringIO()): assert main(['--version']) == 0"
+    )
+    assert loaded_after(code) == []
+
+
+def test_a_client_command_imports_the_client_and_not_the_service() -> None:
+    code = (
+        "import contextlib, io\nfrom tiered_log.cli import main\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        "    assert main(['topics', 'list', '--url', 'http://127.0.0.1:9', "
+        "'--retry-timeout', '0']) == 1"
+    )
+    assert loaded_after(code) == ["httpx", "tiered_log.client"]
+
+
+def test_the_tier_worker_does_not_import_the_broker_or_the_log() -> None:
+    loaded = loaded_after("from tiered_log.remote.worker import main")
+    assert not {"tiered_log.partition", "tiered_log.broker.broker", "fastapi"} & set(loaded)
+
+
+def test_the_package_imports_its_classes_on_first_use() -> None:
+    code = (
+        "import tiered_log\nassert 'tiered_log.local.log' not in __import__('sys').modules\n"
+        "assert 'Log' in dir(tiered_log) and 'TieredLog' in tiered_log.__all__"
+    )
+    assert loaded_after(code) == []
+    code = "from tiered_log import Log, TieredLog\nassert Log.__name__ == 'Log'"
+    assert {"tiered_log.local.log", "tiered_log.partition"} <= set(loaded_after(code))
+    with pytest.raises(subprocess.CalledProcessError):
+        loaded_after("import tiered_log\ntiered_log.NoSuchName")
