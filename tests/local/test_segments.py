@@ -3,6 +3,7 @@ across segment boundaries, flush policy and reopening."""
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -476,6 +477,31 @@ def test_no_flush_policy_and_explicit_flush(tmp_path: Path) -> None:
         assert log.flush() == 7
     with Log.open(tmp_path, no_flush) as log:
         assert log.flushed_offset == log.next_offset == 7
+
+
+def test_a_flush_with_nothing_unflushed_makes_no_system_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An explicit flush after an append the policy already synced is answered from the
+    flushed offset; after an append it did not sync, it fsyncs (counted at the OS call)."""
+    calls: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        calls.append(fd)
+        real_fsync(fd)
+
+    with Log.open(tmp_path / "synced", LogConfig()) as log:  # flush_messages=1
+        log.append(b"a")
+        monkeypatch.setattr(os, "fsync", counting_fsync)
+        assert log.flush() == 1 and calls == []
+        monkeypatch.undo()
+    with Log.open(tmp_path / "lazy", LogConfig(flush_messages=None)) as log:
+        log.append(b"a")
+        monkeypatch.setattr(os, "fsync", counting_fsync)
+        assert log.flush() == 1 and len(calls) == 1
+        assert log.flush() == 1 and len(calls) == 1
+        monkeypatch.undo()
 
 
 # ---- reopening -------------------------------------------------------------------------
