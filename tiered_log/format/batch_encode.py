@@ -303,13 +303,18 @@ class _Builder:
         base_ts: int,
         max_ts: int,
         max_i: int,
+        section_len: int | None = None,
     ) -> None:
         """One batch of ``count`` records from record index ``first`` (of the input),
         its records section uncompressed, as the pieces it is made of (joined once, with
-        the other batches, by :meth:`result`, unless the batch is compressed)."""
+        the other batches, by :meth:`result`, unless the batch is compressed);
+        ``section_len``, the section's length when the caller knows it."""
         plain = self.codec == Compression.NONE
         body = b"" if plain else compress(self.codec, b"".join(section), self.level)
-        body_len = sum(map(len, section)) if plain else len(body)
+        if not plain:
+            body_len = len(body)
+        else:
+            body_len = sum(map(len, section)) if section_len is None else section_len
         off = self.base_offset + first
         if self.log_append_time:
             max_ts, max_i = self.now_ms, 0
@@ -407,15 +412,17 @@ def encode_batch(
         producer_epoch,
         base_sequence,
     )
-    if n and all(type(r) is bytes for r in records):
+    if n and set(map(type, records)) == {bytes}:
         values = cast("Sequence[bytes]", records)
         lens = list(map(len, values))
         if max(lens) > min(append_threshold, MAX_BODY_BYTES):
             for v in values:
                 validate_value(v, min(append_threshold, MAX_BODY_BYTES))
         lv, body, mids = _bare_framing(lens)
-        if HEADER_SIZE + sum(map(len, lv)) + sum(body) <= max_batch_bytes or n == 1:
-            out.add(0, n, _bare_section(values, lens, lv, mids), now_ms, now_ms, 0)
+        section_len = sum(map(len, lv)) + sum(body)
+        if HEADER_SIZE + section_len <= max_batch_bytes or n == 1:
+            section = _bare_section(values, lens, lv, mids)
+            out.add(0, n, section, now_ms, now_ms, 0, section_len)
         else:  # sizes with deltas from 0 bound those of later batches: cut, then frame
             i = 0
             for cnt in _cut(list(map(add, map(len, lv), body)), max_batch_bytes):
