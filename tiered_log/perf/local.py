@@ -70,12 +70,14 @@ PLAIN = "plain_file"
 SQLITE = "sqlite_wal"
 
 APPEND_TARGETS: dict[str, tuple[str, float]] = {
-    "append_vs_plain_file": (PLAIN, 0.6),
+    "append_vs_plain_file": (PLAIN, 1.5),
     "append_vs_sqlite_wal": (SQLITE, 3.0),
 }
 """Target name -> (baseline, minimum ratio ours/baseline) on the main workload."""
 READ_TARGETS: dict[str, tuple[str, float]] = {
-    "read_vs_sqlite_wal": (SQLITE, 3.0),
+    # Kafka's batches: a varint walk per record where the former columnar format decoded
+    # in a few C calls; the format's target is parity with SQLite.
+    "read_vs_sqlite_wal": (SQLITE, 1.0),
 }
 MAIN_WORKLOAD = "1KiB"
 
