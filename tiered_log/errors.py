@@ -39,6 +39,7 @@ answer (:func:`error_class`) read one table: this tree::
     │   └── LeaseNotFoundError     lease_not_found           503    etcd lease expired
     ├── NotLeaderError             not_leader                421    ask the leader
     ├── NotEnoughReplicasError     not_enough_replicas       503    ISR below min
+    │   └── NotEnoughReplicasAfterAppendError  (same code)          appended, not acked
     ├── ReplicationTimeoutError    replication_timeout       503    acks=all not in time
     ├── PartitionNotReadyError     not_ready                 503    new leader's remote view
     ├── FencedEpochError           fenced_epoch              409    a deposed leader's epoch
@@ -304,6 +305,14 @@ class NotEnoughReplicasError(TieredLogError):
     status = 503
 
 
+class NotEnoughReplicasAfterAppendError(NotEnoughReplicasError):
+    """The second case of :class:`NotEnoughReplicasError`: the records were appended and
+    the in-sync set was below ``min_insync_replicas`` when the answer was due, even if the
+    high watermark had passed them (a shrink raises it); they are not acknowledged and
+    may or may not survive a failover, and a retry may write them twice unless the
+    producer is idempotent. Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND. Retriable."""
+
+
 class ReplicationTimeoutError(TieredLogError):
     """``acks=all`` records were appended on the leader but did not reach every in-sync
     replica within the request's time: not acknowledged. They may still be committed
@@ -547,6 +556,7 @@ __all__ = [
     "LogInUseError",
     "MetadataUnavailableError",
     "NotAClusterError",
+    "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
     "NotLeaderError",
     "OffsetOutOfRangeError",

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tiered_log.cluster.replica import LeaderReplication
 from tiered_log.errors import (
     InvalidArgumentError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderError,
     ReplicationTimeoutError,
@@ -177,6 +178,24 @@ def test_acks_all_waits_for_the_isr() -> None:
     r.record_fetch(3, 5)
     th.join(5)
     assert got == [5]
+
+
+def test_a_shrink_that_raises_the_hw_past_a_waiter_is_not_an_acknowledgment() -> None:
+    """The one follower missing the record leaves the ISR: the HW moves past it, but the
+    ISR (2) is below min_insync_replicas (3), so the waiter gets the after-append error
+    (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), not an acknowledgment."""
+    leo, clock = [1], Clock()
+    r = leader(leo, clock, min_isr=3)
+    assert r.record_fetch(2, 1) == 0  # follower 3 has not fetched the record at 0
+    assert not r.committed(0)
+    r.isr_committed({1, 2})
+    assert r.high_watermark == 1
+    with pytest.raises(NotEnoughReplicasAfterAppendError, match="appended but are not"):
+        r.committed(0)
+    with pytest.raises(NotEnoughReplicasAfterAppendError):
+        r.wait_for(0, 1)
+    r.isr_committed({1, 2, 3})
+    assert r.committed(0) and r.wait_for(0, 1) == 1
 
 
 def test_acks_all_fails_when_the_isr_is_too_small_or_leadership_ends() -> None:

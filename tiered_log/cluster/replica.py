@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from ..errors import (
     InvalidArgumentError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderError,
     ReplicationTimeoutError,
@@ -399,10 +400,13 @@ class LeaderReplication:
         """Whether the HW has passed ``offset`` (the ``acks=all`` acknowledgment of the
         record there), without waiting: for a caller that waits on its own terms (the
         service's event loop, woken when the HW moves). Raises as :meth:`wait_for`:
-        NotEnoughReplicasError if the ISR shrank below ``min_insync_replicas``,
-        NotLeaderError once leadership ended."""
+        NotEnoughReplicasAfterAppendError if the ISR is below ``min_insync_replicas``,
+        even once the HW has passed ``offset`` (a shrink raises the HW: as Kafka's
+        acknowledgment, the answer checks the ISR it is given under), NotLeaderError
+        once leadership ended."""
         with self._cond:
             if self._hw > offset:
+                self._check_isr_size(appended=True)
                 return True
             self._check_leading(appended=True)
             self._check_isr_size(appended=True)
@@ -450,7 +454,8 @@ class LeaderReplication:
                 if appended
                 else "nothing was appended"
             )
-            raise NotEnoughReplicasError(
+            error = NotEnoughReplicasAfterAppendError if appended else NotEnoughReplicasError
+            raise error(
                 f"{len(self._isr)} in-sync replicas {sorted(self._isr)}, fewer than "
                 f"min_insync_replicas={self.min_insync_replicas}; {what}"
             )
