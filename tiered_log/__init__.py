@@ -49,9 +49,9 @@ if TYPE_CHECKING:
     from .remote.storage import RemoteStorage, open_storage
     from .remote.tier import TierConfig, TierLimits
 
-# The public names of TYPE_CHECKING above are imported on first use (:mod:`tiered_log.lazy`), so that a
-# process needing one corner of the package (the command line's client commands, the
-# tier's worker process) does not import the log, the tier and their libraries at start.
+# The names above are imported on first use (:mod:`tiered_log.lazy`): a process needing
+# one corner of the package (the command line's client commands, the tier's worker
+# process) does not import the log, the tier and their libraries at start.
 __getattr__, __dir__ = lazy_exports(
     __name__,
     globals(),

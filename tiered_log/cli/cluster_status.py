@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import TieredLogError
 from .registry import CommandGroup, UsageError, timestamp_ms
-from .service import _client, _client_options, _guard
+from .service import _client, _client_options, _guard, _try_get
 
 COMMANDS = CommandGroup()
 """``cluster status``."""
@@ -68,12 +68,9 @@ def gather(urls: list[str], headers: dict[str, str]) -> list[dict[str, Any]]:
     parts: dict[tuple[str, int], dict[str, Any]] = {}
     with httpx.Client(timeout=5, headers=headers) as http:
         for url in urls:
-            try:
-                r = http.get(url.rstrip("/") + "/v1/cluster")
-            except httpx.HTTPError:
+            r = _try_get(http, url.rstrip("/") + "/v1/cluster")
+            if r is None or r.status_code != 200:
                 continue  # a dead node: its partitions have (or will have) other leaders
-            if r.status_code != 200:
-                continue
             body = r.json()
             for part in body.get("replication", ()):
                 part["leader"] = body.get("node_id")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import TieredLogError
 from .registry import CommandGroup
-from .service import _client_options, _guard, _verify
+from .service import _client_options, _guard, _try_get, _verify
 
 if TYPE_CHECKING:
     import httpx  # imported by the commands: the others start without it
@@ -49,12 +49,9 @@ def _describe_args(p: argparse.ArgumentParser) -> None:
 
 def _nodes(http: httpx.Client, urls: list[str]) -> list[tuple[int | None, str]]:
     """``(node id, url)`` of every live node (a single node: the URLs given)."""
-    import httpx
-
     for url in urls:
-        try:
-            r = http.get(url + "/v1/cluster")
-        except httpx.HTTPError:
+        r = _try_get(http, url + "/v1/cluster")
+        if r is None:
             continue
         if r.status_code == 200:
             return [
@@ -94,15 +91,12 @@ def _table(rows: list[list[str]]) -> str:
 @_guard
 def cmd_groups_list(args: argparse.Namespace) -> int:
     """Print every group (see the module docstring)."""
-    import httpx
-
     urls = [u.rstrip("/") for u in args.url.split(",")]
     found: dict[str, dict[str, Any]] = {}
     with _http(args) as http:
         for node_id, url in _nodes(http, urls):
-            try:
-                r = http.get(url + "/v1/groups")
-            except httpx.HTTPError:
+            r = _try_get(http, url + "/v1/groups")
+            if r is None:
                 continue
             if r.status_code != 200:
                 raise _error(r)
@@ -129,15 +123,12 @@ def cmd_groups_list(args: argparse.Namespace) -> int:
 @_guard
 def cmd_groups_describe(args: argparse.Namespace) -> int:
     """Print one group (see the module docstring)."""
-    import httpx
-
     urls = [u.rstrip("/") for u in args.url.split(",")]
     got: httpx.Response | None = None
     with _http(args) as http:
         for _, url in _nodes(http, urls):
-            try:
-                r = http.get(f"{url}/v1/groups/{args.group}")
-            except httpx.HTTPError:
+            r = _try_get(http, f"{url}/v1/groups/{args.group}")
+            if r is None:
                 continue
             got = r
             if r.status_code != 421:

@@ -161,9 +161,10 @@ class CommandGroup:
 def _first_word(words: Sequence[str] | None) -> tuple[str | None, Sequence[str]]:
     """The first word of ``words`` that is not an option (a group's own options, ``-h`` and
     ``--version``, take no value), and the words after it."""
-    for i, word in enumerate(words or ()):
+    words = words or ()
+    for i, word in enumerate(words):
         if not word.startswith("-"):
-            return word, (words or ())[i + 1 :]
+            return word, words[i + 1 :]
     return None, ()
 
 

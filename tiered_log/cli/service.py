@@ -52,6 +52,8 @@ from .registry import (
 from .topics_view import print_topic, print_topic_list
 
 if TYPE_CHECKING:
+    import httpx
+
     from ..client import Client, FetchResult
     from ..format.records import ProducerRecord
 
@@ -78,6 +80,17 @@ def _client(args: argparse.Namespace) -> Client:
     return Client(
         args.url, token=args.token or None, verify=verify, retry_timeout_s=args.retry_timeout
     )
+
+
+def _try_get(http: httpx.Client, url: str) -> httpx.Response | None:
+    """GET ``url`` with ``http``; None when nothing answers (a dead node of a cluster:
+    the caller asks the next one)."""
+    import httpx
+
+    try:
+        return http.get(url)
+    except httpx.HTTPError:
+        return None
 
 
 def _verify(args: argparse.Namespace) -> bool | str:

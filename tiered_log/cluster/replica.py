@@ -405,12 +405,11 @@ class LeaderReplication:
         acknowledgment, the answer checks the ISR it is given under), NotLeaderError
         once leadership ended."""
         with self._cond:
-            if self._hw > offset:
-                self._check_isr_size(appended=True)
-                return True
-            self._check_leading(appended=True)
+            done = self._hw > offset
+            if not done:
+                self._check_leading(appended=True)
             self._check_isr_size(appended=True)
-            return False
+            return done
 
     def timeout_error(self, offset: int, timeout_s: float) -> ReplicationTimeoutError:
         """The error of an ``acks=all`` wait for ``offset`` that ran out of time."""

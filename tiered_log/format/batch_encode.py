@@ -311,10 +311,10 @@ class _Builder:
         ``section_len``, the section's length when the caller knows it."""
         plain = self.codec == Compression.NONE
         body = b"" if plain else compress(self.codec, b"".join(section), self.level)
-        if not plain:
-            body_len = len(body)
-        else:
+        if plain:
             body_len = sum(map(len, section)) if section_len is None else section_len
+        else:
+            body_len = len(body)
         off = self.base_offset + first
         if self.log_append_time:
             max_ts, max_i = self.now_ms, 0

@@ -59,7 +59,7 @@ from ..errors import (  # the request errors live in tiered_log.errors; re-expor
     ShuttingDownError,
     UnsupportedMediaTypeError,
 )
-from ..format.record_json import producer_record_to_json, record_from_json, record_to_json
+from ..format.record_json import record_to_json
 from ..format.records import MAX_HEADERS, ProducerRecord
 from ..topic_config import LIMIT_FIELDS, MAX_INT, TopicConfig, no_limit
 
@@ -618,7 +618,5 @@ __all__ = [
     "TopicRecordIn",
     "UnsupportedMediaTypeError",
     "error_json",
-    "producer_record_to_json",
-    "record_from_json",
     "record_to_json",
 ]
