@@ -8,7 +8,7 @@
                                 [--durable] [--dir D] [--keep] [--single N (produce)]
     tiered-log perf ship|remote-read [--json] [--total-mib N] [--segment-mib N] [--repeat R]
                                 [--endpoint URL]
-    tiered-log perf produce-latency [--json] [--appends N] [--backlog-mib N] [--rounds R]
+    tiered-log perf produce-latency [--json] [--appends N] [--backlog-mib N] [--rounds R] [--bucket-cpu C]
                                 [--upload-bytes-per-sec N] [--fetch-bytes-per-sec N]
                                 [--copies-in-flight N] [--endpoint URL] [--replicated]
     tiered-log perf failover [--json] [--kills N] [--lease-ttl S] [--nodes N] [--dir D] [--keep]
@@ -319,6 +319,14 @@ def _latency_args(p: argparse.ArgumentParser) -> None:
         help="segment copies under way at once (remote_copies_in_flight) (default: 2)",
     )
     p.add_argument(
+        "--bucket-cpu",
+        choices=("idle", "normal"),
+        default="idle",
+        help="CPU priority of the moto server standing in for the bucket when there is "
+        "no --endpoint: idle (SCHED_IDLE: a real bucket's CPUs are other machines') or "
+        "normal (its request handling competes with the log's) (default: idle)",
+    )
+    p.add_argument(
         "--rounds",
         type=positive_int,
         default=None,
@@ -456,6 +464,7 @@ def cmd_perf_produce_latency(args: argparse.Namespace) -> int:
             fetch_bytes_per_sec=args.fetch_bytes_per_sec,
             copies_in_flight=args.copies_in_flight,
             rounds=args.rounds or DEFAULT_LATENCY_ROUNDS,
+            bucket_cpu=args.bucket_cpu,
             progress=args.progress,
         ),
         args.json,
