@@ -73,3 +73,26 @@ def test_the_package_imports_its_classes_on_first_use() -> None:
     assert {"tiered_log.local.log", "tiered_log.partition"} <= set(loaded_after(code))
     with pytest.raises(subprocess.CalledProcessError):
         loaded_after("import tiered_log\ntiered_log.NoSuchName")
+
+
+def test_the_kafka_listener_does_not_import_hypothesis() -> None:
+    """kio registers test-data strategies whenever hypothesis is importable (it is here:
+    the dev extra installs it); the listener hides it while kio loads. A process that
+    imported hypothesis first keeps kio's strategies."""
+    pytest.importorskip("hypothesis")
+    probe = (
+        "import sys\nimport tiered_log.kafka\nimport kio.schema.produce.v9\n"
+        "print('hypothesis' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=50, check=True
+    )
+    assert done.stdout.split() == ["False"]
+    probe = (
+        "import hypothesis.strategies as st\nimport tiered_log.kafka\n"
+        "from kio.static.primitive import i32\nprint(st.from_type(i32).example() is not None)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=50, check=True
+    )
+    assert done.stdout.split() == ["True"]

@@ -27,6 +27,28 @@ Not yet: transactional producers, SASL and TLS.
 
 from __future__ import annotations
 
-from .listener import KafkaListener, bind_kafka
+import sys
+
+
+def _import_kio_without_hypothesis() -> None:
+    """Import ``kio``'s base types with ``hypothesis`` hidden, when it is installed but not
+    yet imported: kio then registers a test-data strategy for each of its hundreds of
+    message types as they are imported, which costs every process that serves Kafka
+    (each ``tiered-log serve``) hypothesis's own import and a fifth of a second, for
+    strategies the listener never uses. A process that imported hypothesis first (a test
+    that uses it) keeps kio's strategies as before. Not thread-safe: runs once, at this
+    package's first import."""
+    if "hypothesis" in sys.modules:
+        return
+    sys.modules["hypothesis"] = None  # type: ignore[assignment]  # makes the import fail
+    try:
+        import kio.static.primitive  # noqa: F401  (the module that asks for hypothesis)
+    finally:
+        del sys.modules["hypothesis"]
+
+
+_import_kio_without_hypothesis()
+
+from .listener import KafkaListener, bind_kafka  # noqa: E402
 
 __all__ = ["KafkaListener", "bind_kafka"]
