@@ -410,6 +410,16 @@ def test_the_fields_outside_the_crc_are_guarded_by_framing_and_sequence() -> Non
     with pytest.raises(CorruptRecordError, match="expected one at 2"):
         check_batches(bytes(wrong_base), 0)
     assert len(batch_table(bytes(wrong_base), 0)[0]) == 1
+    # A reader of records from an offset: the same sequence, whichever byte of the base
+    # offset is hit (a low one moves the offsets a little: records lost and repeated).
+    for at, bit in ((7, 0x01), (4, 0x01), (0, 0x80)):
+        damaged = bytearray(two)
+        damaged[len(data) + at] ^= bit
+        with pytest.raises(CorruptRecordError, match="expected one at 2"):
+            decode_records(bytes(damaged), start_offset=0)
+        with pytest.raises(CorruptRecordError, match="expected one at 2"):
+            decode_columns(bytes(damaged))  # the Spark source's reader
+    assert [r.offset for r in decode_records(two, start_offset=1)[0]] == [1, 2]
     bad_length = bytearray(data)
     struct.pack_into(">i", bad_length, 8, 10)
     _refused_everywhere(bytes(bad_length), "batchLength")

@@ -172,6 +172,29 @@ def test_damaged_batch_is_never_served_and_the_rest_is(srv: ServerProcess) -> No
     assert any("ERROR" in line and first.name in line for line in srv.log().splitlines()), srv.log()
 
 
+@pytest.mark.parametrize(("at", "mask"), [(7, 0x01), (4, 0x01)], ids=["low-bit", "bit-24"])
+def test_a_damaged_base_offset_is_damage_too(srv: ServerProcess, at: int, mask: int) -> None:
+    """A batch's base offset lies outside its CRC-32C: a flipped bit there moves the
+    batch's offsets (a little: records lost and repeated; or far) while every checksum
+    still holds. The reads see the batches out of sequence: a page that reaches it
+    stops before it, a fetch in it answers 410, on both paths; the next segment is
+    served as before."""
+    name = f"base{next(_topics)}"
+    with srv.client(None) as c:
+        _make_topic(c, name)
+        first = _segments(srv, name)[0]
+        base, count, pos, _ = _batches(first)[1]
+        _flip(first, pos + at, mask)
+        assert _json_ok(_fetch_json(c, name, 0, max_records=1000), 0) == base
+        assert _binary_ok(_fetch_binary(c, name, 0, max_records=1000), 0) == base
+        for o in (base, base + count - 1):
+            _check_corrupt(_fetch_json(c, name, o))
+            _check_corrupt(_fetch_binary(c, name, o))
+        later = int(_segments(srv, name)[1].name.split(".")[0])  # the next segment: served
+        assert _json_ok(_fetch_json(c, name, later, max_records=7), later) > later
+        assert _binary_ok(_fetch_binary(c, name, later, max_records=7), later) > later
+
+
 @settings(
     max_examples=30,
     deadline=None,

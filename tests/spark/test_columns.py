@@ -20,7 +20,7 @@ from tiered_log.errors import CorruptRecordError
 from tiered_log.format.batch import LegacyFormatError
 from tiered_log.format.batch_encode import encode_batch
 from tiered_log.format.kafka import native
-from tiered_log.format.records import ProducerRecord, decode_columns
+from tiered_log.format.records import ProducerRecord, batch_table, decode_columns
 from tiered_log.spark import columns as C
 from tiered_log.spark.columns import ChunkColumns, chunk_columns
 
@@ -187,6 +187,20 @@ def test_a_damaged_batch_raises_what_the_general_path_raises(reader: None) -> No
         chunk_columns(bytes(data))
     assert (type(info.value), str(info.value)) == want
     assert "CRC" in want[1]
+
+
+def test_batches_out_of_sequence_raise_what_the_general_path_raises(reader: None) -> None:
+    """A damaged base offset (outside the CRC): every CRC holds, the sequence does not."""
+    two = _batches([ProducerRecord(value=b"v%d" % i) for i in range(40)], per_batch=20)
+    data = bytearray(two)
+    second = batch_table(two, 0)[0][1].position
+    data[second + 7] ^= 0x01  # the second batch's baseOffset: 20 -> 21
+    want = _general_error(bytes(data))
+    with pytest.raises(CorruptRecordError) as info:
+        chunk_columns(bytes(data))
+    assert (type(info.value), str(info.value)) == want
+    assert "expected one at 20" in want[1]
+    assert list(chunk_columns(two).offsets) == list(range(40))
 
 
 def test_records_that_do_not_parse_raise_what_the_general_path_raises(reader: None) -> None:

@@ -185,6 +185,18 @@ def _lat(b: _Parsed) -> int | None:
     return b.max_timestamp if b.attributes & TIMESTAMP_TYPE_BIT else None
 
 
+def _follows(base: int, n: int, nxt: int | None, at: int) -> int:
+    """The end of a batch ``[base, base + n)`` read at byte ``at`` right after one that
+    ended at ``nxt`` (None: the first one read); CorruptRecordError if it does not
+    begin there. A batch's base offset lies outside its CRC-32C: only this sequence
+    finds it damaged."""
+    if nxt is not None and base != nxt:
+        raise CorruptRecordError(
+            f"the batch at byte {at} holds offsets [{base}, {base + n}), expected one at {nxt}"
+        )
+    return base + n
+
+
 def decode_records(
     buf: bytes | bytearray | memoryview,
     pos: int = 0,
@@ -204,7 +216,10 @@ def decode_records(
     of (so a caller that goes on from there with ``start_offset`` = the next offset
     misses nothing), and the bytes (record sizes) of the returned records. Compressed
     batches are decompressed. Raises CorruptRecordError on a damaged batch: a corrupt
-    record is never returned.
+    record is never returned. With ``start_offset``, the batches read must also follow
+    one another (each one's base offset the end of the one before): a batch's base
+    offset lies outside its CRC-32C, so a damaged one is found only so (a caller checks
+    that the first record is ``start_offset``).
     """
     end = len(buf) if end is None else end
     shift = 0
@@ -215,10 +230,11 @@ def decode_records(
         shift, pos, end = pos, 0, end - pos
     out: list[Record] = []
     used = 0
+    nxt: int | None = None  # where the next batch read must begin (with start_offset)
     limit_n = max_records if max_records is not None else 1 << 62
     limit_b = max_bytes if max_bytes is not None else 1 << 62
     while len(out) < limit_n and pos + HEADER_SIZE <= end:
-        if start_offset is not None:
+        if start_offset is not None and nxt is None:  # skipping up to start_offset
             f = _unpack(data, pos)
             size = f[1] + LOG_OVERHEAD
             if f[0] + f[6] + 1 <= start_offset and size >= HEADER_SIZE and f[3] == MAGIC:
@@ -231,10 +247,14 @@ def decode_records(
         except _Incomplete:
             break
         section, spos, send = _section(data, b)
+        if nxt is not None:
+            _follows(b.base, b.n, nxt, pos + shift)
         lo = start_offset - b.base if start_offset is not None and start_offset > b.base else 0
         if lo >= b.n:  # the batch ends before start_offset (only a damaged header gets here)
             pos = b.end
             continue
+        if start_offset is not None:
+            nxt = b.base + b.n
         p = skip_records(section, spos, send, lo) if lo else spos
         want = min(b.n - lo, limit_n - len(out))
         first_free = at_least_one and not out
@@ -327,7 +347,8 @@ def decode_columns(buf: bytes | bytearray | memoryview) -> FrameColumns:
     """Every record of the complete batches of ``buf``, CRCs verified, as columns,
     without building a :class:`Record` or copying a value: for consumers that build
     columnar batches (the Spark source's Arrow batches). Stops at the first incomplete
-    batch (see ``end``); raises CorruptRecordError on a damaged one.
+    batch (see ``end``); raises CorruptRecordError on a damaged one, or on batches that
+    do not follow one another in offset order.
     """
     mv = memoryview(buf)
     data = buf if isinstance(buf, bytes) else bytes(mv)
@@ -338,11 +359,13 @@ def decode_columns(buf: bytes | bytearray | memoryview) -> FrameColumns:
     values: list[bytes | memoryview | None] = []
     headers: list[Headers] = []
     pos = 0
+    nxt: int | None = None
     while True:
         try:
             b = _parse(data, pos, end)
         except _Incomplete:
             break
+        nxt = _follows(b.base, b.n, nxt, pos)
         section, spos, send = _section(data, b)
         if native.ENABLED:
             batch = mv[b.pos : b.end]

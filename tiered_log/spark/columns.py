@@ -188,6 +188,8 @@ def _fast(data: bytes) -> ChunkColumns | None:
             break
         except CorruptRecordError:
             return None  # the general path raises what it raises for it
+        if bases and b.base != bases[-1] + counts[-1]:
+            return None  # out of sequence: the same
         sections.append((bytes(section), spos, send))
         counts.append(b.n)
         bases.append(b.base)
