@@ -174,9 +174,17 @@ def test_an_idle_bucket_server_runs_at_sched_idle() -> None:
     of it (its request threads too), and answers requests."""
     import boto3
 
-    with moto_server_process("idle") as url:
+    def server_pid(url: str) -> int:
+        """This thread's child serving ``url`` (other tests may have left children too:
+        a shared tier worker)."""
+        port = url.rsplit(":", 1)[1]
         children = Path(f"/proc/self/task/{threading.get_native_id()}/children")
-        (pid,) = [int(x) for x in children.read_text().split()]
+        args = {c: Path(f"/proc/{c}/cmdline").read_bytes() for c in children.read_text().split()}
+        (pid,) = [int(c) for c, a in args.items() if a.endswith(b"\0-p\0" + port.encode() + b"\0")]
+        return pid
+
+    with moto_server_process("idle") as url:
+        pid = server_pid(url)
         s3 = boto3.client(
             "s3",
             endpoint_url=url,
@@ -187,9 +195,8 @@ def test_an_idle_bucket_server_runs_at_sched_idle() -> None:
         s3.create_bucket(Bucket="idle")  # a request: the server starts a thread for it
         tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
         assert tids and all(os.sched_getscheduler(t) == os.SCHED_IDLE for t in tids)
-    with moto_server_process("normal"):
-        (pid,) = [int(x) for x in children.read_text().split()]
-        assert os.sched_getscheduler(pid) == os.SCHED_OTHER
+    with moto_server_process("normal") as url:
+        assert os.sched_getscheduler(server_pid(url)) == os.SCHED_OTHER
 
 
 def test_perf_produce_latency_rounds() -> None:
