@@ -4,9 +4,6 @@ end (the class reads the log only through that callable)."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -162,22 +159,10 @@ def test_acks_all_waits_for_the_isr() -> None:
     r = leader(leo, clock)
     r.check_enough_replicas()
     leo[0] = 5  # records 0..4 appended
-    got: list[object] = []
-
-    def wait() -> None:
-        try:
-            got.append(r.wait_for(4, 10))
-        except Exception as exc:
-            got.append(exc)
-
-    th = threading.Thread(target=wait)
-    th.start()
     r.record_fetch(2, 5)
-    time.sleep(0.05)
-    assert not got  # 3 has not got them
+    assert not r.committed(4)  # 3 has not got them
     r.record_fetch(3, 5)
-    th.join(5)
-    assert got == [5]
+    assert r.committed(4) and r.high_watermark == 5
 
 
 def test_a_shrink_that_raises_the_hw_past_a_waiter_is_not_an_acknowledgment() -> None:
@@ -192,10 +177,8 @@ def test_a_shrink_that_raises_the_hw_past_a_waiter_is_not_an_acknowledgment() ->
     assert r.high_watermark == 1
     with pytest.raises(NotEnoughReplicasAfterAppendError, match="appended but are not"):
         r.committed(0)
-    with pytest.raises(NotEnoughReplicasAfterAppendError):
-        r.wait_for(0, 1)
     r.isr_committed({1, 2, 3})
-    assert r.committed(0) and r.wait_for(0, 1) == 1
+    assert r.committed(0) and r.high_watermark == 1
 
 
 def test_acks_all_fails_when_the_isr_is_too_small_or_leadership_ends() -> None:
@@ -206,40 +189,28 @@ def test_acks_all_fails_when_the_isr_is_too_small_or_leadership_ends() -> None:
         r.check_enough_replicas()
     r.isr_committed({1, 2, 3})
     leo[0] = 1
-    errors: list[Exception] = []
-
-    def wait() -> None:
-        try:
-            r.wait_for(0, 10)
-        except Exception as exc:
-            errors.append(exc)
-
-    th = threading.Thread(target=wait)
-    th.start()
-    time.sleep(0.05)
+    assert not r.committed(0)  # appended, waiting for 2 and 3
     r.isr_committed({1, 3})  # shrank below min_insync_replicas while waiting
-    th.join(5)
-    assert isinstance(errors[0], NotEnoughReplicasError)
-    assert "appended but are not acknowledged" in str(errors[0])
-
+    with pytest.raises(NotEnoughReplicasError, match="appended but are not acknowledged"):
+        r.committed(0)
     r.isr_committed({1, 2, 3})
-    th = threading.Thread(target=wait)
-    th.start()
-    time.sleep(0.05)
+    assert not r.committed(0)
     r.resign("node 1 lost the lease")
-    th.join(5)
-    assert isinstance(errors[1], NotLeaderError)
+    with pytest.raises(NotLeaderError):
+        r.committed(0)
     with pytest.raises(NotLeaderError):
         r.record_fetch(2, 1)
     with pytest.raises(NotLeaderError):
         r.check_enough_replicas()
 
 
-def test_acks_all_times_out() -> None:
+def test_a_timed_out_wait_says_the_records_may_still_be_committed() -> None:
     leo = [1]
     r = leader(leo, Clock())
-    with pytest.raises(ReplicationTimeoutError, match="may still be committed"):
-        r.wait_for(0, 0.1)
+    assert not r.committed(0)
+    err = r.timeout_error(0, 0.1)
+    assert isinstance(err, ReplicationTimeoutError)
+    assert "may still be committed" in str(err) and "high watermark 0" in str(err)
 
 
 @settings(max_examples=60, deadline=None)

@@ -24,9 +24,11 @@ bucket answers: the read runs under
 request parks on it (at most ``fetch_max_wait_ms``, quota waits aside) and reads again.
 
 Executors: the broker owns two thread pools, so that no blocking call runs on the event
-loop and reads cannot starve appends: appends (parse, append, fsync, the high
-watermark's checkpoint) and reads (the local tier, cached chunks, the leader's answer
-to a follower). Calls into the cluster node that take its lock run there too.
+loop and reads cannot starve appends: appends (parse, append, fsync, and the high
+watermark's move a lone ISR member makes, with its checkpoint) and reads (the local
+tier, cached chunks, the leader's answer to a follower, which records the follower's
+log end and so is where a cluster's high watermark moves and its checkpoint is
+written). Calls into the cluster node that take its lock run there too.
 
 Concurrency: the coroutines run on the loop that serves the app (:meth:`Broker.start`
 binds it); the blocking work goes to the executors. Invariant kept: an ``acks=all``

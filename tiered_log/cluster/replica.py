@@ -30,8 +30,12 @@ Invariants this keeps (the leader of ``leader_epoch`` is the only writer of its 
 - :meth:`resign` (leadership lost, or the log closed) fails every waiter with
   NotLeaderError: nothing is acknowledged after it.
 
-Thread-safety: one lock guards the state; :meth:`wait_for` blocks on a condition of it
-(call it from a worker thread, not an event loop). All methods are safe from any thread.
+Nothing here waits: an ``acks=all`` produce parks in the broker
+(:func:`~tiered_log.broker.parking.await_commit`), woken when the partition's high
+watermark moves, and asks :meth:`committed`.
+
+Thread-safety: one lock guards the state, held only for the state's own reads and
+writes (never across I/O); every method is safe from any thread, the event loop's too.
 """
 
 from __future__ import annotations
@@ -123,7 +127,7 @@ class LeaderReplication:
         self.epoch_start_offset = epoch_start_offset
         self._log_end = log_end
         self._clock = clock
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
         self._isr = frozenset(isr) | {leader_id}
         self._adding: frozenset[int] = frozenset()
         now = clock()
@@ -139,19 +143,19 @@ class LeaderReplication:
 
     @property
     def high_watermark(self) -> int:
-        with self._cond:
+        with self._lock:
             return self._hw
 
     @property
     def isr(self) -> frozenset[int]:
         """The committed ISR (the leader always in it)."""
-        with self._cond:
+        with self._lock:
             return self._isr
 
     def follower(self, replica_id: int) -> FollowerState:
         """A copy of what the leader knows of ``replica_id`` (InvalidArgumentError for a
         node that is not a follower of this partition)."""
-        with self._cond:
+        with self._lock:
             return FollowerState(**vars(self._follower(replica_id)))
 
     def _follower(self, replica_id: int) -> FollowerState:
@@ -171,7 +175,7 @@ class LeaderReplication:
         reading the records the fetch returns (Kafka's ``updateFollowerFetchState``)."""
         leader_leo = self._log_end()
         now = self._clock()
-        with self._cond:
+        with self._lock:
             self._check_leading()
             st = self._follower(replica_id)
             if fetch_offset > leader_leo:
@@ -200,7 +204,7 @@ class LeaderReplication:
     def follower_fetches(self) -> dict[int, int]:
         """The fetch count of each follower in the ISR now (see
         :attr:`FollowerState.fetches`)."""
-        with self._cond:
+        with self._lock:
             return {r: st.fetches for r, st in self._followers.items() if r in self._isr}
 
     def set_replicas(self, replicas: Iterable[int]) -> None:
@@ -214,7 +218,7 @@ class LeaderReplication:
             )
         now = self._clock()
         leader_leo = self._log_end()
-        with self._cond:
+        with self._lock:
             self.replicas = new
             self._followers = {
                 r: self._followers.get(r) or FollowerState(last_caught_up_ms=now)
@@ -229,7 +233,7 @@ class LeaderReplication:
         end: it is rebuilding): shown in :meth:`status` until it is in sync, counted,
         and its next fetch's offset held by :meth:`retention_floor`."""
         now = self._clock()
-        with self._cond:
+        with self._lock:
             st = self._follower(replica_id)
             st.reset_ms = now
             st.resets += 1
@@ -239,7 +243,7 @@ class LeaderReplication:
     def was_reset_to(self, replica_id: int, offset: int) -> bool:
         """Whether the last reset of ``replica_id`` sent it to ``offset`` (and it has not
         fetched since): its first fetch after a reset."""
-        with self._cond:
+        with self._lock:
             st = self._followers.get(replica_id)
             return st is not None and st.reset_unfetched and st.needs_from == offset
 
@@ -250,7 +254,7 @@ class LeaderReplication:
         catching-up follower is not sent back to the remote end again and again.
         Followers silent for longer than ``lag_time_max_ms`` hold nothing."""
         now = self._clock()
-        with self._cond:
+        with self._lock:
             needs = [
                 st.needs_from
                 for st in self._followers.values()
@@ -267,7 +271,7 @@ class LeaderReplication:
         ``resets`` (how often it was sent back to the remote end in this epoch)."""
         leo = self._log_end()
         now = self._clock()
-        with self._cond:
+        with self._lock:
             out: list[dict[str, object]] = [
                 {
                     "node_id": self.leader_id,
@@ -307,7 +311,7 @@ class LeaderReplication:
         """The leader appended: with no follower in the ISR the HW moves at once. Returns
         the HW."""
         leader_leo = self._log_end()
-        with self._cond:
+        with self._lock:
             self._advance_hw(leader_leo)
             return self._hw
 
@@ -319,7 +323,6 @@ class LeaderReplication:
                 low = min(low, self._followers[r].log_end_offset)
         if low > self._hw:
             self._hw = low
-            self._cond.notify_all()
 
     # ---- the ISR -------------------------------------------------------------------------------
 
@@ -329,7 +332,7 @@ class LeaderReplication:
         whose disk was replaced; an ISR member's log end is never below the HW
         otherwise): the ISR shrink to propose to the metadata store."""
         now = self._clock()
-        with self._cond:
+        with self._lock:
             return {
                 r
                 for r in self._isr
@@ -343,7 +346,7 @@ class LeaderReplication:
     def catching_up_followers(self) -> set[int]:
         """Followers outside the ISR whose LEO reached the HW and the start of this
         epoch: the ISR expansion to propose (Kafka's ``isFollowerInSync``)."""
-        with self._cond:
+        with self._lock:
             floor = max(self._hw, self.epoch_start_offset)
             return {
                 r
@@ -355,7 +358,7 @@ class LeaderReplication:
         """The leader is about to propose ``isr`` to the metadata store: members it adds
         count towards the HW from now on (see the module docstring); call
         :meth:`isr_committed` (or :meth:`resign`) after."""
-        with self._cond:
+        with self._lock:
             self._adding = frozenset(isr) - self._isr
 
     def isr_committed(self, isr: Iterable[int]) -> None:
@@ -367,7 +370,7 @@ class LeaderReplication:
                 f"ISR {sorted(new)} must hold the leader {self.leader_id} and only replicas"
             )
         leader_leo = self._log_end()
-        with self._cond:
+        with self._lock:
             for r in new - self._isr:
                 if r in self._followers:
                     self._followers[r].reset_ms = 0  # rebuilt: in sync again
@@ -385,26 +388,25 @@ class LeaderReplication:
             self._isr = new
             self._adding = frozenset()
             self._advance_hw(leader_leo)
-            self._cond.notify_all()
 
     # ---- acks=all ------------------------------------------------------------------------------
 
     def check_enough_replicas(self) -> None:
         """Before an ``acks=all`` append: NotEnoughReplicasError (nothing written) when the
         ISR is smaller than ``min_insync_replicas``; NotLeaderError after :meth:`resign`."""
-        with self._cond:
+        with self._lock:
             self._check_leading()
             self._check_isr_size(appended=False)
 
     def committed(self, offset: int) -> bool:
         """Whether the HW has passed ``offset`` (the ``acks=all`` acknowledgment of the
         record there), without waiting: for a caller that waits on its own terms (the
-        service's event loop, woken when the HW moves). Raises as :meth:`wait_for`:
+        service's event loop, woken when the HW moves). Raises
         NotEnoughReplicasAfterAppendError if the ISR is below ``min_insync_replicas``,
         even once the HW has passed ``offset`` (a shrink raises the HW: as Kafka's
         acknowledgment, the answer checks the ISR it is given under), NotLeaderError
         once leadership ended."""
-        with self._cond:
+        with self._lock:
             done = self._hw > offset
             if not done:
                 self._check_leading(appended=True)
@@ -413,27 +415,12 @@ class LeaderReplication:
 
     def timeout_error(self, offset: int, timeout_s: float) -> ReplicationTimeoutError:
         """The error of an ``acks=all`` wait for ``offset`` that ran out of time."""
-        with self._cond:
+        with self._lock:
             return ReplicationTimeoutError(
                 f"offset {offset} was not replicated to the in-sync replicas "
                 f"{sorted(self._isr)} within {timeout_s:g}s (high watermark "
                 f"{self._hw}); it may still be committed"
             )
-
-    def wait_for(self, offset: int, timeout_s: float) -> int:
-        """Block until the HW passes ``offset`` (the record at ``offset`` is on every ISR
-        member): the ``acks=all`` acknowledgment. Returns the HW. Raises
-        NotEnoughReplicasError if the ISR shrinks below ``min_insync_replicas`` first,
-        NotLeaderError if leadership ends first, ReplicationTimeoutError after
-        ``timeout_s`` (the records were appended; they may still be committed later)."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while not self.committed(offset):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self.timeout_error(offset, timeout_s)
-                self._cond.wait(min(left, 0.5))
-            return self._hw
 
     def _check_leading(self, *, appended: bool = False) -> None:
         if self._resigned is not None:
@@ -462,14 +449,13 @@ class LeaderReplication:
     def resign(self, why: str) -> None:
         """Leadership of this epoch ended (``why`` says how): every waiter and every later
         call fails with NotLeaderError. Idempotent."""
-        with self._cond:
+        with self._lock:
             if self._resigned is None:
                 self._resigned = why
-            self._cond.notify_all()
 
     @property
     def resigned(self) -> bool:
-        with self._cond:
+        with self._lock:
             return self._resigned is not None
 
 

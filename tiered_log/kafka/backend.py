@@ -33,7 +33,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..broker import Acks
 from ..broker.topics import (
     PartitionBounds,
     PartitionLog,
@@ -380,20 +379,25 @@ class Backend:
         most the request's ``timeout_ms``). Returns the first offset assigned and, for a
         LogAppendTime topic, the log's clock the batches were stamped with. Nothing is
         appended when the batches are refused."""
-        mode: Acks = "all" if acks == -1 else "1"
-        broker = self.state.broker
-        target = await broker.produce_target(topic, partition, mode)
-        config = self.state.topics.get(topic).meta.config
+        topics = self.state.topics
         parsed: list[EncodedBatch] = []
 
-        def parse(body: bytes | bytearray | memoryview, threshold: int) -> EncodedBatch:
-            got = produce_batches(body, threshold)
+        def parse(body: bytes | bytearray | memoryview) -> EncodedBatch:
+            # On the append thread, after the broker found the partition (in a cluster it
+            # learns of a topic created elsewhere first): the topic's threshold is known.
+            got = produce_batches(body, topics.get(topic).meta.config.append_threshold)
             parsed.append(got)
             return got
 
-        done = await broker.append(
-            target, parse, data, config.append_threshold, timeout_ms=timeout_ms
+        done = await self.state.broker.produce(
+            topic,
+            partition,
+            parse,
+            data,
+            acks="all" if acks == -1 else "1",
+            timeout_ms=timeout_ms,
         )
+        config = topics.get(topic).meta.config
         stamped = -1
         if config.message_timestamp_type == "LogAppendTime" and parsed:
             # The log stamps the batches in place (their buffer is the parse step's own

@@ -226,7 +226,9 @@ def encode_fetch_response(version: int, correlation_id: int, body: dict[str, Any
     is cut at each placeholder, whose length field is replaced by the ranges' size and
     which is replaced by the ranges' parts. ``records`` is the last field of a
     partition before its tagged fields, so nothing else moves. The size prefix of the
-    frame counts every piece. The caller owns the ranges (closes them once sent).
+    frame counts every piece. The pieces hold the ranges' files open (a
+    :class:`~tiered_log.local.ranges.FileRange` holds its descriptor): they close as the
+    sender drops the pieces once sent.
 
     A partition may also carry :data:`EXTRA_TAGS` (v12 only): ``[(tag, bytes), ...]``
     beyond the tags kio knows (a replica fetch's, :mod:`tiered_log.cluster.protocol`),
