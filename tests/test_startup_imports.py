@@ -26,18 +26,24 @@ SERVER_SIDE = (
 )
 
 
+def last_line(code: str) -> str:
+    """The last line ``code`` prints in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=True
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
 def loaded_after(code: str) -> list[str]:
     """Which of :data:`SERVER_SIDE` (and httpx, the client) a fresh interpreter holds
     after running ``code``."""
-    probe = (
-        f"{code}\nimport json, sys\n"
-        f"print(json.dumps([m for m in {[*SERVER_SIDE, 'httpx', 'tiered_log.client']!r} "
-        "if m in sys.modules]))"
+    loaded: list[str] = json.loads(
+        last_line(
+            f"{code}\nimport json, sys\n"
+            f"print(json.dumps([m for m in {[*SERVER_SIDE, 'httpx', 'tiered_log.client']!r} "
+            "if m in sys.modules]))"
+        )
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=50, check=True
-    )
-    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
     return loaded
 
 
@@ -80,19 +86,8 @@ def test_the_kafka_listener_does_not_import_hypothesis() -> None:
     the dev extra installs it); the listener hides it while kio loads. A process that
     imported hypothesis first keeps kio's strategies."""
     pytest.importorskip("hypothesis")
-    probe = (
-        "import sys\nimport tiered_log.kafka\nimport kio.schema.produce.v9\n"
-        "print('hypothesis' in sys.modules)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=50, check=True
-    )
-    assert done.stdout.split() == ["False"]
-    probe = (
-        "import hypothesis.strategies as st\nimport tiered_log.kafka\n"
-        "from kio.static.primitive import i32\nprint(st.from_type(i32).example() is not None)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=50, check=True
-    )
-    assert done.stdout.split() == ["True"]
+    code = "import sys\nimport tiered_log.kafka\nimport kio.schema.produce.v9\n"
+    assert last_line(code + "print('hypothesis' in sys.modules)") == "False"
+    code = "import hypothesis.strategies as st\nimport tiered_log.kafka\n"
+    code += "from kio.static.primitive import i32\nprint(st.from_type(i32).example() is not None)"
+    assert last_line(code) == "True"

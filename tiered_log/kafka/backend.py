@@ -415,9 +415,6 @@ class Backend:
 
     # ---- fetch ---------------------------------------------------------------------------
 
-    def wake_key(self, topic: str, partition: int) -> tuple[str, int]:
-        return (topic, partition)
-
     async def fetch_log(self, topic: str, partition: int) -> PartitionLog:
         """The log a consumer reads (leadership checked in a cluster)."""
         return await self.state.broker.fetch_log(topic, partition)

@@ -297,7 +297,7 @@ class Handlers:
             for p in t.partitions
         ]
         while True:
-            events = [state.broker.parking.hw.event(be.wake_key(t, p)) for t, p, _, _ in wanted]
+            events = [state.broker.parking.hw.event((t, p)) for t, p, _, _ in wanted]
             results, total, failed = await self._fetch_round(wanted, max_bytes)
             left = deadline - loop.time()
             if total >= min_bytes or failed or left <= 0 or state.is_stopping or not wanted:
