@@ -109,7 +109,7 @@ def pair(tmp_path: Path) -> Iterator[tuple[TieredLog, TieredLog, InProcessLeader
         min_insync_replicas=2,
         lag_time_max_ms=60_000,
         log_end=lambda: leader.next_offset,
-        high_watermark=0,
+        watermark=leader,
         epoch_start_offset=0,
     )
     transport = InProcessLeader(leader, rep, follower)

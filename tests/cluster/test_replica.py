@@ -26,6 +26,22 @@ class Clock:
         return self.now
 
 
+class Mark:
+    """The leader log's high watermark, as the replication sees it (a log clamps it to
+    its end and never moves it down)."""
+
+    def __init__(self, hw: int, leo: list[int]) -> None:
+        self.value, self.leo = hw, leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self.value
+
+    def set_high_watermark(self, hw: int) -> int:
+        self.value = max(self.value, min(hw, self.leo[0]))
+        return self.value
+
+
 def leader(
     leo: list[int], clock: Clock, *, isr: tuple[int, ...] = (1, 2, 3), min_isr: int = 2, hw: int = 0
 ) -> LeaderReplication:
@@ -37,7 +53,7 @@ def leader(
         min_insync_replicas=min_isr,
         lag_time_max_ms=100,
         log_end=lambda: leo[0],
-        high_watermark=hw,
+        watermark=Mark(hw, leo),
         epoch_start_offset=0,
         clock=clock,
     )
@@ -58,8 +74,27 @@ def test_high_watermark_is_the_lowest_isr_log_end() -> None:
     assert r.record_fetch(2, 11) == 12
 
 
-def test_starting_hw_is_capped_by_the_log_end() -> None:
-    assert leader([4], Clock(), hw=9).high_watermark == 4
+def test_the_hw_is_the_logs_one_value() -> None:
+    """The replication keeps no HW of its own: it reads and moves its log's (which the
+    log clamps to its end, and checkpoints: tests/remote/test_replica_log.py)."""
+    leo = [9]
+    mark = Mark(3, leo)
+    r = LeaderReplication(
+        leader_id=1,
+        leader_epoch=5,
+        replicas=(1, 2),
+        isr=(1, 2),
+        min_insync_replicas=1,
+        lag_time_max_ms=100,
+        log_end=lambda: leo[0],
+        watermark=mark,
+        epoch_start_offset=0,
+    )
+    assert r.high_watermark == 3 and not r.committed(3)
+    mark.value = 7  # moved by the log (e.g. its log start moved past it)
+    assert r.high_watermark == 7 and r.committed(6)
+    assert r.record_fetch(2, 5) == 7  # a lower target leaves it
+    assert r.record_fetch(2, 9) == 9 and mark.value == 9
 
 
 def test_a_lone_leader_commits_on_append() -> None:

@@ -56,6 +56,7 @@ from ..broker.topics import TopicManager
 from ..errors import (
     FencedEpochError,
     InvalidArgumentError,
+    LogClosedError,
     NotLeaderError,
     TieredLogError,
 )
@@ -128,6 +129,32 @@ class _Role:
         if self.fetcher is not None:
             self.fetcher.stop()
             self.fetcher = None
+
+
+class _CommitWatermark:
+    """A led partition's log as its replication's :class:`~.replica.Watermark`: the
+    log's high watermark is the one value; a move of it also tells the broker
+    (``ClusterNode.on_commit``: its parked ``acks=all`` produces re-check). Called on
+    whichever thread moves the HW (a follower's fetch on the broker's read executor, an
+    append on its append executor, an ISR change on the poll thread)."""
+
+    def __init__(self, plog: TieredLog, node: ClusterNode, topic: str, partition: int) -> None:
+        self._plog, self._node, self._topic, self._partition = plog, node, topic, partition
+
+    @property
+    def high_watermark(self) -> int:
+        return self._plog.high_watermark
+
+    def set_high_watermark(self, hw: int) -> int:
+        before = self._plog.high_watermark
+        try:
+            now = self._plog.set_high_watermark(hw)
+        except LogClosedError:  # the topic was deleted meanwhile: nothing to commit
+            return before
+        notify = self._node.on_commit
+        if now > before and notify is not None:
+            notify(self._topic, self._partition)
+        return now
 
 
 class ClusterNode:
@@ -391,7 +418,7 @@ class ClusterNode:
                 min_insync_replicas=topic.min_insync_replicas,
                 lag_time_max_ms=self.config.replica_lag_time_max_ms,
                 log_end=lambda: plog.next_offset,
-                high_watermark=plog.high_watermark,
+                watermark=_CommitWatermark(plog, self, state.topic, state.partition),
                 epoch_start_offset=start,
             )
             role.state = state
@@ -492,16 +519,6 @@ class ClusterNode:
                 continue
             log.info("%s-%d: ISR %s -> %s", topic, p, sorted(isr), list(stored.isr))
             rep.isr_committed(stored.isr)
-            self._sync_hw(topic, p, rep)
-
-    def _sync_hw(self, topic: str, partition: int, rep: LeaderReplication) -> None:
-        """Give the leader's log the replication's high watermark (what consumers read
-        below and the bounds report)."""
-        plog = self._logs.partition_log(topic, partition)
-        if plog is not None:
-            before = plog.high_watermark
-            if plog.set_high_watermark(rep.high_watermark) > before and self.on_commit:
-                self.on_commit(topic, partition)
 
     # ---- what the service asks ------------------------------------------------------------
 
@@ -555,7 +572,6 @@ class ClusterNode:
         rep = role.replication
         if rep is not None:
             rep.record_append()
-            self._sync_hw(topic, partition, rep)
 
     def replica_fetch(self, topic: str, partition: int, req: ReplicaFetch) -> ReplicaAnswer:
         """Answer a follower's fetch at once (in a worker thread): an answer without
@@ -616,7 +632,6 @@ class ClusterNode:
             return answer(reset_to=reset_to)
         rep.record_fetch(req.replica_id, req.offset)
         plog.hold_local_from(rep.retention_floor())
-        self._sync_hw(topic, partition, rep)
         if plog.next_offset <= req.offset:
             return answer()
         # Where the batches lie: the route sends them from the files (sendfile).

@@ -10,7 +10,10 @@ Invariants this keeps (the leader of ``leader_epoch`` is the only writer of its 
 
 - The high watermark (HW) is the lowest LEO over the ISR (the leader's included), never
   moves back, and is what consumers may read below and what ``acks=all`` waits for: a
-  record below the HW is on every ISR member, so any member elected next holds it.
+  record below the HW is on every ISR member, so any member elected next holds it. It
+  is ONE value, the partition log's (:class:`Watermark`: checkpointed, read by
+  consumers): this object computes where the ISR lets it go and moves it there, never
+  holding a copy.
 - The ISR changes only through :meth:`isr_committed`, called once the change is in the
   cluster metadata (etcd, compared against the partition epoch): the leader never
   counts a member the controller does not, so a new leader chosen from the committed
@@ -35,7 +38,10 @@ Nothing here waits: an ``acks=all`` produce parks in the broker
 watermark moves, and asks :meth:`committed`.
 
 Thread-safety: one lock guards the state, held only for the state's own reads and
-writes (never across I/O); every method is safe from any thread, the event loop's too.
+writes, never across I/O: the log's high watermark is moved after it is released (the
+move may write the log's checkpoint file, so a method that moves it blocks for that
+long; the event loop calls only :meth:`committed`, :meth:`check_enough_replicas` and
+the read-only properties, which never move it). Every method is safe from any thread.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import (
     InvalidArgumentError,
@@ -56,6 +63,20 @@ from ..errors import (
 
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+class Watermark(Protocol):
+    """Where a led partition's high watermark lives (its log:
+    :class:`~tiered_log.partition.log.TieredLog` is one)."""
+
+    @property
+    def high_watermark(self) -> int:
+        """One past the last committed record."""
+        ...
+
+    def set_high_watermark(self, hw: int) -> int:
+        """Move it up to ``hw`` (clamped to the log; never down); the value now."""
+        ...
 
 
 @dataclass
@@ -96,8 +117,8 @@ class LeaderReplication:
     """The leader's replication state of one partition in one leader epoch.
 
     ``leader_id`` leads ``replicas`` in ``leader_epoch`` with the committed ``isr``;
-    ``log_end`` reads the leader log's LEO (next offset); ``high_watermark`` is where
-    the HW starts (the leader's checkpointed HW, at most its LEO). ``clock`` returns
+    ``log_end`` reads the leader log's LEO (next offset); ``watermark`` holds the HW
+    (the leader's log, whose checkpointed HW is where it starts). ``clock`` returns
     monotonic milliseconds (tests pass their own).
     """
 
@@ -111,7 +132,7 @@ class LeaderReplication:
         min_insync_replicas: int,
         lag_time_max_ms: int,
         log_end: Callable[[], int],
-        high_watermark: int,
+        watermark: Watermark,
         epoch_start_offset: int,
         clock: Callable[[], int] = _now_ms,
     ) -> None:
@@ -136,15 +157,15 @@ class LeaderReplication:
         self._followers = {
             r: FollowerState(last_caught_up_ms=now) for r in self.replicas if r != leader_id
         }
-        self._hw = min(high_watermark, log_end())
+        self._watermark = watermark
         self._resigned: str | None = None
 
     # ---- reading the state ----------------------------------------------------------------
 
     @property
     def high_watermark(self) -> int:
-        with self._lock:
-            return self._hw
+        """The partition's HW (its log's: see :class:`Watermark`)."""
+        return self._watermark.high_watermark
 
     @property
     def isr(self) -> frozenset[int]:
@@ -171,7 +192,7 @@ class LeaderReplication:
 
     def record_fetch(self, replica_id: int, fetch_offset: int) -> int:
         """A fetch from follower ``replica_id`` asking from ``fetch_offset`` (its LEO):
-        update its state and the HW; returns the HW to send back. Call it before
+        update its state and move the HW; returns the HW to send back. Call it before
         reading the records the fetch returns (Kafka's ``updateFollowerFetchState``)."""
         leader_leo = self._log_end()
         now = self._clock()
@@ -187,7 +208,7 @@ class LeaderReplication:
                 st.last_caught_up_ms = now
             elif fetch_offset >= st.last_fetch_leader_leo >= 0:
                 st.last_caught_up_ms = max(st.last_caught_up_ms, st.last_fetch_ms)
-            if replica_id in self._isr and fetch_offset < self._hw:
+            if replica_id in self._isr and fetch_offset < self.high_watermark:
                 st.lost_committed = True  # see stale_followers
             if st.log_end_offset >= 0 and now > st.last_fetch_ms:
                 rate = max(0, fetch_offset - st.log_end_offset) * 1000 / (now - st.last_fetch_ms)
@@ -198,8 +219,8 @@ class LeaderReplication:
             st.needs_from, st.needs_ms = fetch_offset, now
             st.reset_unfetched = False
             st.fetches += 1
-            self._advance_hw(leader_leo)
-            return self._hw
+            target = self._target(leader_leo)
+        return self._move(target)
 
     def follower_fetches(self) -> dict[int, int]:
         """The fetch count of each follower in the ISR now (see
@@ -226,7 +247,8 @@ class LeaderReplication:
                 if r != self.leader_id
             }
             self._isr = frozenset(r for r in self._isr if r in new) | {self.leader_id}
-            self._advance_hw(leader_leo)
+            target = self._target(leader_leo)
+        self._move(target)
 
     def record_reset(self, replica_id: int, reset_to: int) -> None:
         """The leader told ``replica_id`` to restart its log at ``reset_to`` (the remote
@@ -312,17 +334,24 @@ class LeaderReplication:
         the HW."""
         leader_leo = self._log_end()
         with self._lock:
-            self._advance_hw(leader_leo)
-            return self._hw
+            target = self._target(leader_leo)
+        return self._move(target)
 
-    def _advance_hw(self, leader_leo: int) -> None:
-        """Raise the HW to the lowest LEO of the ISR (lock held); wakes waiters."""
+    def _move(self, target: int) -> int:
+        """Move the log's HW up to ``target`` (this object's lock released: the move may
+        write the log's checkpoint); the HW now."""
+        hw = self._watermark.high_watermark
+        return self._watermark.set_high_watermark(target) if target > hw else hw
+
+    def _target(self, leader_leo: int) -> int:
+        """Where the ISR lets the HW go: the lowest LEO over the maximal ISR (lock
+        held). The caller moves the log's HW there once the lock is released (a lower
+        target than the HW changes nothing)."""
         low = leader_leo
         for r in self._isr | self._adding:
             if r != self.leader_id:
                 low = min(low, self._followers[r].log_end_offset)
-        if low > self._hw:
-            self._hw = low
+        return low
 
     # ---- the ISR -------------------------------------------------------------------------------
 
@@ -347,7 +376,7 @@ class LeaderReplication:
         """Followers outside the ISR whose LEO reached the HW and the start of this
         epoch: the ISR expansion to propose (Kafka's ``isFollowerInSync``)."""
         with self._lock:
-            floor = max(self._hw, self.epoch_start_offset)
+            floor = max(self.high_watermark, self.epoch_start_offset)
             return {
                 r
                 for r, st in self._followers.items()
@@ -387,7 +416,8 @@ class LeaderReplication:
                     )
             self._isr = new
             self._adding = frozenset()
-            self._advance_hw(leader_leo)
+            target = self._target(leader_leo)
+        self._move(target)
 
     # ---- acks=all ------------------------------------------------------------------------------
 
@@ -407,7 +437,7 @@ class LeaderReplication:
         acknowledgment, the answer checks the ISR it is given under), NotLeaderError
         once leadership ended."""
         with self._lock:
-            done = self._hw > offset
+            done = self.high_watermark > offset
             if not done:
                 self._check_leading(appended=True)
             self._check_isr_size(appended=True)
@@ -419,7 +449,7 @@ class LeaderReplication:
             return ReplicationTimeoutError(
                 f"offset {offset} was not replicated to the in-sync replicas "
                 f"{sorted(self._isr)} within {timeout_s:g}s (high watermark "
-                f"{self._hw}); it may still be committed"
+                f"{self.high_watermark}); it may still be committed"
             )
 
     def _check_leading(self, *, appended: bool = False) -> None:
@@ -459,4 +489,4 @@ class LeaderReplication:
             return self._resigned is not None
 
 
-__all__ = ["FollowerState", "LeaderReplication"]
+__all__ = ["FollowerState", "LeaderReplication", "Watermark"]
