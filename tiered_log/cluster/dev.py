@@ -77,17 +77,32 @@ class DevNode:
         kafka_port: int | None = None,
     ) -> None:
         self.node_id = node_id
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.kafka_port = free_port() if kafka_port is None else kafka_port
-        """Its Kafka listener's port (kept across restarts)."""
-        self.kafka_address = f"127.0.0.1:{self.kafka_port}"
+        self._use_ports(port, free_port() if kafka_port is None else kafka_port)
         self.data_dir = work_dir / f"node-{node_id}"
         self.log_path = work_dir / f"node-{node_id}.log"
         self._etcd_url = etcd_url
         self._env = dict(env)
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+
+    def _use_ports(self, port: int, kafka_port: int) -> None:
+        self.port = port
+        """Its HTTP port (kept across restarts)."""
+        self.url = f"http://127.0.0.1:{port}"
+        self.kafka_port = kafka_port
+        """Its Kafka listener's port (kept across restarts; 0: no listener)."""
+        self.kafka_address = f"127.0.0.1:{kafka_port}"
+
+    def lost_its_port(self) -> bool:
+        """Whether the process exited because a port picked for it was taken when it
+        bound it (another socket on the machine got it from the OS meanwhile)."""
+        return not self.alive and "Address already in use" in self.log_tail()
+
+    def new_ports(self) -> None:
+        """Pick new free ports (for a first start whose port was taken: see
+        :meth:`lost_its_port`); a node without a Kafka listener keeps none."""
+        self._reap(10)
+        self._use_ports(free_port(), free_port() if self.kafka_port else 0)
 
     def env(self) -> dict[str, str]:
         """The node's own ``TIERED_LOG_*`` settings (over the cluster's and the
@@ -249,13 +264,29 @@ class DevCluster:
                 node.launch()
             for node in self.nodes.values():
                 self.failed_node = node
-                node.wait_ready()
+                self._wait_ready(node)
             self.failed_node = None
             self.write_state()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _wait_ready(self, node: DevNode, attempts: int = 3) -> None:
+        """Wait for a node just launched. Its ports were free when picked, but the OS may
+        hand one to any other socket before the node binds it (another process's
+        outgoing connection): a node that exits for that starts again on new ports, up
+        to ``attempts`` times in all."""
+        for attempt in range(1, attempts + 1):
+            try:
+                node.wait_ready()
+                return
+            except RuntimeError:
+                if attempt == attempts or not node.lost_its_port():
+                    raise
+            node.new_ports()
+            self._progress(f"node {node.node_id}'s port was taken: starting it on {node.url}")
+            node.launch()
 
     @property
     def remote_url(self) -> str:
