@@ -20,6 +20,7 @@ from cluster.conftest import dev_cluster
 from kio.schema.errors import ErrorCode
 
 from tiered_log.cluster.dev import DevCluster, DevNode
+from tiered_log.config import Settings
 from tiered_log.kafka.messages import METADATA, PRODUCE
 from tiered_log.kafka.producer_ids import BLOCK
 
@@ -142,10 +143,11 @@ def test_a_follower_that_got_nothing_leads_a_new_topic_from_offset_zero(
     wait_until(ready, 30, "every node to hold the topic and its leader to serve")
     for n in followers:
         n.pause()
-    # A follower's fetch sent before its pause may still wait at the leader (up to the
-    # fetchers' 300 ms): the batch would wake it and go into its socket, to be applied
-    # on resume. Let every such fetch be answered (empty) first.
-    time.sleep(1.0)
+    # A follower's fetch sent before its pause may still wait at the leader (up to
+    # replica_fetch_wait_max_ms; no event says when the last one was answered): the batch
+    # would wake it and go into its socket, to be applied on resume. Let every such fetch
+    # run out (answered empty) first.
+    time.sleep(3 * Settings.model_fields["replica_fetch_wait_max_ms"].default / 1000)
     try:
         with KafkaWire(leader.kafka_address) as w:
             resp = w.call(PRODUCE, 9, produce_body(topic, batch(b"a", b"b", b"c"), acks=1))

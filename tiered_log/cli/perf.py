@@ -281,6 +281,8 @@ def _size_args(p: argparse.ArgumentParser) -> None:
 
 
 def _latency_args(p: argparse.ArgumentParser) -> None:
+    from ..perf.remote import BUCKET_CPU
+
     _endpoint_arg(p)
     p.add_argument(
         "--appends",
@@ -320,7 +322,7 @@ def _latency_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--bucket-cpu",
-        choices=("idle", "normal"),
+        choices=BUCKET_CPU,
         default="idle",
         help="CPU priority of the moto server standing in for the bucket when there is "
         "no --endpoint: idle (SCHED_IDLE: a real bucket's CPUs are other machines') or "

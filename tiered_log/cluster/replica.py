@@ -148,7 +148,7 @@ class LeaderReplication:
         self.epoch_start_offset = epoch_start_offset
         self._log_end = log_end
         self._clock = clock
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._isr = frozenset(isr) | {leader_id}
         self._adding: frozenset[int] = frozenset()
         now = clock()

@@ -557,12 +557,11 @@ def check_batches(buf: bytes | bytearray | memoryview, first_offset: int) -> tup
                 f"batch {n} (byte {pos}) runs past the end of the page ({end} bytes)"
             ) from None
         base, count = b.base, b.n
-        if (base != nxt) if n else not base <= first_offset < base + count:
+        if not n and not base <= first_offset < base + count:
             raise CorruptRecordError(
-                f"batch {n} holds offsets [{base}, {base + count}), "
-                f"expected one {'at' if n else 'holding'} {nxt}"
+                f"batch 0 holds offsets [{base}, {base + count}), expected one holding {nxt}"
             )
-        nxt = base + count
+        nxt = _follows(base, count, nxt if n else None, pos)
         pos = b.end
         n += 1
     return n, nxt

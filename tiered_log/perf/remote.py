@@ -133,10 +133,13 @@ def _lower_priority(pid: int) -> None:
     """Give process ``pid`` the lowest CPU priority there is: ``SCHED_IDLE`` on Linux
     (each of its threads; the ones it starts later inherit it), else ``nice`` 19."""
     if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        tids = os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []
-        for tid in tids or [str(pid)]:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            tids = [pid]
+        for tid in tids:
             with contextlib.suppress(OSError):  # a thread (or the process) that ended
-                os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
     else:
         os.setpriority(os.PRIO_PROCESS, pid, 19)
 
@@ -471,8 +474,15 @@ class _Phase:
     cpu: list[float]
     runqueue: list[float]
 
-
-_PHASE_FIELDS = ("lat", "cpu", "runqueue")
+    @staticmethod
+    def joined(phases: list[_Phase]) -> _Phase:
+        """The appends of ``phases`` as one phase (the rounds' pooled figures)."""
+        out = _Phase([], [], [])
+        for p in phases:
+            out.lat += p.lat
+            out.cpu += p.cpu
+            out.runqueue += p.runqueue
+        return out
 
 
 def _latencies(tlog: TieredLog, n: int, value: bytes) -> _Phase:
@@ -739,10 +749,7 @@ def _latency_report(
                 "p99_ratio_catchup_vs_off": round(catch, 3),
             }
         )
-    pooled = {
-        k: _Phase(*([x for r in per_round for x in getattr(r[k], f)] for f in _PHASE_FIELDS))
-        for k in (OFF, SHIPPING, CATCHUP)
-    }
+    pooled = {k: _Phase.joined([r[k] for r in per_round]) for k in (OFF, SHIPPING, CATCHUP)}
     pooled_ship, pooled_catch = _p99_ratios({k: v.lat for k, v in pooled.items()})
     m_ship = round(statistics.median(ships), 3)
     m_catch = round(statistics.median(catches), 3)
