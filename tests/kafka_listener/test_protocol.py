@@ -333,6 +333,37 @@ def test_fetch_long_poll_answers_when_records_arrive(server: ServerProcess) -> N
     assert [r.value for _, rs in decode_batches(part.records) for r in rs] == [b"late"]
 
 
+def test_fetch_of_two_partitions_waits_for_min_bytes_over_both(server: ServerProcess) -> None:
+    """A fetch of two partitions whose ``min_bytes`` one batch does not reach is not
+    answered when the first batch lands on one partition: it waits on, and is answered
+    with both once a second batch lands on the other."""
+    topic = "min-bytes-two"
+    create_topic(server, topic, partitions=2)
+    first, second = batch(b"a" * 300), batch(b"b" * 300)
+    body = fetch_body(topic, 0, max_wait_ms=20_000, min_bytes=len(first) + 1)
+    body["topics"][0]["partitions"].append(dict(body["topics"][0]["partitions"][0], partition=1))
+    sent: list[int] = []
+
+    def produce_later() -> None:
+        with KafkaWire(server.kafka_bootstrap) as p:
+            for partition, records in ((0, first), (1, second)):
+                time.sleep(0.5)
+                p.call(PRODUCE, 9, produce_body(topic, records, partition=partition))
+                sent.append(partition)
+
+    t = threading.Thread(target=produce_later)
+    with KafkaWire(server.kafka_bootstrap) as w:
+        t.start()
+        parts = w.call(FETCH, 12, body).responses[0].partitions
+    t.join(10)
+    assert sent == [0, 1]
+    got = {
+        int(p.partition_index): [r.value for _, rs in decode_batches(p.records) for r in rs]
+        for p in parts
+    }
+    assert got == {0: [b"a" * 300], 1: [b"b" * 300]}
+
+
 def test_list_offsets(server: ServerProcess) -> None:
     topic = "list-offsets"
     create_topic(server, topic)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -302,18 +302,35 @@ class Broker:
         empty: Callable[[T], bool],
         wait_ms: int,
     ) -> T:
-        """A consumer's fetch: ``read(log, upto)`` (blocking; ``upto`` the read cap) off
-        the loop; when ``empty`` and ``wait_ms`` > 0, parked until the partition's high
-        watermark (a single node: its end) moves, the shutdown or the time, then read
-        once more."""
+        """A consumer's fetch of one partition: ``read(log, upto)`` (blocking; ``upto``
+        the read cap) off the loop; while ``empty``, parked until the partition's high
+        watermark (a single node: its end) moves, the shutdown or ``wait_ms`` passed, and
+        read again."""
         plog = await self.fetch_log(topic, partition)
         return await poll(
             self.parking.hw,
             self.stopping,
-            (topic, partition),
+            [(topic, partition)],
             wait_ms,
             lambda: self.read(topic, read, plog, self.read_cap(plog)),
-            empty,
+            lambda result: not empty(result),
+        )
+
+    async def fetch_many(
+        self,
+        partitions: list[tuple[str, int]],
+        read: Callable[[], Awaitable[T]],
+        enough: Callable[[T], bool],
+        release: Callable[[T], None],
+        wait_ms: int,
+    ) -> T:
+        """A consumer's fetch of several partitions at once (Kafka's Fetch with its
+        ``min_bytes``): ``read()`` (a coroutine that reads each partition through
+        :meth:`fetch_log` and :meth:`read`); until its result is ``enough``, parked until
+        the high watermark of any of ``partitions`` moves, the shutdown or ``wait_ms``
+        passed, and read again (the result not sent given to ``release``)."""
+        return await poll(
+            self.parking.hw, self.stopping, partitions, wait_ms, read, enough, release
         )
 
     # ---- a follower's fetch ------------------------------------------------------------------

@@ -110,19 +110,28 @@ async def wait_event(
 async def poll(
     channel: Channel,
     stopping: asyncio.Event | None,
-    key: Key,
+    keys: list[Key],
     wait_ms: int,
     read: Callable[[], Awaitable[T]],
-    empty: Callable[[T], bool],
+    enough: Callable[[T], bool],
+    release: Callable[[T], None] | None = None,
 ) -> T:
-    """``read()``; when it comes back empty and ``wait_ms`` > 0, park on the partition's
-    ``channel`` (or until ``stopping``, or the time) and read once more."""
-    ev = channel.event(key)  # taken before reading: no append can slip between
-    result = await read()
-    if wait_ms and empty(result) and not (stopping is not None and stopping.is_set()):
-        await wait_event(ev, stopping, wait_ms / 1000)
+    """A long poll (Kafka's delayed fetch): ``read()``; while the result is not
+    ``enough`` and ``wait_ms`` has not passed, park on the ``channel`` of the partitions
+    ``keys`` (woken by an event of any of them, or ``stopping``) and read again. A result
+    read again is given to ``release`` first (for the files it holds open); the last one
+    is returned, enough or not."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_ms / 1000
+    while True:
+        events = [channel.event(k) for k in keys]  # taken before reading: nothing slips between
         result = await read()
-    return result
+        left = deadline - loop.time()
+        if enough(result) or left <= 0 or (stopping is not None and stopping.is_set()):
+            return result
+        if release is not None:
+            release(result)
+        await wait_event(events, stopping, left)
 
 
 async def await_commit(

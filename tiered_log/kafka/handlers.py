@@ -53,7 +53,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..broker.parking import wait_event
 from ..cluster.protocol import ReplicaFetch
 from ..errors import InvalidTopicNameError, TieredLogError, TopicNotFoundError
 from .acls import ACL_APIS, AclHandlers
@@ -288,25 +287,24 @@ class Handlers:
         cap = state.settings.max_fetch_bytes
         max_bytes = min(int(getattr(body, "max_bytes", cap)), cap)
         min_bytes = int(body.min_bytes)
-        loop = asyncio.get_running_loop()
         wait_ms = min(max(0, millis(body.max_wait)), MAX_WAIT_MS)
-        deadline = loop.time() + wait_ms / 1000
         wanted = [
             (t.topic, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
             for t in body.topics
             for p in t.partitions
         ]
-        while True:
-            events = [state.broker.parking.hw.event((t, p)) for t, p, _, _ in wanted]
-            results, total, failed = await self._fetch_round(wanted, max_bytes)
-            left = deadline - loop.time()
-            if total >= min_bytes or failed or left <= 0 or state.is_stopping or not wanted:
-                break
-            for r in results:  # not sent: read again after the wait
-                page = r.get("_page")
-                if page is not None:
-                    page.close()
-            await wait_event(events, state.stopping, left)
+
+        def enough(round_: tuple[list[dict[str, Any]], int, bool]) -> bool:
+            _, total, failed = round_
+            return total >= min_bytes or failed or not wanted
+
+        results, _, _ = await state.broker.fetch_many(
+            [(t, p) for t, p, _, _ in wanted],
+            lambda: self._fetch_round(wanted, max_bytes),
+            enough,
+            _close_pages,
+            wait_ms,
+        )
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition, _, _), r in zip(wanted, results, strict=True):
             page = r.pop("_page", None)
@@ -448,6 +446,14 @@ class Handlers:
                 parts.append(r)
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
+
+
+def _close_pages(round_: tuple[list[dict[str, Any]], int, bool]) -> None:
+    """Close the pages of a fetch's read that is not sent (it is read again)."""
+    for r in round_[0]:
+        page = r.get("_page")
+        if page is not None:
+            page.close()
 
 
 def no_records() -> dict[str, Any]:
