@@ -436,7 +436,11 @@ class Backend:
                 b = partition_bounds(plog)
                 return Page(bytes(data.data), b.high_watermark, b.log_start_offset, data.count)
             got = plog.read_batch_ranges(offset, MAX_FETCH_RECORDS, max_bytes, upto=upto)
-            b = partition_bounds(plog)
+            try:
+                b = partition_bounds(plog)
+            except BaseException:
+                got.close()  # it holds the files open
+                raise
             hw = b.high_watermark
             if not got.size:
                 got.close()

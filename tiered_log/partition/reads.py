@@ -122,8 +122,10 @@ class TierReads:
         return upto <= offset and self.log_start() <= offset <= self._local.next_offset
 
     def _check_read(self, offset: int, max_records: int, max_bytes: int) -> None:
-        """The argument checks every read makes, then that the log is open and
-        ``offset`` is not below where deleting records moved the log start."""
+        """The argument checks every read makes, then that the log is open, that
+        ``offset`` is not below where deleting records moved the log start, and (an
+        archived offset) that this replica's view of the bucket is ready
+        (:meth:`check_remote_view`)."""
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
         if max_records < 1 or max_bytes < 1:
@@ -137,12 +139,12 @@ class TierReads:
                 log_start=start,
                 next_offset=nxt,
             )
+        self.check_remote_view(offset)
 
     def _archive_of(self, offset: int) -> RemoteTier:
-        """The remote tier, for an ``offset`` below the local start: OffsetOutOfRangeError
-        below the log start, DataLossError if no remote tier holds it,
-        PartitionNotReadyError before a new leader knows the bucket."""
-        self.check_remote_view(offset)
+        """The remote tier, for an ``offset`` below the local start (checked by
+        :meth:`_check_read`): OffsetOutOfRangeError below the log start, DataLossError if
+        no remote tier holds it."""
         start, nxt = self.log_start(), self._local.next_offset
         if offset < start:
             raise OffsetOutOfRangeError(
@@ -215,7 +217,6 @@ class TierReads:
         """The batch read of :meth:`read_batches`, its result in the form of the page
         ``page(offset)`` makes."""
         self._check_read(offset, max_records, max_bytes)
-        self.check_remote_view(offset)
         for _ in range(3):  # the bounds may move under the read: look again
             start, nxt = self.log_start(), self._local.next_offset
             if offset < start or offset > nxt:
