@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,34 @@ def test_the_bucket_records_every_offset_before_it_is_handed_out(tmp_path: Path)
         assert rebuilt.read(reserved).value == b"new"
     finally:
         rebuilt.close()
+
+
+def test_the_shipper_renews_the_reservation_before_appends_reach_its_end(
+    tmp_path: Path,
+) -> None:
+    """Once appends used half of the reservation, the shipper (woken, not at its next
+    timed round, an hour away) records a new end, so the appends that follow find their
+    offsets reserved instead of writing the bucket themselves."""
+    bucket = tmp_path / "bucket"
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id="orders-0",
+        storage=LocalDirStorage(bucket),
+        config=CFG,
+        tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE, ship_interval_ms=3_600_000),
+    )
+    try:
+        tlog.append(b"first")
+        first_end = _bucket_end(bucket)
+        assert first_end == 1 + RESERVE
+        while tlog.next_offset <= first_end - RESERVE // 2:  # past the half
+            tlog.append(b"v")
+        deadline = time.monotonic() + 20
+        while _bucket_end(bucket) == first_end and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _bucket_end(bucket) >= tlog.next_offset + RESERVE
+    finally:
+        tlog.close()
 
 
 def test_a_log_rebuilt_after_its_disk_is_lost_never_reuses_offsets(tmp_path: Path) -> None:

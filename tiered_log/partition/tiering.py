@@ -100,6 +100,7 @@ class Tiering:
         self._hold: int | None = None
         self._reserve_lock = threading.Lock()
         self._reserve_failing = False
+        self._renewal_asked = False
         self.view_pending = False
         """This replica leads but has not rebuilt its view of the bucket yet."""
         self._leading: tuple[int, Callable[[], bool] | None] | None = None
@@ -206,7 +207,15 @@ class Tiering:
         cannot record it (not acknowledged: retry) and NotLeaderError when the fence says
         this node was deposed. Leaders and single nodes only. Any thread."""
         r = self._remote
-        if r is None or self._replication.following or end <= r.meta.end_offset:
+        if r is None or self._replication.following:
+            return
+        recorded = r.meta.end_offset
+        if end <= recorded:
+            if end > recorded - self.config.offset_reserve // 2 and not self._renewal_asked:
+                # Half used: renew in the next round of the shipper, off this thread,
+                # before appends reach the end and would write the bucket themselves.
+                self._renewal_asked = True
+                self.wake()
             return
         with self._reserve_lock:
             if end <= r.meta.end_offset:
@@ -218,22 +227,32 @@ class Tiering:
             if not record(ahead):
                 raise NotLeaderError(f"{self.log_id}: this node no longer leads the partition")
 
+    def renew_reservation(self) -> None:
+        """Renew the reservation once appends used half of it (a no-op before), so that
+        appends find their offsets reserved: the upkeep's and each tiering round's first
+        step (the round is woken when an append passes the half). A bucket that fails is
+        logged once per outage; the append that reaches the end then reserves, or fails.
+        Leaders and single nodes only. Any thread."""
+        nxt = self._local.next_offset
+        if self._remote is None or self.view_pending or not nxt:
+            # Not for a log that never handed an offset out: a cluster's replica that
+            # leads with an empty log continues above the reservation.
+            return
+        self._renewal_asked = False
+        try:
+            self.reserve(nxt + self.config.offset_reserve // 2)
+        except (RemoteStorageError, NotLeaderError) as exc:
+            if not self._reserve_failing:  # once per outage, not every upkeep round
+                log.warning("%s: offsets not reserved in the bucket: %s", self.log_id, exc)
+            self._reserve_failing = True
+        else:
+            self._reserve_failing = False
+
     def maintain(self, *, rolled: bool, tier: bool) -> None:
         """A leader's (or single node's) upkeep: renew the reservation before appends run
         out of it; with ``tier``, run a round here when no shipper runs, else wake it if
         the upkeep ``rolled`` a segment. Any thread."""
-        nxt = self._local.next_offset
-        if self._remote is not None and not self.view_pending and nxt:
-            # Not for a log that never handed an offset out: a cluster's replica that
-            # leads with an empty log continues above the reservation.
-            try:
-                self.reserve(nxt + self.config.offset_reserve // 2)
-            except (RemoteStorageError, NotLeaderError) as exc:
-                if not self._reserve_failing:  # once per outage, not every upkeep round
-                    log.warning("%s: offsets not reserved in the bucket: %s", self.log_id, exc)
-                self._reserve_failing = True
-            else:
-                self._reserve_failing = False
+        self.renew_reservation()
         if not tier:
             return
         if self._shipper is None:
@@ -281,6 +300,7 @@ class Tiering:
                 return 0
             copied = 0
             r = self._remote
+            self.renew_reservation()
             if r is not None and self.view_pending:
                 n = self.resync_view()  # a cluster's new leader: others shipped meanwhile
                 log.info(
@@ -299,6 +319,8 @@ class Tiering:
                 # partition snapshot current as it goes.
                 todo, step = self.eligible_segments(), self.config.snapshot_interval_segments
                 for i in range(0, len(todo), step):
+                    if i:
+                        self.renew_reservation()  # a long round: appends went on meanwhile
                     copied += r.copy_segments(todo[i : i + step], stop)
                     if r.snapshot_due():
                         r.write_snapshot()
