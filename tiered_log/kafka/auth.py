@@ -234,9 +234,12 @@ class SaslSession:
             return self._handshake(req)
         if req.api_key == SASL_AUTHENTICATE:
             return self._sasl_authenticate(req)
-        if self.principal is None:  # ApiVersions (admit() let nothing else through)
+        principal = self.principal
+        if principal is None or principal.grants is None:
+            # ApiVersions before authentication (admit() let nothing else through), or a
+            # principal with every grant (a service without tokens): nothing to refuse.
             return await self.guard.handlers.handle(req)
-        return await self.guard.handle(self.principal, req)
+        return await self.guard.handle(principal, req)
 
     def _handshake(self, req: Request) -> dict[str, Any]:
         out: dict[str, Any] = {"error_code": ErrorCode.none, "mechanisms": MECHANISMS}
@@ -457,10 +460,9 @@ class KafkaGuard:
         return None
 
     async def handle(self, principal: Principal, req: Request) -> dict[str, Any] | None:
-        """The answer to ``req`` for ``principal`` (None: none due)."""
+        """The answer to ``req`` for ``principal``, a token's with its grants (None:
+        none due)."""
         key = req.api_key
-        if principal.grants is None:
-            return await self.handlers.handle(req)
         if key in _ANY_TOKEN:
             served = await self.handlers.handle(req)
             if served is not None and key in _CARRY_OPERATIONS:
