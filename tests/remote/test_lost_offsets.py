@@ -78,7 +78,7 @@ def test_the_shipper_renews_the_reservation_before_appends_reach_its_end(
 ) -> None:
     """Once appends used half of the reservation, the shipper (woken, not at its next
     timed round, an hour away) records a new end, so the appends that follow find their
-    offsets reserved instead of writing the bucket themselves."""
+    offsets reserved instead of writing the bucket themselves; then it rests."""
     bucket = tmp_path / "bucket"
     tlog = TieredLog(
         tmp_path / "log",
@@ -97,6 +97,39 @@ def test_the_shipper_renews_the_reservation_before_appends_reach_its_end(
         while _bucket_end(bucket) == first_end and time.monotonic() < deadline:
             time.sleep(0.02)
         assert _bucket_end(bucket) >= tlog.next_offset + RESERVE
+    finally:
+        tlog.close()
+
+
+def test_a_renewed_reservation_leaves_the_shipper_at_rest(tmp_path: Path) -> None:
+    """Between renewals the shipper's rounds do not wake it again: with appends past the
+    half of the last renewal's margin (a renewal would move nothing yet), an idle log's
+    shipper runs a round now and then, not one after the other."""
+    bucket = tmp_path / "bucket"
+    tlog = TieredLog(
+        tmp_path / "log",
+        log_id="orders-0",
+        storage=LocalDirStorage(bucket),
+        config=CFG,
+        tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE, ship_interval_ms=50),
+    )
+    try:
+        tlog.append(b"first")
+        while tlog.next_offset < 1 + RESERVE // 2 + 5:  # past the half: renewed
+            tlog.append(b"v")
+        deadline = time.monotonic() + 20
+        while _bucket_end(bucket) == 1 + RESERVE and time.monotonic() < deadline:
+            time.sleep(0.02)
+        renewed_at = _bucket_end(bucket) - RESERVE - RESERVE // 2
+        while tlog.next_offset <= renewed_at + RESERVE // 2 + 5:
+            tlog.append(b"w")
+        assert tlog.next_offset < _bucket_end(bucket) - RESERVE // 2  # no wake due yet
+        shipper = tlog.shipper
+        assert shipper is not None
+        time.sleep(0.3)  # the rounds the appends asked for
+        before = shipper.rounds
+        time.sleep(1.0)
+        assert shipper.rounds - before <= 2
     finally:
         tlog.close()
 

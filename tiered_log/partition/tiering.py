@@ -201,22 +201,24 @@ class Tiering:
         before an append past the recorded end is acknowledged: a log rebuilt from the
         bucket after its disk was lost continues above it and never hands an
         acknowledged offset out again. Reserved ``offset_reserve`` offsets ahead, so one
-        small write covers many appends; :meth:`maintain` renews the reservation before
-        it runs out. Called before an append (with the offsets it will take) and after it
-        (appends racing for the same offsets); raises RemoteStorageError when the bucket
-        cannot record it (not acknowledged: retry) and NotLeaderError when the fence says
-        this node was deposed. Leaders and single nodes only. Any thread."""
+        small write covers many appends; once appends used half of it the shipper is
+        woken to renew it (:meth:`renew_reservation`) off the append thread. Called
+        before an append (with the offsets it will take) and after it (appends racing
+        for the same offsets); raises RemoteStorageError when the bucket cannot record it
+        (not acknowledged: retry) and NotLeaderError when the fence says this node was
+        deposed. Leaders and single nodes only. Any thread."""
         r = self._remote
         if r is None or self._replication.following:
             return
         recorded = r.meta.end_offset
-        if end <= recorded:
-            if end > recorded - self.config.offset_reserve // 2 and not self._renewal_asked:
-                # Half used: renew in the next round of the shipper, off this thread,
-                # before appends reach the end and would write the bucket themselves.
-                self._renewal_asked = True
-                self.wake()
-            return
+        if end > recorded:
+            self._record_end(r, end)
+        elif end > recorded - self.config.offset_reserve // 2 and not self._renewal_asked:
+            self._renewal_asked = True
+            self.wake()
+
+    def _record_end(self, r: RemoteTier, end: int) -> None:
+        """Record ``end`` + ``offset_reserve`` in the bucket unless ``end`` is recorded."""
         with self._reserve_lock:
             if end <= r.meta.end_offset:
                 return
@@ -233,14 +235,15 @@ class Tiering:
         step (the round is woken when an append passes the half). A bucket that fails is
         logged once per outage; the append that reaches the end then reserves, or fails.
         Leaders and single nodes only. Any thread."""
+        r = self._remote
         nxt = self._local.next_offset
-        if self._remote is None or self.view_pending or not nxt:
+        if r is None or self._replication.following or self.view_pending or not nxt:
             # Not for a log that never handed an offset out: a cluster's replica that
             # leads with an empty log continues above the reservation.
             return
         self._renewal_asked = False
         try:
-            self.reserve(nxt + self.config.offset_reserve // 2)
+            self._record_end(r, nxt + self.config.offset_reserve // 2)
         except (RemoteStorageError, NotLeaderError) as exc:
             if not self._reserve_failing:  # once per outage, not every upkeep round
                 log.warning("%s: offsets not reserved in the bucket: %s", self.log_id, exc)
