@@ -1,8 +1,10 @@
-"""Every call the Kafka listener makes into the partitions, in one place.
+"""The Kafka listener's calls into the partitions that need putting in its terms.
 
 :class:`Backend` answers in the listener's terms (topic and partition metadata, an
-append of a Produce request's partition, a page of Kafka batches, an offset lookup) and
-reaches the logs only through what the HTTP API uses: the topic manager of
+append of a Produce request's partition, a page of Kafka batches, an offset lookup);
+the handlers await the broker directly where its calls need no translation (the log a
+consumer reads, a fetch's long poll, a follower's fetch). It reaches the logs only
+through what the HTTP API uses: the topic manager of
 :mod:`tiered_log.broker.topics`, the broker (:class:`tiered_log.broker.Broker`:
 leadership, ``acks``, ``min_insync_replicas``, the high-watermark wait, metrics,
 wake-ups, its executors) and the cluster node's view.
@@ -414,10 +416,6 @@ class Backend:
             return -1
 
     # ---- fetch ---------------------------------------------------------------------------
-
-    async def fetch_log(self, topic: str, partition: int) -> PartitionLog:
-        """The log a consumer reads (leadership checked in a cluster)."""
-        return await self.state.broker.fetch_log(topic, partition)
 
     async def read(
         self, topic: str, plog: PartitionLog, offset: int, max_bytes: int, *, ranges: bool = True

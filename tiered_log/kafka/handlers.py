@@ -402,7 +402,7 @@ class Handlers:
         for topic, partition, offset, part_max in wanted:
             r = no_records()
             try:
-                plog = await be.fetch_log(topic, partition)
+                plog = await be.state.broker.fetch_log(topic, partition)
                 if left <= 0 and total > 0:  # the answer is full: bounds only
                     _fill(r, be.bounds(plog))
                 else:

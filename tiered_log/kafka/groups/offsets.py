@@ -204,7 +204,7 @@ class OffsetStore:
                 return n
             await self.backend.create_topic(OFFSETS_TOPIC, OFFSETS_PARTITIONS)
             with contextlib.suppress(TieredLogError):  # a cluster node applies it meanwhile
-                await self.backend.fetch_log(OFFSETS_TOPIC, 0)
+                await self.backend.state.broker.fetch_log(OFFSETS_TOPIC, 0)
             n = self.partitions()
             if n is None:
                 raise PartitionNotReadyError(f"{OFFSETS_TOPIC} is being created")
@@ -257,7 +257,7 @@ class OffsetStore:
     async def _replay(self, partition: int, epoch: int) -> PartitionOffsets:
         """Every record of internal ``partition`` from its start to its log end."""
         be = self.backend
-        plog = await be.fetch_log(OFFSETS_TOPIC, partition)
+        plog = await be.state.broker.fetch_log(OFFSETS_TOPIC, partition)
         b = plog.bounds()
         end = b.next_offset
         if self.state.cluster is not None and b.high_watermark < end:
