@@ -5,6 +5,7 @@ stats), not giving them to new records."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -22,14 +23,18 @@ CFG = LogConfig(segment_bytes=1 << 20)
 RESERVE = 100
 
 
-def open_log(d: Path, bucket: Path) -> TieredLog:
+def open_log(d: Path, bucket: Path, ship_interval_ms: int | None = None) -> TieredLog:
+    """The log, its shipper running every ``ship_interval_ms`` (unless woken) if given."""
+    tier = TierConfig(chunk_bytes=1024, offset_reserve=RESERVE)
+    if ship_interval_ms is not None:
+        tier = dataclasses.replace(tier, ship_interval_ms=ship_interval_ms)
     return TieredLog(
         d,
         log_id="orders-0",
         storage=LocalDirStorage(bucket),
         config=CFG,
-        tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE),
-        start_shipper=False,
+        tier=tier,
+        start_shipper=ship_interval_ms is not None,
     )
 
 
@@ -73,30 +78,29 @@ def test_the_bucket_records_every_offset_before_it_is_handed_out(tmp_path: Path)
         rebuilt.close()
 
 
+def _renewed_end(bucket: Path, old_end: int) -> int:
+    """The end the bucket records once it moved from ``old_end`` (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while _bucket_end(bucket) == old_end and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _bucket_end(bucket)
+
+
 def test_the_shipper_renews_the_reservation_before_appends_reach_its_end(
     tmp_path: Path,
 ) -> None:
     """Once appends used half of the reservation, the shipper (woken, not at its next
     timed round, an hour away) records a new end, so the appends that follow find their
-    offsets reserved instead of writing the bucket themselves; then it rests."""
+    offsets reserved instead of writing the bucket themselves."""
     bucket = tmp_path / "bucket"
-    tlog = TieredLog(
-        tmp_path / "log",
-        log_id="orders-0",
-        storage=LocalDirStorage(bucket),
-        config=CFG,
-        tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE, ship_interval_ms=3_600_000),
-    )
+    tlog = open_log(tmp_path / "log", bucket, ship_interval_ms=3_600_000)
     try:
         tlog.append(b"first")
         first_end = _bucket_end(bucket)
         assert first_end == 1 + RESERVE
         while tlog.next_offset <= first_end - RESERVE // 2:  # past the half
             tlog.append(b"v")
-        deadline = time.monotonic() + 20
-        while _bucket_end(bucket) == first_end and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert _bucket_end(bucket) >= tlog.next_offset + RESERVE
+        assert _renewed_end(bucket, first_end) >= tlog.next_offset + RESERVE
     finally:
         tlog.close()
 
@@ -106,21 +110,12 @@ def test_a_renewed_reservation_leaves_the_shipper_at_rest(tmp_path: Path) -> Non
     half of the last renewal's margin (a renewal would move nothing yet), an idle log's
     shipper runs a round now and then, not one after the other."""
     bucket = tmp_path / "bucket"
-    tlog = TieredLog(
-        tmp_path / "log",
-        log_id="orders-0",
-        storage=LocalDirStorage(bucket),
-        config=CFG,
-        tier=TierConfig(chunk_bytes=1024, offset_reserve=RESERVE, ship_interval_ms=50),
-    )
+    tlog = open_log(tmp_path / "log", bucket, ship_interval_ms=50)
     try:
         tlog.append(b"first")
         while tlog.next_offset < 1 + RESERVE // 2 + 5:  # past the half: renewed
             tlog.append(b"v")
-        deadline = time.monotonic() + 20
-        while _bucket_end(bucket) == 1 + RESERVE and time.monotonic() < deadline:
-            time.sleep(0.02)
-        renewed_at = _bucket_end(bucket) - RESERVE - RESERVE // 2
+        renewed_at = _renewed_end(bucket, 1 + RESERVE) - RESERVE - RESERVE // 2
         while tlog.next_offset <= renewed_at + RESERVE // 2 + 5:
             tlog.append(b"w")
         assert tlog.next_offset < _bucket_end(bucket) - RESERVE // 2  # no wake due yet
