@@ -202,7 +202,7 @@ class Tiering:
         bucket after its disk was lost continues above it and never hands an
         acknowledged offset out again. Reserved ``offset_reserve`` offsets ahead, so one
         small write covers many appends; once appends used half of it the shipper is
-        woken to renew it (:meth:`renew_reservation`) off the append thread. Called
+        woken to renew it (:meth:`_renew_reservation`) off the append thread. Called
         before an append (with the offsets it will take) and after it (appends racing
         for the same offsets); raises RemoteStorageError when the bucket cannot record it
         (not acknowledged: retry) and NotLeaderError when the fence says this node was
@@ -229,7 +229,7 @@ class Tiering:
             if not record(ahead):
                 raise NotLeaderError(f"{self.log_id}: this node no longer leads the partition")
 
-    def renew_reservation(self) -> None:
+    def _renew_reservation(self) -> None:
         """Renew the reservation once appends used half of it (a no-op before), so that
         appends find their offsets reserved: the upkeep's and each tiering round's first
         step (the round is woken when an append passes the half). A bucket that fails is
@@ -242,8 +242,10 @@ class Tiering:
             # leads with an empty log continues above the reservation.
             return
         self._renewal_asked = False
+        end = nxt + self.config.offset_reserve // 2
         try:
-            self._record_end(r, nxt + self.config.offset_reserve // 2)
+            if end > r.meta.end_offset:  # most rounds: nothing to renew, no lock taken
+                self._record_end(r, end)
         except (RemoteStorageError, NotLeaderError) as exc:
             if not self._reserve_failing:  # once per outage, not every upkeep round
                 log.warning("%s: offsets not reserved in the bucket: %s", self.log_id, exc)
@@ -255,7 +257,7 @@ class Tiering:
         """A leader's (or single node's) upkeep: renew the reservation before appends run
         out of it; with ``tier``, run a round here when no shipper runs, else wake it if
         the upkeep ``rolled`` a segment. Any thread."""
-        self.renew_reservation()
+        self._renew_reservation()
         if not tier:
             return
         if self._shipper is None:
@@ -303,7 +305,7 @@ class Tiering:
                 return 0
             copied = 0
             r = self._remote
-            self.renew_reservation()
+            self._renew_reservation()
             if r is not None and self.view_pending:
                 n = self.resync_view()  # a cluster's new leader: others shipped meanwhile
                 log.info(
@@ -323,7 +325,7 @@ class Tiering:
                 todo, step = self.eligible_segments(), self.config.snapshot_interval_segments
                 for i in range(0, len(todo), step):
                     if i:
-                        self.renew_reservation()  # a long round: appends went on meanwhile
+                        self._renew_reservation()  # a long round: appends went on meanwhile
                     copied += r.copy_segments(todo[i : i + step], stop)
                     if r.snapshot_due():
                         r.write_snapshot()

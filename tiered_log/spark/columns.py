@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from ..errors import CorruptRecordError
 from ..format.batch import Headers
-from ..format.batch_decode import _Incomplete, _parse, _section, decode_columns
+from ..format.batch_decode import _follows, _Incomplete, _parse, _section, decode_columns
 from ..format.kafka.records import read_varint
 
 _TIMESTAMP_TYPE_BIT = 0x08
@@ -180,16 +180,16 @@ def _fast(data: bytes) -> ChunkColumns | None:
     lat: list[int] = []  # LogAppendTime: every record's timestamp; else -1 << 63
     end = len(data)
     pos = 0
+    nxt: int | None = None
     while True:
         try:
             b = _parse(data, pos, end)
+            nxt = _follows(b.base, b.n, nxt, pos)
             section, spos, send = _section(data, b)
         except _Incomplete:
             break
         except CorruptRecordError:
-            return None  # the general path raises what it raises for it
-        if bases and b.base != bases[-1] + counts[-1]:
-            return None  # out of sequence: the same
+            return None  # the general path raises what it raises for it (also out of sequence)
         sections.append((bytes(section), spos, send))
         counts.append(b.n)
         bases.append(b.base)
