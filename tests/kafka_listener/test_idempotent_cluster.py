@@ -51,7 +51,19 @@ def replicated_topic(cluster: DevCluster, topic: str) -> DevNode:
     )
     assert r.status_code == 201, r.text
     wait_until(lambda: len(http_partitions(cluster, topic)[0]["isr"]) == 3, 30, "a full ISR")
-    return cluster.nodes[http_partitions(cluster, topic)[0]["leader"]]
+    leader = cluster.nodes[http_partitions(cluster, topic)[0]["leader"]]
+    # The metadata names the leader before that node has applied it (each node applies the
+    # metadata at its own next refresh, as Kafka's brokers do): until then it answers
+    # NOT_LEADER_OR_FOLLOWER. Wait for its own Metadata to name it.
+    wait_until(lambda: names_itself_leader(leader, topic), 30, "the leader to take its role")
+    return leader
+
+
+def names_itself_leader(node: DevNode, topic: str) -> bool:
+    """Whether ``node``'s Kafka Metadata names ``node`` the leader of partition 0."""
+    with KafkaWire(node.kafka_address) as w:
+        (t,) = w.call(METADATA, 12, metadata_body(topic)).topics
+    return t.error_code == ErrorCode.none and t.partitions[0].leader_id == node.node_id
 
 
 def new_leader(cluster: DevCluster, topic: str, old: int) -> DevNode:
