@@ -63,7 +63,7 @@ def names_itself_leader(node: DevNode, topic: str) -> bool:
     """Whether ``node``'s Kafka Metadata names ``node`` the leader of partition 0."""
     with KafkaWire(node.kafka_address) as w:
         (t,) = w.call(METADATA, 12, metadata_body(topic)).topics
-    return t.error_code == ErrorCode.none and t.partitions[0].leader_id == node.node_id
+    return bool(t.error_code == ErrorCode.none and t.partitions[0].leader_id == node.node_id)
 
 
 def new_leader(cluster: DevCluster, topic: str, old: int) -> DevNode:
