@@ -13,6 +13,7 @@ against a real S3-compatible endpoint (MinIO, AWS) instead, set::
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import logging
 import os
@@ -26,6 +27,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
+import tiered_log
 from tiered_log.remote.s3 import S3Storage
 
 # Tests that run a whole cluster (etcd and several nodes) or a SparkSession: under
@@ -53,6 +55,20 @@ SERIAL_GROUPS: dict[str, tuple[str, ...]] = {
     "spark": ("spark/",),
     "readme": ("test_readme_commands.py", "test_readme_setup.py"),
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package's modules to bytecode once, before any test starts a process.
+
+    The suite starts some six hundred Python processes (servers, tier workers, cluster
+    nodes, ``tiered-log`` commands), each importing most of :mod:`tiered_log`. Where
+    ``PYTHONDONTWRITEBYTECODE`` is set (as in some CI images) no import writes a
+    ``.pyc``, and every one of those processes compiled the same modules from source
+    again; a ``.pyc`` that exists is read all the same. In the xdist controller (or a run
+    without xdist) only: the workers start after it."""
+    if hasattr(config, "workerinput"):
+        return
+    compileall.compile_dir(Path(tiered_log.__file__).parent, quiet=1)
 
 
 @pytest.hookimpl(tryfirst=True)
