@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered_log.client.partitioner import (
+from tiered_log.format.records import ProducerRecord
+from tiered_log.partitioner import (
     DefaultPartitioner,
     murmur2,
     partition_for_key,
     to_positive,
 )
-from tiered_log.format.records import ProducerRecord
 
 
 def _kafka_python() -> ModuleType | None:

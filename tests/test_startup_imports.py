@@ -1,7 +1,8 @@
 """A command starts without importing what it does not use: ``tiered-log --version`` and
 the client commands do not import the log, the tier or the HTTP service; the tier's worker
 process does not import the broker or the partition log; ``import tiered_log`` imports
-its public classes on first use. Checked in a fresh interpreter (what ``sys.modules``
+its public classes on first use; a single node's server loads neither boto3 nor httpx.
+Checked in a fresh interpreter (what ``sys.modules``
 holds after the command), never by time."""
 
 from __future__ import annotations
@@ -9,8 +10,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from tiered_log.cluster.etcd_process import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,3 +95,41 @@ def test_the_kafka_listener_does_not_import_hypothesis() -> None:
     code = "import hypothesis.strategies as st\nimport tiered_log.kafka\n"
     code += "from kio.static.primitive import i32\nprint(st.from_type(i32).example() is not None)"
     assert last_line(code) == "True"
+
+
+def test_a_single_node_server_loads_neither_boto3_nor_httpx(tmp_path: Path) -> None:
+    """A server whose tier is a local directory, serving a produce and a fetch over
+    HTTP, holds neither boto3 (the S3 tier's) nor httpx (a cluster's forwarding and
+    scrubbing, and the client's): checked inside the serving process once it answered."""
+    port = free_port()
+    code = f"""
+import json, os, sys, threading, urllib.request
+os.environ.update(TIERED_LOG_DATA_DIR={str(tmp_path / "data")!r}, TIERED_LOG_PORT="{port}",
+                  TIERED_LOG_KAFKA_PORT="0", TIERED_LOG_ACCESS_LOG="false")
+url = "http://127.0.0.1:{port}"
+
+def call(path, body=None):
+    req = urllib.request.Request(url + path, data=body and json.dumps(body).encode(),
+                                 headers={{"Content-Type": "application/json"}})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.status
+
+def check():
+    import time
+    for _ in range(400):
+        try:
+            call("/healthz")
+            break
+        except OSError:
+            time.sleep(0.05)
+    call("/v1/topics", {{"name": "t", "partitions": 1}})
+    call("/v1/topics/t/records", {{"records": [{{"key": "k", "value": "v"}}]}})
+    call("/v1/topics/t/partitions/0/records?offset=0")
+    print(json.dumps([m for m in ("boto3", "httpx") if m in sys.modules]), flush=True)
+    os._exit(0)
+
+threading.Thread(target=check, daemon=True).start()
+from tiered_log.service.server import serve_main
+serve_main([])
+"""
+    assert last_line(code) == "[]"

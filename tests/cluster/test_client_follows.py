@@ -28,11 +28,11 @@ import httpx
 import pytest
 
 from tiered_log.client import AsyncClient, Client
-from tiered_log.client.partitioner import partition_for_key
 from tiered_log.cluster.dev import DevCluster
 from tiered_log.cluster.etcd_process import free_port
 from tiered_log.errors import ConnectionFailedError, TieredLogError
 from tiered_log.format.records import ProducerRecord
+from tiered_log.partitioner import partition_for_key
 
 from .conftest import dev_cluster
 from .helpers import wait_until

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from tiered_log.client import Client
-from tiered_log.client.partitioner import RecordMetadata, murmur2
 from tiered_log.format.records import ProducerRecord
+from tiered_log.partitioner import RecordMetadata, murmur2
 
 from .conftest import ADMIN, ServerProcess, service_env
 

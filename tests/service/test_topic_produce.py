@@ -9,7 +9,7 @@ import base64
 
 import httpx
 
-from tiered_log.client.partitioner import partition_for_key
+from tiered_log.partitioner import partition_for_key
 
 from .conftest import READER, ServerProcess
 

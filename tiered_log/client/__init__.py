@@ -68,6 +68,7 @@ Example::
 from __future__ import annotations
 
 from ..errors import ConnectionFailedError, ServiceError
+from ..partitioner import DefaultPartitioner, RecordMetadata, murmur2, partition_for_key
 from .aio import AsyncClient
 from .messages import (
     FetchedBatches,
@@ -78,7 +79,6 @@ from .messages import (
     error_from_response,
 )
 from .paging import FETCH_RECORDS
-from .partitioner import DefaultPartitioner, RecordMetadata, murmur2, partition_for_key
 from .sync import Client
 
 __all__ = [

@@ -23,6 +23,7 @@ import httpx
 from .. import errors as E
 from ..errors import ConnectionFailedError, TieredLogError
 from ..format.records import ProducerRecord
+from ..partitioner import DefaultPartitioner, PartitionCounts, RecordMetadata
 from .messages import (
     _ACCEPT_BINARY,
     _BINARY,
@@ -63,7 +64,6 @@ from .messages import (
     encode_produce_body,
 )
 from .paging import FETCH_RECORDS, _check_consume, _consume_done, _left, _page_plan, _pages
-from .partitioner import DefaultPartitioner, PartitionCounts, RecordMetadata
 from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
 from .traffic import RecordPools
 
@@ -355,7 +355,7 @@ class AsyncClient:
         """Where Kafka's default partitioner sends each of ``records`` (one batch):
         partition -> the indexes of its records. Keyed records by the murmur2 hash of the
         key; keyless ones all to one partition, the next partition for the next batch
-        (see :mod:`tiered_log.client.partitioner`); as :meth:`Client.assign_partitions
+        (see :mod:`tiered_log.partitioner`); as :meth:`Client.assign_partitions
         <tiered_log.client.Client.assign_partitions>`."""
         return self._partitioner.assign(topic, records, await self.partitions(topic))
 

@@ -26,6 +26,7 @@ from ..errors import (
     TopicNotFoundError,
 )
 from ..format.records import ProducerRecord
+from ..partitioner import DefaultPartitioner, PartitionCounts, RecordMetadata
 from .messages import (
     _ACCEPT_BINARY,
     _BINARY,
@@ -66,7 +67,6 @@ from .messages import (
     encode_produce_body,
 )
 from .paging import FETCH_RECORDS, _check_consume, _consume_done, _left, _page_plan, _pages
-from .partitioner import DefaultPartitioner, PartitionCounts, RecordMetadata
 from .routing import CLUSTER_PATH, Attempts, Routes, parse_urls
 from .traffic import RecordPools
 
@@ -334,7 +334,7 @@ class Client:
     # records
     def partitions(self, topic: str) -> int:
         """The topic's partition count (learnt from :meth:`describe_topic`, then kept for
-        :data:`~tiered_log.client.partitioner.PARTITION_COUNT_MAX_AGE_S`)."""
+        :data:`~tiered_log.partitioner.PARTITION_COUNT_MAX_AGE_S`)."""
         count = self._counts.get(topic)
         if count is None:
             count = int(self.describe_topic(topic)["partitions"])
@@ -347,7 +347,7 @@ class Client:
         """Where Kafka's default partitioner sends each of ``records`` (one batch):
         partition -> the indexes of its records. Keyed records by the murmur2 hash of the
         key; keyless ones all to one partition, the next partition for the next batch
-        (see :mod:`tiered_log.client.partitioner`)."""
+        (see :mod:`tiered_log.partitioner`)."""
         return self._partitioner.assign(topic, records, self.partitions(topic))
 
     def send(

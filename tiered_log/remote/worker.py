@@ -142,7 +142,6 @@ def spec_of(storage: RemoteStorage) -> StorageSpec | None:
     """The spec a worker opens ``storage`` again with; None for a store only this
     process can use (it is then used in-process)."""
     from .fs import LocalDirStorage
-    from .s3 import S3Storage
 
     if isinstance(storage, WorkerStorage):
         return storage.spec
@@ -150,7 +149,10 @@ def spec_of(storage: RemoteStorage) -> StorageSpec | None:
         return StorageSpec(
             "fs", json.dumps({"root": str(storage.root), "read_only": storage.read_only})
         )
-    if isinstance(storage, S3Storage):
+    # An S3Storage exists only once its module (and boto3, a tenth of a second to import)
+    # has been imported: a process whose tier is a local directory need not import it.
+    s3 = sys.modules.get(f"{__package__}.s3")
+    if s3 is not None and isinstance(storage, s3.S3Storage):
         env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
         return StorageSpec(
             "s3", json.dumps(storage.reopen_args, sort_keys=True), json.dumps(env, sort_keys=True)

@@ -22,8 +22,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-import httpx
-
 from ..broker.topics import TopicManager
 from ..cluster.protocol import REPLICA_BATCHES_PATH
 from ..errors import LogClosedError
@@ -83,6 +81,8 @@ def peer_batches(
     """The partition's other replicas' batches, asked of each live replica in turn (its
     leader first) at :data:`~tiered_log.cluster.protocol.REPLICA_BATCHES_PATH` with the
     cluster's token; the first that holds the range whole answers. Blocking."""
+    import httpx  # a cluster's only: a single node's server does not load it
+
     path = REPLICA_BATCHES_PATH.format(topic=topic, partition=partition)
 
     def fetch(base: int, end: int) -> tuple[bytes, str] | None:

@@ -3,7 +3,7 @@ the service partitions the records as a Kafka producer would, so a keyed record 
 where a Kafka client would put it and ``curl`` users need not know the partition count.
 
 Each record goes to its ``partition`` when it names one, else by Kafka's default
-partitioner (:mod:`tiered_log.client.partitioner`: murmur2 of the key; keyless records of
+partitioner (:mod:`tiered_log.partitioner`: murmur2 of the key; keyless records of
 one request all to one sticky partition, the next request to the next). Each partition's
 records are appended as one batch, all-or-nothing, the partitions side by side. In a
 cluster, a partition this node does not lead is forwarded to its leader's partition
@@ -25,12 +25,10 @@ import asyncio
 import json
 from typing import Annotated, Any, Literal
 
-import httpx
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
 
-from ...client.partitioner import DefaultPartitioner
 from ...errors import (
     InvalidArgumentError,
     InvalidRequestError,
@@ -39,6 +37,7 @@ from ...errors import (
     status_of,
 )
 from ...format.records import ProducerRecord
+from ...partitioner import DefaultPartitioner
 from ..deps import JsonContent, State, TopicPath, WriteGrant, read_body
 from ..error_mapping import error_response, validation_message
 from ..openapi import errs
@@ -114,6 +113,8 @@ async def _forward(
     acks: str | None,
 ) -> tuple[int, int, bool]:
     """Send ``recs`` to the partition's leader; its first/last offsets and durability."""
+    import httpx  # a cluster's only: a single node's server does not load it
+
     node = state.broker.cluster
     headers = dict(node.config.fetch_headers) if node is not None else {}
     body = {"records": [r.model_dump(exclude={"partition"}, exclude_unset=True) for r in recs]}

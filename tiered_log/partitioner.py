@@ -1,5 +1,7 @@
 """Which partition a record goes to when the producer names none: Kafka's default
-partitioner, so that a key lands on the partition a Kafka client would put it on.
+partitioner, so that a key lands on the partition a Kafka client would put it on. Used by
+the clients (:mod:`tiered_log.client`) and by the service's topic-level produce, so it
+imports neither.
 
 - A record with a key: ``toPositive(murmur2(key)) % partitions``, with :func:`murmur2`
   exactly Kafka's ``Utils.murmur2`` (seed ``0x9747b28c``, signed 32-bit result) and
@@ -22,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..format.records import ProducerRecord
+from .format.records import ProducerRecord
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
