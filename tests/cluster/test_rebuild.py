@@ -35,6 +35,7 @@ from .test_failover import (
     partition_state,
     produce,
     produce_values,
+    read_all,
     restart_dead,
 )
 
@@ -439,3 +440,70 @@ def test_the_async_client_reassigns_restores_and_scrubs(cluster: DevCluster) -> 
             assert all(n["report"]["damaged"] == [] for n in nodes)
 
     asyncio.run(main())
+
+
+def test_a_long_poll_at_a_leader_moved_away_answers_when_its_leadership_ends(
+    cluster: DevCluster,
+) -> None:
+    """A consumer parked at the leader's end while `reassign` moves the leader's replica
+    to the spare node: once the controller hands the partition on, the poll answers
+    421 not_leader, long before its wait is over (the end of a
+    leadership wakes the requests parked on the partition, as Kafka completes its
+    delayed fetches on a leader change); every record is still there. After the other
+    reassign test: this one also moves every replica the leader holds that the spare
+    lacks."""
+    restart_dead(cluster)
+    topic = "moved-leader"
+    r = _any(
+        cluster,
+        "POST",
+        "/v1/topics",
+        json={"name": topic, "partitions": 1, "replication_factor": 2},
+    )
+    assert r.status_code == 201, r.text
+    wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 2, 10, "a full ISR")
+    offs = produce_values(leader_url(cluster, topic), topic, [f"l{i}" for i in range(20)])
+    assert offs == list(range(20))
+    st = partition_state(cluster, topic)
+    old = cluster.nodes[st["leader"]]
+    spare = next(n for n in cluster.nodes if n not in st["replicas"])
+    wait_s = 30.0
+    got: list[tuple[httpx.Response, float]] = []
+    poll = threading.Thread(
+        target=lambda: got.append(
+            (
+                httpx.get(
+                    f"{old.url}/v1/topics/{topic}/partitions/0/records",
+                    params={"offset": 20, "wait_ms": int(wait_s * 1000)},
+                    timeout=wait_s + 30,
+                ),
+                time.monotonic(),
+            )
+        ),
+        daemon=True,
+    )
+    poll.start()
+    started = time.monotonic()
+    time.sleep(0.5)  # the poll is parked (if not yet, it is answered not_leader all the same)
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "tiered_log.cli", "cluster", "reassign"),
+            *("--from", str(old.node_id), "--to", str(spare), "--wait", "--timeout", "60"),
+            *("--url", old.url),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    moved = partition_state(cluster, topic)
+    assert old.node_id not in moved["replicas"] and moved["leader"] != old.node_id
+    poll.join(wait_s + 30)
+    assert got, "the parked poll was never answered"
+    answer, answered_at = got[0]
+    # Before: the poll waited out its 30 s and then answered 200 with no records, read
+    # from the deposed leader's log (its leadership was looked at only once, first).
+    assert answer.status_code == 421, answer.text
+    assert answer.json()["error"]["code"] == "not_leader"
+    assert answered_at - started < wait_s - 5, "answered only when its wait was over"
+    assert [v for _, v in read_all(cluster, topic)] == [f"l{i}" for i in range(20)]

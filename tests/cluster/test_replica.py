@@ -239,6 +239,29 @@ def test_acks_all_fails_when_the_isr_is_too_small_or_leadership_ends() -> None:
         r.check_enough_replicas()
 
 
+def test_the_end_of_leadership_is_told_once_outside_the_lock() -> None:
+    """``on_resign`` runs once, at the first resign, free to read the replication (the
+    broker wakes the requests parked on the partition, which then ask it)."""
+    seen: list[bool] = []
+    leo = [0]
+    r = LeaderReplication(
+        leader_id=1,
+        leader_epoch=5,
+        replicas=(1, 2, 3),
+        isr=(1, 2, 3),
+        min_insync_replicas=2,
+        lag_time_max_ms=100,
+        log_end=lambda: leo[0],
+        watermark=Mark(0, leo),
+        epoch_start_offset=0,
+        on_resign=lambda: seen.append(r.resigned),  # takes the lock: no deadlock
+    )
+    assert seen == []
+    r.resign("node 1 lost the lease")
+    r.resign("again")
+    assert seen == [True]
+
+
 def test_a_timed_out_wait_says_the_records_may_still_be_committed() -> None:
     leo = [1]
     r = leader(leo, Clock())

@@ -50,7 +50,7 @@ from ..errors import LogClosedError, ShuttingDownError, TopicNotFoundError
 from ..remote.fetch_wait import FetchPending, parked_reads
 from .append import Appended, Parse, parse_and_append
 from .mount import MountedTopics
-from .parking import Parking, await_commit, park_on, poll, wait_event
+from .parking import Parking, await_commit, park_on, poll
 from .topics import PartitionLog, TopicManager
 
 if TYPE_CHECKING:  # a single node never loads the cluster package (nor its etcd client)
@@ -61,10 +61,6 @@ if TYPE_CHECKING:  # a single node never loads the cluster package (nor its etcd
 
 T = TypeVar("T")
 Acks = Literal["all", "1"]
-
-RECHECK_S = 0.1
-"""A parked follower's fetch looks at its leadership this often (a move of the log end
-wakes it at once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +105,18 @@ class Broker:
 
     def join_cluster(self, node: ClusterNode) -> None:
         """Serve as ``node``'s broker: consumers and ``acks=all`` produces parked on a
-        partition wake when its high watermark moves (from any thread)."""
+        partition wake when its high watermark moves; every request parked on it (the
+        followers' fetches too) when this node's leadership of it ends (from any
+        thread)."""
         self.cluster = node
-        hw = self.parking.hw
+        hw, end = self.parking.hw, self.parking.end
+
+        def leadership_ended(topic: str, partition: int) -> None:
+            hw.notify_threadsafe((topic, partition))
+            end.notify_threadsafe((topic, partition))
+
         node.on_commit = lambda topic, partition: hw.notify_threadsafe((topic, partition))
+        node.on_leadership_end = leadership_ended
 
     @property
     def is_stopping(self) -> bool:
@@ -304,15 +308,23 @@ class Broker:
     ) -> T:
         """A consumer's fetch of one partition: ``read(log, upto)`` (blocking; ``upto``
         the read cap) off the loop; while ``empty``, parked until the partition's high
-        watermark (a single node: its end) moves, the shutdown or ``wait_ms`` passed, and
-        read again."""
+        watermark (a single node: its end) moves, this node's leadership of it ends, the
+        shutdown or ``wait_ms`` passed, and read again. In a cluster every read is a
+        leader's: one that finds the leadership over raises NotLeaderError."""
         plog = await self.fetch_log(topic, partition)
+        node = self.cluster
+
+        async def read_now() -> T:
+            if node is not None:
+                node.leader_of(topic, partition)
+            return await self.read(topic, read, plog, self.read_cap(plog))
+
         return await poll(
             self.parking.hw,
             self.stopping,
             [(topic, partition)],
             wait_ms,
-            lambda: self.read(topic, read, plog, self.read_cap(plog)),
+            read_now,
             lambda result: not empty(result),
         )
 
@@ -337,22 +349,23 @@ class Broker:
 
     async def replica_fetch(self, topic: str, partition: int, req: ReplicaFetch) -> ReplicaAnswer:
         """A follower's fetch (see :mod:`tiered_log.cluster.protocol`), answered by the
-        node off the loop; at the leader's log end parked up to ``req.wait_ms`` (woken
-        by an append; its leadership looked at every :data:`RECHECK_S`)."""
+        node off the loop; at the leader's log end parked up to ``req.wait_ms`` on the
+        ``end`` channel: woken by an append, or by the end of this node's leadership
+        (read again, it then fails with NotLeaderError or FencedEpochError)."""
         node = self.cluster
         assert node is not None
-        key = (topic, partition)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + req.wait_ms / 1000
-        end = self.parking.end
-        ev = end.event(key)  # taken before reading: no append slips between
-        ans = await self.read(topic, node.replica_fetch, topic, partition, req)
-        while ans.waits and not self.is_stopping and (left := deadline - loop.time()) > 0:
-            await wait_event(ev, self.stopping, min(left, RECHECK_S))
-            if ev.is_set() or not node.leads(topic, partition, req.leader_epoch):
-                ev = end.event(key)
-                ans = await self.read(topic, node.replica_fetch, topic, partition, req)
-        return ans
+
+        async def read() -> ReplicaAnswer:
+            return await self.read(topic, node.replica_fetch, topic, partition, req)
+
+        return await poll(
+            self.parking.end,
+            self.stopping,
+            [(topic, partition)],
+            req.wait_ms,
+            read,
+            lambda ans: not ans.waits,
+        )
 
 
 def _append(
@@ -395,4 +408,4 @@ async def _await_fetch(pending: FetchPending) -> None:
             raise pending.timeout_error()
 
 
-__all__ = ["RECHECK_S", "Acks", "Broker", "ProduceTarget"]
+__all__ = ["Acks", "Broker", "ProduceTarget"]

@@ -8,6 +8,9 @@ Two channels, one mechanism (:class:`Channel`):
   long polls and ``acks=all`` produces park here;
 - :attr:`Parking.end`: "the leader's log end moved": the followers' long polls.
 
+The end of this node's leadership of a partition is an event on both (the requests
+parked there then answer that it leads no more).
+
 A third event, "the remote chunk a read needs is ready", is the fetch's own future:
 :func:`park_on` waits for a :class:`concurrent.futures.Future` on the loop without a
 thread (the read is then run again, and finds the chunk in the cache).
@@ -142,9 +145,9 @@ async def await_commit(
     recheck_s: float = 0.5,
 ) -> bool:
     """Park until ``committed()`` (an ``acks=all`` produce waiting for the high watermark:
-    woken when it moves; looked at every ``recheck_s`` anyway, for what does not wake
-    it: the ISR shrinking, leadership ending, which ``committed`` raises). True once
-    committed, False after ``timeout_s``."""
+    woken when it moves or leadership ends; looked at every ``recheck_s`` anyway, for
+    what does not wake it: the ISR shrinking below min_insync_replicas, which
+    ``committed`` raises). True once committed, False after ``timeout_s``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:

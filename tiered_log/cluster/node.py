@@ -45,6 +45,7 @@ thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -217,6 +218,10 @@ class ClusterNode:
         self.on_commit: Callable[[str, int], None] | None = None
         """Called (from any thread) when a led partition's high watermark moves up: the
         service wakes the consumers long-polling there."""
+        self.on_leadership_end: Callable[[str, int], None] | None = None
+        """Called (from any thread) when this node's leadership of a partition ends: the
+        broker wakes the requests parked there (followers' fetches, ``acks=all``
+        produces), which then answer that this node no longer leads it."""
 
     # ---- life -------------------------------------------------------------------------------
 
@@ -420,6 +425,7 @@ class ClusterNode:
                 log_end=lambda: plog.next_offset,
                 watermark=_CommitWatermark(plog, self, state.topic, state.partition),
                 epoch_start_offset=start,
+                on_resign=functools.partial(self._leadership_ended, state.topic, state.partition),
             )
             role.state = state
             plog.start_shipper()  # its first round rebuilds the remote state from the bucket
@@ -479,6 +485,11 @@ class ClusterNode:
                     tls=client_tls(url),
                 )
         return HttpTransport(url, headers=self.config.fetch_headers, wait_ms=wait_ms)
+
+    def _leadership_ended(self, topic: str, partition: int) -> None:
+        notify = self.on_leadership_end
+        if notify is not None:
+            notify(topic, partition)
 
     def _leads(self, topic: str, partition: int, epoch: int) -> bool:
         """Whether this node leads the partition in ``epoch`` as it last read the

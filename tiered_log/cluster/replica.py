@@ -119,7 +119,9 @@ class LeaderReplication:
     ``leader_id`` leads ``replicas`` in ``leader_epoch`` with the committed ``isr``;
     ``log_end`` reads the leader log's LEO (next offset); ``watermark`` holds the HW
     (the leader's log, whose checkpointed HW is where it starts). ``clock`` returns
-    monotonic milliseconds (tests pass their own).
+    monotonic milliseconds (tests pass their own); ``on_resign`` is called once, on the
+    resigning thread and outside the lock, when the epoch's leadership ends (the broker
+    wakes the requests parked on the partition, which then fail with NotLeaderError).
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class LeaderReplication:
         watermark: Watermark,
         epoch_start_offset: int,
         clock: Callable[[], int] = _now_ms,
+        on_resign: Callable[[], None] | None = None,
     ) -> None:
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
@@ -159,6 +162,7 @@ class LeaderReplication:
         }
         self._watermark = watermark
         self._resigned: str | None = None
+        self._on_resign = on_resign
 
     # ---- reading the state ----------------------------------------------------------------
 
@@ -480,8 +484,11 @@ class LeaderReplication:
         """Leadership of this epoch ended (``why`` says how): every waiter and every later
         call fails with NotLeaderError. Idempotent."""
         with self._lock:
-            if self._resigned is None:
+            first = self._resigned is None
+            if first:
                 self._resigned = why
+        if first and self._on_resign is not None:
+            self._on_resign()
 
     @property
     def resigned(self) -> bool:
