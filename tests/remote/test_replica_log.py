@@ -21,9 +21,16 @@ from pathlib import Path
 import pytest
 
 from tiered_log import LogConfig, ProducerRecord
-from tiered_log.errors import CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError
+from tiered_log.errors import (
+    CorruptRecordError,
+    InvalidArgumentError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+)
 from tiered_log.format import naming
-from tiered_log.format.records import Headers, batch_table, decode_records
+from tiered_log.format.kafka import NewRecord
+from tiered_log.format.kafka import encode_batch as kafka_batch
+from tiered_log.format.records import Headers, batch_table, decode_records, receive_batches
 from tiered_log.local.leader_epoch import EpochEntry, LeaderEpochCache
 from tiered_log.partition import TieredLog
 from tiered_log.partition.tiering import RETENTION_BATCH_SEGMENTS
@@ -119,6 +126,62 @@ def store_bytes(directory: Path) -> bytes:
 
 
 # ---- copying ------------------------------------------------------------------------------
+
+
+def test_a_leader_told_to_follow_refuses_appends_until_it_leads_again(tmp_path: Path) -> None:
+    """A produce that passed the broker's leadership check just before the node made
+    this replica a follower must not write among the records its fetcher copies: once
+    told to follow, the log refuses a client's records (plain and idempotent, a duplicate
+    too) with NotLeaderError and writes nothing, while the fetcher's copies go in; an
+    epoch assigned again (it leads) lifts the refusal. A follow waits for an append that
+    is running (they share the append lock)."""
+    new_leader = open_log(tmp_path / "b")
+    log = open_log(tmp_path / "a")
+    assert log.assign_leader_epoch(1) == 0
+    produce(log, 10)
+    idem = kafka_batch([NewRecord(b"i")], producer_id=7, producer_epoch=0, base_sequence=0)
+    assert log.append_batch(receive_batches(idem, 1 << 20)) == (10, 10)
+    copy(log, new_leader)
+    log.follow()
+    assert new_leader.assign_leader_epoch(2) == 11
+    produce(new_leader, 5, tag=b"new")
+    for attempt in (
+        lambda: log.append(b"late"),
+        lambda: log.append_batch([b"late"]),
+        lambda: log.append_batch(receive_batches(idem, 1 << 20)),  # a duplicate of 10
+    ):
+        with pytest.raises(NotLeaderError):
+            attempt()
+    assert log.next_offset == 11
+    copy(new_leader, log)  # the new leader's records follow the old ones, as its log has them
+    assert records(log) == records(new_leader)
+    assert log.assign_leader_epoch(3) == 16  # it leads again: it appends
+    produce(log, 1)
+    assert log.next_offset == 17
+
+    # A follow that comes while an append holds the append lock waits for it.
+    log.append_batch([b"x"])
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_epoch() -> int:
+        entered.set()
+        release.wait(10)
+        return 3
+
+    log._local.set_leader_epoch_source(slow_epoch)  # the append blocks inside the lock
+    appender = threading.Thread(target=lambda: log.append_batch([b"y"]))
+    appender.start()
+    assert entered.wait(10)
+    follower = threading.Thread(target=log.follow)
+    follower.start()
+    follower.join(0.3)
+    assert follower.is_alive()  # held off by the running append
+    release.set()
+    appender.join(10)
+    follower.join(10)
+    assert not follower.is_alive() and log.next_offset == 19
+    for lg in (log, new_leader):
+        lg.close()
 
 
 def test_follower_copies_leader_byte_identical(tmp_path: Path) -> None:

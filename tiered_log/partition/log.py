@@ -339,8 +339,10 @@ class TieredLog:
         <tiered_log.partition.producer_state.ProducerStateManager.check>`): a duplicate
         of one of the producer's last five batches is not written and the original's
         offsets are returned; a refused one raises a
-        :class:`~tiered_log.errors.ProducerStateError` with nothing written."""
+        :class:`~tiered_log.errors.ProducerStateError` with nothing written. A replica
+        that follows refuses them (NotLeaderError), a duplicate too."""
         self._check_open()
+        self._replication.check_leads()
         if isinstance(records, EncodedBatch):
             pb = Idempotence.producer_batch_of(records)
             if pb is not None:
@@ -566,8 +568,10 @@ class TieredLog:
         """This replica follows: it appends only what its fetcher brings
         (:meth:`append_replica`), rolls only where the leader did, never by its own size
         or age, and ships nothing (its shipper stops; :meth:`maintain` flushes and
-        checkpoints only). The node, on a role change."""
-        self._replication.following = True
+        checkpoints only). An append of a client's records (:meth:`append`,
+        :meth:`append_batch`) raises NotLeaderError from now on; one running now ends
+        first. The node, on a role change."""
+        self._replication.follow()
         self._tiering.follow()
 
     def lead(self, epoch: int, fence: Callable[[], bool] | None = None) -> int:

@@ -56,7 +56,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from ..errors import CorruptIndexError, CorruptRecordError, InvalidArgumentError
+from ..errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidArgumentError,
+    LogClosedError,
+    NotLeaderError,
+)
 from ..format import naming
 from ..format.records import HEADER_SIZE, EncodedBatch, batch_header, batch_table, check_batches
 from ..local.files import write_atomic
@@ -280,6 +286,7 @@ class Replication:
             )
         self._local = local
         self._bounds = bounds
+        self._log_id = log_id
         try:
             self.epochs = LeaderEpochCache(directory)
         except CorruptIndexError as exc:
@@ -296,6 +303,9 @@ class Replication:
         self.following = replicated
         """Whether this replica follows another's log (a replicated log follows until
         told to lead)."""
+        self._refuse_appends = False
+        """Set by :meth:`follow`, cleared when an epoch is assigned: the local log
+        refuses a leader's appends meanwhile (its epoch source raises)."""
         self.hw: HighWatermark | None = None
         if replicated:
             self.hw = HighWatermark(
@@ -333,8 +343,35 @@ class Replication:
 
     def _leader_epoch(self) -> int:
         """The epoch the local log stamps into the batches it appends as leader (its
-        latest: the one this replica leads in), -1 when it holds none."""
+        latest: the one this replica leads in), -1 when it holds none. Called under the
+        local log's append lock: NotLeaderError, nothing written, while this replica
+        follows (a produce that passed the broker's leadership check before the role
+        changed must not write among the leader's records its fetcher copies)."""
+        self.check_leads()
         return self.latest_leader_epoch
+
+    def check_leads(self) -> None:
+        """NotLeaderError once this replica was told to follow and no epoch was assigned
+        since (a look without the append lock: the append itself looks again under
+        it)."""
+        if self._refuse_appends:
+            raise NotLeaderError(
+                f"{self._log_id} follows its leader's log now: appends go to the leader"
+            )
+
+    def follow(self) -> None:
+        """This replica follows from now on, and refuses a leader's appends until an
+        epoch is assigned to it again. Set under the local log's append lock: an append
+        running now ends first (before the fetcher may cut the log), and none after it
+        writes as leader."""
+
+        def stop_appends(_end: int) -> None:
+            self.following = self._refuse_appends = True
+
+        try:
+            self._local.at_end(stop_appends)
+        except LogClosedError:  # nothing appends to a closed log
+            self.following = self._refuse_appends = True
 
     def assign_leader_epoch(self, epoch: int) -> int:
         """This replica leads in ``epoch`` (an int >= 0, checked by the caller) from the
@@ -345,9 +382,12 @@ class Replication:
         def assign(end: int) -> int:
             latest = self.epochs.latest_entry
             if latest is not None and latest.epoch == epoch:
-                return latest.start_offset
-            self.epochs.assign(epoch, end)
-            return end
+                start = latest.start_offset
+            else:
+                self.epochs.assign(epoch, end)  # InvalidArgumentError below the latest
+                start = end
+            self._refuse_appends = False  # it leads in ``epoch``
+            return start
 
         return self._local.at_end(assign)
 
