@@ -132,7 +132,7 @@ def test_a_leader_told_to_follow_refuses_appends_until_it_leads_again(tmp_path: 
     """A produce that passed the broker's leadership check just before the node made
     this replica a follower must not write among the records its fetcher copies: once
     told to follow, the log refuses a client's records (plain and idempotent, a duplicate
-    too) with NotLeaderError and writes nothing, while the fetcher's copies go in; an
+    too) and a DeleteRecords with NotLeaderError and changes nothing, while the fetcher's copies go in; an
     epoch assigned again (it leads) lifts the refusal. A follow waits for an append that
     is running (they share the append lock)."""
     new_leader = open_log(tmp_path / "b")
@@ -149,10 +149,11 @@ def test_a_leader_told_to_follow_refuses_appends_until_it_leads_again(tmp_path: 
         lambda: log.append(b"late"),
         lambda: log.append_batch([b"late"]),
         lambda: log.append_batch(receive_batches(idem, 1 << 20)),  # a duplicate of 10
+        lambda: log.delete_records(5),
     ):
         with pytest.raises(NotLeaderError):
             attempt()
-    assert log.next_offset == 11
+    assert (log.log_start_offset, log.next_offset) == (0, 11)
     copy(new_leader, log)  # the new leader's records follow the old ones, as its log has them
     assert records(log) == records(new_leader)
     assert log.assign_leader_epoch(3) == 16  # it leads again: it appends

@@ -788,10 +788,12 @@ class TieredLog:
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords at this partition's leader (or a single node): the log
         start moves up to ``offset``; answers the log start now (see
-        :meth:`LogStartFloor.delete_below <tiered_log.partition.log_start.LogStartFloor.delete_below>`)."""
+        :meth:`LogStartFloor.delete_below <tiered_log.partition.log_start.LogStartFloor.delete_below>`).
+        A replica told to follow refuses it as it refuses appends (NotLeaderError)."""
         _check_offset(offset)
         with self._ctl:
             self._check_open()
+            self._replication.check_leads()
             b = self.bounds()
             self._floor.delete_below(offset, b, self._local, self._remote)
             return self.log_start_offset
