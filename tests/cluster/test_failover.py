@@ -66,12 +66,14 @@ def leader_url(c: DevCluster, topic: str, p: int = 0) -> str | None:
     return n.url if n is not None and n.alive else None
 
 
-def create(c: DevCluster, topic: str) -> None:
-    r = _any(
-        c, "POST", "/v1/topics", json={"name": topic, "partitions": 1, "replication_factor": 3}
-    )
+def create(c: DevCluster, topic: str, replication_factor: int = 3) -> None:
+    """Create ``topic`` (one partition) and wait for its full ISR."""
+    body = {"name": topic, "partitions": 1, "replication_factor": replication_factor}
+    r = _any(c, "POST", "/v1/topics", json=body)
     assert r.status_code == 201, r.text
-    wait_until(lambda: len(partition_state(c, topic)["isr"]) == 3, 10, "a full ISR")
+    wait_until(
+        lambda: len(partition_state(c, topic)["isr"]) == replication_factor, 10, "a full ISR"
+    )
 
 
 def read_all(c: DevCluster, topic: str) -> list[tuple[int, str]]:

@@ -170,14 +170,7 @@ def test_reassign_a_dead_nodes_replicas(cluster: DevCluster) -> None:
     """A dead node replaced for good: `tiered-log cluster reassign --from N --to M` gives
     its replicas to M, which rebuilds and joins the ISR; then N is dropped (issue 17)."""
     topic = "moved"
-    r = _any(
-        cluster,
-        "POST",
-        "/v1/topics",
-        json={"name": topic, "partitions": 1, "replication_factor": 2},
-    )
-    assert r.status_code == 201, r.text
-    wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 2, 10, "a full ISR")
+    create(cluster, topic, replication_factor=2)
     acked = {
         f"m{i}": off
         for i in range(50)
@@ -454,14 +447,7 @@ def test_a_long_poll_at_a_leader_moved_away_answers_when_its_leadership_ends(
     lacks."""
     restart_dead(cluster)
     topic = "moved-leader"
-    r = _any(
-        cluster,
-        "POST",
-        "/v1/topics",
-        json={"name": topic, "partitions": 1, "replication_factor": 2},
-    )
-    assert r.status_code == 201, r.text
-    wait_until(lambda: len(partition_state(cluster, topic)["isr"]) == 2, 10, "a full ISR")
+    create(cluster, topic, replication_factor=2)
     offs = produce_values(leader_url(cluster, topic), topic, [f"l{i}" for i in range(20)])
     assert offs == list(range(20))
     st = partition_state(cluster, topic)
