@@ -48,6 +48,10 @@ def service_env(**settings: str) -> dict[str, str]:
     return env
 
 
+class PortTakenError(RuntimeError):
+    """The server exited because a port it was given is in use."""
+
+
 class ServerProcess:
     """One server process; restartable on the same data directory and port."""
 
@@ -75,6 +79,21 @@ class ServerProcess:
         return f"127.0.0.1:{self.settings.get('kafka_port', self.kafka_port)}"
 
     def start(self, timeout: float = 30.0, verify: Any = True) -> ServerProcess:
+        """Start the server and wait until it answers ``/healthz``. Its ports were free
+        when picked, but another process (the other xdist worker's connections) may take
+        one before the server binds it: a first start that exits saying so is tried again
+        on new ports, up to three times (a restart keeps its ports)."""
+        first = self.starts == 0
+        for attempt in range(3):
+            try:
+                return self._start(timeout, verify)
+            except PortTakenError:
+                if not first or attempt == 2:
+                    raise
+                self.port, self.kafka_port = free_port(), free_port()
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float, verify: Any) -> ServerProcess:
         settings = {"kafka_port": str(self.kafka_port), **self.settings}
         env = service_env(
             data_dir=str(self.data_dir),
@@ -99,7 +118,9 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+                out = self.log()
+                error = PortTakenError if "Address already in use" in out else RuntimeError
+                raise error(f"server exited with {self.proc.returncode}:\n{out}")
             try:
                 r = httpx.get(self.url + "/healthz", timeout=1.0, verify=verify)
                 if r.status_code == 200:

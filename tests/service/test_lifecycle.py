@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -337,3 +338,19 @@ def test_malloc_tuning_applies_on_glibc() -> None:
         assert applied
     else:
         assert applied is False
+
+
+def test_a_first_start_whose_port_was_taken_starts_on_new_ports(tmp_path: Path) -> None:
+    """The suite's server harness: a port picked free can be taken before the server binds
+    it (another process's connection); a first start then goes on new ports."""
+    srv = ServerProcess(tmp_path / "data", tmp_path, {})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", srv.kafka_port))
+        taken.listen(1)
+        srv.start()
+        try:
+            assert srv.kafka_port != taken.getsockname()[1]
+            assert "Address already in use" in (tmp_path / "server-0.log").read_text()
+            assert httpx.get(srv.url + "/healthz", timeout=10).status_code == 200
+        finally:
+            srv.stop()
