@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -911,10 +910,9 @@ class TieredLog:
         deletes what a new leader shipped after tiering came back on), and a remote tier
         appearing on the leader takes its leader epoch and fence, rebuilds its view of
         the bucket at its next round and starts shipping (a follower's only reads the
-        bucket). Any thread: the settings
-        are swapped whole (an append, under the local log's lock, and a tiering round
-        each read one set); a remote tier appears or goes under the control lock, after
-        the round under way. LogClosedError once closed.
+        bucket). Any thread: the settings are swapped whole (an append, under the local
+        log's lock, and a tiering round each read one set); a remote tier appears or
+        goes under the control lock, after the round under way. LogClosedError once closed.
         """
         was = self.tier_config.remote_enabled
         now_on = tier.remote_enabled
@@ -943,25 +941,10 @@ class TieredLog:
         with self._ctl:
             self._check_open()
             if detach and self._remote is not None:
-                r = self._remote
-                storage = r.storage
-                owner = not self.replicated or (
-                    not self._replication.following and (r.fence is None or r.fence())
-                )
-                keys = (
-                    [o.key for o in storage.list(naming.log_prefix(self.log_id) + "/")]
-                    if owner
-                    else []
-                )
-                storage.delete(keys)
+                deleted = self._tiering.detach_remote(self.directory, self.log_id, self.replicated)
                 self._remote = None
-                self._tiering.detach_remote()
-                r.close()
-                shutil.rmtree(self.directory / naming.REMOTE_DIR, ignore_errors=True)
                 log.info(
-                    "%s: remote tier turned off, %d remote object(s) deleted",
-                    self.log_id,
-                    len(keys),
+                    "%s: remote tier turned off, %d remote object(s) deleted", self.log_id, deleted
                 )
             elif attach and self._storage is not None:
                 r = RemoteTier(self.directory, self.log_id, self._storage, tier, self._limits)

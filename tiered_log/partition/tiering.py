@@ -32,10 +32,13 @@ and :meth:`Tiering.eligible_segments` take no lock.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from ..errors import NotLeaderError, RemoteStorageError
+from ..format import naming
 from ..local.log import Log, now_ms
 from ..local.segment import SegmentInfo
 from ..remote.tier import RemoteTier, TierConfig
@@ -186,12 +189,28 @@ class Tiering:
         if self._leading is not None:
             self._hand_lead(remote)
 
-    def detach_remote(self) -> None:
-        """Tier to no bucket from now on (the topic's tiering was turned off and its remote
-        data deleted): rounds apply the total retention to the local log. Under the
-        control lock, the shipper stopped."""
+    def detach_remote(self, directory: Path, log_id: str, replicated: bool) -> int:
+        """Tier to no bucket from now on (the topic's tiering was turned off with its
+        remote data deleted): the replica that owns the bucket's copies (a single node, or
+        a leader whose fence still answers True) deletes every object of the log; any
+        other only drops its remote tier (a late follower never deletes what a new leader
+        shipped after tiering came back on). The remote tier's local files go; rounds
+        then apply the total retention to the local log. Returns how many objects were
+        deleted. Under the control lock, the shipper stopped."""
+        r = self._remote
+        if r is None:
+            return 0
+        owner = not replicated or (
+            not self._replication.following and (r.fence is None or r.fence())
+        )
+        storage = r.storage
+        keys = [o.key for o in storage.list(naming.log_prefix(log_id) + "/")] if owner else []
+        storage.delete(keys)
         self._remote = None
         self.view_pending = False
+        r.close()
+        shutil.rmtree(directory / naming.REMOTE_DIR, ignore_errors=True)
+        return len(keys)
 
     # ---- reservations ------------------------------------------------------------------------
 
