@@ -83,15 +83,15 @@ class ServerProcess:
         when picked, but another process (the other xdist worker's connections) may take
         one before the server binds it: a first start that exits saying so is tried again
         on new ports, up to three times (a restart keeps its ports)."""
-        tries = 3 if self.starts == 0 else 1
-        while True:
+        first = self.starts == 0
+        for attempt in range(3):
             try:
                 return self._start(timeout, verify)
             except PortTakenError:
-                tries -= 1
-                if tries == 0:
+                if not first or attempt == 2:
                     raise
                 self.port, self.kafka_port = free_port(), free_port()
+        raise AssertionError("unreachable")
 
     def _start(self, timeout: float, verify: Any) -> ServerProcess:
         settings = {"kafka_port": str(self.kafka_port), **self.settings}

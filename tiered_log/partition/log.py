@@ -941,7 +941,7 @@ class TieredLog:
         with self._ctl:
             self._check_open()
             if detach and self._remote is not None:
-                deleted = self._tiering.detach_remote()
+                deleted = self._tiering.detach_remote(self.directory, self.log_id, self.replicated)
                 self._remote = None
                 log.info(
                     "%s: remote tier turned off, %d remote object(s) deleted", self.log_id, deleted

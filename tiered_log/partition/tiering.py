@@ -35,6 +35,7 @@ import logging
 import shutil
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from ..errors import NotLeaderError, RemoteStorageError
 from ..format import naming
@@ -188,7 +189,7 @@ class Tiering:
         if self._leading is not None:
             self._hand_lead(remote)
 
-    def detach_remote(self) -> int:
+    def detach_remote(self, directory: Path, log_id: str, replicated: bool) -> int:
         """Tier to no bucket from now on (the topic's tiering was turned off with its
         remote data deleted): the replica that owns the bucket's copies (a single node, or
         a leader whose fence still answers True) deletes every object of the log; any
@@ -199,15 +200,16 @@ class Tiering:
         r = self._remote
         if r is None:
             return 0
-        rep = self._replication  # a log without a high watermark of its own: a single node's
-        owner = rep.hw is None or (not rep.following and (r.fence is None or r.fence()))
+        owner = not replicated or (
+            not self._replication.following and (r.fence is None or r.fence())
+        )
         storage = r.storage
-        keys = [o.key for o in storage.list(naming.log_prefix(r.log_id) + "/")] if owner else []
+        keys = [o.key for o in storage.list(naming.log_prefix(log_id) + "/")] if owner else []
         storage.delete(keys)
         self._remote = None
         self.view_pending = False
         r.close()
-        shutil.rmtree(r.dir, ignore_errors=True)
+        shutil.rmtree(directory / naming.REMOTE_DIR, ignore_errors=True)
         return len(keys)
 
     # ---- reservations ------------------------------------------------------------------------
